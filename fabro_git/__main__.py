@@ -1,0 +1,3 @@
+from fabro_git.cli import main
+
+raise SystemExit(main())

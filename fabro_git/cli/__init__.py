@@ -1,0 +1,97 @@
+"""Entry point and the one error boundary.
+
+`main()` answers `--version` before importing anything heavy, so the common probe stays
+fast. Every other invocation goes through `boundary()`, which turns a `FabroError` into
+a message and exit 1, Ctrl-C into exit 130, and anything else into a bug report (exit 3)
+with a crash log the user can attach to an issue.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+
+EXIT_OK = 0
+EXIT_USER_ERROR = 1
+EXIT_BUG = 3
+EXIT_INTERRUPTED = 130
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args in (["--version"], ["-V"], ["version"]):
+        from fabro_git import __version__
+
+        print(f"git-fabro {__version__}")
+        return EXIT_OK
+
+    def invoke() -> int:
+        from fabro_git.cli.app import run_app
+
+        return run_app(args)
+
+    return boundary(invoke)
+
+
+def boundary(fn: Callable[[], int]) -> int:
+    from fabro_git.errors import FabroError
+
+    try:
+        return fn()
+    except FabroError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("Interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`git fabro logs | head`); that is not our failure.
+        try:
+            sys.stdout.close()
+        except Exception:
+            pass
+        return EXIT_OK
+    except Exception as exc:
+        log_path = write_crash_log(exc)
+        print(f"error: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"This is a bug in git-fabro. A crash log was written to {log_path};"
+            " please attach it to a bug report.",
+            file=sys.stderr,
+        )
+        return EXIT_BUG
+
+
+def write_crash_log(exc: BaseException) -> str:
+    import platform
+    import traceback
+    from datetime import UTC, datetime
+
+    from fabro_git import __version__
+    from fabro_git.config.locations import crash_log_dir
+
+    lines = [
+        "### version information",
+        f"git-fabro: {__version__}",
+        f"python: {sys.version.split()[0]} ({sys.executable})",
+        f"platform: {platform.platform()}",
+        f"argv: {sys.argv!r}",
+    ]
+    for mod in ("dulwich", "typer", "msgspec", "trio"):
+        try:
+            from importlib.metadata import version
+
+            lines.append(f"{mod}: {version(mod)}")
+        except Exception:
+            lines.append(f"{mod}: unknown")
+    lines += ["", "### traceback", "".join(traceback.format_exception(exc))]
+    try:
+        directory = crash_log_dir()
+        directory.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        path = directory / f"crash-{stamp}.log"
+        path.write_text("\n".join(lines))
+        return str(path)
+    except OSError:
+        sys.stderr.write("\n".join(lines))
+        return "<stderr>"

@@ -1,0 +1,187 @@
+"""The typer application: option parsing only.
+
+Each command is a thin typed function that imports its implementation module lazily
+(`fabro_git.cli.<command>`), so `git fabro ps` does not pay for the engine's imports.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from fabro_git import __version__
+
+app = typer.Typer(
+    name="git-fabro",
+    help="Run AI-agent workflows written as Graphviz DOT graphs, with all state kept in git.",
+    no_args_is_help=True,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        print(f"git-fabro {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """git fabro: AI-agent workflows in your repository."""
+
+
+@app.command()
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Workflow files to check.", show_default=False)],
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Check workflow files and print their diagnostics."""
+    from fabro_git.cli import validate as impl
+
+    raise typer.Exit(impl.run(files, json_output=json_output))
+
+
+@app.command()
+def graph(
+    file: Annotated[Path, typer.Argument(help="Workflow file to render.", show_default=False)],
+    fmt: Annotated[str, typer.Option("--format", help="svg, png or dot.")] = "svg",
+    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
+    direction: Annotated[str | None, typer.Option("--direction", help="lr or tb; overrides rankdir.")] = None,
+) -> None:
+    """Render a workflow graph through Graphviz."""
+    from fabro_git.cli import graph as impl
+
+    raise typer.Exit(impl.run(file, fmt=fmt, output=output, direction=direction))
+
+
+@app.command()
+def run(
+    workflow: Annotated[str, typer.Argument(help="Workflow file, or the name of a shipped example.", show_default=False)],
+    goal: Annotated[str | None, typer.Option("--goal", help="The run's goal ({{ goal }}).")] = None,
+    goal_file: Annotated[Path | None, typer.Option("--goal-file", help="Read the goal from a file.")] = None,
+    inputs: Annotated[list[str] | None, typer.Option("-V", "--input", help="KEY=VALUE for {{ inputs.KEY }}; repeatable.")] = None,
+    auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")] = False,
+    answers: Annotated[list[str] | None, typer.Option("--answer", help="Queue an answer for the next human gate; repeatable.")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Simulate LLM stages instead of calling a model.")] = False,
+    in_place: Annotated[bool, typer.Option("--in-place", help="Run in this checkout, without a worktree or run-branch commits.")] = False,
+    labels: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE run label; repeatable.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Default model for LLM stages.")] = None,
+    provider: Annotated[str | None, typer.Option("--provider", help="Default provider for LLM stages.")] = None,
+    detach: Annotated[bool, typer.Option("-d", "--detach", help="Print the run id and continue in the background.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="End with one JSON object describing the run.")] = False,
+) -> None:
+    """Start a run of a workflow in a new worktree."""
+    from fabro_git.cli import run as impl
+
+    raise typer.Exit(
+        impl.run(
+            workflow,
+            goal=goal,
+            goal_file=goal_file,
+            inputs=inputs or [],
+            auto_approve=auto_approve,
+            answers=answers or [],
+            dry_run=dry_run,
+            in_place=in_place,
+            labels=labels or [],
+            model=model,
+            provider=provider,
+            detach=detach,
+            json_output=json_output,
+        )
+    )
+
+
+@app.command()
+def resume(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False)],
+    auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")] = False,
+    answers: Annotated[list[str] | None, typer.Option("--answer", help="Queue an answer for the next human gate; repeatable.")] = None,
+    detach: Annotated[bool, typer.Option("-d", "--detach", help="Continue in the background.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="End with one JSON object describing the run.")] = False,
+) -> None:
+    """Continue an interrupted or failed run from its last checkpoint."""
+    from fabro_git.cli import run as impl
+
+    raise typer.Exit(
+        impl.resume(run_id, auto_approve=auto_approve, answers=answers or [], detach=detach, json_output=json_output)
+    )
+
+
+@app.command()
+def ps(
+    json_output: Annotated[bool, typer.Option("--json", help="Print JSON lines, one run each.")] = False,
+) -> None:
+    """List every run in this repository."""
+    from fabro_git.cli import ps as impl
+
+    raise typer.Exit(impl.run(json_output=json_output))
+
+
+@app.command()
+def logs(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False)],
+    pretty: Annotated[bool, typer.Option("--pretty", help="Render events for people.")] = False,
+    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing events of a live run.")] = False,
+) -> None:
+    """Print a run's events as JSON lines."""
+    from fabro_git.cli import logs as impl
+
+    raise typer.Exit(impl.run(run_id, pretty=pretty, follow=follow))
+
+
+@app.command()
+def inspect(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False)],
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Show a run's manifest, checkpoint and status."""
+    from fabro_git.cli import inspect as impl
+
+    raise typer.Exit(impl.run(run_id, json_output=json_output))
+
+
+@app.command()
+def fetch(
+    remote: Annotated[str, typer.Argument(help="Remote to fetch from.")] = "origin",
+) -> None:
+    """Fetch every run's refs (refs/fabro/* and fabro/run/*) from a remote."""
+    from fabro_git.cli import sync as impl
+
+    raise typer.Exit(impl.fetch(remote))
+
+
+@app.command()
+def push(
+    remote: Annotated[str, typer.Argument(help="Remote to push to.")] = "origin",
+    run_ids: Annotated[list[str] | None, typer.Argument(help="Runs to push (default: all).", show_default=False)] = None,
+) -> None:
+    """Push runs' branches and metadata refs to a remote, never forced."""
+    from fabro_git.cli import sync as impl
+
+    raise typer.Exit(impl.push(remote, run_ids or []))
+
+
+def run_app(args: list[str]) -> int:
+    import click
+
+    try:
+        result = app(args=args, prog_name="git fabro", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    except click.exceptions.Abort as exc:
+        raise KeyboardInterrupt from exc
+    except click.ClickException as exc:
+        exc.show()
+        return 1
+    return int(result) if isinstance(result, int) else 0

@@ -1,0 +1,95 @@
+"""Hermetic test environment shared by every test.
+
+Each test gets its own HOME, XDG dirs, FABRO_HOME and git identity, so nothing leaks in
+from the machine's own configuration, and a fresh repository fixture made by real `git`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+
+@pytest.fixture(autouse=True)
+def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path_factory.mktemp("home")
+    for var in list(os.environ):
+        if var.startswith(("GIT_", "FABRO_")) or var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+            monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / ".cache"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / ".local" / "state"))
+    monkeypatch.setenv("FABRO_HOME", str(home / "fabro"))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.setenv("GIT_AUTHOR_NAME", "Test Author")
+    monkeypatch.setenv("GIT_AUTHOR_EMAIL", "author@example.com")
+    monkeypatch.setenv("GIT_COMMITTER_NAME", "Test Committer")
+    monkeypatch.setenv("GIT_COMMITTER_EMAIL", "committer@example.com")
+    monkeypatch.setenv("GIT_EDITOR", "false")
+    monkeypatch.setenv("NO_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "120")
+    (home / ".gitconfig").write_text(
+        "[init]\n\tdefaultBranch = main\n[user]\n\tname = Test User\n\temail = test@example.com\n"
+    )
+    return home
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Iterator[Path]:
+    """A fresh repository with one commit on `main`."""
+    path = tmp_path / "repo"
+    path.mkdir()
+    git(path, "init", "-q", "-b", "main")
+    (path / "README.md").write_text("hello\n")
+    git(path, "add", "README.md")
+    git(path, "commit", "-q", "-m", "initial")
+    yield path
+
+
+def fabro_exe() -> list[str]:
+    """The real installed entry point, falling back to `python -m fabro_git`."""
+    exe = shutil.which("git-fabro")
+    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
+
+
+def run_fabro(
+    *args: str,
+    cwd: Path | None = None,
+    input: str | None = None,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `git fabro ARGS` through the real git front end and the installed command."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    return subprocess.run(
+        ["git", "fabro", *args],
+        cwd=cwd,
+        input=input,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        check=False,
+    )
