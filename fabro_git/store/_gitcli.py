@@ -1,0 +1,84 @@
+"""Running the git CLI for the few jobs the store leaves to git itself.
+
+The store reads and writes objects and refs with dulwich, but some jobs belong to git:
+repository discovery (GIT_CEILING_DIRECTORIES, safe.directory, gitdir files), worktree
+administration, scanning a working tree through its index (clean filters, .gitignore,
+the stat cache) and talking to remotes (credentials, ssh config).
+
+Every call runs with the repository-locating environment variables removed. Inside a
+git hook, `GIT_DIR` and `GIT_INDEX_FILE` point at the *user's* repository and index; a
+`git add` in a run worktree that inherited them would stage into the user's index.
+The directory a command runs in is always explicit instead.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from fabro_git.errors import StoreError, ToolMissing
+
+_LOCATION_VARS = (
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_PREFIX",
+    "GIT_NAMESPACE",
+)
+
+
+def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _LOCATION_VARS}
+    if extra:
+        env.update(extra)
+    return env
+
+
+def run_git(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    input: bytes | None = None,
+    check: bool = True,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run `git ARGS` in `cwd`, capturing output. StoreError (with git's stderr) on failure."""
+    try:
+        proc = subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            input=input,
+            capture_output=True,
+            env=git_env(env),
+            check=False,
+        )
+    except FileNotFoundError as err:
+        if not Path(cwd).is_dir():
+            raise StoreError(f"{cwd} does not exist or is not a directory") from err
+        raise ToolMissing(
+            "git is not installed or not on PATH", hint="install git 2.31 or newer"
+        ) from err
+    if check and proc.returncode != 0:
+        raise StoreError(describe_failure(args, cwd, proc))
+    return proc
+
+
+def describe_failure(
+    args: Sequence[str], cwd: Path, proc: subprocess.CompletedProcess[bytes]
+) -> str:
+    verb = next((a for a in args if not a.startswith("-") and "=" not in a), "")
+    detail = (
+        proc.stderr.decode("utf-8", "replace").strip()
+        or proc.stdout.decode("utf-8", "replace").strip()
+    )
+    message = f"git {verb} failed in {cwd} (exit {proc.returncode})"
+    return f"{message}: {detail}" if detail else message
+
+
+def out(proc: subprocess.CompletedProcess[bytes]) -> str:
+    return proc.stdout.decode("utf-8", "surrogateescape")

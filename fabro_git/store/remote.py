@@ -1,0 +1,64 @@
+"""Moving run refs to and from other repositories.
+
+This is the one place the store talks to remotes, and it does so through the git CLI:
+git owns URL rewriting, credential helpers, ssh configuration and proxies, and users
+expect `git fabro push` to authenticate exactly as `git push` does. Pushes are never
+forced and happen only when asked for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fabro_git.errors import StoreError
+from fabro_git.store._gitcli import describe_failure, out, run_git
+from fabro_git.store.repo import GitRepo
+
+
+def ls_remote(repo: GitRepo, remote: str, patterns: Sequence[str]) -> dict[str, str]:
+    """Refs on `remote` matching `patterns` (as `git ls-remote` matches them): {name: sha}."""
+    proc = run_git(["ls-remote", "--refs", remote, "--", *patterns], cwd=repo.root)
+    refs: dict[str, str] = {}
+    for line in out(proc).splitlines():
+        sha, _, name = line.partition("\t")
+        if name:
+            refs[name] = sha
+    return refs
+
+
+def fetch(repo: GitRepo, remote: str, refspecs: Sequence[str]) -> None:
+    """`git fetch` the refspecs from `remote`; StoreError with git's message on failure."""
+    if not refspecs:
+        return
+    run_git(
+        ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, *refspecs], cwd=repo.root
+    )
+
+
+def push(repo: GitRepo, remote: str, refs: Sequence[str]) -> list[tuple[str, bool, str]]:
+    """Push each full ref name to the same name on `remote`, never forced.
+
+    Returns (ref, ok, git's summary) per ref; a rejected ref does not stop the others.
+    StoreError when git fails before reporting any ref (unreachable remote, auth).
+    """
+    if not refs:
+        return []
+    specs = [f"{ref}:{ref}" for ref in refs]
+    proc = run_git(["push", "--porcelain", remote, *specs], cwd=repo.root, check=False)
+    results: dict[str, tuple[str, bool, str]] = {}
+    for line in out(proc).splitlines():
+        parts = line.split("\t")
+        if len(parts) < 3 or len(parts[0]) != 1:
+            continue
+        flag, spec, summary = parts[0], parts[1], "\t".join(parts[2:])
+        src = spec.split(":", 1)[0]
+        results[src] = (src, flag not in "!", summary.strip())
+    if not results and proc.returncode != 0:
+        raise StoreError(describe_failure(["push"], repo.root, proc))
+    missing = [r for r in refs if r not in results]
+    detail = proc.stderr.decode("utf-8", "replace").strip() or "not reported by git push"
+    return (
+        [results.get(r, (r, False, detail)) for r in refs]
+        if missing
+        else [results[r] for r in refs]
+    )

@@ -1,0 +1,520 @@
+"""The repository as fabro's database: objects and refs through dulwich.
+
+Everything durable a run produces is a git object, and every change of state is a ref
+moving. Refs move only by compare-and-swap against the value the caller last saw, and
+each move leaves a reflog line, so `git reflog show refs/fabro/meta/<id>` tells the
+run's story and a lost race surfaces as `RefRaceError` instead of a silent overwrite.
+
+Objects are written as loose objects via a temporary file and a hard link, the way git
+itself does it. dulwich's own writer takes a `.lock` file per object, which fails when
+two runs write the same blob at the same moment and sticks forever if a process dies
+holding it; a link into place is atomic, and a lost race leaves an identical file.
+
+Discovery uses `git rev-parse` once, so GIT_CEILING_DIRECTORIES, safe.directory and
+gitdir files mean what they mean to git. Inside one of our own run worktrees it
+resolves to the main working tree, so `git fabro ps` behaves the same there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dulwich.errors import NotGitRepository
+from dulwich.file import FileLocked
+from dulwich.graph import can_fast_forward
+from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
+from dulwich.refs import Ref, check_ref_format
+from dulwich.repo import Repo
+
+from fabro_git.errors import RefRaceError, RepositoryError, StoreError
+from fabro_git.store._gitcli import out, run_git
+
+RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
+FALLBACK_NAME = "git fabro"
+FALLBACK_EMAIL = "fabro@localhost"
+_LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
+_TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
+
+
+@dataclass(frozen=True)
+class HeadInfo:
+    sha: str | None
+    branch: str | None  # short name such as "main"; None when HEAD is detached
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    sha: str
+    tree: str
+    parents: tuple[str, ...]
+    subject: str
+    message: str
+    trailers: dict[str, str]
+    author_time: int
+    commit_time: int
+
+
+@dataclass(frozen=True)
+class Identity:
+    name: str
+    email: str
+    time: int
+    tz_offset: int  # seconds east of UTC
+
+    @property
+    def raw(self) -> bytes:
+        return f"{self.name} <{self.email}>".encode()
+
+
+class GitRepo:
+    """A non-bare git repository, opened at its common git dir."""
+
+    def __init__(self, root: Path, git_dir: Path, head_dir: Path) -> None:
+        self.root = root
+        self.git_dir = git_dir
+        self._objects_dir = git_dir / "objects"
+        try:
+            self._repo = Repo(controldir=str(head_dir), commondir=str(git_dir), worktree=str(root))
+        except NotGitRepository as err:  # pragma: no cover - rev-parse said otherwise
+            raise RepositoryError(f"{root} is not a usable git repository: {err}") from err
+
+    # -- opening ---------------------------------------------------------------------
+
+    @classmethod
+    def discover(cls, path: Path | None = None) -> GitRepo:
+        start = Path(path) if path is not None else Path.cwd()
+        if not start.is_dir():
+            raise RepositoryError(f"{start} is not a directory")
+        proc = run_git(
+            [
+                "rev-parse",
+                "--path-format=absolute",
+                "--git-dir",
+                "--git-common-dir",
+                "--is-bare-repository",
+                "--is-inside-work-tree",
+                "--show-toplevel",
+            ],
+            cwd=start,
+            check=False,
+        )
+        lines = out(proc).splitlines()
+        if len(lines) < 4:
+            detail = proc.stderr.decode("utf-8", "replace").strip()
+            if "not a git repository" in detail or not detail:
+                raise RepositoryError(
+                    f"{start} is not inside a git repository; run git init or cd into a repository"
+                )
+            raise RepositoryError(f"git cannot open the repository at {start}: {detail}")
+        git_dir, common_dir = Path(lines[0]), Path(lines[1])
+        if lines[2] == "true":
+            raise RepositoryError(
+                f"{common_dir} is a bare repository; runs need a working tree",
+                hint=f"clone it (git clone {common_dir} <dir>) and run git fabro in the clone",
+            )
+        if lines[3] != "true" or len(lines) < 5:
+            raise RepositoryError(
+                f"{start} is inside the git directory, not the working tree",
+                hint="cd into the repository's working tree",
+            )
+        toplevel = Path(lines[4])
+        if git_dir != common_dir and _is_run_worktree(git_dir, toplevel):
+            main = _main_worktree(common_dir)
+            if main is not None:
+                return cls(main, common_dir, common_dir)
+        return cls(toplevel, common_dir, git_dir)
+
+    def close(self) -> None:
+        self._repo.close()
+
+    def __enter__(self) -> GitRepo:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- HEAD and the working tree ---------------------------------------------------
+
+    def head(self) -> HeadInfo:
+        names, sha = self._repo.refs.follow(Ref(b"HEAD"))
+        branch: str | None = None
+        if len(names) > 1 and names[-1].startswith(b"refs/heads/"):
+            branch = names[-1][len(b"refs/heads/") :].decode()
+        return HeadInfo(sha=sha.decode() if sha else None, branch=branch)
+
+    def require_base(self) -> HeadInfo:
+        info = self.head()
+        if info.sha is None:
+            raise RepositoryError(
+                f"the repository at {self.root} has no commits yet; a run starts from a commit",
+                hint='make a first commit (git commit --allow-empty -m "initial") and try again',
+            )
+        if info.branch is None:
+            raise RepositoryError(
+                f"HEAD is detached at {info.sha[:12]} in {self.root}; a run needs a base branch",
+                hint="check out a branch (git switch <branch>) and try again",
+            )
+        return info
+
+    def uncommitted_changes(self) -> list[str]:
+        proc = run_git(
+            ["--no-optional-locks", "status", "--porcelain", "--untracked-files=normal"],
+            cwd=self.root,
+        )
+        return [line for line in out(proc).splitlines() if line]
+
+    def origin_url(self, remote: str = "origin") -> str | None:
+        proc = run_git(["config", "--get", f"remote.{remote}.url"], cwd=self.root, check=False)
+        url = out(proc).strip()
+        return url or None
+
+    # -- refs ------------------------------------------------------------------------
+
+    def read_ref(self, name: str) -> str | None:
+        try:
+            _, sha = self._repo.refs.follow(Ref(name.encode()))
+        except KeyError:
+            return None
+        return sha.decode() if sha else None
+
+    def list_refs(self, prefix: str) -> dict[str, str]:
+        base = prefix.rstrip("/")
+        found = self._repo.refs.as_dict(Ref(base.encode()))
+        return {f"{base}/{k.decode()}": v.decode() for k, v in sorted(found.items())}
+
+    def update_ref(self, name: str, new: str, *, old: str | None, message: str) -> None:
+        """Move `name` from `old` to `new` atomically; old=None means it must not exist yet."""
+        ref = _checked_ref(name)
+        if not valid_hexsha(new):
+            raise StoreError(f"cannot point {name} at {new!r}: not an object id")
+        ident = self.committer()
+        refs = self._repo.refs
+        try:
+            if old is None:
+                ok = refs.add_if_new(
+                    ref,
+                    ObjectID(new.encode()),
+                    committer=ident.raw,
+                    timestamp=ident.time,
+                    timezone=ident.tz_offset,
+                    message=_one_line(message),
+                )
+            else:
+                ok = refs.set_if_equals(
+                    ref,
+                    ObjectID(old.encode()),
+                    ObjectID(new.encode()),
+                    committer=ident.raw,
+                    timestamp=ident.time,
+                    timezone=ident.tz_offset,
+                    message=_one_line(message),
+                )
+        except FileLocked as err:
+            raise RefRaceError(
+                f"{name} is locked by another process; it was not updated",
+                hint="another git fabro or git command is writing this ref; retry",
+            ) from err
+        except OSError as err:
+            raise StoreError(f"cannot update {name}: {err}") from err
+        if not ok:
+            raise self._race(name, expected=old)
+
+    def delete_ref(self, name: str, *, old: str, message: str) -> None:
+        """Delete `name` if it still points at `old`. Like git, this drops its reflog too."""
+        ref = _checked_ref(name)
+        try:
+            ok = self._repo.refs.remove_if_equals(ref, ObjectID(old.encode()))
+        except FileLocked as err:
+            raise RefRaceError(f"{name} is locked by another process; it was not deleted") from err
+        except OSError as err:
+            raise StoreError(f"cannot delete {name}: {err}") from err
+        if not ok:
+            raise self._race(name, expected=old)
+        # `message` has nowhere to go: git removes a ref's reflog with the ref, and a
+        # leftover log file would shadow a later ref of the same name.
+        del message
+        log = self.git_dir / "logs" / name
+        with contextlib.suppress(FileNotFoundError):
+            log.unlink()
+        for parent in log.parents:
+            if parent == self.git_dir / "logs" / "refs":
+                break
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+
+    def _race(self, name: str, *, expected: str | None) -> RefRaceError:
+        current = self.read_ref(name)
+        want = expected[:12] if expected else "no ref"
+        have = current[:12] if current else "no ref"
+        return RefRaceError(
+            f"{name} moved underneath us: expected {want}, found {have}; nothing was overwritten",
+            hint="another process is writing this run; stop it or retry once it has finished",
+        )
+
+    # -- reading objects -------------------------------------------------------------
+
+    def commit_info(self, sha: str) -> CommitInfo:
+        commit = self._commit(sha)
+        message = commit.message.decode("utf-8", "replace")
+        return CommitInfo(
+            sha=commit.id.decode(),
+            tree=commit.tree.decode(),
+            parents=tuple(p.decode() for p in commit.parents),
+            subject=message.split("\n", 1)[0].strip(),
+            message=message,
+            trailers=parse_trailers(message),
+            author_time=commit.author_time,
+            commit_time=commit.commit_time,
+        )
+
+    def read_file(self, commit: str, path: str) -> bytes | None:
+        entry = self._lookup(commit, path)
+        if entry is None:
+            return None
+        mode, sha = entry
+        if mode & 0o170000 == 0o040000 or mode == 0o160000:
+            return None
+        blob = self._repo.object_store[sha]
+        return blob.as_raw_string() if isinstance(blob, Blob) else None
+
+    def list_dir(self, commit: str, path: str) -> list[str] | None:
+        entry = self._lookup(commit, path)
+        if entry is None or entry[0] & 0o170000 != 0o040000:
+            return None
+        tree = self.tree(entry[1].decode())
+        return sorted(e.path.decode("utf-8", "surrogateescape") for e in tree.iteritems())
+
+    def iter_log(self, sha: str) -> Iterator[CommitInfo]:
+        next_sha: str | None = sha
+        while next_sha is not None:
+            info = self.commit_info(next_sha)
+            yield info
+            next_sha = info.parents[0] if info.parents else None
+
+    def is_ancestor(self, ancestor: str, descendant: str) -> bool:
+        a = self._commit(ancestor).id
+        d = self._commit(descendant).id
+        return bool(can_fast_forward(self._repo, a, d))
+
+    def tree(self, sha: str) -> Tree:
+        """The parsed tree object `sha` (store-internal: dulwich types stay in `store`)."""
+        try:
+            obj = self._repo.object_store[ObjectID(sha.encode())]
+        except KeyError as err:
+            raise StoreError(f"tree {sha} is missing from {self.git_dir}") from err
+        if not isinstance(obj, Tree):
+            raise StoreError(f"{sha} is a {obj.type_name.decode()}, not a tree")
+        return obj
+
+    def _commit(self, rev: str) -> Commit:
+        sha = rev if valid_hexsha(rev) else self.read_ref(rev)
+        if sha is None:
+            raise StoreError(f"{rev} is neither a commit id nor an existing ref")
+        try:
+            obj = self._repo.object_store[ObjectID(sha.encode())]
+        except (KeyError, ValueError) as err:
+            raise StoreError(f"commit {sha} is missing from {self.git_dir}") from err
+        if not isinstance(obj, Commit):
+            raise StoreError(f"{sha} is a {obj.type_name.decode()}, not a commit")
+        return obj
+
+    def _lookup(self, commit: str, path: str) -> tuple[int, ObjectID] | None:
+        mode, sha = 0o040000, self._commit(commit).tree
+        for part in (p for p in path.strip("/").split("/") if p and p != "."):
+            if mode & 0o170000 != 0o040000:
+                return None
+            try:
+                mode, sha = self.tree(sha.decode())[part.encode("utf-8", "surrogateescape")]
+            except KeyError:
+                return None
+        return mode, sha
+
+    # -- writing objects -------------------------------------------------------------
+
+    def write_commit(
+        self,
+        *,
+        tree: str,
+        parents: list[str],
+        message: str,
+        timestamp: int | None = None,
+    ) -> str:
+        """Create a commit object (no ref moves). `timestamp` pins both dates, for replays."""
+        author, committer = self.author(), self.committer()
+        commit = Commit()
+        commit.tree = ObjectID(tree.encode())
+        commit.parents = [ObjectID(p.encode()) for p in parents]
+        commit.author = author.raw
+        commit.committer = committer.raw
+        commit.author_time = author.time if timestamp is None else timestamp
+        commit.commit_time = committer.time if timestamp is None else timestamp
+        commit.author_timezone = author.tz_offset
+        commit.commit_timezone = committer.tz_offset
+        commit.message = (message.rstrip("\n") + "\n").encode()
+        return self.store_object(commit)
+
+    def store_object(self, obj: ShaFile) -> str:
+        """Write `obj` as a loose object unless present; safe against concurrent writers."""
+        sha = obj.id.decode()
+        path = self._objects_dir / sha[:2] / sha[2:]
+        try:
+            # Freshen the mtime so a concurrent `git gc` does not prune it before a ref
+            # points at it, as git does.
+            os.utime(path)
+            return sha
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            return sha  # owned by another user in a shared repository; it exists
+        if self._repo.object_store.contains_packed(obj.id):
+            return sha
+        data = obj.as_legacy_object(compression_level=_LOOSE_COMPRESSION)
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="tmp_obj_", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.chmod(tmp, 0o444)
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another process wrote the same object: same bytes
+            except OSError:
+                os.replace(tmp, path)  # filesystems without hard links
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return sha
+
+    # -- identity --------------------------------------------------------------------
+
+    def author(self) -> Identity:
+        return self._identity("AUTHOR", "author")
+
+    def committer(self) -> Identity:
+        return self._identity("COMMITTER", "committer")
+
+    def _identity(self, kind: str, section: str) -> Identity:
+        config = self._repo.get_config_stack()
+
+        def setting(*keys: tuple[str, str]) -> str | None:
+            for sec, name in keys:
+                try:
+                    value = config.get((sec,), name)
+                except KeyError:
+                    continue
+                if value:
+                    return value.decode("utf-8", "replace")
+            return None
+
+        name = os.environ.get(f"GIT_{kind}_NAME") or setting((section, "name"), ("user", "name"))
+        email = os.environ.get(f"GIT_{kind}_EMAIL") or setting(
+            (section, "email"), ("user", "email")
+        )
+        email = email or os.environ.get("EMAIL")
+        when = _parse_git_date(os.environ.get(f"GIT_{kind}_DATE"))
+        if when is None:
+            now = int(time.time())
+            when = (now, time.localtime(now).tm_gmtoff)
+        return Identity(
+            name=_clean_ident(name) or FALLBACK_NAME,
+            email=_clean_ident(email).strip("<>") or FALLBACK_EMAIL,
+            time=when[0],
+            tz_offset=when[1],
+        )
+
+
+# -- helpers -------------------------------------------------------------------------
+
+
+def parse_trailers(message: str) -> dict[str, str]:
+    """`Key: value` lines of the message's last paragraph, when that whole paragraph is
+    trailers (continuation lines start with whitespace). The subject is never one."""
+    paragraphs = [p for p in re.split(r"\n[ \t]*\n", message.strip("\n")) if p.strip()]
+    if len(paragraphs) < 2:
+        return {}
+    trailers: dict[str, str] = {}
+    last: str | None = None
+    for line in paragraphs[-1].splitlines():
+        if line[:1] in (" ", "\t") and last is not None:
+            trailers[last] += " " + line.strip()
+            continue
+        match = _TRAILER_RE.match(line)
+        if match is None:
+            return {}
+        last = match.group(1)
+        trailers[last] = match.group(2).strip()
+    return trailers
+
+
+def _checked_ref(name: str) -> Ref:
+    if not name.startswith("refs/") or not check_ref_format(Ref(name[5:].encode())):
+        raise StoreError(f"{name!r} is not a valid full ref name (refs/...)")
+    return Ref(name.encode())
+
+
+def _one_line(message: str) -> bytes:
+    return " ".join(message.split()).encode()
+
+
+def _clean_ident(value: str | None) -> str:
+    # git strips these from identities; a stray "<" or newline would corrupt the header.
+    return "".join(ch for ch in (value or "") if ch not in "<>\n\0").strip()
+
+
+def _parse_git_date(value: str | None) -> tuple[int, int] | None:
+    """GIT_*_DATE in git's internal (`[@]<epoch> <+hhmm>`) or ISO 8601 form."""
+    if not value:
+        return None
+    match = re.fullmatch(r"@?(\d+)(?:\s+([+-])(\d\d)(\d\d))?", value.strip())
+    if match:
+        offset = 0
+        if match.group(2):
+            offset = int(match.group(3)) * 3600 + int(match.group(4)) * 60
+            offset = -offset if match.group(2) == "-" else offset
+        return int(match.group(1)), offset
+    try:
+        parsed = _dt.datetime.fromisoformat(value.strip())
+    except ValueError:
+        return None
+    if parsed.tzinfo is None:
+        parsed = parsed.astimezone()
+    delta = parsed.utcoffset() or _dt.timedelta(0)
+    return int(parsed.timestamp()), int(delta.total_seconds())
+
+
+def _is_run_worktree(worktree_git_dir: Path, toplevel: Path) -> bool:
+    """One of ours: on a run branch, or living under fabro's scratch directory."""
+    try:
+        head = (worktree_git_dir / "HEAD").read_text().strip()
+    except OSError:
+        head = ""
+    if head.startswith("ref: " + RUN_BRANCH_PREFIX):
+        return True
+    from fabro_git.config.locations import runs_dir
+
+    try:
+        toplevel.resolve().relative_to(runs_dir().resolve())
+    except ValueError:
+        return False
+    return True
+
+
+def _main_worktree(common_dir: Path) -> Path | None:
+    proc = run_git(["worktree", "list", "--porcelain"], cwd=common_dir, check=False)
+    lines = out(proc).splitlines()
+    if not lines or not lines[0].startswith("worktree "):
+        return None
+    if len(lines) > 1 and lines[1] == "bare":
+        return None
+    return Path(lines[0][len("worktree ") :])

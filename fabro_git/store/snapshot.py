@@ -1,0 +1,168 @@
+"""Meta snapshots: the run's metadata tree, committed on its own orphan ref.
+
+A snapshot is a commit whose tree is the previous snapshot's tree with a handful of
+paths replaced, added or removed. Only the trees on the way from the root to a changed
+path are rebuilt; every other entry keeps the object id it already had, so an
+unchanged `nodes/plan/` is the same tree object in every later snapshot and the cost
+of a snapshot grows with what changed, not with the history or the size of the tree.
+
+New trees are kept parsed in memory between snapshots of one run, so the next snapshot
+does not read back from disk the trees the previous one just wrote. All objects are
+written before the ref moves, and the ref moves by compare-and-swap from the tip the
+caller last saw, so a crash at any point leaves either the old snapshot or the new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dulwich.objects import Blob, ObjectID, Tree
+
+from fabro_git.errors import StoreError
+from fabro_git.store.repo import GitRepo
+
+_DIR = 0o040000
+_FILE = 0o100644
+_CACHE_LIMIT = 4096
+
+
+@dataclass(frozen=True)
+class SnapshotResult:
+    commit_sha: str
+    entry_count: int  # files written (deletions not counted)
+    bytes: int  # total size of the files written
+
+
+# A change set shaped like the tree: name -> new bytes, None (delete) or a nested dict.
+_Changes = dict[bytes, "bytes | _Changes | None"]
+
+
+class MetaSnapshotter:
+    """Writes successive snapshots of one run's metadata tree to `ref`."""
+
+    def __init__(self, repo: GitRepo, ref: str) -> None:
+        self.repo = repo
+        self.ref = ref
+        self._trees: dict[str, Tree] = {}
+
+    def write(
+        self,
+        files: Mapping[str, bytes | None],
+        message: str,
+        *,
+        expected_tip: str | None,
+    ) -> SnapshotResult:
+        """Commit the tree at `expected_tip` with `files` applied, then move the ref.
+
+        `files` maps a slash-separated path to its new content, or to None to delete
+        it (a whole directory may be deleted that way). RefRaceError if the ref is no
+        longer at `expected_tip`; nothing is overwritten then.
+        """
+        changes = _nest(files)
+        base_tree: str | None = None
+        if expected_tip is not None:
+            base_tree = self.repo.commit_info(expected_tip).tree
+        root = self._apply(base_tree, changes, "")
+        if root is None:
+            root = self._store_tree(Tree())
+        commit = self.repo.write_commit(
+            tree=root,
+            parents=[expected_tip] if expected_tip is not None else [],
+            message=message,
+        )
+        subject = message.strip().split("\n", 1)[0]
+        self.repo.update_ref(self.ref, commit, old=expected_tip, message=f"fabro: {subject}")
+        written = [v for v in files.values() if v is not None]
+        return SnapshotResult(
+            commit_sha=commit, entry_count=len(written), bytes=sum(len(v) for v in written)
+        )
+
+    def _apply(self, tree_sha: str | None, changes: _Changes, where: str) -> str | None:
+        """Return the sha of `tree_sha` with `changes` applied; None if it ends up empty."""
+        old = self._tree(tree_sha) if tree_sha is not None else None
+        tree = Tree()
+        if old is not None:
+            for entry in old.iteritems():
+                tree.add(entry.path, entry.mode, entry.sha)
+        for name, change in changes.items():
+            path = f"{where}{name.decode('utf-8', 'surrogateescape')}"
+            try:
+                current: tuple[int, ObjectID] | None = tree[name]
+            except KeyError:
+                current = None
+            if change is None:
+                if current is not None:
+                    del tree[name]
+            elif isinstance(change, bytes):
+                if current is not None and current[0] == _DIR:
+                    raise StoreError(
+                        f"cannot write file {path} in {self.ref}: a directory of that name exists"
+                    )
+                tree.add(
+                    name, _FILE, ObjectID(self.repo.store_object(Blob.from_string(change)).encode())
+                )
+            else:
+                if current is not None and current[0] != _DIR:
+                    raise StoreError(f"cannot write under {path}/ in {self.ref}: {path} is a file")
+                sub = self._apply(
+                    current[1].decode() if current is not None else None, change, path + "/"
+                )
+                if sub is None:
+                    if current is not None:
+                        del tree[name]
+                else:
+                    tree.add(name, _DIR, ObjectID(sub.encode()))
+        if not len(tree):
+            return None
+        if old is not None and tree.id == old.id:
+            return old.id.decode()
+        return self._store_tree(tree)
+
+    def _tree(self, sha: str) -> Tree:
+        tree = self._trees.get(sha)
+        if tree is None:
+            tree = self.repo.tree(sha)
+            self._remember(sha, tree)
+        return tree
+
+    def _store_tree(self, tree: Tree) -> str:
+        sha = self.repo.store_object(tree)
+        self._remember(sha, tree)
+        return sha
+
+    def _remember(self, sha: str, tree: Tree) -> None:
+        if len(self._trees) >= _CACHE_LIMIT:
+            self._trees.clear()
+        self._trees[sha] = tree
+
+
+def _nest(files: Mapping[str, bytes | None]) -> _Changes:
+    root: _Changes = {}
+    for path, content in files.items():
+        parts = _split(path)
+        node = root
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise StoreError(
+                    f"snapshot writes both the file {'/'.join(p.decode() for p in parts[: i + 1])}"
+                    f" and {path} beneath it"
+                )
+            node = child
+        leaf = parts[-1]
+        if isinstance(node.get(leaf), dict):
+            raise StoreError(f"snapshot writes both the file {path} and paths beneath it")
+        if content is not None and not isinstance(content, bytes | bytearray | memoryview):
+            raise TypeError(
+                f"snapshot content for {path} must be bytes, not {type(content).__name__}"
+            )
+        node[leaf] = bytes(content) if content is not None else None
+    return root
+
+
+def _split(path: str) -> list[bytes]:
+    parts = path.split("/")
+    if not path or any(p in ("", ".", "..", ".git") or "\0" in p for p in parts):
+        raise StoreError(f"{path!r} is not a valid path inside a snapshot")
+    return [p.encode("utf-8", "surrogateescape") for p in parts]

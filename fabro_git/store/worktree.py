@@ -1,0 +1,197 @@
+"""Run worktrees: where stages execute, and how their files become tree objects.
+
+A run works in a real `git worktree`, made and removed with the git CLI: the admin
+files under `.git/worktrees/` are git's business, and `git worktree list`, `prune` and
+`status` must keep understanding them.
+
+Turning the worktree into a tree object is also left to git, on the worktree's own
+index: `git add -A` then `git write-tree`. The index is git's stat cache, written in C,
+so a scan of a large tree only re-reads files whose stat data changed; and staging
+through git applies the user's clean filters (LFS, autocrlf, ident) and .gitignore
+exactly as their own commits would. Exclude globs become `:(glob,exclude)` pathspecs, so
+nothing in the user's repository or config is modified. The untracked cache is switched
+on for the call only (`-c`), never persisted in the user's config. When the caller knows
+which paths changed, only those are staged, and the cost follows the change.
+
+The commit itself is written by `GitRepo.write_commit` (dulwich) and the branch moved
+by compare-and-swap, like every other ref move.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Sequence
+from pathlib import Path
+
+from fabro_git.errors import RefRaceError, StoreError
+from fabro_git.store._gitcli import describe_failure, git_env, out, run_git
+from fabro_git.store.repo import GitRepo
+
+# Per-invocation settings for scanning big trees; nothing is written to any config file.
+_SCAN_CONFIG = (
+    "-c",
+    "core.untrackedCache=true",
+    "-c",
+    "core.preloadIndex=true",
+    "-c",
+    "advice.addIgnoredFile=false",
+    "-c",
+    "advice.addEmbeddedRepo=false",
+)
+# A new worktree gets an index in the compact v4 format with an untracked cache, as
+# `feature.manyFiles` would give it; this applies to the worktree's own index only.
+_CREATE_CONFIG = ("-c", "index.version=4", "-c", "core.untrackedCache=true")
+
+
+def add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) -> None:
+    """Check out `branch` (which must exist and point at `commit`) or a detached `commit`
+    into a new worktree at `path`, creating parent directories."""
+    path = Path(path).absolute()
+    if branch is not None:
+        ref = f"refs/heads/{branch}"
+        tip = repo.read_ref(ref)
+        if tip is None:
+            raise StoreError(f"cannot create a worktree on {branch}: the branch does not exist")
+        if tip != commit:
+            raise RefRaceError(
+                f"{ref} is at {tip[:12]}, not {commit[:12]} as expected; "
+                "the worktree was not created"
+            )
+    _prune_if_stale(repo, path, branch)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    args = [*_CREATE_CONFIG, "worktree", "add", "--quiet"]
+    if branch is None:
+        args += ["--detach", str(path), commit]
+    else:
+        args += [str(path), branch]
+    run_git(args, cwd=repo.root)
+
+
+def remove_worktree(repo: GitRepo, path: Path) -> None:
+    """Remove the worktree at `path` and its registration, discarding its files."""
+    path = Path(path).absolute()
+    if not path.exists():
+        run_git(["worktree", "prune"], cwd=repo.root)
+        return
+    # Twice forced: also when modified, untracked or locked. Everything durable in a
+    # run worktree is already in git.
+    run_git(["worktree", "remove", "--force", "--force", str(path)], cwd=repo.root)
+
+
+def snapshot_tree(
+    worktree: Path,
+    *,
+    exclude_globs: Sequence[str] = (),
+    changed_paths: Sequence[str] | None = None,
+) -> str:
+    """Stage the worktree's files in its index and return the tree's sha.
+
+    With `changed_paths`, only those paths (files, or deleted files) are staged; if git
+    refuses one of them (ignored, never tracked and now gone), the whole tree is
+    rescanned instead, which is always correct.
+    """
+    worktree = Path(worktree)
+    excludes = [f":(glob,exclude){g}" for g in exclude_globs]
+    staged = False
+    if changed_paths is not None:
+        if not changed_paths:
+            staged = True
+        else:
+            spec = "\0".join([*(f":(literal){p}" for p in changed_paths), *excludes]) + "\0"
+            proc = run_git(
+                [*_SCAN_CONFIG, "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"],
+                cwd=worktree,
+                input=spec.encode("utf-8", "surrogateescape"),
+                check=False,
+            )
+            staged = proc.returncode == 0
+    if not staged:
+        run_git([*_SCAN_CONFIG, "add", "-A", "--", ".", *excludes], cwd=worktree)
+    return out(run_git(["write-tree"], cwd=worktree)).strip()
+
+
+def checkout(worktree: Path, commit: str) -> None:
+    """Make the worktree's index and tracked files match `commit`, discarding local changes.
+
+    Untracked files are left alone, as with `git reset --hard`. An attached worktree stays
+    on its branch; if the branch is elsewhere it is moved to `commit` by compare-and-swap
+    first, so a concurrent writer is detected rather than overwritten.
+    """
+    worktree = Path(worktree)
+    symref = run_git(["symbolic-ref", "-q", "HEAD"], cwd=worktree, check=False)
+    branch_ref = out(symref).strip() if symref.returncode == 0 else None
+    if branch_ref:
+        repo = GitRepo.discover(worktree)
+        try:
+            tip = repo.read_ref(branch_ref)
+            if tip != commit:
+                repo.update_ref(
+                    branch_ref, commit, old=tip, message=f"fabro: checkout {commit[:12]}"
+                )
+        finally:
+            repo.close()
+    run_git(["reset", "--hard", "--quiet", commit, "--"], cwd=worktree)
+
+
+def diff_text(worktree_or_repo: Path, old: str, new: str, *, max_bytes: int = 200_000) -> str:
+    """Unified diff from `old` to `new`, cut at `max_bytes` with a marker saying so."""
+    args = ["git", "-c", "core.quotepath=false", "diff", "--no-color", "--no-ext-diff"]
+    args += ["--no-textconv", old, new, "--"]
+    try:
+        proc = subprocess.Popen(
+            args,
+            cwd=worktree_or_repo,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=git_env(),
+        )
+    except FileNotFoundError as err:
+        raise StoreError(f"cannot run git diff in {worktree_or_repo}: {err}") from err
+    assert proc.stdout is not None and proc.stderr is not None
+    data = proc.stdout.read(max_bytes + 1)
+    truncated = len(data) > max_bytes
+    if truncated:
+        proc.kill()
+    stdout_rest = b"" if truncated else proc.stdout.read()
+    stderr = proc.stderr.read()
+    proc.stdout.close()
+    proc.stderr.close()
+    code = proc.wait()
+    if not truncated and code != 0:
+        failed = subprocess.CompletedProcess(args, code, data + stdout_rest, stderr)
+        raise StoreError(describe_failure(args[1:], Path(worktree_or_repo), failed))
+    if not truncated:
+        return (data + stdout_rest).decode("utf-8", "replace")
+    cut = data.rfind(b"\n", 0, max_bytes) + 1 or max_bytes
+    text = data[:cut].decode("utf-8", "replace")
+    return text + (
+        f"[diff truncated at {cut} bytes; see the whole diff with: "
+        f"git diff {old[:12]} {new[:12]}]\n"
+    )
+
+
+def files_changed(worktree_or_repo: Path, old: str, new: str) -> list[str]:
+    """Paths that differ between the two commits (renames show as delete plus add)."""
+    proc = run_git(
+        ["diff", "--name-only", "-z", "--no-renames", old, new, "--"], cwd=Path(worktree_or_repo)
+    )
+    return [p for p in out(proc).split("\0") if p]
+
+
+def _prune_if_stale(repo: GitRepo, path: Path, branch: str | None) -> None:
+    """Forget registrations whose directory vanished behind git's back, if they would
+    block this worktree (same path, or holding the same branch)."""
+    listing = out(run_git(["worktree", "list", "--porcelain"], cwd=repo.root))
+    for block in listing.split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(" ")
+            fields[key] = value
+        where = fields.get("worktree")
+        if not where or Path(where).exists():
+            continue
+        same_path = Path(where).absolute() == path
+        same_branch = branch is not None and fields.get("branch") == f"refs/heads/{branch}"
+        if same_path or same_branch:
+            run_git(["worktree", "prune"], cwd=repo.root)
+            return
