@@ -1,0 +1,207 @@
+"""One emitter per run, fanning every event out to its sinks and to the next snapshot.
+
+Every event goes three places: the live tail file (so `logs -f` can follow a running
+run), the terminal renderer, and — at the next metadata snapshot — the append-only
+segment `events/<NNNNNN>.jsonl` on the meta ref. The bus encodes each event once and
+hands the same bytes to all of them, so the tail and the durable log agree byte for byte.
+
+`emit` is synchronous and does no awaiting: trio tasks (parallel branches included)
+share one thread and each `emit` runs to completion, so lines never interleave and no
+lock is needed. The tail sink writes each line with a single `O_APPEND` write.
+
+Crash consistency: events emitted since the last snapshot live only in the tail. On
+resume, `tail_after()` picks those lines out of the old tail and `restore_pending()`
+queues them again, so the next snapshot's segment still holds them; nothing is lost and
+nothing already snapshotted is written twice.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import msgspec
+
+from fabro_git.events.envelope import (
+    Actor,
+    Envelope,
+    EventProps,
+    decode_event,
+    encode_event,
+    iter_complete_lines,
+    make_envelope,
+)
+
+
+class Sink(Protocol):
+    def handle(self, env: Envelope, line: bytes) -> None:
+        """Take one event; `line` is its encoded JSON, without a newline."""
+
+    def close(self) -> None: ...
+
+
+class EventBus:
+    def __init__(self, run_id: str, sinks: Sequence[Sink] = ()) -> None:
+        self.run_id = run_id
+        self._sinks: list[Sink] = list(sinks)
+        self._pending: list[bytes] = []
+        self.last_event_id: str | None = None
+
+    def emit(
+        self,
+        props: EventProps,
+        *,
+        node_id: str | None = None,
+        node_label: str | None = None,
+        stage_id: str | None = None,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+        actor: Actor | None = None,
+    ) -> Envelope:
+        """Stamp `props` with an id and time, queue it for the next segment, fan it out.
+
+        The event is queued before any sink runs, so a failing sink (a closed terminal)
+        cannot lose it from the durable log; the sink's exception still propagates.
+        """
+        env = make_envelope(
+            self.run_id,
+            props,
+            node_id=node_id,
+            node_label=node_label,
+            stage_id=stage_id,
+            session_id=session_id,
+            parent_session_id=parent_session_id,
+            actor=actor,
+        )
+        line = encode_event(env)
+        self._pending.append(line)
+        self.last_event_id = env.id
+        for sink in list(self._sinks):
+            sink.handle(env, line)
+        return env
+
+    def add_sink(self, sink: Sink) -> None:
+        self._sinks.append(sink)
+
+    def remove_sink(self, sink: Sink) -> None:
+        """Detach `sink` (it is not closed; its owner decides)."""
+        self._sinks.remove(sink)
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._pending)
+
+    def take_segment(self) -> bytes:
+        """Every line emitted (or restored) since the last call, `\\n`-terminated.
+
+        Returns `b""` when nothing happened, so callers can skip writing a segment.
+        """
+        if not self._pending:
+            return b""
+        data = b"".join(line + b"\n" for line in self._pending)
+        self._pending.clear()
+        return data
+
+    def restore_pending(self, data: bytes) -> int:
+        """Re-queue tail lines that no snapshot holds yet, ahead of anything new.
+
+        Fragments (a line cut short by a crash) and blank lines are dropped. Returns the
+        number of events restored.
+        """
+        restored = [line for line in iter_complete_lines(data) if _is_event_line(line)]
+        self._pending[:0] = restored
+        return len(restored)
+
+    def close(self) -> None:
+        """Close every sink. Pending lines stay queued for a final `take_segment`."""
+        sinks, self._sinks = self._sinks, []
+        for sink in sinks:
+            sink.close()
+
+
+def tail_after(data: bytes, last_event_id: str | None) -> bytes:
+    """The complete event lines of a live tail that come after `last_event_id`.
+
+    `last_event_id` is the id of the last event the latest snapshot holds (None: no
+    snapshot has any, so everything counts). If that id is not in the tail (the scratch
+    dir was recreated), lines whose UUID v7 id sorts after it are taken instead.
+    """
+    lines = [line for line in iter_complete_lines(data) if _is_event_line(line)]
+    if last_event_id is not None:
+        ids = [_event_id(line) for line in lines]
+        if last_event_id in ids:
+            lines = lines[ids.index(last_event_id) + 1 :]
+        else:
+            lines = [line for line, i in zip(lines, ids, strict=True) if i > last_event_id]
+    return b"".join(line + b"\n" for line in lines)
+
+
+def _is_event_line(line: bytes) -> bool:
+    try:
+        return isinstance(decode_event(line).get("id"), str)
+    except msgspec.DecodeError:
+        return False
+
+
+def _event_id(line: bytes) -> str:
+    return str(decode_event(line)["id"])
+
+
+class TailFileSink:
+    """Appends each event as one line to the run's live tail (`events.jsonl`).
+
+    One unbuffered `O_APPEND` write per event, so a reader never sees half a line unless
+    the writer died mid-write; reopening after such a crash first ends the fragment
+    with a newline, so the next event starts on a line of its own.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        size = os.fstat(self._fd).st_size
+        if size and os.pread(self._fd, 1, size - 1) != b"\n":
+            self._write(b"\n")
+
+    def handle(self, env: Envelope, line: bytes) -> None:
+        self._write(line + b"\n")
+
+    def _write(self, data: bytes) -> None:
+        if self._fd is None:
+            raise ValueError(f"event tail {self.path} is closed")
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class MemorySink:
+    """Keeps every envelope and line in memory, for tests and for the engine's own use."""
+
+    def __init__(self) -> None:
+        self.envelopes: list[Envelope] = []
+        self.lines: list[bytes] = []
+        self.closed = False
+
+    def handle(self, env: Envelope, line: bytes) -> None:
+        self.envelopes.append(env)
+        self.lines.append(line)
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def names(self) -> list[str]:
+        return [env.event for env in self.envelopes]
+
+    def of(self, event: str | type[EventProps]) -> list[Envelope]:
+        """The envelopes of one event, given by name or by its Struct class."""
+        name = event if isinstance(event, str) else event.NAME
+        return [env for env in self.envelopes if env.event == name]

@@ -1,0 +1,541 @@
+"""Events for people: one-line summaries for `logs --pretty`, and live run progress.
+
+The JSON events are the record; this module only reads them. `format_pretty` turns any
+event into one line with the facts a person scans for (status, duration, the edge taken
+and why, errors). `ProgressRenderer` is a sink that shows a run as it happens: on a
+terminal, a spinner per running stage with finished stages printed above it; anywhere
+else (CI logs, pipes, `NO_COLOR`), plain lines with no escape codes. It writes to stderr
+unless told otherwise, because stdout belongs to `--json` results.
+
+rich is imported only when a live display is actually wanted, so importing the events
+package stays cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+import msgspec
+
+from fabro_git.events.envelope import Envelope
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def format_duration(ms: float | int | None) -> str:
+    """`340ms`, `8.0s`, `2m05s`, `1h02m`."""
+    if ms is None:
+        return "?"
+    ms = max(0, int(ms))
+    if ms < 1000:
+        return f"{ms}ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f}s"
+    secs = ms // 1000
+    if secs < 3600:
+        return f"{secs // 60}m{secs % 60:02d}s"
+    return f"{secs // 3600}h{secs % 3600 // 60:02d}m"
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _sha(value: Any) -> str:
+    return str(value)[:10] if value else "?"
+
+
+def _cost(value: Any) -> str:
+    return f"${value:.2f}" if isinstance(value, int | float) else ""
+
+
+def _node_name(event: dict[str, Any]) -> str:
+    node_id = event.get("node_id")
+    label = event.get("node_label")
+    if not node_id:
+        return str(label or "")
+    if label and label != node_id:
+        return f"{label} ({node_id})"
+    return str(node_id)
+
+
+def _join(*parts: str) -> str:
+    return "  ".join(p for p in parts if p)
+
+
+def _edge(p: dict[str, Any]) -> str:
+    text = f"{p.get('from_node', '?')} -> {p.get('to_node', '?')}"
+    if p.get("label"):
+        text += f" [{p['label']}]"
+    reason = p.get("reason")
+    if reason:
+        text += f" via {reason}"
+        if p.get("condition"):
+            text += f" ({p['condition']})"
+    return text
+
+
+def _attempt(p: dict[str, Any]) -> str:
+    attempt, most = p.get("attempt"), p.get("max_attempts")
+    if attempt is None or (attempt == 1 and most in (None, 1)):
+        return ""
+    return f"attempt {attempt}/{most}" if most else f"attempt {attempt}"
+
+
+def _error(p: dict[str, Any]) -> str:
+    err = p.get("error")
+    if not err:
+        return ""
+    text = f"error: {_short(err, 160)}"
+    if p.get("failure_class"):
+        text += f" ({p['failure_class']})"
+    return text
+
+
+# ---------------------------------------------------------------------------- pretty
+
+
+def _pretty_facts(name: str, p: dict[str, Any]) -> str:
+    match name:
+        case "run.created":
+            return _join(str(p.get("workflow_slug") or ""), f"dir {p.get('run_dir', '?')}")
+        case "run.started":
+            base = (
+                f"on {p['base_branch']}@{_sha(p.get('base_sha'))}" if p.get("base_branch") else ""
+            )
+            goal = f"goal: {_short(p['goal'])}" if p.get("goal") else ""
+            return _join(str(p.get("name", "")), base, goal)
+        case "run.completed":
+            return _join(
+                str(p.get("status", "?")),
+                format_duration(p.get("duration_ms")),
+                _cost(p.get("total_cost")),
+                f"head {_sha(p['final_git_commit_sha'])}" if p.get("final_git_commit_sha") else "",
+            )
+        case "run.failed":
+            return _join("failed", format_duration(p.get("duration_ms")), _error(p))
+        case "run.notice":
+            return f"{p.get('level', '?')} {p.get('code', '')}: {_short(p.get('message', ''), 160)}"
+        case "stage.started":
+            return _join(str(p.get("handler_type", "")), _attempt(p))
+        case "stage.completed":
+            touched = p.get("files_touched") or []
+            return _join(
+                str(p.get("status", "?")),
+                format_duration(p.get("duration_ms")),
+                _attempt(p),
+                f"{len(touched)} file(s) touched" if touched else "",
+                _error(p),
+            )
+        case "stage.failed":
+            return _join(_error(p), "will retry" if p.get("will_retry") else "no retry")
+        case "stage.retrying":
+            return _join(_attempt(p), f"in {format_duration(p.get('delay_ms'))}")
+        case "edge.selected" | "loop.restart":
+            return _edge(p)
+        case "checkpoint.completed":
+            return _join(str(p.get("status", "")), _sha(p.get("git_commit_sha")))
+        case "metadata.snapshot.started":
+            return _join(str(p.get("phase", "")), str(p.get("branch", "")))
+        case "metadata.snapshot.completed":
+            return _join(
+                str(p.get("phase", "")),
+                format_duration(p.get("duration_ms")),
+                f"{p.get('entry_count', '?')} entries",
+                _sha(p.get("commit_sha")),
+            )
+        case "metadata.snapshot.failed":
+            return _join(str(p.get("phase", "")), str(p.get("failure_kind", "")), _error(p))
+        case "git.commit" | "git.reset":
+            return _sha(p.get("sha"))
+        case "git.push" | "git.fetch":
+            return _join(str(p.get("branch", "")), "ok" if p.get("success") else "FAILED")
+        case "parallel.started":
+            return f"{p.get('branch_count', '?')} branches"
+        case "parallel.branch.completed":
+            return _join(str(p.get("status", "?")), format_duration(p.get("duration_ms")))
+        case "parallel.completed":
+            return _join(
+                f"{p.get('success_count', 0)} succeeded, {p.get('failure_count', 0)} failed",
+                format_duration(p.get("duration_ms")),
+            )
+        case "interview.started":
+            return f"{_short(p.get('question', ''))} ({p.get('question_type', '')})"
+        case "interview.completed":
+            return _join(
+                f"answer: {_short(p.get('answer', ''))}", format_duration(p.get("duration_ms"))
+            )
+        case "interview.timeout":
+            return f"timed out after {format_duration(p.get('duration_ms'))}"
+        case "subgraph.completed":
+            return _join(
+                str(p.get("status", "?")),
+                f"{p.get('steps_executed', '?')} steps",
+                format_duration(p.get("duration_ms")),
+            )
+        case "setup.command.completed":
+            return _join(
+                f"#{p.get('index')} exit {p.get('exit_code')}",
+                format_duration(p.get("duration_ms")),
+                _short(p.get("command", ""), 60),
+            )
+        case "setup.failed":
+            return _join(
+                f"#{p.get('index')} exit {p.get('exit_code')}",
+                _short(p.get("command", ""), 60),
+                _short(p.get("stderr", ""), 100),
+            )
+        case "watchdog.timeout":
+            idle = p.get("idle_seconds")
+            return f"idle {format_duration(idle * 1000 if isinstance(idle, int | float) else None)}"
+    return _generic(p)
+
+
+def _generic(p: dict[str, Any]) -> str:
+    parts = []
+    for key, value in p.items():
+        if key == "error" and isinstance(value, str):
+            parts.append(_error(p))
+        elif key.endswith("duration_ms"):
+            parts.append(f"{key.removesuffix('_ms')}={format_duration(value)}")
+        elif isinstance(value, str | int | float | bool):
+            parts.append(f"{key}={_short(value, 60)}")
+    return " ".join(parts)
+
+
+def format_pretty(env: dict[str, Any]) -> str:
+    """One line for a person: `HH:MM:SS.mmm  event  node  facts` (time is UTC)."""
+    ts = str(env.get("ts", ""))
+    clock = ts[11:23] if len(ts) >= 23 else ts
+    name = str(env.get("event", "?"))
+    props = env.get("properties")
+    facts = _pretty_facts(name, props if isinstance(props, dict) else {})
+    return _join(clock, f"{name:<26}", _node_name(env), facts).rstrip()
+
+
+# ---------------------------------------------------------------------------- progress
+
+# Streaming chatter a progress display should not print line by line.
+_QUIET_PREFIXES = ("agent.text.", "agent.reasoning.", "agent.output.", "agent.tool.output.")
+
+_MARK = {
+    "succeeded": ("✓", "green"),
+    "failed": ("✗", "red"),
+    "partially_succeeded": ("◐", "yellow"),
+    "skipped": ("○", "dim"),
+}
+
+
+class _Line(msgspec.Struct):
+    text: str
+    style: str = ""
+    mark: str = ""
+
+
+class ProgressRenderer:
+    """A sink that shows a run's progress: stages, status, durations, edges, outcome.
+
+    `live=None` picks the live display when `stream` is a terminal and `TERM` is not
+    `dumb`; plain mode writes one line per fact with no escape codes. `NO_COLOR` turns
+    colour off in live mode too.
+    """
+
+    def __init__(self, stream: IO[str] | None = None, *, live: bool | None = None) -> None:
+        self.stream: IO[str] = stream if stream is not None else sys.stderr
+        if live is None:
+            isatty = getattr(self.stream, "isatty", None)
+            live = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
+        self.live = live
+        self._running: dict[str, tuple[str, float, str]] = {}  # key -> (name, start, doing)
+        self._failure_shown: set[str] = set()
+        self._stages_done = 0
+        self._display: _LiveDisplay | None = None
+
+    # Sink protocol ---------------------------------------------------------------
+    def handle(self, env: Envelope, line: bytes) -> None:
+        if env.event.startswith(_QUIET_PREFIXES):
+            return
+        self.handle_dict(msgspec.to_builtins(env))
+
+    def close(self) -> None:
+        if self._display is not None:
+            self._display.stop()
+            self._display = None
+
+    # -----------------------------------------------------------------------------
+    def handle_dict(self, event: dict[str, Any]) -> None:
+        """Render one decoded event (what `logs -f` reads back from the tail)."""
+        name = str(event.get("event", ""))
+        props = event.get("properties") or {}
+        # Visits of one node are sequential and parallel branches are distinct nodes, so
+        # the node id identifies a stage in flight.
+        key = str(event.get("node_id") or "")
+        for out in self._describe(name, event, props, key):
+            self._print(out)
+        if self._display is not None:
+            self._display.refresh()
+        if name in ("run.completed", "run.failed"):
+            self.close()
+
+    def _describe(
+        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str
+    ) -> list[_Line]:
+        node = _node_name(event)
+        match name:
+            case "run.started":
+                goal = f" - {_short(p['goal'], 100)}" if p.get("goal") else ""
+                return [
+                    _Line(
+                        f"Running {p.get('name', 'workflow')} (run {event.get('run_id')}){goal}",
+                        "bold",
+                    )
+                ]
+            case "stage.started":
+                self._running[key] = (node, time.monotonic(), "")
+                self._failure_shown.discard(node)
+                if self.live:
+                    self._ensure_display()
+                    return []
+                extra = ", ".join(x for x in (str(p.get("handler_type", "")), _attempt(p)) if x)
+                return [_Line(f"{node}: started ({extra})" if extra else f"{node}: started", "dim")]
+            case "stage.completed":
+                self._running.pop(key, None)
+                self._stages_done += 1
+                status = str(p.get("status", "?"))
+                mark, style = _MARK.get(status, ("•", ""))
+                text = f"{node}: {status} in {format_duration(p.get('duration_ms'))}"
+                if p.get("attempt", 1) != 1:
+                    text += f" ({_attempt(p)})"
+                if p.get("error") and node not in self._failure_shown:
+                    text += f" - {_error(p)}"
+                return [_Line(text, style, mark)]
+            case "stage.failed":
+                self._failure_shown.add(node)
+                tail = "will retry" if p.get("will_retry") else "not retrying"
+                return [_Line(f"{node}: {_error(p)}; {tail}", "red", "✗")]
+            case "stage.retrying":
+                return [
+                    _Line(
+                        f"{node}: retrying ({_attempt(p)}) in {format_duration(p.get('delay_ms'))}",
+                        "yellow",
+                        "↻",
+                    )
+                ]
+            case "edge.selected":
+                return [_Line(f"  {_edge(p)}", "cyan", "")]
+            case "loop.restart":
+                return [
+                    _Line(
+                        f"  loop: restarting at {p.get('to_node')} (from {p.get('from_node')})",
+                        "yellow",
+                    )
+                ]
+            case "run.notice":
+                level = str(p.get("level", "info"))
+                word = {"warn": "warning", "error": "error"}.get(level, "note")
+                style = {"warn": "yellow", "error": "red"}.get(level, "dim")
+                return [_Line(f"{word}: {p.get('message', '')} [{p.get('code', '')}]", style)]
+            case "run.completed":
+                status = str(p.get("status", "?"))
+                mark, style = _MARK.get(status, ("•", ""))
+                extras = [f"{self._stages_done} stage(s)"]
+                if p.get("total_cost") is not None:
+                    extras.append(_cost(p["total_cost"]))
+                text = (
+                    f"Run {status} in {format_duration(p.get('duration_ms'))} ({', '.join(extras)})"
+                )
+                return [_Line(text, f"bold {style}".strip(), mark)]
+            case "run.failed":
+                text = f"Run failed after {format_duration(p.get('duration_ms'))}: {_short(p.get('error', ''), 200)}"
+                return [_Line(text, "bold red", "✗")]
+            case "run.interrupt":
+                return [_Line("interrupt requested; stopping after a checkpoint", "yellow")]
+            case "checkpoint.failed":
+                return [
+                    _Line(
+                        f"warning: checkpoint of {node or 'run'} failed: {_short(p.get('error', ''), 200)}",
+                        "yellow",
+                    )
+                ]
+            case "metadata.snapshot.failed":
+                return [
+                    _Line(
+                        f"warning: metadata snapshot ({p.get('phase')}) failed: {_short(p.get('error', ''), 200)}",
+                        "yellow",
+                    )
+                ]
+            case "parallel.started":
+                return [
+                    _Line(
+                        f"{node or 'parallel'}: {p.get('branch_count', '?')} branches started",
+                        "dim",
+                    )
+                ]
+            case "parallel.branch.started":
+                self._running[key] = (node, time.monotonic(), "branch")
+                if self.live:
+                    self._ensure_display()
+                return []
+            case "parallel.branch.completed":
+                self._running.pop(key, None)
+                status = str(p.get("status", "?"))
+                mark, style = _MARK.get(status, ("•", ""))
+                return [
+                    _Line(
+                        f"  branch {node}: {status} in {format_duration(p.get('duration_ms'))}",
+                        style,
+                        mark,
+                    )
+                ]
+            case "parallel.completed":
+                return [
+                    _Line(
+                        f"parallel: {p.get('success_count', 0)} succeeded, {p.get('failure_count', 0)} failed in {format_duration(p.get('duration_ms'))}"
+                    )
+                ]
+            case "interview.started":
+                return [_Line(f"{node}: question: {_short(p.get('question', ''), 200)}", "bold")]
+            case "interview.completed":
+                return [_Line(f"{node}: answered {_short(p.get('answer', ''), 100)!r}", "dim")]
+            case "interview.timeout":
+                return [
+                    _Line(
+                        f"{node}: question timed out after {format_duration(p.get('duration_ms'))}",
+                        "yellow",
+                    )
+                ]
+            case "subgraph.completed":
+                return [
+                    _Line(
+                        f"{node}: subgraph {p.get('status')} after {p.get('steps_executed')} step(s) in {format_duration(p.get('duration_ms'))}",
+                        "dim",
+                    )
+                ]
+            case "setup.failed":
+                return [
+                    _Line(
+                        f"setup command failed (exit {p.get('exit_code')}): {_short(p.get('command', ''), 100)}: {_short(p.get('stderr', ''), 200)}",
+                        "red",
+                    )
+                ]
+            case "sandbox.failed" | "sandbox.cleanup.failed" | "agent.mcp.failed":
+                return [_Line(f"warning: {name}: {_short(p.get('error', ''), 200)}", "yellow")]
+            case "watchdog.timeout":
+                return [
+                    _Line(
+                        f"warning: {node or 'run'} idle for {format_duration((p.get('idle_seconds') or 0) * 1000)}",
+                        "yellow",
+                    )
+                ]
+            case "agent.tool.started":
+                self._set_doing(
+                    key, f"{p.get('tool_name', 'tool')} {_short(p.get('arguments', ''), 40)}"
+                )
+                return []
+            case "agent.failover":
+                return [
+                    _Line(
+                        f"{node}: failing over {p.get('from_model')} -> {p.get('to_model')}: {_short(p.get('error', ''), 120)}",
+                        "yellow",
+                    )
+                ]
+            case "agent.error":
+                return [_Line(f"{node}: agent error: {_short(p.get('error', ''), 200)}", "red")]
+            case "agent.warning":
+                return [
+                    _Line(f"{node}: agent warning: {_short(p.get('message', ''), 200)}", "yellow")
+                ]
+        return []
+
+    def _set_doing(self, key: str, doing: str) -> None:
+        if key in self._running:
+            name, start, _ = self._running[key]
+            self._running[key] = (name, start, doing)
+
+    def running(self) -> list[tuple[str, float, str]]:
+        """(name, seconds running, current activity) for each stage in flight."""
+        now = time.monotonic()
+        return [(name, now - start, doing) for name, start, doing in list(self._running.values())]
+
+    def _print(self, line: _Line) -> None:
+        if self._display is not None:
+            self._display.print(line)
+            return
+        if self.live:
+            self._ensure_display()
+            assert self._display is not None
+            self._display.print(line)
+            return
+        self.stream.write(line.text + "\n")
+        self.stream.flush()
+
+    def _ensure_display(self) -> None:
+        if self._display is None:
+            self._display = _LiveDisplay(self.stream, self.running)
+
+
+class _LiveDisplay:
+    """The rich side of `ProgressRenderer`; constructed only on a terminal."""
+
+    def __init__(
+        self, stream: IO[str], running: Callable[[], list[tuple[str, float, str]]]
+    ) -> None:
+        from rich.console import Console, Group
+        from rich.live import Live
+        from rich.spinner import Spinner
+        from rich.text import Text
+
+        self._Text = Text
+        self._spinners: dict[str, Spinner] = {}
+        self.console = Console(
+            file=stream,
+            force_terminal=True,
+            no_color=bool(os.environ.get("NO_COLOR")),
+            highlight=False,
+            soft_wrap=False,
+        )
+        display = self
+
+        class _Running:
+            def __rich__(self) -> Group:
+                rows = []
+                for name, secs, doing in running():
+                    label = Text.assemble(
+                        (name, "bold"),
+                        f"  {format_duration(secs * 1000)}",
+                        (f"  {doing}" if doing else "", "dim"),
+                    )
+                    spinner = display._spinners.setdefault(name, Spinner("dots", style="cyan"))
+                    spinner.update(text=label)
+                    rows.append(spinner)
+                return Group(*rows)
+
+        self._live = Live(
+            _Running(),
+            console=self.console,
+            refresh_per_second=8,
+            transient=True,
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self._live.start()
+
+    def print(self, line: _Line) -> None:
+        text = self._Text()
+        if line.mark:
+            text.append(line.mark + " ", style=line.style)
+        text.append(line.text, style=line.style if line.mark == "" else "")
+        self.console.print(text)
+
+    def refresh(self) -> None:
+        self._live.refresh()
+
+    def stop(self) -> None:
+        self._live.stop()
