@@ -109,12 +109,20 @@ def resume(
     answers: Annotated[list[str] | None, typer.Option("--answer", help="Queue an answer for the next human gate; repeatable.")] = None,
     detach: Annotated[bool, typer.Option("-d", "--detach", help="Continue in the background.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="End with one JSON object describing the run.")] = False,
+    detached_child: Annotated[bool, typer.Option("--detached-child", hidden=True)] = False,
 ) -> None:
     """Continue an interrupted or failed run from its last checkpoint."""
     from fabro_git.cli import run as impl
 
     raise typer.Exit(
-        impl.resume(run_id, auto_approve=auto_approve, answers=answers or [], detach=detach, json_output=json_output)
+        impl.resume(
+            run_id,
+            auto_approve=auto_approve,
+            answers=answers or [],
+            detach=detach,
+            json_output=json_output,
+            detached_child=detached_child,
+        )
     )
 
 

@@ -1,0 +1,86 @@
+"""Reading runs back from git for `ps`, `logs` and `inspect`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from fabro_git.config.locations import run_scratch_dir
+
+
+@dataclass
+class RunRow:
+    run_id: str
+    workflow: str
+    status: str
+    node: str | None
+    started: str
+    duration_ms: int | None
+    live: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "workflow": self.workflow,
+            "status": self.status,
+            "current_node": self.node,
+            "started": self.started,
+            "duration_ms": self.duration_ms,
+        }
+
+
+def effective_status(recorded: str, live: bool) -> str:
+    """A run whose snapshot says running but whose lock nobody holds was cut short."""
+    if recorded == "running" and not live:
+        return "interrupted"
+    return recorded
+
+
+def _parse_ts(value: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
+    from fabro_git.engine.lock import is_live
+
+    info = repo.commit_info(meta_sha)
+    t = info.trailers
+    live = is_live(Path(repo.git_dir), run_id)
+    recorded = t.get("Fabro-Status", "unknown")
+    status = effective_status(recorded, live)
+    node = t.get("Fabro-Next") if status in ("running", "interrupted", "failed") else t.get("Fabro-Node")
+    if status == "running" or status == "interrupted":
+        node = t.get("Fabro-Next") or t.get("Fabro-Node")
+    started = t.get("Fabro-Started", "")
+    duration: int | None
+    try:
+        duration = int(t.get("Fabro-Active-Ms", ""))
+    except ValueError:
+        duration = None
+    if live:
+        begin = _parse_ts(started)
+        if begin is not None:
+            duration = int((datetime.now(begin.tzinfo) - begin).total_seconds() * 1000)
+    return RunRow(run_id, t.get("Fabro-Workflow", "?"), status, node, started, duration, live)
+
+
+def tail_path(run_id: str) -> Path:
+    return run_scratch_dir(run_id) / "events.jsonl"
+
+
+def format_ms(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"

@@ -1,0 +1,61 @@
+"""`git fabro inspect`: a run's manifest, checkpoint and status, straight from its meta ref."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import msgspec
+
+
+def run(run_id: str, *, json_output: bool) -> int:
+    from fabro_git.cli._runs import effective_status, format_ms
+    from fabro_git.config.locations import run_scratch_dir
+    from fabro_git.engine.lock import is_live
+    from fabro_git.engine.session import load_run
+    from fabro_git.store import runs as runrefs
+    from fabro_git.store.repo import GitRepo
+
+    repo = GitRepo.discover(Path.cwd())
+    full_id = runrefs.resolve_run_id(repo, run_id)
+    manifest, cp, meta, _source = load_run(repo, full_id)
+    live = is_live(Path(repo.git_dir), full_id)
+    status = effective_status(cp.status, live)
+    run_tip = repo.read_ref(runrefs.run_branch_ref(full_id))
+    scratch = run_scratch_dir(full_id)
+    doc = {
+        "run_id": full_id,
+        "status": status,
+        "live": live,
+        "meta_ref": runrefs.meta_ref(full_id),
+        "meta_sha": meta,
+        "run_branch": manifest.run_branch,
+        "run_branch_sha": run_tip,
+        "scratch_dir": str(scratch) if scratch.exists() else None,
+        "manifest": msgspec.to_builtins(manifest),
+        "checkpoint": msgspec.to_builtins(cp),
+    }
+    if json_output:
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        return 0
+    lines = [
+        f"run        {full_id}",
+        f"workflow   {manifest.workflow_name} ({manifest.workflow_path or manifest.workflow_slug})",
+        f"status     {status}" + (f": {cp.error}" if cp.error else ""),
+        f"goal       {manifest.goal or '-'}",
+        f"base       {manifest.base_branch or '-'} @ {manifest.base_sha[:12]}",
+        f"branch     {manifest.run_branch or '(in place)'}" + (f" @ {run_tip[:12]}" if run_tip else ""),
+        f"meta       {runrefs.meta_ref(full_id)} @ {meta[:12]}",
+        f"started    {cp.started_at}",
+        f"active     {format_ms(cp.active_ms)}",
+        f"last node  {cp.current_node or '-'}",
+        f"next node  {cp.next_node_id or '-'}",
+        f"completed  {len(cp.completed_nodes)} stage(s): {' -> '.join(cp.completed_nodes) or '-'}",
+    ]
+    if cp.node_visits:
+        lines.append("visits     " + ", ".join(f"{k}={v}" for k, v in cp.node_visits.items()))
+    if manifest.labels:
+        lines.append("labels     " + ", ".join(f"{k}={v}" for k, v in manifest.labels.items()))
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0

@@ -1,0 +1,84 @@
+"""The checkpoint: everything `resume` needs, stored as `checkpoint.json` on the meta ref.
+
+It is rewritten at every snapshot (it is small); history lives in the event segments and
+the per-node directories, which are only ever added.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+FORMAT_VERSION = 1
+
+
+class PendingCommit(msgspec.Struct, kw_only=True):
+    """A run-branch commit the cycle had decided on but may not have made before a crash."""
+
+    tree: str
+    parent: str
+    node_id: str
+    status: str
+    completed: int
+
+
+class Checkpoint(msgspec.Struct, kw_only=True):
+    format_version: int = FORMAT_VERSION
+    status: str = "running"
+    timestamp: str = ""
+    current_node: str | None = None
+    next_node_id: str | None = None
+    completed_nodes: list[str] = msgspec.field(default_factory=list)
+    node_visits: dict[str, int] = msgspec.field(default_factory=dict)
+    node_retries: dict[str, int] = msgspec.field(default_factory=dict)
+    node_outcomes: dict[str, dict[str, Any]] = msgspec.field(default_factory=dict)
+    context_values: dict[str, Any] = msgspec.field(default_factory=dict)
+    git_commit_sha: str | None = None
+    pending_commit: PendingCommit | None = None
+    loop_failure_signatures: dict[str, int] = msgspec.field(default_factory=dict)
+    restart_failure_signatures: dict[str, int] = msgspec.field(default_factory=dict)
+    stage_index: int = 0
+    event_segments: int = 0
+    last_event_id: str | None = None
+    error: str | None = None
+    started_at: str = ""
+    finished_at: str | None = None
+    active_ms: int = 0
+    artifact_count: int = 0
+
+
+class Manifest(msgspec.Struct, kw_only=True):
+    format_version: int = FORMAT_VERSION
+    run_id: str
+    workflow_name: str
+    workflow_slug: str
+    workflow_path: str | None
+    goal: str
+    inputs: dict[str, str]
+    labels: dict[str, str]
+    base_sha: str
+    base_branch: str | None
+    run_branch: str | None
+    meta_ref: str
+    created_at: str
+    source_directory: str
+    origin_url: str | None
+    in_place: bool
+    settings: dict[str, Any]
+    tool_version: str
+
+
+_encoder = msgspec.json.Encoder(order="deterministic")
+
+
+def encode(obj: Any) -> bytes:
+    return msgspec.json.format(_encoder.encode(obj), indent=2) + b"\n"
+
+
+def decode_checkpoint(data: bytes) -> Checkpoint:
+    return msgspec.json.decode(data, type=Checkpoint)
+
+
+def decode_manifest(data: bytes) -> Manifest:
+    return msgspec.json.decode(data, type=Manifest)

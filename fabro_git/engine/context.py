@@ -1,0 +1,45 @@
+"""The run context: the key-value store that carries data between stages.
+
+Values are JSON-shaped. Parallel branches get a deep copy, so they cannot see or disturb
+each other; only a stage's declared `context_updates` ever flow back.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+
+class Context(Mapping[str, Any]):
+    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
+        self._values: dict[str, Any] = dict(values or {})
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def set(self, key: str, value: Any) -> None:
+        self._values[key] = value
+
+    def update(self, updates: Mapping[str, Any]) -> None:
+        self._values.update(updates)
+
+    def remove(self, key: str) -> None:
+        self._values.pop(key, None)
+
+    def fork(self) -> Context:
+        return Context(copy.deepcopy(self._values))
+
+    def snapshot(self) -> dict[str, Any]:
+        return copy.deepcopy(self._values)
+
+    def public(self) -> dict[str, Any]:
+        """Values a person or a downstream prompt should see (engine bookkeeping left out)."""
+        hidden = ("internal.", "graph.", "thread.", "response.", "current_node")
+        return {k: v for k, v in self._values.items() if not k.startswith(hidden)}

@@ -1,0 +1,86 @@
+"""Who answers human gates: a person at the console, `--auto-approve`, or a queue.
+
+An interviewer returns the chosen text, or None when nobody answered (stdin closed, the
+queue ran dry): the gate then fails closed instead of guessing.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import trio
+
+
+@dataclass(frozen=True)
+class Choice:
+    key: str | None
+    label: str
+    target: str
+    freeform: bool = False
+
+
+@dataclass(frozen=True)
+class Question:
+    text: str
+    choices: Sequence[Choice]
+    default: Choice | None
+
+
+class AutoApprove:
+    kind = "auto"
+
+    async def ask(self, question: Question) -> str | None:
+        choice = question.default or (question.choices[0] if question.choices else None)
+        return None if choice is None else choice.label
+
+
+class QueueInterviewer:
+    """Answers from a list, in order (`--answer`); runs dry → unanswered."""
+
+    kind = "queue"
+
+    def __init__(self, answers: Sequence[str], fallback: object | None = None) -> None:
+        self.answers = deque(answers)
+        self.fallback = fallback
+
+    async def ask(self, question: Question) -> str | None:
+        if self.answers:
+            return self.answers.popleft()
+        if self.fallback is not None:
+            return await self.fallback.ask(question)  # type: ignore[attr-defined, no-any-return]
+        return None
+
+
+class ConsoleInterviewer:
+    kind = "console"
+
+    async def ask(self, question: Question) -> str | None:
+        lines = ["", f"? {question.text}"]
+        for choice in question.choices:
+            key = f"[{choice.key}] " if choice.key and not choice.label.lstrip().startswith("[") else ""
+            lines.append(f"  {key}{choice.label}{'  (free text)' if choice.freeform else ''}")
+        if question.default is not None:
+            lines.append(f"  default: {question.default.label}")
+        sys.stderr.write("\n".join(lines) + "\n> ")
+        sys.stderr.flush()
+        line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        if not line:
+            return None  # stdin closed
+        answer = line.strip()
+        if not answer and question.default is not None:
+            return question.default.label
+        return answer or None
+
+
+def make_interviewer(*, auto_approve: bool, answers: Sequence[str], interactive: bool) -> object:
+    fallback: object | None = None
+    if auto_approve:
+        fallback = AutoApprove()
+    elif interactive:
+        fallback = ConsoleInterviewer()
+    if answers:
+        return QueueInterviewer(answers, fallback)
+    return fallback if fallback is not None else QueueInterviewer([])

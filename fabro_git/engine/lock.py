@@ -1,0 +1,70 @@
+"""One live process per run.
+
+An advisory `flock` on `<git dir>/fabro/locks/<run id>.lock`: the kernel drops it when
+the process dies, kill -9 included, so a crashed run never needs unlocking by hand and
+`ps` can tell a live run from an interrupted one without trusting pid files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+from pathlib import Path
+from typing import Any
+
+from fabro_git.errors import RunLocked
+
+
+def lock_path(git_dir: Path, run_id: str) -> Path:
+    return git_dir / "fabro" / "locks" / f"{run_id}.lock"
+
+
+class RunLock:
+    def __init__(self, repo: Any, run_id: str) -> None:
+        self.run_id = run_id
+        self.path = lock_path(Path(repo.git_dir), run_id)
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise RunLocked(
+                f"run {self.run_id} is being executed by {holder}",
+                hint="wait for it to finish, or follow it with `git fabro logs -f " + self.run_id + "`",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+                os.close(self._fd)
+            self._fd = None
+
+
+def is_live(git_dir: Path, run_id: str) -> bool:
+    """True when some process holds the run's lock right now."""
+    path = lock_path(git_dir, run_id)
+    if not path.exists():
+        return False
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

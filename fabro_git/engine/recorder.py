@@ -1,0 +1,255 @@
+"""The checkpoint cycle: how a finished stage becomes durable.
+
+Order matters for crash safety. Objects are always written before refs move, and refs
+move by compare-and-swap:
+
+1. The worktree is turned into a tree object (nothing visible changes yet).
+2. A meta snapshot is committed: the refreshed `checkpoint.json` (which names that tree
+   and its parent as `pending_commit`), a new event segment and the stage's files.
+   The meta ref moves. From here on the stage counts as done.
+3. The run-branch commit is made from the pending tree, with a `Fabro-Checkpoint`
+   trailer naming the snapshot, and the run branch moves.
+
+A kill between 2 and 3 leaves a checkpoint whose pending commit was not made yet;
+`reconcile()` makes it on resume, byte-for-byte the commit the cycle would have made.
+Git failures are reported as `run.notice` and `checkpoint.failed`, never swallowed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fabro_git.engine.checkpoint import Checkpoint, PendingCommit, encode
+from fabro_git.errors import FabroError
+from fabro_git.store import runs as runrefs
+from fabro_git.store import worktree as wt
+from fabro_git.store.repo import GitRepo
+from fabro_git.store.snapshot import MetaSnapshotter
+
+Emit = Callable[..., Any]
+
+
+def run_commit_message(run_id: str, node_id: str, status: str, completed: int, meta_sha: str) -> str:
+    return (
+        f"fabro({run_id}): {node_id} ({status})\n\n"
+        f"Fabro-Run: {run_id}\n"
+        f"Fabro-Completed: {completed}\n"
+        f"Fabro-Checkpoint: {meta_sha}\n"
+    )
+
+
+@dataclass
+class MetaSummary:
+    """What `ps` reads from a meta commit's trailers without opening any blob."""
+
+    status: str
+    workflow: str
+    node: str | None
+    next_node: str | None
+    started: str
+    updated: str
+    active_ms: int
+
+    def trailers(self, run_id: str) -> str:
+        lines = [
+            f"Fabro-Run: {run_id}",
+            f"Fabro-Status: {self.status}",
+            f"Fabro-Workflow: {self.workflow}",
+        ]
+        if self.node:
+            lines.append(f"Fabro-Node: {self.node}")
+        if self.next_node:
+            lines.append(f"Fabro-Next: {self.next_node}")
+        lines += [
+            f"Fabro-Started: {self.started}",
+            f"Fabro-Updated: {self.updated}",
+            f"Fabro-Active-Ms: {self.active_ms}",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+class Recorder:
+    def __init__(
+        self,
+        repo: GitRepo,
+        run_id: str,
+        *,
+        workflow_slug: str,
+        emit: Emit,
+        take_segment: Callable[[], bytes],
+        worktree: Path | None,
+        exclude_globs: list[str],
+        meta_tip: str | None,
+        run_tip: str | None,
+    ) -> None:
+        self.repo = repo
+        self.run_id = run_id
+        self.workflow_slug = workflow_slug
+        self.emit = emit
+        self.take_segment = take_segment
+        self.worktree = worktree
+        self.exclude_globs = exclude_globs
+        self.meta_ref = runrefs.meta_ref(run_id)
+        self.run_ref = runrefs.run_branch_ref(run_id)
+        self.meta = MetaSnapshotter(repo, self.meta_ref)
+        self.meta_tip = meta_tip
+        self.run_tip = run_tip
+        self.degraded = False
+
+    # -- snapshots -----------------------------------------------------------------
+
+    def snapshot(
+        self,
+        phase: str,
+        subject: str,
+        cp: Checkpoint,
+        files: Mapping[str, bytes | None],
+        *,
+        scope: dict[str, Any] | None = None,
+    ) -> str | None:
+        """Write one meta snapshot. Returns its sha, or None when git refused (reported)."""
+        scope = scope or {}
+        self.emit("metadata.snapshot.started", phase=phase, branch=self.meta_ref, **scope)
+        started = time.monotonic()
+        segment = self.take_segment()
+        all_files: dict[str, bytes | None] = dict(files)
+        if segment:
+            cp.event_segments += 1
+            all_files[f"events/{cp.event_segments:06d}.jsonl"] = segment
+            cp.last_event_id = _last_event_id(segment) or cp.last_event_id
+        all_files["checkpoint.json"] = encode(cp)
+        summary = MetaSummary(
+            status=cp.status,
+            workflow=self.workflow_slug,
+            node=cp.current_node,
+            next_node=cp.next_node_id,
+            started=cp.started_at,
+            updated=cp.timestamp or cp.started_at,
+            active_ms=cp.active_ms,
+        )
+        message = f"{subject}\n\n{summary.trailers(self.run_id)}"
+        try:
+            result = self.meta.write(all_files, message, expected_tip=self.meta_tip)
+        except FabroError as err:
+            if segment:
+                # Not durable: keep the lines for the next snapshot.
+                cp.event_segments -= 1
+                self._requeue(segment)
+            self.degraded = True
+            self.emit(
+                "metadata.snapshot.failed",
+                phase=phase,
+                branch=self.meta_ref,
+                duration_ms=_ms(started),
+                failure_kind="write",
+                error=str(err),
+                **scope,
+            )
+            self.emit(
+                "run.notice",
+                level="error",
+                code="checkpoint_metadata_write_failed",
+                message=f"could not write the metadata snapshot to {self.meta_ref}: {err}",
+            )
+            return None
+        self.meta_tip = result.commit_sha
+        self.emit(
+            "metadata.snapshot.completed",
+            phase=phase,
+            branch=self.meta_ref,
+            duration_ms=_ms(started),
+            entry_count=result.entry_count,
+            bytes=result.bytes,
+            commit_sha=result.commit_sha,
+            **scope,
+        )
+        return result.commit_sha
+
+    def _requeue(self, segment: bytes) -> None:
+        requeue = getattr(self, "requeue", None)
+        if requeue is not None:
+            requeue(segment)
+
+    # -- the stage cycle --------------------------------------------------------------
+
+    def stage_tree(self, node_id: str, changed_paths: list[str] | None = None) -> str | None:
+        """Step 1: the worktree as a tree object. None when there is no worktree or git failed."""
+        if self.worktree is None or self.run_tip is None:
+            return None
+        try:
+            return wt.snapshot_tree(
+                self.worktree, exclude_globs=self.exclude_globs, changed_paths=changed_paths
+            )
+        except FabroError as err:
+            self._commit_failed(node_id, f"could not stage the worktree: {err}")
+            return None
+
+    def commit_pending(self, cp: Checkpoint, *, node_label: str | None = None) -> str | None:
+        """Step 3: make the run-branch commit named by `cp.pending_commit`."""
+        pending = cp.pending_commit
+        if pending is None or self.meta_tip is None:
+            return None
+        message = run_commit_message(self.run_id, pending.node_id, pending.status, pending.completed, self.meta_tip)
+        try:
+            sha = self.repo.write_commit(tree=pending.tree, parents=[pending.parent], message=message)
+            self.repo.update_ref(
+                self.run_ref,
+                sha,
+                old=pending.parent,
+                message=f"fabro: checkpoint {pending.node_id} ({pending.status})",
+            )
+        except FabroError as err:
+            self._commit_failed(pending.node_id, f"could not commit to {self.run_ref}: {err}")
+            return None
+        self.run_tip = sha
+        cp.git_commit_sha = sha
+        cp.pending_commit = None
+        self.emit("git.commit", sha=sha, node_id=pending.node_id, node_label=node_label)
+        return sha
+
+    def _commit_failed(self, node_id: str, message: str) -> None:
+        self.degraded = True
+        self.emit("checkpoint.failed", error=message, node_id=node_id)
+        self.emit("run.notice", level="error", code="checkpoint_git_failed", message=message)
+
+    def plan_commit(self, cp: Checkpoint, node_id: str, status: str, tree: str | None) -> None:
+        if tree is None or self.run_tip is None:
+            cp.pending_commit = None
+            return
+        cp.pending_commit = PendingCommit(
+            tree=tree, parent=self.run_tip, node_id=node_id, status=status, completed=len(cp.completed_nodes)
+        )
+
+    # -- resume ----------------------------------------------------------------------
+
+    def reconcile(self, cp: Checkpoint) -> None:
+        """Finish a cycle that a crash cut between the meta snapshot and the run commit."""
+        pending = cp.pending_commit
+        if pending is None:
+            return
+        if self.run_tip == pending.parent:
+            self.commit_pending(cp)
+            return
+        # The commit was made; adopt it.
+        cp.git_commit_sha = self.run_tip
+        cp.pending_commit = None
+
+
+def _last_event_id(segment: bytes) -> str | None:
+    import json
+
+    for line in reversed(segment.splitlines()):
+        try:
+            value = json.loads(line).get("id")
+        except ValueError:
+            continue
+        return str(value) if value else None
+    return None
+
+
+def _ms(started: float) -> int:
+    return int((time.monotonic() - started) * 1000)

@@ -1,0 +1,548 @@
+"""Starting, resuming and finishing runs: everything around the walk itself.
+
+`create_run` turns a workflow into a run: refs, worktree and an `init` snapshot, so the
+run exists in git before any stage starts. `execute_run` drives it under trio: the lock,
+the event sinks, the crash reconciliation, Ctrl-C and the stall watchdog, and the
+`finalize` snapshot. `resume` is `execute_run` on a run that already exists, possibly
+fetched from a remote and with no scratch dir left at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import trio
+
+from fabro_git import __version__
+from fabro_git.config.locations import run_scratch_dir
+from fabro_git.engine import outcome as oc
+from fabro_git.engine.checkpoint import (
+    Checkpoint,
+    Manifest,
+    decode_checkpoint,
+    decode_manifest,
+    encode,
+)
+from fabro_git.engine.context import Context
+from fabro_git.engine.interviewer import make_interviewer
+from fabro_git.engine.lock import RunLock
+from fabro_git.engine.recorder import Recorder
+from fabro_git.engine.runner import Options, RunFailed, Runtime, now_iso
+from fabro_git.errors import ConfigError, FabroError, StoreError
+from fabro_git.events.bus import EventBus, TailFileSink, tail_after
+from fabro_git.events.catalogue import CATALOGUE
+from fabro_git.store import runs as runrefs
+from fabro_git.store import worktree as wt
+from fabro_git.store.repo import GitRepo
+from fabro_git.workflow import Graph
+
+TERMINAL = ("succeeded", "partially_succeeded", "failed")
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    status: str
+    run_branch: str | None
+    meta_ref: str
+    final_git_commit_sha: str | None
+    error: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "run_branch": self.run_branch,
+            "meta_ref": self.meta_ref,
+            "final_git_commit_sha": self.final_git_commit_sha,
+        }
+
+    @property
+    def exit_code(self) -> int:
+        if self.status in (oc.SUCCEEDED, oc.PARTIAL):
+            return 0
+        if self.status == "interrupted":
+            return 130
+        return 1
+
+
+def make_emitter(bus: EventBus) -> Any:
+    def emit(event: str, /, *, node_id: str | None = None, node_label: str | None = None,
+             stage_id: str | None = None, **props: Any) -> None:
+        cls = CATALOGUE[event]
+        fields = {k: v for k, v in props.items() if v is not None}
+        bus.emit(cls(**fields), node_id=node_id, node_label=node_label, stage_id=stage_id)
+
+    return emit
+
+
+def graph_record(graph: Graph) -> dict[str, Any]:
+    return {
+        "name": graph.name,
+        "attrs": dict(graph.attrs),
+        "nodes": [{"id": n.id, "handler_type": n.handler_type, "attrs": dict(n.attrs)} for n in graph.nodes.values()],
+        "edges": [{"from": e.source, "to": e.target, "attrs": dict(e.attrs)} for e in graph.edges],
+    }
+
+
+# -- creating a run -------------------------------------------------------------------------
+
+
+@dataclass
+class RunSpec:
+    graph: Graph
+    source: str
+    workflow_path: Path | None
+    goal: str
+    inputs: dict[str, str]
+    labels: dict[str, str]
+    options: Options
+    setup_commands: list[str]
+    exclude_globs: list[str]
+
+
+def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifest, Checkpoint, EventBus, Recorder | None, Path, RunLock]:
+    base = repo.require_base()
+    assert base.sha is not None
+    run_id = runrefs.new_ulid()
+    scratch = run_scratch_dir(run_id)
+    scratch.mkdir(parents=True, exist_ok=True)
+    lock = RunLock(repo, run_id)
+    lock.acquire()
+    in_place = spec.options.in_place
+    dirty = repo.uncommitted_changes()
+    graph = spec.graph
+    slug = graph_slug(graph, spec.workflow_path)
+    manifest = Manifest(
+        run_id=run_id,
+        workflow_name=graph.name,
+        workflow_slug=slug,
+        workflow_path=str(spec.workflow_path) if spec.workflow_path else None,
+        goal=spec.goal,
+        inputs=spec.inputs,
+        labels=spec.labels,
+        base_sha=base.sha,
+        base_branch=base.branch,
+        run_branch=None if in_place else runrefs.run_branch_name(run_id),
+        meta_ref=runrefs.meta_ref(run_id),
+        created_at=now_iso(),
+        source_directory=str(repo.root),
+        origin_url=repo.origin_url(),
+        in_place=in_place,
+        settings={
+            "dry_run": spec.options.dry_run,
+            "auto_approve": spec.options.auto_approve,
+            "model": spec.options.model,
+            "provider": spec.options.provider,
+            "setup_commands": spec.setup_commands,
+            "exclude_globs": spec.exclude_globs,
+        },
+        tool_version=__version__,
+    )
+    cp = Checkpoint(status="running", started_at=manifest.created_at, timestamp=manifest.created_at)
+    ctx = Context()
+    for key, value in graph.attrs.items():
+        ctx.set(f"graph.{key}", value)
+    ctx.set("graph.goal", spec.goal)
+    ctx.set("internal.run_id", run_id)
+    cp.context_values = ctx.snapshot()
+
+    bus = EventBus(run_id, [TailFileSink(scratch / "events.jsonl")])
+    emit = make_emitter(bus)
+    emit(
+        "run.created",
+        settings=manifest.settings,
+        graph=graph_record(graph),
+        workflow_source=spec.source,
+        labels=spec.labels,
+        run_dir=str(scratch),
+        source_directory=str(repo.root),
+        repo_origin_url=manifest.origin_url,
+        base_branch=base.branch,
+        workflow_slug=slug,
+        provenance={"subject": {"kind": "user", "login": os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"}},
+        pre_run_git={"display_base_sha": base.sha[:12], "local_dirty": "dirty" if dirty else "clean"},
+        in_place=in_place,
+    )
+    if dirty:
+        message = (
+            f"{len(dirty)} uncommitted change(s) in {repo.root} are not part of this run; "
+            "it starts from the committed HEAD. Commit or stash them, or use --in-place."
+        )
+        warn(message)
+        emit("run.notice", level="warn", code="uncommitted_changes", message=message)
+    recorder = None
+    if not in_place:
+        repo.update_ref(runrefs.run_branch_ref(run_id), base.sha, old=None, message=f"fabro: create run {run_id}")
+    recorder = Recorder(
+        repo,
+        run_id,
+        workflow_slug=slug,
+        emit=emit,
+        take_segment=bus.take_segment,
+        worktree=None if in_place else scratch / "worktree",
+        exclude_globs=spec.exclude_globs,
+        meta_tip=None,
+        run_tip=None if in_place else base.sha,
+    )
+    recorder.requeue = bus.restore_pending  # type: ignore[attr-defined]
+    files = {
+        "manifest.json": encode(manifest),
+        "graph.fabro": spec.source.encode(),
+    }
+    files.update(_prompt_files(graph, spec.workflow_path))
+    sha = recorder.snapshot("init", "init", cp, files)
+    if sha is None:
+        raise StoreError(f"could not write the first snapshot of run {run_id} to {runrefs.meta_ref(run_id)}")
+    return run_id, manifest, cp, bus, recorder, scratch, lock
+
+
+def _prompt_files(graph: Graph, workflow_path: Path | None) -> dict[str, bytes]:
+    """Copies of `@file` prompts, so a clone can resume without the files."""
+    from fabro_git.workflow.templates import resolve_file_ref
+
+    out: dict[str, bytes] = {}
+    for node in graph.nodes.values():
+        prompt = node.get("prompt")
+        if prompt and prompt.startswith("@"):
+            path = resolve_file_ref(prompt, workflow_path)
+            if path is not None and path.is_file():
+                out[f"prompts/{node.id}.md"] = path.read_bytes()
+    return out
+
+
+def graph_slug(graph: Graph, path: Path | None) -> str:
+    import re
+
+    base = path.stem if path is not None else graph.name
+    return re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-") or "workflow"
+
+
+# -- running -----------------------------------------------------------------------------------
+
+
+def load_run(repo: GitRepo, run_id: str) -> tuple[Manifest, Checkpoint, str, str]:
+    meta = repo.read_ref(runrefs.meta_ref(run_id))
+    if meta is None:
+        raise FabroError(f"run {run_id} has no metadata ref {runrefs.meta_ref(run_id)}")
+    manifest_data = repo.read_file(meta, "manifest.json")
+    cp_data = repo.read_file(meta, "checkpoint.json")
+    source = repo.read_file(meta, "graph.fabro")
+    if manifest_data is None or cp_data is None or source is None:
+        raise FabroError(
+            f"run {run_id}: the metadata snapshot {meta[:12]} is incomplete",
+            hint=f"inspect it with `git show {meta}`",
+        )
+    try:
+        manifest = decode_manifest(manifest_data)
+        cp = decode_checkpoint(cp_data)
+    except msgspec.DecodeError as exc:
+        raise FabroError(f"run {run_id}: cannot read its metadata ({exc})") from exc
+    return manifest, cp, meta, source.decode("utf-8")
+
+
+def _load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, meta: str) -> Graph:
+    from fabro_git.workflow import parse
+
+    path = Path(manifest.workflow_path) if manifest.workflow_path else None
+    graph = parse(source, path)
+    # Prompts referenced with @file come from the snapshot when the file is gone.
+    for node in graph.nodes.values():
+        prompt = node.get("prompt")
+        if prompt and prompt.startswith("@"):
+            from fabro_git.workflow.templates import resolve_file_ref
+
+            ref = resolve_file_ref(prompt, path)
+            if ref is None or not ref.is_file():
+                saved = repo.read_file(meta, f"prompts/{node.id}.md")
+                if saved is not None:
+                    node.attrs["prompt"] = saved.decode("utf-8")
+    return graph
+
+
+def ensure_worktree(repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Any) -> tuple[Path, bool]:
+    """The run's worktree at the run branch's tip: reuse, reset or rebuild it."""
+    path = scratch / "worktree"
+    if (path / ".git").exists():
+        try:
+            wt.checkout(path, run_tip)
+            emit("git.reset", sha=run_tip)
+            return path, False
+        except FabroError:
+            with contextlib.suppress(FabroError):
+                wt.remove_worktree(repo, path)
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
+    wt.add_worktree(repo, path, branch=runrefs.run_branch_name(run_id), commit=run_tip)
+    return path, True
+
+
+def execute_run(
+    repo: GitRepo,
+    run_id: str,
+    *,
+    options: Options,
+    renderer: Any | None,
+    resuming: bool,
+    prepared: tuple[Manifest, Checkpoint, EventBus, Recorder | None, Path, RunLock, Graph] | None = None,
+) -> RunResult:
+    if prepared is None:
+        lock = RunLock(repo, run_id)
+        lock.acquire()
+        manifest, cp, meta, source = load_run(repo, run_id)
+        scratch = run_scratch_dir(run_id)
+        scratch.mkdir(parents=True, exist_ok=True)
+        bus = EventBus(run_id)
+        tail = scratch / "events.jsonl"
+        if tail.exists():
+            bus.restore_pending(tail_after(tail.read_bytes(), cp.last_event_id))
+        bus.add_sink(TailFileSink(tail))
+        emit = make_emitter(bus)
+        run_tip = None if manifest.in_place else repo.read_ref(runrefs.run_branch_ref(run_id))
+        if not manifest.in_place and run_tip is None:
+            raise FabroError(
+                f"run {run_id} has lost its branch {runrefs.run_branch_ref(run_id)}",
+                hint=f"fetch it with `git fabro fetch`, or restore it from `git reflog show {runrefs.run_branch_name(run_id)}`",
+            )
+        recorder: Recorder | None = Recorder(
+            repo,
+            run_id,
+            workflow_slug=manifest.workflow_slug,
+            emit=emit,
+            take_segment=bus.take_segment,
+            worktree=None if manifest.in_place else scratch / "worktree",
+            exclude_globs=list(manifest.settings.get("exclude_globs") or []),
+            meta_tip=meta,
+            run_tip=run_tip,
+        )
+        assert recorder is not None
+        recorder.requeue = bus.restore_pending  # type: ignore[attr-defined]
+        graph = _load_graph(repo, run_id, manifest, source, meta)
+    else:
+        manifest, cp, bus, recorder, scratch, lock, graph = prepared
+        emit = make_emitter(bus)
+    if renderer is not None:
+        bus.add_sink(renderer)
+    try:
+        return trio.run(_drive, repo, run_id, manifest, cp, bus, emit, recorder, scratch, graph, options, resuming)
+    finally:
+        bus.close()
+        lock.release()
+
+
+async def _drive(
+    repo: GitRepo,
+    run_id: str,
+    manifest: Manifest,
+    cp: Checkpoint,
+    bus: EventBus,
+    emit: Any,
+    recorder: Recorder | None,
+    scratch: Path,
+    graph: Graph,
+    options: Options,
+    resuming: bool,
+) -> RunResult:
+    started = time.monotonic()
+    in_place = manifest.in_place
+    if recorder is not None and resuming:
+        recorder.reconcile(cp)
+    if cp.status in TERMINAL and resuming and cp.status != oc.FAILED:
+        return RunResult(run_id, cp.status, manifest.run_branch, manifest.meta_ref, recorder.run_tip if recorder else None)
+    emit("sandbox.initializing", provider="local")
+    t0 = time.monotonic()
+    if in_place:
+        worktree = Path(manifest.source_directory)
+    else:
+        assert recorder is not None and recorder.run_tip is not None
+        worktree, _fresh = ensure_worktree(repo, run_id, scratch, recorder.run_tip, emit)
+        recorder.worktree = worktree
+    emit("sandbox.ready", provider="local", duration_ms=int((time.monotonic() - t0) * 1000), name=str(worktree))
+    emit("sandbox.initialized", working_directory=str(worktree), provider="local", identifier=run_id, repo_cloned=False)
+    cp.context_values["internal.work_dir"] = str(worktree)
+    if resuming:
+        emit("run.notice", level="info", code="resumed",
+             message=f"resuming from checkpoint after {cp.current_node or 'start'}; next: {cp.next_node_id or 'start'}")
+    cp.status = "running"
+    cp.error = None
+    emit(
+        "run.started",
+        name=graph.name,
+        base_branch=manifest.base_branch,
+        base_sha=manifest.base_sha,
+        run_branch=manifest.run_branch,
+        worktree_dir=str(worktree),
+        goal=manifest.goal or None,
+    )
+    runtime = Runtime(
+        run_id=run_id,
+        repo=repo,
+        graph=graph,
+        manifest=manifest,
+        checkpoint=cp,
+        emit_event=emit,
+        recorder=recorder,
+        scratch=scratch,
+        worktree=worktree,
+        interviewer=make_interviewer(auto_approve=options.auto_approve, answers=options.answers, interactive=options.interactive),
+        options=options,
+    )
+    scope = runtime.main_scope()
+    status = "running"
+    error: str | None = None
+    interrupted = False
+    async with trio.open_nursery() as nursery:
+        main_scope = trio.CancelScope()
+        stall = graph.get_duration("stall_timeout", 1800.0) or 0.0
+
+        async def watch_signals(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+            nonlocal interrupted
+            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                task_status.started()
+                async for _ in signals:
+                    interrupted = True
+                    main_scope.cancel()
+                    return
+
+        async def watchdog() -> None:
+            nonlocal error
+            while True:
+                await trio.sleep(min(1.0, stall / 4))
+                idle = time.monotonic() - runtime.last_activity
+                if idle >= stall:
+                    emit("watchdog.timeout", idle_seconds=int(idle), node_id=scope.context.get("current_node"))
+                    error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
+                    main_scope.cancel()
+                    return
+
+        await nursery.start(watch_signals)
+        if stall > 0:
+            nursery.start_soon(watchdog)
+        with main_scope:
+            try:
+                if not cp.completed_nodes and not cp.node_visits and not cp.context_values.get("internal.setup_done"):
+                    await _run_setup(runtime, manifest, worktree)
+                    scope.context.set("internal.setup_done", True)
+                status = await runtime.run_main(scope)
+            except RunFailed as exc:
+                status, error = oc.FAILED, str(exc)
+            except _SetupFailed as exc:
+                status, error = oc.FAILED, str(exc)
+        if main_scope.cancelled_caught:
+            if interrupted:
+                status = "interrupted"
+            else:
+                status = oc.FAILED
+                error = error or "run cancelled"
+        nursery.cancel_scope.cancel()
+
+    return _finish(runtime, scope, status, error, started)
+
+
+class _SetupFailed(Exception):
+    pass
+
+
+async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> None:
+    from fabro_git.handlers.command import argv_for, run_script
+
+    commands = list(manifest.settings.get("setup_commands") or [])
+    if not commands:
+        return
+    emit = runtime.emit
+    emit("setup.started", command_count=len(commands))
+    t0 = time.monotonic()
+    logs = runtime.scratch / "setup"
+    logs.mkdir(parents=True, exist_ok=True)
+    for index, command in enumerate(commands):
+        emit("setup.command.started", command=command, index=index)
+        c0 = time.monotonic()
+        out, err = logs / f"{index}.stdout", logs / f"{index}.stderr"
+        code, _timed_out = await run_script(
+            argv_for(command, "shell"), cwd=worktree, stdout=out, stderr=err, env=dict(os.environ), timeout=None
+        )
+        exit_code = -1 if code is None else code
+        if exit_code != 0:
+            stderr = err.read_bytes()[-4000:].decode("utf-8", "replace")
+            emit("setup.failed", command=command, index=index, exit_code=exit_code, stderr=stderr)
+            raise _SetupFailed(f"setup command {index + 1} ({command!r}) exited with status {exit_code}")
+        emit("setup.command.completed", command=command, index=index, exit_code=exit_code,
+             duration_ms=int((time.monotonic() - c0) * 1000))
+    emit("setup.completed", duration_ms=int((time.monotonic() - t0) * 1000))
+
+
+def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, started: float) -> RunResult:
+    cp = runtime.cp
+    emit = runtime.emit
+    recorder = runtime.recorder
+    manifest = runtime.manifest
+    duration_ms = int((time.monotonic() - started) * 1000)
+    cp.context_values = msgspec.json.decode(msgspec.json.encode(scope.context.snapshot(), enc_hook=str))
+    cp.timestamp = now_iso()
+    cp.active_ms = runtime.active_ms()
+    final_sha = recorder.run_tip if recorder else None
+    if status == "interrupted":
+        # The stage in flight did not finish: resume runs it again from a clean worktree.
+        current = scope.context.get("current_node")
+        if current and cp.next_node_id != current and cp.current_node != current:
+            cp.next_node_id = current
+        emit("run.notice", level="warn", code="interrupted",
+             message=f"run interrupted; continue it with `git fabro resume {runtime.run_id}`")
+    elif status == oc.FAILED:
+        current = scope.context.get("current_node")
+        if current:
+            cp.next_node_id = current
+        cp.error = error
+        emit("run.failed", error=error or "run failed", duration_ms=cp.active_ms, git_commit_sha=final_sha)
+    else:
+        cp.finished_at = cp.timestamp
+        emit("run.completed", duration_ms=cp.active_ms, artifact_count=cp.artifact_count, status=status,
+             final_git_commit_sha=final_sha)
+    cp.status = status
+    cp.pending_commit = None
+    if status in (oc.SUCCEEDED, oc.PARTIAL) and recorder is not None and recorder.worktree is not None:
+        emit("sandbox.cleanup.started", provider="local")
+        c0 = time.monotonic()
+        try:
+            wt.remove_worktree(runtime.repo, recorder.worktree)
+            emit("sandbox.cleanup.completed", provider="local", duration_ms=int((time.monotonic() - c0) * 1000))
+        except FabroError as exc:
+            emit("sandbox.cleanup.failed", provider="local", error=str(exc))
+    if recorder is not None:
+        files = dict(runtime.pending_files)
+        runtime.pending_files = {}
+        recorder.snapshot("finalize", f"finalize {status}", cp, files)
+    del duration_ms
+    return RunResult(
+        runtime.run_id,
+        status,
+        manifest.run_branch,
+        manifest.meta_ref,
+        final_sha,
+        error,
+    )
+
+
+def write_json_result(result: RunResult) -> None:
+    sys.stdout.write(msgspec.json.encode(result.to_json()).decode() + "\n")
+    sys.stdout.flush()
+
+
+def check_options(options: Options, graph: Graph) -> None:
+    if options.dry_run:
+        return
+    llm = [n.id for n in graph.nodes.values() if n.handler_type in ("agent", "prompt", "codergen")]
+    if llm:
+        raise ConfigError(
+            f"this workflow has LLM stages ({', '.join(llm)}), and this version has no model backend yet",
+            hint="run it with --dry-run to simulate them",
+        )

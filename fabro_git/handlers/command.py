@@ -1,0 +1,158 @@
+"""Command nodes: run a script in the worktree.
+
+Output streams straight to files in the stage's scratch dir, so a command that prints a
+gigabyte costs disk, not memory; the context gets a bounded excerpt (head and tail) and
+the meta ref a capped copy. The command runs in its own process group, so a timeout or
+Ctrl-C stops everything it started, not just the shell.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import trio
+
+from fabro_git.engine import outcome as oc
+from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.stage import StageRequest
+from fabro_git.errors import WorkflowError
+
+CONTEXT_LIMIT = 100_000  # bytes of each stream kept in the context
+META_LIMIT = 1_000_000  # bytes of each stream kept on the meta ref
+KILL_GRACE = 2.0
+
+
+def excerpt(path: Path, limit: int) -> bytes:
+    """The whole file when small, else its head and tail around an omission marker."""
+    size = path.stat().st_size
+    with path.open("rb") as fh:
+        if size <= limit:
+            return fh.read()
+        half = limit // 2
+        head = fh.read(half)
+        fh.seek(size - half)
+        tail = fh.read()
+    marker = f"\n[... {size - 2 * half} bytes omitted ...]\n".encode()
+    return head + marker + tail
+
+
+def argv_for(script: str, language: str) -> list[str]:
+    if language == "python":
+        return [sys.executable, "-c", script]
+    shell = shutil.which("bash") or "/bin/sh"
+    return [shell, "-c", script]
+
+
+async def run_script(
+    argv: list[str],
+    *,
+    cwd: Path,
+    stdout: Path,
+    stderr: Path,
+    env: dict[str, str],
+    timeout: float | None,
+) -> tuple[int | None, bool]:
+    """Run to completion; returns (exit code or None when killed, timed out?)."""
+    with stdout.open("wb") as out, stderr.open("wb") as err:
+        process = await trio.lowlevel.open_process(
+            argv,
+            cwd=str(cwd),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            env=env,
+            start_new_session=True,
+        )
+    timed_out = False
+    try:
+        with trio.move_on_after(timeout if timeout else float("inf")) as scope:
+            await process.wait()
+        if scope.cancelled_caught:
+            timed_out = True
+            await _stop_group(process)
+    except BaseException:
+        with trio.CancelScope(shield=True):
+            await _stop_group(process)
+        raise
+    return (None if timed_out else process.returncode), timed_out
+
+
+async def _stop_group(process: trio.Process) -> None:
+    for sig, grace in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, 5.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+        with trio.move_on_after(grace):
+            await process.wait()
+            return
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+async def execute(req: StageRequest) -> Outcome:
+    node = req.node
+    script = node.get("script") or node.get("tool_command")
+    if not script:
+        raise WorkflowError(
+            f"command node {node.id!r} has no script; add script=\"...\"",
+            path=req.graph.path,
+            line=node.line,
+            column=node.column,
+        )
+    language = (node.get("language") or "shell").lower()
+    if language not in ("shell", "python"):
+        raise WorkflowError(
+            f"command node {node.id!r}: language must be shell or python, not {language!r}",
+            path=req.graph.path,
+            line=node.line,
+            column=node.column,
+        )
+    timeout = node.get_duration("timeout", None)
+    stdout_path = req.stage_dir / "stdout.log"
+    stderr_path = req.stage_dir / "stderr.log"
+    env = dict(os.environ)
+    env.update(
+        FABRO_RUN_ID=req.runtime.run_id,
+        FABRO_NODE_ID=node.id,
+        FABRO_STAGE_ID=req.stage_id,
+        FABRO_WORKTREE=str(req.worktree),
+    )
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_WORK_TREE", None)
+    env.pop("GIT_INDEX_FILE", None)
+    started = time.monotonic()
+    code, timed_out = await run_script(
+        argv_for(script, language),
+        cwd=req.worktree,
+        stdout=stdout_path,
+        stderr=stderr_path,
+        env=env,
+        timeout=timeout,
+    )
+    elapsed = time.monotonic() - started
+    out = excerpt(stdout_path, CONTEXT_LIMIT)
+    err = excerpt(stderr_path, CONTEXT_LIMIT)
+    req.files["script.sh" if language == "shell" else "script.py"] = script.encode()
+    req.files["stdout.log"] = excerpt(stdout_path, META_LIMIT)
+    req.files["stderr.log"] = excerpt(stderr_path, META_LIMIT)
+    updates = {"command.output": _text(out), "command.stderr": _text(err)}
+    if timed_out:
+        return Outcome.failure(
+            f"command timed out after {timeout:g}s",
+            oc.TRANSIENT,
+            context_updates=updates,
+        )
+    notes = f"exit code {code} after {elapsed:.2f}s"
+    if code == 0:
+        return Outcome.success(context_updates=updates, notes=notes)
+    last = _text(err).strip().splitlines()[-1:] or _text(out).strip().splitlines()[-1:]
+    detail = f": {last[0][:200]}" if last else ""
+    return Outcome.failure(f"command exited with status {code}{detail}", oc.DETERMINISTIC, context_updates=updates, notes=notes)

@@ -1,0 +1,106 @@
+"""Human gates: the outgoing edge labels are the choices; the answer becomes the
+preferred label the engine routes on. No answer means failure, never a silent pass."""
+
+from __future__ import annotations
+
+import time
+
+import trio
+
+from fabro_git.engine.edges import accelerator_key, normalize_label
+from fabro_git.engine.interviewer import Choice, Question
+from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.stage import StageRequest
+
+
+def _choices(req: StageRequest) -> list[Choice]:
+    result = []
+    for edge in req.graph.outgoing(req.node.id):
+        label = edge.label or edge.target
+        result.append(Choice(accelerator_key(label), label, edge.target, edge.freeform))
+    return result
+
+
+def match(answer: str, choices: list[Choice]) -> Choice | None:
+    text = answer.strip()
+    fixed = [c for c in choices if not c.freeform]
+    for c in fixed:
+        if c.key and text.lower() == c.key.lower():
+            return c
+    for c in fixed:
+        if normalize_label(text) == normalize_label(c.label) or text == c.target:
+            return c
+    return None
+
+
+async def execute(req: StageRequest) -> Outcome:
+    node = req.node
+    choices = _choices(req)
+    default_name = node.get("human.default_choice")
+    default = None
+    if default_name:
+        default = match(default_name, choices) or next((c for c in choices if c.target == default_name), None)
+    question = Question(text=node.get("question") or node.label, choices=choices, default=default)
+    question_type = "freeform" if any(c.freeform for c in choices) and len(choices) == 1 else "multiple_choice"
+    if len(choices) == 2 and question_type == "multiple_choice":
+        question_type = "approval"
+    runtime = req.runtime
+    runtime.emit(
+        "interview.started",
+        question=question.text,
+        question_type=question_type,
+        node_id=node.id,
+        node_label=node.label,
+        stage_id=req.stage_id,
+    )
+    started = time.monotonic()
+    timeout = node.get_duration("human.timeout", None) or node.get_duration("timeout", None)
+    answer: str | None = None
+    timed_out = False
+    with trio.move_on_after(timeout if timeout else float("inf")) as scope:
+        answer = await runtime.interviewer.ask(question)
+    waited = int((time.monotonic() - started) * 1000)
+    if scope.cancelled_caught:
+        timed_out = True
+        runtime.emit(
+            "interview.timeout",
+            question=question.text,
+            duration_ms=waited,
+            node_id=node.id,
+            node_label=node.label,
+            stage_id=req.stage_id,
+        )
+        if default is not None:
+            answer = default.label
+    if answer is None:
+        reason = "timed out" if timed_out else "was not answered"
+        return Outcome.failure(f"human gate {node.id!r} {reason}; failing closed", "canceled")
+    runtime.emit(
+        "interview.completed",
+        question=question.text,
+        answer=answer,
+        duration_ms=waited,
+        node_id=node.id,
+        node_label=node.label,
+        stage_id=req.stage_id,
+    )
+    chosen = match(answer, choices)
+    text = None
+    if chosen is None:
+        chosen = next((c for c in choices if c.freeform), None)
+        text = answer
+    if chosen is None:
+        options = ", ".join(c.label for c in choices)
+        return Outcome.failure(f"human gate {node.id!r}: answer {answer!r} matches none of: {options}", "deterministic")
+    updates: dict[str, object] = {
+        "human.gate.selected": "freeform" if chosen.freeform else (chosen.key or chosen.label),
+        "human.gate.label": chosen.label,
+    }
+    if text is not None:
+        updates["human.gate.text"] = text
+    return Outcome.success(
+        preferred_label=chosen.label,
+        suggested_next_ids=[chosen.target],
+        context_updates=updates,
+        notes=f"answered {answer!r}",
+    )

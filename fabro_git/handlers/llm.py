@@ -1,0 +1,127 @@
+"""Prompt and agent nodes.
+
+Real providers arrive with the LLM stages; until then the only backend is `--dry-run`'s
+simulator, which is labelled as such everywhere it shows and exercises the whole stage
+contract (prompt assembly, `prompt.md`/`response.md`, context keys, routing directives)
+so every workflow can be run end to end.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fabro_git.engine.outcome import Outcome, normalize_status
+from fabro_git.engine.stage import StageRequest
+from fabro_git.errors import ConfigError
+
+ROUTING_FIELDS = ("outcome", "failure_reason", "preferred_next_label", "suggested_next_ids", "context_updates")
+
+
+def build_prompt(req: StageRequest) -> str:
+    from fabro_git.workflow.templates import load_prompt, render
+
+    runtime = req.runtime
+    text = load_prompt(req.node, req.graph) or req.node.label
+    body = render(text, goal=runtime.manifest.goal, inputs=runtime.manifest.inputs)
+    return preamble(req) + body
+
+
+def preamble(req: StageRequest) -> str:
+    fidelity = req.node.get("fidelity") or req.graph.attrs.get("default_fidelity") or "compact"
+    goal = req.runtime.manifest.goal
+    lines = [f"Goal: {goal}" if goal else f"Run: {req.runtime.run_id}"]
+    if fidelity in ("truncate", "full"):
+        return "\n".join(lines) + "\n\n"
+    outcomes = req.scope.outcomes
+    if outcomes:
+        lines += ["", "## Completed stages"]
+        for node_id, record in outcomes.items():
+            lines.append(f"- **{node_id}**: {record.get('status')}")
+            if record.get("files_touched"):
+                lines.append("  - Files: " + ", ".join(record["files_touched"]))
+    public = {k: v for k, v in req.context.items() if not k.startswith(("internal.", "graph.", "response.", "command.", "current_node", "human.gate"))}
+    if public and fidelity != "summary:low":
+        lines += ["", "## Context"]
+        for key, value in sorted(public.items()):
+            lines.append(f"- {key}: {str(value)[:200]}")
+    return "\n".join(lines) + "\n\n"
+
+
+def extract_directives(text: str) -> dict[str, Any] | None:
+    """The last balanced JSON object in `text` that carries a routing field."""
+    found: dict[str, Any] | None = None
+    depth = 0
+    start = -1
+    in_string = False
+    escape = False
+    for i, ch in enumerate(text):
+        if in_string:
+            if escape:
+                escape = False
+            elif ch == "\\":
+                escape = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == '"' and depth > 0:
+            in_string = True
+        elif ch == "{":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif ch == "}" and depth > 0:
+            depth -= 1
+            if depth == 0:
+                try:
+                    obj = json.loads(text[start : i + 1])
+                except ValueError:
+                    continue
+                if isinstance(obj, dict) and any(k in obj for k in ROUTING_FIELDS):
+                    found = obj
+    return found
+
+
+def outcome_from_response(node_id: str, response: str) -> Outcome:
+    directives = extract_directives(response) or {}
+    status = normalize_status(str(directives.get("outcome", "succeeded"))) or "succeeded"
+    updates: dict[str, Any] = {
+        "last_stage": node_id,
+        "last_response": response[:200],
+        f"response.{node_id}": response,
+    }
+    extra = directives.get("context_updates")
+    if isinstance(extra, dict):
+        updates.update(extra)
+    suggested = directives.get("suggested_next_ids")
+    return Outcome(
+        status=status,
+        error=str(directives["failure_reason"]) if status == "failed" and directives.get("failure_reason") else None,
+        preferred_label=directives.get("preferred_next_label"),
+        suggested_next_ids=[str(s) for s in suggested] if isinstance(suggested, list) else [],
+        context_updates=updates,
+        response=response,
+    )
+
+
+async def execute(req: StageRequest) -> Outcome:
+    node = req.node
+    runtime = req.runtime
+    if not runtime.options.dry_run:
+        raise ConfigError(
+            f"node {node.id!r} is an LLM stage, and this version has no model backend yet",
+            hint="run with --dry-run to simulate LLM stages",
+        )
+    prompt = build_prompt(req)
+    runtime.emit("stage.prompt", text=prompt, node_id=node.id, node_label=node.label, stage_id=req.stage_id)
+    scripted = node.get("dry_run.response")
+    if scripted is not None:
+        response = scripted
+    else:
+        first = next((ln for ln in prompt.splitlines()[::-1] if ln.strip()), "")
+        response = f"[dry-run] simulated {node.handler_type} response for {node.id}: {first[:120]}"
+    req.files["prompt.md"] = prompt.encode()
+    req.files["response.md"] = response.encode()
+    result = outcome_from_response(node.id, response)
+    result.notes = "dry-run: simulated backend"
+    return result
