@@ -1,0 +1,58 @@
+"""The workflow language: DOT source in, a checked `Graph` out.
+
+`load` is the one way the rest of git fabro reads a workflow file. It turns every way a
+file can be unusable (missing, a directory, not UTF-8, not DOT, a syntax error) into a
+`WorkflowError` that names the file and position, so no caller needs its own handling.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fabro_git.errors import WorkflowError
+from fabro_git.workflow.model import Edge, Graph, Node
+from fabro_git.workflow.parser import parse
+from fabro_git.workflow.validation import Diagnostic, has_errors, validate
+
+__all__ = ["Diagnostic", "Edge", "Graph", "Node", "has_errors", "load", "parse", "validate"]
+
+
+def load(path: Path) -> Graph:
+    """Read and parse a workflow file (stylesheet applied, not yet validated)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise WorkflowError(
+            "no such file", path=path, hint="check the path, or run `git fabro validate` on it"
+        ) from None
+    except IsADirectoryError:
+        raise WorkflowError("is a directory, not a workflow file", path=path) from None
+    except PermissionError:
+        raise WorkflowError("permission denied", path=path) from None
+    except OSError as exc:
+        raise WorkflowError(f"cannot read file: {exc.strerror or exc}", path=path) from None
+    if b"\x00" in data:
+        offset = data.index(b"\x00")
+        line, column = _position(data, offset)
+        raise WorkflowError(
+            "this is a binary file, not a DOT workflow", path=path, line=line, column=column
+        )
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line, column = _position(data, exc.start)
+        raise WorkflowError(
+            f"not valid UTF-8 (byte 0x{data[exc.start]:02x}); save the workflow as UTF-8",
+            path=path,
+            line=line,
+            column=column,
+        ) from None
+    return parse(text, path)
+
+
+def _position(data: bytes, offset: int) -> tuple[int, int]:
+    line_start = data.rfind(b"\n", 0, offset) + 1
+    line = data.count(b"\n", 0, offset) + 1
+    column = len(data[line_start:offset].decode("utf-8", errors="replace")) + 1
+    return line, column

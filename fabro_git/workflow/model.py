@@ -1,0 +1,313 @@
+"""The parsed workflow: nodes, edges and the graph that holds them.
+
+Attribute values stay as the strings the author wrote. Interpretation happens in typed
+accessors (`get_int`, `get_duration`, ...) at the point of use, so a malformed value is
+reported with the exact file position of the attribute that carries it, and the engine,
+the validator and `git fabro graph` all read the same values the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fabro_git.errors import WorkflowError
+
+# Handler types, as the engine dispatches on them.
+START = "start"
+EXIT = "exit"
+AGENT = "agent"
+PROMPT = "prompt"
+COMMAND = "command"
+HUMAN = "human"
+CONDITIONAL = "conditional"
+PARALLEL = "parallel"
+FAN_IN = "parallel.fan_in"
+WAIT = "wait"
+MANAGER_LOOP = "stack.manager_loop"
+
+HANDLER_TYPES: frozenset[str] = frozenset(
+    {START, EXIT, AGENT, PROMPT, COMMAND, HUMAN, CONDITIONAL, PARALLEL, FAN_IN, WAIT, MANAGER_LOOP}
+)
+LLM_TYPES: frozenset[str] = frozenset({AGENT, PROMPT})
+
+SHAPE_TO_TYPE: dict[str, str] = {
+    "Mdiamond": START,
+    "Msquare": EXIT,
+    "box": AGENT,
+    "tab": PROMPT,
+    "parallelogram": COMMAND,
+    "hexagon": HUMAN,
+    "diamond": CONDITIONAL,
+    "component": PARALLEL,
+    "tripleoctagon": FAN_IN,
+    "insulator": WAIT,
+    "house": MANAGER_LOOP,
+}
+
+# Names the Attractor spec uses for the same handlers; `type=` accepts them too.
+TYPE_ALIASES: dict[str, str] = {
+    "codergen": AGENT,
+    "wait.human": HUMAN,
+    "tool": COMMAND,
+    "fan_in": FAN_IN,
+}
+
+START_IDS = frozenset({"start", "Start"})
+EXIT_IDS = frozenset({"exit", "Exit", "end", "End"})
+
+DEFAULT_SHAPE = "box"
+
+_DURATION_RE = re.compile(r"^\s*(-?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_TRUE = frozenset({"true", "yes", "1", "on"})
+_FALSE = frozenset({"false", "no", "0", "off"})
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds for `250ms`, `30s`, `15m`, `2h`, `1d` or a bare number of seconds."""
+    match = _DURATION_RE.match(text)
+    if not match:
+        return None
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def parse_bool(text: str) -> bool | None:
+    lowered = text.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    return None
+
+
+class _Attributed:
+    """Typed reads of string attributes, failing with the attribute's position."""
+
+    attrs: dict[str, str]
+    positions: dict[str, tuple[int, int]]
+
+    def _describe(self) -> str:
+        raise NotImplementedError
+
+    def _location(self, key: str) -> tuple[Path | None, int | None, int | None]:
+        raise NotImplementedError
+
+    def _bad_value(self, key: str, value: str, expected: str) -> WorkflowError:
+        path, line, column = self._location(key)
+        return WorkflowError(
+            f"{self._describe()}: {key}={value!r} is not {expected}",
+            path=path,
+            line=line,
+            column=column,
+        )
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.attrs.get(key, default)
+
+    def get_int(self, key: str, default: int) -> int:
+        value = self.attrs.get(key)
+        if value is None or value.strip() == "":
+            return default
+        try:
+            return int(value.strip(), 10)
+        except ValueError:
+            raise self._bad_value(key, value, "an integer") from None
+
+    def get_float(self, key: str, default: float) -> float:
+        value = self.attrs.get(key)
+        if value is None or value.strip() == "":
+            return default
+        try:
+            result = float(value.strip())
+        except ValueError:
+            raise self._bad_value(key, value, "a number") from None
+        if result != result or result in (float("inf"), float("-inf")):
+            raise self._bad_value(key, value, "a finite number")
+        return result
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        value = self.attrs.get(key)
+        if value is None or value.strip() == "":
+            return default
+        result = parse_bool(value)
+        if result is None:
+            raise self._bad_value(key, value, "a boolean (true or false)")
+        return result
+
+    def get_duration(self, key: str, default: float | None) -> float | None:
+        value = self.attrs.get(key)
+        if value is None or value.strip() == "":
+            return default
+        result = parse_duration(value)
+        if result is None:
+            raise self._bad_value(key, value, "a duration such as 250ms, 30s, 15m, 2h or 1d")
+        return result
+
+
+@dataclass(eq=False)
+class Node(_Attributed):
+    """One step of the workflow, as declared (or as first referenced by an edge)."""
+
+    id: str
+    attrs: dict[str, str] = field(default_factory=dict)
+    line: int = 0
+    column: int = 0
+    classes: list[str] = field(default_factory=list)
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # False for a node that only ever appears as an edge endpoint.
+    declared: bool = True
+    # Attribute keys whose values came from the model stylesheet, not the file.
+    styled: set[str] = field(default_factory=set)
+    path: Path | None = None
+
+    def _describe(self) -> str:
+        return f"node {self.id!r}"
+
+    def _location(self, key: str) -> tuple[Path | None, int | None, int | None]:
+        line, column = self.positions.get(key, (self.line, self.column))
+        return self.path, line, column
+
+    @property
+    def shape(self) -> str:
+        return self.attrs.get("shape") or DEFAULT_SHAPE
+
+    @property
+    def explicit_type(self) -> str | None:
+        value = self.attrs.get("type", "").strip()
+        return value or None
+
+    @property
+    def handler_type(self) -> str:
+        """The handler that runs this node.
+
+        An explicit `type=` wins (Attractor's names are accepted as aliases); an
+        unknown explicit type is returned as written so the engine can name it. Then
+        the shape decides, except that a node called `start` or `exit` (and friends)
+        with no shape of its own, or the default `box`, is a start or exit node.
+        An unknown shape runs as an agent; the validator warns about it.
+        """
+        explicit = self.explicit_type
+        if explicit is not None:
+            return TYPE_ALIASES.get(explicit, explicit)
+        shape = self.attrs.get("shape")
+        if shape is None or shape == DEFAULT_SHAPE:
+            if self.id in START_IDS:
+                return START
+            if self.id in EXIT_IDS:
+                return EXIT
+        return SHAPE_TO_TYPE.get(self.shape, AGENT)
+
+    @property
+    def label(self) -> str:
+        return self.attrs.get("label") or self.id
+
+    @property
+    def prompt(self) -> str | None:
+        value = self.attrs.get("prompt")
+        return value if value else None
+
+
+@dataclass(eq=False)
+class Edge(_Attributed):
+    """A transition from `source` to `target`; one per pair of a chained statement."""
+
+    source: str
+    target: str
+    attrs: dict[str, str] = field(default_factory=dict)
+    line: int = 0
+    column: int = 0
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    path: Path | None = None
+
+    def _describe(self) -> str:
+        return f"edge {self.source} -> {self.target}"
+
+    def _location(self, key: str) -> tuple[Path | None, int | None, int | None]:
+        line, column = self.positions.get(key, (self.line, self.column))
+        return self.path, line, column
+
+    @property
+    def label(self) -> str | None:
+        value = self.attrs.get("label")
+        return value if value else None
+
+    @property
+    def condition(self) -> str | None:
+        value = self.attrs.get("condition", "").strip()
+        return value or None
+
+    @property
+    def weight(self) -> int:
+        return self.get_int("weight", 0)
+
+    @property
+    def loop_restart(self) -> bool:
+        return self.get_bool("loop_restart", False)
+
+    @property
+    def freeform(self) -> bool:
+        return self.get_bool("freeform", False)
+
+
+@dataclass(eq=False)
+class Subgraph:
+    """A `subgraph { }` block: kept for rendering clusters, flattened for execution."""
+
+    name: str | None
+    attrs: dict[str, str]
+    node_ids: list[str]
+    line: int
+    column: int
+    children: list[Subgraph] = field(default_factory=list)
+
+    @property
+    def label(self) -> str | None:
+        return self.attrs.get("label") or None
+
+
+@dataclass(eq=False)
+class Graph(_Attributed):
+    """A whole workflow file."""
+
+    name: str
+    attrs: dict[str, str] = field(default_factory=dict)
+    nodes: dict[str, Node] = field(default_factory=dict)
+    edges: list[Edge] = field(default_factory=list)
+    path: Path | None = None
+    source: str = ""
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    line: int = 1
+    column: int = 1
+    subgraphs: list[Subgraph] = field(default_factory=list)
+
+    def _describe(self) -> str:
+        return f"graph {self.name!r}"
+
+    def _location(self, key: str) -> tuple[Path | None, int | None, int | None]:
+        line, column = self.positions.get(key, (self.line, self.column))
+        return self.path, line, column
+
+    @property
+    def goal(self) -> str:
+        return self.attrs.get("goal", "")
+
+    def start_node(self) -> Node | None:
+        for node in self.nodes.values():
+            if node.handler_type == START:
+                return node
+        return None
+
+    def exit_nodes(self) -> list[Node]:
+        return [node for node in self.nodes.values() if node.handler_type == EXIT]
+
+    def outgoing(self, node_id: str) -> list[Edge]:
+        return [edge for edge in self.edges if edge.source == node_id]
+
+    def incoming(self, node_id: str) -> list[Edge]:
+        return [edge for edge in self.edges if edge.target == node_id]
+
+    def iter_nodes(self) -> Iterator[Node]:
+        return iter(self.nodes.values())

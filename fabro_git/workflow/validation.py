@@ -1,0 +1,968 @@
+"""Lint rules: catch a broken workflow before a run spends time and tokens on it.
+
+Each rule is a small function over the parsed graph that yields `Diagnostic`s with the
+file position of the node, edge or attribute at fault. Errors stop `git fabro run`;
+warnings are printed and the run goes ahead.
+
+Choices worth knowing:
+
+- Edges create the nodes they name (as in Graphviz), so `edge_target_exists` can only
+  fire for graphs built in code, not for parsed files.
+- `all_conditional_edges` does not reject every node whose edges all carry conditions,
+  only those where some run could find no edge to follow. It tries every outcome the
+  node's handler can report, crossed with a handful of values per context key taken
+  from the conditions themselves (and the values around numeric thresholds), and
+  reports the first combination that matches no edge. `outcome=succeeded` beside
+  `outcome!=succeeded` is therefore fine; `outcome=succeeded` beside `outcome=failed`
+  on an agent is not, since an agent may also finish `partially_succeeded`.
+- `orphan_custom_outcome` is about values rather than coverage: a condition testing an
+  outcome no stage ever reports (`outcome=passed`) on a node with no unconditional
+  fallback.
+- A few rules beyond the usual set: `attribute_value` (a typed attribute that does not
+  parse, which would otherwise fail mid-run), `command_requires_script` and
+  `selection_valid`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from fabro_git.workflow import catalogue
+from fabro_git.workflow.conditions import (
+    STANDARD_OUTCOMES,
+    Condition,
+    ConditionError,
+    normalize_outcome,
+    parse_condition,
+)
+from fabro_git.workflow.model import (
+    AGENT,
+    COMMAND,
+    EXIT,
+    HANDLER_TYPES,
+    HUMAN,
+    LLM_TYPES,
+    PARALLEL,
+    SHAPE_TO_TYPE,
+    START,
+    TYPE_ALIASES,
+    WAIT,
+    Edge,
+    Graph,
+    Node,
+    parse_bool,
+    parse_duration,
+)
+from fabro_git.workflow.stylesheet import StylesheetError, parse_stylesheet
+from fabro_git.workflow.templates import (
+    TemplateError,
+    is_file_ref,
+    is_known_variable,
+    resolve_file_ref,
+    template_variables,
+)
+
+ERROR = "error"
+WARNING = "warning"
+INFO = "info"
+
+FIDELITY_MODES: tuple[str, ...] = (
+    "full",
+    "truncate",
+    "compact",
+    "summary:low",
+    "summary:medium",
+    "summary:high",
+)
+SELECTION_MODES: tuple[str, ...] = ("deterministic", "random")
+
+# Attributes whose values must parse as a given type, by where they are written.
+NODE_INTS: tuple[str, ...] = (
+    "max_visits",
+    "max_retries",
+    "max_tokens",
+    "max_parallel",
+    "manager.max_cycles",
+)
+NODE_BOOLS: tuple[str, ...] = ("goal_gate", "auto_status", "allow_partial", "project_memory")
+NODE_DURATIONS: tuple[str, ...] = ("timeout", "duration", "manager.poll_interval")
+EDGE_INTS: tuple[str, ...] = ("weight",)
+EDGE_BOOLS: tuple[str, ...] = ("loop_restart", "freeform")
+GRAPH_INTS: tuple[str, ...] = (
+    "default_max_retries",
+    "default_max_retry",
+    "max_node_visits",
+    "loop_restart_signature_limit",
+)
+GRAPH_DURATIONS: tuple[str, ...] = ("stall_timeout",)
+
+# Combinations tried by all_conditional_edges before it gives up proving coverage.
+_MAX_CASES = 4096
+
+
+@dataclass(frozen=True)
+class Diagnostic:
+    rule: str
+    severity: str  # "error", "warning" or "info"
+    message: str
+    node_id: str | None = None
+    edge: tuple[str, str] | None = None
+    line: int | None = None
+    column: int | None = None
+
+
+def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
+    return any(d.severity == ERROR for d in diagnostics)
+
+
+class _Check:
+    """Shared state for one validation pass: parsed conditions, the stylesheet."""
+
+    def __init__(self, graph: Graph, known_models: set[str] | frozenset[str] | None) -> None:
+        self.graph = graph
+        self.known_models = catalogue.KNOWN_MODELS if known_models is None else known_models
+        self.conditions: dict[int, Condition] = {}
+        self.bad_conditions: set[int] = set()
+        for index, edge in enumerate(graph.edges):
+            text = edge.condition
+            if text is None:
+                continue
+            try:
+                self.conditions[index] = parse_condition(text)
+            except ConditionError:
+                self.bad_conditions.add(index)
+
+    # Positions --------------------------------------------------------------------
+
+    def value_position(
+        self, where: tuple[int, int] | None, offset: int = 0
+    ) -> tuple[int | None, int | None]:
+        """File position of character `offset` of the value written at `where`.
+
+        Walks the source as the tokenizer does, so escapes and line continuations
+        inside a quoted string map back to the right line and column.
+        """
+        if where is None:
+            return None, None
+        line, column = where
+        lines = self.graph.source.split("\n")
+        if not 1 <= line <= len(lines):
+            return line, column
+        # Index of the token in the whole source.
+        pos = sum(len(text) + 1 for text in lines[: line - 1]) + column - 1
+        source = self.graph.source
+        if pos >= len(source) or source[pos] != '"':
+            return line, column + offset
+        pos += 1
+        column += 1
+        remaining = offset
+        while pos < len(source) and remaining > 0 and source[pos] != '"':
+            if source[pos] == "\\" and source[pos + 1 : pos + 2] == "\n":
+                pos += 2
+                line += 1
+                column = 1
+                continue
+            step = (
+                2
+                if source[pos] == "\\" and source[pos + 1 : pos + 2] in ('"', "\\", "n", "t")
+                else 1
+            )
+            if source[pos] == "\n":
+                line += 1
+                column = 1
+            else:
+                column += step
+            pos += step
+            remaining -= 1
+        return line, column
+
+    def node_pos(self, node: Node, key: str | None = None) -> tuple[int | None, int | None]:
+        if key is not None and key in node.positions:
+            return node.positions[key]
+        return node.line, node.column
+
+    def edge_pos(self, edge: Edge, key: str | None = None) -> tuple[int | None, int | None]:
+        if key is not None and key in edge.positions:
+            return edge.positions[key]
+        return edge.line, edge.column
+
+    def graph_pos(self, key: str | None = None) -> tuple[int | None, int | None]:
+        if key is not None and key in self.graph.positions:
+            return self.graph.positions[key]
+        return self.graph.line, self.graph.column
+
+    # Diagnostics builders -----------------------------------------------------------
+
+    @staticmethod
+    def on_node(
+        rule: str, severity: str, message: str, node: Node, pos: tuple[int | None, int | None]
+    ) -> Diagnostic:
+        return Diagnostic(rule, severity, message, node.id, None, pos[0], pos[1])
+
+    @staticmethod
+    def on_edge(
+        rule: str, severity: str, message: str, edge: Edge, pos: tuple[int | None, int | None]
+    ) -> Diagnostic:
+        return Diagnostic(rule, severity, message, None, (edge.source, edge.target), pos[0], pos[1])
+
+    @staticmethod
+    def on_graph(
+        rule: str, severity: str, message: str, pos: tuple[int | None, int | None]
+    ) -> Diagnostic:
+        return Diagnostic(rule, severity, message, None, None, pos[0], pos[1])
+
+
+Rule = Callable[[_Check], Iterator[Diagnostic]]
+
+
+# Structure ------------------------------------------------------------------------------
+
+
+def _start_node(check: _Check) -> Iterator[Diagnostic]:
+    starts = [n for n in check.graph.nodes.values() if n.handler_type == START]
+    if not starts:
+        yield check.on_graph(
+            "start_node",
+            ERROR,
+            "no start node: add one, e.g. start [shape=Mdiamond]",
+            check.graph_pos(),
+        )
+    for extra in starts[1:]:
+        names = ", ".join(repr(n.id) for n in starts)
+        yield check.on_node(
+            "start_node",
+            ERROR,
+            f"more than one start node ({names}): a workflow has exactly one",
+            extra,
+            check.node_pos(extra),
+        )
+
+
+def _terminal_node(check: _Check) -> Iterator[Diagnostic]:
+    exits = [n for n in check.graph.nodes.values() if n.handler_type == EXIT]
+    if not exits:
+        yield check.on_graph(
+            "terminal_node",
+            ERROR,
+            "no exit node: add one, e.g. exit [shape=Msquare]",
+            check.graph_pos(),
+        )
+    for extra in exits[1:]:
+        names = ", ".join(repr(n.id) for n in exits)
+        yield check.on_node(
+            "terminal_node",
+            ERROR,
+            f"more than one exit node ({names}): route every path to a single exit",
+            extra,
+            check.node_pos(extra),
+        )
+
+
+def _start_no_incoming(check: _Check) -> Iterator[Diagnostic]:
+    for node in check.graph.nodes.values():
+        if node.handler_type != START:
+            continue
+        for edge in check.graph.incoming(node.id):
+            yield check.on_edge(
+                "start_no_incoming",
+                ERROR,
+                f"edge {edge.source} -> {edge.target} enters the start node; nothing may "
+                "lead back to start",
+                edge,
+                check.edge_pos(edge),
+            )
+
+
+def _exit_no_outgoing(check: _Check) -> Iterator[Diagnostic]:
+    for node in check.graph.nodes.values():
+        if node.handler_type != EXIT:
+            continue
+        for edge in check.graph.outgoing(node.id):
+            yield check.on_edge(
+                "exit_no_outgoing",
+                ERROR,
+                f"edge {edge.source} -> {edge.target} leaves the exit node; a run ends at exit",
+                edge,
+                check.edge_pos(edge),
+            )
+
+
+def _edge_target_exists(check: _Check) -> Iterator[Diagnostic]:
+    for edge in check.graph.edges:
+        for end in (edge.source, edge.target):
+            if end not in check.graph.nodes:
+                yield check.on_edge(
+                    "edge_target_exists",
+                    ERROR,
+                    f"edge {edge.source} -> {edge.target} names {end!r}, which is not a node",
+                    edge,
+                    check.edge_pos(edge),
+                )
+
+
+def _reachability(check: _Check) -> Iterator[Diagnostic]:
+    graph = check.graph
+    starts = [n.id for n in graph.nodes.values() if n.handler_type == START]
+    if not starts:
+        return
+    adjacency: dict[str, list[str]] = {}
+    for edge in graph.edges:
+        adjacency.setdefault(edge.source, []).append(edge.target)
+    seen = set(starts)
+    frontier = list(starts)
+    while frontier:
+        current = frontier.pop()
+        for target in adjacency.get(current, ()):
+            if target not in seen:
+                seen.add(target)
+                frontier.append(target)
+    for node in graph.nodes.values():
+        if node.id not in seen:
+            yield check.on_node(
+                "reachability",
+                WARNING,
+                f"node {node.id!r} cannot be reached from the start node",
+                node,
+                check.node_pos(node),
+            )
+
+
+# Expressions -----------------------------------------------------------------------------
+
+
+def _condition_syntax(check: _Check) -> Iterator[Diagnostic]:
+    for index in sorted(check.bad_conditions):
+        edge = check.graph.edges[index]
+        text = edge.condition or ""
+        try:
+            parse_condition(text)
+        except ConditionError as err:
+            pos = check.value_position(edge.positions.get("condition"), err.offset)
+            yield check.on_edge(
+                "condition_syntax",
+                ERROR,
+                f"edge {edge.source} -> {edge.target}: bad condition {text!r}: {err.detail}",
+                edge,
+                pos,
+            )
+
+
+def _stylesheet_syntax(check: _Check) -> Iterator[Diagnostic]:
+    text = check.graph.attrs.get("model_stylesheet", "")
+    if not text.strip():
+        return
+    try:
+        parse_stylesheet(text)
+    except StylesheetError as err:
+        pos = check.value_position(check.graph.positions.get("model_stylesheet"), err.offset)
+        yield check.on_graph("stylesheet_syntax", ERROR, f"model_stylesheet: {err.detail}", pos)
+
+
+def _template_variable(check: _Check) -> Iterator[Diagnostic]:
+    graph = check.graph
+    seen: set[tuple[int | None, int | None, str]] = set()
+
+    def scan(
+        text: str, pos: tuple[int | None, int | None], owner: str
+    ) -> Iterator[tuple[tuple[int | None, int | None], str]]:
+        try:
+            names = template_variables(text)
+        except TemplateError as err:
+            yield pos, f"{owner}: {err.message}"
+            return
+        for name in sorted(names):
+            if name.startswith("%"):
+                message = (
+                    f"{owner}: unsupported template tag {{% {name[1:]} %}}; only {{% raw %}} exists"
+                )
+            elif is_known_variable(name):
+                continue
+            else:
+                message = (
+                    f"{owner}: unknown template variable {{{{ {name} }}}}; "
+                    "only {{ goal }} and {{ inputs.NAME }} exist"
+                )
+            key = (pos[0], pos[1], message.split(": ", 1)[1])
+            if key in seen:
+                continue
+            seen.add(key)
+            yield pos, message
+
+    for key, value in graph.attrs.items():
+        if key == "model_stylesheet":
+            continue
+        for pos, message in scan(value, check.graph_pos(key), f"graph attribute {key}"):
+            yield check.on_graph("template_variable", ERROR, message, pos)
+    for node in graph.nodes.values():
+        for key, value in node.attrs.items():
+            if key in node.styled:
+                continue
+            for pos, message in scan(value, check.node_pos(node, key), f"node {node.id!r} {key}"):
+                yield check.on_node("template_variable", ERROR, message, node, pos)
+        prompt = node.prompt
+        if prompt is not None and is_file_ref(prompt):
+            path = resolve_file_ref(prompt, graph.path)
+            if path is not None and path.is_file():
+                try:
+                    content = path.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue
+                owner = f"node {node.id!r} prompt file {path.name}"
+                for pos, message in scan(content, check.node_pos(node, "prompt"), owner):
+                    yield check.on_node("template_variable", ERROR, message, node, pos)
+    for edge in graph.edges:
+        for key, value in edge.attrs.items():
+            owner = f"edge {edge.source} -> {edge.target} {key}"
+            for pos, message in scan(value, check.edge_pos(edge, key), owner):
+                yield check.on_edge("template_variable", ERROR, message, edge, pos)
+
+
+def _attribute_value(check: _Check) -> Iterator[Diagnostic]:
+    def bad(value: str, kind: str) -> bool:
+        text = value.strip()
+        if not text:
+            return False
+        if kind == "int":
+            try:
+                int(text, 10)
+            except ValueError:
+                return True
+            return False
+        if kind == "bool":
+            return parse_bool(text) is None
+        return parse_duration(text) is None
+
+    expected = {
+        "int": "an integer",
+        "bool": "true or false",
+        "duration": "a duration such as 250ms, 30s, 15m, 2h or 1d",
+    }
+    graph = check.graph
+    for kind, keys in (("int", GRAPH_INTS), ("duration", GRAPH_DURATIONS)):
+        for key in keys:
+            value = graph.attrs.get(key)
+            if value is not None and bad(value, kind):
+                yield check.on_graph(
+                    "attribute_value",
+                    ERROR,
+                    f"graph attribute {key}={value!r} is not {expected[kind]}",
+                    check.graph_pos(key),
+                )
+    for node in graph.nodes.values():
+        for kind, keys in (("int", NODE_INTS), ("bool", NODE_BOOLS), ("duration", NODE_DURATIONS)):
+            for key in keys:
+                value = node.attrs.get(key)
+                if value is not None and bad(value, kind):
+                    yield check.on_node(
+                        "attribute_value",
+                        ERROR,
+                        f"node {node.id!r}: {key}={value!r} is not {expected[kind]}",
+                        node,
+                        check.node_pos(node, key),
+                    )
+    for edge in graph.edges:
+        for kind, keys in (("int", EDGE_INTS), ("bool", EDGE_BOOLS)):
+            for key in keys:
+                value = edge.attrs.get(key)
+                if value is not None and bad(value, kind):
+                    yield check.on_edge(
+                        "attribute_value",
+                        ERROR,
+                        f"edge {edge.source} -> {edge.target}: {key}={value!r} is not {expected[kind]}",
+                        edge,
+                        check.edge_pos(edge, key),
+                    )
+
+
+# Routing ---------------------------------------------------------------------------------
+
+
+def _possible_outcomes(node: Node) -> list[str]:
+    handler = node.handler_type
+    if handler in (COMMAND, HUMAN):
+        outcomes = ["succeeded", "failed"]
+    elif handler in (START, EXIT, WAIT):
+        outcomes = ["succeeded"]
+    elif handler == PARALLEL:
+        outcomes = ["succeeded", "partially_succeeded", "failed"]
+    else:
+        # Agents, prompts and everything else; a conditional node routes on the
+        # outcome it was handed, which may be any of them.
+        outcomes = list(STANDARD_OUTCOMES)
+    if _flag(node, "allow_partial") and "partially_succeeded" not in outcomes:
+        outcomes.append("partially_succeeded")
+    if _flag(node, "auto_status"):
+        outcomes = ["succeeded"] + (["skipped"] if "skipped" in outcomes else [])
+    return outcomes
+
+
+def _flag(node: Node, key: str) -> bool:
+    return parse_bool(node.attrs.get(key, "")) is True
+
+
+def _number(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value == value and abs(value) != float("inf") else None
+
+
+def _format_number(value: float) -> str:
+    return str(int(value)) if value.is_integer() else repr(value)
+
+
+def _candidate_values(conditions: list[Condition]) -> dict[str, list[str]]:
+    """For each key the conditions read, values that exercise each comparison."""
+    texts: dict[str, set[str]] = {}
+    numbers: dict[str, set[float]] = {}
+    for condition in conditions:
+        for clause in condition.clauses():
+            if clause.key == "outcome":
+                continue
+            key = clause.key
+            if key.startswith("context."):
+                key = key[len("context.") :]
+            values = texts.setdefault(key, {""})
+            if clause.op is None:
+                values.add("true")
+                continue
+            number = (
+                _number(clause.value) if clause.op in ("=", "!=", ">", "<", ">=", "<=") else None
+            )
+            if number is not None:
+                numbers.setdefault(key, set()).add(number)
+            values.add(clause.value)
+    out: dict[str, list[str]] = {}
+    for key, values in texts.items():
+        points = sorted(numbers.get(key, set()))
+        extra: set[float] = set()
+        for low, high in itertools.pairwise(points):
+            extra.add((low + high) / 2)
+        if points:
+            extra.add(points[0] - 1)
+            extra.add(points[-1] + 1)
+        values |= {_format_number(v) for v in extra}
+        out[key] = sorted(values)
+    return out
+
+
+def _uncovered_case(node: Node, conditions: list[Condition]) -> str | None:
+    """A description of a situation in which no condition holds, or None."""
+    candidates = _candidate_values(conditions)
+    preferred: set[str] = {""}
+    for condition in conditions:
+        for clause in condition.clauses():
+            if clause.key == "preferred_label" and clause.op is not None:
+                preferred.add(clause.value)
+    candidates.pop("preferred_label", None)
+    keys = sorted(candidates)
+    outcomes = _possible_outcomes(node)
+    total = len(outcomes) * len(preferred)
+    for key in keys:
+        total *= len(candidates[key])
+    if total > _MAX_CASES:
+        return "(too many combinations to prove that some edge always matches)"
+    for outcome in outcomes:
+        for label in sorted(preferred):
+            for combo in itertools.product(*(candidates[key] for key in keys)):
+                context = dict(zip(keys, combo, strict=True))
+                if any(
+                    c.evaluate(outcome=outcome, preferred_label=label, context=context)
+                    for c in conditions
+                ):
+                    continue
+                parts = [f"outcome={outcome}"]
+                if label:
+                    parts.append(f"preferred_label={label!r}")
+                parts += [f"{k}={v!r}" for k, v in context.items()]
+                return "when " + ", ".join(parts)
+    return None
+
+
+def _all_conditional_edges(check: _Check) -> Iterator[Diagnostic]:
+    graph = check.graph
+    by_source: dict[str, list[int]] = {}
+    for index, edge in enumerate(graph.edges):
+        by_source.setdefault(edge.source, []).append(index)
+    for node_id, indexes in by_source.items():
+        node = graph.nodes.get(node_id)
+        if node is None or node.handler_type == EXIT:
+            continue
+        if any(index not in check.conditions for index in indexes):
+            # An unconditional edge is a fallback; a bad condition is reported elsewhere.
+            continue
+        case = _uncovered_case(node, [check.conditions[index] for index in indexes])
+        if case is None:
+            continue
+        yield check.on_node(
+            "all_conditional_edges",
+            ERROR,
+            f"every edge out of {node_id!r} has a condition and none matches {case}; "
+            "add an edge without a condition as the fallback",
+            node,
+            check.node_pos(node),
+        )
+
+
+def _orphan_custom_outcome(check: _Check) -> Iterator[Diagnostic]:
+    graph = check.graph
+    known = set(STANDARD_OUTCOMES) | {"retry"}
+    for node in graph.nodes.values():
+        edges = [(i, e) for i, e in enumerate(graph.edges) if e.source == node.id]
+        if any(edge.condition is None for _, edge in edges):
+            continue
+        for index, edge in edges:
+            condition = check.conditions.get(index)
+            if condition is None:
+                continue
+            for clause in condition.clauses():
+                if clause.key != "outcome" or clause.op not in ("=", "!="):
+                    continue
+                if normalize_outcome(clause.value) in known:
+                    continue
+                pos = check.value_position(edge.positions.get("condition"), clause.offset)
+                yield check.on_edge(
+                    "orphan_custom_outcome",
+                    WARNING,
+                    f"edge {edge.source} -> {edge.target} tests outcome {clause.value!r}, which "
+                    f"no stage reports (use succeeded, failed, partially_succeeded or skipped), "
+                    f"and {node.id!r} has no unconditional edge to fall back on",
+                    edge,
+                    pos,
+                )
+
+
+def _freeform_edge_count(check: _Check) -> Iterator[Diagnostic]:
+    for node in check.graph.nodes.values():
+        if node.handler_type != HUMAN:
+            continue
+        freeform = [
+            e
+            for e in check.graph.outgoing(node.id)
+            if parse_bool(e.attrs.get("freeform", "")) is True
+        ]
+        for edge in freeform[1:]:
+            yield check.on_edge(
+                "freeform_edge_count",
+                ERROR,
+                f"human gate {node.id!r} has {len(freeform)} freeform edges; it may have at most one",
+                edge,
+                check.edge_pos(edge, "freeform"),
+            )
+
+
+def _random_selection_no_conditions(check: _Check) -> Iterator[Diagnostic]:
+    for node in check.graph.nodes.values():
+        if node.attrs.get("selection", "").strip() != "random":
+            continue
+        for edge in check.graph.outgoing(node.id):
+            if edge.condition is not None:
+                yield check.on_edge(
+                    "random_selection_no_conditions",
+                    ERROR,
+                    f"node {node.id!r} picks its edge at random, so edge {edge.source} -> "
+                    f"{edge.target} cannot have a condition; use weights instead",
+                    edge,
+                    check.edge_pos(edge, "condition"),
+                )
+
+
+def _selection_valid(check: _Check) -> Iterator[Diagnostic]:
+    for node in check.graph.nodes.values():
+        value = node.attrs.get("selection")
+        if value is not None and value.strip() not in SELECTION_MODES:
+            yield check.on_node(
+                "selection_valid",
+                WARNING,
+                f"node {node.id!r}: selection={value!r} is not one of {', '.join(SELECTION_MODES)}",
+                node,
+                check.node_pos(node, "selection"),
+            )
+
+
+# Nodes -----------------------------------------------------------------------------------
+
+
+def _type_known(check: _Check) -> Iterator[Diagnostic]:
+    for node in check.graph.nodes.values():
+        explicit = node.explicit_type
+        if explicit is not None:
+            if explicit not in HANDLER_TYPES and explicit not in TYPE_ALIASES:
+                yield check.on_node(
+                    "type_known",
+                    WARNING,
+                    f"node {node.id!r}: unknown type {explicit!r}; known types are "
+                    f"{', '.join(sorted(HANDLER_TYPES))}",
+                    node,
+                    check.node_pos(node, "type"),
+                )
+            continue
+        shape = node.attrs.get("shape")
+        if shape is not None and shape not in SHAPE_TO_TYPE:
+            yield check.on_node(
+                "type_known",
+                WARNING,
+                f"node {node.id!r}: shape {shape!r} has no handler, so it runs as an agent; "
+                f"known shapes are {', '.join(sorted(SHAPE_TO_TYPE))}",
+                node,
+                check.node_pos(node, "shape"),
+            )
+
+
+def _fidelity_valid(check: _Check) -> Iterator[Diagnostic]:
+    allowed = ", ".join(FIDELITY_MODES)
+    value = check.graph.attrs.get("default_fidelity")
+    if value is not None and value.strip() and value.strip() not in FIDELITY_MODES:
+        yield check.on_graph(
+            "fidelity_valid",
+            WARNING,
+            f"default_fidelity={value!r} is not one of {allowed}",
+            check.graph_pos("default_fidelity"),
+        )
+    for node in check.graph.nodes.values():
+        value = node.attrs.get("fidelity")
+        if value is not None and value.strip() not in FIDELITY_MODES:
+            yield check.on_node(
+                "fidelity_valid",
+                WARNING,
+                f"node {node.id!r}: fidelity={value!r} is not one of {allowed}",
+                node,
+                check.node_pos(node, "fidelity"),
+            )
+    for edge in check.graph.edges:
+        value = edge.attrs.get("fidelity")
+        if value is not None and value.strip() not in FIDELITY_MODES:
+            yield check.on_edge(
+                "fidelity_valid",
+                WARNING,
+                f"edge {edge.source} -> {edge.target}: fidelity={value!r} is not one of {allowed}",
+                edge,
+                check.edge_pos(edge, "fidelity"),
+            )
+
+
+def _retry_target_exists(check: _Check) -> Iterator[Diagnostic]:
+    graph = check.graph
+    for key in ("retry_target", "fallback_retry_target"):
+        value = graph.attrs.get(key, "").strip()
+        if value and value not in graph.nodes:
+            yield check.on_graph(
+                "retry_target_exists",
+                WARNING,
+                f"graph {key}={value!r} names no node",
+                check.graph_pos(key),
+            )
+    for node in graph.nodes.values():
+        for key in ("retry_target", "fallback_retry_target"):
+            value = node.attrs.get(key, "").strip()
+            if value and value not in graph.nodes:
+                yield check.on_node(
+                    "retry_target_exists",
+                    WARNING,
+                    f"node {node.id!r}: {key}={value!r} names no node",
+                    node,
+                    check.node_pos(node, key),
+                )
+
+
+def _goal_gate_has_retry(check: _Check) -> Iterator[Diagnostic]:
+    graph = check.graph
+    keys = ("retry_target", "fallback_retry_target")
+    graph_level = any(graph.attrs.get(key, "").strip() for key in keys)
+    for node in graph.nodes.values():
+        if not _flag(node, "goal_gate"):
+            continue
+        if graph_level or any(node.attrs.get(key, "").strip() for key in keys):
+            continue
+        yield check.on_node(
+            "goal_gate_has_retry",
+            WARNING,
+            f"goal gate {node.id!r} has no retry_target (on the node or the graph), so an "
+            "unmet gate fails the run instead of looping back",
+            node,
+            check.node_pos(node, "goal_gate"),
+        )
+
+
+def _prompt_on_llm_nodes(check: _Check) -> Iterator[Diagnostic]:
+    for node in check.graph.nodes.values():
+        if node.handler_type not in LLM_TYPES or node.prompt is not None:
+            continue
+        kind = "agent" if node.handler_type == AGENT else "prompt"
+        yield check.on_node(
+            "prompt_on_llm_nodes",
+            WARNING,
+            f"{kind} node {node.id!r} has no prompt; its label {node.label!r} will be sent "
+            "as the whole instruction",
+            node,
+            check.node_pos(node),
+        )
+
+
+def _command_requires_script(check: _Check) -> Iterator[Diagnostic]:
+    for node in check.graph.nodes.values():
+        if node.handler_type != COMMAND:
+            continue
+        if (node.attrs.get("script") or node.attrs.get("tool_command") or "").strip():
+            continue
+        yield check.on_node(
+            "command_requires_script",
+            ERROR,
+            f'command node {node.id!r} has no script="..." to run',
+            node,
+            check.node_pos(node),
+        )
+
+
+def _unresolved_file_ref(check: _Check) -> Iterator[Diagnostic]:
+    for node in check.graph.nodes.values():
+        prompt = node.prompt
+        if prompt is None:
+            continue
+        path = resolve_file_ref(prompt, check.graph.path)
+        if path is None or path.is_file():
+            continue
+        yield check.on_node(
+            "unresolved_file_ref",
+            ERROR,
+            f"node {node.id!r}: prompt file {prompt.strip()!r} not found (looked for {path})",
+            node,
+            check.node_pos(node, "prompt"),
+        )
+
+
+def _thread_id_requires_fidelity_full(check: _Check) -> Iterator[Diagnostic]:
+    graph = check.graph
+    default = graph.attrs.get("default_fidelity", "").strip()
+    for node in graph.nodes.values():
+        if not node.attrs.get("thread_id", "").strip():
+            continue
+        fidelity = node.attrs.get("fidelity", "").strip() or default or "compact"
+        if fidelity != "full":
+            yield check.on_node(
+                "thread_id_requires_fidelity_full",
+                WARNING,
+                f"node {node.id!r} sets thread_id but its fidelity is {fidelity!r}; a shared "
+                'thread needs fidelity="full"',
+                node,
+                check.node_pos(node, "thread_id"),
+            )
+    for edge in graph.edges:
+        if not edge.attrs.get("thread_id", "").strip():
+            continue
+        target = graph.nodes.get(edge.target)
+        fidelity = (
+            edge.attrs.get("fidelity", "").strip()
+            or (target.attrs.get("fidelity", "").strip() if target else "")
+            or default
+            or "compact"
+        )
+        if fidelity != "full":
+            yield check.on_edge(
+                "thread_id_requires_fidelity_full",
+                WARNING,
+                f"edge {edge.source} -> {edge.target} sets thread_id but the fidelity into "
+                f'{edge.target!r} is {fidelity!r}; a shared thread needs fidelity="full"',
+                edge,
+                check.edge_pos(edge, "thread_id"),
+            )
+
+
+def _model_known(check: _Check, model: str) -> bool:
+    if model in check.known_models:
+        return True
+    provider, _, rest = model.partition("/")
+    return bool(rest) and provider in catalogue.PROVIDERS and rest in check.known_models
+
+
+def _stylesheet_model_known(check: _Check) -> Iterator[Diagnostic]:
+    graph = check.graph
+    text = graph.attrs.get("model_stylesheet", "")
+    if text.strip():
+        try:
+            sheet = parse_stylesheet(text)
+        except StylesheetError:
+            sheet = None
+        if sheet is not None:
+            for rule in sheet.rules:
+                for declaration in rule.declarations:
+                    if declaration.property != "model" or _model_known(check, declaration.value):
+                        continue
+                    pos = check.value_position(
+                        graph.positions.get("model_stylesheet"), declaration.offset
+                    )
+                    yield check.on_graph(
+                        "stylesheet_model_known",
+                        WARNING,
+                        f"model_stylesheet: unknown model {declaration.value!r}",
+                        pos,
+                    )
+    for node in graph.nodes.values():
+        model = node.attrs.get("model")
+        if model is None or "model" in node.styled or _model_known(check, model.strip()):
+            continue
+        key = "model" if "model" in node.positions else "llm_model"
+        yield check.on_node(
+            "stylesheet_model_known",
+            WARNING,
+            f"node {node.id!r}: unknown model {model!r}",
+            node,
+            check.node_pos(node, key),
+        )
+
+
+RULES: tuple[Rule, ...] = (
+    _start_node,
+    _terminal_node,
+    _start_no_incoming,
+    _exit_no_outgoing,
+    _edge_target_exists,
+    _reachability,
+    _condition_syntax,
+    _stylesheet_syntax,
+    _template_variable,
+    _attribute_value,
+    _all_conditional_edges,
+    _orphan_custom_outcome,
+    _freeform_edge_count,
+    _random_selection_no_conditions,
+    _selection_valid,
+    _type_known,
+    _fidelity_valid,
+    _retry_target_exists,
+    _goal_gate_has_retry,
+    _prompt_on_llm_nodes,
+    _command_requires_script,
+    _unresolved_file_ref,
+    _thread_id_requires_fidelity_full,
+    _stylesheet_model_known,
+)
+
+RULE_IDS: tuple[str, ...] = tuple(rule.__name__.lstrip("_") for rule in RULES)
+
+
+def validate(
+    graph: Graph, *, known_models: set[str] | frozenset[str] | None = None
+) -> list[Diagnostic]:
+    """Run every rule over `graph`; diagnostics come back in file order.
+
+    `known_models` replaces the built-in catalogue for `stylesheet_model_known`.
+    """
+    check = _Check(graph, known_models)
+    out: list[Diagnostic] = []
+    for rule in RULES:
+        out.extend(rule(check))
+    out.sort(key=lambda d: (d.line or 0, d.column or 0))
+    return out
+
+
+def validate_file(path: Path) -> tuple[Graph, list[Diagnostic]]:
+    """Load and validate one file; raises `WorkflowError` if it does not parse."""
+    from fabro_git.workflow import load
+
+    graph = load(path)
+    return graph, validate(graph)
