@@ -25,6 +25,9 @@ def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     for var in list(os.environ):
         if var.startswith(("GIT_", "FABRO_")) or var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
             monkeypatch.delenv(var, raising=False)
+    # The `git-fabro` under test is the one installed beside this interpreter.
+    bindir = str(Path(sys.executable).parent)
+    monkeypatch.setenv("PATH", bindir + os.pathsep + os.environ.get("PATH", ""))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / ".config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(home / ".local" / "share"))
