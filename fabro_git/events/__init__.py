@@ -6,6 +6,7 @@ Import the pieces from here: `EventBus`, the sinks, `Envelope`, `encode_event` /
 seed parser / contract checker (`seed`, `contract`) are imported on demand.
 """
 
+from fabro_git.events import catalogue as _catalogue
 from fabro_git.events.bus import EventBus, MemorySink, Sink, TailFileSink, tail_after
 from fabro_git.events.catalogue import *  # noqa: F403 - the event Structs are the API
 from fabro_git.events.catalogue import CATALOGUE, NOT_EMITTED
@@ -43,3 +44,4 @@ __all__ = [
     "tail_after",
     "uuid7",
 ]
+__all__ += _catalogue.__all__

@@ -42,6 +42,16 @@ def format_duration(ms: float | int | None) -> str:
     return f"{secs // 3600}h{secs % 3600 // 60:02d}m"
 
 
+def _elapsed(secs: float) -> str:
+    """Whole seconds for a running clock: `0s`, `42s`, `3m07s`."""
+    whole = int(secs)
+    return f"{whole}s" if whole < 60 else format_duration(whole * 1000)
+
+
+def _status(value: Any) -> str:
+    return str(value or "?").replace("_", " ")
+
+
 def _short(value: Any, limit: int = 80) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
     text = " ".join(text.split())
@@ -310,7 +320,7 @@ class ProgressRenderer:
                 self._stages_done += 1
                 status = str(p.get("status", "?"))
                 mark, style = _MARK.get(status, ("•", ""))
-                text = f"{node}: {status} in {format_duration(p.get('duration_ms'))}"
+                text = f"{node}: {_status(status)} in {format_duration(p.get('duration_ms'))}"
                 if p.get("attempt", 1) != 1:
                     text += f" ({_attempt(p)})"
                 if p.get("error") and node not in self._failure_shown:
@@ -319,7 +329,9 @@ class ProgressRenderer:
             case "stage.failed":
                 self._failure_shown.add(node)
                 tail = "will retry" if p.get("will_retry") else "not retrying"
-                return [_Line(f"{node}: {_error(p)}; {tail}", "red", "✗")]
+                cls = f" ({p['failure_class']})" if p.get("failure_class") else ""
+                err = _short(p.get("error", ""), 160)
+                return [_Line(f"{node}: failed: {err}{cls}; {tail}", "red", "✗")]
             case "stage.retrying":
                 return [
                     _Line(
@@ -349,7 +361,8 @@ class ProgressRenderer:
                 if p.get("total_cost") is not None:
                     extras.append(_cost(p["total_cost"]))
                 text = (
-                    f"Run {status} in {format_duration(p.get('duration_ms'))} ({', '.join(extras)})"
+                    f"Run {_status(status)} in {format_duration(p.get('duration_ms'))}"
+                    f" ({', '.join(extras)})"
                 )
                 return [_Line(text, f"bold {style}".strip(), mark)]
             case "run.failed":
@@ -389,7 +402,7 @@ class ProgressRenderer:
                 mark, style = _MARK.get(status, ("•", ""))
                 return [
                     _Line(
-                        f"  branch {node}: {status} in {format_duration(p.get('duration_ms'))}",
+                        f"  branch {node}: {_status(status)} in {format_duration(p.get('duration_ms'))}",
                         style,
                         mark,
                     )
