@@ -1,0 +1,1 @@
+"""Tests for fabro_git.events (a package, so its conftest does not shadow tests/conftest)."""
