@@ -40,6 +40,7 @@ from fabro_git.store._gitcli import out, run_git
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
 FALLBACK_NAME = "git fabro"
 FALLBACK_EMAIL = "fabro@localhost"
+_DIR_RACE_RETRIES = 5
 _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
 
@@ -197,33 +198,45 @@ class GitRepo:
             raise StoreError(f"cannot point {name} at {new!r}: not an object id")
         ident = self.committer()
         refs = self._repo.refs
-        try:
-            if old is None:
-                ok = refs.add_if_new(
-                    ref,
-                    ObjectID(new.encode()),
-                    committer=ident.raw,
-                    timestamp=ident.time,
-                    timezone=ident.tz_offset,
-                    message=_one_line(message),
-                )
-            else:
-                ok = refs.set_if_equals(
-                    ref,
-                    ObjectID(old.encode()),
-                    ObjectID(new.encode()),
-                    committer=ident.raw,
-                    timestamp=ident.time,
-                    timezone=ident.tz_offset,
-                    message=_one_line(message),
-                )
-        except FileLocked as err:
-            raise RefRaceError(
-                f"{name} is locked by another process; it was not updated",
-                hint="another git fabro or git command is writing this ref; retry",
-            ) from err
-        except OSError as err:
-            raise StoreError(f"cannot update {name}: {err}") from err
+        log_dir = (self.git_dir / "logs" / name).parent
+        for attempt in range(_DIR_RACE_RETRIES):
+            try:
+                # dulwich creates missing reflog directories one mkdir at a time and
+                # fails if another process creates one first; make them up front.
+                log_dir.mkdir(parents=True, exist_ok=True)
+                if old is None:
+                    ok = refs.add_if_new(
+                        ref,
+                        ObjectID(new.encode()),
+                        committer=ident.raw,
+                        timestamp=ident.time,
+                        timezone=ident.tz_offset,
+                        message=_one_line(message),
+                    )
+                else:
+                    ok = refs.set_if_equals(
+                        ref,
+                        ObjectID(old.encode()),
+                        ObjectID(new.encode()),
+                        committer=ident.raw,
+                        timestamp=ident.time,
+                        timezone=ident.tz_offset,
+                        message=_one_line(message),
+                    )
+                break
+            except FileLocked as err:
+                raise RefRaceError(
+                    f"{name} is locked by another process; it was not updated",
+                    hint="another git fabro or git command is writing this ref; retry",
+                ) from err
+            except (FileNotFoundError, FileExistsError) as err:
+                # A concurrent ref deletion removed a directory it thought empty while we
+                # were creating a ref beneath it. The lock was abandoned with nothing
+                # written, so trying again is safe.
+                if attempt + 1 == _DIR_RACE_RETRIES:
+                    raise StoreError(f"cannot update {name}: {err}") from err
+            except OSError as err:
+                raise StoreError(f"cannot update {name}: {err}") from err
         if not ok:
             raise self._race(name, expected=old)
 
