@@ -30,6 +30,15 @@ PROSE_ENVELOPE_FIELDS: dict[str, PropSpec] = {
     "actor": PropSpec(name="actor", type="object", optional=True, nullable=True),
 }
 
+# Scope rules the seed states in prose. The envelope table: node_id is carried by "stage,
+# checkpoint, agent, parallel branch, and other node-scoped events". The agent section:
+# session lifecycle events "are not stage-scoped and intentionally omit node_id,
+# node_label, stage_id". The metadata snapshot section: init and finalize snapshots are
+# unscoped; checkpoint snapshots "include the checkpoint node_id, node_label, and stage_id".
+NODE_SCOPED_PREFIXES = ("stage.", "checkpoint.", "parallel.branch.", "agent.")
+UNSCOPED_EVENTS = frozenset({"agent.session.started", "agent.session.ended"})
+SCOPE_FIELDS = ("node_id", "node_label", "stage_id")
+
 UUID7_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 TS_RE = re.compile(
     r"^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z$"
@@ -84,6 +93,7 @@ def check_event(event: Any, catalogue: Mapping[str, EventSpec]) -> list[str]:
     props = event.get("properties")
     if not isinstance(props, dict):
         return problems  # already reported as a missing or mistyped envelope field
+    problems += _scope_problems(where, event, props)
     for key in props:
         if key not in spec.properties:
             problems.append(f"{where}: property {key!r} is not documented for this event")
@@ -104,6 +114,24 @@ def check_jsonl(data: bytes, catalogue: Mapping[str, EventSpec]) -> list[str]:
             continue
         problems += [f"line {lineno}: {p}" for p in check_event(event, catalogue)]
     return problems
+
+
+def _scope_problems(where: str, event: dict[str, Any], props: dict[str, Any]) -> list[str]:
+    name = event["event"]
+    present = [f for f in SCOPE_FIELDS if event.get(f) is not None]
+    if name in UNSCOPED_EVENTS or (
+        name.startswith("metadata.snapshot.") and props.get("phase") in ("init", "finalize")
+    ):
+        return [f"{where}: is not stage-scoped but carries {f}" for f in present]
+    if name.startswith("metadata.snapshot.") and props.get("phase") == "checkpoint":
+        return [
+            f"{where}: a checkpoint snapshot is stage-scoped but has no {f}"
+            for f in SCOPE_FIELDS
+            if f not in present
+        ]
+    if name.startswith(NODE_SCOPED_PREFIXES) and "node_id" not in present:
+        return [f"{where}: is node-scoped but has no node_id"]
+    return []
 
 
 def _check_nested(

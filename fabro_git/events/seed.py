@@ -13,13 +13,14 @@ about content:
 - a ``Property\\tType\\tDescription`` table gives the properties; a ``?`` after the type
   means "may be absent or null", and dotted rows (``usage.model``) or array-item rows
   (``files[].path``) describe the fields of a nested object;
-- a few array properties have no ``?`` but say in prose that they are omitted when empty;
-  those may be absent (never null);
+- a few array properties have no ``?`` but their description says they are "omitted
+  when empty" or "Optional"; those may be absent (never null);
 - a description that lists every allowed value as backticked JSON strings and does not
   end in "etc." closes the set of values;
 - sections that say "No properties." / "Properties are empty." have none; sections that
   describe properties only in prose (the ``agent.session.*`` lifecycle events) get them
-  from their example JSON, all optional.
+  from their example JSON, all optional. Every section's example properties are kept
+  (`EventSpec.example`) so tests can feed the seed's own examples through our Structs.
 
 This module only reads text; it knows nothing about our Structs.
 """

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fabro_git.events.contract import check_event, check_jsonl
+from fabro_git.events.contract import UNSCOPED_EVENTS, check_event, check_jsonl
 from fabro_git.events.seed import Catalogue
 
 GOOD: dict[str, Any] = {
@@ -59,7 +59,8 @@ def test_a_good_event_passes(catalogue: Catalogue) -> None:
         (changed(run_id=...), "required run_id is missing"),
         (changed(properties=...), "required properties is missing"),
         (changed(properties=[]), "properties should be object, got array"),
-        (changed(node_id=None, stage_id=...), None),  # `string?` allows null
+        (changed(node_label=None), None),  # `string?` allows null
+        (changed(node_id=None, stage_id=...), "stage.completed: is node-scoped but has no node_id"),
         (changed(node_id=7), "node_id should be string, got number"),
         (changed(id="3b241101-e2bb-4255-8caf-4136c566a962"), "is not a lowercase UUID v7"),
         (changed(id="019234AB-CDEF-7890-ABCD-EF1234567890"), "is not a lowercase UUID v7"),
@@ -117,8 +118,17 @@ def test_prose_envelope_fields_are_allowed(catalogue: Catalogue) -> None:
     assert check_event(event, catalogue) == ["run.interrupt: actor should be object, got string"]
 
 
-def _event(name: str, props: dict[str, Any]) -> dict[str, Any]:
-    return {"id": GOOD["id"], "ts": GOOD["ts"], "run_id": "r", "event": name, "properties": props}
+def _event(name: str, props: dict[str, Any], **envelope: Any) -> dict[str, Any]:
+    if name.startswith("agent.") and name not in UNSCOPED_EVENTS and not envelope:
+        envelope = {"node_id": "code", "session_id": "ses_a", **envelope}
+    return {
+        "id": GOOD["id"],
+        "ts": GOOD["ts"],
+        "run_id": "r",
+        "event": name,
+        **envelope,
+        "properties": props,
+    }
 
 
 def test_array_item_objects_are_checked(catalogue: Catalogue) -> None:
@@ -140,7 +150,7 @@ def test_array_item_objects_are_checked(catalogue: Catalogue) -> None:
 
 def test_omitted_when_empty_is_enforced(catalogue: Catalogue) -> None:
     props = {
-        "phase": "checkpoint",
+        "phase": "finalize",
         "branch": "refs/fabro/meta/r",
         "duration_ms": 3,
         "failure_kind": "write",
@@ -193,3 +203,28 @@ def test_check_jsonl_numbers_lines(catalogue: Catalogue) -> None:
 def test_check_event_needs_the_envelope_table(catalogue: Catalogue) -> None:
     with pytest.raises(TypeError, match="Catalogue"):
         check_event(GOOD, dict(catalogue))
+
+
+def test_scope_rules_from_the_seed_prose(catalogue: Catalogue) -> None:
+    started = _event("agent.session.started", {"provider": "openai"}, session_id="ses_a")
+    assert check_event(started, catalogue) == []
+    started["node_id"] = "code"
+    assert check_event(started, catalogue) == [
+        "agent.session.started: is not stage-scoped but carries node_id"
+    ]
+    text = _event("agent.text.delta", {"delta": "hi"}, session_id="ses_a")
+    assert check_event(text, catalogue) == ["agent.text.delta: is node-scoped but has no node_id"]
+
+    snap = {"phase": "checkpoint", "branch": "refs/fabro/meta/r"}
+    scoped = {"node_id": "code", "node_label": "code", "stage_id": "code@2"}
+    assert check_event(_event("metadata.snapshot.started", snap, **scoped), catalogue) == []
+    assert check_event(
+        _event("metadata.snapshot.started", snap, node_id="code", node_label="code"), catalogue
+    ) == ["metadata.snapshot.started: a checkpoint snapshot is stage-scoped but has no stage_id"]
+    init = {**snap, "phase": "init"}
+    assert check_event(_event("metadata.snapshot.started", init), catalogue) == []
+    assert check_event(_event("metadata.snapshot.started", init, **scoped), catalogue) == [
+        "metadata.snapshot.started: is not stage-scoped but carries node_id",
+        "metadata.snapshot.started: is not stage-scoped but carries node_label",
+        "metadata.snapshot.started: is not stage-scoped but carries stage_id",
+    ]

@@ -20,7 +20,7 @@ from fabro_git.events.catalogue import (
     StageCompleted,
     StageUsage,
 )
-from fabro_git.events.contract import check_event
+from fabro_git.events.contract import UNSCOPED_EVENTS, check_event
 from fabro_git.events.envelope import (
     Actor,
     EventProps,
@@ -234,11 +234,12 @@ def test_seed_example_round_trips_and_passes_the_contract(name: str, catalogue: 
     example = sample_properties(spec)
     props = msgspec.convert(example, cls, strict=True)
     assert msgspec.to_builtins(props) == example, "the Struct dropped or changed a field"
+    scoped = name not in UNSCOPED_EVENTS
     env = make_envelope(
         RUN,
         props,
-        node_id="code",
-        stage_id="code@1",
+        node_id="code" if scoped else None,
+        stage_id="code@1" if scoped else None,
         session_id="ses_abc" if name.startswith("agent.") else None,
     )
     data = decode_event(encode_event(env))
