@@ -33,11 +33,7 @@ def load(path: Path) -> Graph:
     except OSError as exc:
         raise WorkflowError(f"cannot read file: {exc.strerror or exc}", path=path) from None
     if b"\x00" in data:
-        offset = data.index(b"\x00")
-        line, column = _position(data, offset)
-        raise WorkflowError(
-            "this is a binary file, not a DOT workflow", path=path, line=line, column=column
-        )
+        raise WorkflowError("this is a binary file, not a DOT workflow", path=path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -167,11 +167,13 @@ class _Reader:
             raise self.error(f"malformed key {key!r}", start)
         self.pos = found.end()
         self.skip()
+        op_at = self.pos
         op = self.operator()
         if op is None:
             return Clause(key, None, "", start)
+        written = self.text[op_at : self.pos]
         self.skip()
-        value = self.value(op)
+        value = self.value(written)
         if op == "matches":
             try:
                 re.compile(value)

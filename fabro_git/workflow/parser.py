@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,22 +93,22 @@ class _Lexer:
             else:
                 return
 
-    def tokens(self) -> list[Token]:
-        out: list[Token] = []
+    def tokens(self) -> Iterator[Token]:
+        """Tokens on demand, so a parse error earlier in the file wins over a lexing one."""
         text = self.text
         while True:
             self._skip_trivia()
             if self.pos >= len(text):
-                out.append(Token(EOF, "", self.line, self.column))
-                return out
+                yield Token(EOF, "", self.line, self.column)
+                return
             line, column = self.line, self.column
             char = text[self.pos]
             nxt = text[self.pos + 1] if self.pos + 1 < len(text) else ""
             if char == '"':
-                out.append(Token(STRING, self._string(), line, column))
+                yield Token(STRING, self._string(), line, column)
             elif char == "-" and nxt == ">":
                 self._advance(2)
-                out.append(Token(PUNCT, "->", line, column))
+                yield Token(PUNCT, "->", line, column)
             elif char == "-" and nxt == "-":
                 raise self.error(
                     "undirected edge '--' is not supported: workflows are directed, use '->'",
@@ -116,9 +117,9 @@ class _Lexer:
                 )
             elif char in "{}[]=,;+":
                 self._advance()
-                out.append(Token(PUNCT, char, line, column))
+                yield Token(PUNCT, char, line, column)
             elif char in _WORD_START or (char == "-" and (nxt.isdigit() or nxt == ".")):
-                out.append(Token(WORD, self._word(), line, column))
+                yield Token(WORD, self._word(), line, column)
             elif char == "<":
                 raise self.error(
                     "HTML-like <...> values are not supported: use a double-quoted string",
@@ -207,7 +208,8 @@ Attrs = list[tuple[str, str, int, int]]
 class _Parser:
     def __init__(self, text: str, path: Path | None) -> None:
         self.path = path
-        self.tokens = _Lexer(text, path).tokens()
+        self._stream = _Lexer(text, path).tokens()
+        self.tokens: list[Token] = []
         self.index = 0
         self.depth = 0
         self.graph = Graph(name="", path=path, source=text)
@@ -215,7 +217,10 @@ class _Parser:
     # Token helpers -----------------------------------------------------------------
 
     def peek(self, offset: int = 0) -> Token:
-        return self.tokens[min(self.index + offset, len(self.tokens) - 1)]
+        wanted = self.index + offset
+        while len(self.tokens) <= wanted and (not self.tokens or self.tokens[-1].kind != EOF):
+            self.tokens.append(next(self._stream))
+        return self.tokens[min(wanted, len(self.tokens) - 1)]
 
     def next(self) -> Token:
         token = self.peek()
@@ -418,6 +423,14 @@ class _Parser:
         return list(inner.members)
 
     def edge_chain(self, scope: _Scope, first: list[tuple[str, Token | None]]) -> None:
+        # Endpoints referenced only here become nodes, with the current node defaults,
+        # in the order they appear.
+        def create(group: list[tuple[str, Token | None]]) -> None:
+            for node_id, token in group:
+                if token is not None and node_id not in self.graph.nodes:
+                    self.create_node(scope, node_id, token, declared=False)
+
+        create(first)
         groups = [first]
         while self.is_punct("->"):
             self.next()
@@ -425,12 +438,8 @@ class _Parser:
             if after.kind == EOF or (after.kind == PUNCT and after.value in "[;}]"):
                 raise self.error(f"expected a node id after '->', found {after.describe()}", after)
             groups.append(self.endpoint(scope)[0])
+            create(groups[-1])
         attrs = self.attr_lists() if self.is_punct("[") else []
-        # Endpoints referenced only here become nodes, with the current node defaults.
-        for group in groups:
-            for node_id, token in group:
-                if token is not None and node_id not in self.graph.nodes:
-                    self.create_node(scope, node_id, token, declared=False)
         for left, right in itertools.pairwise(groups):
             for source, source_token in left:
                 if source_token is not None:

@@ -151,10 +151,10 @@ class _Reader:
                 continue
             if not self.peek():
                 raise self.error("unterminated rule: expected '}'", start)
-            declarations.append(self.declaration())
+            declarations.append(self.declaration(start))
         return Rule(kind, name, tuple(declarations), start)
 
-    def declaration(self) -> Declaration:
+    def declaration(self, rule_start: int) -> Declaration:
         start = self.pos
         prop = self.match(_PROPERTY_RE)
         if prop is None:
@@ -184,6 +184,8 @@ class _Reader:
         if not value:
             raise self.error(f"expected a value for {prop!r}", value_at)
         self.skip_space()
+        if not self.peek():
+            raise self.error("unterminated rule: expected '}'", rule_start)
         if self.peek() not in (";", "}"):
             raise self.error(
                 f"expected ';' or '}}' after the value of {prop!r}, found {self.found()}"

@@ -56,7 +56,9 @@ def _segments(text: str) -> Iterator[tuple[str, str, int]]:
                 pos = close.end()
                 continue
         closer = {"{": "}}", "%": "%}", "#": "#}"}[opener]
-        end = text.find(closer, brace + 2)
+        end = (
+            _find_closer(text, brace + 2, closer) if opener == "{" else text.find(closer, brace + 2)
+        )
         if end < 0:
             if opener != "{":
                 # `${#array[@]}` in a shell script is not a template comment.
@@ -70,6 +72,23 @@ def _segments(text: str) -> Iterator[tuple[str, str, int]]:
         elif opener == "%":
             yield "tag", inner, brace
         pos = end + 2
+
+
+def _find_closer(text: str, start: int, closer: str) -> int:
+    """Index of `closer`, skipping quoted strings (`{{ "}}" }}` is one expression)."""
+    pos = start
+    while pos < len(text):
+        char = text[pos]
+        if char in "'\"":
+            end = text.find(char, pos + 1)
+            if end < 0:
+                return text.find(closer, pos)
+            pos = end + 1
+            continue
+        if text.startswith(closer, pos):
+            return pos
+        pos += 1
+    return -1
 
 
 def _expression(inner: str) -> tuple[str, str | None]:
@@ -140,18 +159,22 @@ def template_variables(text: str) -> set[str]:
     Raises `TemplateError` for malformed template syntax. Tags other than raw are
     reported as "%NAME" so callers can flag them.
     """
-    names: set[str] = set()
-    for kind, value, _offset in _segments(text):
+    return {name for name, _offset in template_references(text)}
+
+
+def template_references(text: str) -> list[tuple[str, int]]:
+    """Like `template_variables`, with the offset of each reference in `text`."""
+    refs: list[tuple[str, int]] = []
+    for kind, value, offset in _segments(text):
         if kind == "text":
-            if _LEGACY_GOAL.search(value):
-                names.add("goal")
+            refs.extend(("goal", offset + m.start()) for m in _LEGACY_GOAL.finditer(value))
         elif kind == "expr":
             name, literal = _expression(value)
             if literal is None:
-                names.add(name)
+                refs.append((name, offset))
         elif kind == "tag":
-            names.add("%" + value.strip())
-    return names
+            refs.append(("%" + value.strip(), offset))
+    return refs
 
 
 def is_known_variable(name: str) -> bool:

@@ -62,7 +62,7 @@ from fabro_git.workflow.templates import (
     is_file_ref,
     is_known_variable,
     resolve_file_ref,
-    template_variables,
+    template_references,
 )
 
 ERROR = "error"
@@ -366,14 +366,24 @@ def _template_variable(check: _Check) -> Iterator[Diagnostic]:
     seen: set[tuple[int | None, int | None, str]] = set()
 
     def scan(
-        text: str, pos: tuple[int | None, int | None], owner: str
+        text: str,
+        where: tuple[int, int] | None,
+        fallback: tuple[int | None, int | None],
+        owner: str,
+        in_file: bool = False,
     ) -> Iterator[tuple[tuple[int | None, int | None], str]]:
+        def position(offset: int) -> tuple[int | None, int | None]:
+            if where is None:
+                return fallback
+            # A reference inside an @file prompt is reported at the attribute.
+            return check.value_position(where, 0 if in_file else offset)
+
         try:
-            names = template_variables(text)
+            refs = template_references(text)
         except TemplateError as err:
-            yield pos, f"{owner}: {err.message}"
+            yield position(err.offset), f"{owner}: {err.message}"
             return
-        for name in sorted(names):
+        for name, offset in refs:
             if name.startswith("%"):
                 message = (
                     f"{owner}: unsupported template tag {{% {name[1:]} %}}; only {{% raw %}} exists"
@@ -385,6 +395,7 @@ def _template_variable(check: _Check) -> Iterator[Diagnostic]:
                     f"{owner}: unknown template variable {{{{ {name} }}}}; "
                     "only {{ goal }} and {{ inputs.NAME }} exist"
                 )
+            pos = position(offset)
             key = (pos[0], pos[1], message.split(": ", 1)[1])
             if key in seen:
                 continue
@@ -394,13 +405,17 @@ def _template_variable(check: _Check) -> Iterator[Diagnostic]:
     for key, value in graph.attrs.items():
         if key == "model_stylesheet":
             continue
-        for pos, message in scan(value, check.graph_pos(key), f"graph attribute {key}"):
+        for pos, message in scan(
+            value, graph.positions.get(key), check.graph_pos(), f"graph attribute {key}"
+        ):
             yield check.on_graph("template_variable", ERROR, message, pos)
     for node in graph.nodes.values():
         for key, value in node.attrs.items():
             if key in node.styled:
                 continue
-            for pos, message in scan(value, check.node_pos(node, key), f"node {node.id!r} {key}"):
+            for pos, message in scan(
+                value, node.positions.get(key), check.node_pos(node), f"node {node.id!r} {key}"
+            ):
                 yield check.on_node("template_variable", ERROR, message, node, pos)
         prompt = node.prompt
         if prompt is not None and is_file_ref(prompt):
@@ -411,12 +426,13 @@ def _template_variable(check: _Check) -> Iterator[Diagnostic]:
                 except (OSError, UnicodeDecodeError):
                     continue
                 owner = f"node {node.id!r} prompt file {path.name}"
-                for pos, message in scan(content, check.node_pos(node, "prompt"), owner):
+                where = node.positions.get("prompt")
+                for pos, message in scan(content, where, check.node_pos(node), owner, in_file=True):
                     yield check.on_node("template_variable", ERROR, message, node, pos)
     for edge in graph.edges:
         for key, value in edge.attrs.items():
             owner = f"edge {edge.source} -> {edge.target} {key}"
-            for pos, message in scan(value, check.edge_pos(edge, key), owner):
+            for pos, message in scan(value, edge.positions.get(key), check.edge_pos(edge), owner):
                 yield check.on_edge("template_variable", ERROR, message, edge, pos)
 
 

@@ -1,0 +1,129 @@
+"""Prompt templates and @file references."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fabro_git.errors import WorkflowError
+from fabro_git.workflow import parse
+from fabro_git.workflow.templates import (
+    TemplateError,
+    load_prompt,
+    render,
+    resolve_file_ref,
+    template_variables,
+)
+
+
+def r(text: str, **inputs: str) -> str:
+    return render(text, goal="Ship v2", inputs=inputs)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("Plan: {{ goal }}", "Plan: Ship v2"),
+        ("{{goal}}!", "Ship v2!"),
+        ("{{  goal  }}", "Ship v2"),
+        ("Repo {{ inputs.repo_name }} in {{inputs.lang}}", "Repo fabro in rust"),
+        ("legacy $goal here", "legacy Ship v2 here"),
+        ("$goals and $goal_x stay", "$goals and $goal_x stay"),
+        (
+            "{% raw %}{{ goal }} and $goal{% endraw %} but {{ goal }}",
+            "{{ goal }} and $goal but Ship v2",
+        ),
+        ("{{ '{{' }} literal", "{{ literal"),
+        ('a {{ "}}" }} b', "a }} b"),
+        ("{# a comment #}kept", "kept"),
+        ("no templates at all { }", "no templates at all { }"),
+        ("shell ${#array[@]} and ${HOME}", "shell ${#array[@]} and ${HOME}"),
+        ("{{- goal -}}", "Ship v2"),
+    ],
+)
+def test_render(text: str, expected: str) -> None:
+    assert r(text, repo_name="fabro", lang="rust") == expected
+
+
+def test_goal_is_not_rendered_twice() -> None:
+    assert render("{{ goal }}", goal="{{ inputs.x }} $goal", inputs={}) == "{{ inputs.x }} $goal"
+
+
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ("{{ foo }}", "unknown template variable {{ foo }}"),
+        (
+            "{{ inputs.missing }}",
+            "undefined input {{ inputs.missing }}: pass it with -V missing=VALUE",
+        ),
+        ("{{ goal | upper }}", "unknown template variable {{ goal | upper }}"),
+        ("{% if goal %}x{% endif %}", "unsupported template tag"),
+        ("open {{ goal", "'{{' without a matching '}}'"),
+        ("{% raw %} never closed", "without a matching '{% endraw %}'"),
+    ],
+)
+def test_strict_errors(text: str, fragment: str) -> None:
+    with pytest.raises(TemplateError) as info:
+        r(text)
+    assert fragment in str(info.value)
+
+
+def test_lenient_mode_leaves_unknown_text_alone() -> None:
+    text = "{{ foo }} {{ inputs.nope }} {% if x %} {{ goal }} $goal"
+    assert (
+        render(text, goal="G", inputs={}, strict=False)
+        == "{{ foo }} {{ inputs.nope }} {% if x %} G G"
+    )
+    assert render("open {{ goal", goal="G", inputs={}, strict=False) == "open {{ goal"
+
+
+def test_template_variables() -> None:
+    text = (
+        "{{ goal }} {{inputs.name}} $goal {% raw %}{{ hidden }}{% endraw %} {{ a  b }} {{ 'lit' }}"
+    )
+    assert template_variables(text) == {"goal", "inputs.name", "a b"}
+    assert template_variables("$goal") == {"goal"}
+    assert template_variables("{% for x in y %}") == {"%for x in y"}
+    with pytest.raises(TemplateError):
+        template_variables("{{ unclosed")
+
+
+def test_resolve_file_ref_relative_to_workflow(tmp_path: Path) -> None:
+    (tmp_path / "prompts").mkdir()
+    (tmp_path / "prompts" / "plan.md").write_text("Plan it")
+    workflow = tmp_path / "flow.fabro"
+    assert resolve_file_ref("@prompts/plan.md", workflow) == tmp_path / "prompts" / "plan.md"
+    assert resolve_file_ref("@prompts/none.md", workflow) == tmp_path / "prompts" / "none.md"
+    assert resolve_file_ref("not a ref", workflow) is None
+    assert resolve_file_ref("@mention someone", workflow) is None
+    assert resolve_file_ref("@", workflow) is None
+
+
+def test_resolve_file_ref_home_and_fallback(tmp_path: Path, hermetic_env: Path) -> None:
+    (hermetic_env / "shared.md").write_text("home")
+    (hermetic_env / ".fabro" / "prompts").mkdir(parents=True)
+    (hermetic_env / ".fabro" / "prompts" / "review.md").write_text("fallback")
+    workflow = tmp_path / "flow.fabro"
+    assert resolve_file_ref("@~/shared.md", workflow) == hermetic_env / "shared.md"
+    assert resolve_file_ref("@prompts/review.md", workflow) == (
+        hermetic_env / ".fabro" / "prompts" / "review.md"
+    )
+    assert resolve_file_ref("@../up.md", workflow) == tmp_path / ".." / "up.md"
+
+
+def test_load_prompt_inline_file_and_missing(tmp_path: Path) -> None:
+    (tmp_path / "p.md").write_text("From file {{ goal }}", encoding="utf-8")
+    workflow = tmp_path / "flow.fabro"
+    graph = parse(
+        'digraph G {\n a [prompt="inline"]\n b [prompt="@p.md"]\n c\n d [prompt="@gone.md"]\n}',
+        workflow,
+    )
+    assert load_prompt(graph.nodes["a"], graph) == "inline"
+    assert load_prompt(graph.nodes["b"], graph) == "From file {{ goal }}"
+    assert load_prompt(graph.nodes["c"], graph) is None
+    with pytest.raises(WorkflowError) as info:
+        load_prompt(graph.nodes["d"], graph)
+    assert (info.value.line, info.value.column) == (5, 12)
+    assert "prompt file '@gone.md' not found" in info.value.detail
