@@ -28,7 +28,6 @@ from fabro_git.events.envelope import (
     Actor,
     Envelope,
     EventProps,
-    decode_event,
     encode_event,
     iter_complete_lines,
     make_envelope,
@@ -110,7 +109,7 @@ class EventBus:
         Fragments (a line cut short by a crash) and blank lines are dropped. Returns the
         number of events restored.
         """
-        restored = [line for line in iter_complete_lines(data) if _is_event_line(line)]
+        restored = [line for line in iter_complete_lines(data) if _id_of(line)]
         self._pending[:0] = restored
         return len(restored)
 
@@ -128,25 +127,29 @@ def tail_after(data: bytes, last_event_id: str | None) -> bytes:
     snapshot has any, so everything counts). If that id is not in the tail (the scratch
     dir was recreated), lines whose UUID v7 id sorts after it are taken instead.
     """
-    lines = [line for line in iter_complete_lines(data) if _is_event_line(line)]
+    events = [(line, i) for line in iter_complete_lines(data) if (i := _id_of(line))]
     if last_event_id is not None:
-        ids = [_event_id(line) for line in lines]
+        ids = [i for _, i in events]
         if last_event_id in ids:
-            lines = lines[ids.index(last_event_id) + 1 :]
+            events = events[ids.index(last_event_id) + 1 :]
         else:
-            lines = [line for line, i in zip(lines, ids, strict=True) if i > last_event_id]
-    return b"".join(line + b"\n" for line in lines)
+            events = [(line, i) for line, i in events if i > last_event_id]
+    return b"".join(line + b"\n" for line, _ in events)
 
 
-def _is_event_line(line: bytes) -> bool:
+class _IdOnly(msgspec.Struct):
+    id: str
+
+
+_id_decoder = msgspec.json.Decoder(_IdOnly)
+
+
+def _id_of(line: bytes) -> str | None:
+    """The event id of a JSONL line, or None for a fragment or a non-event line."""
     try:
-        return isinstance(decode_event(line).get("id"), str)
-    except msgspec.DecodeError:
-        return False
-
-
-def _event_id(line: bytes) -> str:
-    return str(decode_event(line)["id"])
+        return _id_decoder.decode(line).id
+    except msgspec.DecodeError:  # ValidationError is a subclass
+        return None
 
 
 class TailFileSink:
