@@ -21,6 +21,7 @@ class PendingCommit(msgspec.Struct, kw_only=True):
     node_id: str
     status: str
     completed: int
+    extra_parents: list[str] = msgspec.field(default_factory=list)
 
 
 class Checkpoint(msgspec.Struct, kw_only=True):

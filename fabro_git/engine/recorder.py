@@ -195,7 +195,8 @@ class Recorder:
             return None
         message = run_commit_message(self.run_id, pending.node_id, pending.status, pending.completed, self.meta_tip)
         try:
-            sha = self.repo.write_commit(tree=pending.tree, parents=[pending.parent], message=message)
+            parents = [pending.parent, *pending.extra_parents]
+            sha = self.repo.write_commit(tree=pending.tree, parents=parents, message=message)
             self.repo.update_ref(
                 self.run_ref,
                 sha,
@@ -216,12 +217,19 @@ class Recorder:
         self.emit("checkpoint.failed", error=message, node_id=node_id)
         self.emit("run.notice", level="error", code="checkpoint_git_failed", message=message)
 
-    def plan_commit(self, cp: Checkpoint, node_id: str, status: str, tree: str | None) -> None:
+    def plan_commit(
+        self, cp: Checkpoint, node_id: str, status: str, tree: str | None, extra_parents: list[str] | None = None
+    ) -> None:
         if tree is None or self.run_tip is None:
             cp.pending_commit = None
             return
         cp.pending_commit = PendingCommit(
-            tree=tree, parent=self.run_tip, node_id=node_id, status=status, completed=len(cp.completed_nodes)
+            tree=tree,
+            parent=self.run_tip,
+            node_id=node_id,
+            status=status,
+            completed=len(cp.completed_nodes),
+            extra_parents=list(extra_parents or []),
         )
 
     # -- resume ----------------------------------------------------------------------

@@ -113,6 +113,8 @@ class Runtime:
         self.options = options
         self.rng = random.Random()
         self.pending_files: dict[str, bytes | None] = {}
+        # Heads merged into the next run-branch commit (the fan-in's chosen branch).
+        self.merge_parents: list[str] = []
         self.last_activity = time.monotonic()
         self.run_started = time.monotonic()
         self.active_base_ms = checkpoint.active_ms
@@ -243,6 +245,9 @@ class Runtime:
         attempt = 1
         files: dict[str, bytes] = {}
         while True:
+            # A checkpoint per attempt, so Ctrl-C and the watchdog get through even when
+            # every handler on the path finishes without awaiting anything.
+            await trio.lowlevel.checkpoint()
             ctx.set(f"internal.retry_count.{node.id}", attempt - 1)
             self.emit(
                 "stage.started",
@@ -521,7 +526,8 @@ class Runtime:
         if recorder is None:
             return
         tree = recorder.stage_tree(node.id)
-        recorder.plan_commit(cp, node.id, result.status, tree)
+        recorder.plan_commit(cp, node.id, result.status, tree, self.merge_parents)
+        self.merge_parents = []
         scope_kw = {"node_id": node.id, "node_label": node.label, "stage_id": f"{node.id}@{visit}"}
         meta_sha = recorder.snapshot("checkpoint", f"checkpoint {node.id}@{visit}", cp, files, scope=scope_kw)
         if meta_sha is None:

@@ -118,8 +118,11 @@ async def execute(req: StageRequest) -> Outcome:
     if scripted is not None:
         response = scripted
     else:
-        first = next((ln for ln in prompt.splitlines()[::-1] if ln.strip()), "")
-        response = f"[dry-run] simulated {node.handler_type} response for {node.id}: {first[:120]}"
+        # Never echo the prompt: it may hold routing JSON meant as instructions.
+        response = (
+            f"[dry-run] simulated {node.handler_type} response for {node.id} "
+            f"({len(prompt)} characters of prompt)"
+        )
     req.files["prompt.md"] = prompt.encode()
     req.files["response.md"] = response.encode()
     result = outcome_from_response(node.id, response)

@@ -256,7 +256,7 @@ async def fan_out(req: StageRequest) -> Outcome:
 
 
 async def fan_in(req: StageRequest) -> Outcome:
-    from fabro_git.store import worktree as wt
+    from fabro_git.store.adopt import adopt_tree
 
     runtime = req.runtime
     records = req.context.get("parallel.results")
@@ -270,12 +270,11 @@ async def fan_in(req: StageRequest) -> Outcome:
     recorder = runtime.recorder
     scope = req.scope
     if recorder is not None and head and scope.tip and head != scope.tip:
-        if not runtime.repo.is_ancestor(scope.tip, head):
-            return Outcome.failure(f"fan-in {req.node.id!r}: branch head {head[:12]} does not descend from the run branch")
-        runtime.repo.update_ref(recorder.run_ref, head, old=scope.tip, message=f"fabro: fan-in {req.node.id} takes {best['id']}")
-        recorder.run_tip = head
-        scope.tip = head
-        wt.checkout(req.worktree, head)
+        # The branch's files become the worktree's; the fan-in's checkpoint commit then
+        # has both the run branch and the branch head as parents, so `git log` shows
+        # the branch's own commits and nothing on the run branch is rewritten.
+        adopt_tree(req.worktree, head)
+        runtime.merge_parents.append(head)
         runtime.emit("git.reset", sha=head, node_id=req.node.id, node_label=req.node.label)
     req.files["parallel_results.json"] = msgspec.json.format(msgspec.json.encode(records), indent=2) + b"\n"
     updates = {
