@@ -255,7 +255,7 @@ class _Parser:
             raise self.error(
                 "undirected 'graph' is not supported: a workflow is a 'digraph'", first
             )
-        if first.kind != WORD or first.value != "digraph":
+        if first.kind != WORD or first.value.lower() != "digraph":
             raise self.error(
                 f"expected 'digraph' at the start of a workflow, found {first.describe()}",
                 first,
@@ -579,6 +579,8 @@ def parse(text: str, path: Path | None = None) -> Graph:
 
     if text.startswith("\ufeff"):
         text = text[1:]
-    graph = _Parser(text, path).parse()
+    # Windows line endings would otherwise leave "\r" inside multi-line strings.
+    graph = _Parser(text.replace("\r\n", "\n"), path).parse()
+    graph.source = text
     apply_stylesheet(graph)
     return graph

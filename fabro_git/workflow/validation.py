@@ -148,12 +148,12 @@ class _Check:
         if where is None:
             return None, None
         line, column = where
-        lines = self.graph.source.split("\n")
+        source = self.graph.source.replace("\r\n", "\n")
+        lines = source.split("\n")
         if not 1 <= line <= len(lines):
             return line, column
         # Index of the token in the whole source.
         pos = sum(len(text) + 1 for text in lines[: line - 1]) + column - 1
-        source = self.graph.source
         if pos >= len(source) or source[pos] != '"':
             return line, column + offset
         pos += 1

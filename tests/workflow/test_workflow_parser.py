@@ -345,3 +345,15 @@ def test_load_non_dot_text(tmp_path: Path) -> None:
         load(path)
     assert info.value.line == 3
     assert "expected 'digraph'" in info.value.detail
+
+
+def test_windows_line_endings() -> None:
+    text = 'digraph G {\r\n  a [prompt="one\r\ntwo"]\r\n  a -> b\r\n}\r\n'
+    graph = parse(text)
+    assert graph.nodes["a"].prompt == "one\ntwo"
+    assert (graph.nodes["b"].line, graph.nodes["b"].column) == (4, 8)
+    assert graph.source == text
+
+
+def test_keyword_digraph_is_case_insensitive_like_graphviz() -> None:
+    assert parse("DiGraph G { a }").name == "G"
