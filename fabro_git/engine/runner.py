@@ -115,6 +115,7 @@ class Runtime:
         self.pending_files: dict[str, bytes | None] = {}
         # Heads merged into the next run-branch commit (the fan-in's chosen branch).
         self.merge_parents: list[str] = []
+        self._tree_cache: dict[str, str] = {}
         self.last_activity = time.monotonic()
         self.run_started = time.monotonic()
         self.active_base_ms = checkpoint.active_ms
@@ -513,6 +514,12 @@ class Runtime:
 
     # -- checkpoints -----------------------------------------------------------------------
 
+    def _tip_tree(self, commit: str) -> str:
+        tree = self._tree_cache.get(commit)
+        if tree is None:
+            tree = self._tree_cache[commit] = self.repo.commit_info(commit).tree
+        return tree
+
     def _checkpoint(self, scope: Scope, node: Node, visit: int, result: Outcome, *, next_node: str | None) -> None:
         cp = self.cp
         cp.current_node = node.id
@@ -525,7 +532,11 @@ class Runtime:
         self.pending_files = {}
         if recorder is None:
             return
-        tree = recorder.stage_tree(node.id)
+        if node.handler_type in NO_WORKTREE_CHANGES and not self.merge_parents and recorder.run_tip:
+            # These stages run no user code, so the tree cannot have changed: skip the scan.
+            tree = self._tip_tree(recorder.run_tip)
+        else:
+            tree = recorder.stage_tree(node.id)
         recorder.plan_commit(cp, node.id, result.status, tree, self.merge_parents)
         self.merge_parents = []
         scope_kw = {"node_id": node.id, "node_label": node.label, "stage_id": f"{node.id}@{visit}"}
@@ -538,7 +549,7 @@ class Runtime:
         sha = recorder.commit_pending(cp, node_label=node.label)
         scope.tip = recorder.run_tip
         diff = None
-        if sha is not None and before is not None:
+        if sha is not None and before is not None and tree != self._tip_tree(before):
             from fabro_git.store import worktree as wt
 
             with contextlib.suppress(FabroError):
@@ -551,6 +562,9 @@ class Runtime:
             node_id=node.id,
             node_label=node.label,
         )
+
+
+NO_WORKTREE_CHANGES = frozenset({"start", "exit", "conditional", "human", "wait"})
 
 
 def _ordinal(n: int) -> str:
