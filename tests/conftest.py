@@ -96,3 +96,34 @@ def run_fabro(
         env=full_env,
         check=False,
     )
+
+
+def write_workflow(directory: Path, text: str, name: str = "wf.fabro") -> Path:
+    """Write a workflow file and commit it, so runs start from a clean checkout."""
+    path = directory / name
+    path.write_text(text)
+    git(directory, "add", name)
+    git(directory, "commit", "-q", "-m", f"add {name}")
+    return path
+
+
+def run_json(*args: str, cwd: Path, timeout: float = 120, input: str | None = None) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """`git fabro ARGS --json`; returns the process and its final JSON object."""
+    import json
+
+    proc = run_fabro(*args, "--json", cwd=cwd, timeout=timeout, input=input)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert lines, f"no JSON on stdout\nstderr:\n{proc.stderr}"
+    return proc, json.loads(lines[-1])
+
+
+def run_events(run_id: str, cwd: Path) -> list[dict]:
+    import json
+
+    proc = run_fabro("logs", run_id, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def meta_file(cwd: Path, run_id: str, path: str) -> str:
+    return git(cwd, "show", f"refs/fabro/meta/{run_id}:{path}")
