@@ -100,7 +100,7 @@ def test_events_cover_the_run(repo: Path) -> None:
     assert ids == sorted(ids), "UUID v7 ids are time-ordered"
     edges = [(e["properties"]["from_node"], e["properties"]["to_node"]) for e in events if e["event"] == "edge.selected"]
     assert edges == [("start", "write"), ("write", "check"), ("check", "exit")]
-    completed = [e for e in events if e["event"] == "stage.completed" and e["node_id"] == "write"][0]
+    completed = next(e for e in events if e["event"] == "stage.completed" and e["node_id"] == "write")
     assert completed["stage_id"] == "write@1"
     assert completed["properties"]["status"] == "succeeded"
     assert completed["properties"]["files_touched"] == []
@@ -112,7 +112,7 @@ def test_ps_logs_inspect(repo: Path) -> None:
     run_id = result["run_id"]
     ps = run_fabro("ps", cwd=repo)
     assert ps.returncode == 0
-    row = [line for line in ps.stdout.splitlines() if line.startswith(run_id)][0]
+    row = next(line for line in ps.stdout.splitlines() if line.startswith(run_id))
     assert "wf" in row and "succeeded" in row and "exit" in row
     rows = [json.loads(line) for line in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()]
     assert rows[0]["run_id"] == run_id and rows[0]["status"] == "succeeded"
@@ -149,7 +149,7 @@ def test_failed_stage_fails_the_run_and_resume_retries_it(repo: Path) -> None:
     assert "Traceback" not in proc.stderr
     run_id = result["run_id"]
     events = run_events(run_id, repo)
-    failed = [e for e in events if e["event"] == "stage.failed"][0]
+    failed = next(e for e in events if e["event"] == "stage.failed")
     assert failed["properties"]["failure_class"] == "deterministic"
     assert failed["properties"]["will_retry"] is False
     assert [e for e in events if e["event"] == "run.failed"]
