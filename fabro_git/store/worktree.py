@@ -19,7 +19,10 @@ by compare-and-swap, like every other ref move.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import subprocess
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -41,11 +44,16 @@ _SCAN_CONFIG = (
 # A new worktree gets an index in the compact v4 format with an untracked cache, as
 # `feature.manyFiles` would give it; this applies to the worktree's own index only.
 _CREATE_CONFIG = ("-c", "index.version=4", "-c", "core.untrackedCache=true")
+_STALE_LOCK_SECONDS = 60
 
 
 def add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) -> None:
     """Check out `branch` (which must exist and point at `commit`) or a detached `commit`
-    into a new worktree at `path`, creating parent directories."""
+    into a new worktree at `path`, creating parent directories.
+
+    If `path` already is a live worktree in the same state (on `branch`, or detached),
+    it is reset to `commit` instead, as on resume; local changes are discarded.
+    """
     path = Path(path).absolute()
     if branch is not None:
         ref = f"refs/heads/{branch}"
@@ -57,7 +65,30 @@ def add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) 
                 f"{ref} is at {tip[:12]}, not {commit[:12]} as expected; "
                 "the worktree was not created"
             )
-    _prune_if_stale(repo, path, branch)
+    registered = _worktrees(repo)
+    stale = [w for w in registered if not Path(w["worktree"]).exists()]
+    if any(
+        _same_path(Path(w["worktree"]), path)
+        or (branch is not None and w.get("branch") == f"refs/heads/{branch}")
+        for w in stale
+    ):
+        # Deleted behind git's back: its registration would block this one.
+        run_git(["worktree", "prune"], cwd=repo.root)
+    live = next(
+        (w for w in registered if w not in stale and _same_path(Path(w["worktree"]), path)),
+        None,
+    )
+    if live is not None:
+        if (branch is None and "detached" in live) or (
+            branch is not None and live.get("branch") == f"refs/heads/{branch}"
+        ):
+            checkout(path, commit)
+            return
+        where = live.get("branch", "a detached HEAD").removeprefix("refs/heads/")
+        raise StoreError(
+            f"{path} is already a worktree on {where}",
+            hint="remove it (git worktree remove) or choose another directory",
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     args = [*_CREATE_CONFIG, "worktree", "add", "--quiet"]
     if branch is None:
@@ -118,6 +149,7 @@ def checkout(worktree: Path, commit: str) -> None:
     first, so a concurrent writer is detected rather than overwritten.
     """
     worktree = Path(worktree)
+    _clear_stale_index_lock(worktree)
     symref = run_git(["symbolic-ref", "-q", "HEAD"], cwd=worktree, check=False)
     branch_ref = out(symref).strip() if symref.returncode == 0 else None
     if branch_ref:
@@ -178,20 +210,39 @@ def files_changed(worktree_or_repo: Path, old: str, new: str) -> list[str]:
     return [p for p in out(proc).split("\0") if p]
 
 
-def _prune_if_stale(repo: GitRepo, path: Path, branch: str | None) -> None:
-    """Forget registrations whose directory vanished behind git's back, if they would
-    block this worktree (same path, or holding the same branch)."""
+def _worktrees(repo: GitRepo) -> list[dict[str, str]]:
+    """`git worktree list --porcelain` as one dict per worktree (main one included)."""
     listing = out(run_git(["worktree", "list", "--porcelain"], cwd=repo.root))
+    entries = []
     for block in listing.split("\n\n"):
         fields = {}
         for line in block.splitlines():
             key, _, value = line.partition(" ")
             fields[key] = value
-        where = fields.get("worktree")
-        if not where or Path(where).exists():
-            continue
-        same_path = Path(where).absolute() == path
-        same_branch = branch is not None and fields.get("branch") == f"refs/heads/{branch}"
-        if same_path or same_branch:
-            run_git(["worktree", "prune"], cwd=repo.root)
-            return
+        if "worktree" in fields:
+            entries.append(fields)
+    return entries
+
+
+def _same_path(a: Path, b: Path) -> bool:
+    return a.absolute() == b.absolute() or os.path.realpath(a) == os.path.realpath(b)
+
+
+def _clear_stale_index_lock(worktree: Path) -> None:
+    """Remove an `index.lock` left by a git process that was killed in this worktree.
+
+    A run worktree is private to the run, and `checkout` is called by the process that
+    owns the run; a lock older than a minute can only be debris from a crash, and would
+    otherwise make every later git command in the worktree fail, blocking resume.
+    """
+    proc = run_git(["rev-parse", "--git-path", "index.lock"], cwd=worktree, check=False)
+    if proc.returncode != 0:
+        return
+    lock = worktree / out(proc).strip()
+    try:
+        age = time.time() - lock.stat().st_mtime
+    except FileNotFoundError:
+        return
+    if age > _STALE_LOCK_SECONDS:
+        with contextlib.suppress(FileNotFoundError):
+            lock.unlink()

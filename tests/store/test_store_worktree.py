@@ -260,3 +260,42 @@ def test_fsck_clean_after_worktree_cycle(grepo: GitRepo, repo: Path, run_wt: Pat
     wt.remove_worktree(grepo, run_wt)
     proc = subprocess.run(["git", "fsck", "--strict"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_add_worktree_on_a_live_worktree_resets_it(
+    grepo: GitRepo, repo: Path, run_wt: Path
+) -> None:
+    (run_wt / "kept.txt").write_text("k")
+    sha = commit_stage(grepo, run_wt)
+    (run_wt / "kept.txt").write_text("half-done edit")
+    wt.add_worktree(grepo, run_wt, branch=BRANCH, commit=sha)  # as on resume
+    assert (run_wt / "kept.txt").read_text() == "k"
+    assert git(run_wt, "status", "--porcelain") == ""
+    # A live worktree in another state is not taken over.
+    with pytest.raises(StoreError, match="already a worktree"):
+        wt.add_worktree(grepo, run_wt, branch=None, commit=sha)
+    assert git(run_wt, "symbolic-ref", "HEAD").strip() == REF
+
+
+def test_checkout_clears_an_index_lock_left_by_a_killed_git(
+    grepo: GitRepo, repo: Path, run_wt: Path
+) -> None:
+    import os
+
+    base = grepo.read_ref(REF)
+    assert base is not None
+    (run_wt / "x.txt").write_text("x")
+    commit_stage(grepo, run_wt)
+    lock = Path(
+        git(run_wt, "rev-parse", "--path-format=absolute", "--git-path", "index.lock").strip()
+    )
+    lock.write_text("")
+    # A fresh lock may belong to a live git process: left alone, and git refuses.
+    with pytest.raises(StoreError, match=r"index\.lock"):
+        wt.checkout(run_wt, base)
+    assert lock.exists()
+    old = lock.stat().st_mtime - 3600
+    os.utime(lock, (old, old))
+    wt.checkout(run_wt, base)
+    assert not lock.exists()
+    assert not (run_wt / "x.txt").exists()
