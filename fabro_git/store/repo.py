@@ -32,7 +32,7 @@ from dulwich.file import FileLocked
 from dulwich.graph import can_fast_forward
 from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
 from dulwich.refs import Ref, check_ref_format
-from dulwich.repo import Repo
+from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion
 
 from fabro_git.errors import RefRaceError, RepositoryError, StoreError
 from fabro_git.store._gitcli import out, run_git
@@ -84,8 +84,18 @@ class GitRepo:
         self._objects_dir = git_dir / "objects"
         try:
             self._repo = Repo(controldir=str(head_dir), commondir=str(git_dir), worktree=str(root))
-        except NotGitRepository as err:  # pragma: no cover - rev-parse said otherwise
-            raise RepositoryError(f"{root} is not a usable git repository: {err}") from err
+        except (NotGitRepository, UnsupportedExtension, UnsupportedVersion) as err:
+            raise RepositoryError(
+                f"git fabro cannot use the repository at {root}: {err}",
+                hint="repositories with reftable refs or newer format extensions "
+                "are not supported yet",
+            ) from err
+        if self._repo.object_format.name != "sha1":
+            self._repo.close()
+            raise RepositoryError(
+                f"{root} uses {self._repo.object_format.name} object ids; "
+                "git fabro supports sha1 repositories only"
+            )
 
     # -- opening ---------------------------------------------------------------------
 

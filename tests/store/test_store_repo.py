@@ -373,3 +373,11 @@ def test_objects_written_by_dulwich_are_loose_readonly_and_fsck_clean(
     assert not path.exists()
     assert grepo.commit_info(sha).subject == "m"
     subprocess.run(["git", "fsck", "--strict"], cwd=repo, check=True, capture_output=True)
+
+
+def test_sha256_repositories_are_refused_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "sha256"
+    git(tmp_path, "init", "-q", "--object-format=sha256", str(path))
+    git(path, "commit", "-q", "--allow-empty", "-m", "x")
+    with pytest.raises(RepositoryError, match="sha1 repositories only"):
+        GitRepo.discover(path)
