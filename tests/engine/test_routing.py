@@ -1,0 +1,593 @@
+"""Routing and handler semantics through real runs: loops, gates, retries, parallel, children."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import git, meta_file, run_events, run_fabro, run_json, write_workflow
+
+
+def stages(events: list[dict]) -> list[tuple[str, str]]:
+    return [(e["node_id"], e["properties"]["status"]) for e in events if e["event"] == "stage.completed"]
+
+
+def test_branch_loop_example_loops_until_the_test_passes(repo: Path) -> None:
+    proc, result = run_json("run", "branch-loop", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    events = run_events(result["run_id"], repo)
+    nodes = [n for n, _ in stages(events)]
+    # test fails at least once, the fix runs, and test runs again before exit
+    assert nodes.count("test") >= 2
+    assert "fix" in nodes
+    assert nodes[-1] == "exit"
+
+
+LOOP = """
+digraph L {
+    graph [loop_restart_signature_limit=20]
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=parallelogram, script="n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) > n; test $((n+1)) -ge %(need)d", max_visits=%(limit)d]
+    start -> work
+    work -> exit [condition="outcome=succeeded"]
+    work -> work [condition="outcome=failed"]
+}
+"""
+
+
+def test_max_visits_stops_a_loop(repo: Path) -> None:
+    write_workflow(repo, LOOP % {"need": 10, "limit": 3})
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 1
+    assert "4th time, over its limit of 3" in proc.stderr
+    events = run_events(result["run_id"], repo)
+    assert [n for n, _ in stages(events)].count("work") == 3
+
+
+def test_loop_within_visit_limit_succeeds(repo: Path) -> None:
+    write_workflow(repo, LOOP % {"need": 3, "limit": 5})
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert git(repo, "show", f"fabro/run/{result['run_id']}:n") == "3\n"
+    checkpoint = json.loads(meta_file(repo, result["run_id"], "checkpoint.json"))
+    assert checkpoint["node_visits"]["work"] == 3
+
+
+def test_circuit_breaker_stops_repeated_deterministic_failures(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph C {
+            graph [loop_restart_signature_limit=2]
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            build [shape=parallelogram, script="echo 'error at line 12' >&2; exit 1"]
+            start -> build
+            build -> exit [condition="outcome=succeeded"]
+            build -> build [condition="outcome=failed"]
+        }
+        """,
+    )
+    proc, _ = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 1
+    assert "failure cycle detected" in proc.stderr and "limit 2" in proc.stderr
+
+
+HUMAN = """
+digraph H {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    approve [shape=hexagon, label="Ship it?"]
+    yes [shape=parallelogram, script="echo shipped > result"]
+    no [shape=parallelogram, script="echo revised > result"]
+    start -> approve
+    approve -> yes [label="[A] Approve"]
+    approve -> no  [label="[R] Revise"]
+    yes -> exit
+    no -> exit
+}
+"""
+
+
+def test_human_gate_takes_queued_answers(repo: Path) -> None:
+    write_workflow(repo, HUMAN)
+    proc, result = run_json("run", "wf.fabro", "--answer", "R", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert git(repo, "show", f"fabro/run/{result['run_id']}:result") == "revised\n"
+    events = run_events(result["run_id"], repo)
+    completed = next(e for e in events if e["event"] == "interview.completed")
+    assert completed["properties"]["answer"] == "R"
+    checkpoint = json.loads(meta_file(repo, result["run_id"], "checkpoint.json"))
+    assert checkpoint["context_values"]["human.gate.selected"] == "R"
+    assert checkpoint["context_values"]["human.gate.label"] == "[R] Revise"
+    edge = next(e for e in events if e["event"] == "edge.selected" and e["properties"]["from_node"] == "approve")
+    assert edge["properties"]["reason"] == "preferred_label"
+
+
+def test_human_gate_by_label_and_auto_approve(repo: Path) -> None:
+    write_workflow(repo, HUMAN)
+    proc, result = run_json("run", "wf.fabro", "--answer", "approve", cwd=repo)
+    assert git(repo, "show", f"fabro/run/{result['run_id']}:result") == "shipped\n"
+    proc, result = run_json("run", "wf.fabro", "--auto-approve", cwd=repo)
+    assert proc.returncode == 0
+    assert git(repo, "show", f"fabro/run/{result['run_id']}:result") == "shipped\n"
+
+
+def test_unanswered_human_gate_fails_closed(repo: Path) -> None:
+    write_workflow(repo, HUMAN)
+    proc, result = run_json("run", "wf.fabro", cwd=repo, input="")
+    assert proc.returncode == 1
+    assert result["status"] == "failed"
+    assert "was not answered; failing closed" in proc.stderr
+    nodes = [n for n, _ in stages(run_events(result["run_id"], repo))]
+    assert "yes" not in nodes and "no" not in nodes
+
+
+def test_human_gate_console_answer_on_stdin(repo: Path) -> None:
+    write_workflow(repo, HUMAN)
+    # Not a TTY, so the console interviewer is not used: stdin is ignored and the gate fails.
+    proc, _ = run_json("run", "wf.fabro", cwd=repo, input="A\n")
+    assert proc.returncode == 1
+
+
+def test_transient_failures_are_retried_then_allow_partial(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph R {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            slow [shape=parallelogram, script="sleep 5", timeout="200ms", max_retries=2, allow_partial=true]
+            start -> slow -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert result["status"] == "partially_succeeded"
+    events = run_events(result["run_id"], repo)
+    retrying = [e["properties"] for e in events if e["event"] == "stage.retrying"]
+    assert [r["attempt"] for r in retrying] == [2, 3]
+    assert all(r["max_attempts"] == 3 for r in retrying)
+    failed = [e["properties"] for e in events if e["event"] == "stage.failed"]
+    assert [f["will_retry"] for f in failed] == [True, True]
+    assert all(f["failure_class"] == "transient_infra" for f in failed)
+    assert ("slow", "partially_succeeded") in stages(events)
+
+
+def test_deterministic_failures_are_not_retried(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph R {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            bad [shape=parallelogram, script="exit 2", retry_policy="standard"]
+            start -> bad -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 1
+    assert not [e for e in run_events(result["run_id"], repo) if e["event"] == "stage.retrying"]
+
+
+def test_auto_status_and_failure_edges(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph A {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            optional [shape=parallelogram, script="exit 1", auto_status=true]
+            check [shape=parallelogram, script="exit 3"]
+            recover [shape=parallelogram, script="echo recovered > r"]
+            start -> optional -> check
+            check -> recover [condition="outcome=failed && failure_class=deterministic"]
+            check -> exit
+            recover -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    seen = stages(run_events(result["run_id"], repo))
+    assert ("optional", "succeeded") in seen
+    assert ("check", "failed") in seen
+    assert ("recover", "succeeded") in seen
+
+
+def test_failed_stage_uses_retry_target_not_unconditional_edges(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph T {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            prep [shape=parallelogram, script="touch prepared"]
+            risky [shape=parallelogram, script="test -f prepared && test -f again || { touch again; exit 1; }", retry_target="prep"]
+            start -> prep -> risky -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    nodes = [n for n, _ in stages(run_events(result["run_id"], repo))]
+    assert nodes == ["start", "prep", "risky", "prep", "risky", "exit"]
+
+
+def test_goal_gate_sends_the_run_back(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph G {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            fix [shape=parallelogram, script="n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) > n"]
+            verify [shape=parallelogram, script="test $(cat n) -ge 2", goal_gate=true, retry_target="fix"]
+            start -> fix -> verify
+            verify -> exit [condition="outcome=succeeded"]
+            verify -> exit [condition="outcome=failed", label="give up"]
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    events = run_events(result["run_id"], repo)
+    nodes = [n for n, _ in stages(events)]
+    assert nodes == ["start", "fix", "verify", "fix", "verify", "exit"]
+    assert any(e["event"] == "run.notice" and e["properties"]["code"] == "goal_gate_retry" for e in events)
+
+
+def test_goal_gate_without_target_fails(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph G {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            verify [shape=parallelogram, script="exit 1", goal_gate=true]
+            start -> verify
+            verify -> exit [condition="outcome=failed"]
+            verify -> exit [condition="outcome=succeeded"]
+        }
+        """,
+    )
+    proc, _ = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 1
+    assert "goal gate unsatisfied for node verify and no retry target" in proc.stderr
+
+
+def test_loop_restart_is_blocked_for_deterministic_failures(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph LR {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            prep [shape=parallelogram, script="true"]
+            a [shape=parallelogram, script="exit 1"]
+            start -> prep -> a
+            a -> exit [condition="outcome=succeeded"]
+            a -> prep [condition="outcome=failed", loop_restart=true]
+        }
+        """,
+    )
+    proc, _ = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 1
+    assert "loop_restart blocked: failure_class=deterministic" in proc.stderr
+
+
+def test_loop_restart_resets_visits_after_transient_failures(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph LR {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            count [shape=parallelogram, script="n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) > n", max_visits=1]
+            gate [shape=parallelogram, script="test $(cat n) -ge 3 || sleep 5", timeout="300ms"]
+            start -> count -> gate
+            gate -> exit [condition="outcome=succeeded"]
+            gate -> count [condition="outcome=failed", loop_restart=true]
+        }
+        """,
+    )
+    # A timeout is transient, so it may cross the loop_restart edge; the restart resets
+    # visit counts, so `count` (max_visits=1) runs again each time.
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    events = run_events(result["run_id"], repo)
+    assert [n for n, _ in stages(events)].count("count") == 3
+    restarts = [e["properties"] for e in events if e["event"] == "loop.restart"]
+    assert restarts == [{"from_node": "gate", "to_node": "count"}] * 2
+
+
+def test_edge_weights_and_lexical_tiebreak(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph W {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            a [shape=parallelogram, script="true"]
+            b [shape=parallelogram, script="echo b > which"]
+            c [shape=parallelogram, script="echo c > which"]
+            d [shape=parallelogram, script="echo d > which"]
+            start -> a
+            a -> d
+            a -> c [weight=5]
+            a -> b [weight=5]
+            b -> exit
+            c -> exit
+            d -> exit
+        }
+        """,
+    )
+    _, result = run_json("run", "wf.fabro", cwd=repo)
+    assert git(repo, "show", f"fabro/run/{result['run_id']}:which") == "b\n"
+
+
+def test_conditional_node_routes_on_previous_outcome_and_context(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph Cond {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            probe [shape=parallelogram, script="echo 85"]
+            gate [shape=diamond]
+            high [shape=parallelogram, script="echo high > band"]
+            low [shape=parallelogram, script="echo low > band"]
+            start -> probe -> gate
+            gate -> high [condition="outcome=succeeded && command.output >= 80"]
+            gate -> low
+            high -> exit
+            low -> exit
+        }
+        """,
+    )
+    _, result = run_json("run", "wf.fabro", cwd=repo)
+    assert git(repo, "show", f"fabro/run/{result['run_id']}:band") == "high\n"
+
+
+PARALLEL = """
+digraph P {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    fan [shape=component, join_policy="%(policy)s", max_parallel=2]
+    a [shape=parallelogram, script="%(a)s"]
+    b [shape=parallelogram, script="echo b > b.txt"]
+    c [shape=parallelogram, script="echo c > c.txt; exit 1"]
+    merge [shape=tripleoctagon]
+    after [shape=parallelogram, script="ls *.txt > seen"]
+    start -> fan
+    fan -> a
+    fan -> b
+    fan -> c
+    a -> merge
+    b -> merge
+    c -> merge
+    merge -> after -> exit
+}
+"""
+
+
+def test_parallel_wait_all_merges_the_best_branch(repo: Path) -> None:
+    write_workflow(repo, PARALLEL % {"policy": "wait_all", "a": "echo a > a.txt"})
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    events = run_events(run_id, repo)
+    completed = next(e["properties"] for e in events if e["event"] == "parallel.completed")
+    assert completed["success_count"] == 2 and completed["failure_count"] == 1
+    assert [r["id"] for r in completed["results"]] == ["a", "b", "c"]
+    assert ("fan", "partially_succeeded") in stages(events)
+    # The first successful branch (a) wins; its files reach the run branch and the
+    # fan-in's commit has the branch head as its second parent.
+    assert git(repo, "show", f"fabro/run/{run_id}:seen") == "a.txt\n"
+    merge_commit = git(repo, "log", "--format=%H %P %s", f"fabro/run/{run_id}", "--grep", ": merge (").split()
+    assert len(merge_commit) >= 4 and merge_commit[3].startswith(f"fabro({run_id})")
+    second_parent = merge_commit[2]
+    assert git(repo, "log", "-1", "--format=%s", second_parent).strip() == f"fabro({run_id}): a (succeeded)"
+    checkpoint = json.loads(meta_file(repo, run_id, "checkpoint.json"))
+    assert checkpoint["context_values"]["parallel.fan_in.best_id"] == "a"
+    results = json.loads(meta_file(repo, run_id, "nodes/merge/parallel_results.json"))
+    assert {r["id"]: r["status"] for r in results} == {"a": "succeeded", "b": "succeeded", "c": "failed"}
+    # Each branch has its own ref, never nested under an existing ref path.
+    refs = git(repo, "for-each-ref", "--format=%(refname)", f"refs/fabro/parallel/{run_id}").split()
+    assert sorted(refs) == [f"refs/fabro/parallel/{run_id}/fan/{i}" for i in range(3)]
+    assert git(repo, "worktree", "list").count("\n") == 1, "branch worktrees are removed"
+    assert "error" not in git(repo, "fsck", "--strict").lower()
+
+
+def test_parallel_all_failed_fails_the_stage(repo: Path) -> None:
+    write_workflow(repo, (PARALLEL % {"policy": "first_success", "a": "exit 1"}).replace('echo b > b.txt', 'exit 1'))
+    proc, _ = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 1
+    assert "every parallel branch failed" in proc.stderr
+
+
+def test_parallel_branches_get_isolated_context(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph Iso {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            fan [shape=component]
+            x [shape=parallelogram, script="echo from-x"]
+            y [shape=parallelogram, script="sleep 0.2; echo from-y"]
+            merge [shape=tripleoctagon]
+            start -> fan
+            fan -> x
+            fan -> y
+            x -> merge
+            y -> merge
+            merge -> exit
+        }
+        """,
+    )
+    _, result = run_json("run", "wf.fabro", cwd=repo)
+    events = run_events(result["run_id"], repo)
+    completed = next(e["properties"] for e in events if e["event"] == "parallel.completed")
+    outputs = {r["id"]: r["context_updates"]["command.output"] for r in completed["results"]}
+    assert outputs == {"x": "from-x\n", "y": "from-y\n"}
+
+
+def test_sub_workflow_runs_child_stages(repo: Path) -> None:
+    (repo / "child.fabro").write_text(
+        """
+        digraph Child {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            inner [shape=parallelogram, script="echo child > child.txt"]
+            start -> inner -> exit
+        }
+        """
+    )
+    git(repo, "add", "child.fabro")
+    write_workflow(
+        repo,
+        """
+        digraph Parent {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            sub [shape=house, stack.child_workflow="child.fabro"]
+            start -> sub -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    events = run_events(run_id, repo)
+    assert next(e for e in events if e["event"] == "subgraph.started")["properties"]["start_node"] == "start"
+    done = next(e for e in events if e["event"] == "subgraph.completed")["properties"]
+    assert done["status"] == "succeeded" and done["steps_executed"] == 3
+    assert ("sub/inner", "succeeded") in stages(events)
+    assert git(repo, "show", f"fabro/run/{run_id}:child.txt") == "child\n"
+
+
+def test_wait_node_and_setup_commands(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph S {
+            graph [setup="echo one > setup1\\necho two > setup2"]
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            pause [shape=insulator, duration="150ms"]
+            use [shape=parallelogram, script="cat setup1 setup2"]
+            start -> pause -> use -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    events = run_events(result["run_id"], repo)
+    names = [e["event"] for e in events]
+    assert names.count("setup.command.completed") == 2
+    assert names.index("setup.completed") < names.index("stage.started")
+    pause = next(e for e in events if e["event"] == "stage.completed" and e["node_id"] == "pause")
+    assert pause["properties"]["duration_ms"] >= 140
+    checkpoint = json.loads(meta_file(repo, result["run_id"], "checkpoint.json"))
+    assert checkpoint["context_values"]["command.output"] == "one\ntwo\n"
+
+
+def test_failing_setup_fails_the_run(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph S {
+            graph [setup="echo broken >&2; exit 4"]
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            start -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 1
+    failed = next(e["properties"] for e in run_events(result["run_id"], repo) if e["event"] == "setup.failed")
+    assert failed["exit_code"] == 4 and "broken" in failed["stderr"]
+
+
+def test_stall_watchdog_cancels_a_hung_stage(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph Stall {
+            graph [stall_timeout="1s"]
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            hang [shape=parallelogram, script="sleep 30"]
+            start -> hang -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo, timeout=60)
+    assert proc.returncode == 1
+    assert "stall watchdog" in proc.stderr
+    events = run_events(result["run_id"], repo)
+    timeout = next(e for e in events if e["event"] == "watchdog.timeout")
+    assert timeout["properties"]["idle_seconds"] >= 1
+
+
+def test_dry_run_walks_llm_stages_with_routing_directives(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph D {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            review [shape=tab, prompt="Review {{ goal }}", dry_run.response="Needs work. {\\"preferred_next_label\\": \\"fix\\", \\"context_updates\\": {\\"score\\": 40}}"]
+            fix [shape=parallelogram, script="echo fixed > fixed"]
+            review -> fix [label="Fix"]
+            review -> exit [label="Approve"]
+            start -> review
+            fix -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", "--dry-run", "--goal", "the patch", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert git(repo, "show", f"fabro/run/{run_id}:fixed") == "fixed\n"
+    prompt = meta_file(repo, run_id, "nodes/review/prompt.md")
+    assert "Review the patch" in prompt
+    assert "preferred_next_label" in meta_file(repo, run_id, "nodes/review/response.md")
+    checkpoint = json.loads(meta_file(repo, run_id, "checkpoint.json"))
+    assert checkpoint["context_values"]["score"] == 40
+    assert checkpoint["context_values"]["last_stage"] == "review"
+
+
+def test_detach_prints_the_id_and_the_run_finishes(repo: Path) -> None:
+    import time
+
+    write_workflow(
+        repo,
+        """
+        digraph Bg {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            work [shape=parallelogram, script="sleep 0.5; echo bg > bg.txt"]
+            start -> work -> exit
+        }
+        """,
+    )
+    proc = run_fabro("run", "wf.fabro", "-d", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = proc.stdout.strip()
+    assert len(run_id) == 26
+    follow = run_fabro("logs", run_id, "-f", cwd=repo, timeout=60)
+    assert '"run.completed"' in follow.stdout
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rows = [json.loads(x) for x in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()]
+        if rows and rows[0]["status"] == "succeeded":
+            break
+        time.sleep(0.2)
+    assert rows[0]["status"] == "succeeded"
+    assert git(repo, "show", f"fabro/run/{run_id}:bg.txt") == "bg\n"
