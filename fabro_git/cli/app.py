@@ -6,6 +6,7 @@ Each command is a thin typed function that imports its implementation module laz
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -42,7 +43,7 @@ def _root(
 
 @app.command()
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="Workflow files to check.", show_default=False)],
+    files: Annotated[list[Path], typer.Argument(help="Workflow files to check.", show_default=False, metavar="FILE...")],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Check workflow files and print their diagnostics."""
@@ -53,7 +54,7 @@ def validate(
 
 @app.command()
 def graph(
-    file: Annotated[Path, typer.Argument(help="Workflow file to render.", show_default=False)],
+    file: Annotated[Path, typer.Argument(help="Workflow file to render.", show_default=False, metavar="FILE")],
     fmt: Annotated[str, typer.Option("--format", help="svg, png or dot.")] = "svg",
     output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
     direction: Annotated[str | None, typer.Option("--direction", help="lr or tb; overrides rankdir.")] = None,
@@ -66,7 +67,7 @@ def graph(
 
 @app.command()
 def run(
-    workflow: Annotated[str, typer.Argument(help="Workflow file, or the name of a shipped example.", show_default=False)],
+    workflow: Annotated[str, typer.Argument(help="Workflow file, or the name of a shipped example.", show_default=False, metavar="WORKFLOW")],
     goal: Annotated[str | None, typer.Option("--goal", help="The run's goal ({{ goal }}).")] = None,
     goal_file: Annotated[Path | None, typer.Option("--goal-file", help="Read the goal from a file.")] = None,
     inputs: Annotated[list[str] | None, typer.Option("-V", "--input", help="KEY=VALUE for {{ inputs.KEY }}; repeatable.")] = None,
@@ -104,7 +105,7 @@ def run(
 
 @app.command()
 def resume(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False)],
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
     auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")] = False,
     answers: Annotated[list[str] | None, typer.Option("--answer", help="Queue an answer for the next human gate; repeatable.")] = None,
     detach: Annotated[bool, typer.Option("-d", "--detach", help="Continue in the background.")] = False,
@@ -138,7 +139,7 @@ def ps(
 
 @app.command()
 def logs(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False)],
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
     pretty: Annotated[bool, typer.Option("--pretty", help="Render events for people.")] = False,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing events of a live run.")] = False,
 ) -> None:
@@ -150,7 +151,7 @@ def logs(
 
 @app.command()
 def inspect(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False)],
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Show a run's manifest, checkpoint and status."""
@@ -161,7 +162,7 @@ def inspect(
 
 @app.command()
 def fetch(
-    remote: Annotated[str, typer.Argument(help="Remote to fetch from.")] = "origin",
+    remote: Annotated[str, typer.Argument(help="Remote to fetch from.", metavar="REMOTE")] = "origin",
 ) -> None:
     """Fetch every run's refs (refs/fabro/* and fabro/run/*) from a remote."""
     from fabro_git.cli import sync as impl
@@ -171,8 +172,8 @@ def fetch(
 
 @app.command()
 def push(
-    remote: Annotated[str, typer.Argument(help="Remote to push to.")] = "origin",
-    run_ids: Annotated[list[str] | None, typer.Argument(help="Runs to push (default: all).", show_default=False)] = None,
+    remote: Annotated[str, typer.Argument(help="Remote to push to.", metavar="REMOTE")] = "origin",
+    run_ids: Annotated[list[str] | None, typer.Argument(help="Runs to push (default: all).", show_default=False, metavar="RUN...")] = None,
 ) -> None:
     """Push runs' branches and metadata refs to a remote, never forced."""
     from fabro_git.cli import sync as impl
@@ -181,15 +182,17 @@ def push(
 
 
 def run_app(args: list[str]) -> int:
-    import click
-
     try:
         result = app(args=args, prog_name="git fabro", standalone_mode=False)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    except click.exceptions.Abort as exc:
+    except typer.Exit as exc:
+        return int(getattr(exc, "exit_code", 0))
+    except typer.Abort as exc:
         raise KeyboardInterrupt from exc
-    except click.ClickException as exc:
-        exc.show()
+    except typer.TyperException as exc:  # usage errors: bad option, missing argument
+        show = getattr(exc, "show", None)
+        if show is not None:
+            show()
+        else:
+            print(f"error: {exc}", file=sys.stderr)
         return 1
     return int(result) if isinstance(result, int) else 0

@@ -1,0 +1,123 @@
+"""The command itself: entry points, version, help, the man page and the error boundary."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_fabro
+
+from fabro_git import __version__
+from fabro_git.cli import boundary
+from fabro_git.errors import FabroError
+
+MAN = ROOT / "man" / "git-fabro.1"
+
+
+def test_version_through_git_and_python_m() -> None:
+    proc = run_fabro("--version")
+    assert proc.returncode == 0
+    assert proc.stdout.strip() == f"git-fabro {__version__}"
+    same = subprocess.run([sys.executable, "-m", "fabro_git", "--version"], capture_output=True, text=True, check=False)
+    assert same.stdout == proc.stdout
+
+
+def test_short_help_lists_commands() -> None:
+    proc = run_fabro("-h")
+    assert proc.returncode == 0
+    for command in ("validate", "graph", "run", "resume", "ps", "logs", "inspect", "fetch", "push"):
+        assert re.search(rf"^\s+{command}\b", proc.stdout, re.M), command
+
+
+def test_usage_error_is_a_clear_exit_1() -> None:
+    proc = run_fabro("run", "--no-such-option")
+    assert proc.returncode == 1
+    assert "No such option" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _cli_surface() -> dict[str, list[str]]:
+    import typer.main
+
+    from fabro_git.cli.app import app
+
+    group = typer.main.get_command(app)
+    surface: dict[str, list[str]] = {}
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        opts = []
+        for param in command.params:
+            if getattr(param, "hidden", False):
+                continue
+            opts += [o for o in param.opts if o.startswith("-")]
+        surface[name] = opts
+    return surface
+
+
+def test_man_page_documents_every_command_and_option() -> None:
+    text = MAN.read_text()
+    # roff escapes hyphens as \-; compare on the rendered form.
+    plain = text.replace("\\-", "-").replace("\\fB", "").replace("\\fR", "").replace("\\fI", "")
+    surface = _cli_surface()
+    assert surface, "no commands found"
+    missing = []
+    for command, options in surface.items():
+        section = re.search(rf"^\.SS \"?{command}\b.*?(?=^\.SS |^\.SH )", plain, re.M | re.S)
+        if section is None:
+            missing.append(f"command {command}")
+            continue
+        for option in options:
+            if not re.search(rf"(?<![\w-]){re.escape(option)}(?![\w-])", section.group(0)):
+                missing.append(f"{command} {option}")
+    assert not missing, f"missing from man/git-fabro.1: {missing}"
+    assert "--version" in plain and "-h" in plain
+
+
+def test_man_page_is_installed_beside_the_package() -> None:
+    share = Path(sys.prefix) / "share" / "man" / "man1" / "git-fabro.1"
+    if not share.exists():
+        pytest.skip("editable install: setuptools does not install data files")
+    assert share.read_text() == MAN.read_text()
+    if subprocess.run(["sh", "-c", "command -v man"], capture_output=True, check=False).returncode != 0:
+        pytest.skip("man is not installed")
+    env = dict(os.environ, MANPAGER="cat", PAGER="cat", MANWIDTH="100")
+    proc = subprocess.run(["git", "fabro", "--help"], capture_output=True, text=True, env=env, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "run AI-agent workflows" in proc.stdout.replace("\u2010", "-")
+
+
+def test_boundary_maps_user_errors_interrupts_and_bugs(capsys: pytest.CaptureFixture[str]) -> None:
+    def user_error() -> int:
+        raise FabroError("the thing is wrong", hint="do the other thing")
+
+    assert boundary(user_error) == 1
+    err = capsys.readouterr().err
+    assert err == "error: the thing is wrong\nhint: do the other thing\n"
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert boundary(interrupted) == 130
+    assert "Interrupted" in capsys.readouterr().err
+
+    def bug() -> int:
+        raise RuntimeError("kaboom")
+
+    assert boundary(bug) == 3
+    err = capsys.readouterr().err
+    assert "unexpected error: RuntimeError: kaboom" in err
+    log = Path(re.search(r"written to (\S+);", err).group(1))  # type: ignore[union-attr]
+    body = log.read_text()
+    assert f"git-fabro: {__version__}" in body
+    assert "dulwich:" in body and "python:" in body
+    assert "RuntimeError: kaboom" in body and "Traceback" in body
+
+
+def test_commands_outside_a_repository_explain(tmp_path: Path) -> None:
+    proc = run_fabro("ps", cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "not inside a git repository" in proc.stderr
+    assert "Traceback" not in proc.stderr
