@@ -26,6 +26,7 @@ from typing import Any
 from fabro_git.engine.checkpoint import Checkpoint, PendingCommit, encode
 from fabro_git.errors import FabroError
 from fabro_git.store import runs as runrefs
+from fabro_git.store import statcheck
 from fabro_git.store import worktree as wt
 from fabro_git.store.repo import GitRepo
 from fabro_git.store.snapshot import MetaSnapshotter
@@ -99,6 +100,8 @@ class Recorder:
         self.meta_tip = meta_tip
         self.run_tip = run_tip
         self.degraded = False
+        # The tree git last wrote from the worktree, and the index file's stamp then.
+        self._last_scan: tuple[str, tuple[int, int] | None] | None = None
 
     # -- snapshots -----------------------------------------------------------------
 
@@ -180,13 +183,17 @@ class Recorder:
         """Step 1: the worktree as a tree object. None when there is no worktree or git failed."""
         if self.worktree is None or self.run_tip is None:
             return None
+        if self._last_scan is not None and statcheck.unchanged(self.worktree, self._last_scan[1]):
+            return self._last_scan[0]
         try:
-            return wt.snapshot_tree(
+            tree = wt.snapshot_tree(
                 self.worktree, exclude_globs=self.exclude_globs, changed_paths=changed_paths
             )
         except FabroError as err:
             self._commit_failed(node_id, f"could not stage the worktree: {err}")
             return None
+        self._last_scan = (tree, statcheck.index_stamp(self.worktree))
+        return tree
 
     def commit_pending(self, cp: Checkpoint, *, node_label: str | None = None) -> str | None:
         """Step 3: make the run-branch commit named by `cp.pending_commit`."""
