@@ -66,17 +66,17 @@ def unchanged(worktree: Path, stamp: tuple[int, int] | None) -> bool:
     path = index_path(worktree)
     if path is None or index_stamp(worktree) != stamp:
         return False
-    try:
-        from dulwich.index import Index
+    from dulwich.index import Index, IndexEntry
 
+    try:
         index = Index(str(path))
     except Exception:
         return False
-    entries: dict[bytes, object] = {}
-    for name, entry in index.items():
-        if not hasattr(entry, "mtime"):  # a conflicted entry
+    entries: dict[bytes, IndexEntry] = {}
+    for name, item in index.items():
+        if not isinstance(item, IndexEntry):  # a conflicted entry
             return False
-        entries[name] = entry
+        entries[name] = item
         if len(entries) > MAX_ENTRIES:
             return False
     index_mtime = stamp[0]
@@ -87,16 +87,16 @@ def unchanged(worktree: Path, stamp: tuple[int, int] | None) -> bool:
         rel = stack.pop()
         try:
             with os.scandir(os.path.join(root, rel) if rel else root) as it:
-                items = list(it)
+                dir_entries = list(it)
         except OSError:
             return False
-        for item in items:
-            name = item.name if isinstance(item.name, bytes) else os.fsencode(item.name)
+        for found in dir_entries:
+            name = found.name if isinstance(found.name, bytes) else os.fsencode(found.name)
             if not rel and name == b".git":
                 continue
             relpath = rel + b"/" + name if rel else name
             try:
-                st = item.stat(follow_symlinks=False)
+                st = found.stat(follow_symlinks=False)
             except OSError:
                 return False
             if stat.S_ISDIR(st.st_mode):
@@ -105,17 +105,17 @@ def unchanged(worktree: Path, stamp: tuple[int, int] | None) -> bool:
             entry = entries.get(relpath)
             if entry is None:
                 return False
-            mode = entry.mode  # type: ignore[attr-defined]
+            mode = entry.mode
             if stat.S_ISLNK(st.st_mode) != stat.S_ISLNK(mode) or mode == 0o160000:
                 return False
             if not stat.S_ISLNK(st.st_mode) and bool(st.st_mode & 0o100) != bool(mode & 0o100):
                 return False
-            mtime = _ns(entry.mtime)  # type: ignore[attr-defined]
+            mtime = _ns(entry.mtime)
             if (
-                entry.size != (st.st_size & 0xFFFFFFFF)  # type: ignore[attr-defined]
+                entry.size != (st.st_size & 0xFFFFFFFF)
                 or mtime is None
                 or mtime // 1000 != st.st_mtime_ns // 1000
-                or (entry.ino and entry.ino != (st.st_ino & 0xFFFFFFFF))  # type: ignore[attr-defined]
+                or (entry.ino and entry.ino != (st.st_ino & 0xFFFFFFFF))
                 or st.st_mtime_ns >= index_mtime
             ):
                 return False
