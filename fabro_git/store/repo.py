@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import itertools
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,6 +41,7 @@ RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
 FALLBACK_NAME = "git fabro"
 FALLBACK_EMAIL = "fabro@localhost"
 _DIR_RACE_RETRIES = 5
+_tmp_counter = itertools.count()
 _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
 
@@ -82,6 +83,8 @@ class GitRepo:
         self.root = root
         self.git_dir = git_dir
         self._objects_dir = git_dir / "objects"
+        self._ident_cache: dict[tuple[str, str], tuple[str, str]] = {}
+        self._fanout_dirs: set[str] = set()
         try:
             self._repo = Repo(controldir=str(head_dir), commondir=str(git_dir), worktree=str(root))
         except (NotGitRepository, UnsupportedExtension, UnsupportedVersion) as err:
@@ -402,12 +405,14 @@ class GitRepo:
         if self._repo.object_store.contains_packed(obj.id):
             return sha
         data = obj.as_legacy_object(compression_level=_LOOSE_COMPRESSION)
-        path.parent.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix="tmp_obj_", dir=path.parent)
+        if sha[:2] not in self._fanout_dirs:
+            path.parent.mkdir(exist_ok=True)
+            self._fanout_dirs.add(sha[:2])
+        tmp = str(path.parent / f"tmp_obj_{os.getpid()}_{next(_tmp_counter)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
-            os.chmod(tmp, 0o444)
             try:
                 os.link(tmp, path)
             except FileExistsError:
@@ -428,6 +433,20 @@ class GitRepo:
         return self._identity("COMMITTER", "committer")
 
     def _identity(self, kind: str, section: str) -> Identity:
+        name, email = self._names(kind, section)
+        when = _parse_git_date(os.environ.get(f"GIT_{kind}_DATE"))
+        if when is None:
+            now = int(time.time())
+            when = (now, time.localtime(now).tm_gmtoff)
+        return Identity(name=name, email=email, time=when[0], tz_offset=when[1])
+
+    def _names(self, kind: str, section: str) -> tuple[str, str]:
+        """Name and email for `kind`; config is read once per repository object, since
+        reading git's config stack costs more than writing a commit."""
+        key = (kind, section)
+        cached = self._ident_cache.get(key)
+        if cached is not None:
+            return cached
         config = self._repo.get_config_stack()
 
         def setting(*keys: tuple[str, str]) -> str | None:
@@ -445,16 +464,12 @@ class GitRepo:
             (section, "email"), ("user", "email")
         )
         email = email or os.environ.get("EMAIL")
-        when = _parse_git_date(os.environ.get(f"GIT_{kind}_DATE"))
-        if when is None:
-            now = int(time.time())
-            when = (now, time.localtime(now).tm_gmtoff)
-        return Identity(
-            name=_clean_ident(name) or FALLBACK_NAME,
-            email=_clean_ident(email).strip("<>") or FALLBACK_EMAIL,
-            time=when[0],
-            tz_offset=when[1],
+        result = (
+            _clean_ident(name) or FALLBACK_NAME,
+            _clean_ident(email).strip("<>") or FALLBACK_EMAIL,
         )
+        self._ident_cache[key] = result
+        return result
 
 
 # -- helpers -------------------------------------------------------------------------

@@ -20,10 +20,11 @@ by compare-and-swap, like every other ref move.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from fabro_git.errors import RefRaceError, StoreError
@@ -47,7 +48,30 @@ _CREATE_CONFIG = ("-c", "index.version=4", "-c", "core.untrackedCache=true")
 _STALE_LOCK_SECONDS = 60
 
 
+@contextlib.contextmanager
+def _admin_lock(repo: GitRepo) -> Iterator[None]:
+    """Serialise worktree creation and removal across processes.
+
+    `git worktree add` reads every other worktree's admin directory while a concurrent
+    `add` may be half-way through writing its own, and then fails ("failed to read
+    .../commondir"); several runs starting at once in one repository would trip on it.
+    """
+    lock_dir = Path(repo.git_dir) / "fabro"
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock_dir / "worktrees.flock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
 def add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) -> None:
+    with _admin_lock(repo):
+        _add_worktree(repo, path, branch=branch, commit=commit)
+
+
+def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) -> None:
     """Check out `branch` (which must exist and point at `commit`) or a detached `commit`
     into a new worktree at `path`, creating parent directories.
 
@@ -100,6 +124,11 @@ def add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) 
 
 def remove_worktree(repo: GitRepo, path: Path) -> None:
     """Remove the worktree at `path` and its registration, discarding its files."""
+    with _admin_lock(repo):
+        _remove_worktree(repo, path)
+
+
+def _remove_worktree(repo: GitRepo, path: Path) -> None:
     path = Path(path).absolute()
     if not path.exists():
         run_git(["worktree", "prune"], cwd=repo.root)

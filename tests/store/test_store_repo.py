@@ -279,12 +279,16 @@ def test_identity_from_config_and_fallback(
     for var in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL"):
         monkeypatch.delenv(var)
     monkeypatch.delenv("EMAIL", raising=False)
+    # Identity is read once per repository object (config reads cost more than commits),
+    # so each configuration gets a fresh object.
     with GitRepo.discover(repo) as r:
         assert (r.author().name, r.author().email) == ("Test User", "test@example.com")
-        git(repo, "config", "user.name", "Repo Person")
+    git(repo, "config", "user.name", "Repo Person")
+    with GitRepo.discover(repo) as r:
         assert r.committer().name == "Repo Person"
-        (hermetic_env / ".gitconfig").write_text("")
-        git(repo, "config", "--unset", "user.name")
+    (hermetic_env / ".gitconfig").write_text("")
+    git(repo, "config", "--unset", "user.name")
+    with GitRepo.discover(repo) as r:
         assert (r.author().name, r.author().email) == ("git fabro", "fabro@localhost")
         sha = r.write_commit(tree=empty_tree(repo), parents=[], message="x")
     assert (

@@ -1,0 +1,99 @@
+"""A 50-stage run against git doing the same commits itself, in one process each.
+
+Builds a scratch repository, writes a linear workflow of N `true` command stages, and
+times, interleaved over several repetitions:
+
+  fabro   the whole `git-fabro run pipeline.fabro` process, start to exit (every stage
+          checkpointed: a meta snapshot and a run-branch commit each)
+  git     N x (`git add -A`, `git commit -q --allow-empty -m x`) in the same repository
+
+and prints the medians and their ratio (target: at most 2x). A second variant makes every
+stage change a file (`date > stamp-<i>`), so the worktree scan cannot be skipped.
+
+    python benchmarks/pipeline.py [--stages 50] [--reps 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+
+def sh(cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
+    subprocess.run(args, cwd=cwd, check=True, capture_output=True, env=env)
+
+
+def workflow(stages: int, script: str) -> str:
+    lines = ["digraph Pipeline {", "  start [shape=Mdiamond]", "  exit [shape=Msquare]"]
+    prev = "start"
+    for i in range(stages):
+        lines.append(f'  s{i} [shape=parallelogram, script="{script.format(i=i)}"]')
+        lines.append(f"  {prev} -> s{i}")
+        prev = f"s{i}"
+    lines += [f"  {prev} -> exit", "}"]
+    return "\n".join(lines) + "\n"
+
+
+def timed(fn) -> float:  # type: ignore[no-untyped-def]
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def measure(stages: int, reps: int, script: str, label: str) -> tuple[float, float]:
+    exe = shutil.which("git-fabro")
+    if exe is None:
+        raise SystemExit("git-fabro is not on PATH; pip install the project first")
+    base = Path(tempfile.mkdtemp(prefix="fabro-bench-"))
+    env = dict(os.environ, FABRO_HOME=str(base / "home"), GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b",
+               GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+    repo = base / "repo"
+    repo.mkdir()
+    sh(repo, "git", "init", "-q", "-b", "main", env=env)
+    for i in range(20):
+        (repo / f"file{i}.txt").write_text(f"{i}\n")
+    (base / "pipeline.fabro").write_text(workflow(stages, script))
+    sh(repo, "git", "add", "-A", env=env)
+    sh(repo, "git", "commit", "-q", "-m", "init", env=env)
+
+    def fabro() -> None:
+        subprocess.run([exe, "run", str(base / "pipeline.fabro")], cwd=repo, env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def plain_git() -> None:
+        for i in range(stages):
+            if "stamp" in script:
+                (repo / f"stamp-{i}").write_text(str(time.time()))
+            subprocess.run(["git", "add", "-A"], cwd=repo, env=env, check=True)
+            subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, env=env, check=True)
+
+    fabro_times, git_times = [], []
+    fabro()  # warm-up: page cache, pyc files
+    plain_git()
+    for _ in range(reps):
+        fabro_times.append(timed(fabro))
+        git_times.append(timed(plain_git))
+    shutil.rmtree(base, ignore_errors=True)
+    f, g = statistics.median(fabro_times), statistics.median(git_times)
+    print(f"{label:<28} fabro {f:6.3f}s   git {g:6.3f}s   ratio {f / g:5.2f}x")
+    return f, g
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stages", type=int, default=50)
+    parser.add_argument("--reps", type=int, default=5)
+    args = parser.parse_args()
+    print(f"{args.stages}-stage linear pipeline, median of {args.reps} (whole process vs git add+commit per stage)")
+    measure(args.stages, args.reps, "true", "stages run `true`")
+    measure(args.stages, args.reps, "date > stamp-{i}", "each stage writes a file")
+
+
+if __name__ == "__main__":
+    main()
