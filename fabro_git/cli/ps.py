@@ -30,11 +30,11 @@ def run(*, json_output: bool) -> int:
         print("no runs in this repository; start one with `git fabro run WORKFLOW`", file=sys.stderr)
         return 0
     header = ("RUN ID", "WORKFLOW", "STATUS", "NODE", "STARTED", "DURATION")
-    table = [header] + [
+    table: list[tuple[str, ...]] = [header] + [
         (r.run_id, r.workflow, r.status, r.node or "-", r.started[:19].replace("T", " "), format_ms(r.duration_ms))
         for r in rows
     ]
-    widths = [max(len(row[i]) for row in table) for i in range(len(header))]
-    for row in table:
-        out.write("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(row)).rstrip() + "\n")
+    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    for line in table:
+        out.write("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() + "\n")
     return 0

@@ -50,7 +50,7 @@ class QueueInterviewer:
         if self.answers:
             return self.answers.popleft()
         if self.fallback is not None:
-            return await self.fallback.ask(question)  # type: ignore[attr-defined, no-any-return]
+            return await self.fallback.ask(question)  # type: ignore[attr-defined]
         return None
 
 

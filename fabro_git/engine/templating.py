@@ -34,10 +34,10 @@ def render_graph(graph: Graph, *, goal: str, inputs: Mapping[str, str]) -> None:
             graph.attrs[key] = one(value, f"graph attribute {key}", None)
     for node in graph.nodes.values():
         for key in RENDERED_NODE_ATTRS:
-            value = node.attrs.get(key)
-            if value is None or (key == "prompt" and value.startswith("@")):
+            raw = node.attrs.get(key)
+            if raw is None or (key == "prompt" and raw.startswith("@")):
                 continue
-            node.attrs[key] = one(value, f"node {node.id} attribute {key}", node.line)
+            node.attrs[key] = one(raw, f"node {node.id} attribute {key}", node.line)
     for edge in graph.edges:
         label = edge.attrs.get("label")
         if label is not None:
