@@ -29,7 +29,7 @@ def run(*, json_output: bool) -> int:
     if not rows:
         print("no runs in this repository; start one with `git fabro run WORKFLOW`", file=sys.stderr)
         return 0
-    header = ("RUN ID", "WORKFLOW", "STATUS", "NODE", "STARTED", "DURATION")
+    header: tuple[str, ...] = ("RUN ID", "WORKFLOW", "STATUS", "NODE", "STARTED", "DURATION")
     table: list[tuple[str, ...]] = [header] + [
         (r.run_id, r.workflow, r.status, r.node or "-", r.started[:19].replace("T", " "), format_ms(r.duration_ms))
         for r in rows
