@@ -23,7 +23,8 @@ def lock_path(git_dir: Path, run_id: str) -> Path:
 class RunLock:
     def __init__(self, repo: Any, run_id: str) -> None:
         self.run_id = run_id
-        self.path = lock_path(Path(repo.git_dir), run_id)
+        self.git_dir = Path(repo.git_dir)
+        self.path = lock_path(self.git_dir, run_id)
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -41,6 +42,24 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()}\n".encode())
         self._fd = fd
+
+    def clear_stale_ref_locks(self, refs: list[str]) -> list[Path]:
+        """Remove `<ref>.lock` files of this run's own refs; call only while holding the lock.
+
+        A process killed inside a ref update (kill -9 between creating the lock file and
+        renaming it into place) leaves the lock behind, and every later update of that ref
+        fails as "locked by another process". The refs named here are written only by the
+        process that holds this run's lock, so once we hold it any such file is debris.
+        """
+        if self._fd is None:
+            raise RuntimeError("clear_stale_ref_locks needs the run lock held")
+        removed: list[Path] = []
+        for ref in refs:
+            stale = self.git_dir / f"{ref}.lock"
+            with contextlib.suppress(FileNotFoundError):
+                stale.unlink()
+                removed.append(stale)
+        return removed
 
     def release(self) -> None:
         if self._fd is not None:
