@@ -152,6 +152,9 @@ class Runtime:
         graph = self.graph
         start = graph.start_node()
         assert start is not None  # validation refused graphs without one
+        if self.cp.next_node_id is None and walk_finished(self.cp, graph):
+            # Resumed after the exit node's checkpoint: only the finish is left.
+            return self._final_status(scope)
         node_id = self.cp.next_node_id or start.id
         while True:
             node = self._node(graph, node_id)
@@ -565,6 +568,16 @@ class Runtime:
 
 
 NO_WORKTREE_CHANGES = frozenset({"start", "exit", "conditional", "human", "wait"})
+
+
+def walk_finished(cp: Checkpoint, graph: Graph) -> bool:
+    """True when the checkpoint was taken after an exit node: the walk is over.
+
+    The exit checkpoint has no next node, which otherwise means "not started yet"; a
+    run killed between it and the `finalize` snapshot must not start over from start.
+    """
+    last = graph.nodes.get(cp.current_node) if cp.current_node else None
+    return cp.next_node_id is None and last is not None and last.handler_type == "exit"
 
 
 def _ordinal(n: int) -> str:

@@ -35,7 +35,7 @@ from fabro_git.engine.context import Context
 from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
-from fabro_git.engine.runner import Options, RunFailed, Runtime, now_iso
+from fabro_git.engine.runner import Options, RunFailed, Runtime, now_iso, walk_finished
 from fabro_git.errors import ConfigError, FabroError, StoreError
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.catalogue import CATALOGUE
@@ -357,6 +357,9 @@ async def _drive(
     in_place = manifest.in_place
     if recorder is not None and resuming:
         recorder.reconcile(cp)
+    # A process killed after the exit checkpoint may have announced run.completed in the
+    # tail (now queued for the next segment); the finish must not announce it twice.
+    announced = resuming and walk_finished(cp, graph) and _tail_has(scratch, cp.last_event_id, "run.completed")
     if cp.status in TERMINAL and resuming and cp.status != oc.FAILED:
         return RunResult(run_id, cp.status, manifest.run_branch, manifest.meta_ref, recorder.run_tip if recorder else None)
     emit("sandbox.initializing", provider="local")
@@ -446,7 +449,19 @@ async def _drive(
                 error = error or "run cancelled"
         nursery.cancel_scope.cancel()
 
-    return _finish(runtime, scope, status, error, started)
+    return _finish(runtime, scope, status, error, started, announce=not announced)
+
+
+def _tail_has(scratch: Path, last_event_id: str | None, event: str) -> bool:
+    """Whether the live tail holds `event` after the last snapshotted event."""
+    tail = scratch / "events.jsonl"
+    if not tail.exists():
+        return False
+    for line in tail_after(tail.read_bytes(), last_event_id).splitlines():
+        with contextlib.suppress(msgspec.DecodeError):
+            if msgspec.json.decode(line).get("event") == event:
+                return True
+    return False
 
 
 class _SetupFailed(Exception):
@@ -481,7 +496,9 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
     emit("setup.completed", duration_ms=int((time.monotonic() - t0) * 1000))
 
 
-def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, started: float) -> RunResult:
+def _finish(
+    runtime: Runtime, scope: Any, status: str, error: str | None, started: float, *, announce: bool = True
+) -> RunResult:
     cp = runtime.cp
     emit = runtime.emit
     recorder = runtime.recorder
@@ -506,8 +523,9 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, starte
         emit("run.failed", error=error or "run failed", duration_ms=cp.active_ms, git_commit_sha=final_sha)
     else:
         cp.finished_at = cp.timestamp
-        emit("run.completed", duration_ms=cp.active_ms, artifact_count=cp.artifact_count, status=status,
-             final_git_commit_sha=final_sha)
+        if announce:
+            emit("run.completed", duration_ms=cp.active_ms, artifact_count=cp.artifact_count, status=status,
+                 final_git_commit_sha=final_sha)
     cp.status = status
     cp.pending_commit = None
     if status in (oc.SUCCEEDED, oc.PARTIAL) and recorder is not None and recorder.worktree is not None:
