@@ -547,9 +547,14 @@ class Runtime:
         if meta_sha is None:
             self.pending_files = {**files, **self.pending_files}
             cp.pending_commit = None
-            return
+            # Going on would pile stages onto a record git does not hold (and end with a
+            # success nothing backs); stop, so resume redoes this stage from the last
+            # checkpoint git does hold.
+            raise RunFailed(f"the checkpoint after {node.id} could not be written to git (see the error above)")
         before = recorder.run_tip
         sha = recorder.commit_pending(cp, node_label=node.label)
+        if sha is None and cp.pending_commit is not None:
+            raise RunFailed(f"the run-branch commit for {node.id} could not be made (see the error above)")
         scope.tip = recorder.run_tip
         diff = None
         if sha is not None and before is not None and tree != self._tip_tree(before):

@@ -539,7 +539,13 @@ def _finish(
     if recorder is not None:
         files = dict(runtime.pending_files)
         runtime.pending_files = {}
-        recorder.snapshot("finalize", f"finalize {status}", cp, files)
+        if recorder.snapshot("finalize", f"finalize {status}", cp, files) is None:
+            # Reported above as run.notice; the exit status must not claim an outcome
+            # that git does not hold.
+            raise StoreError(
+                f"run {runtime.run_id} ended {status}, but its final state could not be written to git",
+                hint=f"fix the git error shown above, then `git fabro resume {runtime.run_id}`",
+            )
     del duration_ms
     return RunResult(
         runtime.run_id,
