@@ -1,0 +1,472 @@
+"""kill -9 of a real `git fabro run` at many points; `git fabro resume` must finish it.
+
+The workflow is a chain of eight command stages that each sleep a little and write a
+file (one of them deletes a file an earlier stage wrote). The `git-fabro` process (the
+Python process itself, not git's front end) is killed with SIGKILL either right after a
+given event reaches the live tail (so the kill lands inside a known part of the
+checkpoint cycle: objects being written, the meta ref about to move, the run commit
+about to be made, the worktree being created or removed, the final snapshot) or after
+a plain delay. Half of the kills take the whole process group, so a `git add` or `git
+worktree` child dies with it and may leave its own lock files behind.
+
+After each kill, the resumed run must:
+- exit 0, with no traceback;
+- leave a run branch whose tree holds every file the workflow writes, and whose history
+  has one commit per stage, each stage exactly once, in order;
+- keep every stage the checkpoint already counted as completed, every event segment
+  already on the meta ref (same blob, same path) and every event `logs` showed before;
+- log exactly one `run.completed`, with event ids unique across the whole log;
+- leave `git fsck --strict` clean, no `.lock` files under the refs, and no worktree.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import git, run_fabro
+
+N = 8
+STAGES = [f"s{i}" for i in range(1, N + 1)]
+CHAIN = ["start", *STAGES, "exit"]
+
+
+def _script(i: int) -> str:
+    body = f"sleep 0.05; mkdir -p out; printf 'stage {i}\\n' > out/f{i}.txt"
+    if i == 2:
+        body += "; printf 'temporary\\n' > out/gone.txt"
+    if i == 5:
+        body += "; rm -f out/gone.txt"
+    if i == 7:
+        body += "; mkdir -p out/deep && printf 'nested\\n' > out/deep/er.txt"
+    return body
+
+
+WORKFLOW = (
+    "digraph Crash {\n"
+    '    graph [goal="survive kill -9"]\n'
+    "    start [shape=Mdiamond]\n"
+    "    exit  [shape=Msquare]\n"
+    + "".join(f'    s{i} [shape=parallelogram, script="{_script(i)}"]\n' for i in range(1, N + 1))
+    + "    "
+    + " -> ".join(CHAIN)
+    + "\n"
+    "}\n"
+)
+
+EXPECTED_FILES = {f"out/f{i}.txt": f"stage {i}\n" for i in range(1, N + 1)}
+EXPECTED_FILES["out/deep/er.txt"] = "nested\n"
+ABSENT_FILES = ["out/gone.txt"]
+
+
+@dataclass(frozen=True)
+class KillPoint:
+    """Kill after the `nth` event named `event` reaches the tail (plus `extra` s), or
+    after `delay` seconds; `group` kills the whole process group."""
+
+    event: str | None = None
+    nth: int = 1
+    extra: float = 0.0
+    delay: float = 0.0
+    group: bool = False
+
+    @property
+    def label(self) -> str:
+        how = "pg" if self.group else "pid"
+        if self.event is None:
+            return f"at{int(self.delay * 100)}%-{how}"
+        return f"{self.event}#{self.nth}+{int(self.extra * 1000)}ms-{how}"
+
+
+POINTS = [
+    # Before the run exists in git (run.created precedes the run branch and `init`).
+    KillPoint("run.created", 1),
+    # The worktree being created by `git worktree add`.
+    KillPoint("sandbox.initializing", 1, group=True),
+    KillPoint("sandbox.initializing", 1, 0.03),
+    # A command stage in flight.
+    KillPoint("stage.started", 3, 0.02, group=True),
+    # Stage done, checkpoint not started: the tail holds events no snapshot has.
+    KillPoint("stage.completed", 2),
+    KillPoint("edge.selected", 4, group=True),
+    # Inside a snapshot: objects being written, the meta ref about to move.
+    KillPoint("metadata.snapshot.started", 3),
+    KillPoint("metadata.snapshot.started", 4, 0.003, group=True),
+    KillPoint("metadata.snapshot.started", 5, 0.008),
+    KillPoint("metadata.snapshot.started", 6, 0.015, group=True),
+    # Meta ref moved, run-branch commit not made yet (reconcile's case).
+    KillPoint("metadata.snapshot.completed", 3),
+    KillPoint("metadata.snapshot.completed", 6, group=True),
+    # Run commit made, checkpoint.completed not emitted.
+    KillPoint("git.commit", 4),
+    KillPoint("git.commit", 7, 0.002, group=True),
+    KillPoint("checkpoint.completed", 5),
+    # The exit node's checkpoint, the finish, the worktree removal, the final snapshot.
+    KillPoint("stage.started", N + 2, group=True),
+    KillPoint("git.commit", N + 2),
+    KillPoint("run.completed", 1),
+    KillPoint("sandbox.cleanup.started", 1, group=True),
+    KillPoint("sandbox.cleanup.completed", 1),
+    # Plain delays spread over the whole run, as fractions of how long an unkilled run
+    # of the same workflow takes on this machine (startup included).
+    *(
+        KillPoint(delay=f, group=bool(i % 2))
+        for i, f in enumerate((0.45, 0.55, 0.65, 0.75, 0.85, 0.93))
+    ),
+]
+
+_baseline: list[float] = []
+
+
+def _run_duration(repo: Path, workflow: Path) -> float:
+    """Wall time of one unkilled run of the workflow, measured once per session."""
+    if not _baseline:
+        started = time.monotonic()
+        proc = subprocess.run(
+            [*_git_fabro(), "run", str(workflow)],
+            cwd=repo,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert proc.returncode == 0, proc.stderr
+        _baseline.append(time.monotonic() - started)
+        for ref in git(
+            repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta", "refs/heads/fabro"
+        ).split():
+            git(repo, "update-ref", "-d", ref)
+    return _baseline[0]
+
+
+def _git_fabro() -> list[str]:
+    exe = shutil.which("git-fabro")
+    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
+
+
+def _tail_events(fabro_home: Path) -> list[dict]:
+    events: list[dict] = []
+    for tail in (fabro_home / "runs").glob("*/events.jsonl"):
+        for line in tail.read_bytes().split(b"\n")[:-1]:  # complete lines only
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+    return events
+
+
+def _kill_at(point: KillPoint, repo: Path, workflow: Path, fabro_home: Path, logdir: Path) -> float:
+    """Start `git-fabro run`, kill it at `point`; returns seconds from start to kill."""
+    out = open(logdir / "run.out", "wb")  # noqa: SIM115 - closed below
+    err = open(logdir / "run.err", "wb")  # noqa: SIM115
+    started = time.monotonic()
+    proc = subprocess.Popen(
+        [*_git_fabro(), "run", str(workflow)],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=out,
+        stderr=err,
+        start_new_session=True,
+    )
+    try:
+        if point.event is None:
+            time.sleep(max(0.0, point.delay - (time.monotonic() - started)))
+        else:
+            deadline = started + 30
+            while True:
+                seen = sum(1 for e in _tail_events(fabro_home) if e.get("event") == point.event)
+                if seen >= point.nth:
+                    break
+                assert proc.poll() is None, (
+                    f"the run ended (exit {proc.returncode}) before the {point.nth}th {point.event}:\n"
+                    + (logdir / "run.err").read_text()
+                )
+                assert time.monotonic() < deadline, f"no {point.event} #{point.nth} after 30s"
+                time.sleep(0.0005)
+            if point.extra:
+                time.sleep(point.extra)
+        assert proc.poll() is None, f"the run finished before the kill point {point.label}"
+        if point.group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            os.kill(proc.pid, signal.SIGKILL)
+        killed_at = time.monotonic() - started
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        out.close()
+        err.close()
+    # Let orphaned stage commands (their own sessions) finish their short sleeps.
+    time.sleep(0.15)
+    return killed_at
+
+
+def _events(repo: Path, run_id: str) -> list[dict]:
+    proc = run_fabro("logs", run_id, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def _inspect(repo: Path, run_id: str) -> dict:
+    proc = run_fabro("inspect", run_id, "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _segments(repo: Path, run_id: str) -> dict[str, str]:
+    listing = git(repo, "ls-tree", f"refs/fabro/meta/{run_id}", "events/")
+    return {line.split("\t")[1]: line.split()[2] for line in listing.splitlines()}
+
+
+def _ref(repo: Path, name: str) -> str | None:
+    out = git(repo, "rev-parse", "--verify", "-q", name, check=False).strip()
+    return out or None
+
+
+def _is_ancestor(repo: Path, old: str, new: str) -> bool:
+    proc = subprocess.run(["git", "merge-base", "--is-ancestor", old, new], cwd=repo, check=False)
+    return proc.returncode == 0
+
+
+def _lock_files(repo: Path) -> list[str]:
+    git_dir = repo / ".git"
+    found = [str(p.relative_to(git_dir)) for p in (git_dir / "refs").rglob("*.lock")]
+    found += [p.name for p in git_dir.glob("*.lock")]
+    return found
+
+
+def _fsck(repo: Path) -> None:
+    proc = subprocess.run(
+        ["git", "fsck", "--strict", "--no-progress"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, f"git fsck --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    bad = [
+        ln
+        for ln in (proc.stdout + proc.stderr).splitlines()
+        if ln and not ln.startswith("dangling ")
+    ]
+    assert not bad, "git fsck --strict reported:\n" + "\n".join(bad)
+
+
+@pytest.fixture
+def crash_repo(repo: Path, tmp_path: Path) -> tuple[Path, Path]:
+    workflow = tmp_path / "crash.fabro"
+    workflow.write_text(WORKFLOW)
+    return repo, workflow
+
+
+def test_workflow_runs_to_completion_without_a_kill(crash_repo: tuple[Path, Path]) -> None:
+    """The baseline the kills are measured against."""
+    repo, workflow = crash_repo
+    proc = run_fabro("run", str(workflow), cwd=repo, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (run_id,) = [
+        r.split("/")[-1]
+        for r in git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta").split()
+    ]
+    _check_finished(repo, run_id, before=None)
+
+
+@pytest.mark.parametrize("point", POINTS, ids=[p.label for p in POINTS])
+def test_kill_9_then_resume(
+    point: KillPoint, crash_repo: tuple[Path, Path], hermetic_env: Path, tmp_path: Path
+) -> None:
+    repo, workflow = crash_repo
+    fabro_home = Path(os.environ["FABRO_HOME"])
+    if point.event is None:
+        point = KillPoint(delay=point.delay * _run_duration(repo, workflow), group=point.group)
+        shutil.rmtree(fabro_home, ignore_errors=True)
+    _kill_at(point, repo, workflow, fabro_home, tmp_path)
+
+    metas = git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta").split()
+    if not metas:
+        # Killed before the `init` snapshot: the run never came to exist in git and its
+        # id was never printed. Nothing may be broken by the attempt.
+        assert point.event in ("run.created", None), f"no meta ref after a kill at {point.label}"
+        _fsck(repo)
+        ps = run_fabro("ps", cwd=repo)
+        assert ps.returncode == 0 and "Traceback" not in ps.stderr, ps.stderr
+        assert run_fabro("run", str(workflow), cwd=repo, timeout=60).returncode == 0
+        return
+    (meta_ref,) = metas
+    run_id = meta_ref.split("/")[-1]
+
+    before = _inspect(repo, run_id)
+    before_events = _events(repo, run_id)
+    before_segments = _segments(repo, run_id)
+    before_meta = _ref(repo, meta_ref)
+    before_run = _ref(repo, f"refs/heads/fabro/run/{run_id}")
+    assert before_meta is not None and before_run is not None
+    assert before["status"] in ("interrupted", "succeeded"), before["status"]
+
+    # Resume through git's front end by a unique prefix, as a user would.
+    proc = run_fabro("resume", run_id[:16], cwd=repo, timeout=90)
+    assert proc.returncode == 0, f"resume after kill at {point.label} failed:\n{proc.stderr}"
+    assert "Traceback" not in proc.stderr
+
+    _check_finished(
+        repo,
+        run_id,
+        before=(before, before_events, before_segments, before_meta, before_run),
+    )
+
+
+def _check_finished(repo: Path, run_id: str, *, before: tuple | None) -> None:
+    run_ref = f"refs/heads/fabro/run/{run_id}"
+    meta_ref = f"refs/fabro/meta/{run_id}"
+    after = _inspect(repo, run_id)
+    assert after["status"] == "succeeded", after
+    cp = after["checkpoint"]
+    assert cp["status"] == "succeeded"
+    assert cp["pending_commit"] is None
+
+    # The work product: every file, nothing deleted comes back.
+    for path, content in EXPECTED_FILES.items():
+        assert git(repo, "show", f"{run_ref}:{path}") == content, path
+    tree = set(git(repo, "ls-tree", "-r", "--name-only", run_ref).split())
+    for path in ABSENT_FILES:
+        assert path not in tree, f"{path} was deleted by s5 but is back"
+    assert "README.md" in tree
+
+    # One commit per stage, each exactly once, in order, with the trailers.
+    subjects = git(
+        repo, "log", "--first-parent", "--reverse", "--format=%s", f"main..{run_ref}"
+    ).splitlines()
+    assert subjects == [f"fabro({run_id}): {n} (succeeded)" for n in CHAIN], subjects
+    for sha in git(repo, "rev-list", f"main..{run_ref}").split():
+        trailers = git(repo, "log", "-1", "--format=%(trailers:only,unfold)", sha)
+        assert f"Fabro-Run: {run_id}" in trailers
+        assert "Fabro-Checkpoint: " in trailers and "Fabro-Completed: " in trailers
+        checkpoint = trailers.split("Fabro-Checkpoint: ")[1].split()[0]
+        assert git(repo, "cat-file", "-t", checkpoint).strip() == "commit"
+        assert _is_ancestor(repo, checkpoint, meta_ref)
+
+    # The event log.
+    events = _events(repo, run_id)
+    ids = [e["id"] for e in events]
+    assert len(ids) == len(set(ids)), "duplicate event ids in the log"
+    names = [e["event"] for e in events]
+    assert names.count("run.completed") == 1, names
+    assert names.count("run.created") == 1
+    completed_nodes = {e.get("node_id") for e in events if e["event"] == "stage.completed"}
+    assert set(CHAIN) <= completed_nodes
+    assert cp["completed_nodes"] == CHAIN, cp["completed_nodes"]
+
+    # No worktree left, no lock files, fsck clean.
+    worktrees = [
+        ln
+        for ln in git(repo, "worktree", "list", "--porcelain").splitlines()
+        if ln.startswith("worktree ")
+    ]
+    assert len(worktrees) == 1, worktrees
+    assert _lock_files(repo) == []
+    _fsck(repo)
+    ps = run_fabro("ps", "--json", cwd=repo)
+    rows = [json.loads(line) for line in ps.stdout.splitlines()]
+    assert [r["status"] for r in rows if r["run_id"] == run_id] == ["succeeded"]
+
+    if before is None:
+        return
+    old, old_events, old_segments, old_meta, old_run = before
+    # Nothing a snapshot recorded is lost: completed stages, segments, events, history.
+    done_before = old["checkpoint"]["completed_nodes"]
+    assert cp["completed_nodes"][: len(done_before)] == done_before
+    new_segments = _segments(repo, run_id)
+    for path, blob in old_segments.items():
+        assert new_segments.get(path) == blob, f"segment {path} was rewritten or lost"
+    missing = {e["id"] for e in old_events} - set(ids)
+    assert not missing, f"{len(missing)} events shown before the resume are gone"
+    assert _is_ancestor(repo, old_meta, meta_ref), "the meta ref was rewritten"
+    assert _is_ancestor(repo, old_run, run_ref), "the run branch was rewritten"
+
+
+def _only_run(repo: Path) -> str:
+    (meta_ref,) = git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta").split()
+    return meta_ref.split("/")[-1]
+
+
+def test_resume_clears_lock_files_a_kill_left_inside_ref_updates(
+    crash_repo: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A kill between dulwich creating `<ref>.lock` and renaming it into place leaves the
+    lock behind (as does a killed `git add` with the worktree's `index.lock`). The kill
+    window is tiny, so the debris is planted here exactly as such a kill leaves it."""
+    repo, workflow = crash_repo
+    fabro_home = Path(os.environ["FABRO_HOME"])
+    _kill_at(KillPoint("stage.started", 4), repo, workflow, fabro_home, tmp_path)
+    run_id = _only_run(repo)
+    before = (
+        _inspect(repo, run_id),
+        _events(repo, run_id),
+        _segments(repo, run_id),
+        _ref(repo, f"refs/fabro/meta/{run_id}"),
+        _ref(repo, f"refs/heads/fabro/run/{run_id}"),
+    )
+    git_dir = repo / ".git"
+    planted = [
+        git_dir / "refs" / "fabro" / "meta" / f"{run_id}.lock",
+        git_dir / "refs" / "heads" / "fabro" / "run" / f"{run_id}.lock",
+    ]
+    for lock in planted:
+        lock.write_text("0" * 40 + "\n")
+    worktree_git = Path(
+        git(fabro_home / "runs" / run_id / "worktree", "rev-parse", "--absolute-git-dir").strip()
+    )
+    (worktree_git / "index.lock").write_bytes(b"")
+
+    proc = run_fabro("resume", run_id, cwd=repo, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    assert "locked" not in proc.stderr, proc.stderr
+    assert not any(p.exists() for p in planted)
+    _check_finished(repo, run_id, before=before)
+
+
+def test_run_whose_snapshots_cannot_be_written_does_not_claim_success(
+    crash_repo: tuple[Path, Path], tmp_path: Path
+) -> None:
+    """A foreign lock on the meta ref mid-run makes every later snapshot fail. The run
+    must not exit 0 as if its outcome were recorded; once the lock's owner is gone, a
+    resume (which owns the run's refs) clears it and finishes the run."""
+    repo, workflow = crash_repo
+    fabro_home = Path(os.environ["FABRO_HOME"])
+    proc = subprocess.Popen(
+        [*_git_fabro(), "run", str(workflow)],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 30
+    while not any(
+        e.get("event") == "stage.started" and e.get("node_id") == "s2"
+        for e in _tail_events(fabro_home)
+    ):
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.002)
+    run_id = _only_run(repo)
+    lock = repo / ".git" / "refs" / "fabro" / "meta" / f"{run_id}.lock"
+    lock.write_text("")
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stderr
+    assert f"refs/fabro/meta/{run_id}" in stderr
+    assert _inspect(repo, run_id)["status"] == "interrupted"
+    resumed = run_fabro("resume", run_id, cwd=repo, timeout=90)
+    assert resumed.returncode == 0, resumed.stderr
+    assert not lock.exists()
+    _check_finished(repo, run_id, before=None)
