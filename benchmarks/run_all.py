@@ -1,0 +1,32 @@
+"""Run every benchmark in this folder, one after another, with default settings.
+
+Each prints its own figures as ratios against git doing the same work in the same run,
+because absolute times on shared machines drift.
+
+    python benchmarks/run_all.py [--quick]
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    quick = "--quick" in sys.argv[1:]
+    plans = [
+        ["startup.py"],
+        ["pipeline.py", *(["--reps", "2"] if quick else [])],
+        ["ps_many.py", *(["--reps", "2"] if quick else [])],
+        ["checkpoint_cost.py", *(["--files", "20000", "--reps", "3"] if quick else [])],
+    ]
+    for plan in plans:
+        print(f"== {plan[0]}", flush=True)
+        subprocess.run([sys.executable, str(HERE / plan[0]), *plan[1:]], check=True)
+
+
+if __name__ == "__main__":
+    main()
