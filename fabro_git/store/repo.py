@@ -41,6 +41,7 @@ RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
 FALLBACK_NAME = "git fabro"
 FALLBACK_EMAIL = "fabro@localhost"
 _DIR_RACE_RETRIES = 5
+_TEMP_ATTEMPTS = 100
 _tmp_counter = itertools.count()
 _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
@@ -405,11 +406,7 @@ class GitRepo:
         if self._repo.object_store.contains_packed(obj.id):
             return sha
         data = obj.as_legacy_object(compression_level=_LOOSE_COMPRESSION)
-        if sha[:2] not in self._fanout_dirs:
-            path.parent.mkdir(exist_ok=True)
-            self._fanout_dirs.add(sha[:2])
-        tmp = str(path.parent / f"tmp_obj_{os.getpid()}_{next(_tmp_counter)}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+        fd, tmp = self._open_temp(path.parent, sha[:2])
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -423,6 +420,22 @@ class GitRepo:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         return sha
+
+    def _open_temp(self, fanout: Path, prefix: str) -> tuple[int, str]:
+        """Create a new temporary object file in `fanout`, read-only from the start."""
+        for _ in range(_TEMP_ATTEMPTS):
+            if prefix not in self._fanout_dirs:
+                fanout.mkdir(exist_ok=True)
+                self._fanout_dirs.add(prefix)
+            tmp = str(fanout / f"tmp_obj_{os.getpid()}_{next(_tmp_counter)}")
+            try:
+                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), tmp
+            except FileExistsError:
+                continue  # debris of a crashed process that had our pid: take another name
+            except FileNotFoundError:
+                # `git gc` / `git prune` removes fan-out directories it empties.
+                self._fanout_dirs.discard(prefix)
+        raise StoreError(f"cannot create a temporary object file in {fanout}")
 
     # -- identity --------------------------------------------------------------------
 

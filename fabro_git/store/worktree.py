@@ -67,17 +67,17 @@ def _admin_lock(repo: GitRepo) -> Iterator[None]:
 
 
 def add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) -> None:
-    with _admin_lock(repo):
-        _add_worktree(repo, path, branch=branch, commit=commit)
-
-
-def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) -> None:
     """Check out `branch` (which must exist and point at `commit`) or a detached `commit`
     into a new worktree at `path`, creating parent directories.
 
     If `path` already is a live worktree in the same state (on `branch`, or detached),
     it is reset to `commit` instead, as on resume; local changes are discarded.
     """
+    with _admin_lock(repo):
+        _add_worktree(repo, path, branch=branch, commit=commit)
+
+
+def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) -> None:
     path = Path(path).absolute()
     if branch is not None:
         ref = f"refs/heads/{branch}"

@@ -385,3 +385,40 @@ def test_sha256_repositories_are_refused_clearly(tmp_path: Path) -> None:
     git(path, "commit", "-q", "--allow-empty", "-m", "x")
     with pytest.raises(RepositoryError, match="sha1 repositories only"):
         GitRepo.discover(path)
+
+
+def test_object_writes_survive_pruned_fanout_dirs_and_leftover_temp_files(
+    grepo: GitRepo, repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import itertools
+    import os
+    import shutil
+
+    from dulwich.objects import Blob
+
+    import fabro_git.store.repo as repo_mod
+
+    objects = repo / ".git" / "objects"
+    first = Blob.from_string(b"first")
+    assert grepo.store_object(first) == first.id.decode()
+    prefix = first.id.decode()[:2]
+    # Another blob in the same fan-out directory.
+    twin = next(
+        b
+        for b in (Blob.from_string(b"twin %d" % i) for i in range(100_000))
+        if b.id.decode()[:2] == prefix
+    )
+    # `git prune` empties and removes fan-out directories behind our back.
+    shutil.rmtree(objects / prefix)
+    assert grepo.store_object(twin) == twin.id.decode()
+    assert git(repo, "cat-file", "blob", twin.id.decode()) == twin.as_raw_string().decode()
+    # A crashed process with our pid left its temporary file under the next name.
+    monkeypatch.setattr(repo_mod, "_tmp_counter", itertools.count(5))
+    (objects / prefix / f"tmp_obj_{os.getpid()}_5").write_bytes(b"debris")
+    third = next(
+        b
+        for b in (Blob.from_string(b"third %d" % i) for i in range(100_000))
+        if b.id.decode()[:2] == prefix
+    )
+    assert grepo.store_object(third) == third.id.decode()
+    assert git(repo, "cat-file", "-t", third.id.decode()).strip() == "blob"
