@@ -10,6 +10,7 @@ fetched from a remote and with no scratch dir left at all.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import signal
 import sys
@@ -271,6 +272,11 @@ def _load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, met
 def ensure_worktree(repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Any) -> tuple[Path, bool]:
     """The run's worktree at the run branch's tip: reuse, reset or rebuild it."""
     path = scratch / "worktree"
+    if (path / ".git").exists() and not _worktree_of(repo, path):
+        # Another clone on this machine ran this same run here. That worktree writes to
+        # the other repository's objects and refs: leave it alone and use our own.
+        tag = hashlib.sha1(str(Path(repo.git_dir).resolve()).encode()).hexdigest()[:12]
+        path = scratch / f"worktree-{tag}"
     if (path / ".git").exists():
         try:
             wt.checkout(path, run_tip)
@@ -284,6 +290,18 @@ def ensure_worktree(repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emi
             shutil.rmtree(path, ignore_errors=True)
     wt.add_worktree(repo, path, branch=runrefs.run_branch_name(run_id), commit=run_tip)
     return path, True
+
+
+def _worktree_of(repo: GitRepo, path: Path) -> bool:
+    """Whether the worktree at `path` belongs to `repo` (a broken one counts as ours)."""
+    try:
+        other = GitRepo.discover(path)
+    except FabroError:
+        return True
+    try:
+        return Path(other.git_dir).resolve() == Path(repo.git_dir).resolve()
+    finally:
+        other.close()
 
 
 def execute_run(
