@@ -1,0 +1,238 @@
+"""A run fails in repository A, is pushed, and is resumed in a fresh clone B.
+
+`git clone` copies `refs/heads/*` only, so B has neither the run's meta ref nor (by
+default) its branch; `git fabro resume <prefix>` must find the run on origin, fetch
+both refs and finish it. `git fabro fetch` / `push` move runs explicitly and push
+never forces.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import git, run_fabro
+
+# `check` fails until $HOME/ok exists: the "fix" a user makes before resuming.
+WORKFLOW = """\
+digraph CloneMe {
+    graph [goal="finish on another machine"]
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    make  [shape=parallelogram, script="printf 'made\\\\n' > made.txt"]
+    check [shape=parallelogram, script="test -f \\"$HOME/ok\\" && printf 'checked\\\\n' > checked.txt"]
+    start -> make -> check -> exit
+}
+"""
+
+HELLO = "hello"
+
+
+def _refs(repo: Path, *patterns: str) -> dict[str, str]:
+    out = git(repo, "for-each-ref", "--format=%(refname) %(objectname)", *patterns)
+    return dict(line.split() for line in out.splitlines())
+
+
+def _events(repo: Path, run_id: str, env: dict[str, str] | None = None) -> list[dict]:
+    proc = run_fabro("logs", run_id, cwd=repo, env=env)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def _fsck(repo: Path) -> None:
+    proc = subprocess.run(
+        ["git", "fsck", "--strict", "--no-progress", "--no-dangling"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
+
+
+@pytest.fixture
+def failed_run(repo: Path, tmp_path: Path) -> tuple[Path, Path, str]:
+    """Repository A with a run failed at `check`, a bare origin, and A pushed to it."""
+    workflow = tmp_path / "clone-me.fabro"
+    workflow.write_text(WORKFLOW)
+    proc = run_fabro("run", str(workflow), "--json", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["status"] == "failed"
+    run_id = result["run_id"]
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(repo, "remote", "add", "origin", str(origin))
+    git(repo, "push", "-q", "origin", "main")
+    pushed = run_fabro("push", "origin", cwd=repo)
+    assert pushed.returncode == 0, pushed.stderr
+    assert f"ok  refs/fabro/meta/{run_id}" in pushed.stderr
+    assert f"ok  refs/heads/fabro/run/{run_id}" in pushed.stderr
+    return repo, origin, run_id
+
+
+def test_push_moves_both_refs_of_a_run(failed_run: tuple[Path, Path, str]) -> None:
+    repo, origin, run_id = failed_run
+    local = _refs(repo, "refs/fabro", "refs/heads/fabro")
+    remote = _refs(origin, "refs/fabro", "refs/heads/fabro")
+    assert remote == local
+    assert set(remote) == {f"refs/fabro/meta/{run_id}", f"refs/heads/fabro/run/{run_id}"}
+    _fsck(origin)
+    # Pushing again is a no-op, not an error.
+    again = run_fabro("push", "origin", run_id[:10], cwd=repo)
+    assert again.returncode == 0, again.stderr
+
+
+@pytest.mark.parametrize("same_machine", [False, True], ids=["other-machine", "same-machine"])
+def test_resume_in_a_fresh_clone_fetches_the_run_and_finishes_it(
+    failed_run: tuple[Path, Path, str], tmp_path: Path, hermetic_env: Path, same_machine: bool
+) -> None:
+    """On another machine B has no scratch dir at all. On the same machine, A's scratch
+    dir (with A's worktree) is still there under the same run id: B must not use it."""
+    repo_a, origin, run_id = failed_run
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    assert _refs(clone, "refs/fabro") == {}
+    assert f"refs/heads/fabro/run/{run_id}" not in _refs(clone, "refs/heads")
+    env = None if same_machine else {"FABRO_HOME": str(tmp_path / "machine-b")}
+    ps = run_fabro("ps", cwd=clone, env=env)
+    assert ps.returncode == 0 and run_id not in ps.stdout
+
+    (hermetic_env / "ok").write_text("")
+    proc = run_fabro("resume", run_id[:12].lower(), "--json", cwd=clone, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    result = json.loads(proc.stdout.splitlines()[-1])
+    assert result["run_id"] == run_id and result["status"] == "succeeded"
+
+    branch = f"refs/heads/fabro/run/{run_id}"
+    meta = f"refs/fabro/meta/{run_id}"
+    assert git(clone, "show", f"{branch}:made.txt") == "made\n"
+    assert git(clone, "show", f"{branch}:checked.txt") == "checked\n"
+    assert git(clone, "rev-parse", branch).strip() == result["final_git_commit_sha"]
+    # The history A made is kept: B's refs descend from what A pushed.
+    pushed = _refs(origin, "refs/fabro", "refs/heads/fabro")
+    for ref in (branch, meta):
+        base = pushed[ref]
+        assert (
+            subprocess.run(["git", "merge-base", "--is-ancestor", base, ref], cwd=clone).returncode
+            == 0
+        )
+    subjects = git(clone, "log", "--reverse", "--format=%s", f"main..{branch}").splitlines()
+    assert subjects == [
+        f"fabro({run_id}): {n}"
+        for n in (
+            "start (succeeded)",
+            "make (succeeded)",
+            "check (failed)",
+            "check (succeeded)",
+            "exit (succeeded)",
+        )
+    ]
+    assert git(clone, "log", "-1", "--format=%s", meta) == "finalize succeeded\n"
+
+    events = _events(clone, run_id, env)
+    names = [e["event"] for e in events]
+    assert names.count("run.created") == 1 and names.count("run.failed") == 1
+    assert names.count("run.completed") == 1
+    created = next(e for e in events if e["event"] == "run.created")
+    assert created["properties"]["source_directory"] == str(repo_a)
+    assert len({e["id"] for e in events}) == len(events)
+    inspected = json.loads(run_fabro("inspect", run_id, "--json", cwd=clone, env=env).stdout)
+    assert inspected["status"] == "succeeded"
+    assert inspected["checkpoint"]["completed_nodes"][-2:] == ["check", "exit"]
+    _fsck(clone)
+    # A's own copy of the run is untouched by what happened in B.
+    assert git(repo_a, "log", "-1", "--format=%s", meta) == "finalize failed\n"
+    assert _refs(repo_a, "refs/fabro", "refs/heads/fabro") == pushed
+    _fsck(repo_a)
+    if same_machine:
+        # A's worktree is still A's, at A's tip, and A can still finish its copy.
+        a_worktree = Path(os.environ["FABRO_HOME"]) / "runs" / run_id / "worktree"
+        common = git(a_worktree, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
+        assert Path(common).resolve() == (repo_a / ".git").resolve()
+        assert git(a_worktree, "rev-parse", "HEAD").strip() == pushed[branch]
+        resumed_a = run_fabro("resume", run_id, cwd=repo_a)
+        assert resumed_a.returncode == 0, resumed_a.stderr
+        assert git(repo_a, "show", f"{branch}:checked.txt") == "checked\n"
+        _fsck(repo_a)
+        _fsck(clone)
+
+
+def test_resume_of_an_unknown_prefix_says_where_it_looked(
+    failed_run: tuple[Path, Path, str], tmp_path: Path
+) -> None:
+    _, origin, _ = failed_run
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    proc = run_fabro("resume", "ZZZZZZ", cwd=clone)
+    assert proc.returncode == 1
+    assert "no run matches 'ZZZZZZ' here or on origin" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_fetch_brings_every_run(failed_run: tuple[Path, Path, str], tmp_path: Path) -> None:
+    repo, origin, first = failed_run
+    hello = run_fabro("run", HELLO, "--json", cwd=repo)
+    assert hello.returncode == 0, hello.stderr
+    second = json.loads(hello.stdout.splitlines()[-1])["run_id"]
+    assert run_fabro("push", cwd=repo).returncode == 0  # default remote: origin
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    fetched = run_fabro("fetch", cwd=clone)
+    assert fetched.returncode == 0, fetched.stderr
+    assert "2 known, 2 new" in fetched.stderr
+    assert _refs(clone, "refs/fabro", "refs/heads/fabro") == _refs(
+        repo, "refs/fabro", "refs/heads/fabro"
+    )
+    rows = {
+        r["run_id"]: r
+        for r in map(json.loads, run_fabro("ps", "--json", cwd=clone).stdout.splitlines())
+    }
+    assert rows[first]["status"] == "failed"
+    assert rows[second]["status"] == "succeeded"
+    # A clone's logs come from the segments alone (no tail here): A's log, less what
+    # only A's live tail holds (what happened after the final snapshot was taken).
+    in_clone = [e["id"] for e in _events(clone, second)]
+    in_a = _events(repo, second)
+    assert in_clone == [e["id"] for e in in_a[: len(in_clone)]]
+    assert in_clone[-1] == next(e["id"] for e in in_a if e["event"] == "run.completed") or all(
+        e["event"].startswith(("sandbox.cleanup", "metadata.snapshot"))
+        for e in in_a[len(in_clone) :]
+    )
+    again = run_fabro("fetch", "origin", cwd=clone)
+    assert again.returncode == 0 and "2 known, 0 new" in again.stderr
+    _fsck(clone)
+
+
+def test_push_never_forces_a_diverged_run(
+    failed_run: tuple[Path, Path, str], tmp_path: Path, hermetic_env: Path
+) -> None:
+    """B finishes the run and pushes; A, still holding the old failed run, finishes it too
+    (a different history). A's push must be rejected and leave origin as B left it."""
+    repo_a, origin, run_id = failed_run
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    (hermetic_env / "ok").write_text("")
+    env_b = {"FABRO_HOME": str(tmp_path / "machine-b")}
+    assert run_fabro("resume", run_id, cwd=clone, env=env_b).returncode == 0
+    pushed_b = run_fabro("push", "origin", run_id, cwd=clone, env=env_b)
+    assert pushed_b.returncode == 0, pushed_b.stderr
+    after_b = _refs(origin, "refs/fabro", "refs/heads/fabro")
+
+    assert run_fabro("resume", run_id, cwd=repo_a).returncode == 0
+    local_a = _refs(repo_a, "refs/fabro", "refs/heads/fabro")
+    assert local_a != after_b  # the two finishes are different histories
+    rejected = run_fabro("push", "origin", cwd=repo_a)
+    assert rejected.returncode == 1
+    assert "Traceback" not in rejected.stderr
+    assert f"rejected  refs/fabro/meta/{run_id}" in rejected.stderr
+    assert f"rejected  refs/heads/fabro/run/{run_id}" in rejected.stderr
+    assert "2 ref(s) were rejected by origin" in rejected.stderr
+    assert "git fabro fetch" in rejected.stderr
+    assert _refs(origin, "refs/fabro", "refs/heads/fabro") == after_b
+    _fsck(origin)
