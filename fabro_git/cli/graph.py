@@ -221,7 +221,9 @@ def run(file: Path, *, fmt: str, output: Path | None, direction: str | None) -> 
         rankdir = DIRECTIONS.get(direction.lower())
         if rankdir is None:
             raise ConfigError(f"unknown direction {direction!r}: choose lr or tb")
-    graph = load(file)
+    from fabro_git.cli._examples import workflow_path
+
+    graph = load(workflow_path(file))
     dot_source = render_dot(graph, direction=rankdir)
     if fmt == "dot":
         data = dot_source.encode("utf-8")

@@ -22,21 +22,19 @@ def _pairs(values: list[str], option: str) -> dict[str, str]:
     return out
 
 
-def examples_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "examples"
-
-
 def resolve_workflow(arg: str) -> Path:
+    from fabro_git.cli._examples import example_names, find_example
+
     path = Path(arg).expanduser()
     if path.exists():
         return path
-    for candidate in (examples_dir() / arg, examples_dir() / f"{arg}.fabro"):
-        if candidate.is_file():
-            return candidate
-    names = sorted(p.stem for p in examples_dir().glob("*.fabro"))
+    example = find_example(arg)
+    if example is not None:
+        return example
     raise ConfigError(
         f"no workflow file {arg!r}",
-        hint="pass a path to a .fabro or run.toml file, or one of the shipped examples: " + ", ".join(names),
+        hint="pass a path to a .fabro or run.toml file, or one of the shipped examples: "
+        + ", ".join(example_names()),
     )
 
 

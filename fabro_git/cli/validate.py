@@ -78,7 +78,9 @@ def _as_json(path: Path, graph: Graph | None, diagnostics: list[Diagnostic]) -> 
 def run(files: list[Path], *, json_output: bool) -> int:
     failed = False
     documents: list[dict[str, Any]] = []
-    for path in files:
+    from fabro_git.cli._examples import workflow_path
+
+    for path in map(workflow_path, files):
         graph, diagnostics = check_file(path)
         failed = failed or has_errors(diagnostics)
         if json_output:

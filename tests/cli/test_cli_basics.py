@@ -121,3 +121,18 @@ def test_commands_outside_a_repository_explain(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert "not inside a git repository" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_shipped_examples_by_name_in_validate_and_graph(tmp_path: Path) -> None:
+    proc = run_fabro("validate", "hello", "parallel-review", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    import json
+
+    docs = json.loads(proc.stdout)
+    assert [d["name"] for d in docs] == ["Hello", "ParallelReview"]
+    dot = run_fabro("graph", "branch-loop", "--format", "dot", cwd=tmp_path)
+    assert dot.returncode == 0 and dot.stdout.startswith('digraph "BranchLoop"')
+    # A path that exists always wins over an example's name.
+    (tmp_path / "hello").write_text("not dot at all")
+    bad = run_fabro("validate", "hello", cwd=tmp_path)
+    assert bad.returncode == 1
