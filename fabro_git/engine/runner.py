@@ -535,6 +535,7 @@ class Runtime:
         self.pending_files = {}
         if recorder is None:
             return
+        tree: str | None
         if node.handler_type in NO_WORKTREE_CHANGES and not self.merge_parents and recorder.run_tip:
             # These stages run no user code, so the tree cannot have changed: skip the scan.
             tree = self._tip_tree(recorder.run_tip)
@@ -555,6 +556,8 @@ class Runtime:
         sha = recorder.commit_pending(cp, node_label=node.label)
         if sha is None and cp.pending_commit is not None:
             raise RunFailed(f"the run-branch commit for {node.id} could not be made (see the error above)")
+        if sha is not None and tree is not None:
+            self._tree_cache[sha] = tree
         scope.tip = recorder.run_tip
         diff = None
         if sha is not None and before is not None and tree != self._tip_tree(before):

@@ -16,6 +16,10 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from dulwich.index import IndexEntry
 
 MAX_ENTRIES = 5000
 
@@ -58,6 +62,34 @@ def _ns(value: object) -> int | None:
     return None
 
 
+# The index parsed last time, keyed by its file and stamp: between stages that change
+# nothing, git never rewrites it, so it is parsed once and then only stat'ed.
+_parsed: dict[tuple[Path, tuple[int, int]], dict[bytes, IndexEntry]] = {}
+
+
+def _read_entries(path: Path, stamp: tuple[int, int]) -> dict[bytes, IndexEntry] | None:
+    cached = _parsed.get((path, stamp))
+    if cached is not None:
+        return cached
+    from dulwich.index import Index
+    from dulwich.index import IndexEntry as Entry
+
+    try:
+        index = Index(str(path))
+    except Exception:
+        return None
+    entries: dict[bytes, IndexEntry] = {}
+    for name, item in index.items():
+        if not isinstance(item, Entry):  # a conflicted entry
+            return None
+        entries[name] = item
+        if len(entries) > MAX_ENTRIES:
+            return None
+    _parsed.clear()
+    _parsed[(path, stamp)] = entries
+    return entries
+
+
 def unchanged(worktree: Path, stamp: tuple[int, int] | None) -> bool:
     """True only when the worktree certainly matches its index, and the index is the one
     the caller saw (`stamp`, from `index_stamp` right after it last staged)."""
@@ -66,19 +98,9 @@ def unchanged(worktree: Path, stamp: tuple[int, int] | None) -> bool:
     path = index_path(worktree)
     if path is None or index_stamp(worktree) != stamp:
         return False
-    from dulwich.index import Index, IndexEntry
-
-    try:
-        index = Index(str(path))
-    except Exception:
+    entries = _read_entries(path, stamp)
+    if entries is None:
         return False
-    entries: dict[bytes, IndexEntry] = {}
-    for name, item in index.items():
-        if not isinstance(item, IndexEntry):  # a conflicted entry
-            return False
-        entries[name] = item
-        if len(entries) > MAX_ENTRIES:
-            return False
     index_mtime = stamp[0]
     seen = 0
     stack = [b""]
