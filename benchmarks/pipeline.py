@@ -59,11 +59,16 @@ def measure(stages: int, reps: int, script: str, label: str) -> tuple[float, flo
     for i in range(20):
         (repo / f"file{i}.txt").write_text(f"{i}\n")
     (base / "pipeline.fabro").write_text(workflow(stages, script))
+    (base / "empty.fabro").write_text(workflow(0, script))
     sh(repo, "git", "add", "-A", env=env)
     sh(repo, "git", "commit", "-q", "-m", "init", env=env)
 
     def fabro() -> None:
         subprocess.run([exe, "run", str(base / "pipeline.fabro")], cwd=repo, env=env, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def fabro_empty() -> None:
+        subprocess.run([exe, "run", str(base / "empty.fabro")], cwd=repo, env=env, check=True,
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def plain_git() -> None:
@@ -73,15 +78,19 @@ def measure(stages: int, reps: int, script: str, label: str) -> tuple[float, flo
             subprocess.run(["git", "add", "-A"], cwd=repo, env=env, check=True)
             subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, env=env, check=True)
 
-    fabro_times, git_times = [], []
+    fabro_times, empty_times, git_times = [], [], []
     fabro()  # warm-up: page cache, pyc files
     plain_git()
     for _ in range(reps):
         fabro_times.append(timed(fabro))
+        empty_times.append(timed(fabro_empty))
         git_times.append(timed(plain_git))
     shutil.rmtree(base, ignore_errors=True)
-    f, g = statistics.median(fabro_times), statistics.median(git_times)
+    f, e, g = (statistics.median(t) for t in (fabro_times, empty_times, git_times))
+    per_stage = (f - e) / stages
     print(f"{label:<28} fabro {f:6.3f}s   git {g:6.3f}s   ratio {f / g:5.2f}x")
+    print(f"{'':<28} per stage: fabro {per_stage * 1000:5.1f}ms (after {e:.3f}s of fixed start-up and"
+          f" finish)   git {g / stages * 1000:5.1f}ms   ratio {per_stage / (g / stages):5.2f}x")
     return f, g
 
 
