@@ -59,6 +59,7 @@ def _emit(data: bytes, pretty: bool) -> None:
 
 def run(run_id: str, *, pretty: bool, follow: bool) -> int:
     from fabro_git.engine.lock import is_live
+    from fabro_git.errors import StoreError
     from fabro_git.events.bus import tail_after
     from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
@@ -66,7 +67,12 @@ def run(run_id: str, *, pretty: bool, follow: bool) -> int:
     repo = GitRepo.discover(Path.cwd())
     full_id = runrefs.resolve_run_id(repo, run_id)
     meta = repo.read_ref(runrefs.meta_ref(full_id))
-    durable = durable_events(repo, meta) if meta else b""
+    try:
+        durable = durable_events(repo, meta) if meta else b""
+    except StoreError as exc:
+        from fabro_git.engine.session import unreadable_meta
+
+        raise unreadable_meta(full_id, meta or "", exc) from exc
     _emit(durable, pretty)
     last = _last_id(durable)
     tail = tail_path(full_id)

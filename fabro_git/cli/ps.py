@@ -14,12 +14,20 @@ from fabro_git.cli._runs import format_ms, read_row
 
 
 def run(*, json_output: bool) -> int:
+    from fabro_git.errors import StoreError
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
     prefix = "refs/fabro/meta/"
     refs = repo.list_refs(prefix)
-    rows = [read_row(repo, name[len(prefix):], sha) for name, sha in refs.items()]
+    rows = []
+    for name, sha in refs.items():
+        try:
+            rows.append(read_row(repo, name[len(prefix):], sha))
+        except StoreError as exc:
+            # One broken ref must not hide every other run.
+            print(f"warning: skipped {name}: it does not point at a metadata snapshot ({exc.message})", file=sys.stderr)
+            print(f"hint: look at it with `git show {sha}`; if it is not a run, delete it with `git update-ref -d {name}`", file=sys.stderr)
     rows.sort(key=lambda r: r.run_id, reverse=True)
     out = sys.stdout
     if json_output:

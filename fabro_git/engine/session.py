@@ -234,9 +234,12 @@ def load_run(repo: GitRepo, run_id: str) -> tuple[Manifest, Checkpoint, str, str
     meta = repo.read_ref(runrefs.meta_ref(run_id))
     if meta is None:
         raise FabroError(f"run {run_id} has no metadata ref {runrefs.meta_ref(run_id)}")
-    manifest_data = repo.read_file(meta, "manifest.json")
-    cp_data = repo.read_file(meta, "checkpoint.json")
-    source = repo.read_file(meta, "graph.fabro")
+    try:
+        manifest_data = repo.read_file(meta, "manifest.json")
+        cp_data = repo.read_file(meta, "checkpoint.json")
+        source = repo.read_file(meta, "graph.fabro")
+    except StoreError as exc:
+        raise unreadable_meta(run_id, meta, exc) from exc
     if manifest_data is None or cp_data is None or source is None:
         raise FabroError(
             f"run {run_id}: the metadata snapshot {meta[:12]} is incomplete",
@@ -248,6 +251,14 @@ def load_run(repo: GitRepo, run_id: str) -> tuple[Manifest, Checkpoint, str, str
     except msgspec.DecodeError as exc:
         raise FabroError(f"run {run_id}: cannot read its metadata ({exc})") from exc
     return manifest, cp, meta, source.decode("utf-8")
+
+
+def unreadable_meta(run_id: str, meta: str, exc: StoreError) -> FabroError:
+    ref = runrefs.meta_ref(run_id)
+    return FabroError(
+        f"run {run_id}: {ref} does not point at a metadata snapshot ({exc.message})",
+        hint=f"look at it with `git show {meta}`; if it is not a run, delete it with `git update-ref -d {ref}`",
+    )
 
 
 def _load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, meta: str) -> Graph:
