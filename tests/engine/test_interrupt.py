@@ -1,0 +1,252 @@
+"""Ctrl-C stops a run cleanly: the stage in flight and everything it started are
+stopped, a checkpoint says "interrupted", the command exits 130, and resume finishes."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import pty
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import git, run_fabro
+
+# `nap` sleeps 30 s unless $HOME/quick exists; its child `sleep` is what must not
+# outlive the interrupt.
+WORKFLOW = """\
+digraph Nap {
+    graph [goal="be interrupted"]
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    one   [shape=parallelogram, script="printf 'one\\\\n' > one.txt"]
+    nap   [shape=parallelogram, script="if [ -f \\"$HOME/quick\\" ]; then sleep 0.1; else sleep 30; fi; printf 'napped\\\\n' > nap.txt"]
+    start -> one -> nap -> exit
+}
+"""
+
+
+def _git_fabro() -> list[str]:
+    exe = shutil.which("git-fabro")
+    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
+
+
+def _stage_pids(run_id: str, node_id: str) -> list[int]:
+    """Live processes started by the given stage (found by the env the stage sets)."""
+    wanted = {f"FABRO_RUN_ID={run_id}".encode(), f"FABRO_NODE_ID={node_id}".encode()}
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = set((entry / "environ").read_bytes().split(b"\0"))
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if wanted <= env and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def _tail_has(run_id: str, event: str, node_id: str) -> bool:
+    tail = Path(os.environ["FABRO_HOME"]) / "runs" / run_id / "events.jsonl"
+    if not tail.exists():
+        return False
+    for line in tail.read_bytes().split(b"\n")[:-1]:
+        e = json.loads(line)
+        if e["event"] == event and e.get("node_id") == node_id:
+            return True
+    return False
+
+
+def _events(repo: Path, run_id: str) -> list[dict]:
+    proc = run_fabro("logs", run_id, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
+
+
+def _start_and_reach_nap(
+    repo: Path, tmp_path: Path, argv: list[str]
+) -> tuple[subprocess.Popen, str]:
+    workflow = tmp_path / "nap.fabro"
+    workflow.write_text(WORKFLOW)
+    proc = subprocess.Popen(
+        [*argv, "run", str(workflow)],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a shell job would have
+    )
+    deadline = time.monotonic() + 30
+    run_id = None
+    while True:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the run never reached nap"
+        if run_id is None:
+            ids = git(
+                repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta"
+            ).split()
+            run_id = ids[0] if ids else None
+        if (
+            run_id
+            and _tail_has(run_id, "stage.started", "nap")
+            and len(_stage_pids(run_id, "nap")) >= 2
+        ):
+            return proc, run_id  # the shell and its sleep are both running
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("how", "sig"),
+    [
+        ("git-fabro-pid", signal.SIGINT),
+        ("git-front-end-group", signal.SIGINT),  # what a terminal's Ctrl-C does
+        ("git-fabro-pid", signal.SIGTERM),
+    ],
+    ids=["sigint-process", "ctrl-c-process-group", "sigterm-process"],
+)
+def test_interrupt_stops_the_stage_checkpoints_and_resumes(
+    repo: Path, tmp_path: Path, hermetic_env: Path, how: str, sig: signal.Signals
+) -> None:
+    argv = ["git", "fabro"] if how == "git-front-end-group" else _git_fabro()
+    proc, run_id = _start_and_reach_nap(repo, tmp_path, argv)
+    stage = _stage_pids(run_id, "nap")
+    sent = time.monotonic()
+    if how == "git-front-end-group":
+        os.killpg(proc.pid, sig)
+    else:
+        os.kill(proc.pid, sig)
+    _, stderr = proc.communicate(timeout=15)
+    took = time.monotonic() - sent
+    if how == "git-front-end-group":
+        # git's front end gets the Ctrl-C too and dies of it (a shell shows 130 for
+        # both); git-fabro finishes its checkpoint after, as the rest of this checks.
+        assert proc.returncode in (130, -signal.SIGINT), stderr
+    else:
+        assert proc.returncode == 130, stderr
+    assert took < 5, f"took {took:.1f}s to stop"
+    assert "Traceback" not in stderr
+    assert f"git fabro resume {run_id}" in stderr
+    # The stage's shell and its sleep are gone (they ran in their own session, so only
+    # the engine could have stopped them).
+    assert stage and not [p for p in stage if p in _stage_pids(run_id, "nap")]
+
+    ps = {
+        r["run_id"]: r
+        for r in map(json.loads, run_fabro("ps", "--json", cwd=repo).stdout.splitlines())
+    }
+    assert ps[run_id]["status"] == "interrupted"
+    assert ps[run_id]["current_node"] == "nap"
+    info = json.loads(run_fabro("inspect", run_id, "--json", cwd=repo).stdout)
+    assert info["status"] == "interrupted" and info["live"] is False
+    cp = info["checkpoint"]
+    assert cp["status"] == "interrupted"
+    assert cp["next_node_id"] == "nap"
+    assert cp["completed_nodes"] == ["start", "one"]
+    assert (
+        git(repo, "log", "-1", "--format=%s", f"refs/fabro/meta/{run_id}")
+        == "finalize interrupted\n"
+    )
+
+    events = _events(repo, run_id)
+    names = [e["event"] for e in events]
+    assert "run.completed" not in names and "run.failed" not in names
+    notice = [
+        e
+        for e in events
+        if e["event"] == "run.notice" and e["properties"].get("code") == "interrupted"
+    ]
+    assert len(notice) == 1
+    assert not any(e["event"] == "stage.completed" and e.get("node_id") == "nap" for e in events)
+    # The interrupted stage's half-done work is not on the run branch.
+    branch = f"fabro/run/{run_id}"
+    assert "nap.txt" not in git(repo, "ls-tree", "--name-only", branch)
+
+    (hermetic_env / "quick").write_text("")
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert git(repo, "show", f"{branch}:one.txt") == "one\n"
+    assert git(repo, "show", f"{branch}:nap.txt") == "napped\n"
+    events = _events(repo, run_id)
+    names = [e["event"] for e in events]
+    assert names.count("run.completed") == 1
+    assert len({e["id"] for e in events}) == len(events)
+    subjects = git(repo, "log", "--reverse", "--format=%s", f"main..{branch}").splitlines()
+    assert subjects == [
+        f"fabro({run_id}): {n} (succeeded)" for n in ("start", "one", "nap", "exit")
+    ]
+    fsck = subprocess.run(
+        ["git", "fsck", "--strict", "--no-dangling"], cwd=repo, capture_output=True, text=True
+    )
+    assert fsck.returncode == 0 and not fsck.stdout.strip(), fsck.stdout + fsck.stderr
+
+
+def test_ctrl_c_at_a_human_gate_waiting_on_the_terminal(repo: Path, tmp_path: Path) -> None:
+    """The gate blocks reading the terminal; Ctrl-C must still stop the run at once."""
+    workflow = tmp_path / "gate.fabro"
+    workflow.write_text(
+        "digraph G {\n"
+        "  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  ask [shape=hexagon, label="Go on?"]\n'
+        '  start -> ask\n  ask -> exit [label="[Y] Yes"]\n  ask -> exit [label="[N] No"]\n'
+        "}\n"
+    )
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [*_git_fabro(), "run", str(workflow)],
+        cwd=repo,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        start_new_session=True,
+    )
+    os.close(follower)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 30
+        while b"? Go on?" not in seen:
+            assert time.monotonic() < deadline, seen.decode(errors="replace")
+            if select.select([leader], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(leader, 4096)
+                except OSError:
+                    break
+        time.sleep(0.2)  # now blocked reading the terminal
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        code = proc.wait(timeout=15)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(OSError):
+            while os.read(leader, 4096):
+                pass
+        os.close(leader)
+    assert code == 130, seen.decode(errors="replace")
+    assert took < 5
+    (run_id,) = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta").split()
+    info = json.loads(run_fabro("inspect", run_id, "--json", cwd=repo).stdout)
+    assert info["checkpoint"]["status"] == "interrupted"
+    assert info["checkpoint"]["next_node_id"] == "ask"
+    # Resumed with an answer queued, the gate takes it and the run completes.
+    resumed = run_fabro("resume", run_id, "--answer", "N", cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    events = _events(repo, run_id)
+    answered = [
+        e for e in events if e["event"].startswith("interview.") and e.get("node_id") == "ask"
+    ]
+    assert answered, [e["event"] for e in events]
+    edge = [
+        e for e in events if e["event"] == "edge.selected" and e["properties"]["from_node"] == "ask"
+    ]
+    assert [e["properties"]["label"] for e in edge] == ["[N] No"]
