@@ -8,6 +8,7 @@ with a crash log the user can attach to an issue.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 
@@ -46,10 +47,8 @@ def boundary(fn: Callable[[], int]) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`git fabro logs | head`); that is not our failure.
-        try:
+        with contextlib.suppress(Exception):
             sys.stdout.close()
-        except Exception:
-            pass
         return EXIT_OK
     except Exception as exc:
         log_path = write_crash_log(exc)
