@@ -57,7 +57,9 @@ def test_same_size_rewrite_is_noticed(staged: tuple[Path, tuple[int, int] | None
     assert not statcheck.unchanged(repo, stamp)
 
 
-def test_a_rewritten_index_invalidates_the_stamp(staged: tuple[Path, tuple[int, int] | None]) -> None:
+def test_a_rewritten_index_invalidates_the_stamp(
+    staged: tuple[Path, tuple[int, int] | None],
+) -> None:
     repo, stamp = staged
     time.sleep(0.01)
     (repo / "other").write_text("x")
@@ -66,7 +68,9 @@ def test_a_rewritten_index_invalidates_the_stamp(staged: tuple[Path, tuple[int, 
     assert not statcheck.unchanged(repo, None)
 
 
-def test_linked_worktree_index_is_found(staged: tuple[Path, tuple[int, int] | None], tmp_path: Path) -> None:
+def test_linked_worktree_index_is_found(
+    staged: tuple[Path, tuple[int, int] | None], tmp_path: Path
+) -> None:
     repo, _ = staged
     wt = tmp_path / "wt"
     git(repo, "worktree", "add", "-q", "--detach", str(wt))
