@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -18,7 +19,7 @@ digraph Parallel {
     graph [goal="run beside other runs"]
     start [shape=Mdiamond]
     exit  [shape=Msquare]
-    a [shape=parallelogram, script="mkdir -p shared && printf 'same for all\\\\n' > shared/a.txt && sleep 0.4"]
+    a [shape=parallelogram, script="mkdir -p shared && printf 'same for all\\\\n' > shared/a.txt && while [ ! -f \\"$HOME/all-started\\" ]; do sleep 0.02; done"]
     b [shape=parallelogram, script="printf '%s\\\\n' \\"$FABRO_RUN_ID\\" > who.txt && sleep 0.1"]
     c [shape=parallelogram, script="printf 'also shared\\\\n' > shared/c.txt && rm -f shared/a.txt"]
     start -> a -> b -> c -> exit
@@ -57,7 +58,9 @@ def _ps(repo: Path) -> dict[str, dict]:
     return {row["run_id"]: row for row in map(json.loads, proc.stdout.splitlines())}
 
 
-def test_four_runs_started_at_once_in_one_repository(repo: Path, tmp_path: Path) -> None:
+def test_four_runs_started_at_once_in_one_repository(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
     workflow = tmp_path / "parallel.fabro"
     workflow.write_text(WORKFLOW)
     procs = [
@@ -71,6 +74,16 @@ def test_four_runs_started_at_once_in_one_repository(repo: Path, tmp_path: Path)
         )
         for _ in range(4)
     ]
+    # Stage `a` holds every run until all four are inside it, so they surely overlap.
+    tails = Path(os.environ["FABRO_HOME"]) / "runs"
+    deadline = time.monotonic() + 90
+    while sum(b'"node_id":"a"' in t.read_bytes() for t in tails.glob("*/events.jsonl")) < 4:
+        assert all(p.poll() is None for p in procs), [
+            p.communicate() for p in procs if p.poll() is not None
+        ]
+        assert time.monotonic() < deadline, "the four runs never all reached stage a"
+        time.sleep(0.05)
+    (hermetic_env / "all-started").write_text("")
     results = []
     for proc in procs:
         out, err = proc.communicate(timeout=120)
