@@ -433,52 +433,54 @@ async def _drive(
     status = "running"
     error: str | None = None
     interrupted = False
-    async with trio.open_nursery() as nursery:
-        main_scope = trio.CancelScope()
-        stall = graph.get_duration("stall_timeout", 1800.0) or 0.0
+    # Signals are taken for the whole drive, the final snapshot included: the first
+    # Ctrl-C (or SIGTERM) cancels the stage in flight, later ones only wait for the
+    # checkpoint, and none can cut the finish short with a KeyboardInterrupt.
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            main_scope = trio.CancelScope()
+            stall = graph.get_duration("stall_timeout", 1800.0) or 0.0
 
-        async def watch_signals(task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-            nonlocal interrupted
-            with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-                task_status.started()
+            async def watch_signals() -> None:
+                nonlocal interrupted
                 async for _ in signals:
-                    interrupted = True
-                    main_scope.cancel()
-                    return
+                    if not interrupted:
+                        interrupted = True
+                        main_scope.cancel()
 
-        async def watchdog() -> None:
-            nonlocal error
-            while True:
-                await trio.sleep(min(1.0, stall / 4))
-                idle = time.monotonic() - runtime.last_activity
-                if idle >= stall:
-                    emit("watchdog.timeout", idle_seconds=int(idle), node_id=scope.context.get("current_node"))
-                    error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
-                    main_scope.cancel()
-                    return
+            async def watchdog() -> None:
+                nonlocal error
+                while True:
+                    await trio.sleep(min(1.0, stall / 4))
+                    idle = time.monotonic() - runtime.last_activity
+                    if idle >= stall:
+                        emit("watchdog.timeout", idle_seconds=int(idle), node_id=scope.context.get("current_node"))
+                        error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
+                        main_scope.cancel()
+                        return
 
-        await nursery.start(watch_signals)
-        if stall > 0:
-            nursery.start_soon(watchdog)
-        with main_scope:
-            try:
-                if not cp.completed_nodes and not cp.node_visits and not cp.context_values.get("internal.setup_done"):
-                    await _run_setup(runtime, manifest, worktree)
-                    scope.context.set("internal.setup_done", True)
-                status = await runtime.run_main(scope)
-            except RunFailed as exc:
-                status, error = oc.FAILED, str(exc)
-            except _SetupFailed as exc:
-                status, error = oc.FAILED, str(exc)
-        if main_scope.cancelled_caught:
-            if interrupted:
-                status = "interrupted"
-            else:
-                status = oc.FAILED
-                error = error or "run cancelled"
-        nursery.cancel_scope.cancel()
+            nursery.start_soon(watch_signals)
+            if stall > 0:
+                nursery.start_soon(watchdog)
+            with main_scope:
+                try:
+                    if not cp.completed_nodes and not cp.node_visits and not cp.context_values.get("internal.setup_done"):
+                        await _run_setup(runtime, manifest, worktree)
+                        scope.context.set("internal.setup_done", True)
+                    status = await runtime.run_main(scope)
+                except RunFailed as exc:
+                    status, error = oc.FAILED, str(exc)
+                except _SetupFailed as exc:
+                    status, error = oc.FAILED, str(exc)
+            if main_scope.cancelled_caught:
+                if interrupted:
+                    status = "interrupted"
+                else:
+                    status = oc.FAILED
+                    error = error or "run cancelled"
+            nursery.cancel_scope.cancel()
 
-    return _finish(runtime, scope, status, error, started, announce=not announced)
+        return _finish(runtime, scope, status, error, started, announce=not announced)
 
 
 def _tail_has(scratch: Path, last_event_id: str | None, event: str) -> bool:
