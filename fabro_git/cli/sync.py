@@ -45,6 +45,9 @@ def push(remote: str, run_ids: list[str]) -> int:
         refs.append(runrefs.meta_ref(run_id))
         if repo.read_ref(runrefs.run_branch_ref(run_id)) is not None:
             refs.append(runrefs.run_branch_ref(run_id))
+        # The parallel branches' heads: a run cut between its fan-out and fan-in needs
+        # them to resume, and nothing else reaches them.
+        refs.extend(repo.list_refs(f"{runrefs.PARALLEL_PREFIX}{run_id}"))
     results = rem.push(repo, remote, refs)
     failed = [(ref, msg) for ref, ok, msg in results if not ok]
     for ref, ok, msg in results:
