@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -236,3 +239,97 @@ def test_push_never_forces_a_diverged_run(
     assert "git fabro fetch" in rejected.stderr
     assert _refs(origin, "refs/fabro", "refs/heads/fabro") == after_b
     _fsck(origin)
+
+
+PARALLEL = """\
+digraph Fanned {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    fan   [shape=component]
+    b1    [shape=parallelogram, script="printf 'b1\\\\n' > b1.txt"]
+    b2    [shape=parallelogram, script="printf 'b2\\\\n' > b2.txt"]
+    join  [shape=tripleoctagon]
+    start -> fan
+    fan -> b1
+    fan -> b2
+    b1 -> join
+    b2 -> join
+    join -> exit
+}
+"""
+
+
+def _git_fabro() -> list[str]:
+    exe = shutil.which("git-fabro")
+    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
+
+
+def _fan_checkpointed(tails: Path) -> bool:
+    for tail in tails.glob("*/events.jsonl"):
+        for line in tail.read_bytes().split(b"\n")[:-1]:
+            event = json.loads(line)
+            if event["event"] == "metadata.snapshot.completed" and event.get("node_id") == "fan":
+                return True
+    return False
+
+
+def _killed_between_fan_out_and_fan_in(repo: Path, workflow: Path) -> str | None:
+    """kill -9 once the fan-out's checkpoint is on the meta ref, before the fan-in's is.
+    Returns the run id, or None if the kill landed outside that window."""
+    before = set(_refs(repo, "refs/fabro/meta"))
+    proc = subprocess.Popen(
+        [*_git_fabro(), "run", str(workflow)],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    tails = Path(os.environ["FABRO_HOME"]) / "runs"
+    deadline = time.monotonic() + 30
+    try:
+        while not _fan_checkpointed(tails) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.0005)
+    finally:
+        proc.kill()
+        proc.wait()
+    (new,) = set(_refs(repo, "refs/fabro/meta")) - before
+    run_id = new.rsplit("/", 1)[1]
+    info = json.loads(run_fabro("inspect", run_id, "--json", cwd=repo).stdout)
+    return run_id if info["checkpoint"]["next_node_id"] == "join" else None
+
+
+def test_run_cut_between_fan_out_and_fan_in_resumes_in_a_clone(repo: Path, tmp_path: Path) -> None:
+    """The fan-in needs the parallel branches' head commits, which only the parallel
+    refs reach: push and the clone's resume must carry them."""
+    workflow = tmp_path / "fanned.fabro"
+    workflow.write_text(PARALLEL)
+    run_id = None
+    for _ in range(5):  # the window is a few tens of ms; retry if the kill missed it
+        run_id = _killed_between_fan_out_and_fan_in(repo, workflow)
+        if run_id is not None:
+            break
+    assert run_id is not None, "never killed the run between its fan-out and fan-in"
+    parallel = _refs(repo, f"refs/fabro/parallel/{run_id}")
+    assert len(parallel) == 2
+
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(repo, "remote", "add", "origin", str(origin))
+    git(repo, "push", "-q", "origin", "main")
+    pushed = run_fabro("push", "origin", run_id, cwd=repo)
+    assert pushed.returncode == 0, pushed.stderr
+    assert _refs(origin, f"refs/fabro/parallel/{run_id}") == parallel
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    env = {"FABRO_HOME": str(tmp_path / "machine-b")}
+    proc = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert proc.returncode == 0, proc.stderr
+    branch = f"refs/heads/fabro/run/{run_id}"
+    files = git(clone, "ls-tree", "--name-only", branch).split()
+    assert "b1.txt" in files or "b2.txt" in files
+    merge = git(clone, "log", "-1", "--format=%P", f"{branch}~1").split()
+    assert len(merge) == 2 and merge[1] in parallel.values(), (
+        "the fan-in commit merges a branch head"
+    )
+    _fsck(clone)
