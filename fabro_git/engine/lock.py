@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,19 +44,22 @@ class RunLock:
         os.write(fd, f"pid {os.getpid()}\n".encode())
         self._fd = fd
 
-    def clear_stale_ref_locks(self, refs: list[str]) -> list[Path]:
+    def clear_stale_ref_locks(self, refs: Sequence[str], namespaces: Sequence[str] = ()) -> list[Path]:
         """Remove `<ref>.lock` files of this run's own refs; call only while holding the lock.
 
         A process killed inside a ref update (kill -9 between creating the lock file and
         renaming it into place) leaves the lock behind, and every later update of that ref
-        fails as "locked by another process". The refs named here are written only by the
-        process that holds this run's lock, so once we hold it any such file is debris.
+        fails as "locked by another process". The refs named here (and every ref under the
+        `namespaces` directories) are written only by the process that holds this run's
+        lock, so once we hold it any such file is debris.
         """
         if self._fd is None:
             raise RuntimeError("clear_stale_ref_locks needs the run lock held")
+        candidates = [self.git_dir / f"{ref}.lock" for ref in refs]
+        for namespace in namespaces:
+            candidates += sorted((self.git_dir / namespace).rglob("*.lock"))
         removed: list[Path] = []
-        for ref in refs:
-            stale = self.git_dir / f"{ref}.lock"
+        for stale in candidates:
             with contextlib.suppress(FileNotFoundError):
                 stale.unlink()
                 removed.append(stale)

@@ -327,7 +327,10 @@ def execute_run(
     if prepared is None:
         lock = RunLock(repo, run_id)
         lock.acquire()
-        lock.clear_stale_ref_locks([runrefs.meta_ref(run_id), runrefs.run_branch_ref(run_id)])
+        lock.clear_stale_ref_locks(
+            [runrefs.meta_ref(run_id), runrefs.run_branch_ref(run_id)],
+            [f"{runrefs.PARALLEL_PREFIX}{run_id}"],
+        )
         manifest, cp, meta, source = load_run(repo, run_id)
         scratch = run_scratch_dir(run_id)
         scratch.mkdir(parents=True, exist_ok=True)
