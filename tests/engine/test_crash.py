@@ -470,3 +470,75 @@ def test_run_whose_snapshots_cannot_be_written_does_not_claim_success(
     assert resumed.returncode == 0, resumed.stderr
     assert not lock.exists()
     _check_finished(repo, run_id, before=None)
+
+
+PARALLEL = """\
+digraph Fanned {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    fan   [shape=component]
+    b1    [shape=parallelogram, script="sleep 0.2; printf 'b1\\\\n' > b1.txt"]
+    b2    [shape=parallelogram, script="sleep 0.2; printf 'b2\\\\n' > b2.txt"]
+    join  [shape=tripleoctagon]
+    after [shape=parallelogram, script="printf 'after\\\\n' > after.txt"]
+    start -> fan
+    fan -> b1
+    fan -> b2
+    b1 -> join
+    b2 -> join
+    join -> after -> exit
+}
+"""
+
+PARALLEL_POINTS = [
+    KillPoint("parallel.branch.started", 2, 0.05, group=True),
+    KillPoint("git.commit", 2),  # a branch's own commit made (the first is start's)
+    KillPoint("parallel.completed", 1),
+]
+
+
+@pytest.mark.parametrize("plant_lock", [False, True], ids=["as-killed", "stale-parallel-ref-lock"])
+@pytest.mark.parametrize("point", PARALLEL_POINTS, ids=[p.label for p in PARALLEL_POINTS])
+def test_kill_9_inside_parallel_branches_then_resume(
+    point: KillPoint, plant_lock: bool, repo: Path, tmp_path: Path
+) -> None:
+    """Branch worktrees, branch refs and their commits are mid-flight when the process
+    dies; resume re-runs the fan-out over them."""
+    workflow = tmp_path / "fanned.fabro"
+    workflow.write_text(PARALLEL)
+    fabro_home = Path(os.environ["FABRO_HOME"])
+    _kill_at(point, repo, workflow, fabro_home, tmp_path)
+    run_id = _only_run(repo)
+    info = _inspect(repo, run_id)
+    assert info["checkpoint"]["next_node_id"] in ("fan", "join"), info["checkpoint"]
+    before_events = {e["id"] for e in _events(repo, run_id)}
+    if plant_lock:
+        for ref in git(
+            repo, "for-each-ref", "--format=%(refname)", f"refs/fabro/parallel/{run_id}"
+        ).split():
+            (repo / ".git" / f"{ref}.lock").write_text("")
+
+    proc = run_fabro("resume", run_id, cwd=repo, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    branch = f"refs/heads/fabro/run/{run_id}"
+    files = set(git(repo, "ls-tree", "--name-only", branch).split())
+    assert "after.txt" in files and files & {"b1.txt", "b2.txt"}, files
+    subjects = git(
+        repo, "log", "--first-parent", "--reverse", "--format=%s", f"main..{branch}"
+    ).splitlines()
+    assert subjects == [
+        f"fabro({run_id}): {n} (succeeded)" for n in ("start", "fan", "join", "after", "exit")
+    ]
+    events = _events(repo, run_id)
+    assert [e["event"] for e in events].count("run.completed") == 1
+    assert before_events <= {e["id"] for e in events}
+    assert len({e["id"] for e in events}) == len(events)
+    assert _inspect(repo, run_id)["status"] == "succeeded"
+    worktrees = [
+        ln
+        for ln in git(repo, "worktree", "list", "--porcelain").splitlines()
+        if ln.startswith("worktree ")
+    ]
+    assert len(worktrees) == 1, worktrees
+    assert _lock_files(repo) == []
+    _fsck(repo)
