@@ -1,3 +1,3 @@
-from fabro_git.cli import main
+from fabro_git.cli import entry
 
-raise SystemExit(main())
+entry()

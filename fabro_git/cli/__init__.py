@@ -18,6 +18,22 @@ EXIT_BUG = 3
 EXIT_INTERRUPTED = 130
 
 
+def entry() -> None:
+    """The console script: run, flush, and leave without tearing the interpreter down.
+
+    By the time `main` returns every durable write is done (refs, objects, the event
+    tail are written with explicit flushes), so the process skips the module teardown
+    and garbage collection of a normal exit, which costs ~0.1 s after a run.
+    """
+    import os
+
+    code = main()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if args in (["--version"], ["-V"], ["version"]):
