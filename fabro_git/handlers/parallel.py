@@ -147,6 +147,15 @@ async def fan_out(req: StageRequest) -> Outcome:
     done = trio.Event()
 
     async def branch(index: int, target: str, cancel_rest: trio.CancelScope) -> None:
+        # A branch that cannot even start (its worktree or ref refused) is a failed
+        # branch with that error, not an exception that takes its siblings down.
+        try:
+            await run_branch(index, target, cancel_rest)
+        except FabroError as err:
+            results[index] = BranchResult(index, target, oc.FAILED, None, {}, None, str(err))
+            runtime.emit("parallel.branch.completed", index=index, duration_ms=0, status=oc.FAILED, node_id=target)
+
+    async def run_branch(index: int, target: str, cancel_rest: trio.CancelScope) -> None:
         async with limiter:
             tnode = graph.nodes.get(target)
             runtime.emit("parallel.branch.started", index=index, node_id=target, node_label=tnode.label if tnode else target)
@@ -154,7 +163,8 @@ async def fan_out(req: StageRequest) -> Outcome:
             worktree = runtime.scratch / "parallel" / f"{node.id}-{req.visit}" / str(index)
             ref = None
             if recorder is not None and base_sha is not None:
-                ref = runrefs.parallel_ref(runtime.run_id, node.id, index)
+                # Per visit, so a fan-out that runs again never rewinds refs already pushed.
+                ref = runrefs.parallel_ref(runtime.run_id, f"{node.id}-{req.visit}", index)
                 old = runtime.repo.read_ref(ref)
                 runtime.repo.update_ref(ref, base_sha, old=old, message=f"fabro: branch {index} of {node.id}")
                 if worktree.exists():

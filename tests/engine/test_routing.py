@@ -397,7 +397,7 @@ def test_parallel_wait_all_merges_the_best_branch(repo: Path) -> None:
     assert {r["id"]: r["status"] for r in results} == {"a": "succeeded", "b": "succeeded", "c": "failed"}
     # Each branch has its own ref, never nested under an existing ref path.
     refs = git(repo, "for-each-ref", "--format=%(refname)", f"refs/fabro/parallel/{run_id}").split()
-    assert sorted(refs) == [f"refs/fabro/parallel/{run_id}/fan/{i}" for i in range(3)]
+    assert sorted(refs) == [f"refs/fabro/parallel/{run_id}/fan-1/{i}" for i in range(3)]
     assert git(repo, "worktree", "list").count("\n") == 1, "branch worktrees are removed"
     assert "error" not in git(repo, "fsck", "--strict").lower()
 
@@ -591,3 +591,42 @@ def test_detach_prints_the_id_and_the_run_finishes(repo: Path) -> None:
         time.sleep(0.2)
     assert rows[0]["status"] == "succeeded"
     assert git(repo, "show", f"fabro/run/{run_id}:bg.txt") == "bg\n"
+
+
+def test_a_fan_out_visited_twice_keeps_each_visits_branch_refs(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph Twice {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            fan [shape=component]
+            a [shape=parallelogram, script="echo a >> a.txt"]
+            b [shape=parallelogram, script="echo b >> b.txt"]
+            merge [shape=tripleoctagon]
+            count [shape=parallelogram, script="n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) > n; test $((n+1)) -ge 2"]
+            start -> fan
+            fan -> a
+            fan -> b
+            a -> merge
+            b -> merge
+            merge -> count
+            count -> exit [condition="outcome=succeeded"]
+            count -> fan [condition="outcome=failed"]
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    refs = git(repo, "for-each-ref", "--format=%(refname)", f"refs/fabro/parallel/{run_id}").split()
+    assert sorted(refs) == sorted(
+        f"refs/fabro/parallel/{run_id}/fan-{visit}/{i}" for visit in (1, 2) for i in range(2)
+    )
+    # Both visits' merges are on the run branch: the first visit's branch head is an
+    # ancestor of the second's, so nothing that was pushed is ever rewound.
+    first = git(repo, "rev-parse", f"refs/fabro/parallel/{run_id}/fan-1/0").strip()
+    second = git(repo, "rev-parse", f"refs/fabro/parallel/{run_id}/fan-2/0").strip()
+    git(repo, "merge-base", "--is-ancestor", first, f"fabro/run/{run_id}")
+    git(repo, "merge-base", "--is-ancestor", second, f"fabro/run/{run_id}")
+    assert git(repo, "show", f"fabro/run/{run_id}:a.txt") == "a\na\n"
