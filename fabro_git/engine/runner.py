@@ -560,11 +560,14 @@ class Runtime:
             self._tree_cache[sha] = tree
         scope.tip = recorder.run_tip
         diff = None
-        if sha is not None and before is not None and tree != self._tip_tree(before):
+        if sha is not None and before is not None and tree is not None and tree != self._tip_tree(before):
             from fabro_git.store import worktree as wt
 
             with contextlib.suppress(FabroError):
-                diff = wt.diff_text(self.worktree, before, sha, max_bytes=20_000) or None
+                diff = self.repo.small_tree_diff(self._tip_tree(before), tree, max_bytes=20_000)
+                if diff is None:
+                    diff = wt.diff_text(self.worktree, before, sha, max_bytes=20_000)
+                diff = diff or None
         self.emit(
             "checkpoint.completed",
             status=result.status,

@@ -43,6 +43,8 @@ FALLBACK_EMAIL = "fabro@localhost"
 _DIR_RACE_RETRIES = 5
 _TEMP_ATTEMPTS = 100
 _tmp_counter = itertools.count()
+_SMALL_DIFF_FILES = 20
+_SMALL_DIFF_BYTES = 256 * 1024
 _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
 
@@ -327,6 +329,40 @@ class GitRepo:
             info = self.commit_info(next_sha)
             yield info
             next_sha = info.parents[0] if info.parents else None
+
+    def small_tree_diff(self, old_tree: str, new_tree: str, *, max_bytes: int) -> str | None:
+        """A unified diff between two trees, computed in-process when the change is small
+        (a few files of modest size); None when it is not, so the caller can ask git.
+
+        Spawning `git diff` costs more than the rest of a small checkpoint; for the
+        handful of changed files a typical stage leaves, reading the blobs here is faster.
+        """
+        import io
+
+        from dulwich.diff_tree import tree_changes
+        from dulwich.patch import write_tree_diff
+
+        store = self._repo.object_store
+        total = 0
+        old_id, new_id = ObjectID(old_tree.encode()), ObjectID(new_tree.encode())
+        for count, change in enumerate(tree_changes(store, old_id, new_id), start=1):
+            if count > _SMALL_DIFF_FILES:
+                return None
+            for side in (change.old, change.new):
+                if side is None or side.sha is None or side.mode is None:
+                    continue
+                if side.mode & 0o170000 == 0o160000:
+                    return None  # a submodule: leave it to git
+                total += len(store.get_raw(side.sha)[1])
+                if total > _SMALL_DIFF_BYTES:
+                    return None
+        out = io.BytesIO()
+        write_tree_diff(out, store, old_id, new_id)
+        data = out.getvalue()
+        if len(data) > max_bytes:
+            cut = data.rfind(b"\n", 0, max_bytes) + 1 or max_bytes
+            return data[:cut].decode("utf-8", "replace") + f"[diff truncated at {cut} bytes]\n"
+        return data.decode("utf-8", "replace")
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         a = self._commit(ancestor).id

@@ -257,3 +257,17 @@ def test_command_output_is_bounded_in_memory_and_context(repo: Path) -> None:
     output = checkpoint["context_values"]["command.output"]
     assert len(output) < 200_000
     assert "bytes omitted" in output and output.rstrip().endswith("done")
+
+
+def test_checkpoint_events_carry_the_stage_diff(repo: Path) -> None:
+    write_workflow(repo, HELLO)
+    _, result = run_json("run", "wf.fabro", cwd=repo)
+    events = run_events(result["run_id"], repo)
+    by_node = {e["node_id"]: e["properties"] for e in events if e["event"] == "checkpoint.completed"}
+    diff = by_node["write"]["diff"]
+    assert "diff --git a/greeting.txt b/greeting.txt" in diff
+    assert "+hello" in diff
+    # A stage that changed nothing has no diff at all.
+    assert "diff" not in by_node["check"]
+    sha = by_node["write"]["git_commit_sha"]
+    assert git(repo, "show", "--format=", "--stat", sha).strip().startswith("greeting.txt")
