@@ -180,9 +180,6 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
         )
         warn(message)
         emit("run.notice", level="warn", code="uncommitted_changes", message=message)
-    recorder = None
-    if not in_place:
-        repo.update_ref(runrefs.run_branch_ref(run_id), base.sha, old=None, message=f"fabro: create run {run_id}")
     recorder = Recorder(
         repo,
         run_id,
@@ -203,7 +200,15 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
     sha = recorder.snapshot("init", "init", cp, files)
     if sha is None:
         raise StoreError(f"could not write the first snapshot of run {run_id} to {runrefs.meta_ref(run_id)}")
+    # The branch comes after the snapshot: a run cut off in between has its meta ref,
+    # and resume makes the branch from the manifest, instead of a branch nothing names.
+    if not in_place:
+        create_run_branch(repo, run_id, base.sha)
     return run_id, manifest, cp, bus, recorder, scratch, lock
+
+
+def create_run_branch(repo: GitRepo, run_id: str, base_sha: str) -> None:
+    repo.update_ref(runrefs.run_branch_ref(run_id), base_sha, old=None, message=f"fabro: create run {run_id}")
 
 
 def _prompt_files(graph: Graph, workflow_path: Path | None) -> dict[str, bytes]:
@@ -341,6 +346,10 @@ def execute_run(
         bus.add_sink(TailFileSink(tail))
         emit = make_emitter(bus)
         run_tip = None if manifest.in_place else repo.read_ref(runrefs.run_branch_ref(run_id))
+        if not manifest.in_place and run_tip is None and not cp.completed_nodes and cp.pending_commit is None:
+            # Cut off between the init snapshot and the branch: nothing was committed yet.
+            create_run_branch(repo, run_id, manifest.base_sha)
+            run_tip = manifest.base_sha
         if not manifest.in_place and run_tip is None:
             raise FabroError(
                 f"run {run_id} has lost its branch {runrefs.run_branch_ref(run_id)}",

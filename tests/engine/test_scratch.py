@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import git, run_fabro
+from conftest import git, run_fabro, run_json, write_workflow
 
 # `two` reads the file `one` wrote: after the scratch dir is gone, that file can only
 # come from the run branch.
@@ -212,3 +212,32 @@ def test_finished_run_needs_no_scratch_dir(repo: Path, what: str) -> None:
     assert again.returncode == 0 and "already finished" in again.stderr
     rows = [json.loads(line) for line in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()]
     assert [(r["run_id"], r["status"]) for r in rows] == [(run_id, "succeeded")]
+
+
+def test_resume_makes_the_branch_of_a_run_cut_off_before_it_existed(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph B {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            work [shape=parallelogram, script="echo done > done.txt"]
+            start -> work -> exit
+        }
+        """,
+    )
+    proc = run_fabro("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0
+    (run_id,) = [r.rsplit("/", 1)[1] for r in git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta").split()]
+    # Rebuild the state a kill right after the `init` snapshot leaves: meta ref at init,
+    # no run branch, no scratch.
+    init = git(repo, "rev-list", "--max-parents=0", f"refs/fabro/meta/{run_id}").strip()
+    git(repo, "update-ref", f"refs/fabro/meta/{run_id}", init)
+    git(repo, "update-ref", "-d", f"refs/heads/fabro/run/{run_id}")
+    shutil.rmtree(Path(os.environ["FABRO_HOME"]) / "runs" / run_id)
+    resumed, result = run_json("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert result["status"] == "succeeded"
+    assert git(repo, "show", f"fabro/run/{run_id}:done.txt") == "done\n"
+    base = git(repo, "rev-parse", "main").strip()
+    assert git(repo, "rev-list", "--max-parents=0", f"fabro/run/{run_id}").strip() == git(repo, "rev-list", "--max-parents=0", base).strip()
