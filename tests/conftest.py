@@ -127,3 +127,18 @@ def run_events(run_id: str, cwd: Path) -> list[dict]:
 
 def meta_file(cwd: Path, run_id: str, path: str) -> str:
     return git(cwd, "show", f"refs/fabro/meta/{run_id}:{path}")
+
+
+def assert_fsck_clean(repo: Path) -> None:
+    """`git fsck --strict` finds nothing wrong (dangling objects are not wrong: a killed
+    or refused write leaves some, and git collects them in time)."""
+    proc = subprocess.run(
+        ["git", "fsck", "--strict", "--no-progress", "--no-dangling"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
+        f"git fsck --strict in {repo} reported:\n{proc.stdout}{proc.stderr}"
+    )

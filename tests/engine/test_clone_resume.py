@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import git, run_fabro
+from conftest import assert_fsck_clean, git, run_fabro
 
 # `check` fails until $HOME/ok exists: the "fix" a user makes before resuming.
 WORKFLOW = """\
@@ -45,15 +45,6 @@ def _events(repo: Path, run_id: str, env: dict[str, str] | None = None) -> list[
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
-def _fsck(repo: Path) -> None:
-    proc = subprocess.run(
-        ["git", "fsck", "--strict", "--no-progress", "--no-dangling"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
 
 
 @pytest.fixture
@@ -83,7 +74,7 @@ def test_push_moves_both_refs_of_a_run(failed_run: tuple[Path, Path, str]) -> No
     remote = _refs(origin, "refs/fabro", "refs/heads/fabro")
     assert remote == local
     assert set(remote) == {f"refs/fabro/meta/{run_id}", f"refs/heads/fabro/run/{run_id}"}
-    _fsck(origin)
+    assert_fsck_clean(origin)
     # Pushing again is a no-op, not an error.
     again = run_fabro("push", "origin", run_id[:10], cwd=repo)
     assert again.returncode == 0, again.stderr
@@ -147,11 +138,11 @@ def test_resume_in_a_fresh_clone_fetches_the_run_and_finishes_it(
     inspected = json.loads(run_fabro("inspect", run_id, "--json", cwd=clone, env=env).stdout)
     assert inspected["status"] == "succeeded"
     assert inspected["checkpoint"]["completed_nodes"][-2:] == ["check", "exit"]
-    _fsck(clone)
+    assert_fsck_clean(clone)
     # A's own copy of the run is untouched by what happened in B.
     assert git(repo_a, "log", "-1", "--format=%s", meta) == "finalize failed\n"
     assert _refs(repo_a, "refs/fabro", "refs/heads/fabro") == pushed
-    _fsck(repo_a)
+    assert_fsck_clean(repo_a)
     if same_machine:
         # A's worktree is still A's, at A's tip, and A can still finish its copy.
         a_worktree = Path(os.environ["FABRO_HOME"]) / "runs" / run_id / "worktree"
@@ -161,8 +152,8 @@ def test_resume_in_a_fresh_clone_fetches_the_run_and_finishes_it(
         resumed_a = run_fabro("resume", run_id, cwd=repo_a)
         assert resumed_a.returncode == 0, resumed_a.stderr
         assert git(repo_a, "show", f"{branch}:checked.txt") == "checked\n"
-        _fsck(repo_a)
-        _fsck(clone)
+        assert_fsck_clean(repo_a)
+        assert_fsck_clean(clone)
 
 
 def test_resume_of_an_unknown_prefix_says_where_it_looked(
@@ -209,7 +200,7 @@ def test_fetch_brings_every_run(failed_run: tuple[Path, Path, str], tmp_path: Pa
     )
     again = run_fabro("fetch", "origin", cwd=clone)
     assert again.returncode == 0 and "2 known, 0 new" in again.stderr
-    _fsck(clone)
+    assert_fsck_clean(clone)
 
 
 def test_push_never_forces_a_diverged_run(
@@ -238,7 +229,7 @@ def test_push_never_forces_a_diverged_run(
     assert "2 ref(s) were rejected by origin" in rejected.stderr
     assert "git fabro fetch" in rejected.stderr
     assert _refs(origin, "refs/fabro", "refs/heads/fabro") == after_b
-    _fsck(origin)
+    assert_fsck_clean(origin)
 
 
 PARALLEL = """\
@@ -332,4 +323,4 @@ def test_run_cut_between_fan_out_and_fan_in_resumes_in_a_clone(repo: Path, tmp_p
     assert len(merge) == 2 and merge[1] in parallel.values(), (
         "the fan-in commit merges a branch head"
     )
-    _fsck(clone)
+    assert_fsck_clean(clone)

@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from conftest import git, run_fabro
+from conftest import assert_fsck_clean, git, run_fabro
 
 # Every run writes the same shared files (the same blobs and trees at about the same
 # moment) and one file of its own.
@@ -39,17 +39,6 @@ digraph Gated {
 def _git_fabro() -> list[str]:
     exe = shutil.which("git-fabro")
     return [exe] if exe else [sys.executable, "-m", "fabro_git"]
-
-
-def _fsck(repo: Path) -> None:
-    proc = subprocess.run(
-        ["git", "fsck", "--strict", "--no-progress", "--no-dangling"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
 
 
 def _ps(repo: Path) -> dict[str, dict]:
@@ -144,7 +133,7 @@ def test_four_runs_started_at_once_in_one_repository(
         assert {e["run_id"] for e in events} == {run_id}
     assert max(starts) < min(ends), (starts, ends)
 
-    _fsck(repo)
+    assert_fsck_clean(repo)
     rows = _ps(repo)
     assert set(rows) == set(ids)
     assert {r["status"] for r in rows.values()} == {"succeeded"}
@@ -231,7 +220,7 @@ def test_resume_of_a_live_run_is_refused(repo: Path, tmp_path: Path, hermetic_en
     done = run_fabro("resume", run_id, cwd=repo)
     assert done.returncode == 0
     assert "already finished" in done.stderr
-    _fsck(repo)
+    assert_fsck_clean(repo)
 
 
 def test_two_resumes_of_one_interrupted_run_race_and_one_wins(
@@ -272,4 +261,4 @@ def test_two_resumes_of_one_interrupted_run_race_and_one_wins(
     assert names.count("run.completed") == 1
     assert len({e["id"] for e in events}) == len(events)
     assert _ps(repo)[run_id]["status"] == "succeeded"
-    _fsck(repo)
+    assert_fsck_clean(repo)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import git, run_fabro
+from conftest import assert_fsck_clean, git, run_fabro
 
 N = 8
 STAGES = [f"s{i}" for i in range(1, N + 1)]
@@ -242,21 +242,6 @@ def _lock_files(repo: Path) -> list[str]:
     return found
 
 
-def _fsck(repo: Path) -> None:
-    proc = subprocess.run(
-        ["git", "fsck", "--strict", "--no-progress"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0, f"git fsck --strict failed:\n{proc.stdout}\n{proc.stderr}"
-    bad = [
-        ln
-        for ln in (proc.stdout + proc.stderr).splitlines()
-        if ln and not ln.startswith("dangling ")
-    ]
-    assert not bad, "git fsck --strict reported:\n" + "\n".join(bad)
 
 
 @pytest.fixture
@@ -294,7 +279,7 @@ def test_kill_9_then_resume(
         # Killed before the `init` snapshot: the run never came to exist in git and its
         # id was never printed. Nothing may be broken by the attempt.
         assert point.event in ("run.created", None), f"no meta ref after a kill at {point.label}"
-        _fsck(repo)
+        assert_fsck_clean(repo)
         ps = run_fabro("ps", cwd=repo)
         assert ps.returncode == 0 and "Traceback" not in ps.stderr, ps.stderr
         assert run_fabro("run", str(workflow), cwd=repo, timeout=60).returncode == 0
@@ -371,7 +356,7 @@ def _check_finished(repo: Path, run_id: str, *, before: tuple | None) -> None:
     ]
     assert len(worktrees) == 1, worktrees
     assert _lock_files(repo) == []
-    _fsck(repo)
+    assert_fsck_clean(repo)
     ps = run_fabro("ps", "--json", cwd=repo)
     rows = [json.loads(line) for line in ps.stdout.splitlines()]
     assert [r["status"] for r in rows if r["run_id"] == run_id] == ["succeeded"]
@@ -544,4 +529,4 @@ def test_kill_9_inside_parallel_branches_then_resume(
     ]
     assert len(worktrees) == 1, worktrees
     assert _lock_files(repo) == []
-    _fsck(repo)
+    assert_fsck_clean(repo)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import git, meta_file, run_events, run_fabro, run_json, write_workflow
+from conftest import (
+    assert_fsck_clean,
+    git,
+    meta_file,
+    run_events,
+    run_fabro,
+    run_json,
+    write_workflow,
+)
 
 
 def stages(events: list[dict]) -> list[tuple[str, str]]:
@@ -399,7 +407,7 @@ def test_parallel_wait_all_merges_the_best_branch(repo: Path) -> None:
     refs = git(repo, "for-each-ref", "--format=%(refname)", f"refs/fabro/parallel/{run_id}").split()
     assert sorted(refs) == [f"refs/fabro/parallel/{run_id}/fan-1/{i}" for i in range(3)]
     assert git(repo, "worktree", "list").count("\n") == 1, "branch worktrees are removed"
-    assert "error" not in git(repo, "fsck", "--strict").lower()
+    assert_fsck_clean(repo)
 
 
 def test_parallel_all_failed_fails_the_stage(repo: Path) -> None:

@@ -7,7 +7,15 @@ import os
 import re
 from pathlib import Path
 
-from conftest import git, meta_file, run_events, run_fabro, run_json, write_workflow
+from conftest import (
+    assert_fsck_clean,
+    git,
+    meta_file,
+    run_events,
+    run_fabro,
+    run_json,
+    write_workflow,
+)
 
 HELLO = """
 digraph Hello {
@@ -57,7 +65,7 @@ def test_run_commits_each_stage_with_trailers(repo: Path) -> None:
     assert meta_history[-1].endswith("init")
     # `git log fabro/meta/<id>` works through git's ref lookup rules.
     assert git(repo, "log", "--oneline", f"fabro/meta/{run_id}").count("\n") == len(meta_history)
-    assert "0 missing" not in git(repo, "fsck", "--strict")
+    assert_fsck_clean(repo)
 
 
 def test_meta_tree_layout(repo: Path) -> None:

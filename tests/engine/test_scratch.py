@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import git, run_fabro, run_json, write_workflow
+from conftest import assert_fsck_clean, git, run_fabro, run_json, write_workflow
 
 # `two` reads the file `one` wrote: after the scratch dir is gone, that file can only
 # come from the run branch.
@@ -54,15 +54,6 @@ def _inspect(repo: Path, run_id: str) -> dict:
     return json.loads(proc.stdout)
 
 
-def _fsck(repo: Path) -> None:
-    proc = subprocess.run(
-        ["git", "fsck", "--strict", "--no-progress", "--no-dangling"],
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert proc.returncode == 0 and not proc.stdout.strip(), proc.stdout + proc.stderr
 
 
 def _worktrees(repo: Path) -> list[str]:
@@ -115,7 +106,7 @@ def _finish_and_check(repo: Path, run_id: str, home: Path) -> None:
     assert names.count("run.completed") == 1
     # The registration of the deleted worktree was pruned; the rebuilt one removed.
     assert _worktrees(repo) == [str(repo)]
-    _fsck(repo)
+    assert_fsck_clean(repo)
 
 
 def test_interrupted_run_survives_losing_its_scratch_dir(
