@@ -34,11 +34,10 @@ from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import FabroError
 from fabro_git.workflow import Graph, Node
 
-MAX_CONTEXT_TEXT = 100_000
-
 
 def now_iso() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{datetime.now(UTC).microsecond // 1000:03d}Z"
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
 class RunFailed(Exception):

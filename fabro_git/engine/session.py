@@ -394,7 +394,6 @@ async def _drive(
     options: Options,
     resuming: bool,
 ) -> RunResult:
-    started = time.monotonic()
     in_place = manifest.in_place
     if recorder is not None and resuming:
         recorder.reconcile(cp)
@@ -492,7 +491,7 @@ async def _drive(
                     error = error or "run cancelled"
             nursery.cancel_scope.cancel()
 
-        return _finish(runtime, scope, status, error, started, announce=not announced)
+        return _finish(runtime, scope, status, error, announce=not announced)
 
 
 def _tail_has(scratch: Path, last_event_id: str | None, event: str) -> bool:
@@ -539,14 +538,11 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
     emit("setup.completed", duration_ms=int((time.monotonic() - t0) * 1000))
 
 
-def _finish(
-    runtime: Runtime, scope: Any, status: str, error: str | None, started: float, *, announce: bool = True
-) -> RunResult:
+def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, announce: bool = True) -> RunResult:
     cp = runtime.cp
     emit = runtime.emit
     recorder = runtime.recorder
     manifest = runtime.manifest
-    duration_ms = int((time.monotonic() - started) * 1000)
     cp.context_values = msgspec.json.decode(msgspec.json.encode(scope.context.snapshot(), enc_hook=str))
     cp.timestamp = now_iso()
     cp.active_ms = runtime.active_ms()
@@ -589,7 +585,6 @@ def _finish(
                 f"run {runtime.run_id} ended {status}, but its final state could not be written to git",
                 hint=f"fix the git error shown above, then `git fabro resume {runtime.run_id}`",
             )
-    del duration_ms
     return RunResult(
         runtime.run_id,
         status,
