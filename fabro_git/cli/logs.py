@@ -26,17 +26,6 @@ def durable_events(repo: Any, meta_sha: str) -> bytes:
     return b"".join(parts)
 
 
-def _last_id(data: bytes) -> str | None:
-    import json
-
-    for line in reversed(data.splitlines()):
-        try:
-            return str(json.loads(line)["id"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return None
-
-
 def _emit(data: bytes, pretty: bool) -> None:
     import json
 
@@ -60,7 +49,7 @@ def _emit(data: bytes, pretty: bool) -> None:
 def run(run_id: str, *, pretty: bool, follow: bool) -> int:
     from fabro_git.engine.lock import is_live
     from fabro_git.errors import StoreError
-    from fabro_git.events.bus import tail_after
+    from fabro_git.events.bus import last_event_id, tail_after
     from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
@@ -74,7 +63,7 @@ def run(run_id: str, *, pretty: bool, follow: bool) -> int:
 
         raise unreadable_meta(full_id, meta or "", exc) from exc
     _emit(durable, pretty)
-    last = _last_id(durable)
+    last = last_event_id(durable)
     tail = tail_path(full_id)
     offset = 0
     if tail.exists():
@@ -82,7 +71,7 @@ def run(run_id: str, *, pretty: bool, follow: bool) -> int:
         offset = len(data)
         extra = tail_after(data, last)
         _emit(extra, pretty)
-        last = _last_id(extra) or last
+        last = last_event_id(extra) or last
     if not follow:
         return 0
     git_dir = Path(repo.git_dir)

@@ -125,7 +125,7 @@ def _build_spec(
     )
 
 
-def _renderer(json_output: bool) -> Any:
+def _renderer() -> Any:
     from fabro_git.events.render import ProgressRenderer
 
     return ProgressRenderer(stream=sys.stderr)
@@ -180,7 +180,7 @@ def run(
         repo,
         run_id,
         options=options,
-        renderer=_renderer(json_output),
+        renderer=_renderer(),
         resuming=False,
         prepared=(manifest, cp, bus, recorder, scratch, lock, spec.graph),
     )
@@ -260,7 +260,7 @@ def resume(
         print(f"resuming run {full_id}", file=sys.stderr)
     try:
         result = execute_run(
-            repo, full_id, options=options, renderer=None if detached_child else _renderer(json_output), resuming=True
+            repo, full_id, options=options, renderer=None if detached_child else _renderer(), resuming=True
         )
     except FabroError:
         raise

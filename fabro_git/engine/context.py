@@ -10,6 +10,18 @@ import copy
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+# Keys the engine sets on every stage: never part of what a branch or child "produced".
+_BOOKKEEPING = ("internal.", "current_node", "outcome", "preferred_label", "failure_")
+
+
+def context_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys a parallel branch or a child workflow set or changed, bookkeeping aside."""
+    return {
+        k: v
+        for k, v in after.items()
+        if not k.startswith(_BOOKKEEPING) and (k not in before or before[k] != v)
+    }
+
 
 class Context(Mapping[str, Any]):
     def __init__(self, values: Mapping[str, Any] | None = None) -> None:

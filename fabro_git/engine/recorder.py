@@ -25,6 +25,7 @@ from typing import Any
 
 from fabro_git.engine.checkpoint import Checkpoint, PendingCommit, encode
 from fabro_git.errors import FabroError
+from fabro_git.events.bus import last_event_id
 from fabro_git.store import runs as runrefs
 from fabro_git.store import statcheck
 from fabro_git.store import worktree as wt
@@ -123,7 +124,7 @@ class Recorder:
         if segment:
             cp.event_segments += 1
             all_files[f"events/{cp.event_segments:06d}.jsonl"] = segment
-            cp.last_event_id = _last_event_id(segment) or cp.last_event_id
+            cp.last_event_id = last_event_id(segment) or cp.last_event_id
         all_files["checkpoint.json"] = encode(cp)
         summary = MetaSummary(
             status=cp.status,
@@ -252,18 +253,6 @@ class Recorder:
         # The commit was made; adopt it.
         cp.git_commit_sha = self.run_tip
         cp.pending_commit = None
-
-
-def _last_event_id(segment: bytes) -> str | None:
-    import json
-
-    for line in reversed(segment.splitlines()):
-        try:
-            value = json.loads(line).get("id")
-        except ValueError:
-            continue
-        return str(value) if value else None
-    return None
 
 
 def _ms(started: float) -> int:

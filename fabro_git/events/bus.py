@@ -144,6 +144,15 @@ class _IdOnly(msgspec.Struct):
 _id_decoder = msgspec.json.Decoder(_IdOnly)
 
 
+def last_event_id(data: bytes) -> str | None:
+    """The id of the last complete event line in `data` (a segment or a tail)."""
+    for line in reversed(data.splitlines()):
+        found = _id_of(line)
+        if found:
+            return found
+    return None
+
+
 def _id_of(line: bytes) -> str | None:
     """The event id of a JSONL line, or None for a fragment or a non-event line."""
     try:

@@ -22,7 +22,7 @@ import msgspec
 import trio
 
 from fabro_git.engine import outcome as oc
-from fabro_git.engine.context import Context
+from fabro_git.engine.context import Context, context_delta
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.runner import RunFailed, Scope
 from fabro_git.engine.stage import StageRequest
@@ -52,13 +52,6 @@ class BranchResult:
         if self.error:
             data["error"] = self.error
         return data
-
-
-def _diff(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
-    skip = ("internal.", "current_node", "outcome", "preferred_label", "failure_")
-    return {
-        k: v for k, v in after.items() if not k.startswith(skip) and (k not in before or before[k] != v)
-    }
 
 
 async def _walk_branch(req: StageRequest, scope: Scope, start: str) -> tuple[str, str | None, str | None]:
@@ -202,7 +195,7 @@ async def fan_out(req: StageRequest) -> Outcome:
                 id=target,
                 status=status,
                 head_sha=scope.tip,
-                context_updates=_diff(base_context, dict(context)),
+                context_updates=context_delta(base_context, context),
                 join=join,
                 error=error,
             )

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
 
 from fabro_git.engine import outcome as oc
+from fabro_git.engine.context import context_delta
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.runner import RunFailed, Scope
 from fabro_git.engine.stage import StageRequest
@@ -103,9 +103,7 @@ async def execute(req: StageRequest) -> Outcome:
         node_label=node.label,
         stage_id=req.stage_id,
     )
-    after: dict[str, Any] = dict(scope.context)
-    skip = ("internal.", "current_node", "outcome", "preferred_label", "failure_")
-    updates = {k: v for k, v in after.items() if not k.startswith(skip) and before.get(k) != v}
+    updates = context_delta(before, scope.context)
     if status == oc.FAILED:
         return Outcome.failure(f"child workflow failed: {error}", context_updates=updates)
     return Outcome(status=status, context_updates=updates, notes=f"child workflow ran {scope.steps} stages")
