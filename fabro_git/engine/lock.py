@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+            holder = _holder(fd)
             os.close(fd)
             raise RunLocked(
                 f"run {self.run_id} is being executed by {holder}",
@@ -71,6 +72,31 @@ class RunLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
                 os.close(self._fd)
             self._fd = None
+
+
+def _holder(fd: int) -> str:
+    """Who holds the lock, as its pid line.
+
+    The winner of a race writes that line just after taking the lock, so for a moment
+    the file can be empty or still name a holder that was killed: read it again until it
+    names a live process, then give up and say nothing specific.
+    """
+    for _ in range(50):
+        text = os.pread(fd, 64, 0).decode(errors="replace").strip()
+        if text.startswith("pid ") and _alive(text[4:]):
+            return text
+        time.sleep(0.01)
+    return "another process"
+
+
+def _alive(pid: str) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def is_live(git_dir: Path, run_id: str) -> bool:
