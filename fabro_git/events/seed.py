@@ -23,6 +23,11 @@ about content:
   (`EventSpec.example`) so tests can feed the seed's own examples through our Structs.
 
 This module only reads text; it knows nothing about our Structs.
+
+The project carries the parsed catalogue as data of its own (`contract.json`: names,
+properties, types, optionality and examples, without the page's prose), so the contract
+holds in any clone. `python -m fabro_git.events.seed SEED` writes that file anew from the
+page; a test compares the two whenever the page is at hand.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ _NO_PROPS = re.compile(r"\bNo properties\b|\bProperties are empty\b")
 JSON_TYPES = ("string", "number", "boolean", "object", "array", "string[]", "any")
 
 
-class PropSpec(msgspec.Struct, frozen=True, kw_only=True):
+class PropSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One documented property.
 
     `type` is the seed's type without the `?` (one of `JSON_TYPES`). `optional` means the
@@ -65,7 +70,7 @@ class PropSpec(msgspec.Struct, frozen=True, kw_only=True):
     description: str = ""
 
 
-class EventSpec(msgspec.Struct, frozen=True, kw_only=True):
+class EventSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """One event section: top-level properties, plus the fields of nested objects.
 
     `nested` is keyed by the parent property; items of an array of objects are keyed
@@ -97,8 +102,41 @@ def load_catalogue(path: Path) -> Catalogue:
     return parse_catalogue(Path(path).read_text(encoding="utf-8"))
 
 
-def load_envelope(path: Path) -> dict[str, PropSpec]:
-    return load_catalogue(path).envelope
+CONTRACT_DATA = Path(__file__).with_name("contract.json")
+
+
+class _CatalogueData(msgspec.Struct, frozen=True, kw_only=True):
+    envelope: dict[str, PropSpec]
+    events: dict[str, EventSpec]
+
+
+def _without_prose(spec: PropSpec) -> PropSpec:
+    return msgspec.structs.replace(spec, description="")
+
+
+def catalogue_data(catalogue: Catalogue) -> bytes:
+    """The facts of `catalogue` as stable JSON: every description left out."""
+    events = {
+        name: msgspec.structs.replace(
+            spec,
+            description="",
+            properties={k: _without_prose(v) for k, v in spec.properties.items()},
+            nested={
+                parent: {k: _without_prose(v) for k, v in fields.items()}
+                for parent, fields in spec.nested.items()
+            },
+        )
+        for name, spec in catalogue.items()
+    }
+    envelope = {k: _without_prose(v) for k, v in catalogue.envelope.items()}
+    data = _CatalogueData(envelope=envelope, events=events)
+    return msgspec.json.format(msgspec.json.encode(data), indent=1) + b"\n"
+
+
+def load_contract(path: Path = CONTRACT_DATA) -> Catalogue:
+    """The catalogue the project carries (see the module docstring)."""
+    data = msgspec.json.decode(path.read_bytes(), type=_CatalogueData)
+    return Catalogue(data.events, data.envelope)
 
 
 def parse_catalogue(text: str) -> Catalogue:
@@ -275,3 +313,11 @@ def _json_type(value: Any) -> str:
     if isinstance(value, list):
         return "string[]" if value and all(isinstance(v, str) for v in value) else "array"
     return "any"
+
+
+if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) != 2:
+        sys.exit("usage: python -m fabro_git.events.seed SEED_FILE > fabro_git/events/contract.json")
+    sys.stdout.buffer.write(catalogue_data(load_catalogue(Path(sys.argv[1]))))

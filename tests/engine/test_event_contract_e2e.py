@@ -1,9 +1,9 @@
-"""Every event real runs emit, read back with `git fabro logs`, checked against the seed.
+"""Every event real runs emit, read back with `git fabro logs`, checked against the events contract.
 
 Each scenario runs the real CLI (shipped examples in dry-run, and workflows that reach
 retries, human gates, waits, sub-workflows, parallel branches, setup commands, failures,
 the stall watchdog, Ctrl-C and resume), then passes every event through the contract
-checker built from the events seed itself, and checks the envelope (UUID v7 ids that
+checker built from the catalogue the project carries (the seed's facts), and checks the envelope (UUID v7 ids that
 agree with `ts`, RFC 3339 millisecond UTC timestamps, one run id) and that the event
 families the scenario exercises were really emitted.
 """
@@ -24,12 +24,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import SHARED, git, run_fabro
+from conftest import git, run_fabro
 
 from fabro_git.events.contract import check_event, check_jsonl
-from fabro_git.events.seed import Catalogue, load_catalogue
-
-SEED = SHARED / "seeds" / "001_3eaf23ec03a7643b.txt"
+from fabro_git.events.seed import Catalogue, load_contract
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -132,8 +130,7 @@ digraph Naps {
 
 @pytest.fixture(scope="module")
 def catalogue() -> Catalogue:
-    assert SEED.is_file(), f"events seed not found at {SEED}"
-    return load_catalogue(SEED)
+    return load_contract()
 
 
 def _git_fabro() -> list[str]:

@@ -1,4 +1,5 @@
-"""Fixtures for the events tests: the seed file itself and its parsed catalogue."""
+"""Fixtures for the events tests: the catalogue the project carries, and the seed page
+itself when it is beside the checkout."""
 
 from __future__ import annotations
 
@@ -6,18 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from fabro_git.events.seed import Catalogue, load_catalogue
+from fabro_git.events.seed import Catalogue, load_contract
 
-# Same location as tests/conftest.py's SHARED: the shared dir next to the checkout.
+# The user's own page, in the shared dir next to the checkout; a clone elsewhere lacks it.
 SEED = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "001_3eaf23ec03a7643b.txt"
 
 
 @pytest.fixture(scope="session")
 def seed_path() -> Path:
-    assert SEED.is_file(), f"events seed not found at {SEED}"
+    if not SEED.is_file():
+        pytest.skip(f"the events seed is not beside this checkout ({SEED})")
     return SEED
 
 
 @pytest.fixture(scope="session")
-def catalogue(seed_path: Path) -> Catalogue:
-    return load_catalogue(seed_path)
+def catalogue() -> Catalogue:
+    return load_contract()

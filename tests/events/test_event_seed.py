@@ -183,3 +183,14 @@ def test_parse_minimal_page() -> None:
 def test_parse_rejects_a_changed_page(text: str, message: str) -> None:
     with pytest.raises(SeedFormatError, match=message):
         parse_catalogue(text)
+
+
+def test_carried_contract_is_the_seed(seed_path: Path) -> None:
+    """The catalogue the project carries says what the seed page says, prose aside."""
+    from fabro_git.events.seed import CONTRACT_DATA, catalogue_data, load_catalogue
+
+    fresh = catalogue_data(load_catalogue(seed_path))
+    assert fresh == CONTRACT_DATA.read_bytes(), (
+        "fabro_git/events/contract.json is out of date; regenerate it with "
+        f"`python -m fabro_git.events.seed {seed_path} > fabro_git/events/contract.json`"
+    )
