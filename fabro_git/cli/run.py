@@ -147,10 +147,12 @@ def run(
     detach: bool,
     json_output: bool,
 ) -> int:
+    from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import create_run, execute_run, write_json_result
     from fabro_git.store.repo import GitRepo
 
+    outlive_readers()
     options = Options(
         auto_approve=auto_approve,
         answers=list(answers),
@@ -232,11 +234,13 @@ def resume(
     dry_run: bool = False,
     detached_child: bool = False,
 ) -> int:
+    from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import execute_run, load_run
     from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
+    outlive_readers()
     repo = GitRepo.discover(Path.cwd())
     full_id = runrefs.resolve_run_id(repo, run_id)
     manifest, cp, _meta, _source = load_run(repo, full_id)
