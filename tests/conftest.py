@@ -86,10 +86,13 @@ def run_fabro(
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
+    # No input means no stdin at all, as in CI: a human gate must not wait on a pipe
+    # the test runner happens to hold open.
+    stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
     return subprocess.run(
         ["git", "fabro", *args],
         cwd=cwd,
-        input=input,
+        **stdin,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -51,6 +51,21 @@ def _load_run_config(path: Path) -> dict[str, Any]:
     return data
 
 
+def stdin_answers() -> bool:
+    """Whether human gates may read answers from stdin: a terminal, or a pipe or file
+    (`printf 'R\\nA\\n' | git fabro run ...`, one answer a line). /dev/null and a
+    closed stdin are not: their gates fail closed at once."""
+    import stat
+
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return sys.stdin is not None
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+
+
 def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
 
@@ -160,7 +175,7 @@ def run(
         in_place=in_place,
         model=model,
         provider=provider,
-        interactive=sys.stdin.isatty() and not detach,
+        interactive=stdin_answers() and not detach,
     )
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
@@ -254,7 +269,7 @@ def resume(
         in_place=manifest.in_place,
         model=manifest.settings.get("model"),
         provider=manifest.settings.get("provider"),
-        interactive=sys.stdin.isatty() and not detach and not detached_child,
+        interactive=stdin_answers() and not detach and not detached_child,
     )
     if detach:
         _spawn_detached(repo.root, full_id, options)

@@ -74,7 +74,11 @@ async def execute(req: StageRequest) -> Outcome:
             answer = default.label
     if answer is None:
         reason = "timed out" if timed_out else "was not answered"
-        return Outcome.failure(f"human gate {node.id!r} {reason}; failing closed", "canceled")
+        return Outcome.failure(
+            f"human gate {node.id!r} {reason}; failing closed"
+            " (answer it with --answer TEXT, or take its default with --auto-approve)",
+            "canceled",
+        )
     runtime.emit(
         "interview.completed",
         question=question.text,
