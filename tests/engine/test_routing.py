@@ -132,11 +132,11 @@ def test_unanswered_human_gate_fails_closed(repo: Path) -> None:
     assert "yes" not in nodes and "no" not in nodes
 
 
-def test_human_gate_ignores_piped_stdin_and_fails_closed(repo: Path) -> None:
+def test_human_gate_reads_piped_stdin(repo: Path) -> None:
     write_workflow(repo, HUMAN)
-    # Not a TTY, so the console interviewer is not used: stdin is ignored and the gate fails.
-    proc, _ = run_json("run", "wf.fabro", cwd=repo, input="A\n")
-    assert proc.returncode == 1
+    proc, result = run_json("run", "wf.fabro", cwd=repo, input="A\n")
+    assert proc.returncode == 0, proc.stderr
+    assert result["status"] == "succeeded"
 
 
 def test_transient_failures_are_retried_then_allow_partial(repo: Path) -> None:
