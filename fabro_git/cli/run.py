@@ -180,11 +180,13 @@ def run(
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
     spec = _build_spec(workflow, goal=goal, goal_file=goal_file, inputs=inputs, labels=labels, options=options)
+    if detach:
+        _warn_unanswerable_gates(spec.graph, options)
     run_id, manifest, cp, bus, recorder, scratch, lock = create_run(repo, spec, warn=_warn)
     if detach:
         lock.release()
         bus.close()
-        _spawn_detached(repo.root, run_id, options)
+        _spawn_detached(repo.root, Path(repo.git_dir), run_id, options)
         if json_output:
             from fabro_git.engine.session import RunResult
 
@@ -204,6 +206,21 @@ def run(
     return _report(result, json_output)
 
 
+def _warn_unanswerable_gates(graph: Any, options: Any) -> None:
+    """A detached run has no terminal: a gate with no answer queued fails closed."""
+    from fabro_git.workflow.model import HUMAN
+
+    if options.auto_approve:
+        return
+    gates = [node.id for node in graph.nodes.values() if node.handler_type == HUMAN]
+    if len(gates) > len(options.answers):
+        _warn(
+            f"this workflow has human gates ({', '.join(gates)}) and a detached run cannot ask"
+            " at a terminal; each gate with no --answer left fails closed"
+            " (queue answers with --answer TEXT, or pass --auto-approve)"
+        )
+
+
 def _report(result: Any, json_output: bool) -> int:
     from fabro_git.engine.session import write_json_result
 
@@ -218,8 +235,9 @@ def _report(result: Any, json_output: bool) -> int:
     return code
 
 
-def _spawn_detached(root: Path, run_id: str, options: Any) -> None:
+def _spawn_detached(root: Path, git_dir: Path, run_id: str, options: Any) -> None:
     from fabro_git.config.locations import run_scratch_dir
+    from fabro_git.engine.lock import mark_starting
 
     argv = [sys.executable, "-m", "fabro_git", "resume", run_id, "--detached-child"]
     if options.auto_approve:
@@ -228,7 +246,7 @@ def _spawn_detached(root: Path, run_id: str, options: Any) -> None:
         argv += ["--answer", answer]
     log = run_scratch_dir(run_id) / "detached.log"
     with open(log, "ab") as out:
-        subprocess.Popen(
+        child = subprocess.Popen(
             argv,
             cwd=root,
             stdin=subprocess.DEVNULL,
@@ -237,6 +255,7 @@ def _spawn_detached(root: Path, run_id: str, options: Any) -> None:
             start_new_session=True,
             env=dict(os.environ),
         )
+    mark_starting(git_dir, run_id, child.pid)
 
 
 def resume(
@@ -272,7 +291,7 @@ def resume(
         interactive=stdin_answers() and not detach and not detached_child,
     )
     if detach:
-        _spawn_detached(repo.root, full_id, options)
+        _spawn_detached(repo.root, Path(repo.git_dir), full_id, options)
         print(full_id)
         return 0
     if not detached_child:

@@ -22,6 +22,21 @@ def lock_path(git_dir: Path, run_id: str) -> Path:
     return git_dir / "fabro" / "locks" / f"{run_id}.lock"
 
 
+def starting_path(git_dir: Path, run_id: str) -> Path:
+    """Names the process that is about to take the run's lock (a `run -d` child)."""
+    return git_dir / "fabro" / "locks" / f"{run_id}.starting"
+
+
+def mark_starting(git_dir: Path, run_id: str, pid: int) -> None:
+    """Record that `pid` will execute the run, so the run counts as live until it has
+    taken the lock: `logs -f` and `ps` right after `run -d` must not see it as dead."""
+    path = starting_path(git_dir, run_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(f"pid {pid}\n")
+    os.replace(tmp, path)
+
+
 class RunLock:
     def __init__(self, repo: Any, run_id: str) -> None:
         self.run_id = run_id
@@ -44,6 +59,8 @@ class RunLock:
         os.ftruncate(fd, 0)
         os.write(fd, f"pid {os.getpid()}\n".encode())
         self._fd = fd
+        with contextlib.suppress(FileNotFoundError):
+            starting_path(self.git_dir, self.run_id).unlink()
 
     def clear_stale_ref_locks(self, refs: Sequence[str], namespaces: Sequence[str] = ()) -> list[Path]:
         """Remove `<ref>.lock` files of this run's own refs; call only while holding the lock.
@@ -100,7 +117,19 @@ def _alive(pid: str) -> bool:
 
 
 def is_live(git_dir: Path, run_id: str) -> bool:
-    """True when some process holds the run's lock right now."""
+    """True when some process holds the run's lock right now, or is starting to."""
+    return _locked(git_dir, run_id) or _starting(git_dir, run_id)
+
+
+def _starting(git_dir: Path, run_id: str) -> bool:
+    try:
+        text = starting_path(git_dir, run_id).read_text()
+    except OSError:
+        return False
+    return text.startswith("pid ") and _alive(text[4:].strip())
+
+
+def _locked(git_dir: Path, run_id: str) -> bool:
     path = lock_path(git_dir, run_id)
     if not path.exists():
         return False

@@ -1,0 +1,64 @@
+"""`run -d` then `logs -f` / `ps` straight away: the run counts as live while its
+detached process starts, so following it shows the whole run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conftest import run_fabro, write_workflow
+
+SLOW_START = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    one [shape=parallelogram, script="echo one"]
+    two [shape=parallelogram, script="echo two"]
+    start -> one -> two -> exit
+}
+"""
+
+
+def _slow_interpreter(tmp_path: Path) -> dict[str, str]:
+    """An environment whose Python processes take 1.5 s to start: the detached child
+    inherits it, so it is late to take the run's lock, whatever the machine's speed."""
+    site = tmp_path / "slow-site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import time\ntime.sleep(1.5)\n")
+    return {"PYTHONPATH": str(site)}
+
+
+def test_logs_follow_right_after_detach_sees_the_end(repo: Path, tmp_path: Path) -> None:
+    write_workflow(repo, SLOW_START)
+    started = run_fabro("run", "wf.fabro", "-d", cwd=repo, env=_slow_interpreter(tmp_path))
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    # Following at once must wait for the late child rather than give up on a run that
+    # nobody seems to execute.
+    follow = run_fabro("logs", run_id, "-f", cwd=repo, timeout=120)
+    assert follow.returncode == 0, follow.stderr
+    names = [json.loads(line)["event"] for line in follow.stdout.splitlines()]
+    assert names[0] == "run.created"
+    assert names.count("run.completed") == 1
+    assert names.index("run.completed") > names.index("stage.completed")
+    ps = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])
+    assert ps["status"] == "succeeded"
+
+
+def test_ps_right_after_detach_does_not_call_it_interrupted(repo: Path, tmp_path: Path) -> None:
+    write_workflow(repo, SLOW_START)
+    run_id = run_fabro("run", "wf.fabro", "-d", cwd=repo, env=_slow_interpreter(tmp_path)).stdout.strip()
+    row = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])
+    assert row["run_id"] == run_id
+    assert row["status"] == "running"
+    run_fabro("logs", run_id, "-f", cwd=repo, timeout=120)
+
+
+def test_detach_warns_about_gates_it_cannot_ask(repo: Path) -> None:
+    proc = run_fabro("run", "human-gate", "-d", cwd=repo)
+    assert proc.returncode == 0
+    assert "human gates (review)" in proc.stderr and "--auto-approve" in proc.stderr
+    run_fabro("logs", proc.stdout.strip(), "-f", cwd=repo, timeout=120)
+    quiet = run_fabro("run", "human-gate", "-d", "--auto-approve", cwd=repo)
+    assert "human gates" not in quiet.stderr
+    run_fabro("logs", quiet.stdout.strip(), "-f", cwd=repo, timeout=120)
