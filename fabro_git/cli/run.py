@@ -180,6 +180,7 @@ def run(
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
     spec = _build_spec(workflow, goal=goal, goal_file=goal_file, inputs=inputs, labels=labels, options=options)
+    check_answers(spec.graph, options.answers)
     if detach:
         _warn_unanswerable_gates(spec.graph, options)
     run_id, manifest, cp, bus, recorder, scratch, lock = create_run(repo, spec, warn=_warn)
@@ -204,6 +205,30 @@ def run(
         prepared=(manifest, cp, bus, recorder, scratch, lock, spec.graph),
     )
     return _report(result, json_output)
+
+
+def check_answers(graph: Any, answers: list[str]) -> None:
+    """Every `--answer` must be one that some gate of the workflow can take: a typo
+    would otherwise fail the run at its gate, after all the stages before it ran."""
+    from fabro_git.handlers.human import gate_choices, match
+    from fabro_git.workflow.model import HUMAN, MANAGER_LOOP
+
+    nodes = list(graph.nodes.values())
+    if not answers or any(node.handler_type == MANAGER_LOOP for node in nodes):
+        return  # a child workflow's gates are not known until it runs
+    gates = {node.id: gate_choices(graph, node) for node in nodes if node.handler_type == HUMAN}
+    if any(choice.freeform for choices in gates.values() for choice in choices):
+        return
+    for answer in answers:
+        if not any(match(answer, choices) for choices in gates.values()):
+            known = "; ".join(
+                f"{gate}: " + ", ".join(c.label for c in choices) for gate, choices in gates.items()
+            )
+            raise ConfigError(
+                f"--answer {answer!r} matches no choice of any human gate"
+                + (f" ({known})" if known else " (this workflow has none)"),
+                hint="answer with a choice's key (A), its label, or its target node",
+            )
 
 
 def _warn_unanswerable_gates(graph: Any, options: Any) -> None:

@@ -11,11 +11,13 @@ from fabro_git.engine.edges import accelerator_key, normalize_label
 from fabro_git.engine.interviewer import Choice, Question
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
+from fabro_git.workflow import Graph, Node
 
 
-def _choices(req: StageRequest) -> list[Choice]:
+def gate_choices(graph: Graph, node: Node) -> list[Choice]:
+    """A gate's choices: one per outgoing edge, labelled by the edge."""
     result = []
-    for edge in req.graph.outgoing(req.node.id):
+    for edge in graph.outgoing(node.id):
         label = edge.label or edge.target
         result.append(Choice(accelerator_key(label), label, edge.target, edge.freeform))
     return result
@@ -35,7 +37,7 @@ def match(answer: str, choices: list[Choice]) -> Choice | None:
 
 async def execute(req: StageRequest) -> Outcome:
     node = req.node
-    choices = _choices(req)
+    choices = gate_choices(req.graph, node)
     default_name = node.get("human.default_choice")
     default = None
     if default_name:

@@ -61,3 +61,14 @@ def test_dev_null_fails_closed_without_asking(repo: Path) -> None:
     assert proc.returncode == 1
     assert "? Publish these notes?" not in proc.stderr
     assert "failing closed" in proc.stderr
+
+
+def test_an_answer_no_gate_can_take_is_refused_before_the_run(repo: Path) -> None:
+    proc = run_fabro("run", "human-gate", "--answer", "R", "--answer", "Aprove", cwd=repo)
+    assert proc.returncode == 1
+    assert "--answer 'Aprove' matches no choice of any human gate" in proc.stderr
+    assert "[A] Approve" in proc.stderr and "Traceback" not in proc.stderr
+    assert run_fabro("ps", "--json", cwd=repo).stdout == ""  # no run was created
+    for good in (["A"], ["approve"], ["publish"], ["[R] Revise", "A"]):
+        argv = [arg for answer in good for arg in ("--answer", answer)]
+        assert run_fabro("run", "human-gate", *argv, cwd=repo).returncode == 0, good
