@@ -80,6 +80,8 @@ def run(
     provider: Annotated[str | None, typer.Option("--provider", help="Default provider for LLM stages.")] = None,
     detach: Annotated[bool, typer.Option("-d", "--detach", help="Print the run id and continue in the background.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="End with one JSON object describing the run.")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")] = False,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -99,8 +101,17 @@ def run(
             provider=provider,
             detach=detach,
             json_output=json_output,
+            output=_output_mode(quiet, verbose),
         )
     )
+
+
+def _output_mode(quiet: bool, verbose: bool) -> str:
+    if quiet and verbose:
+        from fabro_git.errors import ConfigError
+
+        raise ConfigError("--quiet and --verbose contradict each other; pass one")
+    return "none" if quiet else "all" if verbose else "tail"
 
 
 @app.command()
@@ -110,6 +121,8 @@ def resume(
     answers: Annotated[list[str] | None, typer.Option("--answer", help="Queue an answer for the next human gate; repeatable.")] = None,
     detach: Annotated[bool, typer.Option("-d", "--detach", help="Continue in the background.")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="End with one JSON object describing the run.")] = False,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")] = False,
     detached_child: Annotated[bool, typer.Option("--detached-child", hidden=True)] = False,
 ) -> None:
     """Continue an interrupted or failed run from its last checkpoint."""
@@ -122,6 +135,7 @@ def resume(
             answers=answers or [],
             detach=detach,
             json_output=json_output,
+            output=_output_mode(quiet, verbose),
             detached_child=detached_child,
         )
     )

@@ -140,10 +140,10 @@ def _build_spec(
     )
 
 
-def _renderer() -> Any:
+def _renderer(output: str) -> Any:
     from fabro_git.events.render import ProgressRenderer
 
-    return ProgressRenderer(stream=sys.stderr)
+    return ProgressRenderer(stream=sys.stderr, output=output)
 
 
 def run(
@@ -161,6 +161,7 @@ def run(
     provider: str | None,
     detach: bool,
     json_output: bool,
+    output: str = "tail",
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -200,11 +201,11 @@ def run(
         repo,
         run_id,
         options=options,
-        renderer=_renderer(),
+        renderer=_renderer(output),
         resuming=False,
         prepared=(manifest, cp, bus, recorder, scratch, lock, spec.graph),
     )
-    return _report(result, json_output)
+    return _report(result, json_output, repo, manifest.base_sha, shown=True)
 
 
 def check_answers(graph: Any, answers: list[str]) -> None:
@@ -246,18 +247,42 @@ def _warn_unanswerable_gates(graph: Any, options: Any) -> None:
         )
 
 
-def _report(result: Any, json_output: bool) -> int:
+def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: bool) -> int:
+    """After the run: where its result is, or what to do about it. `shown` says the
+    progress display already printed the failure, so it is not printed again."""
     from fabro_git.engine.session import write_json_result
 
     if json_output:
         write_json_result(result)
+    run_id = result.run_id
     if result.status == "interrupted":
-        print(f"run {result.run_id} interrupted; resume it with `git fabro resume {result.run_id}`", file=sys.stderr)
+        print(f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`", file=sys.stderr)
     elif result.error:
-        print(f"error: run {result.run_id} failed: {result.error}", file=sys.stderr)
-        print(f"hint: inspect it with `git fabro logs {result.run_id} --pretty`; fix the cause and `git fabro resume {result.run_id}`", file=sys.stderr)
+        if not shown:
+            print(f"error: run {run_id} failed: {result.error}", file=sys.stderr)
+        print(
+            f"hint: see what happened with `git fabro logs {run_id} --pretty`;"
+            f" fix the cause and `git fabro resume {run_id}`",
+            file=sys.stderr,
+        )
+    elif result.run_branch and result.final_git_commit_sha and not json_output:
+        _where_the_result_is(repo, run_id, result.run_branch, base_sha, result.final_git_commit_sha)
     code: int = result.exit_code
     return code
+
+
+def _where_the_result_is(repo: Any, run_id: str, branch: str, base: str, tip: str) -> None:
+    try:
+        commits, files = repo.change_summary(base, tip)
+    except FabroError:
+        return
+    changed = f"{files} file{'s' if files != 1 else ''} changed" if files else "no files changed"
+    lines = [f"Result: branch {branch}, {commits} commit{'s' if commits != 1 else ''}, {changed}"]
+    if files:
+        lines.append(f"  take it:  git merge --squash {branch}")
+        lines.append(f"  review:   git diff {base[:12]}...{branch}")
+    lines.append(f"  details:  git fabro logs {run_id[:12]} --pretty   git fabro inspect {run_id[:12]}")
+    print("\n".join(lines), file=sys.stderr)
 
 
 def _spawn_detached(root: Path, git_dir: Path, run_id: str, options: Any) -> None:
@@ -290,6 +315,7 @@ def resume(
     answers: list[str],
     detach: bool,
     json_output: bool,
+    output: str = "tail",
     dry_run: bool = False,
     detached_child: bool = False,
 ) -> int:
@@ -323,8 +349,8 @@ def resume(
         print(f"resuming run {full_id}", file=sys.stderr)
     try:
         result = execute_run(
-            repo, full_id, options=options, renderer=None if detached_child else _renderer(), resuming=True
+            repo, full_id, options=options, renderer=None if detached_child else _renderer(output), resuming=True
         )
     except FabroError:
         raise
-    return _report(result, json_output)
+    return _report(result, json_output, repo, manifest.base_sha, shown=not detached_child)

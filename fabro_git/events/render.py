@@ -80,16 +80,33 @@ def _join(*parts: str) -> str:
     return "  ".join(p for p in parts if p)
 
 
+_EDGE_WHY = {
+    "preferred_label": "chosen label",
+    "suggested_next": "suggested next",
+    "retry_target": "retry target",
+    "fallback_retry_target": "fallback retry target",
+    "goal_gate": "goal gate",
+    "jump": "jump",
+}
+
+
 def _edge(p: dict[str, Any]) -> str:
+    """`fix -> test`, with the label and why the edge was taken when that is news:
+    a condition that held, a chosen label; an edge that is the only way on says nothing."""
     text = f"{p.get('from_node', '?')} -> {p.get('to_node', '?')}"
-    if p.get("label"):
-        text += f" [{p['label']}]"
-    reason = p.get("reason")
-    if reason:
-        text += f" via {reason}"
-        if p.get("condition"):
-            text += f" ({p['condition']})"
+    label = str(p.get("label") or "")
+    if label:
+        text += f"  {label}" if label.startswith("[") else f"  [{label}]"
+    reason = str(p.get("reason") or "")
+    if p.get("condition"):
+        text += f"  (when {p['condition']})"
+    elif reason and reason not in ("unconditional", "condition"):
+        text += f"  ({_EDGE_WHY.get(reason, reason.replace('_', ' '))})"
     return text
+
+
+def _plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
 def _attempt(p: dict[str, Any]) -> str:
@@ -103,10 +120,7 @@ def _error(p: dict[str, Any]) -> str:
     err = p.get("error")
     if not err:
         return ""
-    text = f"error: {_short(err, 160)}"
-    if p.get("failure_class"):
-        text += f" ({p['failure_class']})"
-    return text
+    return f"error: {_short(err, 160)}"
 
 
 # ---------------------------------------------------------------------------- pretty
@@ -141,7 +155,7 @@ def _pretty_facts(name: str, p: dict[str, Any]) -> str:
                 str(p.get("status", "?")),
                 format_duration(p.get("duration_ms")),
                 _attempt(p),
-                f"{len(touched)} file(s) touched" if touched else "",
+                f"{_plural(len(touched), 'file')} touched" if touched else "",
                 _error(p),
             )
         case "stage.failed":
@@ -257,14 +271,20 @@ class ProgressRenderer:
     colour off in live mode too.
     """
 
-    def __init__(self, stream: IO[str] | None = None, *, live: bool | None = None) -> None:
+    def __init__(
+        self, stream: IO[str] | None = None, *, live: bool | None = None, output: str = "tail"
+    ) -> None:
         self.stream: IO[str] = stream if stream is not None else sys.stderr
+        # What of a command's output to show after its stage: "tail" (a few lines, and
+        # more when it failed), "none" (--quiet) or "all" (--verbose).
+        self.output = output
+        self._errors_shown: set[str] = set()
+        self._bookends: set[str] = set()  # start and exit stages, shown only if they fail
         if live is None:
             isatty = getattr(self.stream, "isatty", None)
             live = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
         self.live = live
         self._running: dict[str, tuple[str, float, str]] = {}  # key -> (name, start, doing)
-        self._failure_shown: set[str] = set()
         self._stages_done = 0
         self._display: _LiveDisplay | None = None
 
@@ -308,8 +328,10 @@ class ProgressRenderer:
                     )
                 ]
             case "stage.started":
+                if p.get("handler_type") in ("start", "exit"):
+                    self._bookends.add(key)
+                    return []  # every run has them; they do nothing worth a line
                 self._running[key] = (node, time.monotonic(), "")
-                self._failure_shown.discard(node)
                 if self.live:
                     self._ensure_display()
                     return []
@@ -318,20 +340,22 @@ class ProgressRenderer:
             case "stage.completed":
                 self._running.pop(key, None)
                 self._stages_done += 1
+                if key in self._bookends and p.get("status") == "succeeded":
+                    return []
                 status = str(p.get("status", "?"))
                 mark, style = _MARK.get(status, ("•", ""))
                 text = f"{node}: {_status(status)} in {format_duration(p.get('duration_ms'))}"
                 if p.get("attempt", 1) != 1:
                     text += f" ({_attempt(p)})"
-                if p.get("error") and node not in self._failure_shown:
-                    text += f" - {_error(p)}"
-                return [_Line(text, style, mark)]
+                if p.get("error"):
+                    text += f": {_short(p['error'], 200)}"
+                    self._errors_shown.add(str(p["error"]))
+                return [_Line(text, style, mark), *self._output_tail(p, failed=status == "failed")]
             case "stage.failed":
-                self._failure_shown.add(node)
-                tail = "will retry" if p.get("will_retry") else "not retrying"
-                cls = f" ({p['failure_class']})" if p.get("failure_class") else ""
+                if not p.get("will_retry"):
+                    return []  # its stage.completed line says it, once
                 err = _short(p.get("error", ""), 160)
-                return [_Line(f"{node}: failed: {err}{cls}; {tail}", "red", "✗")]
+                return [_Line(f"{node}: attempt failed: {err}", "yellow", "✗")]
             case "stage.retrying":
                 return [
                     _Line(
@@ -341,6 +365,8 @@ class ProgressRenderer:
                     )
                 ]
             case "edge.selected":
+                if not p.get("label") and p.get("reason") == "unconditional":
+                    return []  # the only way on: the next stage's line says where it went
                 return [_Line(f"  {_edge(p)}", "cyan", "")]
             case "loop.restart":
                 return [
@@ -357,7 +383,7 @@ class ProgressRenderer:
             case "run.completed":
                 status = str(p.get("status", "?"))
                 mark, style = _MARK.get(status, ("•", ""))
-                extras = [f"{self._stages_done} stage(s)"]
+                extras = [_plural(self._stages_done, "stage")]
                 if p.get("total_cost") is not None:
                     extras.append(_cost(p["total_cost"]))
                 text = (
@@ -366,7 +392,10 @@ class ProgressRenderer:
                 )
                 return [_Line(text, f"bold {style}".strip(), mark)]
             case "run.failed":
-                text = f"Run failed after {format_duration(p.get('duration_ms'))}: {_short(p.get('error', ''), 200)}"
+                text = f"Run failed after {format_duration(p.get('duration_ms'))}"
+                error = str(p.get("error") or "")
+                if error and not any(shown in error for shown in self._errors_shown):
+                    text += f": {_short(error, 200)}"
                 return [_Line(text, "bold red", "✗")]
             case "run.interrupt":
                 return [_Line("interrupt requested; stopping after a checkpoint", "yellow")]
@@ -414,7 +443,10 @@ class ProgressRenderer:
                     )
                 ]
             case "interview.started":
-                return [_Line(f"{node}: question: {_short(p.get('question', ''), 200)}", "bold")]
+                question = str(p.get("question", ""))
+                if question == event.get("node_label"):
+                    return []  # the stage's own line already reads as the question
+                return [_Line(f"{node}: {_short(question, 200)}", "bold")]
             case "interview.completed":
                 return [_Line(f"{node}: answered {_short(p.get('answer', ''), 100)!r}", "dim")]
             case "interview.timeout":
@@ -427,7 +459,7 @@ class ProgressRenderer:
             case "subgraph.completed":
                 return [
                     _Line(
-                        f"{node}: subgraph {p.get('status')} after {p.get('steps_executed')} step(s) in {format_duration(p.get('duration_ms'))}",
+                        f"{node}: subgraph {_status(p.get('status'))} after {_plural(int(p.get('steps_executed') or 0), 'step')} in {format_duration(p.get('duration_ms'))}",
                         "dim",
                     )
                 ]
@@ -466,6 +498,21 @@ class ProgressRenderer:
                     _Line(f"{node}: agent warning: {_short(p.get('message', ''), 200)}", "yellow")
                 ]
         return []
+
+    def _output_tail(self, p: dict[str, Any], *, failed: bool) -> list[_Line]:
+        """The end of a command stage's output, dimmed under its line."""
+        if self.output == "none":
+            return []
+        updates = p.get("context_updates") or {}
+        out = str(updates.get("command.output") or "")
+        err = str(updates.get("command.stderr") or "")
+        if self.output == "all":
+            lines = (out + ("\n" if out and not out.endswith("\n") else "") + err).splitlines()
+        else:
+            keep = 12 if failed else 3
+            source = err if failed and err.strip() else out
+            lines = [line for line in source.splitlines() if line.strip()][-keep:]
+        return [_Line(f"    │ {line.rstrip()}", "dim") for line in lines]
 
     def _set_doing(self, key: str, doing: str) -> None:
         if key in self._running:

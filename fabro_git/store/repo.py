@@ -364,6 +364,14 @@ class GitRepo:
             return data[:cut].decode("utf-8", "replace") + f"[diff truncated at {cut} bytes]\n"
         return data.decode("utf-8", "replace")
 
+    def change_summary(self, base: str, tip: str) -> tuple[int, int]:
+        """(commits, files changed) from `base` to `tip`, as `git log`/`git diff` count."""
+        from fabro_git.store._gitcli import out, run_git
+
+        commits = out(run_git(["rev-list", "--count", f"{base}..{tip}"], cwd=self.root))
+        names = out(run_git(["diff", "--no-renames", "--name-only", "-z", base, tip], cwd=self.root))
+        return int(commits.strip() or 0), len([n for n in names.split("\0") if n])
+
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         a = self._commit(ancestor).id
         d = self._commit(descendant).id

@@ -70,7 +70,7 @@ def test_pretty_stage_completed() -> None:
         )
     )
     assert line.startswith("12:00:00.123  stage.completed ")
-    for fact in ("Write Code (code)", "succeeded", "8.0s", "attempt 2/3", "2 file(s) touched"):
+    for fact in ("Write Code (code)", "succeeded", "8.0s", "attempt 2/3", "2 files touched"):
         assert fact in line
     assert "\n" not in line
 
@@ -88,7 +88,7 @@ def test_pretty_edge_and_errors() -> None:
             },
         )
     )
-    assert edge.endswith("code -> review [tests_pass] via condition (outcome=succeeded)")
+    assert edge.endswith("code -> review  [tests_pass]  (when outcome=succeeded)")
     failed = format_pretty(
         _env("run.failed", {"error": "Handler error:\n  boom", "duration_ms": 12000})
     )
@@ -100,7 +100,8 @@ def test_pretty_edge_and_errors() -> None:
             node_id="code",
         )
     )
-    assert "error: lint (deterministic)" in stage_failed and "no retry" in stage_failed
+    assert "error: lint" in stage_failed and "no retry" in stage_failed
+    assert "deterministic" not in stage_failed
 
 
 def test_pretty_falls_back_to_scalar_facts() -> None:
@@ -193,15 +194,15 @@ def test_progress_plain_lines() -> None:
     assert text.splitlines() == [
         "Running demo (run 01JQXYZ) - Fix the bug",
         "Write Code (code): started (agent, attempt 1/2)",
-        "Write Code (code): failed: tests failed (deterministic); will retry",
+        "Write Code (code): attempt failed: tests failed",
         "Write Code (code): retrying (attempt 2/2) in 500ms",
         "Write Code (code): succeeded in 8.0s (attempt 2/2)",
-        "  code -> review [ok] via condition (outcome=succeeded)",
+        "  code -> review  [ok]  (when outcome=succeeded)",
         "warning: GITHUB_TOKEN not set [missing_env_var]",
         "review: started (command)",
-        "review: failed in 2m05s - error: exit 1",
+        "review: failed in 2m05s: exit 1",
         "  branch branch_a: partially succeeded in 5.0s",
-        "Run failed in 45.0s (2 stage(s), $0.15)",
+        "Run failed in 45.0s (2 stages, $0.15)",
     ]
 
 
@@ -228,7 +229,7 @@ def test_progress_live_display(monkeypatch: pytest.MonkeyPatch) -> None:
     run_sequence(renderer)
     text = out.getvalue()
     assert "Write Code (code): succeeded in 8.0s" in text
-    assert "code -> review [ok]" in text
+    assert "code -> review  [ok]" in text
     assert "Run failed in 45.0s" in text
     assert "\x1b[32m" in text  # green tick for the succeeded stage
 
@@ -251,3 +252,95 @@ def test_importing_events_does_not_import_rich() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def _command_stage(renderer: ProgressRenderer, status: str, out: str, err: str = "") -> None:
+    bus = EventBus("01JQXYZ", [renderer])
+    bus.emit(StageStarted(index=0, handler_type="start", attempt=1, max_attempts=1), node_id="start")
+    bus.emit(
+        StageCompleted(
+            index=0,
+            duration_ms=0,
+            status="succeeded",
+            suggested_next_ids=[],
+            files_touched=[],
+            attempt=1,
+            max_attempts=1,
+        ),
+        node_id="start",
+    )
+    bus.emit(StageStarted(index=1, handler_type="command", attempt=1, max_attempts=1), node_id="t")
+    if status == "failed":
+        bus.emit(
+            StageFailed(
+                index=1,
+                error="command exited with status 1",
+                failure_class="deterministic",
+                will_retry=False,
+            ),
+            node_id="t",
+        )
+    bus.emit(
+        StageCompleted(
+            index=1,
+            duration_ms=10,
+            status=status,
+            error="command exited with status 1" if status == "failed" else None,
+            suggested_next_ids=[],
+            files_touched=[],
+            context_updates={"command.output": out, "command.stderr": err},
+            attempt=1,
+            max_attempts=1,
+        ),
+        node_id="t",
+    )
+    bus.emit(
+        EdgeSelected(
+            from_node="t",
+            to_node="exit",
+            reason="unconditional",
+            suggested_next_ids=[],
+            stage_status=status,
+            is_jump=False,
+        )
+    )
+    if status == "failed":
+        from fabro_git.events.catalogue import RunFailed
+
+        bus.emit(RunFailed(error="stage t failed: command exited with status 1", duration_ms=20))
+    bus.close()
+
+
+def test_progress_shows_a_short_output_tail_and_no_bookkeeping() -> None:
+    out = io.StringIO()
+    _command_stage(ProgressRenderer(out), "succeeded", "one\ntwo\n\nthree\nfour\n")
+    assert out.getvalue().splitlines() == [
+        "t: started (command)",
+        "t: succeeded in 10ms",
+        "    │ two",
+        "    │ three",
+        "    │ four",
+    ]
+
+
+def test_progress_failure_is_said_once_with_its_stderr() -> None:
+    out = io.StringIO()
+    err = "".join(f"e{i}\n" for i in range(20))
+    _command_stage(ProgressRenderer(out), "failed", "ignored\n", err)
+    lines = out.getvalue().splitlines()
+    assert sum("exited with status 1" in line for line in lines) == 1
+    assert lines[1] == "t: failed in 10ms: command exited with status 1"
+    assert lines[2:14] == [f"    │ e{i}" for i in range(8, 20)]
+    assert lines[-1] == "Run failed after 20ms"
+
+
+def test_progress_quiet_and_verbose_output() -> None:
+    quiet = io.StringIO()
+    _command_stage(ProgressRenderer(quiet, output="none"), "succeeded", "a\nb\n")
+    assert "│" not in quiet.getvalue()
+    loud = io.StringIO()
+    _command_stage(ProgressRenderer(loud, output="all"), "succeeded", "".join(f"{i}\n" for i in range(9)), "warn\n")
+    assert [ln for ln in loud.getvalue().splitlines() if "│" in ln] == [
+        *(f"    │ {i}" for i in range(9)),
+        "    │ warn",
+    ]
