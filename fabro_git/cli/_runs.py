@@ -69,6 +69,51 @@ def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
     return RunRow(run_id, t.get("Fabro-Workflow", "?"), status, node, started, duration, live)
 
 
+def all_rows(repo: Any, *, warn: bool = True) -> list[RunRow]:
+    """Every run of the repository, newest first. A meta ref that is not a snapshot is
+    skipped (with a warning that says what to do), so it cannot hide the others."""
+    import sys
+
+    from fabro_git.errors import StoreError
+
+    prefix = "refs/fabro/meta/"
+    rows = []
+    for name, sha in repo.list_refs(prefix).items():
+        try:
+            rows.append(read_row(repo, name[len(prefix) :], sha))
+        except StoreError as exc:
+            if warn:
+                print(
+                    f"warning: skipped {name}: it does not point at a metadata snapshot ({exc.message})",
+                    file=sys.stderr,
+                )
+                print(
+                    f"hint: look at it with `git show {sha}`; if it is not a run, delete it with `git update-ref -d {name}`",
+                    file=sys.stderr,
+                )
+    rows.sort(key=lambda r: r.run_id, reverse=True)
+    return rows
+
+
+def resolve_run(repo: Any, arg: str) -> str:
+    """The run `arg` names: a run id or a unique prefix of one, or else a workflow's
+    name, which means that workflow's latest run (said on stderr, so nobody is misled)."""
+    import sys
+
+    from fabro_git.errors import RunNotFound
+    from fabro_git.store import runs as runrefs
+
+    try:
+        return runrefs.resolve_run_id(repo, arg, remote=None)
+    except RunNotFound:
+        pass
+    latest = next((r for r in all_rows(repo, warn=False) if r.workflow == arg), None)
+    if latest is not None:
+        print(f"{arg} is a workflow: using its latest run, {latest.run_id}", file=sys.stderr)
+        return latest.run_id
+    return runrefs.resolve_run_id(repo, arg)
+
+
 def tail_path(run_id: str) -> Path:
     return run_scratch_dir(run_id) / "events.jsonl"
 

@@ -156,11 +156,14 @@ def logs(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
     pretty: Annotated[bool, typer.Option("--pretty", help="Render events for people.")] = False,
     follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing events of a live run.")] = False,
+    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="With --pretty, show bookkeeping events too.")] = False,
+    tail: Annotated[int | None, typer.Option("-n", "--tail", help="Only the last N events.", metavar="N")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Only events newer than this (30s, 10m, 2h, 1d).", metavar="DURATION")] = None,
 ) -> None:
     """Print a run's events as JSON lines."""
     from fabro_git.cli import logs as impl
 
-    raise typer.Exit(impl.run(run_id, pretty=pretty, follow=follow))
+    raise typer.Exit(impl.run(run_id, pretty=pretty, follow=follow, verbose=verbose, tail=tail, since=since))
 
 
 @app.command()

@@ -10,7 +10,7 @@ import msgspec
 
 
 def run(run_id: str, *, json_output: bool) -> int:
-    from fabro_git.cli._runs import effective_status, format_ms
+    from fabro_git.cli._runs import effective_status, format_ms, resolve_run
     from fabro_git.config.locations import run_scratch_dir
     from fabro_git.engine.lock import is_live
     from fabro_git.engine.session import load_run
@@ -18,7 +18,7 @@ def run(run_id: str, *, json_output: bool) -> int:
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
-    full_id = runrefs.resolve_run_id(repo, run_id)
+    full_id = resolve_run(repo, run_id)
     manifest, cp, meta, _source = load_run(repo, full_id)
     live = is_live(Path(repo.git_dir), full_id)
     status = effective_status(cp.status, live)

@@ -26,35 +26,95 @@ def durable_events(repo: Any, meta_sha: str) -> bytes:
     return b"".join(parts)
 
 
-def _emit(data: bytes, pretty: bool) -> None:
+# Events that record how the run was kept, not what it did: `--pretty` shows them only
+# with -v. The JSON output always has every event.
+BOOKKEEPING = ("metadata.snapshot.", "sandbox.", "git.commit", "git.reset")
+
+
+class Filter:
+    """Which events to print: `--pretty`'s noise rule, `--since` and `-n/--tail`."""
+
+    def __init__(self, *, pretty: bool, verbose: bool, since_ts: str | None) -> None:
+        self.pretty = pretty
+        self.verbose = verbose
+        self.since_ts = since_ts
+
+    def keep(self, event: dict[str, Any]) -> bool:
+        if self.pretty and not self.verbose and str(event.get("event", "")).startswith(BOOKKEEPING):
+            return False
+        return self.since_ts is None or str(event.get("ts", "")) >= self.since_ts
+
+
+def _select(data: bytes, keep: Filter) -> list[tuple[bytes, dict[str, Any]]]:
     import json
 
-    from fabro_git.events.render import format_pretty
-
-    out = sys.stdout
+    out = []
     for line in data.splitlines():
         if not line.strip():
             continue
-        if pretty:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            out.write(format_pretty(event) + "\n")
-        else:
-            out.write(line.decode("utf-8", "replace") + "\n")
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if keep.keep(event):
+            out.append((line, event))
+    return out
+
+
+def _emit(selected: list[tuple[bytes, dict[str, Any]]], pretty: bool) -> None:
+    from fabro_git.events.render import format_pretty
+
+    out = sys.stdout
+    for line, event in selected:
+        out.write((format_pretty(event) if pretty else line.decode("utf-8", "replace")) + "\n")
     out.flush()
 
 
-def run(run_id: str, *, pretty: bool, follow: bool) -> int:
+def since_timestamp(value: str | None) -> str | None:
+    """`--since 10m` as the RFC 3339 time it names, in the events' own format."""
+    if value is None:
+        return None
+    from datetime import UTC, datetime, timedelta
+
+    from fabro_git.errors import ConfigError
+
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = value.strip().lower()
+    try:
+        amount = float(text[:-1]) if text[-1:] in units else float("nan")
+    except ValueError:
+        amount = float("nan")
+    if not amount >= 0:
+        raise ConfigError(
+            f"--since expects a duration such as 30s, 10m, 2h or 1d, not {value!r}"
+        )
+    moment = datetime.now(UTC) - timedelta(seconds=amount * units[text[-1]])
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def run(
+    run_id: str,
+    *,
+    pretty: bool,
+    follow: bool,
+    verbose: bool = False,
+    tail: int | None = None,
+    since: str | None = None,
+) -> int:
+    from fabro_git.cli._runs import resolve_run
     from fabro_git.engine.lock import is_live
     from fabro_git.errors import StoreError
     from fabro_git.events.bus import last_event_id, tail_after
     from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
+    keep = Filter(pretty=pretty, verbose=verbose, since_ts=since_timestamp(since))
+    if tail is not None and tail < 0:
+        from fabro_git.errors import ConfigError
+
+        raise ConfigError(f"-n/--tail expects a number of events, not {tail}")
     repo = GitRepo.discover(Path.cwd())
-    full_id = runrefs.resolve_run_id(repo, run_id)
+    full_id = resolve_run(repo, run_id)
     meta = repo.read_ref(runrefs.meta_ref(full_id))
     try:
         durable = durable_events(repo, meta) if meta else b""
@@ -62,24 +122,24 @@ def run(run_id: str, *, pretty: bool, follow: bool) -> int:
         from fabro_git.engine.session import unreadable_meta
 
         raise unreadable_meta(full_id, meta or "", exc) from exc
-    _emit(durable, pretty)
     last = last_event_id(durable)
-    tail = tail_path(full_id)
+    live_tail = tail_path(full_id)
     offset = 0
-    if tail.exists():
-        data = tail.read_bytes()
+    extra = b""
+    if live_tail.exists():
+        data = live_tail.read_bytes()
         offset = len(data)
         extra = tail_after(data, last)
-        _emit(extra, pretty)
-        last = last_event_id(extra) or last
+    selected = _select(durable, keep) + _select(extra, keep)
+    _emit(selected[-tail:] if tail else [] if tail == 0 else selected, pretty)
     if not follow:
         return 0
     git_dir = Path(repo.git_dir)
     pending = b""
     idle_checks = 0
     while True:
-        if tail.exists():
-            with tail.open("rb") as fh:
+        if live_tail.exists():
+            with live_tail.open("rb") as fh:
                 fh.seek(offset)
                 chunk = fh.read()
             if chunk:
@@ -87,7 +147,7 @@ def run(run_id: str, *, pretty: bool, follow: bool) -> int:
                 pending += chunk
                 complete, _, pending = pending.rpartition(b"\n")
                 if complete:
-                    _emit(complete + b"\n", pretty)
+                    _emit(_select(complete + b"\n", keep), pretty)
                 idle_checks = 0
                 continue
         if not is_live(git_dir, full_id):

@@ -10,25 +10,14 @@ import json
 import sys
 from pathlib import Path
 
-from fabro_git.cli._runs import format_ms, read_row
+from fabro_git.cli._runs import all_rows, format_ms
 
 
 def run(*, json_output: bool) -> int:
-    from fabro_git.errors import StoreError
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
-    prefix = "refs/fabro/meta/"
-    refs = repo.list_refs(prefix)
-    rows = []
-    for name, sha in refs.items():
-        try:
-            rows.append(read_row(repo, name[len(prefix):], sha))
-        except StoreError as exc:
-            # One broken ref must not hide every other run.
-            print(f"warning: skipped {name}: it does not point at a metadata snapshot ({exc.message})", file=sys.stderr)
-            print(f"hint: look at it with `git show {sha}`; if it is not a run, delete it with `git update-ref -d {name}`", file=sys.stderr)
-    rows.sort(key=lambda r: r.run_id, reverse=True)
+    rows = all_rows(repo)
     out = sys.stdout
     if json_output:
         for row in rows:

@@ -319,15 +319,15 @@ def resume(
     dry_run: bool = False,
     detached_child: bool = False,
 ) -> int:
+    from fabro_git.cli._runs import resolve_run
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import execute_run, load_run
-    from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
     outlive_readers()
     repo = GitRepo.discover(Path.cwd())
-    full_id = runrefs.resolve_run_id(repo, run_id)
+    full_id = resolve_run(repo, run_id)
     manifest, cp, _meta, _source = load_run(repo, full_id)
     if cp.status in ("succeeded", "partially_succeeded") and not detached_child:
         print(f"run {full_id} already finished ({cp.status}); nothing to resume", file=sys.stderr)

@@ -241,7 +241,10 @@ def format_pretty(env: dict[str, Any]) -> str:
     name = str(env.get("event", "?"))
     props = env.get("properties")
     facts = _pretty_facts(name, props if isinstance(props, dict) else {})
-    return _join(clock, f"{name:<26}", _node_name(env), facts).rstrip()
+    node = _node_name(env)
+    # Fixed columns, so a screenful reads down: the node column is as wide as most
+    # `Label (id)` names; a longer one pushes only its own line's facts along.
+    return f"{clock}  {name:<26}  {node:<24}  {facts}".rstrip()
 
 
 # ---------------------------------------------------------------------------- progress

@@ -106,7 +106,7 @@ def test_pretty_edge_and_errors() -> None:
 
 def test_pretty_falls_back_to_scalar_facts() -> None:
     line = format_pretty(_env("agent.turn.limit", {"max_turns": 25}, node_id="code"))
-    assert line.endswith("code  max_turns=25")
+    assert line.endswith("code" + " " * 22 + "max_turns=25")
     odd = format_pretty({"event": "mystery"})
     assert "mystery" in odd
 
