@@ -6,15 +6,50 @@ Each command is a thin typed function that imports its implementation module laz
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer import _click  # the click that typer vendors and its classes speak
 
 from fabro_git import __version__
 
+
+class _Command(typer.core.TyperCommand):
+    """Usage lines read `git fabro run [OPTIONS] WORKFLOW`, without braces around the
+    required arguments."""
+
+    def collect_usage_pieces(self, ctx: _click.Context) -> list[str]:
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+
+class _Group(typer.core.TyperGroup):
+    """Suggests a command only when the typo is close to it (`valdate`, not `prune`)."""
+
+    def resolve_command(
+        self, ctx: _click.Context, args: list[str]
+    ) -> tuple[str | None, _click.Command | None, list[str]]:
+        try:
+            return self._click_resolve_command(ctx, args)
+        except _click.exceptions.UsageError as exc:
+            from fabro_git.suggest import close_names
+
+            if args:
+                matches = close_names(args[0], [n for n, c in self.commands.items() if not c.hidden])
+                if matches:
+                    exc.message = exc.message.rstrip(".") + ". Did you mean " + " or ".join(
+                        repr(m) for m in matches
+                    ) + "?"
+                else:
+                    exc.message += " See `git fabro -h` for the commands."
+            raise
+
+
 app = typer.Typer(
+    cls=_Group,
     name="git-fabro",
     help="Run AI-agent workflows written as Graphviz DOT graphs, with all state kept in git.",
     no_args_is_help=True,
@@ -23,6 +58,9 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+
+
+command = functools.partial(app.command, cls=_Command)
 
 
 def _version_callback(value: bool) -> None:
@@ -41,7 +79,7 @@ def _root(
     """git fabro: AI-agent workflows in your repository."""
 
 
-@app.command()
+@command()
 def validate(
     files: Annotated[list[Path], typer.Argument(help="Workflow files to check.", show_default=False, metavar="FILE...")],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -52,7 +90,7 @@ def validate(
     raise typer.Exit(impl.run(files, json_output=json_output))
 
 
-@app.command()
+@command()
 def graph(
     file: Annotated[Path, typer.Argument(help="Workflow file to render.", show_default=False, metavar="FILE")],
     fmt: Annotated[str, typer.Option("--format", help="svg, png or dot.")] = "svg",
@@ -65,7 +103,13 @@ def graph(
     raise typer.Exit(impl.run(file, fmt=fmt, output=output, direction=direction))
 
 
-@app.command()
+def _examples_epilog() -> str:
+    from fabro_git.cli._examples import example_names
+
+    return "Shipped examples, runnable by name: " + ", ".join(example_names()) + "."
+
+
+@command(epilog=_examples_epilog())
 def run(
     workflow: Annotated[str, typer.Argument(help="Workflow file, or the name of a shipped example.", show_default=False, metavar="WORKFLOW")],
     goal: Annotated[str | None, typer.Option("--goal", help="The run's goal ({{ goal }}).")] = None,
@@ -114,7 +158,7 @@ def _output_mode(quiet: bool, verbose: bool) -> str:
     return "none" if quiet else "all" if verbose else "tail"
 
 
-@app.command()
+@command()
 def resume(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
     auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")] = False,
@@ -141,7 +185,7 @@ def resume(
     )
 
 
-@app.command()
+@command()
 def ps(
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON lines, one run each.")] = False,
 ) -> None:
@@ -151,7 +195,7 @@ def ps(
     raise typer.Exit(impl.run(json_output=json_output))
 
 
-@app.command()
+@command()
 def logs(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
     pretty: Annotated[bool, typer.Option("--pretty", help="Render events for people.")] = False,
@@ -166,7 +210,7 @@ def logs(
     raise typer.Exit(impl.run(run_id, pretty=pretty, follow=follow, verbose=verbose, tail=tail, since=since))
 
 
-@app.command()
+@command()
 def inspect(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -177,7 +221,7 @@ def inspect(
     raise typer.Exit(impl.run(run_id, json_output=json_output))
 
 
-@app.command()
+@command()
 def fetch(
     remote: Annotated[str, typer.Argument(help="Remote to fetch from.", metavar="REMOTE")] = "origin",
 ) -> None:
@@ -187,7 +231,7 @@ def fetch(
     raise typer.Exit(impl.fetch(remote))
 
 
-@app.command()
+@command()
 def push(
     remote: Annotated[str, typer.Argument(help="Remote to push to.", metavar="REMOTE")] = "origin",
     run_ids: Annotated[list[str] | None, typer.Argument(help="Runs to push (default: all).", show_default=False, metavar="RUN...")] = None,

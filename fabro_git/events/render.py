@@ -52,9 +52,19 @@ def _status(value: Any) -> str:
     return str(value or "?").replace("_", " ")
 
 
+# Control characters (ESC above all) in a goal, a command's output or a model's reply
+# would reach the terminal as escape sequences; they are shown as `?` instead.
+_CONTROL = {c: "?" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\t\n"}
+
+
+def printable(text: str) -> str:
+    """`text` with every control character but tab and newline made harmless."""
+    return text.translate(_CONTROL)
+
+
 def _short(value: Any, limit: int = 80) -> str:
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = " ".join(text.split())
+    text = printable(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -244,7 +254,7 @@ def format_pretty(env: dict[str, Any]) -> str:
     node = _node_name(env)
     # Fixed columns, so a screenful reads down: the node column is as wide as most
     # `Label (id)` names; a longer one pushes only its own line's facts along.
-    return f"{clock}  {name:<26}  {node:<24}  {facts}".rstrip()
+    return printable(f"{clock}  {name:<26}  {node:<24}  {facts}".rstrip())
 
 
 # ---------------------------------------------------------------------------- progress
@@ -528,6 +538,7 @@ class ProgressRenderer:
         return [(name, now - start, doing) for name, start, doing in list(self._running.values())]
 
     def _print(self, line: _Line) -> None:
+        line = _Line(printable(line.text), line.style, line.mark)
         if self._display is not None:
             self._display.print(line)
             return

@@ -136,3 +136,29 @@ def test_shipped_examples_by_name_in_validate_and_graph(tmp_path: Path) -> None:
     (tmp_path / "hello").write_text("not dot at all")
     bad = run_fabro("validate", "hello", cwd=tmp_path)
     assert bad.returncode == 1
+
+
+def test_usage_lines_help_and_suggestions() -> None:
+    from conftest import run_fabro
+
+    run_help = run_fabro("run", "-h")
+    assert "Usage: git fabro run [OPTIONS] WORKFLOW\n" in run_help.stdout
+    assert "{" not in run_help.stdout.splitlines()[0]
+    assert "Shipped examples, runnable by name: branch-loop, hello, human-gate" in run_help.stdout
+    validate_help = run_fabro("validate", "-h")
+    assert "Usage: git fabro validate [OPTIONS] FILE...\n" in validate_help.stdout
+    for typo, suggestion in (("valdate", "'validate'"), ("logz", "'logs'"), ("inpsect", "'inspect'")):
+        proc = run_fabro(typo)
+        assert proc.returncode == 1 and f"Did you mean {suggestion}?" in proc.stderr, proc.stderr
+    unrelated = run_fabro("prune-everything")
+    assert "Did you mean" not in unrelated.stderr and "git fabro -h" in unrelated.stderr
+
+
+def test_close_names() -> None:
+    from fabro_git.suggest import close_names
+
+    assert close_names("exti", ["exit", "start", "test"]) == ["exit"]
+    assert close_names("prune", ["run", "ps", "push"]) == []
+    assert close_names("scrpt", ["script", "prompt"]) == ["script"]
+    assert close_names("outcom", ["outcome", "preferred_label"]) == ["outcome"]
+    assert close_names("same", ["same"]) == []

@@ -344,3 +344,21 @@ def test_progress_quiet_and_verbose_output() -> None:
         *(f"    │ {i}" for i in range(9)),
         "    │ warn",
     ]
+
+
+def test_escape_sequences_never_reach_the_terminal() -> None:
+    hostile = "\x1b]0;owned\x07\x1b[2J\x9b31m"
+    out = io.StringIO()
+    renderer = ProgressRenderer(out)
+    renderer.handle_dict(_env("run.started", {"name": "demo", "goal": hostile}, node_id=None))
+    renderer.handle_dict(
+        _env(
+            "stage.completed",
+            {"status": "failed", "error": hostile, "context_updates": {"command.stderr": hostile}},
+            node_id="x" + hostile,
+        )
+    )
+    pretty = format_pretty(_env("run.notice", {"level": "warn", "code": "c", "message": hostile}))
+    for text in (out.getvalue(), pretty):
+        assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
+    assert "?]0;owned?" in pretty
