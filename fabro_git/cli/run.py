@@ -95,7 +95,7 @@ def _build_spec(
             raise ConfigError(f"--goal-file {goal_file}: {exc}") from exc
     from fabro_git.engine.session import check_options
     from fabro_git.engine.templating import render_goal, render_graph
-    from fabro_git.workflow.templates import check_input_names
+    from fabro_git.workflow.templates import check_input_names, check_script_values
 
     merged_inputs = {str(k): str(v) for k, v in (run_cfg.get("inputs") or {}).items()}
     merged_inputs.update(_pairs(inputs, "--input"))
@@ -111,6 +111,8 @@ def _build_spec(
     graph_setup = graph.attrs.get("setup")
     if graph_setup:
         setup = [line.strip() for line in graph_setup.splitlines() if line.strip()] + setup
+    if setup or any(n.get("script") or n.get("tool_command") for n in graph.nodes.values()):
+        check_script_values(goal, merged_inputs)
     excludes = list((run_cfg.get("checkpoint") or {}).get("exclude_globs", []))
     model_cfg = run_cfg.get("model") or {}
     if options.model is None and model_cfg.get("name"):

@@ -61,17 +61,24 @@ async def run_script(
     env: dict[str, str],
     timeout: float | None,
 ) -> tuple[int | None, bool]:
-    """Run to completion; returns (exit code or None when killed, timed out?)."""
+    """Run to completion; returns (exit code or None when killed, timed out?).
+
+    A program that cannot be started (say, an environment over the system's limits)
+    exits 126, as in a shell, with the reason in `stderr`."""
     with stdout.open("wb") as out, stderr.open("wb") as err:
-        process = await trio.lowlevel.open_process(
-            argv,
-            cwd=str(cwd),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
+        try:
+            process = await trio.lowlevel.open_process(
+                argv,
+                cwd=str(cwd),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            err.write(f"cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
+            return 126, False
     timed_out = False
     try:
         with trio.move_on_after(timeout if timeout else float("inf")) as scope:

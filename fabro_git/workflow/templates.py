@@ -215,6 +215,26 @@ def check_input_names(inputs: Collection[str]) -> None:
         owners[env] = name
 
 
+# Linux refuses to start a program with one environment string longer than this
+# (MAX_ARG_STRLEN, `NAME=value` and its NUL).
+ENV_STRING_LIMIT = 131_072
+
+
+def check_script_values(goal: str, inputs: Mapping[str, str]) -> None:
+    """Refuse, before a run starts, a value too long to hand a script in its environment."""
+    values = {GOAL_ENV: goal, **{input_env_name(k): str(v) for k, v in inputs.items()}}
+    for env, value in values.items():
+        size = len(env.encode()) + 1 + len(value.encode()) + 1
+        if size > ENV_STRING_LIMIT:
+            what = "the goal" if env == GOAL_ENV else f"input {env[len(INPUT_ENV_PREFIX) :]}"
+            raise ConfigError(
+                f"{what} is {len(value.encode())} bytes, too long for the environment of this "
+                f"workflow's scripts, which read it as ${env} (the limit is about "
+                f"{ENV_STRING_LIMIT // 1024} KiB)",
+                hint="shorten it, or commit the text to a file in the repository and name the file",
+            )
+
+
 def script_environment(
     base: Mapping[str, str],
     *,

@@ -254,3 +254,33 @@ def test_patterns_re2_rejects_are_condition_syntax_errors(repo: Path) -> None:
         assert proc.returncode == 1
         assert "[condition_syntax]" in proc.stderr
     assert git(repo, "for-each-ref", "refs/fabro") == ""
+
+
+def test_a_goal_too_long_for_a_scripts_environment_is_refused_or_fails_the_stage(
+    repo: Path, tmp_path: Path
+) -> None:
+    goal_file = tmp_path / "goal.txt"
+    goal_file.write_text("g" * 200_000)
+    write_workflow(repo, ECHO_GOAL % "echo hi")
+    proc = run_fabro("run", "wf.fabro", "--goal-file", str(goal_file), cwd=repo)
+    assert proc.returncode == 1
+    assert "the goal is 200000 bytes, too long for the environment" in proc.stderr
+    assert git(repo, "for-each-ref", "refs/fabro") == ""
+    # A child workflow's scripts are only known when it starts: there the stage fails.
+    write_workflow(repo, ECHO_GOAL % "echo hi", name="child.fabro")
+    write_workflow(
+        repo,
+        """
+        digraph Parent {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            child [shape=house, stack.child_workflow="child.fabro"]
+            start -> child -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal-file", str(goal_file), cwd=repo)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr
+    assert "cannot start" in proc.stderr and "too long" in proc.stderr
+    assert result["status"] == "failed"
