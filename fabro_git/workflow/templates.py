@@ -11,8 +11,9 @@ the value's text, for a model or a person to read. In a shell `script` (and the 
 `tool_command`) it is replaced by a reference to an environment variable that holds the
 value (`{{ goal }}` becomes `${FABRO_GOAL}`, `{{ inputs.name }}` becomes
 `${FABRO_INPUT_NAME}`): the shell expands a variable after parsing the command, so the
-value is data whatever it contains, bare or in double quotes, where quoting it by hand
-would still let `$(...)` run. A python script cannot take either form safely (inside a
+value is data whatever it contains, where quoting it by hand would still let `$(...)`
+run inside double quotes. The reference is fitted to the quoting around it (see
+`shell`), so `echo '{{ goal }}'` prints the goal too. A python script cannot take either form safely (inside a
 string literal an expression is just text), so templates there are refused and the
 script reads `os.environ`. Literal expressions (`{{ "text" }}`) and `{% raw %}` are
 written by the workflow's author and stay text, and `$goal` in a script is the shell's
