@@ -108,24 +108,30 @@ def _build_spec(
             goal = goal_file.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"--goal-file {goal_file}: {exc}") from exc
-    if goal is None:
-        goal = run_cfg.get("goal") or graph.attrs.get("goal") or ""
+    from fabro_git.engine.session import check_options
+    from fabro_git.engine.templating import render_goal, render_graph
+    from fabro_git.workflow.templates import check_input_names, check_script_values
+
     merged_inputs = {str(k): str(v) for k, v in (run_cfg.get("inputs") or {}).items()}
     merged_inputs.update(_pairs(inputs, "--input"))
+    check_input_names(merged_inputs)
+    if goal is None:
+        goal = run_cfg.get("goal") or render_goal(graph, inputs=merged_inputs)
     merged_labels = {str(k): str(v) for k, v in (run_cfg.get("labels") or {}).items()}
     merged_labels.update(_pairs(labels, "--label"))
+    render_graph(graph, goal=goal, inputs=merged_inputs)
+    # Prepare steps of a run config are shell as written (not templates): they read
+    # $FABRO_GOAL and $FABRO_INPUT_* like every script.
     setup = [str(s.get("script")) for s in (run_cfg.get("prepare") or {}).get("steps", []) if s.get("script")]
     graph_setup = graph.attrs.get("setup")
     if graph_setup:
         setup = [line.strip() for line in graph_setup.splitlines() if line.strip()] + setup
+    if setup or any(n.get("script") or n.get("tool_command") for n in graph.nodes.values()):
+        check_script_values(goal, merged_inputs)
     excludes = list((run_cfg.get("checkpoint") or {}).get("exclude_globs", []))
     model_cfg = run_cfg.get("model") or {}
     if options.model is None and model_cfg.get("name"):
         options.model = str(model_cfg["name"])
-    from fabro_git.engine.session import check_options
-    from fabro_git.engine.templating import render_graph
-
-    render_graph(graph, goal=goal, inputs=merged_inputs)
     check_options(options, graph)
     return RunSpec(
         graph=graph,

@@ -512,6 +512,7 @@ class _SetupFailed(Exception):
 
 async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> None:
     from fabro_git.handlers.command import argv_for, run_script
+    from fabro_git.workflow.templates import script_environment
 
     commands = list(manifest.settings.get("setup_commands") or [])
     if not commands:
@@ -521,12 +522,13 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
     t0 = time.monotonic()
     logs = runtime.scratch / "setup"
     logs.mkdir(parents=True, exist_ok=True)
+    env = script_environment(os.environ, goal=manifest.goal, inputs=manifest.inputs, run_id=runtime.run_id)
     for index, command in enumerate(commands):
         emit("setup.command.started", command=command, index=index)
         c0 = time.monotonic()
         out, err = logs / f"{index}.stdout", logs / f"{index}.stderr"
         code, _timed_out = await run_script(
-            argv_for(command, "shell"), cwd=worktree, stdout=out, stderr=err, env=dict(os.environ), timeout=None
+            argv_for(command, "shell"), cwd=worktree, stdout=out, stderr=err, env=env, timeout=None
         )
         exit_code = -1 if code is None else code
         if exit_code != 0:

@@ -1,7 +1,9 @@
 """Rendering `{{ goal }}` and `{{ inputs.* }}` into a graph's string attributes for a run.
 
 Validation cannot know a run's inputs, so this is where a missing input is caught: before
-the run exists, with the node and attribute named.
+the run exists, with the node and attribute named. Scripts (`script`, `tool_command` and
+the graph's `setup`) get references to environment variables, never the values; see
+`fabro_git.workflow.templates`.
 """
 
 from __future__ import annotations
@@ -12,33 +14,57 @@ from fabro_git.errors import ConfigError, FabroError
 from fabro_git.workflow import Graph
 
 RENDERED_NODE_ATTRS = ("prompt", "label", "script", "tool_command", "question", "goal")
+SCRIPT_ATTRS = ("script", "tool_command")
+_MISSING_INPUT_HINT = "pass missing inputs with -V NAME=VALUE (or [run.inputs] in a run config)"
 
 
 def render_graph(graph: Graph, *, goal: str, inputs: Mapping[str, str]) -> None:
-    from fabro_git.workflow.templates import render
+    from fabro_git.workflow.templates import render, render_script
 
-    def one(value: str, where: str, line: int | None) -> str:
+    def one(value: str, where: str, line: int | None, language: str | None = None) -> str:
         if "{{" not in value and "{%" not in value and "$goal" not in value:
             return value
         try:
-            return render(value, goal=goal, inputs=inputs)
+            if language is None:
+                return render(value, goal=goal, inputs=inputs)
+            return render_script(value, inputs=inputs, language=language)
         except FabroError as err:
             loc = f"{graph.path}:{line}" if graph.path and line else str(graph.path or "<workflow>")
-            raise ConfigError(
-                f"{loc}: {where}: {err}",
-                hint="pass missing inputs with -V NAME=VALUE (or [run.inputs] in a run config)",
-            ) from err
+            hint = _MISSING_INPUT_HINT if "undefined input" in err.message else None
+            raise ConfigError(f"{loc}: {where}: {err}", hint=hint) from err
 
     for key, value in list(graph.attrs.items()):
         if key in ("goal", "label"):
             graph.attrs[key] = one(value, f"graph attribute {key}", None)
+        elif key == "setup":
+            graph.attrs[key] = one(value, "graph attribute setup", None, "shell")
     for node in graph.nodes.values():
+        language = (node.attrs.get("language") or "shell").strip().lower()
         for key in RENDERED_NODE_ATTRS:
             raw = node.attrs.get(key)
             if raw is None or (key == "prompt" and raw.startswith("@")):
                 continue
-            node.attrs[key] = one(raw, f"node {node.id} attribute {key}", node.line)
+            where = f"node {node.id} attribute {key}"
+            node.attrs[key] = one(raw, where, node.line, language if key in SCRIPT_ATTRS else None)
     for edge in graph.edges:
         label = edge.attrs.get("label")
         if label is not None:
-            edge.attrs["label"] = one(label, f"edge {edge.source} -> {edge.target} label", edge.line)
+            edge.attrs["label"] = one(
+                label, f"edge {edge.source} -> {edge.target} label", edge.line
+            )
+
+
+def render_goal(graph: Graph, *, inputs: Mapping[str, str]) -> str:
+    """The run's goal when it comes from the graph's `goal` attribute, which may name
+    inputs (`goal="Test {{ inputs.repo }}"`)."""
+    from fabro_git.workflow.templates import render
+
+    value = graph.attrs.get("goal") or ""
+    if "{{" not in value and "{%" not in value:
+        return value
+    try:
+        return render(value, goal="", inputs=inputs)
+    except FabroError as err:
+        raise ConfigError(
+            f"{graph.path or '<workflow>'}: graph attribute goal: {err}", hint=_MISSING_INPUT_HINT
+        ) from err

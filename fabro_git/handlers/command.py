@@ -3,7 +3,8 @@
 Output streams straight to files in the stage's scratch dir, so a command that prints a
 gigabyte costs disk, not memory; the context gets a bounded excerpt (head and tail) and
 the meta ref a capped copy. The command runs in its own process group, so a timeout or
-Ctrl-C stops everything it started, not just the shell.
+Ctrl-C stops everything it started, not just the shell. The run's goal and inputs reach
+the script only through its environment (`script_environment`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fabro_git.engine import outcome as oc
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import WorkflowError
+from fabro_git.workflow.templates import script_environment
 
 CONTEXT_LIMIT = 100_000  # bytes of each stream kept in the context
 META_LIMIT = 1_000_000  # bytes of each stream kept on the meta ref
@@ -59,17 +61,24 @@ async def run_script(
     env: dict[str, str],
     timeout: float | None,
 ) -> tuple[int | None, bool]:
-    """Run to completion; returns (exit code or None when killed, timed out?)."""
+    """Run to completion; returns (exit code or None when killed, timed out?).
+
+    A program that cannot be started (say, an environment over the system's limits)
+    exits 126, as in a shell, with the reason in `stderr`."""
     with stdout.open("wb") as out, stderr.open("wb") as err:
-        process = await trio.lowlevel.open_process(
-            argv,
-            cwd=str(cwd),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
+        try:
+            process = await trio.lowlevel.open_process(
+                argv,
+                cwd=str(cwd),
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                env=env,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            err.write(f"cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
+            return 126, False
     timed_out = False
     try:
         with trio.move_on_after(timeout if timeout else float("inf")) as scope:
@@ -118,13 +127,15 @@ async def execute(req: StageRequest) -> Outcome:
     timeout = node.get_duration("timeout", None)
     stdout_path = req.stage_dir / "stdout.log"
     stderr_path = req.stage_dir / "stderr.log"
-    env = dict(os.environ)
-    env.update(
-        FABRO_RUN_ID=req.runtime.run_id,
-        FABRO_NODE_ID=node.id,
-        FABRO_STAGE_ID=req.stage_id,
-        FABRO_WORKTREE=str(req.worktree),
+    manifest = req.runtime.manifest
+    env = script_environment(
+        os.environ,
+        goal=manifest.goal,
+        inputs=manifest.inputs,
+        run_id=req.runtime.run_id,
+        node_id=node.id,
     )
+    env.update(FABRO_STAGE_ID=req.stage_id, FABRO_WORKTREE=str(req.worktree))
     env.pop("GIT_DIR", None)
     env.pop("GIT_WORK_TREE", None)
     env.pop("GIT_INDEX_FILE", None)

@@ -7,13 +7,22 @@ and so evaluation never re-parses text in the engine's hot path.
 Precedence, loosest first: `||`, `&&`, `!`, then a clause (`key op value`, or a bare
 key meaning "truthy"). Missing keys read as the empty string. Comparing `outcome`
 treats the older spellings (`success`, `fail`, `partial_success`) as the current ones.
+
+`matches` runs RE2 (the `google-re2` package), not Python's `re`: a condition is
+evaluated on the engine's event loop, where a backtracking pattern such as `^(a+)+$`
+against a long context value would hang the run beyond the reach of Ctrl-C and the
+stall watchdog. RE2 matches in linear time and has the syntax of Fabro's Rust `regex`
+crate; the price is that backreferences and lookaround are rejected when the condition
+is parsed, so validation reports them.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from fabro_git.errors import FabroError
 
@@ -176,8 +185,8 @@ class _Reader:
         value = self.value(written)
         if op == "matches":
             try:
-                re.compile(value)
-            except re.error as exc:
+                compile_pattern(value)
+            except PatternError as exc:
                 raise self.error(f"invalid regular expression {value!r}: {exc}", start) from None
         return Clause(key, op, value, start)
 
@@ -223,6 +232,28 @@ class _Reader:
         if self.pos == start:
             raise self.error(f"expected a value after '{op}', found {self.found()}")
         return self.text[start : self.pos]
+
+
+class PatternError(ValueError):
+    """A `matches` pattern RE2 does not accept."""
+
+
+@functools.lru_cache(maxsize=256)
+def compile_pattern(pattern: str) -> Any:
+    """The compiled RE2 pattern; raises `PatternError` with RE2's reason."""
+    import re2  # google-re2; loaded only by a `matches` condition
+
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print its own copy of the error to stderr
+    try:
+        return re2.compile(pattern, options)
+    except re2.error as exc:
+        reason = exc.args[0] if exc.args else "not accepted"
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        if "perl operator" in reason or "escape sequence" in reason:
+            reason += " (RE2 syntax: no backreferences or lookaround)"
+        raise PatternError(reason) from None
 
 
 def parse_condition(text: str) -> Condition:
@@ -324,8 +355,8 @@ def _clause(
         return not _equal(left, value)
     if clause.op == "matches":
         try:
-            return re.search(value, left) is not None
-        except re.error:
+            return compile_pattern(value).search(left) is not None
+        except PatternError:
             return False
     a, b = _number(left), _number(value)
     if a is None or b is None:

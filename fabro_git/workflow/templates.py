@@ -5,15 +5,28 @@ scanner rather than a template engine: it is strict by default (a typo must fail
 run before a model sees the literal braces), it supports `{% raw %}` for text that
 contains braces, and `$goal` from older workflows. The validator uses the same scanner
 through `template_variables`, so what validates is exactly what renders.
+
+Values never become code. In prompts, labels and questions a template is replaced by
+the value's text, for a model or a person to read. In a shell `script` (and the legacy
+`tool_command`) it is replaced by a reference to an environment variable that holds the
+value (`{{ goal }}` becomes `${FABRO_GOAL}`, `{{ inputs.name }}` becomes
+`${FABRO_INPUT_NAME}`): the shell expands a variable after parsing the command, so the
+value is data whatever it contains, where quoting it by hand would still let `$(...)`
+run inside double quotes. The reference is fitted to the quoting around it (see
+`shell`), so `echo '{{ goal }}'` prints the goal too. A python script cannot take either form safely (inside a
+string literal an expression is just text), so templates there are refused and the
+script reads `os.environ`. Literal expressions (`{{ "text" }}`) and `{% raw %}` are
+written by the workflow's author and stay text, and `$goal` in a script is the shell's
+own variable.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from pathlib import Path
 
-from fabro_git.errors import FabroError, WorkflowError
+from fabro_git.errors import ConfigError, FabroError, WorkflowError
 from fabro_git.workflow.model import Graph, Node
 
 _RAW_OPEN = re.compile(r"\{%-?\s*raw\s*-?%\}")
@@ -21,6 +34,10 @@ _RAW_CLOSE = re.compile(r"\{%-?\s*endraw\s*-?%\}")
 _INPUT_RE = re.compile(r"inputs\.([A-Za-z_][A-Za-z0-9_-]*)\Z")
 _LITERAL_RE = re.compile(r"""(?:'([^']*)'|"([^"]*)")\Z""")
 _LEGACY_GOAL = re.compile(r"\$goal(?![A-Za-z0-9_])")
+_INPUT_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*\Z")
+
+GOAL_ENV = "FABRO_GOAL"
+INPUT_ENV_PREFIX = "FABRO_INPUT_"
 
 
 class TemplateError(FabroError):
@@ -106,38 +123,182 @@ def _expression(inner: str) -> tuple[str, str | None]:
 
 
 def render(text: str, *, goal: str, inputs: Mapping[str, str], strict: bool = True) -> str:
-    """Substitute `{{ goal }}`, `{{ inputs.NAME }}` and `$goal` in `text`.
+    """Substitute `{{ goal }}`, `{{ inputs.NAME }}` and `$goal` in `text` by their values.
 
+    For text that a model or a person reads, never for a script (see `render_script`).
     With `strict`, an unknown name, an unsupported tag or an unclosed brace raises
     `TemplateError`; without it such text is left as written.
     """
+
+    def value(name: str, _offset: int, _before: list[str]) -> str | None:
+        if name == "goal":
+            return goal
+        match = _INPUT_RE.match(name)
+        if match and match.group(1) in inputs:
+            return str(inputs[match.group(1)])
+        return None
+
+    return _substitute(text, value, legacy_goal=goal, strict=strict)
+
+
+def render_script(
+    text: str, *, inputs: Collection[str], language: str = "shell", strict: bool = True
+) -> str:
+    """Substitute `{{ goal }}` and `{{ inputs.NAME }}` in a script by variable references.
+
+    The values themselves reach the script through `script_environment`. The reference
+    fits the quoting around it (`shell.reference`), so `echo '{{ goal }}'` and
+    `echo "{{ goal }}"` both print the goal. `$goal` is left to the shell. In a python
+    script a reference raises `TemplateError` naming the `os.environ` key to read instead.
+    """
+    from fabro_git.workflow import shell
+
+    quoting = shell.ShellQuoting()
+    fed = 0
+
+    def reference(name: str, offset: int, before: list[str]) -> str | None:
+        nonlocal fed
+        match = _INPUT_RE.match(name)
+        if name != "goal" and not (match and match.group(1) in inputs):
+            return None
+        env = variable_env_name(name)
+        assert env is not None
+        if language == "python":
+            raise TemplateError(
+                f"{{{{ {name} }}}} cannot be used in a python script (a value pasted into "
+                f"python code could run as code): read os.environ[{env!r}] instead",
+                offset=offset,
+            )
+        quoting.feed("".join(before[fed:]))
+        fed = len(before) + 1  # the reference itself is appended next
+        text = shell.reference(env, quoting.state())
+        if text is None:
+            raise TemplateError(
+                f"{{{{ {name} }}}} is in a here-document with a quoted delimiter, where the "
+                f"shell expands nothing: unquote the delimiter or write ${env} outside it",
+                offset=offset,
+            )
+        quoting.feed(text)
+        return text
+
+    return _substitute(text, reference, legacy_goal=None, strict=strict)
+
+
+def variable_env_name(name: str) -> str | None:
+    """The environment variable a script reads for template variable `name`."""
+    if name == "goal":
+        return GOAL_ENV
+    match = _INPUT_RE.match(name)
+    return input_env_name(match.group(1)) if match else None
+
+
+def input_env_name(name: str) -> str:
+    """The environment variable that carries input `name` to scripts: `FABRO_INPUT_` and
+    the name upper-cased, with `-` written `_` (`repo-url` -> `FABRO_INPUT_REPO_URL`)."""
+    return INPUT_ENV_PREFIX + name.upper().replace("-", "_")
+
+
+def check_input_names(inputs: Collection[str]) -> None:
+    """Refuse input names that cannot map to one environment variable each."""
+    owners: dict[str, str] = {}
+    for name in inputs:
+        if not _INPUT_NAME_RE.match(name):
+            raise ConfigError(
+                f"input name {name!r} cannot be passed to scripts as an environment variable",
+                hint="name inputs with letters, digits, '_' and '-', starting with a letter or '_'",
+            )
+        env = input_env_name(name)
+        if env in owners:
+            raise ConfigError(
+                f"inputs {owners[env]!r} and {name!r} would both be passed to scripts as {env}",
+                hint="rename one of them: input names may differ only in more than case and '-' vs '_'",
+            )
+        owners[env] = name
+
+
+# Linux refuses to start a program with one environment string longer than this
+# (MAX_ARG_STRLEN, `NAME=value` and its NUL).
+ENV_STRING_LIMIT = 131_072
+
+
+def check_script_values(goal: str, inputs: Mapping[str, str]) -> None:
+    """Refuse, before a run starts, a value too long to hand a script in its environment."""
+    values = {GOAL_ENV: goal, **{input_env_name(k): str(v) for k, v in inputs.items()}}
+    for env, value in values.items():
+        size = len(env.encode()) + 1 + len(value.encode()) + 1
+        if size > ENV_STRING_LIMIT:
+            what = "the goal" if env == GOAL_ENV else f"input {env[len(INPUT_ENV_PREFIX) :]}"
+            raise ConfigError(
+                f"{what} is {len(value.encode())} bytes, too long for the environment of this "
+                f"workflow's scripts, which read it as ${env} (the limit is about "
+                f"{ENV_STRING_LIMIT // 1024} KiB)",
+                hint="shorten it, or commit the text to a file in the repository and name the file",
+            )
+
+
+def script_environment(
+    base: Mapping[str, str],
+    *,
+    goal: str,
+    inputs: Mapping[str, str],
+    run_id: str,
+    node_id: str | None = None,
+) -> dict[str, str]:
+    """`base` with the run's values for a script: FABRO_GOAL, FABRO_INPUT_*, FABRO_RUN_ID
+    and, for a stage, FABRO_NODE_ID. Inherited FABRO_INPUT_* are dropped, so a script
+    sees exactly this run's inputs."""
+    env = {k: v for k, v in base.items() if not k.startswith(INPUT_ENV_PREFIX)}
+    env[GOAL_ENV] = goal
+    env.update((input_env_name(name), str(value)) for name, value in inputs.items())
+    env["FABRO_RUN_ID"] = run_id
+    if node_id is not None:
+        env["FABRO_NODE_ID"] = node_id
+    else:
+        env.pop("FABRO_NODE_ID", None)
+    return env
+
+
+def _substitute(
+    text: str,
+    value: Callable[[str, int, list[str]], str | None],
+    *,
+    legacy_goal: str | None,
+    strict: bool,
+) -> str:
+    """The one rendering loop: `value(name, offset, output so far)` gives a known name's
+    replacement, or None for an input the run lacks; `legacy_goal` replaces `$goal`
+    unless None."""
+
+    def legacy(part: str) -> str:
+        if legacy_goal is None:
+            return part
+        return _LEGACY_GOAL.sub(lambda _m: legacy_goal, part)
+
     out: list[str] = []
     try:
         segments = list(_segments(text))
     except TemplateError:
         if strict:
             raise
-        return _LEGACY_GOAL.sub(lambda _m: goal, text)
-    for kind, value, offset in segments:
+        return legacy(text)
+    for kind, part, offset in segments:
         if kind == "text":
-            out.append(_LEGACY_GOAL.sub(lambda _m: goal, value))
+            out.append(legacy(part))
         elif kind == "raw":
-            out.append(value)
+            out.append(part)
         elif kind == "tag":
             if strict:
                 raise TemplateError(
-                    f"unsupported template tag '{{%{value}%}}': only {{% raw %}} is available",
+                    f"unsupported template tag '{{%{part}%}}': only {{% raw %}} is available",
                     offset=offset,
                 )
-            out.append("{%" + value + "%}")
+            out.append("{%" + part + "%}")
         else:
-            name, literal = _expression(value)
+            name, literal = _expression(part)
             if literal is not None:
                 out.append(literal)
-            elif name == "goal":
-                out.append(goal)
-            elif (match := _INPUT_RE.match(name)) and match.group(1) in inputs:
-                out.append(str(inputs[match.group(1)]))
+            elif (replacement := value(name, offset, out)) is not None:
+                out.append(replacement)
             elif strict:
                 if _INPUT_RE.match(name):
                     raise TemplateError(
@@ -149,7 +310,7 @@ def render(text: str, *, goal: str, inputs: Mapping[str, str], strict: bool = Tr
                     offset=offset,
                 )
             else:
-                out.append("{{" + value + "}}")
+                out.append("{{" + part + "}}")
     return "".join(out)
 
 
@@ -162,11 +323,13 @@ def template_variables(text: str) -> set[str]:
     return {name for name, _offset in template_references(text)}
 
 
-def template_references(text: str) -> list[tuple[str, int]]:
-    """Like `template_variables`, with the offset of each reference in `text`."""
+def template_references(text: str, *, legacy_goal: bool = True) -> list[tuple[str, int]]:
+    """Like `template_variables`, with the offset of each reference in `text`.
+
+    `legacy_goal=False` reads a script, where `$goal` is not a reference."""
     refs: list[tuple[str, int]] = []
     for kind, value, offset in _segments(text):
-        if kind == "text":
+        if kind == "text" and legacy_goal:
             refs.extend(("goal", offset + m.start()) for m in _LEGACY_GOAL.finditer(value))
         elif kind == "expr":
             name, literal = _expression(value)

@@ -19,8 +19,9 @@ Choices worth knowing:
   outcome no stage ever reports (`outcome=passed`) on a node with no unconditional
   fallback.
 - A few rules beyond the usual set: `attribute_value` (a typed attribute that does not
-  parse, which would otherwise fail mid-run), `command_requires_script` and
-  `selection_valid`.
+  parse, which would otherwise fail mid-run), `command_requires_script`,
+  `script_template` (a template in a python script, where no substitution is safe, or
+  in a here-document that expands nothing) and `selection_valid`.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from fabro_git.workflow.templates import (
     TemplateError,
     is_file_ref,
     is_known_variable,
+    render_script,
     resolve_file_ref,
     template_references,
 )
@@ -834,6 +836,29 @@ def _command_requires_script(check: _Check) -> Iterator[Diagnostic]:
         )
 
 
+def _script_template(check: _Check) -> Iterator[Diagnostic]:
+    """A template a script cannot take: any in a python script, where a value would be
+    pasted into code, or one in a here-document that expands nothing."""
+    for node in check.graph.nodes.values():
+        language = (node.attrs.get("language") or "shell").strip().lower()
+        for key in ("script", "tool_command"):
+            text = node.attrs.get(key) or ""
+            if "{{" not in text:
+                continue
+            try:
+                refs = template_references(text, legacy_goal=False)
+                if not all(is_known_variable(name) for name, _offset in refs):
+                    continue  # template_variable reports it
+                inputs = {name[len("inputs.") :] for name, _offset in refs if name != "goal"}
+                render_script(text, inputs=inputs, language=language)
+            except TemplateError as err:
+                pos = check.value_position(node.positions.get(key), err.offset)
+                if pos == (None, None):
+                    pos = check.node_pos(node)
+                message = f"node {node.id!r} {key}: {err.message}"
+                yield check.on_node("script_template", ERROR, message, node, pos)
+
+
 def _unresolved_file_ref(check: _Check) -> Iterator[Diagnostic]:
     for node in check.graph.nodes.values():
         prompt = node.prompt
@@ -953,6 +978,7 @@ RULES: tuple[Rule, ...] = (
     _goal_gate_has_retry,
     _prompt_on_llm_nodes,
     _command_requires_script,
+    _script_template,
     _unresolved_file_ref,
     _thread_id_requires_fidelity_full,
     _stylesheet_model_known,
