@@ -27,6 +27,8 @@ class Question:
     text: str
     choices: Sequence[Choice]
     default: Choice | None
+    # What the question is about: the end of the previous stage's output or response.
+    details: str = ""
 
 
 class AutoApprove:
@@ -54,11 +56,20 @@ class QueueInterviewer:
         return None
 
 
+DETAIL_LINES = 20
+
+
 class ConsoleInterviewer:
     kind = "console"
 
     async def ask(self, question: Question) -> str | None:
-        lines = ["", f"? {question.text}"]
+        from fabro_git.events.render import printable
+
+        lines = [""]
+        if question.details.strip():
+            shown = question.details.rstrip("\n").splitlines()[-DETAIL_LINES:]
+            lines += [f"  │ {printable(line)}" for line in shown]
+        lines.append(f"? {question.text}")
         for choice in question.choices:
             key = f"[{choice.key}] " if choice.key and not choice.label.lstrip().startswith("[") else ""
             lines.append(f"  {key}{choice.label}{'  (free text)' if choice.freeform else ''}")

@@ -293,6 +293,7 @@ class ProgressRenderer:
         self.output = output
         self._errors_shown: set[str] = set()
         self._bookends: set[str] = set()  # start and exit stages, shown only if they fail
+        self._asking = False
         if live is None:
             isatty = getattr(self.stream, "isatty", None)
             live = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
@@ -317,6 +318,13 @@ class ProgressRenderer:
         """Render one decoded event (what `logs -f` reads back from the tail)."""
         name = str(event.get("event", ""))
         props = event.get("properties") or {}
+        if name == "interview.started":
+            # A person is about to be asked at this terminal: the spinner must not draw
+            # over the question or the answer being typed.
+            self._asking = True
+            self.close()
+        elif name in ("interview.completed", "interview.timeout"):
+            self._asking = False
         # Visits of one node are sequential and parallel branches are distinct nodes, so
         # the node id identifies a stage in flight.
         key = str(event.get("node_id") or "")
@@ -542,7 +550,7 @@ class ProgressRenderer:
         if self._display is not None:
             self._display.print(line)
             return
-        if self.live:
+        if self.live and not self._asking:
             self._ensure_display()
             assert self._display is not None
             self._display.print(line)
@@ -551,7 +559,7 @@ class ProgressRenderer:
         self.stream.flush()
 
     def _ensure_display(self) -> None:
-        if self._display is None:
+        if self._display is None and not self._asking:
             self._display = _LiveDisplay(self.stream, self.running)
 
 

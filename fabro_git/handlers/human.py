@@ -4,6 +4,8 @@ preferred label the engine routes on. No answer means failure, never a silent pa
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
+from typing import Any
 
 import trio
 
@@ -35,6 +37,17 @@ def match(answer: str, choices: list[Choice]) -> Choice | None:
     return None
 
 
+def _what_it_is_about(context: Mapping[str, Any]) -> str:
+    """The previous stage's response, or else the latest command output: what a person
+    is being asked to approve."""
+    last = context.get("last_stage")
+    for key in (f"response.{last}" if last else "", "command.output"):
+        value = context.get(key) if key else None
+        if isinstance(value, str) and value.strip():
+            return value
+    return ""
+
+
 async def execute(req: StageRequest) -> Outcome:
     node = req.node
     choices = gate_choices(req.graph, node)
@@ -42,7 +55,12 @@ async def execute(req: StageRequest) -> Outcome:
     default = None
     if default_name:
         default = match(default_name, choices) or next((c for c in choices if c.target == default_name), None)
-    question = Question(text=node.get("question") or node.label, choices=choices, default=default)
+    question = Question(
+        text=node.get("question") or node.label,
+        choices=choices,
+        default=default,
+        details=_what_it_is_about(req.context),
+    )
     question_type = "freeform" if any(c.freeform for c in choices) and len(choices) == 1 else "multiple_choice"
     if len(choices) == 2 and question_type == "multiple_choice":
         question_type = "approval"
