@@ -103,6 +103,16 @@ def graph(
     raise typer.Exit(impl.run(file, fmt=fmt, output=output, direction=direction))
 
 
+@command()
+def demo(
+    directory: Annotated[Path | None, typer.Argument(help="Where to make it (default: a new temporary directory).", show_default=False, metavar="DIR")] = None,
+) -> None:
+    """Make a scratch repository and run the hello example in it."""
+    from fabro_git.cli import demo as impl
+
+    raise typer.Exit(impl.run(directory))
+
+
 def _examples_epilog() -> str:
     from fabro_git.cli._examples import example_names
 

@@ -162,3 +162,19 @@ def test_close_names() -> None:
     assert close_names("scrpt", ["script", "prompt"]) == ["script"]
     assert close_names("outcom", ["outcome", "preferred_label"]) == ["outcome"]
     assert close_names("same", ["same"]) == []
+
+
+def test_demo_makes_a_repository_and_runs_hello(tmp_path: Path) -> None:
+    import json as _json
+
+    from conftest import git, run_fabro
+
+    target = tmp_path / "demo"
+    proc = run_fabro("demo", str(target), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert f"demo repository: {target}" in proc.stderr and f"cd {target}" in proc.stderr
+    (row,) = [_json.loads(line) for line in run_fabro("ps", "--json", cwd=target).stdout.splitlines()]
+    assert row["workflow"] == "hello" and row["status"] == "succeeded"
+    assert "Hello" in git(target, "show", f"fabro/run/{row['run_id']}:hello.txt")
+    again = run_fabro("demo", str(target), cwd=tmp_path)
+    assert again.returncode == 1 and "not an empty directory" in again.stderr

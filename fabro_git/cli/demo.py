@@ -1,0 +1,53 @@
+"""`git fabro demo`: a first run with nothing to set up.
+
+It makes a scratch repository with one commit (and a local identity, for a machine
+where git has none yet), runs the shipped `hello` example in it for real, and says
+what to look at. Nothing outside the new directory is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from fabro_git.errors import ConfigError
+
+
+def run(directory: Path | None) -> int:
+    if directory is None:
+        target = Path(tempfile.mkdtemp(prefix="git-fabro-demo-"))
+    else:
+        target = directory.expanduser().resolve()
+        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+            raise ConfigError(f"{target} is not an empty directory", hint="name a new directory, or leave it out")
+        target.mkdir(parents=True, exist_ok=True)
+    _git(target, "init", "-q", "-b", "main")
+    for key, value in (("user.name", "git fabro demo"), ("user.email", "demo@localhost")):
+        if not _git(target, "config", key, check=False).strip():
+            _git(target, "config", key, value)
+    (target / "README.md").write_text("A scratch repository made by `git fabro demo`.\n")
+    _git(target, "add", "README.md")
+    _git(target, "commit", "-q", "-m", "demo: initial commit")
+    print(f"demo repository: {target}", file=sys.stderr)
+    code = subprocess.call([sys.executable, "-m", "fabro_git", "run", "hello"], cwd=target)
+    if code == 0:
+        print(
+            "\nLook around:\n"
+            f"  cd {target}\n"
+            "  git log --oneline --all          # the run branch, one commit per stage\n"
+            "  git fabro ps                     # every run here\n"
+            "  git fabro logs hello --pretty    # what the run did, event by event",
+            file=sys.stderr,
+        )
+    return code
+
+
+def _git(cwd: Path, *args: str, check: bool = True) -> str:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_DIR")}
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env, check=False)
+    if check and proc.returncode != 0:
+        raise ConfigError(f"git {args[0]} failed in {cwd}: {proc.stderr.strip()}")
+    return proc.stdout
