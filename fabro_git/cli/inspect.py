@@ -39,10 +39,13 @@ def run(run_id: str, *, json_output: bool) -> int:
     if json_output:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
+    from fabro_git.cli import _colour as colour
+
+    on = colour.wanted(sys.stdout)
     lines = [
         f"run        {full_id}",
         f"workflow   {manifest.workflow_name} ({manifest.workflow_path or manifest.workflow_slug})",
-        f"status     {status}" + (f": {cp.error}" if cp.error else ""),
+        f"status     {colour.status(status, on)}" + (f": {cp.error}" if cp.error else ""),
         f"goal       {manifest.goal or '-'}",
         f"base       {manifest.base_branch or '-'} @ {manifest.base_sha[:12]}",
         f"branch     {manifest.run_branch or '(in place)'}" + (f" @ {run_tip[:12]}" if run_tip else ""),
@@ -51,7 +54,7 @@ def run(run_id: str, *, json_output: bool) -> int:
         f"active     {format_ms(cp.active_ms)}",
         f"last node  {cp.current_node or '-'}",
         f"next node  {cp.next_node_id or '-'}",
-        f"completed  {len(cp.completed_nodes)} stage(s): {' -> '.join(cp.completed_nodes) or '-'}",
+        f"completed  {len(cp.completed_nodes)} stage{'' if len(cp.completed_nodes) == 1 else 's'}: {' -> '.join(cp.completed_nodes) or '-'}",
     ]
     if cp.node_visits:
         lines.append("visits     " + ", ".join(f"{k}={v}" for k, v in cp.node_visits.items()))

@@ -62,11 +62,21 @@ def _select(data: bytes, keep: Filter) -> list[tuple[bytes, dict[str, Any]]]:
 
 
 def _emit(selected: list[tuple[bytes, dict[str, Any]]], pretty: bool) -> None:
+    from fabro_git.cli import _colour as colour
     from fabro_git.events.render import format_pretty
 
     out = sys.stdout
+    on = pretty and colour.wanted(out)
     for line, event in selected:
-        out.write((format_pretty(event) if pretty else line.decode("utf-8", "replace")) + "\n")
+        if pretty:
+            text = format_pretty(event)
+            props = event.get("properties") or {}
+            style = colour.STATUS_STYLE.get(str(props.get("status", "")))
+            if str(event.get("event", "")).endswith((".failed", ".timeout")):
+                style = "red"
+            out.write(colour.paint(text, style, on) + "\n")
+        else:
+            out.write(line.decode("utf-8", "replace") + "\n")
     out.flush()
 
 

@@ -10,6 +10,7 @@ import json
 import sys
 from pathlib import Path
 
+from fabro_git.cli import _colour as colour
 from fabro_git.cli._runs import all_rows, format_ms
 
 
@@ -32,6 +33,12 @@ def run(*, json_output: bool) -> int:
         for r in rows
     ]
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
-    for line in table:
-        out.write("  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() + "\n")
+    on = colour.wanted(out)
+    for number, line in enumerate(table):
+        cells = [cell.ljust(widths[i]) for i, cell in enumerate(line)]
+        if number == 0:
+            cells = [colour.paint(cell, "bold", on) for cell in cells]
+        else:
+            cells[2] = colour.status(line[2], on, width=widths[2])
+        out.write("  ".join(cells).rstrip() + "\n")
     return 0
