@@ -109,8 +109,12 @@ def _build_spec(
         options.model = str(model_cfg["name"])
     from fabro_git.engine.session import check_options
     from fabro_git.engine.templating import render_graph
+    from fabro_git.workflow.paths import descendants
 
+    _take_named_files(graph)
     render_graph(graph, goal=goal, inputs=merged_inputs)
+    for child in descendants(graph):
+        render_graph(child, goal=goal, inputs=merged_inputs)
     check_options(options, graph)
     return RunSpec(
         graph=graph,
@@ -123,6 +127,15 @@ def _build_spec(
         setup_commands=setup,
         exclude_globs=excludes,
     )
+
+
+def _take_named_files(graph: Any) -> None:
+    """Read every file the workflow names, once: the run reads them from this snapshot
+    (and records it), so what it runs is what was validated, on every machine."""
+    from fabro_git.workflow.paths import Origin, collect_files, disk_origin
+
+    disk = disk_origin(graph.path)
+    graph.origin = Origin(relpath=disk.relpath, root=disk.root, snapshot=collect_files(graph))
 
 
 def _renderer() -> Any:
