@@ -230,7 +230,9 @@ def child_graph(graph: Graph, node: Node) -> Graph:
         )
     try:
         relpath = origin.resolve(ref)
-        if relpath in origin.chain or relpath == origin.relpath:
+        if relpath == origin.relpath:
+            raise PathRefused("includes itself")
+        if relpath in origin.chain:
             loop = " -> ".join([*origin.chain, origin.relpath, relpath])
             raise PathRefused(f"includes a workflow that includes it ({loop})")
         if len(origin.chain) + 1 > MAX_CHILD_DEPTH:
