@@ -19,6 +19,7 @@ one or a resume on another machine, they come from that snapshot and never from 
 
 from __future__ import annotations
 
+import os
 import posixpath
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -49,9 +50,15 @@ def examples_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "examples"
 
 
+def _realpath(path: Path) -> Path:
+    # Not Path.resolve: it raises RuntimeError on a symlink loop, which a repository
+    # can hold; realpath returns a path that then fails to open, with ELOOP.
+    return Path(os.path.realpath(path))
+
+
 def workflow_root(workflow: Path) -> Path:
     """The directory the files `workflow` names must stay in (see the module docstring)."""
-    real = workflow.resolve()
+    real = _realpath(workflow)
     examples = examples_dir()
     if real.is_relative_to(examples):
         return examples
@@ -117,7 +124,7 @@ class Origin:
 
     def _real(self, relpath: str) -> Path:
         assert self.root is not None
-        real = (self.root / relpath).resolve()
+        real = _realpath(self.root / relpath)
         if not real.is_relative_to(self.root):
             raise PathRefused(
                 f"resolves through a symlink to {real}, outside {self.root_name}; "
@@ -158,7 +165,7 @@ def origin_for(graph: Graph) -> Origin:
 
 def disk_origin(path: Path | None) -> Origin:
     workflow = (path if path is not None else Path.cwd() / "<workflow>").absolute()
-    real = workflow.resolve()
+    real = _realpath(workflow)
     root = workflow_root(workflow)
     return Origin(relpath=real.relative_to(root).as_posix(), root=root)
 
