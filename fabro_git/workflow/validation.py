@@ -956,6 +956,7 @@ def _prompt_file(graph: Graph, node: Node) -> tuple[str, str] | None:
 
 
 def _path_inside_repository(check: _Check) -> Iterator[Diagnostic]:
+    """Every path the workflow names stays inside its root (see workflow/paths.py)."""
     origin = origin_for(check.graph)
     for named in named_paths(check.graph):
         try:
