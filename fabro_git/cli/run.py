@@ -132,9 +132,9 @@ def _build_spec(
 def _take_named_files(graph: Any) -> None:
     """Read every file the workflow names, once: the run reads them from this snapshot
     (and records it), so what it runs is what was validated, on every machine."""
-    from fabro_git.workflow.paths import Origin, collect_files, disk_origin
+    from fabro_git.workflow.paths import Origin, collect_files, origin_for
 
-    disk = disk_origin(graph.path)
+    disk = origin_for(graph)  # the one validation read: the run records what validated
     graph.origin = Origin(relpath=disk.relpath, root=disk.root, snapshot=collect_files(graph))
 
 

@@ -86,8 +86,12 @@ class Origin:
     root: Path | None = None
     snapshot: Mapping[str, bytes] | None = None
     chain: tuple[str, ...] = ()
-    # Child workflows already validated in this pass, so a wide tree of includes is
-    # validated once per file rather than once per path to it.
+    # Shared by every origin derived from this one (same root), so each file is
+    # checked and read once, and what validated is what the run records: paths that
+    # passed the symlink check, file contents, and child workflows already validated
+    # (a wide tree of includes is validated once per file, not once per path to it).
+    checked: set[str] = field(default_factory=set, compare=False, repr=False)
+    contents: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
     memo: dict[str, list[Any]] = field(default_factory=dict, compare=False, repr=False)
 
     def display(self, relpath: str) -> str:
@@ -118,8 +122,9 @@ class Origin:
             )
         if ".git" in PurePosixPath(joined).parts:
             raise PathRefused("is inside .git, which is git's own and no workflow's")
-        if self.snapshot is None and self.root is not None:
+        if self.snapshot is None and self.root is not None and joined not in self.checked:
             self._real(joined)
+            self.checked.add(joined)
         return joined
 
     def _real(self, relpath: str) -> Path:
@@ -140,9 +145,12 @@ class Origin:
                 raise PathRefused(f"is not among the files this run recorded ({relpath})")
             return data
         assert self.root is not None
+        if relpath in self.contents:
+            return self.contents[relpath]
         real = self._real(relpath)
         try:
-            return real.read_bytes()
+            data = self.contents[relpath] = real.read_bytes()
+            return data
         except FileNotFoundError:
             raise PathRefused(f"not found (looked for {self.display(relpath)})") from None
         except IsADirectoryError:
@@ -157,10 +165,11 @@ class Origin:
 
 
 def origin_for(graph: Graph) -> Origin:
-    """The graph's own origin, or one on disk for a graph loaded from a file."""
-    if graph.origin is not None:
-        return graph.origin
-    return disk_origin(graph.path)
+    """The graph's origin; for a graph loaded from a file, its place on disk, found
+    once and kept on the graph."""
+    if graph.origin is None:
+        graph.origin = disk_origin(graph.path)
+    return graph.origin
 
 
 def disk_origin(path: Path | None) -> Origin:

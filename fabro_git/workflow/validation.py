@@ -61,6 +61,7 @@ from fabro_git.workflow.model import (
 from fabro_git.workflow.paths import (
     CHILD_SOURCE,
     CHILD_WORKFLOW,
+    Origin,
     PathRefused,
     child_graph,
     named_paths,
@@ -372,6 +373,7 @@ def _stylesheet_syntax(check: _Check) -> Iterator[Diagnostic]:
 
 def _template_variable(check: _Check) -> Iterator[Diagnostic]:
     graph = check.graph
+    origin = origin_for(graph)
     seen: set[tuple[int | None, int | None, str]] = set()
 
     def scan(
@@ -426,7 +428,7 @@ def _template_variable(check: _Check) -> Iterator[Diagnostic]:
                 value, node.positions.get(key), check.node_pos(node), f"node {node.id!r} {key}"
             ):
                 yield check.on_node("template_variable", ERROR, message, node, pos)
-        prompt_file = _prompt_file(graph, node)
+        prompt_file = _prompt_file(origin, node) if is_file_ref(node.prompt or "") else None
         if prompt_file is not None:
             name, content = prompt_file
             owner = f"node {node.id!r} prompt file {PurePosixPath(name).name}"
@@ -942,12 +944,11 @@ def _stylesheet_model_known(check: _Check) -> Iterator[Diagnostic]:
 # Paths a workflow names -------------------------------------------------------------------
 
 
-def _prompt_file(graph: Graph, node: Node) -> tuple[str, str] | None:
+def _prompt_file(origin: Origin, node: Node) -> tuple[str, str] | None:
     """(root-relative path, text) of the node's `@file` prompt, if it can be read."""
     prompt = node.prompt
     if prompt is None or not is_file_ref(prompt):
         return None
-    origin = origin_for(graph)
     try:
         relpath = origin.resolve(prompt.strip()[1:])
         return relpath, origin.read(relpath).decode("utf-8")
