@@ -68,6 +68,10 @@ def workflow_root(workflow: Path) -> Path:
     return real.parent
 
 
+def _in_git_dir(parts: tuple[str, ...]) -> bool:
+    return any(part.lower() == ".git" for part in parts)
+
+
 def is_file_ref(value: str) -> bool:
     stripped = value.strip()
     return len(stripped) > 1 and stripped.startswith("@") and not any(c.isspace() for c in stripped)
@@ -120,7 +124,7 @@ class Origin:
             raise PathRefused(
                 f"leads outside {self.root_name}; a workflow may name only files inside it"
             )
-        if ".git" in PurePosixPath(joined).parts:
+        if _in_git_dir(PurePosixPath(joined).parts):
             raise PathRefused("is inside .git, which is git's own and no workflow's")
         if self.snapshot is None and self.root is not None and joined not in self.checked:
             self._real(joined)
@@ -135,6 +139,8 @@ class Origin:
                 f"resolves through a symlink to {real}, outside {self.root_name}; "
                 "a workflow may name only files inside it"
             )
+        if _in_git_dir(real.relative_to(self.root).parts):
+            raise PathRefused(f"resolves through a symlink to {real}, inside .git")
         return real
 
     def read(self, relpath: str) -> bytes:

@@ -43,6 +43,7 @@ def test_paths_out_of_the_repository_are_errors_and_run_refuses_them(
     (repo / "inside").mkdir()
     (repo / "inside" / "link.md").symlink_to(tmp_path / "secret.txt")
     (repo / "inside" / "dirlink").symlink_to(tmp_path)
+    (repo / "inside" / "gitlink.md").symlink_to(repo / ".git" / "config")
     git(repo, "add", "inside")
     lines = [
         "digraph Escape {",
@@ -55,7 +56,8 @@ def test_paths_out_of_the_repository_are_errors_and_run_refuses_them(
         '    dir   [prompt="@inside/dirlink/secret.txt"]',
         '    gitc  [prompt="@.git/config"]',
         '    child [shape=house, stack.child_workflow="../elsewhere.fabro"]',
-        "    start -> up -> abs -> home -> link -> dir -> gitc -> child -> exit",
+        '    gitl  [prompt="@inside/gitlink.md"]',
+        "    start -> up -> abs -> home -> link -> dir -> gitc -> child -> gitl -> exit",
         "}",
     ]
     write_workflow(repo, "\n".join(lines) + "\n")
@@ -76,6 +78,7 @@ def test_paths_out_of_the_repository_are_errors_and_run_refuses_them(
         "wf.fabro:8:19": "'@inside/dirlink/secret.txt' resolves through a symlink",
         "wf.fabro:9:19": "'@.git/config' is inside .git",
         "wf.fabro:10:46": "stack.child_workflow '../elsewhere.fabro' leads outside",
+        "wf.fabro:11:19": "'@inside/gitlink.md' resolves through a symlink",
     }
     assert sorted(found) == sorted(expected), proc.stdout
     for where, text in expected.items():
