@@ -113,6 +113,8 @@ def _build_spec(
 
     _take_named_files(graph)
     render_graph(graph, goal=goal, inputs=merged_inputs)
+    # Children render again each time they run; this finds a missing input in one
+    # before the run exists.
     for child in descendants(graph):
         render_graph(child, goal=goal, inputs=merged_inputs)
     check_options(options, graph)
