@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-
-def examples_dir() -> Path:
-    return Path(__file__).resolve().parent.parent / "examples"
+from fabro_git.workflow.paths import examples_dir
 
 
 def example_names() -> list[str]:

@@ -110,6 +110,7 @@ def _build_spec(
             raise ConfigError(f"--goal-file {goal_file}: {exc}") from exc
     from fabro_git.engine.session import check_options
     from fabro_git.engine.templating import render_goal, render_graph
+    from fabro_git.workflow.paths import descendants
     from fabro_git.workflow.templates import check_input_names, check_script_values
 
     merged_inputs = {str(k): str(v) for k, v in (run_cfg.get("inputs") or {}).items()}
@@ -119,7 +120,12 @@ def _build_spec(
         goal = run_cfg.get("goal") or render_goal(graph, inputs=merged_inputs)
     merged_labels = {str(k): str(v) for k, v in (run_cfg.get("labels") or {}).items()}
     merged_labels.update(_pairs(labels, "--label"))
+    _take_named_files(graph)
     render_graph(graph, goal=goal, inputs=merged_inputs)
+    # Children render again each time they run; this finds a missing input in one
+    # before the run exists.
+    for child in descendants(graph):
+        render_graph(child, goal=goal, inputs=merged_inputs)
     # Prepare steps of a run config are shell as written (not templates): they read
     # $FABRO_GOAL and $FABRO_INPUT_* like every script.
     setup = [str(s.get("script")) for s in (run_cfg.get("prepare") or {}).get("steps", []) if s.get("script")]
@@ -144,6 +150,15 @@ def _build_spec(
         setup_commands=setup,
         exclude_globs=excludes,
     )
+
+
+def _take_named_files(graph: Any) -> None:
+    """Read every file the workflow names, once: the run reads them from this snapshot
+    (and records it), so what it runs is what was validated, on every machine."""
+    from fabro_git.workflow.paths import Origin, collect_files, origin_for
+
+    disk = origin_for(graph)  # the one validation read: the run records what validated
+    graph.origin = Origin(relpath=disk.relpath, root=disk.root, snapshot=collect_files(graph))
 
 
 def _renderer(output: str) -> Any:

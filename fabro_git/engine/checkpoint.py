@@ -68,6 +68,9 @@ class Manifest(msgspec.Struct, kw_only=True):
     in_place: bool
     settings: dict[str, Any]
     tool_version: str
+    # The workflow file's path inside its root: `graphs/` keeps the files it names by
+    # the same relative paths (None for runs recorded before `graphs/` existed).
+    workflow_file: str | None = None
 
 
 _encoder = msgspec.json.Encoder(order="deterministic")

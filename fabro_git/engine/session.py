@@ -147,6 +147,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
             "exclude_globs": spec.exclude_globs,
         },
         tool_version=__version__,
+        workflow_file=graph.origin.relpath if graph.origin is not None else None,
     )
     cp = Checkpoint(status="running", started_at=manifest.created_at, timestamp=manifest.created_at)
     ctx = Context()
@@ -196,7 +197,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
         "manifest.json": encode(manifest),
         "graph.fabro": spec.source.encode(),
     }
-    files.update(_prompt_files(graph, spec.workflow_path))
+    files.update(_workflow_files(graph))
     sha = recorder.snapshot("init", "init", cp, files)
     if sha is None:
         raise StoreError(f"could not write the first snapshot of run {run_id} to {runrefs.meta_ref(run_id)}")
@@ -211,18 +212,15 @@ def create_run_branch(repo: GitRepo, run_id: str, base_sha: str) -> None:
     repo.update_ref(runrefs.run_branch_ref(run_id), base_sha, old=None, message=f"fabro: create run {run_id}")
 
 
-def _prompt_files(graph: Graph, workflow_path: Path | None) -> dict[str, bytes]:
-    """Copies of `@file` prompts, so a clone can resume without the files."""
-    from fabro_git.workflow.templates import resolve_file_ref
+def _workflow_files(graph: Graph) -> dict[str, bytes]:
+    """The files the workflow names (`@file` prompts, child workflows) as this run reads
+    them, under `graphs/`: a resume, here or in a clone, reads them from there."""
+    from fabro_git.workflow.paths import SNAPSHOT_DIR
 
-    out: dict[str, bytes] = {}
-    for node in graph.nodes.values():
-        prompt = node.get("prompt")
-        if prompt and prompt.startswith("@"):
-            path = resolve_file_ref(prompt, workflow_path)
-            if path is not None and path.is_file():
-                out[f"prompts/{node.id}.md"] = path.read_bytes()
-    return out
+    origin = graph.origin
+    if origin is None or origin.snapshot is None:
+        return {}
+    return {f"{SNAPSHOT_DIR}/{relpath}": data for relpath, data in origin.snapshot.items()}
 
 
 def graph_slug(graph: Graph, path: Path | None) -> str:
@@ -267,22 +265,44 @@ def unreadable_meta(run_id: str, meta: str, exc: StoreError) -> FabroError:
 
 
 def _load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, meta: str) -> Graph:
+    """The graph as the run first walked it: its source, the files it names and its
+    templates all come from the run's snapshot and manifest, never from the disk."""
+    from fabro_git.engine.templating import render_graph
     from fabro_git.workflow import parse
+    from fabro_git.workflow.paths import SNAPSHOT_DIR, Origin
 
     path = Path(manifest.workflow_path) if manifest.workflow_path else None
     graph = parse(source, path)
-    # Prompts referenced with @file come from the snapshot when the file is gone.
-    for node in graph.nodes.values():
-        prompt = node.get("prompt")
-        if prompt and prompt.startswith("@"):
-            from fabro_git.workflow.templates import resolve_file_ref
-
-            ref = resolve_file_ref(prompt, path)
-            if ref is None or not ref.is_file():
-                saved = repo.read_file(meta, f"prompts/{node.id}.md")
-                if saved is not None:
-                    node.attrs["prompt"] = saved.decode("utf-8")
+    relpath = manifest.workflow_file
+    if relpath is not None:
+        depth = len(Path(relpath).parts)
+        root = path.parents[depth - 1] if path is not None and len(path.parents) >= depth else None
+        snapshot = _read_dir(repo, meta, SNAPSHOT_DIR)
+        graph.origin = Origin(relpath=relpath, root=root, snapshot=snapshot)
+    else:
+        # Recorded before `graphs/`: @file prompts were kept as prompts/<node>.md.
+        for node in graph.nodes.values():
+            saved = repo.read_file(meta, f"prompts/{node.id}.md")
+            if saved is not None:
+                node.attrs["prompt"] = saved.decode("utf-8")
+    render_graph(graph, goal=manifest.goal, inputs=manifest.inputs)
     return graph
+
+
+def _read_dir(repo: GitRepo, commit: str, directory: str) -> dict[str, bytes]:
+    """Every file under `directory` of `commit`, by its path inside it."""
+    out: dict[str, bytes] = {}
+    pending = [""]
+    while pending:
+        sub = pending.pop()
+        for name in repo.list_dir(commit, f"{directory}/{sub}".rstrip("/")) or []:
+            relpath = f"{sub}/{name}" if sub else name
+            data = repo.read_file(commit, f"{directory}/{relpath}")
+            if data is None:
+                pending.append(relpath)
+            else:
+                out[relpath] = data
+    return out
 
 
 def ensure_worktree(repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Any) -> tuple[Path, bool]:

@@ -9,7 +9,6 @@ stage's status, and the context keys it set flow back as the stage's updates.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.context import context_delta
@@ -21,26 +20,16 @@ from fabro_git.workflow import Graph
 
 
 def load_child(req: StageRequest) -> Graph:
-    from fabro_git.workflow import load, parse
-    from fabro_git.workflow.validation import has_errors, validate
+    """The child workflow, from the files the run recorded, validated and rendered with
+    the run's goal and inputs, as the parent was."""
+    from fabro_git.engine.templating import render_graph
+    from fabro_git.workflow.paths import child_graph
+    from fabro_git.workflow.validation import validate
 
     node = req.node
-    inline = node.get("stack.child_dot_source")
-    ref = node.get("stack.child_workflow")
-    if inline:
-        child = parse(inline, req.graph.path)
-    elif ref:
-        base = req.graph.path.parent if req.graph.path else Path.cwd()
-        child = load((base / Path(ref).expanduser()).resolve())
-    else:
-        raise WorkflowError(
-            f"sub-workflow node {node.id!r} needs stack.child_workflow=\"path.fabro\" or stack.child_dot_source",
-            path=req.graph.path,
-            line=node.line,
-            column=node.column,
-        )
+    child = child_graph(req.graph, node)
     problems = [d for d in validate(child) if d.severity == "error"]
-    if has_errors(problems):
+    if problems:
         first = problems[0]
         raise WorkflowError(
             f"child workflow of {node.id!r} is invalid: [{first.rule}] {first.message}",
@@ -48,6 +37,8 @@ def load_child(req: StageRequest) -> Graph:
             line=first.line,
             column=first.column,
         )
+    manifest = req.runtime.manifest
+    render_graph(child, goal=manifest.goal, inputs=manifest.inputs)
     return child
 
 
@@ -70,7 +61,13 @@ async def execute(req: StageRequest) -> Outcome:
         restart_signatures={},
         prefix=f"{req.scope.qualified(node.id)}/",
     )
-    runtime.emit("subgraph.started", start_node=start.id, node_id=node.id, node_label=node.label, stage_id=req.stage_id)
+    runtime.emit(
+        "subgraph.started",
+        start_node=start.id,
+        node_id=node.id,
+        node_label=node.label,
+        stage_id=req.stage_id,
+    )
     started = time.monotonic()
     status = oc.SUCCEEDED
     error = None
@@ -106,4 +103,6 @@ async def execute(req: StageRequest) -> Outcome:
     updates = context_delta(before, scope.context)
     if status == oc.FAILED:
         return Outcome.failure(f"child workflow failed: {error}", context_updates=updates)
-    return Outcome(status=status, context_updates=updates, notes=f"child workflow ran {scope.steps} stages")
+    return Outcome(
+        status=status, context_updates=updates, notes=f"child workflow ran {scope.steps} stages"
+    )

@@ -12,8 +12,12 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fabro_git.errors import WorkflowError
+
+if TYPE_CHECKING:
+    from fabro_git.workflow.paths import Origin
 
 # Handler types, as the engine dispatches on them.
 START = "start"
@@ -282,6 +286,9 @@ class Graph(_Attributed):
     line: int = 1
     column: int = 1
     subgraphs: list[Subgraph] = field(default_factory=list)
+    # Where the files this workflow names come from; None reads them from disk beside
+    # `path` (see workflow/paths.py).
+    origin: Origin | None = None
 
     def _describe(self) -> str:
         return f"graph {self.name!r}"

@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Collection, Iterator, Mapping
-from pathlib import Path
 
-from fabro_git.errors import ConfigError, FabroError, WorkflowError
+from fabro_git.errors import ConfigError, FabroError
 from fabro_git.workflow.model import Graph, Node
+from fabro_git.workflow.paths import is_file_ref as is_file_ref
 
 _RAW_OPEN = re.compile(r"\{%-?\s*raw\s*-?%\}")
 _RAW_CLOSE = re.compile(r"\{%-?\s*endraw\s*-?%\}")
@@ -344,55 +344,9 @@ def is_known_variable(name: str) -> bool:
     return name == "goal" or _INPUT_RE.match(name) is not None
 
 
-def is_file_ref(value: str) -> bool:
-    stripped = value.strip()
-    return len(stripped) > 1 and stripped.startswith("@") and not any(c.isspace() for c in stripped)
-
-
-def resolve_file_ref(value: str, workflow_path: Path | None) -> Path | None:
-    """Where an `@path/file.md` reference points; None if `value` is not one.
-
-    Relative paths are resolved against the workflow's directory, falling back to
-    `~/.fabro/`. The returned path may not exist: callers decide how to report that.
-    """
-    if not is_file_ref(value):
-        return None
-    target = Path(value.strip()[1:]).expanduser()
-    if target.is_absolute():
-        return target
-    base = workflow_path.parent if workflow_path is not None else Path.cwd()
-    primary = base / target
-    if primary.is_file():
-        return primary
-    fallback = Path.home() / ".fabro" / target
-    if fallback.is_file():
-        return fallback
-    return primary
-
-
 def load_prompt(node: Node, graph: Graph) -> str | None:
     """The node's prompt text, reading an `@file` reference; None without a prompt."""
-    prompt = node.prompt
-    if prompt is None:
-        return None
-    path = resolve_file_ref(prompt, graph.path)
-    if path is None:
-        return prompt
-    line, column = node.positions.get("prompt", (node.line, node.column))
-    try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise WorkflowError(
-            f"node {node.id!r}: prompt file {prompt.strip()!r} not found (looked for {path})",
-            path=graph.path,
-            line=line,
-            column=column,
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise WorkflowError(
-            f"node {node.id!r}: cannot read prompt file {path}: {reason}",
-            path=graph.path,
-            line=line,
-            column=column,
-        ) from None
+    from fabro_git.workflow.paths import read_prompt
+
+    text = read_prompt(graph, node)
+    return text if text is not None else node.prompt

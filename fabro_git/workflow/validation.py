@@ -29,8 +29,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
+from fabro_git.errors import WorkflowError
 from fabro_git.workflow import catalogue
 from fabro_git.workflow.conditions import (
     STANDARD_OUTCOMES,
@@ -46,6 +47,7 @@ from fabro_git.workflow.model import (
     HANDLER_TYPES,
     HUMAN,
     LLM_TYPES,
+    MANAGER_LOOP,
     PARALLEL,
     SHAPE_TO_TYPE,
     START,
@@ -57,13 +59,21 @@ from fabro_git.workflow.model import (
     parse_bool,
     parse_duration,
 )
+from fabro_git.workflow.paths import (
+    CHILD_SOURCE,
+    CHILD_WORKFLOW,
+    Origin,
+    PathRefused,
+    child_graph,
+    named_paths,
+    origin_for,
+)
 from fabro_git.workflow.stylesheet import StylesheetError, parse_stylesheet
 from fabro_git.workflow.templates import (
     TemplateError,
     is_file_ref,
     is_known_variable,
     render_script,
-    resolve_file_ref,
     template_references,
 )
 
@@ -365,6 +375,7 @@ def _stylesheet_syntax(check: _Check) -> Iterator[Diagnostic]:
 
 def _template_variable(check: _Check) -> Iterator[Diagnostic]:
     graph = check.graph
+    origin = origin_for(graph)
     seen: set[tuple[int | None, int | None, str]] = set()
 
     def scan(
@@ -419,18 +430,13 @@ def _template_variable(check: _Check) -> Iterator[Diagnostic]:
                 value, node.positions.get(key), check.node_pos(node), f"node {node.id!r} {key}"
             ):
                 yield check.on_node("template_variable", ERROR, message, node, pos)
-        prompt = node.prompt
-        if prompt is not None and is_file_ref(prompt):
-            path = resolve_file_ref(prompt, graph.path)
-            if path is not None and path.is_file():
-                try:
-                    content = path.read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError):
-                    continue
-                owner = f"node {node.id!r} prompt file {path.name}"
-                where = node.positions.get("prompt")
-                for pos, message in scan(content, where, check.node_pos(node), owner, in_file=True):
-                    yield check.on_node("template_variable", ERROR, message, node, pos)
+        prompt_file = _prompt_file(origin, node) if is_file_ref(node.prompt or "") else None
+        if prompt_file is not None:
+            name, content = prompt_file
+            owner = f"node {node.id!r} prompt file {PurePosixPath(name).name}"
+            where = node.positions.get("prompt")
+            for pos, message in scan(content, where, check.node_pos(node), owner, in_file=True):
+                yield check.on_node("template_variable", ERROR, message, node, pos)
     for edge in graph.edges:
         for key, value in edge.attrs.items():
             owner = f"edge {edge.source} -> {edge.target} {key}"
@@ -860,20 +866,24 @@ def _script_template(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _unresolved_file_ref(check: _Check) -> Iterator[Diagnostic]:
-    for node in check.graph.nodes.values():
-        prompt = node.prompt
-        if prompt is None:
+    origin = origin_for(check.graph)
+    for named in named_paths(check.graph):
+        if named.key != "prompt":
             continue
-        path = resolve_file_ref(prompt, check.graph.path)
-        if path is None or path.is_file():
-            continue
-        yield check.on_node(
-            "unresolved_file_ref",
-            ERROR,
-            f"node {node.id!r}: prompt file {prompt.strip()!r} not found (looked for {path})",
-            node,
-            check.node_pos(node, "prompt"),
-        )
+        try:
+            relpath = origin.resolve(named.ref)
+        except PathRefused:
+            continue  # path_inside_repository reports it
+        try:
+            origin.read(relpath)
+        except PathRefused as exc:
+            yield check.on_node(
+                "unresolved_file_ref",
+                ERROR,
+                f"node {named.node.id!r}: prompt file {'@' + named.ref!r} {exc.message}",
+                named.node,
+                check.node_pos(named.node, "prompt"),
+            )
 
 
 def _thread_id_requires_fidelity_full(check: _Check) -> Iterator[Diagnostic]:
@@ -956,6 +966,88 @@ def _stylesheet_model_known(check: _Check) -> Iterator[Diagnostic]:
         )
 
 
+# Paths a workflow names -------------------------------------------------------------------
+
+
+def _prompt_file(origin: Origin, node: Node) -> tuple[str, str] | None:
+    """(root-relative path, text) of the node's `@file` prompt, if it can be read."""
+    prompt = node.prompt
+    if prompt is None or not is_file_ref(prompt):
+        return None
+    try:
+        relpath = origin.resolve(prompt.strip()[1:])
+        return relpath, origin.read(relpath).decode("utf-8")
+    except (PathRefused, UnicodeDecodeError):
+        return None
+
+
+def _path_inside_repository(check: _Check) -> Iterator[Diagnostic]:
+    """Every path the workflow names stays inside its root (see workflow/paths.py)."""
+    origin = origin_for(check.graph)
+    for named in named_paths(check.graph):
+        try:
+            origin.resolve(named.ref)
+        except PathRefused as exc:
+            shown = (
+                f"prompt file {'@' + named.ref!r}"
+                if named.key == "prompt"
+                else f"{named.key} {named.ref!r}"
+            )
+            yield check.on_node(
+                "path_inside_repository",
+                ERROR,
+                f"node {named.node.id!r}: {shown} {exc.message}",
+                named.node,
+                check.node_pos(named.node, named.key),
+            )
+
+
+def _child_workflow(check: _Check) -> Iterator[Diagnostic]:
+    """A sub-workflow's child must exist, parse and validate, and not include itself;
+    its problems are reported at the parent's attribute."""
+    graph = check.graph
+    origin = origin_for(graph)
+    for node in graph.nodes.values():
+        if node.handler_type != MANAGER_LOOP:
+            continue
+        key = CHILD_SOURCE if node.attrs.get(CHILD_SOURCE) else CHILD_WORKFLOW
+        pos = check.node_pos(node, key)
+        ref = (node.attrs.get(CHILD_WORKFLOW) or "").strip()
+        if key == CHILD_WORKFLOW and ref:
+            try:
+                origin.resolve(ref)
+            except PathRefused:
+                continue  # path_inside_repository reports it
+        try:
+            child = child_graph(graph, node)
+        except WorkflowError as err:
+            yield check.on_node("child_workflow", ERROR, err.detail, node, pos)
+            continue
+        assert child.origin is not None
+        memo = child.origin.memo
+        memo_key = child.origin.relpath if key == CHILD_WORKFLOW else None
+        if memo_key is not None and memo_key in memo:
+            problems = memo[memo_key]
+        else:
+            problems = [
+                d for d in validate(child, known_models=check.known_models) if d.severity == ERROR
+            ]
+            if memo_key is not None:
+                memo[memo_key] = problems
+        what = f"child workflow {ref!r}" if key == CHILD_WORKFLOW else CHILD_SOURCE
+        # An inline child's positions count from the start of the attribute's value.
+        file = str(child.path) if key == CHILD_WORKFLOW else "inline"
+        for problem in problems:
+            where = ":".join(str(p) for p in (file, problem.line, problem.column) if p is not None)
+            yield check.on_node(
+                "child_workflow",
+                ERROR,
+                f"node {node.id!r}: {what}: {where}: [{problem.rule}] {problem.message}",
+                node,
+                pos,
+            )
+
+
 RULES: tuple[Rule, ...] = (
     _start_node,
     _terminal_node,
@@ -982,6 +1074,8 @@ RULES: tuple[Rule, ...] = (
     _unresolved_file_ref,
     _thread_id_requires_fidelity_full,
     _stylesheet_model_known,
+    _path_inside_repository,
+    _child_workflow,
 )
 
 RULE_IDS: tuple[str, ...] = tuple(rule.__name__.lstrip("_") for rule in RULES)

@@ -8,11 +8,11 @@ import pytest
 
 from fabro_git.errors import WorkflowError
 from fabro_git.workflow import parse
+from fabro_git.workflow.paths import PathRefused, disk_origin, is_file_ref
 from fabro_git.workflow.templates import (
     TemplateError,
     load_prompt,
     render,
-    resolve_file_ref,
     template_variables,
 )
 
@@ -90,27 +90,33 @@ def test_template_variables() -> None:
         template_variables("{{ unclosed")
 
 
-def test_resolve_file_ref_relative_to_workflow(tmp_path: Path) -> None:
+def test_file_refs_resolve_relative_to_the_workflow(tmp_path: Path) -> None:
     (tmp_path / "prompts").mkdir()
     (tmp_path / "prompts" / "plan.md").write_text("Plan it")
-    workflow = tmp_path / "flow.fabro"
-    assert resolve_file_ref("@prompts/plan.md", workflow) == tmp_path / "prompts" / "plan.md"
-    assert resolve_file_ref("@prompts/none.md", workflow) == tmp_path / "prompts" / "none.md"
-    assert resolve_file_ref("not a ref", workflow) is None
-    assert resolve_file_ref("@mention someone", workflow) is None
-    assert resolve_file_ref("@", workflow) is None
+    origin = disk_origin(tmp_path / "flow.fabro")
+    assert origin.root == tmp_path.resolve()
+    assert origin.resolve("prompts/plan.md") == "prompts/plan.md"
+    assert origin.read("prompts/plan.md") == b"Plan it"
+    assert origin.resolve("prompts/none.md") == "prompts/none.md"
+    assert not is_file_ref("not a ref")
+    assert not is_file_ref("@mention someone")
+    assert not is_file_ref("@")
 
 
-def test_resolve_file_ref_home_and_fallback(tmp_path: Path, hermetic_env: Path) -> None:
-    (hermetic_env / "shared.md").write_text("home")
+def test_file_refs_outside_the_root_are_refused(tmp_path: Path, hermetic_env: Path) -> None:
+    # No `~/.fabro` fallback, no home, no absolute path, no way up: a workflow outside
+    # any repository names files in its own directory tree only.
     (hermetic_env / ".fabro" / "prompts").mkdir(parents=True)
     (hermetic_env / ".fabro" / "prompts" / "review.md").write_text("fallback")
-    workflow = tmp_path / "flow.fabro"
-    assert resolve_file_ref("@~/shared.md", workflow) == hermetic_env / "shared.md"
-    assert resolve_file_ref("@prompts/review.md", workflow) == (
-        hermetic_env / ".fabro" / "prompts" / "review.md"
-    )
-    assert resolve_file_ref("@../up.md", workflow) == tmp_path / ".." / "up.md"
+    workflow_dir = tmp_path / "flows"
+    workflow_dir.mkdir()
+    origin = disk_origin(workflow_dir / "flow.fabro")
+    for ref in ("~/shared.md", "/etc/passwd", "../up.md", "a/../../up.md", ".git/config"):
+        with pytest.raises(PathRefused):
+            origin.resolve(ref)
+    assert origin.resolve("prompts/review.md") == "prompts/review.md"
+    with pytest.raises(PathRefused, match="not found"):
+        origin.read("prompts/review.md")
 
 
 def test_load_prompt_inline_file_and_missing(tmp_path: Path) -> None:
