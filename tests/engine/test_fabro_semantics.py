@@ -4,10 +4,13 @@ walk that ends at a stage with no edge to take."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
-from conftest import meta_file, run_events, run_json, write_workflow
+from conftest import ROOT, git, meta_file, run_events, run_json, write_workflow
+
+from fabro_git.workflow import parse, validate
 
 
 def stage_nodes(events: list[dict]) -> list[str]:
@@ -273,3 +276,69 @@ def test_a_parallel_branch_ends_at_a_stage_with_no_edge(repo: Path) -> None:
     assert branches == {"joined": "succeeded", "stray": "succeeded"}
     assert [n["node_id"] for n in notices(events, "no_outgoing_edge")] == ["stray"]
     assert stage_nodes(events)[-2:] == ["merge", "exit"]
+
+
+# Every complete workflow from the reference docs (copied as fixtures) runs to an end
+# as a user would try it: a dry run, approvals automatic, within a minute.
+REFERENCE_WORKFLOWS = ROOT / "tests" / "fixtures" / "reference_workflows"
+
+# fixture -> the inputs it needs (`-V NAME=VALUE`).
+RUN_INPUTS: dict[str, list[str]] = {
+    "fabro-workflows-variables-1": [
+        "-V",
+        "repo_name=demo",
+        "-V",
+        "repo_url=./no-such-repo",
+        "-V",
+        "language=python",
+    ],
+}
+
+# fixture -> (text of the only failure allowed, why): a command that needs a tool or a
+# file the test repository does not have.
+MAY_FAIL: dict[str, tuple[str, str]] = {
+    "fabro-workflows-variables-1": (
+        "fatal: repository './no-such-repo' does not exist",
+        "its first stage clones the repository named by an input, and there is none to clone",
+    ),
+}
+
+
+def runnable_reference_workflows() -> list[str]:
+    names = []
+    for path in sorted(REFERENCE_WORKFLOWS.glob("*.fabro")):
+        diagnostics = validate(parse(path.read_text(encoding="utf-8"), path))
+        if not any(d.severity == "error" for d in diagnostics):
+            names.append(path.stem)
+    return names
+
+
+RUNNABLE = runnable_reference_workflows()
+
+
+def test_the_reference_workflows_include_the_complete_ones() -> None:
+    assert len(RUNNABLE) == 9, RUNNABLE
+    assert set(RUN_INPUTS) | set(MAY_FAIL) <= set(RUNNABLE)
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_a_reference_workflow_dry_runs_to_an_end(repo: Path, name: str) -> None:
+    shutil.copy(REFERENCE_WORKFLOWS / f"{name}.fabro", repo / f"{name}.fabro")
+    git(repo, "add", f"{name}.fabro")
+    git(repo, "commit", "-q", "-m", f"add {name}")
+    proc, result = run_json(
+        "run",
+        f"{name}.fabro",
+        "--dry-run",
+        "--auto-approve",
+        *RUN_INPUTS.get(name, []),
+        cwd=repo,
+        timeout=60,
+    )
+    if name in MAY_FAIL:
+        reason, _why = MAY_FAIL[name]
+        assert result["status"] == "failed", proc.stderr
+        assert reason in proc.stderr
+    else:
+        assert proc.returncode == 0, proc.stderr
+        assert result["status"] in ("succeeded", "partially_succeeded")
