@@ -455,15 +455,20 @@ class Runtime:
                 return Decision(None, f"{qid} asked to jump to unknown node {result.jump_to_node!r}")
             self._edge_event(scope, node, result, result.jump_to_node, None, None, "jump", True)
             return Decision(result.jump_to_node)
-        selection = select_edge(
-            graph,
-            node,
-            status=result.status,
-            preferred_label=result.preferred_label,
-            suggested_next_ids=result.suggested_next_ids,
-            context=scope.context,
-            rng=self.rng,
-        )
+        # A fan-out's edges are its branches, already run: when none reached a fan-in,
+        # there is no edge left to take.
+        fanned_out = node.handler_type == "parallel"
+        selection = None
+        if not fanned_out:
+            selection = select_edge(
+                graph,
+                node,
+                status=result.status,
+                preferred_label=result.preferred_label,
+                suggested_next_ids=result.suggested_next_ids,
+                context=scope.context,
+                rng=self.rng,
+            )
         if (
             result.status == oc.FAILED
             and node.handler_type != "conditional"
@@ -487,7 +492,7 @@ class Runtime:
                     f"no outgoing edge of {qid} matches (status {result.status}); "
                     "add an unconditional edge or a condition that covers this outcome",
                 )
-            return self._dead_end(scope, node, result)
+            return self._dead_end(scope, node, result, fanned_out=fanned_out)
         edge = selection.edge
         if edge.loop_restart:
             if result.status == oc.FAILED and not may_cross_loop_restart(result.failure_class):
@@ -509,18 +514,26 @@ class Runtime:
         self._edge_event(scope, node, result, edge.target, edge.label, edge.condition, selection.reason, False)
         return Decision(edge.target)
 
-    def _dead_end(self, scope: Scope, node: Node, result: Outcome) -> Decision:
+    def _dead_end(self, scope: Scope, node: Node, result: Outcome, *, fanned_out: bool) -> Decision:
         """A stage that did not fail and has no edge to take ends its walk, as the exit would."""
-        walk = _WALK_NAMES[scope.kind]
+        qid, walk = scope.qualified(node.id), _WALK_NAMES[scope.kind]
+        if fanned_out:
+            message = (
+                f"{qid} finished {result.status}, but none of its branches reached a fan-in, so "
+                f"{walk} ends there and no branch's changes are merged; lead the branches to a "
+                "fan-in (shape=tripleoctagon) for the workflow to go on"
+            )
+        else:
+            message = (
+                f"{qid} finished {result.status} and has no outgoing edge to take, so {walk} "
+                "ends there; add an edge from it if the workflow should go on"
+            )
         self.emit(
             "run.notice",
             level="warn",
             code="no_outgoing_edge",
-            message=(
-                f"{scope.qualified(node.id)} finished {result.status} with no outgoing edge to take, "
-                f"so {walk} ends there; add an edge from it if the workflow should go on"
-            ),
-            node_id=scope.qualified(node.id),
+            message=message,
+            node_id=qid,
             node_label=node.label,
         )
         return Decision(None)

@@ -135,7 +135,7 @@ def test_a_stage_with_no_edge_to_take_ends_the_run(repo: Path) -> None:
     assert notice["node_id"] == "deploy"
     assert notice["properties"]["level"] == "warn"
     assert (
-        "deploy finished succeeded with no outgoing edge to take, so the run ends there"
+        "deploy finished succeeded and has no outgoing edge to take, so the run ends there"
         in notice["properties"]["message"]
     )
     assert [e["properties"]["status"] for e in events if e["event"] == "run.completed"] == [
@@ -276,6 +276,35 @@ def test_a_parallel_branch_ends_at_a_stage_with_no_edge(repo: Path) -> None:
     assert branches == {"joined": "succeeded", "stray": "succeeded"}
     assert [n["node_id"] for n in notices(events, "no_outgoing_edge")] == ["stray"]
     assert stage_nodes(events)[-2:] == ["merge", "exit"]
+
+
+def test_a_fan_out_whose_branches_reach_no_fan_in_ends_the_run(repo: Path) -> None:
+    # Its edges are its branches: taking one again after the fan-out would run that
+    # branch's stage a second time, in the run's own worktree.
+    write_workflow(
+        repo,
+        """
+        digraph Fan {
+            graph [goal="fan out"]
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            fan [shape=component]
+            a [shape=parallelogram, script="echo a >> a"]
+            b [shape=parallelogram, script="echo b >> b"]
+            start -> fan
+            fan -> a
+            fan -> b
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert result["status"] == "succeeded"
+    events = run_events(result["run_id"], repo)
+    assert sorted(stage_nodes(events)) == ["a", "b", "fan", "start"]
+    ended = {n["node_id"]: n["properties"]["message"] for n in notices(events, "no_outgoing_edge")}
+    assert set(ended) == {"a", "b", "fan"}
+    assert "none of its branches reached a fan-in, so the run ends there" in ended["fan"]
 
 
 # Every complete workflow from the reference docs (copied as fixtures) runs to an end
