@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import trio
@@ -199,10 +199,13 @@ class Runtime:
 
     def _enter(self, scope: Scope, node: Node) -> int:
         visit = scope.visits.get(node.id, 0) + 1
-        limit, source = visit_limit(node, scope.graph, dry_run=self.options.dry_run)
-        if limit and visit > limit:
+        bound = visit_limit(node, scope.graph, dry_run=self.options.dry_run)
+        ran = visit - 1
+        if bound.across_restarts:
+            ran = max(ran, scope.completed.count(node.id))
+        if bound.most and ran >= bound.most:
             raise RunFailed(
-                f"node {scope.qualified(node.id)} has run {limit} times, its limit ({source}); "
+                f"node {scope.qualified(node.id)} has run {ran} times, its limit ({bound.source}); "
                 "the run is stuck in a cycle"
             )
         scope.visits[node.id] = visit
@@ -655,23 +658,30 @@ def walk_finished(cp: Checkpoint, graph: Graph) -> bool:
 DRY_RUN_VISIT_LIMIT = 10
 
 
-def visit_limit(node: Node, graph: Graph, *, dry_run: bool) -> tuple[int, str]:
-    """How many times `node` may run in one walk (0: no limit), and where that number comes from.
+class VisitLimit(NamedTuple):
+    most: int  # 0: no limit
+    source: str
+    # The dry-run bound holds across loop restarts, which reset visit counts: it exists
+    # so that a dry run always ends.
+    across_restarts: bool = False
+
+
+def visit_limit(node: Node, graph: Graph, *, dry_run: bool) -> VisitLimit:
+    """How many times `node` may run in one walk, and where that number comes from.
 
     The node's `max_visits` wins, then the graph's `max_node_visits` (0 turns the limit
     off); with neither, a dry run stops at DRY_RUN_VISIT_LIMIT and a real run never does.
     """
     own = node.get_int("max_visits", 0)
     if own > 0:
-        return own, f"max_visits={own} on the node"
+        return VisitLimit(own, f"max_visits={own} on the node")
     graph_limit = graph.get_int("max_node_visits", -1)
     if graph_limit >= 0:
-        return graph_limit, f"max_node_visits={graph_limit} on the graph"
+        return VisitLimit(graph_limit, f"max_node_visits={graph_limit} on the graph")
     if dry_run:
-        return DRY_RUN_VISIT_LIMIT, (
-            f"{DRY_RUN_VISIT_LIMIT} in a dry run unless the graph sets max_node_visits or the node max_visits"
-        )
-    return 0, "none"
+        source = f"{DRY_RUN_VISIT_LIMIT} in a dry run unless the graph sets max_node_visits or the node max_visits"
+        return VisitLimit(DRY_RUN_VISIT_LIMIT, source, across_restarts=True)
+    return VisitLimit(0, "none")
 
 
 def _jsonable(value: Any) -> Any:

@@ -76,6 +76,32 @@ def test_a_node_max_visits_overrides_the_graph_and_the_default(repo: Path) -> No
     assert "node implement has run 2 times, its limit (max_visits=2 on the node)" in stderr
 
 
+def test_the_dry_run_default_holds_across_loop_restarts(repo: Path) -> None:
+    # A loop restart resets visit counts; the dry-run bound must still end the run.
+    write_workflow(
+        repo,
+        """
+        digraph Restart {
+            graph [goal="loop by restarting"]
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            implement [prompt="Implement the next change"]
+            gate [shape=diamond]
+            start -> implement -> gate
+            gate -> exit [condition="context.all_acs_pass=true"]
+            gate -> implement [loop_restart=true]
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", "--dry-run", "--auto-approve", cwd=repo, timeout=60)
+    assert proc.returncode == 1
+    assert result["status"] == "failed"
+    assert "node implement has run 10 times" in proc.stderr
+    events = run_events(result["run_id"], repo)
+    assert stage_nodes(events).count("implement") == 10
+    assert sum(e["event"] == "loop.restart" for e in events) == 10
+
+
 # A command loop that leaves after 15 laps, counted in a file. Fifteen identical
 # failures in a row would trip the circuit breaker first, so it is turned off.
 COUNTER_LOOP = """
