@@ -679,7 +679,7 @@ def visit_limit(node: Node, graph: Graph, *, dry_run: bool) -> VisitLimit:
     if graph_limit >= 0:
         return VisitLimit(graph_limit, f"max_node_visits={graph_limit} on the graph")
     if dry_run:
-        source = f"{DRY_RUN_VISIT_LIMIT} in a dry run unless the graph sets max_node_visits or the node max_visits"
+        source = f"{DRY_RUN_VISIT_LIMIT} in a dry run; max_node_visits or max_visits changes it"
         return VisitLimit(DRY_RUN_VISIT_LIMIT, source, across_restarts=True)
     return VisitLimit(0, "none")
 

@@ -54,7 +54,7 @@ def test_a_dry_run_stops_a_loop_after_ten_visits(repo: Path) -> None:
     assert code == 1
     assert stage_nodes(events).count("implement") == 10
     assert "node implement has run 10 times" in stderr
-    assert "10 in a dry run" in stderr
+    assert "its limit (10 in a dry run; max_node_visits or max_visits changes it)" in stderr
     assert "stuck in a cycle" in stderr
     failed = [e for e in events if e["event"] == "run.failed"]
     assert "implement has run 10 times" in failed[0]["properties"]["error"]
