@@ -1,5 +1,9 @@
-"""Two engine rules taken from Fabro, through real runs: the dry-run visit limit, and a
-walk that ends at a stage with no edge to take."""
+"""Fabro's workflows run as Fabro runs them, through real runs of the CLI.
+
+Two engine rules taken from Fabro: a dry run bounds each node to 10 visits (nothing
+simulated can end a loop), and a walk ends at a stage that did not fail and has no edge
+to take. Then every complete workflow from the reference docs dry-runs to an end.
+"""
 
 from __future__ import annotations
 
