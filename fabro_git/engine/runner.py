@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import trio
@@ -77,8 +77,15 @@ class Scope:
 
 @dataclass
 class Decision:
+    """Where a walk goes after a stage: a next node, an error that ends it failed, or
+    neither, which ends it where it stands (an exit, or a stage with no edge to take)."""
+
     next_node: str | None
     error: str | None = None
+
+    @property
+    def ends_walk(self) -> bool:
+        return self.next_node is None and self.error is None
 
 
 class Runtime:
@@ -152,24 +159,17 @@ class Runtime:
         start = graph.start_node()
         assert start is not None  # validation refused graphs without one
         if self.cp.next_node_id is None and walk_finished(self.cp, graph):
-            # Resumed after the exit node's checkpoint: only the finish is left.
+            # Resumed after the last stage's checkpoint: only the finish is left.
             return self._final_status(scope)
         node_id = self.cp.next_node_id or start.id
         while True:
             node = self._node(graph, node_id)
             if node.handler_type == "exit":
-                gate = self._unsatisfied_goal_gate(scope)
-                if gate is not None:
-                    target = self._goal_gate_target(graph, gate)
-                    if target is None:
-                        raise RunFailed(f"goal gate unsatisfied for node {gate.id} and no retry target")
-                    self.emit(
-                        "run.notice",
-                        level="warn",
-                        code="goal_gate_retry",
-                        message=f"goal gate {gate.id} is not satisfied; retrying from {target}",
-                    )
-                    node_id = target
+                gates = self._check_goal_gates(scope)
+                if gates.error is not None:
+                    raise RunFailed(gates.error)
+                if gates.next_node is not None:
+                    node_id = gates.next_node
                     continue
             visit = self._enter(scope, node)
             result = await self.execute_stage(scope, node, visit)
@@ -177,10 +177,18 @@ class Runtime:
                 self._checkpoint(scope, node, visit, result, next_node=None)
                 return self._final_status(scope)
             decision = self.route(scope, node, result)
-            self._checkpoint(scope, node, visit, result, next_node=decision.next_node)
+            if decision.ends_walk:
+                # A stage with no edge to take ends the run as the exit would, goal
+                # gates included: routing around the exit must not skip them.
+                decision = self._check_goal_gates(scope)
+            # A failed walk names its last stage as next, so a run cut off before the
+            # finish resumes there rather than looking finished.
+            next_node = node.id if decision.error is not None else decision.next_node
+            self._checkpoint(scope, node, visit, result, next_node=next_node)
             if decision.error is not None:
                 raise RunFailed(decision.error)
-            assert decision.next_node is not None
+            if decision.next_node is None:
+                return self._final_status(scope)
             node_id = decision.next_node
 
     def _node(self, graph: Graph, node_id: str) -> Node:
@@ -191,11 +199,14 @@ class Runtime:
 
     def _enter(self, scope: Scope, node: Node) -> int:
         visit = scope.visits.get(node.id, 0) + 1
-        limit = node.get_int("max_visits", 0) or scope.graph.get_int("max_node_visits", 0)
-        if limit and visit > limit:
+        bound = visit_limit(node, scope.graph, dry_run=self.options.dry_run)
+        ran = visit - 1
+        if bound.across_restarts:
+            ran = max(ran, scope.completed.count(node.id))
+        if bound.most and ran >= bound.most:
             raise RunFailed(
-                f"node {scope.qualified(node.id)} would run a {_ordinal(visit)} time, over its limit of {limit}"
-                " (max_visits / max_node_visits)"
+                f"node {scope.qualified(node.id)} has run {ran} times, its limit ({bound.source}); "
+                "the run is stuck in a cycle"
             )
         scope.visits[node.id] = visit
         return visit
@@ -203,6 +214,23 @@ class Runtime:
     def _final_status(self, scope: Scope) -> str:
         statuses = {rec.get("status") for rec in scope.outcomes.values()}
         return oc.PARTIAL if oc.PARTIAL in statuses else oc.SUCCEEDED
+
+    def _check_goal_gates(self, scope: Scope) -> Decision:
+        """At the end of the main walk: go on (no next node), retry from a gate's
+        retry target, or fail when an unsatisfied gate has none."""
+        gate = self._unsatisfied_goal_gate(scope)
+        if gate is None:
+            return Decision(None)
+        target = self._goal_gate_target(scope.graph, gate)
+        if target is None:
+            return Decision(None, f"goal gate unsatisfied for node {gate.id} and no retry target")
+        self.emit(
+            "run.notice",
+            level="warn",
+            code="goal_gate_retry",
+            message=f"goal gate {gate.id} is not satisfied; retrying from {target}",
+        )
+        return Decision(target)
 
     def _unsatisfied_goal_gate(self, scope: Scope) -> Node | None:
         for node_id, record in scope.outcomes.items():
@@ -430,15 +458,20 @@ class Runtime:
                 return Decision(None, f"{qid} asked to jump to unknown node {result.jump_to_node!r}")
             self._edge_event(scope, node, result, result.jump_to_node, None, None, "jump", True)
             return Decision(result.jump_to_node)
-        selection = select_edge(
-            graph,
-            node,
-            status=result.status,
-            preferred_label=result.preferred_label,
-            suggested_next_ids=result.suggested_next_ids,
-            context=scope.context,
-            rng=self.rng,
-        )
+        # A fan-out's edges are its branches, already run: when none reached a fan-in,
+        # there is no edge left to take.
+        fanned_out = node.handler_type == "parallel"
+        selection = None
+        if not fanned_out:
+            selection = select_edge(
+                graph,
+                node,
+                status=result.status,
+                preferred_label=result.preferred_label,
+                suggested_next_ids=result.suggested_next_ids,
+                context=scope.context,
+                rng=self.rng,
+            )
         if (
             result.status == oc.FAILED
             and node.handler_type != "conditional"
@@ -456,11 +489,13 @@ class Runtime:
                     return Decision(target)
             return Decision(None, f"stage {qid} failed: {result.error or 'no reason given'}")
         if selection is None:
-            return Decision(
-                None,
-                f"no outgoing edge of {qid} matches (status {result.status}); "
-                "add an unconditional edge or a condition that covers this outcome",
-            )
+            if result.status == oc.FAILED:  # a conditional node passing a failure on
+                return Decision(
+                    None,
+                    f"no outgoing edge of {qid} matches (status {result.status}); "
+                    "add an unconditional edge or a condition that covers this outcome",
+                )
+            return self._dead_end(scope, node, result, fanned_out=fanned_out)
         edge = selection.edge
         if edge.loop_restart:
             if result.status == oc.FAILED and not may_cross_loop_restart(result.failure_class):
@@ -481,6 +516,30 @@ class Runtime:
             return Decision(edge.target)
         self._edge_event(scope, node, result, edge.target, edge.label, edge.condition, selection.reason, False)
         return Decision(edge.target)
+
+    def _dead_end(self, scope: Scope, node: Node, result: Outcome, *, fanned_out: bool) -> Decision:
+        """A stage that did not fail and has no edge to take ends its walk, as the exit would."""
+        qid, walk = scope.qualified(node.id), _WALK_NAMES[scope.kind]
+        if fanned_out:
+            message = (
+                f"{qid} finished {result.status}, but none of its branches reached a fan-in, so "
+                f"{walk} ends there and no branch's changes are merged; lead the branches to a "
+                "fan-in (shape=tripleoctagon) for the workflow to go on"
+            )
+        else:
+            message = (
+                f"{qid} finished {result.status} and has no outgoing edge to take, so {walk} "
+                "ends there; add an edge from it if the workflow should go on"
+            )
+        self.emit(
+            "run.notice",
+            level="warn",
+            code="no_outgoing_edge",
+            message=message,
+            node_id=qid,
+            node_label=node.label,
+        )
+        return Decision(None)
 
     def _restart(self, scope: Scope) -> None:
         """A loop restart starts the walk afresh from the target: visits and context reset."""
@@ -577,22 +636,52 @@ class Runtime:
         )
 
 
+_WALK_NAMES = {"main": "the run", "branch": "its parallel branch", "child": "its child workflow"}
+
 NO_WORKTREE_CHANGES = frozenset({"start", "exit", "conditional", "human", "wait"})
 
 
 def walk_finished(cp: Checkpoint, graph: Graph) -> bool:
-    """True when the checkpoint was taken after an exit node: the walk is over.
+    """True when the checkpoint was taken after the walk's last stage: the walk is over.
 
-    The exit checkpoint has no next node, which otherwise means "not started yet"; a
-    run killed between it and the `finalize` snapshot must not start over from start.
+    That checkpoint (after the exit, or after a stage with no edge to take) has no next
+    node, which otherwise means "not started yet"; a run killed between it and the
+    `finalize` snapshot must not start over from start. A failed walk's checkpoint names
+    its last stage as next, so it never looks finished.
     """
-    last = graph.nodes.get(cp.current_node) if cp.current_node else None
-    return cp.next_node_id is None and last is not None and last.handler_type == "exit"
+    last = cp.current_node
+    return cp.next_node_id is None and last is not None and last in graph.nodes
 
 
-def _ordinal(n: int) -> str:
-    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
-    return f"{n}{suffix}"
+# A dry run simulates every agent, so no agent ever sets the context key a loop waits
+# for: without a bound, a dry run of a fix-and-verify loop would go round forever.
+DRY_RUN_VISIT_LIMIT = 10
+
+
+class VisitLimit(NamedTuple):
+    most: int  # 0: no limit
+    source: str
+    # The dry-run bound holds across loop restarts, which reset visit counts: it exists
+    # so that a dry run always ends.
+    across_restarts: bool = False
+
+
+def visit_limit(node: Node, graph: Graph, *, dry_run: bool) -> VisitLimit:
+    """How many times `node` may run in one walk, and where that number comes from.
+
+    The node's `max_visits` wins, then the graph's `max_node_visits` (0 turns the limit
+    off); with neither, a dry run stops at DRY_RUN_VISIT_LIMIT and a real run never does.
+    """
+    own = node.get_int("max_visits", 0)
+    if own > 0:
+        return VisitLimit(own, f"max_visits={own} on the node")
+    graph_limit = graph.get_int("max_node_visits", -1)
+    if graph_limit >= 0:
+        return VisitLimit(graph_limit, f"max_node_visits={graph_limit} on the graph")
+    if dry_run:
+        source = f"{DRY_RUN_VISIT_LIMIT} in a dry run; max_node_visits or max_visits changes it"
+        return VisitLimit(DRY_RUN_VISIT_LIMIT, source, across_restarts=True)
+    return VisitLimit(0, "none")
 
 
 def _jsonable(value: Any) -> Any:

@@ -79,16 +79,19 @@ async def execute(req: StageRequest) -> Outcome:
                 raise RunFailed(f"child workflow has no node {node_id!r}")
             visit = runtime._enter(scope, cnode)
             result = await runtime.execute_stage(scope, cnode, visit)
-            if cnode.handler_type == "exit":
-                gate = runtime._unsatisfied_goal_gate(scope)
-                if gate is not None:
-                    raise RunFailed(f"goal gate {gate.id} of the child workflow is not satisfied")
-                status = runtime._final_status(scope)
-                break
-            decision = runtime.route(scope, cnode, result)
-            if decision.error is not None:
-                raise RunFailed(decision.error)
-            node_id = decision.next_node
+            if cnode.handler_type != "exit":
+                decision = runtime.route(scope, cnode, result)
+                if decision.error is not None:
+                    raise RunFailed(decision.error)
+                node_id = decision.next_node
+                if node_id is not None:
+                    continue
+            # The exit, or a stage with no edge to take: the child is done.
+            gate = runtime._unsatisfied_goal_gate(scope)
+            if gate is not None:
+                raise RunFailed(f"goal gate {gate.id} of the child workflow is not satisfied")
+            status = runtime._final_status(scope)
+            break
     except RunFailed as exc:
         status, error = oc.FAILED, str(exc)
     runtime.emit(

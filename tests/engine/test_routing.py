@@ -48,7 +48,7 @@ def test_max_visits_stops_a_loop(repo: Path) -> None:
     write_workflow(repo, LOOP % {"need": 10, "limit": 3})
     proc, result = run_json("run", "wf.fabro", cwd=repo)
     assert proc.returncode == 1
-    assert "4th time, over its limit of 3" in proc.stderr
+    assert "node work has run 3 times, its limit (max_visits=3 on the node)" in proc.stderr
     events = run_events(result["run_id"], repo)
     assert [n for n, _ in stages(events)].count("work") == 3
 
