@@ -1,0 +1,181 @@
+"""Chat Completions, the protocol of Gemini's OpenAI-compatible endpoint, of the
+catalogue's other hosted providers and of local servers (Ollama, vLLM, llama.cpp,
+LM Studio), streamed through the `openai` SDK with a base URL.
+
+Reasoning text has no standard field here: servers send it as `reasoning_content`
+(vLLM, Kimi, DeepSeek style) or `reasoning` (Ollama, OpenRouter); both are read.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fabro_git.llm.errors import StreamDropped
+from fabro_git.llm.providers import Connection, parse_arguments, translate
+from fabro_git.llm.types import (
+    Completed,
+    EventSink,
+    Message,
+    OutputStart,
+    ReasoningDelta,
+    Request,
+    Response,
+    StopReason,
+    Target,
+    TextDelta,
+    ToolCall,
+    ToolCallReady,
+    Usage,
+)
+
+_STOP: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "content_filter",
+}
+
+
+def wire_messages(system: str | None, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    wire: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for message in messages:
+        if message.role == "user":
+            wire.append({"role": "user", "content": message.text})
+        elif message.role == "tool":
+            wire += [
+                {"role": "tool", "tool_call_id": result.tool_call_id, "content": result.content}
+                for result in message.tool_results
+            ]
+        else:
+            turn: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+            if message.tool_calls:
+                turn["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                    }
+                    for call in message.tool_calls
+                ]
+            wire.append(turn)
+    return wire
+
+
+def request_body(target: Target, request: Request) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": target.model,
+        "messages": wire_messages(request.system, request.messages),
+        "max_tokens": request.max_tokens,
+        "stream_options": {"include_usage": True},
+    }
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                },
+            }
+            for tool in request.tools
+        ]
+    if request.reasoning_effort:
+        body["reasoning_effort"] = request.reasoning_effort
+    return body
+
+
+async def stream(
+    connection: Connection, target: Target, request: Request, sink: EventSink
+) -> Response:
+    import openai
+
+    client = openai.AsyncOpenAI(
+        api_key=connection.api_key,
+        base_url=connection.base_url,
+        max_retries=0,
+        timeout=request.timeout,
+    )
+    async with client:
+        chunks = await client.chat.completions.create(**request_body(target, request), stream=True)
+        await sink(OutputStart(target))
+        try:
+            async with chunks:
+                return await _consume(chunks, target, sink)
+        except StreamDropped:
+            raise
+        except Exception as exc:
+            translated = translate(exc, target, streaming=True)
+            if translated is None:
+                raise
+            raise translated from exc
+
+
+async def _consume(chunks: Any, target: Target, sink: EventSink) -> Response:
+    text: list[str] = []
+    reasoning: list[str] = []
+    tools: dict[int, dict[str, str]] = {}
+    finish: str | None = None
+    usage: Any = None
+    response_id: str | None = None
+    async for chunk in chunks:
+        response_id = response_id or chunk.id
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices[:1]:
+            delta = choice.delta
+            extra = delta.model_extra or {}
+            thought = extra.get("reasoning_content") or extra.get("reasoning")
+            if isinstance(thought, str) and thought:
+                reasoning.append(thought)
+                await sink(ReasoningDelta(thought))
+            if delta.content:
+                text.append(delta.content)
+                await sink(TextDelta(delta.content))
+            for part in delta.tool_calls or ():
+                slot = tools.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
+                if part.id:
+                    slot["id"] = part.id
+                if part.function is not None:
+                    slot["name"] += part.function.name or ""
+                    slot["arguments"] += part.function.arguments or ""
+            if choice.finish_reason:
+                finish = choice.finish_reason
+    if finish is None:
+        raise StreamDropped(
+            "the response stream ended without a finish_reason",
+            provider=target.provider,
+            model=target.model,
+        )
+    calls: list[ToolCall] = []
+    for index in sorted(tools):
+        slot = tools[index]
+        call = ToolCall(
+            id=slot["id"] or f"call_{index}",
+            name=slot["name"],
+            arguments=parse_arguments(slot["arguments"], target, slot["name"]),
+        )
+        calls.append(call)
+        await sink(ToolCallReady(call))
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    completion_details = getattr(usage, "completion_tokens_details", None)
+    response = Response(
+        target=target,
+        text="".join(text),
+        tool_calls=tuple(calls),
+        usage=Usage(
+            input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+            output_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            reasoning_tokens=getattr(completion_details, "reasoning_tokens", 0) or 0,
+            cache_read_tokens=getattr(prompt_details, "cached_tokens", 0) or 0,
+            cache_write_tokens=getattr(prompt_details, "cache_write_tokens", 0) or 0,
+        ),
+        stop_reason=_STOP.get(finish, "other"),
+        provider_stop_reason=finish,
+        reasoning="".join(reasoning) or None,
+        response_id=response_id,
+    )
+    await sink(Completed(response))
+    return response
