@@ -59,6 +59,16 @@ def connect(target: Target, env: Mapping[str, str]) -> Connection:
     return Connection(provider=info, api_key=key or _PLACEHOLDER_KEY, base_url=url)
 
 
+def load_sdk(api: catalogue.Api) -> None:
+    """Import the SDK a protocol needs. The first import takes a second or more of CPU;
+    a caller that must not stall its trio loop (or that times calls) does it up front,
+    in a thread or before the loop starts."""
+    if api == "anthropic":
+        import anthropic  # noqa: F401
+    else:
+        import openai  # noqa: F401
+
+
 Adapter = Callable[[Connection, Target, Request, EventSink], Awaitable[Response]]
 
 
