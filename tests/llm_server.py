@@ -13,6 +13,7 @@ through the `*_BASE_URL` variables.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import socket
@@ -64,7 +65,15 @@ class Drop:
     after: int = 3
 
 
-Scripted = Reply | Fault | Drop
+@dataclass(frozen=True)
+class Stall:
+    """Wait `seconds` before answering with `reply`, to run a client into its timeout."""
+
+    seconds: float
+    reply: Reply = Reply()
+
+
+Scripted = Reply | Fault | Drop | Stall
 
 
 def rate_limited(retry_after: float | None = None) -> Fault:
@@ -153,6 +162,22 @@ class LlmServer:
         return next(self._ids)
 
 
+def provider_env(server: LlmServer) -> dict[str, str]:
+    """Keys and base URLs for the hosted providers (each its own made-up key) and for
+    one local server, all pointing at `server`."""
+    return {
+        "ANTHROPIC_API_KEY": "test-anthropic-key",
+        "ANTHROPIC_BASE_URL": server.url,
+        "OPENAI_API_KEY": "test-openai-key",
+        "OPENAI_BASE_URL": server.url + "/v1",
+        "GEMINI_API_KEY": "test-gemini-key",
+        "GEMINI_BASE_URL": server.url + "/v1beta/openai/",
+        "KIMI_API_KEY": "test-kimi-key",
+        "KIMI_BASE_URL": server.url + "/kimi/v1",
+        "OLLAMA_BASE_URL": server.url + "/ollama/v1",
+    }
+
+
 class _Handler(BaseHTTPRequestHandler):
     owner: LlmServer
     protocol_version = "HTTP/1.1"
@@ -161,6 +186,11 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
     def do_POST(self) -> None:
+        # A client that gave up (a timeout test) needs no answer.
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self._answer()
+
+    def _answer(self) -> None:
         length = int(self.headers.get("content-length") or 0)
         raw = self.rfile.read(length) if length else b"{}"
         body = json.loads(raw or b"{}")
@@ -176,6 +206,9 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(scripted, Fault):
             self._send_json(scripted.status, _error_body(api, scripted), scripted.headers)
             return
+        if isinstance(scripted, Stall):
+            time.sleep(scripted.seconds)
+            scripted = scripted.reply
         model = str(body.get("model", "unknown"))
         n = self.owner.next_id()
         reply = scripted.reply if isinstance(scripted, Drop) else scripted

@@ -84,8 +84,9 @@ class Request(msgspec.Struct, frozen=True, kw_only=True):
     tools: tuple[ToolSpec, ...] = ()
     max_tokens: int = 4096
     reasoning_effort: ReasoningEffort | None = None
-    # Seconds the HTTP client waits on a connection or between stream chunks.
-    timeout: float = 600.0
+    # Seconds the HTTP client waits on a connection or between stream chunks; None
+    # waits for ever (tests on a virtual clock need no deadline of the client's own).
+    timeout: float | None = 600.0
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,10 +9,18 @@ Reasoning text has no standard field here: servers send it as `reasoning_content
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fabro_git.llm.errors import StreamDropped
-from fabro_git.llm.providers import Connection, parse_arguments, translate
+from fabro_git.llm.providers import (
+    Connection,
+    error_code,
+    error_message,
+    from_status,
+    parse_arguments,
+    translate,
+)
 from fabro_git.llm.types import (
     Completed,
     EventSink,
@@ -98,12 +106,17 @@ async def stream(
         max_retries=0,
         timeout=request.timeout,
     )
-    async with client:
-        chunks = await client.chat.completions.create(**request_body(target, request), stream=True)
+    # The SDK's own stream stops reading at `[DONE]` and abandons its async generators,
+    # which trio reports; reading the raw SSE body to its end leaves nothing behind.
+    async with (
+        client,
+        client.chat.completions.with_streaming_response.create(
+            **request_body(target, request), stream=True
+        ) as raw,
+    ):
         await sink(OutputStart(target))
         try:
-            async with chunks:
-                return await _consume(chunks, target, sink)
+            return await _consume(raw.iter_lines(), target, sink)
         except StreamDropped:
             raise
         except Exception as exc:
@@ -113,36 +126,56 @@ async def stream(
             raise translated from exc
 
 
-async def _consume(chunks: Any, target: Target, sink: EventSink) -> Response:
+async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -> Response:
     text: list[str] = []
     reasoning: list[str] = []
     tools: dict[int, dict[str, str]] = {}
     finish: str | None = None
-    usage: Any = None
+    usage: dict[str, Any] = {}
     response_id: str | None = None
-    async for chunk in chunks:
-        response_id = response_id or chunk.id
-        if chunk.usage is not None:
-            usage = chunk.usage
-        for choice in chunk.choices[:1]:
-            delta = choice.delta
-            extra = delta.model_extra or {}
-            thought = extra.get("reasoning_content") or extra.get("reasoning")
+    event: str | None = None
+    async for line in lines:
+        if line.startswith("event:"):
+            event = line[6:].strip()
+            continue
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            continue  # read on to the end of the body
+        chunk = json.loads(data)
+        if event == "error" or (isinstance(chunk, dict) and "error" in chunk):
+            raise from_status(
+                target,
+                status=None,
+                code=error_code(chunk),
+                message=error_message(chunk) or data,
+                headers={},
+            )
+        event = None
+        response_id = response_id or chunk.get("id")
+        usage = chunk.get("usage") or usage
+        for choice in (chunk.get("choices") or [])[:1]:
+            delta = choice.get("delta") or {}
+            thought = delta.get("reasoning_content") or delta.get("reasoning")
             if isinstance(thought, str) and thought:
                 reasoning.append(thought)
                 await sink(ReasoningDelta(thought))
-            if delta.content:
-                text.append(delta.content)
-                await sink(TextDelta(delta.content))
-            for part in delta.tool_calls or ():
-                slot = tools.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
-                if part.id:
-                    slot["id"] = part.id
-                if part.function is not None:
-                    slot["name"] += part.function.name or ""
-                    slot["arguments"] += part.function.arguments or ""
-            if choice.finish_reason:
-                finish = choice.finish_reason
+            content = delta.get("content")
+            if content:
+                text.append(content)
+                await sink(TextDelta(content))
+            for part in delta.get("tool_calls") or ():
+                slot = tools.setdefault(
+                    part.get("index", 0), {"id": "", "name": "", "arguments": ""}
+                )
+                if part.get("id"):
+                    slot["id"] = part["id"]
+                function = part.get("function") or {}
+                slot["name"] += function.get("name") or ""
+                slot["arguments"] += function.get("arguments") or ""
+            if choice.get("finish_reason"):
+                finish = choice["finish_reason"]
     if finish is None:
         raise StreamDropped(
             "the response stream ended without a finish_reason",
@@ -159,18 +192,18 @@ async def _consume(chunks: Any, target: Target, sink: EventSink) -> Response:
         )
         calls.append(call)
         await sink(ToolCallReady(call))
-    prompt_details = getattr(usage, "prompt_tokens_details", None)
-    completion_details = getattr(usage, "completion_tokens_details", None)
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
     response = Response(
         target=target,
         text="".join(text),
         tool_calls=tuple(calls),
         usage=Usage(
-            input_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-            output_tokens=getattr(usage, "completion_tokens", 0) or 0,
-            reasoning_tokens=getattr(completion_details, "reasoning_tokens", 0) or 0,
-            cache_read_tokens=getattr(prompt_details, "cached_tokens", 0) or 0,
-            cache_write_tokens=getattr(prompt_details, "cache_write_tokens", 0) or 0,
+            input_tokens=usage.get("prompt_tokens") or 0,
+            output_tokens=usage.get("completion_tokens") or 0,
+            reasoning_tokens=completion_details.get("reasoning_tokens") or 0,
+            cache_read_tokens=prompt_details.get("cached_tokens") or 0,
+            cache_write_tokens=prompt_details.get("cache_write_tokens") or 0,
         ),
         stop_reason=_STOP.get(finish, "other"),
         provider_stop_reason=finish,
