@@ -121,6 +121,7 @@ def _api_of(path: str) -> str:
 class LlmServer:
     def __init__(self) -> None:
         self._script: deque[Scripted] = deque()
+        self._by_api: dict[str, deque[Scripted]] = {}
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -152,8 +153,17 @@ class LlmServer:
         with self._lock:
             self._script.extend(items)
 
-    def next_scripted(self) -> Scripted:
+    def script_for(self, api: str, *items: Scripted) -> None:
+        """Queue items answered only on one protocol (`anthropic`, `responses`, `chat`),
+        for callers that send to several providers at once."""
         with self._lock:
+            self._by_api.setdefault(api, deque()).extend(items)
+
+    def next_scripted(self, api: str) -> Scripted:
+        with self._lock:
+            own = self._by_api.get(api)
+            if own:
+                return own.popleft()
             return self._script.popleft() if self._script else Reply()
 
     def record(self, recorded: Recorded) -> None:
@@ -204,7 +214,7 @@ class _Handler(BaseHTTPRequestHandler):
                 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
             )
             return
-        scripted = self.owner.next_scripted()
+        scripted = self.owner.next_scripted(api)
         if isinstance(scripted, Fault):
             self._send_json(scripted.status, _error_body(api, scripted), scripted.headers)
             return
