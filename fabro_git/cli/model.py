@@ -157,7 +157,8 @@ async def _probe(target: Target, env: Mapping[str, str]) -> _Outcome:
     from fabro_git.llm.client import NO_RETRIES, complete
     from fabro_git.llm.types import Message, Request
 
-    request = Request(messages=(Message.user(PROBE_PROMPT),), max_tokens=16, timeout=60.0)
+    # Room for the reasoning that models such as gpt-5 and Gemini 3 do before any text.
+    request = Request(messages=(Message.user(PROBE_PROMPT),), max_tokens=512, timeout=60.0)
     started = trio.current_time()
     try:
         response = await complete(request, target, env=env, policy=NO_RETRIES)
@@ -167,5 +168,6 @@ async def _probe(target: Target, env: Mapping[str, str]) -> _Outcome:
     if len(reply) > 40:
         reply = reply[:39] + "…"
     usage = response.usage
-    detail = f"{reply!r} ({usage.input_tokens} in, {usage.output_tokens} out tokens)"
+    said = repr(reply) if reply else f"no text (stopped: {response.stop_reason})"
+    detail = f"{said} ({usage.input_tokens} in, {usage.output_tokens} out tokens)"
     return _Outcome(target, True, trio.current_time() - started, detail)

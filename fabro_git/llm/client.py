@@ -107,9 +107,10 @@ async def _with_retries(
     on_retry: RetryHook,
     rng: random.Random,
 ) -> Response:
-    from fabro_git.llm.providers import connect, stream
+    from fabro_git.llm.providers import connect, ensure_sdk, stream
 
     connection = connect(target, env)
+    await ensure_sdk(connection.provider.api)
     retry = 0
     while True:
         try:

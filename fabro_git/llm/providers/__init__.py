@@ -69,6 +69,16 @@ def load_sdk(api: catalogue.Api) -> None:
         import openai  # noqa: F401
 
 
+async def ensure_sdk(api: catalogue.Api) -> None:
+    """`load_sdk` in a worker thread the first time, so the trio loop keeps running."""
+    import sys
+
+    import trio
+
+    if ("anthropic" if api == "anthropic" else "openai") not in sys.modules:
+        await trio.to_thread.run_sync(load_sdk, api)
+
+
 Adapter = Callable[[Connection, Target, Request, EventSink], Awaitable[Response]]
 
 
