@@ -277,5 +277,7 @@ def test_a_request_that_times_out_is_retried(llm_server: LlmServer) -> None:
 
 
 def test_a_local_server_without_its_url_names_the_variable(llm_server: LlmServer) -> None:
-    with pytest.raises(MissingCredentials, match="no server URL for provider 'ollama': set OLLAMA_BASE_URL"):
+    with pytest.raises(
+        MissingCredentials, match="no server URL for provider 'ollama': set OLLAMA_BASE_URL"
+    ):
         Run()(llm_server, Target("ollama", "llama3.2"), env={})
