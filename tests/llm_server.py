@@ -66,6 +66,15 @@ class Drop:
 
 
 @dataclass(frozen=True)
+class StreamError:
+    """Start a streamed reply, then send the provider's in-stream error event (an
+    overload) after `after` events, as a real server does when it fails mid-answer."""
+
+    reply: Reply = Reply(text="this answer fails part way through")
+    after: int = 3
+
+
+@dataclass(frozen=True)
 class Stall:
     """Wait `seconds` before answering with `reply`, to run a client into its timeout."""
 
@@ -73,7 +82,7 @@ class Stall:
     reply: Reply = Reply()
 
 
-Scripted = Reply | Fault | Drop | Stall
+Scripted = Reply | Fault | Drop | StreamError | Stall
 
 
 def rate_limited(retry_after: float | None = None) -> Fault:
@@ -223,7 +232,7 @@ class _Handler(BaseHTTPRequestHandler):
             scripted = scripted.reply
         model = str(body.get("model", "unknown"))
         n = self.owner.next_id()
-        reply = scripted.reply if isinstance(scripted, Drop) else scripted
+        reply = scripted.reply if isinstance(scripted, Drop | StreamError) else scripted
         if not body.get("stream"):
             self._send_json(200, _plain(api, reply, model, n))
             return
@@ -240,9 +249,13 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 self.close_connection = True
                 return
+            if isinstance(scripted, StreamError) and index == scripted.after:
+                event = _stream_error(api)
             payload = event.encode()
             self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
             self.wfile.flush()
+            if isinstance(scripted, StreamError) and index == scripted.after:
+                break
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
@@ -280,6 +293,26 @@ def _error_body(api: str, fault: Fault) -> dict[str, Any]:
         "quota": ("insufficient_quota", "insufficient_quota"),
     }[fault.kind]
     return {"error": {"message": fault.message, "type": kind, "param": None, "code": code}}
+
+
+def _stream_error(api: str) -> str:
+    message = "The service is overloaded; try again"
+    if api == "anthropic":
+        return _sse(
+            "error", {"type": "error", "error": {"type": "overloaded_error", "message": message}}
+        )
+    if api == "responses":
+        return _sse(
+            "error",
+            {
+                "type": "error",
+                "code": "server_error",
+                "message": message,
+                "param": None,
+                "sequence_number": 99,
+            },
+        )
+    return _sse(None, {"error": {"message": message, "type": "server_error", "code": None}})
 
 
 def _words(text: str) -> list[str]:

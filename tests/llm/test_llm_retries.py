@@ -17,6 +17,7 @@ from llm_server import (
     LlmServer,
     Reply,
     Stall,
+    StreamError,
     provider_env,
     quota_exhausted,
     rate_limited,
@@ -281,3 +282,13 @@ def test_a_local_server_without_its_url_names_the_variable(llm_server: LlmServer
         MissingCredentials, match="no server URL for provider 'ollama': set OLLAMA_BASE_URL"
     ):
         Run()(llm_server, Target("ollama", "llama3.2"), env={})
+
+
+@pytest.mark.parametrize("target", [ANTHROPIC, OPENAI, GEMINI], ids=str)
+def test_an_error_event_inside_the_stream_is_retried(llm_server: LlmServer, target: Target) -> None:
+    llm_server.script(StreamError(after=5), Reply(text="recovered"))
+    run = Run()
+    assert run(llm_server, target).text == "recovered"
+    [retry] = run.retries
+    assert retry.error["kind"] == "server_error"
+    assert "overloaded" in retry.error["message"]

@@ -112,9 +112,10 @@ def translate(exc: BaseException, target: Target, *, streaming: bool = False) ->
     if isinstance(status, int) or ("APIError" in names and body is not None):
         response = getattr(exc, "response", None)
         headers = getattr(response, "headers", None) or {}
+        # An error event inside a stream arrives on a 200 response: its body decides.
         return from_status(
             target,
-            status=status if isinstance(status, int) else None,
+            status=status if isinstance(status, int) and status >= 400 else None,
             code=error_code(body),
             message=error_message(body) or getattr(exc, "message", None) or str(exc),
             headers=headers,

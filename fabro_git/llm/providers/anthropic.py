@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabro_git.llm.errors import StreamDropped
+from fabro_git.llm.errors import LlmError, StreamDropped
 from fabro_git.llm.providers import Connection, parse_arguments, translate
 from fabro_git.llm.types import (
     Completed,
@@ -134,61 +134,71 @@ async def _consume(events: Any, target: _Target, sink: EventSink) -> Response:
     stop: str | None = None
     input_tokens = output_tokens = thinking_tokens = cache_read = cache_write = 0
     finished = False
+    # After a failure, read on to the end of the stream without handling more: the
+    # SDK's async generators then finish instead of being abandoned (trio reports those).
+    failure: LlmError | None = None
     async for event in events:
-        kind = event.type
-        if kind == "message_start":
-            response_id = event.message.id
-            usage = event.message.usage
-            input_tokens = usage.input_tokens or 0
-            cache_read = usage.cache_read_input_tokens or 0
-            cache_write = usage.cache_creation_input_tokens or 0
-            output_tokens = usage.output_tokens or 0
-        elif kind == "content_block_start":
-            block = event.content_block
-            if block.type == "tool_use":
-                open_tools[event.index] = {"id": block.id, "name": block.name, "json": ""}
-            elif block.type == "text" and block.text:
-                text.append(block.text)
-                await sink(TextDelta(block.text))
-            elif block.type == "thinking" and block.thinking:
-                reasoning.append(block.thinking)
-                await sink(ReasoningDelta(block.thinking))
-        elif kind == "content_block_delta":
-            delta = event.delta
-            if delta.type == "text_delta":
-                text.append(delta.text)
-                await sink(TextDelta(delta.text))
-            elif delta.type == "thinking_delta":
-                reasoning.append(delta.thinking)
-                await sink(ReasoningDelta(delta.thinking))
-            elif delta.type == "signature_delta":
-                signature = delta.signature
-            elif delta.type == "input_json_delta" and event.index in open_tools:
-                open_tools[event.index]["json"] += delta.partial_json
-        elif kind == "content_block_stop" and event.index in open_tools:
-            tool = open_tools.pop(event.index)
-            call = ToolCall(
-                id=tool["id"],
-                name=tool["name"],
-                arguments=parse_arguments(tool["json"], target, tool["name"]),
-            )
-            calls.append(call)
-            await sink(ToolCallReady(call))
-        elif kind == "message_delta":
-            stop = event.delta.stop_reason or stop
-            usage = event.usage
-            output_tokens = usage.output_tokens or output_tokens
-            if usage.input_tokens:
-                input_tokens = usage.input_tokens
-            if usage.cache_read_input_tokens:
-                cache_read = usage.cache_read_input_tokens
-            if usage.cache_creation_input_tokens:
-                cache_write = usage.cache_creation_input_tokens
-            details = getattr(usage, "output_tokens_details", None)
-            if details is not None:
-                thinking_tokens = getattr(details, "thinking_tokens", 0) or 0
-        elif kind == "message_stop":
-            finished = True
+        if failure is not None:
+            continue
+        try:
+            kind = event.type
+            if kind == "message_start":
+                response_id = event.message.id
+                usage = event.message.usage
+                input_tokens = usage.input_tokens or 0
+                cache_read = usage.cache_read_input_tokens or 0
+                cache_write = usage.cache_creation_input_tokens or 0
+                output_tokens = usage.output_tokens or 0
+            elif kind == "content_block_start":
+                block = event.content_block
+                if block.type == "tool_use":
+                    open_tools[event.index] = {"id": block.id, "name": block.name, "json": ""}
+                elif block.type == "text" and block.text:
+                    text.append(block.text)
+                    await sink(TextDelta(block.text))
+                elif block.type == "thinking" and block.thinking:
+                    reasoning.append(block.thinking)
+                    await sink(ReasoningDelta(block.thinking))
+            elif kind == "content_block_delta":
+                delta = event.delta
+                if delta.type == "text_delta":
+                    text.append(delta.text)
+                    await sink(TextDelta(delta.text))
+                elif delta.type == "thinking_delta":
+                    reasoning.append(delta.thinking)
+                    await sink(ReasoningDelta(delta.thinking))
+                elif delta.type == "signature_delta":
+                    signature = delta.signature
+                elif delta.type == "input_json_delta" and event.index in open_tools:
+                    open_tools[event.index]["json"] += delta.partial_json
+            elif kind == "content_block_stop" and event.index in open_tools:
+                tool = open_tools.pop(event.index)
+                call = ToolCall(
+                    id=tool["id"],
+                    name=tool["name"],
+                    arguments=parse_arguments(tool["json"], target, tool["name"]),
+                )
+                calls.append(call)
+                await sink(ToolCallReady(call))
+            elif kind == "message_delta":
+                stop = event.delta.stop_reason or stop
+                usage = event.usage
+                output_tokens = usage.output_tokens or output_tokens
+                if usage.input_tokens:
+                    input_tokens = usage.input_tokens
+                if usage.cache_read_input_tokens:
+                    cache_read = usage.cache_read_input_tokens
+                if usage.cache_creation_input_tokens:
+                    cache_write = usage.cache_creation_input_tokens
+                details = getattr(usage, "output_tokens_details", None)
+                if details is not None:
+                    thinking_tokens = getattr(details, "thinking_tokens", 0) or 0
+            elif kind == "message_stop":
+                finished = True
+        except LlmError as err:
+            failure = err
+    if failure is not None:
+        raise failure
     if not finished:
         raise StreamDropped(
             "the response stream ended before message_stop",

@@ -12,7 +12,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fabro_git.llm.errors import StreamDropped
+from fabro_git.llm.errors import LlmError, StreamDropped
 from fabro_git.llm.providers import (
     Connection,
     error_code,
@@ -134,48 +134,58 @@ async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -
     usage: dict[str, Any] = {}
     response_id: str | None = None
     event: str | None = None
+    # After a failure, read on to the end of the stream without handling more: the
+    # SDK's async generators then finish instead of being abandoned (trio reports those).
+    failure: LlmError | None = None
     async for line in lines:
-        if line.startswith("event:"):
-            event = line[6:].strip()
+        if failure is not None:
             continue
-        if not line.startswith("data:"):
-            continue
-        data = line[5:].strip()
-        if data == "[DONE]":
-            continue  # read on to the end of the body
-        chunk = json.loads(data)
-        if event == "error" or (isinstance(chunk, dict) and "error" in chunk):
-            raise from_status(
-                target,
-                status=None,
-                code=error_code(chunk),
-                message=error_message(chunk) or data,
-                headers={},
-            )
-        event = None
-        response_id = response_id or chunk.get("id")
-        usage = chunk.get("usage") or usage
-        for choice in (chunk.get("choices") or [])[:1]:
-            delta = choice.get("delta") or {}
-            thought = delta.get("reasoning_content") or delta.get("reasoning")
-            if isinstance(thought, str) and thought:
-                reasoning.append(thought)
-                await sink(ReasoningDelta(thought))
-            content = delta.get("content")
-            if content:
-                text.append(content)
-                await sink(TextDelta(content))
-            for part in delta.get("tool_calls") or ():
-                slot = tools.setdefault(
-                    part.get("index", 0), {"id": "", "name": "", "arguments": ""}
+        try:
+            if line.startswith("event:"):
+                event = line[6:].strip()
+                continue
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                continue  # read on to the end of the body
+            chunk = json.loads(data)
+            if event == "error" or (isinstance(chunk, dict) and "error" in chunk):
+                raise from_status(
+                    target,
+                    status=None,
+                    code=error_code(chunk),
+                    message=error_message(chunk) or data,
+                    headers={},
                 )
-                if part.get("id"):
-                    slot["id"] = part["id"]
-                function = part.get("function") or {}
-                slot["name"] += function.get("name") or ""
-                slot["arguments"] += function.get("arguments") or ""
-            if choice.get("finish_reason"):
-                finish = choice["finish_reason"]
+            event = None
+            response_id = response_id or chunk.get("id")
+            usage = chunk.get("usage") or usage
+            for choice in (chunk.get("choices") or [])[:1]:
+                delta = choice.get("delta") or {}
+                thought = delta.get("reasoning_content") or delta.get("reasoning")
+                if isinstance(thought, str) and thought:
+                    reasoning.append(thought)
+                    await sink(ReasoningDelta(thought))
+                content = delta.get("content")
+                if content:
+                    text.append(content)
+                    await sink(TextDelta(content))
+                for part in delta.get("tool_calls") or ():
+                    slot = tools.setdefault(
+                        part.get("index", 0), {"id": "", "name": "", "arguments": ""}
+                    )
+                    if part.get("id"):
+                        slot["id"] = part["id"]
+                    function = part.get("function") or {}
+                    slot["name"] += function.get("name") or ""
+                    slot["arguments"] += function.get("arguments") or ""
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+        except LlmError as err:
+            failure = err
+    if failure is not None:
+        raise failure
     if finish is None:
         raise StreamDropped(
             "the response stream ended without a finish_reason",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabro_git.llm.errors import StreamDropped
+from fabro_git.llm.errors import LlmError, StreamDropped
 from fabro_git.llm.providers import Connection, from_status, parse_arguments, translate
 from fabro_git.llm.types import (
     Completed,
@@ -115,39 +115,51 @@ async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
     calls: list[ToolCall] = []
     arguments: dict[str, str] = {}
     final: Any = None
+    # After a failure, read on to the end of the stream without handling more: the
+    # SDK's async generators then finish instead of being abandoned (trio reports those).
+    failure: LlmError | None = None
     async for event in events:
-        kind = event.type
-        if kind == "response.output_text.delta":
-            text.append(event.delta)
-            await sink(TextDelta(event.delta))
-        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-            reasoning.append(event.delta)
-            await sink(ReasoningDelta(event.delta))
-        elif kind == "response.function_call_arguments.delta":
-            arguments[event.item_id] = arguments.get(event.item_id, "") + event.delta
-        elif kind == "response.output_item.done" and event.item.type == "function_call":
-            item = event.item
-            raw = item.arguments or arguments.get(item.id or "", "")
-            call = ToolCall(
-                id=item.call_id, name=item.name, arguments=parse_arguments(raw, target, item.name)
-            )
-            calls.append(call)
-            await sink(ToolCallReady(call))
-        elif kind in ("response.completed", "response.incomplete"):
-            final = event.response
-        elif kind == "response.failed":
-            error = event.response.error
-            raise from_status(
-                target,
-                status=None,
-                code=getattr(error, "code", None),
-                message=getattr(error, "message", None) or "the response failed",
-                headers={},
-            )
-        elif kind == "error":
-            raise from_status(
-                target, status=None, code=event.code, message=event.message, headers={}
-            )
+        if failure is not None:
+            continue
+        try:
+            kind = event.type
+            if kind == "response.output_text.delta":
+                text.append(event.delta)
+                await sink(TextDelta(event.delta))
+            elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+                reasoning.append(event.delta)
+                await sink(ReasoningDelta(event.delta))
+            elif kind == "response.function_call_arguments.delta":
+                arguments[event.item_id] = arguments.get(event.item_id, "") + event.delta
+            elif kind == "response.output_item.done" and event.item.type == "function_call":
+                item = event.item
+                raw = item.arguments or arguments.get(item.id or "", "")
+                call = ToolCall(
+                    id=item.call_id,
+                    name=item.name,
+                    arguments=parse_arguments(raw, target, item.name),
+                )
+                calls.append(call)
+                await sink(ToolCallReady(call))
+            elif kind in ("response.completed", "response.incomplete"):
+                final = event.response
+            elif kind == "response.failed":
+                error = event.response.error
+                raise from_status(
+                    target,
+                    status=None,
+                    code=getattr(error, "code", None),
+                    message=getattr(error, "message", None) or "the response failed",
+                    headers={},
+                )
+            elif kind == "error":
+                raise from_status(
+                    target, status=None, code=event.code, message=event.message, headers={}
+                )
+        except LlmError as err:
+            failure = err
+    if failure is not None:
+        raise failure
     if final is None:
         raise StreamDropped(
             "the response stream ended before response.completed",
