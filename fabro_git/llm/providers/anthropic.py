@@ -19,12 +19,12 @@ from fabro_git.llm.types import (
     Request,
     Response,
     StopReason,
+    Target,
     TextDelta,
     ToolCall,
     ToolCallReady,
     Usage,
 )
-from fabro_git.llm.types import Target as _Target
 
 THINKING_BUDGET = {"low": 1024, "medium": 4096, "high": 16384}
 
@@ -78,7 +78,7 @@ def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return wire
 
 
-def request_body(target: _Target, request: Request) -> dict[str, Any]:
+def request_body(target: Target, request: Request) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": target.model,
         "max_tokens": request.max_tokens,
@@ -99,7 +99,7 @@ def request_body(target: _Target, request: Request) -> dict[str, Any]:
 
 
 async def stream(
-    connection: Connection, target: _Target, request: Request, sink: EventSink
+    connection: Connection, target: Target, request: Request, sink: EventSink
 ) -> Response:
     import anthropic
 
@@ -124,7 +124,7 @@ async def stream(
             raise translated from exc
 
 
-async def _consume(events: Any, target: _Target, sink: EventSink) -> Response:
+async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
     text: list[str] = []
     reasoning: list[str] = []
     signature: str | None = None
