@@ -9,10 +9,10 @@ made, in a worker thread, so importing this package stays cheap. In a stage:
     target = resolve_target([node_choice, stylesheet_choice, cli_choice, config_choice], env)
     response = await complete(
         request, target, fallbacks=fallback_targets(config_fallbacks),
-        sink=lambda event: emit(usage.stream_event(event)),   # agent.output.start, *.delta
-        on_retry=emit, on_failover=emit,                      # agent.llm.retry, agent.failover
+        sink=forward,              # emits usage.stream_event(event) when it is not None
+        on_retry=emit, on_failover=emit,  # agent.llm.retry, agent.failover
     )
-    emit(usage.message_event(response))                       # agent.message
+    emit(usage.message_event(response))   # agent.message
 
 An `errors.LlmError` carries the engine's `failure_class` and `to_dict()` for
 `agent.error`; `errors.MissingCredentials` and `errors.UnknownModel` are user errors.
