@@ -15,15 +15,22 @@ from pathlib import Path
 
 import pytest
 
+from fabro_git.llm.catalogue import PROVIDERS
+
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
+# Provider keys and endpoints: a test sets the ones it means, never inherits a real key.
+PROVIDER_VARS = frozenset(
+    {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY"}
+    | {var for info in PROVIDERS.values() for var in (*info.key_env, info.base_url_env)}
+)
 
 
 @pytest.fixture(autouse=True)
 def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path_factory.mktemp("home")
     for var in list(os.environ):
-        if var.startswith(("GIT_", "FABRO_")) or var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY"):
+        if var.startswith(("GIT_", "FABRO_")) or var in PROVIDER_VARS or var.endswith("_BASE_URL"):
             monkeypatch.delenv(var, raising=False)
     # The `git-fabro` under test is the one installed beside this interpreter.
     bindir = str(Path(sys.executable).parent)

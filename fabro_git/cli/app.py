@@ -252,6 +252,38 @@ def push(
     raise typer.Exit(impl.push(remote, run_ids or []))
 
 
+model_app = typer.Typer(
+    name="model",
+    help="List the model catalogue and check provider keys.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+app.add_typer(model_app, name="model")
+
+
+@model_app.command("list")
+def model_list(
+    provider: Annotated[str | None, typer.Option("--provider", help="Only this provider's models.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Print the model catalogue: ids, aliases, context windows and prices."""
+    from fabro_git.cli import model as impl
+
+    raise typer.Exit(impl.run_list(provider=provider, json_output=json_output))
+
+
+@model_app.command("test")
+def model_test(
+    provider: Annotated[str | None, typer.Option("--provider", help="Test only this provider.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Test this model instead of the provider's default.")] = None,
+) -> None:
+    """Send a tiny prompt to each configured provider and report the result."""
+    from fabro_git.cli import model as impl
+
+    raise typer.Exit(impl.run_test(provider=provider, model=model))
+
+
 def run_app(args: list[str]) -> int:
     try:
         result = app(args=args, prog_name="git fabro", standalone_mode=False)

@@ -29,7 +29,7 @@ def test_version_through_git_and_python_m() -> None:
 def test_short_help_lists_commands() -> None:
     proc = run_fabro("-h")
     assert proc.returncode == 0
-    for command in ("validate", "graph", "run", "resume", "ps", "logs", "inspect", "fetch", "push"):
+    for command in ("validate", "graph", "run", "resume", "ps", "logs", "inspect", "fetch", "push", "model"):
         assert re.search(rf"^\s+{command}\b", proc.stdout, re.M), command
 
 
@@ -47,7 +47,11 @@ def _cli_surface() -> dict[str, list[str]]:
 
     group = typer.main.get_command(app)
     surface: dict[str, list[str]] = {}
+    commands = []
     for name, command in group.commands.items():  # type: ignore[attr-defined]
+        sub = getattr(command, "commands", None)  # a group such as `model`: its subcommands
+        commands += [(f"{name} {n}", c) for n, c in sub.items()] if sub else [(name, command)]
+    for name, command in commands:
         opts = []
         for param in command.params:
             if getattr(param, "hidden", False):

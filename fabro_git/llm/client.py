@@ -1,0 +1,134 @@
+"""A model call with retries and failover: the one entry point stages use.
+
+`complete()` streams one request to its target, retrying transient failures with
+exponential backoff and jitter (a provider's `Retry-After` is honoured, and one longer
+than the cap fails the call rather than stall the run), then fails over along the
+fallback chain when the target stays unavailable or its quota is spent. Each retry and
+each failover is reported through a callback as the event the engine records
+(`agent.llm.retry`, `agent.failover`). All waiting is `trio.sleep`, so tests run the
+backoff on a virtual clock.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+
+import msgspec
+import trio
+
+from fabro_git.events.catalogue import AgentFailover, AgentLlmRetry
+from fabro_git.llm.errors import LlmError, MissingCredentials
+from fabro_git.llm.types import EventSink, Request, Response, Target, discard
+
+RetryHook = Callable[[AgentLlmRetry], Awaitable[None]]
+FailoverHook = Callable[[AgentFailover], Awaitable[None]]
+
+
+class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    max_retries: int = 3
+    initial_delay: float = 1.0
+    multiplier: float = 2.0
+    max_delay: float = 60.0
+    jitter: tuple[float, float] = (0.5, 1.5)
+
+    def delay(self, retry: int, rng: random.Random) -> float:
+        """Seconds to wait before retry number `retry` (1 for the first)."""
+        base = self.initial_delay * self.multiplier ** (retry - 1)
+        return min(self.max_delay, base * rng.uniform(*self.jitter))
+
+
+NO_RETRIES = RetryPolicy(max_retries=0)
+
+
+async def _ignore(_event: object) -> None:
+    pass
+
+
+async def complete(
+    request: Request,
+    target: Target,
+    *,
+    fallbacks: Sequence[Target] = (),
+    env: Mapping[str, str] | None = None,
+    sink: EventSink = discard,
+    policy: RetryPolicy = RetryPolicy(),
+    on_retry: RetryHook = _ignore,
+    on_failover: FailoverHook = _ignore,
+    rng: random.Random | None = None,
+) -> Response:
+    """The response of the first target in `[target, *fallbacks]` that answers.
+
+    A fallback whose provider is not configured is skipped; a missing key for the
+    primary target is an error. Errors that neither retry nor failover can mend
+    (a rejected key, a bad request) are raised at once.
+    """
+    from fabro_git.llm.providers import connect
+
+    env = os.environ if env is None else env
+    rng = rng or random.Random()
+    chain = [target]
+    for fallback in fallbacks:
+        try:
+            connect(fallback, env)
+        except MissingCredentials:
+            continue
+        if fallback not in chain:
+            chain.append(fallback)
+    for position, current in enumerate(chain):
+        try:
+            return await _with_retries(
+                request, current, env=env, sink=sink, policy=policy, on_retry=on_retry, rng=rng
+            )
+        except LlmError as err:
+            if not err.failover or position + 1 == len(chain):
+                raise
+            following = chain[position + 1]
+            await on_failover(
+                AgentFailover(
+                    from_provider=current.provider,
+                    from_model=current.model,
+                    to_provider=following.provider,
+                    to_model=following.model,
+                    error=str(err),
+                )
+            )
+    raise AssertionError("unreachable: the chain always holds the target")
+
+
+async def _with_retries(
+    request: Request,
+    target: Target,
+    *,
+    env: Mapping[str, str],
+    sink: EventSink,
+    policy: RetryPolicy,
+    on_retry: RetryHook,
+    rng: random.Random,
+) -> Response:
+    from fabro_git.llm.providers import connect, ensure_sdk, stream
+
+    connection = connect(target, env)
+    await ensure_sdk(connection.provider.api)
+    retry = 0
+    while True:
+        try:
+            return await stream(connection, target, request, sink)
+        except LlmError as err:
+            if not err.retryable or retry >= policy.max_retries:
+                raise
+            if err.retry_after is not None and err.retry_after > policy.max_delay:
+                raise
+            retry += 1
+            delay = err.retry_after if err.retry_after is not None else policy.delay(retry, rng)
+            await on_retry(
+                AgentLlmRetry(
+                    provider=target.provider,
+                    model=target.model,
+                    attempt=retry + 1,
+                    delay_secs=round(delay, 3),
+                    error=err.to_dict(),
+                )
+            )
+            await trio.sleep(delay)

@@ -1,0 +1,243 @@
+"""One adapter per wire protocol, and the translation of SDK failures into `LlmError`s.
+
+Every adapter is `async def stream(connection, target, request, sink) -> Response`: it
+opens a streaming call through the official SDK (with the SDK's own retries off: the
+retry loop in `fabro_git.llm.client` owns them, so every wait goes through trio and
+is reported), forwards normalised events to `sink`, and returns the final response. A
+stream that ends without the provider's closing event is a dropped stream.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+import msgspec
+
+from fabro_git.llm import catalogue
+from fabro_git.llm.errors import (
+    README_SECTION,
+    AuthenticationFailed,
+    ConnectionFailed,
+    ContentFiltered,
+    ContextTooLong,
+    InvalidRequest,
+    LlmError,
+    MissingCredentials,
+    QuotaExhausted,
+    RateLimited,
+    ServerError,
+    StreamDropped,
+    Timeout,
+)
+from fabro_git.llm.types import EventSink, Request, Response, Target
+
+# A local server ignores the key, but the OpenAI client insists on one.
+_PLACEHOLDER_KEY = "unused"
+
+
+class Connection(msgspec.Struct, frozen=True, kw_only=True):
+    provider: catalogue.ProviderInfo
+    api_key: str
+    base_url: str | None
+
+    def __repr__(self) -> str:  # never print the key
+        return f"Connection({self.provider.name}, base_url={self.base_url!r})"
+
+
+def connect(target: Target, env: Mapping[str, str]) -> Connection:
+    """The credentials and endpoint for `target`, or `MissingCredentials` naming the variable."""
+    info = catalogue.PROVIDERS[target.provider]
+    key = catalogue.api_key(info, env)
+    url = catalogue.base_url(info, env)
+    if info.key_required and key is None:
+        raise MissingCredentials(info.name, info.key_env)
+    if url is None and info.default_base_url is None and info.api == "chat-completions":
+        raise MissingCredentials(info.name, (info.base_url_env,), what="server URL")
+    return Connection(provider=info, api_key=key or _PLACEHOLDER_KEY, base_url=url)
+
+
+def load_sdk(api: catalogue.Api) -> None:
+    """Import the SDK a protocol needs. The first import takes a second or more of CPU;
+    a caller that must not stall its trio loop (or that times calls) does it up front,
+    in a thread or before the loop starts."""
+    if api == "anthropic":
+        import anthropic  # noqa: F401
+    else:
+        import openai  # noqa: F401
+
+
+async def ensure_sdk(api: catalogue.Api) -> None:
+    """`load_sdk` in a worker thread the first time, so the trio loop keeps running."""
+    import sys
+
+    import trio
+
+    if ("anthropic" if api == "anthropic" else "openai") not in sys.modules:
+        await trio.to_thread.run_sync(load_sdk, api)
+
+
+Adapter = Callable[[Connection, Target, Request, EventSink], Awaitable[Response]]
+
+
+async def stream(
+    connection: Connection, target: Target, request: Request, sink: EventSink
+) -> Response:
+    """Run one attempt through the adapter for the provider's protocol."""
+    adapter: Adapter
+    if connection.provider.api == "anthropic":
+        from fabro_git.llm.providers.anthropic import stream as adapter
+    elif connection.provider.api == "openai-responses":
+        from fabro_git.llm.providers.openai_responses import stream as adapter
+    else:
+        from fabro_git.llm.providers.chat_completions import stream as adapter
+    try:
+        return await adapter(connection, target, request, sink)
+    except LlmError:
+        raise
+    except Exception as exc:
+        translated = translate(exc, target)
+        if translated is None:
+            raise
+        raise translated from exc
+
+
+def translate(exc: BaseException, target: Target, *, streaming: bool = False) -> LlmError | None:
+    """The `LlmError` an SDK or transport exception stands for, or None if it is a bug."""
+    names = {cls.__name__ for cls in type(exc).__mro__}
+    status = getattr(exc, "status_code", None)
+    body = getattr(exc, "body", None)
+    if isinstance(status, int) or ("APIError" in names and body is not None):
+        response = getattr(exc, "response", None)
+        headers = getattr(response, "headers", None) or {}
+        # An error event inside a stream arrives on a 200 response: its body decides.
+        return from_status(
+            target,
+            status=status if isinstance(status, int) and status >= 400 else None,
+            code=error_code(body),
+            message=error_message(body) or getattr(exc, "message", None) or str(exc),
+            headers=headers,
+        )
+    if "APITimeoutError" in names or "TimeoutException" in names:
+        return Timeout("the request timed out", provider=target.provider, model=target.model)
+    if "APIConnectionError" in names or "TransportError" in names:
+        cause = exc.__cause__ or exc
+        if streaming or "RemoteProtocolError" in {c.__name__ for c in type(cause).__mro__}:
+            return StreamDropped(
+                f"the response stream broke off: {cause}",
+                provider=target.provider,
+                model=target.model,
+            )
+        return ConnectionFailed(
+            f"cannot reach the provider: {cause}", provider=target.provider, model=target.model
+        )
+    return None
+
+
+_QUOTA_CODES = {"insufficient_quota", "billing_error", "billing_hard_limit_reached"}
+_CONTEXT_CODES = {"context_length_exceeded", "request_too_large", "string_above_max_length"}
+_AUTH_CODES = {"authentication_error", "permission_error", "invalid_api_key"}
+_RATE_CODES = {"rate_limit_error", "rate_limit_exceeded", "rate_limited"}
+_SERVER_CODES = {"overloaded_error", "api_error", "server_error", "internal_error"}
+
+
+def from_status(
+    target: Target,
+    *,
+    status: int | None,
+    code: str | None,
+    message: str,
+    headers: Mapping[str, str],
+) -> LlmError:
+    """Classify a provider's error by its error code first, then its HTTP status."""
+    retry_after = parse_retry_after(headers)
+    error_type: type[LlmError]
+    hint: str | None = None
+    if code in _QUOTA_CODES or status == 402 or "credit balance is too low" in message:
+        error_type = QuotaExhausted
+    elif code in _CONTEXT_CODES or status == 413:
+        error_type = ContextTooLong
+    elif code in _AUTH_CODES or status in (401, 403):
+        error_type = AuthenticationFailed
+        info = catalogue.PROVIDERS[target.provider]
+        hint = f"check {' or '.join(info.key_env)}; see the {README_SECTION}"
+    elif code in _RATE_CODES or status == 429:
+        error_type = RateLimited
+    elif code in _SERVER_CODES or status is None or status >= 500 or status == 408:
+        error_type = ServerError
+    elif code == "content_filter":
+        error_type = ContentFiltered
+    else:
+        error_type = InvalidRequest
+    return error_type(
+        message,
+        provider=target.provider,
+        model=target.model,
+        status=status,
+        retry_after=retry_after if error_type.retryable else None,
+        hint=hint,
+    )
+
+
+def error_code(body: object) -> str | None:
+    """`error.type`/`error.code` of the providers' error bodies (the SDKs pass either the
+    whole body or its `error` member)."""
+    if not isinstance(body, dict):
+        return None
+    inner = body.get("error")
+    for source in (inner, body) if isinstance(inner, dict) else (body,):
+        for key in ("code", "type"):
+            value = source.get(key)
+            if isinstance(value, str) and value not in ("error", "invalid_request_error"):
+                return value
+    return None
+
+
+def error_message(body: object) -> str | None:
+    if not isinstance(body, dict):
+        return None
+    inner = body.get("error")
+    source = inner if isinstance(inner, dict) else body
+    message = source.get("message")
+    return message if isinstance(message, str) and message else None
+
+
+def parse_retry_after(headers: Mapping[str, str]) -> float | None:
+    """Seconds from `retry-after-ms` or `retry-after` (seconds or an HTTP date)."""
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return max(0.0, float(value) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def parse_arguments(raw: str, target: Target, tool: str) -> dict[str, Any]:
+    """Tool-call arguments as an object; a model that sends broken JSON is a provider error."""
+    if not raw.strip():
+        return {}
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(
+            f"the model sent unparseable arguments for tool {tool!r}: {exc}",
+            provider=target.provider,
+            model=target.model,
+        ) from exc
+    if not isinstance(value, dict):
+        return {"value": value}
+    return value

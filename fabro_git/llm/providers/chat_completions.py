@@ -1,0 +1,224 @@
+"""Chat Completions, the protocol of Gemini's OpenAI-compatible endpoint, of the
+catalogue's other hosted providers and of local servers (Ollama, vLLM, llama.cpp,
+LM Studio), streamed through the `openai` SDK with a base URL.
+
+Reasoning text has no standard field here: servers send it as `reasoning_content`
+(vLLM, Kimi, DeepSeek style) or `reasoning` (Ollama, OpenRouter); both are read.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fabro_git.llm.errors import LlmError, StreamDropped
+from fabro_git.llm.providers import (
+    Connection,
+    error_code,
+    error_message,
+    from_status,
+    parse_arguments,
+    translate,
+)
+from fabro_git.llm.types import (
+    Completed,
+    EventSink,
+    Message,
+    OutputStart,
+    ReasoningDelta,
+    Request,
+    Response,
+    StopReason,
+    Target,
+    TextDelta,
+    ToolCall,
+    ToolCallReady,
+    Usage,
+)
+
+_STOP: dict[str, StopReason] = {
+    "stop": "end_turn",
+    "tool_calls": "tool_use",
+    "function_call": "tool_use",
+    "length": "max_tokens",
+    "content_filter": "content_filter",
+}
+
+
+def wire_messages(system: str | None, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    wire: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for message in messages:
+        if message.role == "user":
+            wire.append({"role": "user", "content": message.text})
+        elif message.role == "tool":
+            wire += [
+                {"role": "tool", "tool_call_id": result.tool_call_id, "content": result.content}
+                for result in message.tool_results
+            ]
+        else:
+            turn: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+            if message.tool_calls:
+                turn["tool_calls"] = [
+                    {
+                        "id": call.id,
+                        "type": "function",
+                        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                    }
+                    for call in message.tool_calls
+                ]
+            wire.append(turn)
+    return wire
+
+
+def request_body(target: Target, request: Request) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": target.model,
+        "messages": wire_messages(request.system, request.messages),
+        "max_tokens": request.max_tokens,
+        "stream_options": {"include_usage": True},
+    }
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "function": {
+                    "name": tool.name,
+                    "description": tool.description,
+                    "parameters": tool.parameters,
+                },
+            }
+            for tool in request.tools
+        ]
+    if request.reasoning_effort:
+        body["reasoning_effort"] = request.reasoning_effort
+    return body
+
+
+async def stream(
+    connection: Connection, target: Target, request: Request, sink: EventSink
+) -> Response:
+    import openai
+
+    client = openai.AsyncOpenAI(
+        api_key=connection.api_key,
+        base_url=connection.base_url,
+        max_retries=0,
+        timeout=request.timeout,
+    )
+    # The SDK's own stream stops reading at `[DONE]` and abandons its async generators,
+    # which trio reports; reading the raw SSE body to its end leaves nothing behind.
+    async with (
+        client,
+        client.chat.completions.with_streaming_response.create(
+            **request_body(target, request), stream=True
+        ) as raw,
+    ):
+        await sink(OutputStart(target))
+        try:
+            return await _consume(raw.iter_lines(), target, sink)
+        except StreamDropped:
+            raise
+        except Exception as exc:
+            translated = translate(exc, target, streaming=True)
+            if translated is None:
+                raise
+            raise translated from exc
+
+
+async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -> Response:
+    text: list[str] = []
+    reasoning: list[str] = []
+    tools: dict[int, dict[str, str]] = {}
+    finish: str | None = None
+    usage: dict[str, Any] = {}
+    response_id: str | None = None
+    event: str | None = None
+    # After a failure, read on to the end of the stream without handling more: the
+    # SDK's async generators then finish instead of being abandoned (trio reports those).
+    failure: LlmError | None = None
+    async for line in lines:
+        if failure is not None:
+            continue
+        try:
+            if line.startswith("event:"):
+                event = line[6:].strip()
+                continue
+            if not line.startswith("data:"):
+                continue
+            data = line[5:].strip()
+            if data == "[DONE]":
+                continue  # read on to the end of the body
+            chunk = json.loads(data)
+            if event == "error" or (isinstance(chunk, dict) and "error" in chunk):
+                raise from_status(
+                    target,
+                    status=None,
+                    code=error_code(chunk),
+                    message=error_message(chunk) or data,
+                    headers={},
+                )
+            event = None
+            response_id = response_id or chunk.get("id")
+            usage = chunk.get("usage") or usage
+            for choice in (chunk.get("choices") or [])[:1]:
+                delta = choice.get("delta") or {}
+                thought = delta.get("reasoning_content") or delta.get("reasoning")
+                if isinstance(thought, str) and thought:
+                    reasoning.append(thought)
+                    await sink(ReasoningDelta(thought))
+                content = delta.get("content")
+                if content:
+                    text.append(content)
+                    await sink(TextDelta(content))
+                for part in delta.get("tool_calls") or ():
+                    slot = tools.setdefault(
+                        part.get("index", 0), {"id": "", "name": "", "arguments": ""}
+                    )
+                    if part.get("id"):
+                        slot["id"] = part["id"]
+                    function = part.get("function") or {}
+                    slot["name"] += function.get("name") or ""
+                    slot["arguments"] += function.get("arguments") or ""
+                if choice.get("finish_reason"):
+                    finish = choice["finish_reason"]
+        except LlmError as err:
+            failure = err
+    if failure is not None:
+        raise failure
+    if finish is None:
+        raise StreamDropped(
+            "the response stream ended without a finish_reason",
+            provider=target.provider,
+            model=target.model,
+        )
+    calls: list[ToolCall] = []
+    for index in sorted(tools):
+        slot = tools[index]
+        call = ToolCall(
+            id=slot["id"] or f"call_{index}",
+            name=slot["name"],
+            arguments=parse_arguments(slot["arguments"], target, slot["name"]),
+        )
+        calls.append(call)
+        await sink(ToolCallReady(call))
+    prompt_details = usage.get("prompt_tokens_details") or {}
+    completion_details = usage.get("completion_tokens_details") or {}
+    response = Response(
+        target=target,
+        text="".join(text),
+        tool_calls=tuple(calls),
+        usage=Usage(
+            input_tokens=usage.get("prompt_tokens") or 0,
+            output_tokens=usage.get("completion_tokens") or 0,
+            reasoning_tokens=completion_details.get("reasoning_tokens") or 0,
+            cache_read_tokens=prompt_details.get("cached_tokens") or 0,
+            cache_write_tokens=prompt_details.get("cache_write_tokens") or 0,
+        ),
+        stop_reason=_STOP.get(finish, "other"),
+        provider_stop_reason=finish,
+        reasoning="".join(reasoning) or None,
+        response_id=response_id,
+    )
+    await sink(Completed(response))
+    return response

@@ -1,0 +1,195 @@
+"""OpenAI's Responses API, streamed through the `openai` SDK.
+
+Requests are sent with `store=False`: the conversation travels in full each time, as
+for every other provider, so nothing depends on state kept at OpenAI.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabro_git.llm.errors import LlmError, StreamDropped
+from fabro_git.llm.providers import Connection, from_status, parse_arguments, translate
+from fabro_git.llm.types import (
+    Completed,
+    EventSink,
+    Message,
+    OutputStart,
+    ReasoningDelta,
+    Request,
+    Response,
+    StopReason,
+    Target,
+    TextDelta,
+    ToolCall,
+    ToolCallReady,
+    Usage,
+)
+
+
+def wire_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    import json
+
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "user":
+            items.append({"role": "user", "content": message.text})
+        elif message.role == "tool":
+            items += [
+                {
+                    "type": "function_call_output",
+                    "call_id": result.tool_call_id,
+                    "output": result.content,
+                }
+                for result in message.tool_results
+            ]
+        else:
+            if message.text:
+                items.append({"role": "assistant", "content": message.text})
+            items += [
+                {
+                    "type": "function_call",
+                    "call_id": call.id,
+                    "name": call.name,
+                    "arguments": json.dumps(call.arguments),
+                }
+                for call in message.tool_calls
+            ]
+    return items
+
+
+def request_body(target: Target, request: Request) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": target.model,
+        "input": wire_input(request.messages),
+        "max_output_tokens": request.max_tokens,
+        "store": False,
+    }
+    if request.system:
+        body["instructions"] = request.system
+    if request.tools:
+        body["tools"] = [
+            {
+                "type": "function",
+                "name": tool.name,
+                "description": tool.description,
+                "parameters": tool.parameters,
+                "strict": False,
+            }
+            for tool in request.tools
+        ]
+    if request.reasoning_effort:
+        body["reasoning"] = {"effort": request.reasoning_effort, "summary": "auto"}
+    return body
+
+
+async def stream(
+    connection: Connection, target: Target, request: Request, sink: EventSink
+) -> Response:
+    import openai
+
+    client = openai.AsyncOpenAI(
+        api_key=connection.api_key,
+        base_url=connection.base_url,
+        max_retries=0,
+        timeout=request.timeout,
+    )
+    async with client:
+        events = await client.responses.create(**request_body(target, request), stream=True)
+        await sink(OutputStart(target))
+        try:
+            async with events:
+                return await _consume(events, target, sink)
+        except StreamDropped:
+            raise
+        except Exception as exc:
+            translated = translate(exc, target, streaming=True)
+            if translated is None:
+                raise
+            raise translated from exc
+
+
+async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
+    text: list[str] = []
+    reasoning: list[str] = []
+    calls: list[ToolCall] = []
+    arguments: dict[str, str] = {}
+    final: Any = None
+    # After a failure, read on to the end of the stream without handling more: the
+    # SDK's async generators then finish instead of being abandoned (trio reports those).
+    failure: LlmError | None = None
+    async for event in events:
+        if failure is not None:
+            continue
+        try:
+            kind = event.type
+            if kind == "response.output_text.delta":
+                text.append(event.delta)
+                await sink(TextDelta(event.delta))
+            elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+                reasoning.append(event.delta)
+                await sink(ReasoningDelta(event.delta))
+            elif kind == "response.function_call_arguments.delta":
+                arguments[event.item_id] = arguments.get(event.item_id, "") + event.delta
+            elif kind == "response.output_item.done" and event.item.type == "function_call":
+                item = event.item
+                raw = item.arguments or arguments.get(item.id or "", "")
+                call = ToolCall(
+                    id=item.call_id,
+                    name=item.name,
+                    arguments=parse_arguments(raw, target, item.name),
+                )
+                calls.append(call)
+                await sink(ToolCallReady(call))
+            elif kind in ("response.completed", "response.incomplete"):
+                final = event.response
+            elif kind == "response.failed":
+                error = event.response.error
+                raise from_status(
+                    target,
+                    status=None,
+                    code=getattr(error, "code", None),
+                    message=getattr(error, "message", None) or "the response failed",
+                    headers={},
+                )
+            elif kind == "error":
+                raise from_status(
+                    target, status=None, code=event.code, message=event.message, headers={}
+                )
+        except LlmError as err:
+            failure = err
+    if failure is not None:
+        raise failure
+    if final is None:
+        raise StreamDropped(
+            "the response stream ended before response.completed",
+            provider=target.provider,
+            model=target.model,
+        )
+    usage = final.usage
+    stop: StopReason = "tool_use" if calls else "end_turn"
+    provider_stop = final.status
+    if final.status == "incomplete":
+        reason = getattr(final.incomplete_details, "reason", None)
+        provider_stop = reason or "incomplete"
+        stop = "content_filter" if reason == "content_filter" else "max_tokens"
+    input_details = getattr(usage, "input_tokens_details", None) if usage else None
+    output_details = getattr(usage, "output_tokens_details", None) if usage else None
+    response = Response(
+        target=target,
+        text="".join(text),
+        tool_calls=tuple(calls),
+        usage=Usage(
+            input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0,
+            reasoning_tokens=getattr(output_details, "reasoning_tokens", 0) or 0,
+            cache_read_tokens=getattr(input_details, "cached_tokens", 0) or 0,
+            cache_write_tokens=getattr(input_details, "cache_write_tokens", 0) or 0,
+        ),
+        stop_reason=stop,
+        provider_stop_reason=provider_stop,
+        reasoning="".join(reasoning) or None,
+        response_id=final.id,
+    )
+    await sink(Completed(response))
+    return response

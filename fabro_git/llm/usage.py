@@ -1,0 +1,86 @@
+"""What a response cost, and the event shapes its usage is recorded in.
+
+Prices come from the catalogue (per million tokens). Cached input is billed at a
+fraction of the input price and cache writes at a premium; the factors are Anthropic's
+published ones, applied to every provider, so the figure is an estimate.
+"""
+
+from __future__ import annotations
+
+from fabro_git.events.catalogue import (
+    AgentMessage,
+    AgentOutputStart,
+    AgentReasoningDelta,
+    AgentTextDelta,
+    AgentWarning,
+    TokenUsage,
+)
+from fabro_git.llm import catalogue
+from fabro_git.llm.types import OutputStart, ReasoningDelta, Response, StreamEvent, TextDelta, Usage
+
+CACHE_READ_FACTOR = 0.1
+CACHE_WRITE_FACTOR = 1.25
+# Warn when one request's input fills this share of the model's context window.
+CONTEXT_WARNING_SHARE = 0.8
+
+
+def estimate_cost(model: str, usage: Usage) -> float | None:
+    """US dollars for `usage` on `model`, or None when the catalogue has no price."""
+    info = catalogue.lookup(model)
+    if info is None or info.input_price is None or info.output_price is None:
+        return None
+    uncached = max(0, usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens)
+    input_cost = info.input_price * (
+        uncached
+        + usage.cache_read_tokens * CACHE_READ_FACTOR
+        + usage.cache_write_tokens * CACHE_WRITE_FACTOR
+    )
+    return (input_cost + info.output_price * usage.output_tokens) / 1_000_000
+
+
+def token_usage(usage: Usage) -> TokenUsage:
+    return TokenUsage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        total_tokens=usage.total_tokens,
+        reasoning_tokens=usage.reasoning_tokens or None,
+        cache_read_tokens=usage.cache_read_tokens or None,
+        cache_write_tokens=usage.cache_write_tokens or None,
+    )
+
+
+def message_event(response: Response) -> AgentMessage:
+    return AgentMessage(
+        text=response.text,
+        model=response.target.model,
+        usage=token_usage(response.usage),
+        tool_call_count=len(response.tool_calls),
+    )
+
+
+def stream_event(
+    event: StreamEvent,
+) -> AgentOutputStart | AgentTextDelta | AgentReasoningDelta | None:
+    """The `agent.*` event a stream event is recorded as, if any (tool calls and the
+    final message have their own events, emitted by the caller)."""
+    if isinstance(event, OutputStart):
+        return AgentOutputStart()
+    if isinstance(event, TextDelta):
+        return AgentTextDelta(delta=event.delta)
+    if isinstance(event, ReasoningDelta):
+        return AgentReasoningDelta(delta=event.delta)
+    return None
+
+
+def context_warning(response: Response) -> AgentWarning | None:
+    info = catalogue.lookup(response.target.model)
+    if info is None or info.context_window is None:
+        return None
+    used = response.usage.input_tokens + response.usage.output_tokens
+    if used < info.context_window * CONTEXT_WARNING_SHARE:
+        return None
+    return AgentWarning(
+        kind="context_window",
+        message=f"{used} of {info.context_window} context tokens used on {info.id}",
+        details={"used_tokens": used, "context_window": info.context_window},
+    )
