@@ -415,7 +415,9 @@ class ProgressRenderer:
             case "run.failed":
                 text = f"Run failed after {format_duration(p.get('duration_ms'))}"
                 error = str(p.get("error") or "")
-                if error and not any(shown in error for shown in self._errors_shown):
+                for shown in self._errors_shown:  # said on the stage's own line already
+                    error = error.replace(shown, "").strip().rstrip(":").strip()
+                if error:
                     text += f": {_short(error, 200)}"
                 return [_Line(text, "bold red", "✗")]
             case "run.interrupt":

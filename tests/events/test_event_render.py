@@ -331,7 +331,7 @@ def test_progress_failure_is_said_once_with_its_stderr() -> None:
     assert sum("exited with status 1" in line for line in lines) == 1
     assert lines[1] == "t: failed in 10ms: command exited with status 1"
     assert lines[2:14] == [f"    │ e{i}" for i in range(8, 20)]
-    assert lines[-1] == "Run failed after 20ms"
+    assert lines[-1] == "Run failed after 20ms: stage t failed"
 
 
 def test_progress_quiet_and_verbose_output() -> None:
