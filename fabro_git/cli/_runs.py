@@ -69,8 +69,9 @@ def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
     return RunRow(run_id, t.get("Fabro-Workflow", "?"), status, node, started, duration, live)
 
 
-def tail_path(run_id: str) -> Path:
-    return run_scratch_dir(run_id) / "events.jsonl"
+def tail_path(repo: Any, run_id: str) -> Path:
+    """The live event tail this repository keeps for the run (it may not exist)."""
+    return run_scratch_dir(Path(repo.git_dir), run_id) / "events.jsonl"
 
 
 def format_ms(ms: int | None) -> str:

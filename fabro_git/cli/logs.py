@@ -64,7 +64,7 @@ def run(run_id: str, *, pretty: bool, follow: bool) -> int:
         raise unreadable_meta(full_id, meta or "", exc) from exc
     _emit(durable, pretty)
     last = last_event_id(durable)
-    tail = tail_path(full_id)
+    tail = tail_path(repo, full_id)
     offset = 0
     if tail.exists():
         data = tail.read_bytes()

@@ -167,7 +167,7 @@ def run(
     if detach:
         lock.release()
         bus.close()
-        _spawn_detached(repo.root, run_id, options)
+        _spawn_detached(repo, run_id, options)
         if json_output:
             from fabro_git.engine.session import RunResult
 
@@ -195,25 +195,28 @@ def _report(result: Any, json_output: bool) -> int:
     if result.status == "interrupted":
         print(f"run {result.run_id} interrupted; resume it with `git fabro resume {result.run_id}`", file=sys.stderr)
     elif result.error:
-        print(f"error: run {result.run_id} failed: {result.error}", file=sys.stderr)
+        from fabro_git import redact
+
+        error = redact.for_process().mask_text(result.error)
+        print(f"error: run {result.run_id} failed: {error}", file=sys.stderr)
         print(f"hint: inspect it with `git fabro logs {result.run_id} --pretty`; fix the cause and `git fabro resume {result.run_id}`", file=sys.stderr)
     code: int = result.exit_code
     return code
 
 
-def _spawn_detached(root: Path, run_id: str, options: Any) -> None:
-    from fabro_git.config.locations import run_scratch_dir
+def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
+    from fabro_git.config.locations import make_private_dir, open_private, run_scratch_dir
 
     argv = [sys.executable, "-m", "fabro_git", "resume", run_id, "--detached-child"]
     if options.auto_approve:
         argv.append("--auto-approve")
     for answer in options.answers:
         argv += ["--answer", answer]
-    log = run_scratch_dir(run_id) / "detached.log"
-    with open(log, "ab") as out:
+    log = make_private_dir(run_scratch_dir(Path(repo.git_dir), run_id)) / "detached.log"
+    with open(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         subprocess.Popen(
             argv,
-            cwd=root,
+            cwd=repo.root,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
@@ -253,7 +256,7 @@ def resume(
         interactive=sys.stdin.isatty() and not detach and not detached_child,
     )
     if detach:
-        _spawn_detached(repo.root, full_id, options)
+        _spawn_detached(repo, full_id, options)
         print(full_id)
         return 0
     if not detached_child:

@@ -60,7 +60,13 @@ async def run_script(
     timeout: float | None,
 ) -> tuple[int | None, bool]:
     """Run to completion; returns (exit code or None when killed, timed out?)."""
-    with stdout.open("wb") as out, stderr.open("wb") as err:
+    from fabro_git.config.locations import open_private
+
+    truncate = os.O_WRONLY | os.O_TRUNC
+    with (
+        open(open_private(stdout, truncate), "wb") as out,
+        open(open_private(stderr, truncate), "wb") as err,
+    ):
         process = await trio.lowlevel.open_process(
             argv,
             cwd=str(cwd),

@@ -56,9 +56,10 @@ def _admin_lock(repo: GitRepo) -> Iterator[None]:
     `add` may be half-way through writing its own, and then fails ("failed to read
     .../commondir"); several runs starting at once in one repository would trip on it.
     """
-    lock_dir = Path(repo.git_dir) / "fabro"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_dir / "worktrees.flock", os.O_RDWR | os.O_CREAT, 0o644)
+    from fabro_git.config.locations import make_private_dir, open_private
+
+    lock_dir = make_private_dir(Path(repo.git_dir) / "fabro")
+    fd = open_private(lock_dir / "worktrees.flock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -113,7 +114,9 @@ def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str)
             f"{path} is already a worktree on {where}",
             hint="remove it (git worktree remove) or choose another directory",
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
+    from fabro_git.config.locations import make_private_dir
+
+    make_private_dir(path.parent)  # ours; the checkout itself follows the user's umask
     args = [*_CREATE_CONFIG, "worktree", "add", "--quiet"]
     if branch is None:
         args += ["--detach", str(path), commit]
