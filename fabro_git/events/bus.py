@@ -138,7 +138,10 @@ def _redacted(env: Envelope, redactor: redact.Redactor) -> tuple[Envelope, bytes
     the line is then masked as bytes too, for a secret in some other field.
     """
     props = env.properties
-    masked = msgspec.convert(redactor.mask_value(msgspec.to_builtins(props)), type(props))
+    try:
+        masked = msgspec.convert(redactor.mask_value(msgspec.to_builtins(props)), type(props))
+    except msgspec.ValidationError:  # a masked value no longer fits its field's type
+        return env, redactor.mask_bytes(encode_event(env))
     label = redactor.mask_text(env.node_label) if env.node_label else env.node_label
     env = msgspec.structs.replace(env, properties=masked, node_label=label)
     return env, redactor.mask_bytes(encode_event(env))
