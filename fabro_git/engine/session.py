@@ -22,7 +22,7 @@ import msgspec
 import trio
 
 from fabro_git import __version__
-from fabro_git.config.locations import make_private_dir, run_scratch_dir
+from fabro_git.config.locations import make_private_dir, run_scratch_dir, runs_dir
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
     Checkpoint,
@@ -286,6 +286,7 @@ def _load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, met
 def ensure_worktree(repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Any) -> tuple[Path, bool]:
     """The run's worktree at the run branch's tip: reuse, reset or rebuild it."""
     path = scratch / "worktree"
+    _drop_stale_checkouts(repo, run_id, path)
     if (path / ".git").exists():
         try:
             wt.checkout(path, run_tip)
@@ -299,6 +300,25 @@ def ensure_worktree(repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emi
             shutil.rmtree(path, ignore_errors=True)
     wt.add_worktree(repo, path, branch=runrefs.run_branch_name(run_id), commit=run_tip)
     return path, True
+
+
+def _drop_stale_checkouts(repo: GitRepo, run_id: str, path: Path) -> None:
+    """Remove this repository's other scratch checkouts of the run branch.
+
+    The scratch dir is keyed by the repository's path, so a repository that moved (or
+    a scratch dir from before the key) leaves a checkout of the run branch under the old
+    name, and git refuses a second one. We hold the run lock and a run worktree holds
+    nothing git lacks, so it goes (its files first: after a move, its link back to the
+    repository is broken and `git worktree remove` refuses it).
+    """
+    import shutil
+
+    root = runs_dir().resolve()
+    for other in wt.checkouts_of(repo, runrefs.run_branch_name(run_id)):
+        resolved = other.resolve()
+        if resolved != path.resolve() and resolved.is_relative_to(root):
+            shutil.rmtree(other, ignore_errors=True)
+            wt.remove_worktree(repo, other)
 
 
 def execute_run(

@@ -242,6 +242,12 @@ def files_changed(worktree_or_repo: Path, old: str, new: str) -> list[str]:
     return [p for p in out(proc).split("\0") if p]
 
 
+def checkouts_of(repo: GitRepo, branch: str) -> list[Path]:
+    """The worktrees of `repo` that have `branch` checked out."""
+    ref = f"refs/heads/{branch}"
+    return [Path(w["worktree"]) for w in _worktrees(repo) if w.get("branch") == ref]
+
+
 def _worktrees(repo: GitRepo) -> list[dict[str, str]]:
     """`git worktree list --porcelain` as one dict per worktree (main one included)."""
     listing = out(run_git(["worktree", "list", "--porcelain"], cwd=repo.root))

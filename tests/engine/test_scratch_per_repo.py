@@ -91,3 +91,26 @@ def test_two_clones_resuming_one_run_keep_their_own_scratch(
     assert git(clone, "show", f"fabro/run/{run_id}:made.txt") == "made\n"
     assert_fsck_clean(repo)
     assert_fsck_clean(clone)
+
+
+def test_a_moved_repository_resumes_its_run(repo: Path, tmp_path: Path, hermetic_env: Path) -> None:
+    """The key follows the repository's path: after a move the run gets a new scratch
+    dir, and the checkout under the old one (which git still lists) must not block it."""
+    workflow = tmp_path / "twice.fabro"
+    workflow.write_text(WORKFLOW)
+    first = run_fabro("run", str(workflow), "--json", cwd=repo)
+    assert first.returncode == 1, first.stderr
+    run_id = json.loads(first.stdout.splitlines()[-1])["run_id"]
+    old_scratch = Path(_inspect(repo, run_id)["scratch_dir"])
+    assert (old_scratch / "worktree" / "made.txt").is_file()
+
+    moved = tmp_path / "moved"
+    repo.rename(moved)
+    (hermetic_env / "ok").write_text("")
+    resumed = run_fabro("resume", run_id, "--json", cwd=moved)
+    assert resumed.returncode == 0, resumed.stderr
+    assert json.loads(resumed.stdout.splitlines()[-1])["status"] == "succeeded"
+    assert Path(_inspect(moved, run_id)["scratch_dir"]) != old_scratch
+    assert not (old_scratch / "worktree").exists()
+    assert git(moved, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert_fsck_clean(moved)
