@@ -68,7 +68,7 @@ def _workflow(tmp_path: Path, keys: dict[str, str], *, fail: bool = False) -> Pa
     # user's own doing, not ours.
     script = f"env; echo {keys['github']}; echo key: {keys['aws']}"
     if fail:
-        script = 'echo \\"$MY_SERVICE_TOKEN\\" >&2; exit 1'
+        script = 'test -f \\"$HOME/ok\\" || { echo \\"$MY_SERVICE_TOKEN\\" >&2; exit 1; }'
     path = tmp_path / "secrets.fabro"
     path.write_text(
         f"""
@@ -150,14 +150,35 @@ def test_keys_a_run_sees_are_in_no_git_object(repo: Path, tmp_path: Path) -> Non
     assert any(_masked(keys["aws"]).decode() in json.dumps(e) for e in completed)
 
 
-def test_a_failing_commands_key_is_masked_in_its_error(repo: Path, tmp_path: Path) -> None:
-    """The error names the command's last stderr line; the terminal shows it masked."""
+def test_a_failing_commands_key_is_masked_in_its_error_and_resume_works(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    """The error names the command's last stderr line; the terminal shows it masked.
+    The goal held a key: git keeps it masked, and resume (which reads the run from git)
+    goes on with the masked goal."""
     keys = _keys()
-    proc = run_fabro("run", str(_workflow(tmp_path, keys, fail=True)), cwd=repo, env=_env(keys))
+    env = _env(keys)
+    workflow = _workflow(tmp_path, keys, fail=True)
+    goal = f"use {keys['goal']}"
+    proc = run_fabro("run", str(workflow), "--goal", goal, "--json", cwd=repo, env=env)
     assert proc.returncode == 1
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     assert f"***{keys['service'][-4:]}" in proc.stderr
     assert _leaks((proc.stdout + proc.stderr).encode(), keys) == []
     assert _leaks(_all_objects(repo), keys) == []
+
+    (hermetic_env / "ok").write_text("")
+    resumed = run_fabro("resume", run_id, "--json", cwd=repo, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _leaks((resumed.stdout + resumed.stderr).encode(), keys) == []
+    assert _leaks(_all_objects(repo), keys) == []
+    logs = run_fabro("logs", run_id, cwd=repo)
+    goals = [
+        e["properties"].get("goal")
+        for e in map(json.loads, logs.stdout.splitlines())
+        if e["event"] == "run.started"
+    ]
+    assert goals == [f"use ***{keys['goal'][-4:]}"] * 2
 
 
 def test_short_or_ordinary_values_are_left_alone(repo: Path, tmp_path: Path) -> None:
