@@ -35,14 +35,17 @@ class RunLock:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
             os.close(fd)
             raise RunLocked(
                 f"run {self.run_id} is being executed by {holder}",
                 hint="wait for it to finish, or follow it with `git fabro logs -f " + self.run_id + "`",
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}\n".encode())
+        # One fixed-width write over the old record, never an empty file in between: a
+        # loser reading it right now sees a whole record.
+        record = f"pid {os.getpid()}".ljust(23).encode() + b"\n"
+        os.pwrite(fd, record, 0)
+        os.ftruncate(fd, len(record))
         self._fd = fd
 
     def clear_stale_ref_locks(self, refs: Sequence[str], namespaces: Sequence[str] = ()) -> list[Path]:
