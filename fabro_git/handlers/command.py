@@ -30,7 +30,11 @@ KILL_GRACE = 2.0
 
 
 def excerpt(path: Path, limit: int) -> bytes:
-    """The whole file when small, else its head and tail around an omission marker."""
+    """The whole file when small, else its head and tail around an omission marker.
+
+    The cuts fall on line ends when a line end is near: a secret cut in two would
+    no longer be recognised, and half of it would reach git.
+    """
     size = path.stat().st_size
     with path.open("rb") as fh:
         if size <= limit:
@@ -39,7 +43,13 @@ def excerpt(path: Path, limit: int) -> bytes:
         head = fh.read(half)
         fh.seek(size - half)
         tail = fh.read()
-    marker = f"\n[... {size - 2 * half} bytes omitted ...]\n".encode()
+    end = head.rfind(b"\n")
+    if end >= half // 2:
+        head = head[: end + 1]
+    start = tail.find(b"\n")
+    if 0 <= start < half // 2:
+        tail = tail[start + 1 :]
+    marker = f"\n[... {size - len(head) - len(tail)} bytes omitted ...]\n".encode()
     return head + marker + tail
 
 

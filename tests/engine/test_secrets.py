@@ -201,3 +201,32 @@ def test_short_or_ordinary_values_are_left_alone(repo: Path, tmp_path: Path) -> 
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     out = git(repo, "show", f"refs/fabro/meta/{run_id}:nodes/show/stdout.log")
     assert out == "a risk-assessment-of-everything-here\nan-ordinary-long-value-0123456789\n"
+
+
+def test_a_key_where_a_long_log_is_cut_is_not_cut_in_half(repo: Path, tmp_path: Path) -> None:
+    """Logs over the limit keep their head and tail; a key printed across the cut would
+    be half a key nothing recognises. The cuts fall on line ends instead."""
+    token = "svc" + _token(29)
+    # 100-byte lines; the token's line spans byte 500,000, the meta copy's head cut.
+    code = (
+        "import os, sys; out = sys.stdout.buffer; line = b'x' * 99 + bytes([10]); "
+        "out.write(line * 4999 + b'y' * 80 + os.environb[b'MY_SERVICE_TOKEN'] + bytes([10])); "
+        "out.write(line * 12000)"
+    )
+    path = tmp_path / "long.fabro"
+    path.write_text(
+        "digraph Long {\n"
+        "  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        f'  show [shape=parallelogram, language=python, script="{code}"]\n'
+        "  start -> show -> exit\n}\n"
+    )
+    proc = run_fabro("run", str(path), "--json", cwd=repo, env={"MY_SERVICE_TOKEN": token})
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    scratch = next((Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*"))
+    printed = (scratch / "nodes" / "show" / "stdout.log").read_bytes()
+    assert printed.index(token.encode()) < 500_000 < printed.index(token.encode()) + len(token)
+    stored = git(repo, "show", f"refs/fabro/meta/{run_id}:nodes/show/stdout.log")
+    assert "bytes omitted" in stored and "x" * 99 + "\n" in stored
+    objects = _all_objects(repo)
+    assert token[:12].encode() not in objects and token[-12:-4].encode() not in objects
