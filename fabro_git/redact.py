@@ -13,6 +13,8 @@ Two things count as secret:
   `*_SECRET`, `*PASSWORD*`, `*_CREDENTIALS`, ..., in any case), when it is at least
   `MIN_SECRET_LENGTH` characters long: a shorter value would redact ordinary words, and
   is no real secret anyway;
+- the value of an input (`-V NAME=VALUE`) whose name looks secret, by the same rule:
+  a script sees it as the variable `FABRO_INPUT_<NAME>`;
 - text with the shape of a well-known credential (`sk-...`, `ghp_...`, `xoxb-...`,
   `AKIA...`, ...), whatever variable, file or prompt it came from.
 
@@ -159,7 +161,21 @@ def from_environ(environ: Mapping[str, str]) -> Redactor:
     return Redactor(secret_values(environ))
 
 
+_remembered: dict[str, str] = {}
+
+
+def remember(named_values: Mapping[str, str]) -> None:
+    """Count the values whose names look secret (a run's inputs) as secrets too.
+
+    Call before the run's event bus and recorder are made: they hold `for_process()`.
+    """
+    _remembered.update(named_values)
+    for_process.cache_clear()
+
+
 @functools.cache
 def for_process() -> Redactor:
-    """The redactor for this process's environment, built on first use."""
-    return from_environ(os.environ)
+    """The redactor for this process's environment (and remembered values)."""
+    named: dict[str, str] = dict(os.environ)
+    named.update({f"FABRO_INPUT_{k}": v for k, v in _remembered.items()})
+    return from_environ(named)

@@ -163,6 +163,9 @@ def run(
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
     spec = _build_spec(workflow, goal=goal, goal_file=goal_file, inputs=inputs, labels=labels, options=options)
+    from fabro_git import redact
+
+    redact.remember(spec.inputs)
     run_id, manifest, cp, bus, recorder, scratch, lock = create_run(repo, spec, warn=_warn)
     if detach:
         lock.release()

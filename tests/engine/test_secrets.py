@@ -1,7 +1,8 @@
 """Secrets never reach git: keys a run sees are masked in every object it writes.
 
 Keys reach the run four ways here: the environment of `git fabro` (printed by `env`),
-literal key shapes in a command's output, the goal and an input. Afterwards not one git
+literal key shapes in a command's output, the goal and inputs (one by its shape, one
+by its name). Afterwards not one git
 object of the repository holds any of them in full, while the masked form (`***` and
 the last four characters) is there; `git fabro logs`, the live tail and the terminal
 show the masked form too.
@@ -37,6 +38,8 @@ def _keys() -> dict[str, str]:
         # The goal and an input.
         "goal": "sk-proj-" + _token(32),
         "input": "xoxb-" + _token(12, string.digits) + "-" + _token(24),
+        # An input of no known shape, whose name marks it as secret.
+        "named_input": "plain" + _token(16),
     }
 
 
@@ -98,6 +101,8 @@ def test_keys_a_run_sees_are_in_no_git_object(repo: Path, tmp_path: Path) -> Non
         f"use {keys['goal']}",
         "-V",
         f"key={keys['input']}",
+        "-V",
+        f"api_token={keys['named_input']}",
         "--json",
         cwd=repo,
         env=env,
@@ -128,7 +133,10 @@ def test_keys_a_run_sees_are_in_no_git_object(repo: Path, tmp_path: Path) -> Non
     assert f"***{keys['github'][-4:]}" in stdout_log
     manifest = json.loads(git(repo, "show", f"{meta}:manifest.json"))
     assert manifest["goal"] == f"use ***{keys['goal'][-4:]}"
-    assert manifest["inputs"] == {"key": f"***{keys['input'][-4:]}"}
+    assert manifest["inputs"] == {
+        "key": f"***{keys['input'][-4:]}",
+        "api_token": f"***{keys['named_input'][-4:]}",
+    }
     checkpoint = json.loads(git(repo, "show", f"{meta}:checkpoint.json"))
     assert (
         f"MY_SERVICE_TOKEN=***{keys['service'][-4:]}"
