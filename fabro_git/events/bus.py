@@ -29,6 +29,7 @@ from typing import Protocol
 import msgspec
 
 from fabro_git import redact
+from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.events.envelope import (
     Actor,
     Envelope,
@@ -198,8 +199,6 @@ class TailFileSink:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        from fabro_git.config.locations import make_private_dir, open_private
-
         make_private_dir(self.path.parent)
         self._fd: int | None = open_private(self.path, os.O_RDWR | os.O_APPEND)
         size = os.fstat(self._fd).st_size

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import trio
 
+from fabro_git.config.locations import open_private
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
@@ -70,8 +71,6 @@ async def run_script(
     timeout: float | None,
 ) -> tuple[int | None, bool]:
     """Run to completion; returns (exit code or None when killed, timed out?)."""
-    from fabro_git.config.locations import open_private
-
     truncate = os.O_WRONLY | os.O_TRUNC
     with (
         open(open_private(stdout, truncate), "wb") as out,

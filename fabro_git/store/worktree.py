@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.errors import RefRaceError, StoreError
 from fabro_git.store._gitcli import describe_failure, git_env, out, run_git
 from fabro_git.store.repo import GitRepo
@@ -56,8 +57,6 @@ def _admin_lock(repo: GitRepo) -> Iterator[None]:
     `add` may be half-way through writing its own, and then fails ("failed to read
     .../commondir"); several runs starting at once in one repository would trip on it.
     """
-    from fabro_git.config.locations import make_private_dir, open_private
-
     lock_dir = make_private_dir(Path(repo.git_dir) / "fabro")
     fd = open_private(lock_dir / "worktrees.flock", os.O_RDWR)
     try:
@@ -114,8 +113,6 @@ def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str)
             f"{path} is already a worktree on {where}",
             hint="remove it (git worktree remove) or choose another directory",
         )
-    from fabro_git.config.locations import make_private_dir
-
     make_private_dir(path.parent)  # ours; the checkout itself follows the user's umask
     args = [*_CREATE_CONFIG, "worktree", "add", "--quiet"]
     if branch is None:
