@@ -78,12 +78,13 @@ def boundary(fn: Callable[[], int]) -> int:
 
 
 def write_crash_log(exc: BaseException) -> str:
+    import os
     import platform
     import traceback
     from datetime import UTC, datetime
 
-    from fabro_git import __version__
-    from fabro_git.config.locations import crash_log_dir
+    from fabro_git import __version__, redact
+    from fabro_git.config.locations import crash_log_dir, make_private_dir, open_private
 
     lines = [
         "### version information",
@@ -100,13 +101,15 @@ def write_crash_log(exc: BaseException) -> str:
         except Exception:
             lines.append(f"{mod}: unknown")
     lines += ["", "### traceback", "".join(traceback.format_exception(exc))]
+    # A crash log is meant to be attached to a bug report: mask what looks secret.
+    text = redact.for_process().mask_text("\n".join(lines))
     try:
-        directory = crash_log_dir()
-        directory.mkdir(parents=True, exist_ok=True)
+        directory = make_private_dir(crash_log_dir())
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         path = directory / f"crash-{stamp}.log"
-        path.write_text("\n".join(lines))
+        with open(open_private(path, os.O_WRONLY | os.O_TRUNC), "w") as out:
+            out.write(text)
         return str(path)
     except OSError:
-        sys.stderr.write("\n".join(lines))
+        sys.stderr.write(text)
         return "<stderr>"

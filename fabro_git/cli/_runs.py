@@ -114,8 +114,9 @@ def resolve_run(repo: Any, arg: str) -> str:
     return runrefs.resolve_run_id(repo, arg)
 
 
-def tail_path(run_id: str) -> Path:
-    return run_scratch_dir(run_id) / "events.jsonl"
+def tail_path(repo: Any, run_id: str) -> Path:
+    """The live event tail this repository keeps for the run (it may not exist)."""
+    return run_scratch_dir(Path(repo.git_dir), run_id) / "events.jsonl"
 
 
 def format_ms(ms: int | None) -> str:

@@ -23,7 +23,7 @@ def run(run_id: str, *, json_output: bool) -> int:
     live = is_live(Path(repo.git_dir), full_id)
     status = effective_status(cp.status, live)
     run_tip = repo.read_ref(runrefs.run_branch_ref(full_id))
-    scratch = run_scratch_dir(full_id)
+    scratch = run_scratch_dir(Path(repo.git_dir), full_id)
     doc = {
         "run_id": full_id,
         "status": status,

@@ -133,7 +133,7 @@ def run(
 
         raise unreadable_meta(full_id, meta or "", exc) from exc
     last = last_event_id(durable)
-    live_tail = tail_path(full_id)
+    live_tail = tail_path(repo, full_id)
     offset = 0
     extra = b""
     if live_tail.exists():

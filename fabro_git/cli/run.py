@@ -205,11 +205,14 @@ def run(
     check_answers(spec.graph, options.answers)
     if detach:
         _warn_unanswerable_gates(spec.graph, options)
+    from fabro_git import redact
+
+    redact.remember(spec.inputs)
     run_id, manifest, cp, bus, recorder, scratch, lock = create_run(repo, spec, warn=_warn)
     if detach:
         lock.release()
         bus.close()
-        _spawn_detached(repo.root, Path(repo.git_dir), run_id, options)
+        _spawn_detached(repo, run_id, options)
         if json_output:
             from fabro_git.engine.session import RunResult
 
@@ -280,7 +283,10 @@ def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: 
         print(f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`", file=sys.stderr)
     elif result.error:
         if not shown:
-            print(f"error: run {run_id} failed: {result.error}", file=sys.stderr)
+            from fabro_git import redact
+
+            error = redact.for_process().mask_text(result.error)
+            print(f"error: run {run_id} failed: {error}", file=sys.stderr)
         print(
             f"hint: see what happened with `git fabro logs {run_id} --pretty`;"
             f" fix the cause and `git fabro resume {run_id}`",
@@ -306,8 +312,8 @@ def _where_the_result_is(repo: Any, run_id: str, branch: str, base: str, tip: st
     print("\n".join(lines), file=sys.stderr)
 
 
-def _spawn_detached(root: Path, git_dir: Path, run_id: str, options: Any) -> None:
-    from fabro_git.config.locations import run_scratch_dir
+def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
+    from fabro_git.config.locations import make_private_dir, open_private, run_scratch_dir
     from fabro_git.engine.lock import mark_starting
 
     argv = [sys.executable, "-m", "fabro_git", "resume", run_id, "--detached-child"]
@@ -315,18 +321,18 @@ def _spawn_detached(root: Path, git_dir: Path, run_id: str, options: Any) -> Non
         argv.append("--auto-approve")
     for answer in options.answers:
         argv += ["--answer", answer]
-    log = run_scratch_dir(run_id) / "detached.log"
-    with open(log, "ab") as out:
+    log = make_private_dir(run_scratch_dir(Path(repo.git_dir), run_id)) / "detached.log"
+    with open(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         child = subprocess.Popen(
             argv,
-            cwd=root,
+            cwd=repo.root,
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=out,
             start_new_session=True,
             env=dict(os.environ),
         )
-    mark_starting(git_dir, run_id, child.pid)
+    mark_starting(Path(repo.git_dir), run_id, child.pid)
 
 
 def resume(
@@ -363,7 +369,7 @@ def resume(
         interactive=stdin_answers() and not detach and not detached_child,
     )
     if detach:
-        _spawn_detached(repo.root, Path(repo.git_dir), full_id, options)
+        _spawn_detached(repo, full_id, options)
         print(full_id)
         return 0
     if not detached_child:

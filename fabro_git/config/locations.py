@@ -1,14 +1,29 @@
-"""Where local, disposable state lives.
+"""Where local, disposable state lives, and how it is kept private.
 
 Nothing here is the truth: the repository is. The scratch dir holds worktrees, the live
 event tail and materialised files for runs in progress; deleting it loses nothing that a
 snapshot already holds. `FABRO_HOME` overrides the platform's user data dir.
+
+A run's scratch dir is keyed by the repository as well as the run id: two clones on one
+machine may both hold (and resume) the same run, and each must keep its own worktree and
+event tail. The key is a short hash of the repository's resolved common git dir, so
+every worktree of one repository finds the same scratch dir.
+
+Scratch holds command output, which may hold secrets the redactor does not know of, so
+it is private whatever the umask: directories we create are 0700 and files 0600. The
+worktrees inside it are the user's checkouts and follow the user's umask, as any
+checkout does.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import stat
 from pathlib import Path
+
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
 
 
 def fabro_home() -> Path:
@@ -24,9 +39,49 @@ def runs_dir() -> Path:
     return fabro_home() / "runs"
 
 
-def run_scratch_dir(run_id: str) -> Path:
-    return runs_dir() / run_id
+def repo_key(git_dir: Path) -> str:
+    """A short, stable name for the repository whose common git dir is `git_dir`."""
+    import hashlib
+
+    return hashlib.sha256(os.fsencode(Path(git_dir).resolve())).hexdigest()[:12]
+
+
+def run_scratch_dir(git_dir: Path, run_id: str) -> Path:
+    """`runs/<run id>-<repository key>/`: this repository's scratch dir for the run."""
+    return runs_dir() / f"{run_id}-{repo_key(git_dir)}"
 
 
 def crash_log_dir() -> Path:
     return fabro_home() / "crash-logs"
+
+
+def make_private_dir(path: Path) -> Path:
+    """Create `path` and its missing parents as 0700 dirs, whatever the umask.
+
+    A `path` that already exists and is ours is narrowed to 0700 too (a scratch dir an
+    older version made 0755); parents that exist are left alone.
+    """
+    path = Path(path)
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(directory, PRIVATE_DIR)
+    with contextlib.suppress(OSError):
+        info = path.stat()
+        if stat.S_IMODE(info.st_mode) != PRIVATE_DIR and info.st_uid == os.getuid():
+            os.chmod(path, PRIVATE_DIR)
+    return path
+
+
+def open_private(path: Path, flags: int) -> int:
+    """`os.open` that creates the file 0600 (and narrows an existing one of ours)."""
+    fd = os.open(path, flags | os.O_CREAT, PRIVATE_FILE)
+    with contextlib.suppress(OSError):
+        info = os.fstat(fd)
+        if stat.S_IMODE(info.st_mode) != PRIVATE_FILE and info.st_uid == os.getuid():
+            os.fchmod(fd, PRIVATE_FILE)
+    return fd

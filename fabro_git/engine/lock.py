@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.errors import RunLocked
 
 
@@ -45,8 +46,8 @@ class RunLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        make_private_dir(self.path.parent)
+        fd = open_private(self.path, os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -56,8 +57,11 @@ class RunLock:
                 f"run {self.run_id} is being executed by {holder}",
                 hint="wait for it to finish, or follow it with `git fabro logs -f " + self.run_id + "`",
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()}\n".encode())
+        # One fixed-width write over the old record, never an empty file in between: a
+        # loser reading it right now sees a whole record.
+        record = f"pid {os.getpid()}".ljust(23).encode() + b"\n"
+        os.pwrite(fd, record, 0)
+        os.ftruncate(fd, len(record))
         self._fd = fd
         with contextlib.suppress(FileNotFoundError):
             starting_path(self.git_dir, self.run_id).unlink()

@@ -13,6 +13,10 @@ move by compare-and-swap:
 A kill between 2 and 3 leaves a checkpoint whose pending commit was not made yet;
 `reconcile()` makes it on resume, byte-for-byte the commit the cycle would have made.
 Git failures are reported as `run.notice` and `checkpoint.failed`, never swallowed.
+
+Secrets are masked here, where run data becomes git objects: every file of a snapshot,
+the checkpoint and the commit messages go through the run's redactor. Event segments
+come from the bus, which masked them when they were emitted.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fabro_git import redact
 from fabro_git.engine.checkpoint import Checkpoint, PendingCommit, encode
 from fabro_git.errors import FabroError
 from fabro_git.events.bus import last_event_id
@@ -101,6 +106,7 @@ class Recorder:
         self.meta_tip = meta_tip
         self.run_tip = run_tip
         self.degraded = False
+        self.redactor = redact.for_process()
         # The tree git last wrote from the worktree, and the index file's stamp then.
         self._last_scan: tuple[str, tuple[int, int] | None] | None = None
 
@@ -120,12 +126,15 @@ class Recorder:
         self.emit("metadata.snapshot.started", phase=phase, branch=self.meta_ref, **scope)
         started = time.monotonic()
         segment = self.take_segment()
-        all_files: dict[str, bytes | None] = dict(files)
+        mask = self.redactor.mask_bytes
+        all_files: dict[str, bytes | None] = {
+            path: None if data is None else mask(data) for path, data in files.items()
+        }
         if segment:
             cp.event_segments += 1
             all_files[f"events/{cp.event_segments:06d}.jsonl"] = segment
             cp.last_event_id = last_event_id(segment) or cp.last_event_id
-        all_files["checkpoint.json"] = encode(cp)
+        all_files["checkpoint.json"] = mask(encode(cp))
         summary = MetaSummary(
             status=cp.status,
             workflow=self.workflow_slug,
@@ -135,7 +144,7 @@ class Recorder:
             updated=cp.timestamp or cp.started_at,
             active_ms=cp.active_ms,
         )
-        message = f"{subject}\n\n{summary.trailers(self.run_id)}"
+        message = self.redactor.mask_text(f"{subject}\n\n{summary.trailers(self.run_id)}")
         try:
             result = self.meta.write(all_files, message, expected_tip=self.meta_tip)
         except FabroError as err:
@@ -201,7 +210,9 @@ class Recorder:
         pending = cp.pending_commit
         if pending is None or self.meta_tip is None:
             return None
-        message = run_commit_message(self.run_id, pending.node_id, pending.status, pending.completed, self.meta_tip)
+        message = self.redactor.mask_text(
+            run_commit_message(self.run_id, pending.node_id, pending.status, pending.completed, self.meta_tip)
+        )
         try:
             parents = [pending.parent, *pending.extra_parents]
             sha = self.repo.write_commit(tree=pending.tree, parents=parents, message=message)

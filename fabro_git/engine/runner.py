@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 import msgspec
 import trio
 
+from fabro_git.config.locations import make_private_dir
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
 from fabro_git.engine.context import Context
@@ -266,7 +267,7 @@ class Runtime:
         node_dir = qid.replace("/", "/nodes/") if scope.prefix else node.id
         node_dir = node_dir if visit == 1 else f"{node_dir}-{visit}"
         stage_dir = self.scratch / "nodes" / node_dir
-        stage_dir.mkdir(parents=True, exist_ok=True)
+        make_private_dir(stage_dir)
         ctx = scope.context
         ctx.set("current_node", node.id)
         ctx.set("internal.node_visit_count", visit)

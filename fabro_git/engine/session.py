@@ -10,7 +10,6 @@ fetched from a remote and with no scratch dir left at all.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import signal
 import sys
@@ -23,7 +22,7 @@ import msgspec
 import trio
 
 from fabro_git import __version__
-from fabro_git.config.locations import run_scratch_dir
+from fabro_git.config.locations import make_private_dir, run_scratch_dir, runs_dir
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
     Checkpoint,
@@ -114,8 +113,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
     base = repo.require_base()
     assert base.sha is not None
     run_id = runrefs.new_ulid()
-    scratch = run_scratch_dir(run_id)
-    scratch.mkdir(parents=True, exist_ok=True)
+    scratch = make_private_dir(run_scratch_dir(repo.git_dir, run_id))
     lock = RunLock(repo, run_id)
     lock.acquire()
     in_place = spec.options.in_place
@@ -308,11 +306,7 @@ def _read_dir(repo: GitRepo, commit: str, directory: str) -> dict[str, bytes]:
 def ensure_worktree(repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Any) -> tuple[Path, bool]:
     """The run's worktree at the run branch's tip: reuse, reset or rebuild it."""
     path = scratch / "worktree"
-    if (path / ".git").exists() and not _worktree_of(repo, path):
-        # Another clone on this machine ran this same run here. That worktree writes to
-        # the other repository's objects and refs: leave it alone and use our own.
-        tag = hashlib.sha1(str(Path(repo.git_dir).resolve()).encode()).hexdigest()[:12]
-        path = scratch / f"worktree-{tag}"
+    _drop_stale_checkouts(repo, run_id, path)
     if (path / ".git").exists():
         try:
             wt.checkout(path, run_tip)
@@ -328,16 +322,23 @@ def ensure_worktree(repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emi
     return path, True
 
 
-def _worktree_of(repo: GitRepo, path: Path) -> bool:
-    """Whether the worktree at `path` belongs to `repo` (a broken one counts as ours)."""
-    try:
-        other = GitRepo.discover(path)
-    except FabroError:
-        return True
-    try:
-        return Path(other.git_dir).resolve() == Path(repo.git_dir).resolve()
-    finally:
-        other.close()
+def _drop_stale_checkouts(repo: GitRepo, run_id: str, path: Path) -> None:
+    """Remove this repository's other scratch checkouts of the run branch.
+
+    The scratch dir is keyed by the repository's path, so a repository that moved (or
+    a scratch dir from before the key) leaves a checkout of the run branch under the old
+    name, and git refuses a second one. We hold the run lock and a run worktree holds
+    nothing git lacks, so it goes (its files first: after a move, its link back to the
+    repository is broken and `git worktree remove` refuses it).
+    """
+    import shutil
+
+    root = runs_dir().resolve()
+    for other in wt.checkouts_of(repo, runrefs.run_branch_name(run_id)):
+        resolved = other.resolve()
+        if resolved != path.resolve() and resolved.is_relative_to(root):
+            shutil.rmtree(other, ignore_errors=True)
+            wt.remove_worktree(repo, other)
 
 
 def execute_run(
@@ -357,8 +358,7 @@ def execute_run(
             [f"{runrefs.PARALLEL_PREFIX}{run_id}"],
         )
         manifest, cp, meta, source = load_run(repo, run_id)
-        scratch = run_scratch_dir(run_id)
-        scratch.mkdir(parents=True, exist_ok=True)
+        scratch = make_private_dir(run_scratch_dir(repo.git_dir, run_id))
         bus = EventBus(run_id)
         tail = scratch / "events.jsonl"
         if tail.exists():
@@ -540,8 +540,7 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
     emit = runtime.emit
     emit("setup.started", command_count=len(commands))
     t0 = time.monotonic()
-    logs = runtime.scratch / "setup"
-    logs.mkdir(parents=True, exist_ok=True)
+    logs = make_private_dir(runtime.scratch / "setup")
     env = script_environment(os.environ, goal=manifest.goal, inputs=manifest.inputs, run_id=runtime.run_id)
     for index, command in enumerate(commands):
         emit("setup.command.started", command=command, index=index)

@@ -9,6 +9,10 @@ hands the same bytes to all of them, so the tail and the durable log agree byte 
 share one thread and each `emit` runs to completion, so lines never interleave and no
 lock is needed. The tail sink writes each line with a single `O_APPEND` write.
 
+Secrets: every event is checked against the run's redactor (`fabro_git.redact`) as it
+is emitted, and one that holds a secret is rebuilt with it masked before any sink or the
+segment sees it; so the tail, the terminal and the meta ref show the same masked text.
+
 Crash consistency: events emitted since the last snapshot live only in the tail. On
 resume, `tail_after()` picks those lines out of the old tail and `restore_pending()`
 queues them again, so the next snapshot's segment still holds them; nothing is lost and
@@ -24,6 +28,8 @@ from typing import Protocol
 
 import msgspec
 
+from fabro_git import redact
+from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.events.envelope import (
     Actor,
     Envelope,
@@ -42,8 +48,11 @@ class Sink(Protocol):
 
 
 class EventBus:
-    def __init__(self, run_id: str, sinks: Sequence[Sink] = ()) -> None:
+    def __init__(
+        self, run_id: str, sinks: Sequence[Sink] = (), *, redactor: redact.Redactor | None = None
+    ) -> None:
         self.run_id = run_id
+        self.redactor = redactor or redact.for_process()
         self._sinks: list[Sink] = list(sinks)
         self._pending: list[bytes] = []
         self.last_event_id: str | None = None
@@ -75,6 +84,8 @@ class EventBus:
             actor=actor,
         )
         line = encode_event(env)
+        if self.redactor.found_in(line):
+            env, line = _redacted(env, self.redactor)
         self._pending.append(line)
         self.last_event_id = env.id
         for sink in list(self._sinks):
@@ -109,6 +120,7 @@ class EventBus:
         Fragments (a line cut short by a crash) and blank lines are dropped. Returns the
         number of events restored.
         """
+        data = self.redactor.mask_bytes(data)
         restored = [line for line in iter_complete_lines(data) if _id_of(line)]
         self._pending[:0] = restored
         return len(restored)
@@ -118,6 +130,22 @@ class EventBus:
         sinks, self._sinks = self._sinks, []
         for sink in sinks:
             sink.close()
+
+
+def _redacted(env: Envelope, redactor: redact.Redactor) -> tuple[Envelope, bytes]:
+    """`env` with its secrets masked, and its line.
+
+    The properties are masked field by field, so the renderer gets a well-formed event;
+    the line is then masked as bytes too, for a secret in some other field.
+    """
+    props = env.properties
+    try:
+        masked = msgspec.convert(redactor.mask_value(msgspec.to_builtins(props)), type(props))
+    except msgspec.ValidationError:  # a masked value no longer fits its field's type
+        return env, redactor.mask_bytes(encode_event(env))
+    label = redactor.mask_text(env.node_label) if env.node_label else env.node_label
+    env = msgspec.structs.replace(env, properties=masked, node_label=label)
+    return env, redactor.mask_bytes(encode_event(env))
 
 
 def tail_after(data: bytes, last_event_id: str | None) -> bytes:
@@ -171,8 +199,8 @@ class TailFileSink:
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd: int | None = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        make_private_dir(self.path.parent)
+        self._fd: int | None = open_private(self.path, os.O_RDWR | os.O_APPEND)
         size = os.fstat(self._fd).st_size
         if size and os.pread(self._fd, 1, size - 1) != b"\n":
             self._write(b"\n")

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import trio
 
+from fabro_git.config.locations import open_private
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
@@ -32,7 +33,11 @@ KILL_GRACE = 2.0
 
 
 def excerpt(path: Path, limit: int) -> bytes:
-    """The whole file when small, else its head and tail around an omission marker."""
+    """The whole file when small, else its head and tail around an omission marker.
+
+    The cuts fall on line ends when a line end is near: a secret cut in two would
+    no longer be recognised, and half of it would reach git.
+    """
     size = path.stat().st_size
     with path.open("rb") as fh:
         if size <= limit:
@@ -41,7 +46,13 @@ def excerpt(path: Path, limit: int) -> bytes:
         head = fh.read(half)
         fh.seek(size - half)
         tail = fh.read()
-    marker = f"\n[... {size - 2 * half} bytes omitted ...]\n".encode()
+    end = head.rfind(b"\n")
+    if end >= half // 2:
+        head = head[: end + 1]
+    start = tail.find(b"\n")
+    if 0 <= start < half // 2:
+        tail = tail[start + 1 :]
+    marker = f"\n[... {size - len(head) - len(tail)} bytes omitted ...]\n".encode()
     return head + marker + tail
 
 
@@ -65,7 +76,11 @@ async def run_script(
 
     A program that cannot be started (say, an environment over the system's limits)
     exits 126, as in a shell, with the reason in `stderr`."""
-    with stdout.open("wb") as out, stderr.open("wb") as err:
+    truncate = os.O_WRONLY | os.O_TRUNC
+    with (
+        open(open_private(stdout, truncate), "wb") as out,
+        open(open_private(stderr, truncate), "wb") as err,
+    ):
         try:
             process = await trio.lowlevel.open_process(
                 argv,

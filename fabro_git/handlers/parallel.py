@@ -85,7 +85,7 @@ def _commit_branch_stage(req: StageRequest, scope: Scope, node_id: str, status: 
         return
     try:
         tree = wt.snapshot_tree(scope.worktree, exclude_globs=runtime.recorder.exclude_globs)
-        message = (
+        message = runtime.recorder.redactor.mask_text(
             f"fabro({runtime.run_id}): {node_id} ({status})\n\n"
             f"Fabro-Run: {runtime.run_id}\nFabro-Branch: {scope.prefix.rstrip('/') or node_id}\n"
         )
@@ -131,7 +131,9 @@ async def fan_out(req: StageRequest) -> Outcome:
             base_sha = runtime.repo.write_commit(
                 tree=tree,
                 parents=[base_sha],
-                message=f"fabro({runtime.run_id}): {node.id} fan-out base\n\nFabro-Run: {runtime.run_id}\n",
+                message=recorder.redactor.mask_text(
+                    f"fabro({runtime.run_id}): {node.id} fan-out base\n\nFabro-Run: {runtime.run_id}\n"
+                ),
             )
     base_context = dict(req.context)
     results: list[BranchResult | None] = [None] * len(edges)

@@ -27,6 +27,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.errors import RefRaceError, StoreError
 from fabro_git.store._gitcli import describe_failure, git_env, out, run_git
 from fabro_git.store.repo import GitRepo
@@ -56,9 +57,8 @@ def _admin_lock(repo: GitRepo) -> Iterator[None]:
     `add` may be half-way through writing its own, and then fails ("failed to read
     .../commondir"); several runs starting at once in one repository would trip on it.
     """
-    lock_dir = Path(repo.git_dir) / "fabro"
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_dir / "worktrees.flock", os.O_RDWR | os.O_CREAT, 0o644)
+    lock_dir = make_private_dir(Path(repo.git_dir) / "fabro")
+    fd = open_private(lock_dir / "worktrees.flock", os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -113,7 +113,7 @@ def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str)
             f"{path} is already a worktree on {where}",
             hint="remove it (git worktree remove) or choose another directory",
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dir(path.parent)  # ours; the checkout itself follows the user's umask
     args = [*_CREATE_CONFIG, "worktree", "add", "--quiet"]
     if branch is None:
         args += ["--detach", str(path), commit]
@@ -237,6 +237,12 @@ def files_changed(worktree_or_repo: Path, old: str, new: str) -> list[str]:
         ["diff", "--name-only", "-z", "--no-renames", old, new, "--"], cwd=Path(worktree_or_repo)
     )
     return [p for p in out(proc).split("\0") if p]
+
+
+def checkouts_of(repo: GitRepo, branch: str) -> list[Path]:
+    """The worktrees of `repo` that have `branch` checked out."""
+    ref = f"refs/heads/{branch}"
+    return [Path(w["worktree"]) for w in _worktrees(repo) if w.get("branch") == ref]
 
 
 def _worktrees(repo: GitRepo) -> list[dict[str, str]]:

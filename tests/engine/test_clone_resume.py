@@ -145,7 +145,9 @@ def test_resume_in_a_fresh_clone_fetches_the_run_and_finishes_it(
     assert_fsck_clean(repo_a)
     if same_machine:
         # A's worktree is still A's, at A's tip, and A can still finish its copy.
-        a_worktree = Path(os.environ["FABRO_HOME"]) / "runs" / run_id / "worktree"
+        from fabro_git.config.locations import run_scratch_dir
+
+        a_worktree = run_scratch_dir(repo_a / ".git", run_id) / "worktree"
         common = git(a_worktree, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
         assert Path(common).resolve() == (repo_a / ".git").resolve()
         assert git(a_worktree, "rev-parse", "HEAD").strip() == pushed[branch]

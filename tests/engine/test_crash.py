@@ -35,6 +35,8 @@ from pathlib import Path
 import pytest
 from conftest import assert_fsck_clean, git, run_fabro
 
+from fabro_git.config.locations import run_scratch_dir
+
 N = 8
 STAGES = [f"s{i}" for i in range(1, N + 1)]
 CHAIN = ["start", *STAGES, "exit"]
@@ -406,7 +408,7 @@ def test_resume_clears_lock_files_a_kill_left_inside_ref_updates(
     for lock in planted:
         lock.write_text("0" * 40 + "\n")
     worktree_git = Path(
-        git(fabro_home / "runs" / run_id / "worktree", "rev-parse", "--absolute-git-dir").strip()
+        git(run_scratch_dir(git_dir, run_id) / "worktree", "rev-parse", "--absolute-git-dir").strip()
     )
     (worktree_git / "index.lock").write_bytes(b"")
 

@@ -203,7 +203,7 @@ def _interrupted_then_resumed(repo: Path, tmp_path: Path, home: Path) -> list[st
         time.sleep(0.02)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=15) == 130
-    run_id = tails[0].parent.name
+    run_id = tails[0].parent.name.rsplit("-", 1)[0]  # runs/<run id>-<repository key>/
     (home / "quick").write_text("")
     resumed = run_fabro("resume", run_id, cwd=repo)
     assert resumed.returncode == 0, resumed.stderr

@@ -55,13 +55,12 @@ def _stage_pids(run_id: str, node_id: str) -> list[int]:
 
 
 def _tail_has(run_id: str, event: str, node_id: str) -> bool:
-    tail = Path(os.environ["FABRO_HOME"]) / "runs" / run_id / "events.jsonl"
-    if not tail.exists():
-        return False
-    for line in tail.read_bytes().split(b"\n")[:-1]:
-        e = json.loads(line)
-        if e["event"] == event and e.get("node_id") == node_id:
-            return True
+    # The run's scratch dir is `runs/<run id>-<repository key>/`.
+    for tail in (Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*/events.jsonl"):
+        for line in tail.read_bytes().split(b"\n")[:-1]:
+            e = json.loads(line)
+            if e["event"] == event and e.get("node_id") == node_id:
+                return True
     return False
 
 

@@ -41,6 +41,12 @@ def _scratch_root() -> Path:
     return Path(os.environ["FABRO_HOME"]) / "runs"
 
 
+def _scratch(repo: Path, run_id: str) -> Path:
+    from fabro_git.config.locations import run_scratch_dir
+
+    return run_scratch_dir(repo / ".git", run_id)
+
+
 def _events(repo: Path, run_id: str) -> list[dict]:
     proc = run_fabro("logs", run_id, cwd=repo)
     assert proc.returncode == 0, proc.stderr
@@ -113,7 +119,7 @@ def test_interrupted_run_survives_losing_its_scratch_dir(
     repo: Path, tmp_path: Path, hermetic_env: Path
 ) -> None:
     run_id = _interrupted_run(repo, _workflow(tmp_path, WAIT_FOR_GO))
-    scratch = _scratch_root() / run_id
+    scratch = _scratch(repo, run_id)
     assert (scratch / "worktree" / "one.txt").is_file()
     before = _events(repo, run_id)
     shutil.rmtree(scratch)
@@ -149,7 +155,7 @@ def test_failed_run_survives_losing_its_scratch_dir(
     proc = run_fabro("run", str(_workflow(tmp_path, FAIL_WITHOUT_GO)), "--json", cwd=repo)
     assert proc.returncode == 1
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
-    shutil.rmtree(_scratch_root() / run_id)
+    shutil.rmtree(_scratch(repo, run_id))
 
     events = _events(repo, run_id)
     names = [e["event"] for e in events]
@@ -170,7 +176,7 @@ def test_resume_rebuilds_a_worktree_deleted_behind_gits_back(
     kept, and the worktree is rebuilt from the run branch."""
     run_id = _interrupted_run(repo, _workflow(tmp_path, WAIT_FOR_GO))
     before = _events(repo, run_id)
-    shutil.rmtree(_scratch_root() / run_id / "worktree")
+    shutil.rmtree(_scratch(repo, run_id) / "worktree")
     assert len(_worktrees(repo)) == 2  # git still has it registered
     _finish_and_check(repo, run_id, hermetic_env)
     ids = {e["id"] for e in _events(repo, run_id)}
@@ -183,7 +189,7 @@ def test_finished_run_needs_no_scratch_dir(repo: Path, what: str) -> None:
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout.splitlines()[-1])
     run_id = result["run_id"]
-    scratch = _scratch_root() / run_id
+    scratch = _scratch(repo, run_id)
     assert not (scratch / "worktree").exists()  # removed when the run succeeded
     before = _events(repo, run_id)
     if what == "scratch":
@@ -225,7 +231,7 @@ def test_resume_makes_the_branch_of_a_run_cut_off_before_it_existed(repo: Path) 
     init = git(repo, "rev-list", "--max-parents=0", f"refs/fabro/meta/{run_id}").strip()
     git(repo, "update-ref", f"refs/fabro/meta/{run_id}", init)
     git(repo, "update-ref", "-d", f"refs/heads/fabro/run/{run_id}")
-    shutil.rmtree(Path(os.environ["FABRO_HOME"]) / "runs" / run_id)
+    shutil.rmtree(_scratch(repo, run_id))
     resumed, result = run_json("resume", run_id, cwd=repo)
     assert resumed.returncode == 0, resumed.stderr
     assert result["status"] == "succeeded"

@@ -109,7 +109,7 @@ def test_discover_inside_detached_scratch_worktree_resolves_to_main_repo(
 ) -> None:
     from fabro_git.config.locations import run_scratch_dir
 
-    path = run_scratch_dir("01PARALLEL") / "worktree"
+    path = run_scratch_dir(repo / ".git", "01PARALLEL") / "worktree"
     with GitRepo.discover(repo) as r:
         wt.add_worktree(r, path, branch=None, commit=head_sha(repo))
     with GitRepo.discover(path) as r:

@@ -1,0 +1,181 @@
+"""Secrets never reach git: the one redactor for everything we write from run data.
+
+A run's data is full of text we did not write: command output, a goal, inputs, context
+values. Any of it can carry a credential, and once a credential is in a git object it is
+pushed with the run and stays in every clone. So every byte of run data is passed through
+one `Redactor` before it becomes a git object or an event: the meta snapshot writer, the
+commit messages we write, and the event bus (the live tail and the terminal show the same
+redacted events the meta ref holds).
+
+Two things count as secret:
+
+- the value of an environment variable whose name looks secret (`*_KEY`, `*_TOKEN`,
+  `*_SECRET`, `*PASSWORD*`, `*_CREDENTIALS`, ..., in any case), when it is at least
+  `MIN_SECRET_LENGTH` characters long: a shorter value would redact ordinary words, and
+  is no real secret anyway;
+- the value of an input (`-V NAME=VALUE`) whose name looks secret, by the same rule:
+  a script sees it as the variable `FABRO_INPUT_<NAME>`;
+- text with the shape of a well-known credential (`sk-...`, `ghp_...`, `xoxb-...`,
+  `AKIA...`, ...), whatever variable, file or prompt it came from.
+
+A secret becomes `***` and its last four characters, so two keys can still be told apart.
+An environment value is also matched in its JSON-escaped form (a password with a quote in
+it), because events, context and the checkpoint are JSON.
+
+The pattern is compiled once per process from its environment (a run is one process).
+The work product itself, the files a stage writes in its worktree, is the user's code and
+is never rewritten.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+MIN_SECRET_LENGTH = 8
+KEEP = 4  # trailing characters a redaction keeps
+MASK = "***"
+
+# Matched against the variable's name, upper-cased.
+_SECRET_NAME = re.compile(
+    r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|CREDENTIALS?|PASSWORD|PASSWD|PASSPHRASE|PAT)$"
+    r"|PASSWORD|PASSWD|SECRET"
+)
+
+# Well-known credential shapes. A shape that starts inside a longer word
+# (`risk-assessment-...`) is left alone (see `_starts_word`); one right after a JSON
+# escape (`\nsk-...`) is not inside a word.
+_SHAPES = (
+    r"sk-[A-Za-z0-9_-]{20,}"  # OpenAI and Anthropic: sk-..., sk-proj-..., sk-ant-...
+    r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
+    r"|github_pat_[A-Za-z0-9_]{22,}"  # GitHub fine-grained tokens
+    r"|xox[abeprs]-[A-Za-z0-9-]{10,}"  # Slack
+    r"|(?:AKIA|ASIA)[A-Z0-9]{16}"  # AWS access key ids
+    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
+    r"|AIza[A-Za-z0-9_-]{35}"  # Google API keys
+    r"|ya29\.[A-Za-z0-9_-]{20,}"  # Google OAuth access tokens
+    r"|[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe
+    r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
+    r"|npm_[A-Za-z0-9]{36}"  # npm
+    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----.{0,8000}?-----END [A-Z ]*PRIVATE KEY-----"
+)
+_WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
+
+
+def _starts_word(data: str | bytes, start: int) -> bool:
+    """Whether a match at `start` begins a word rather than continuing one.
+
+    Checked here rather than by a look-behind in the pattern, which would cost the
+    regex engine its fast scan for the first character (twice as slow on a big log).
+    """
+    if start == 0:
+        return True
+    before = data[start - 1 : start]
+    code = before[0] if isinstance(before, bytes) else ord(before)
+    if code not in _WORD:
+        return True
+    escape = data[start - 2 : start - 1]
+    return escape in ("\\", b"\\") and before in ("n", "r", "t", b"n", b"r", b"t")
+
+
+def is_secret_name(name: str) -> bool:
+    return bool(_SECRET_NAME.search(name.upper()))
+
+
+def secret_values(environ: Mapping[str, str]) -> list[str]:
+    """The values of `environ` that are secrets, longest first."""
+    values = {
+        value
+        for name, value in environ.items()
+        if is_secret_name(name) and len(value.strip()) >= MIN_SECRET_LENGTH
+    }
+    return sorted(values, key=len, reverse=True)
+
+
+def mask(secret: str) -> str:
+    """`***` and the last four characters."""
+    return MASK + secret[-KEEP:]
+
+
+class Redactor:
+    """Replaces secrets in text, bytes and JSON-like values; see the module docstring."""
+
+    def __init__(self, values: list[str]) -> None:
+        # Each literal form of an environment secret, and what it becomes.
+        literal: dict[str, str] = {}
+        for value in values:
+            literal[value] = mask(value)
+            escaped = json.dumps(value, ensure_ascii=False)[1:-1]
+            if escaped != value:
+                literal[escaped] = json.dumps(mask(value), ensure_ascii=False)[1:-1]
+        self._literal = literal
+        forms = sorted(literal, key=len, reverse=True)
+        alternatives = [re.escape(form) for form in forms]
+        alternatives.append(_SHAPES)
+        source = "|".join(alternatives)
+        self._text = re.compile(source, re.DOTALL)
+        self._bytes = re.compile(source.encode("utf-8", "surrogateescape"), re.DOTALL)
+
+    def _replace_text(self, match: re.Match[str]) -> str:
+        found = match.group()
+        literal = self._literal.get(found)
+        if literal is not None:
+            return literal
+        return mask(found) if _starts_word(match.string, match.start()) else found
+
+    def _replace_bytes(self, match: re.Match[bytes]) -> bytes:
+        found = match.group().decode("utf-8", "surrogateescape")
+        literal = self._literal.get(found)
+        if literal is None:
+            if not _starts_word(match.string, match.start()):
+                return match.group()
+            literal = mask(found)
+        return literal.encode("utf-8", "surrogateescape")
+
+    def mask_text(self, text: str) -> str:
+        return self._text.sub(self._replace_text, text)
+
+    def mask_bytes(self, data: bytes) -> bytes:
+        return self._bytes.sub(self._replace_bytes, data)
+
+    def found_in(self, data: bytes) -> bool:
+        """Whether `data` may hold a secret (a cheap test before a rewrite)."""
+        return self._bytes.search(data) is not None
+
+    def mask_value(self, value: Any) -> Any:
+        """A copy of JSON-like data (dicts, lists, strings) with every string redacted."""
+        if isinstance(value, str):
+            return self.mask_text(value)
+        if isinstance(value, dict):
+            return {self.mask_value(k): self.mask_value(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.mask_value(v) for v in value]
+        return value
+
+
+def from_environ(environ: Mapping[str, str]) -> Redactor:
+    return Redactor(secret_values(environ))
+
+
+_remembered: dict[str, str] = {}
+
+
+def remember(named_values: Mapping[str, str]) -> None:
+    """Count the values whose names look secret (a run's inputs) as secrets too.
+
+    Call before the run's event bus and recorder are made: they hold `for_process()`.
+    """
+    _remembered.update(named_values)
+    for_process.cache_clear()
+
+
+@functools.cache
+def for_process() -> Redactor:
+    """The redactor for this process's environment (and remembered values)."""
+    named: dict[str, str] = dict(os.environ)
+    named.update({f"FABRO_INPUT_{k}": v for k, v in _remembered.items()})
+    return from_environ(named)
