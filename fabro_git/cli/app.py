@@ -242,6 +242,15 @@ def push(
     raise typer.Exit(impl.push(remote, run_ids or []))
 
 
+def _add_hooks() -> None:
+    from fabro_git.cli.hooks import app as hooks_app
+
+    app.add_typer(hooks_app, name="hooks", cls=_Group)
+
+
+_add_hooks()
+
+
 def run_app(args: list[str]) -> int:
     try:
         result = app(args=args, prog_name="git fabro", standalone_mode=False)
