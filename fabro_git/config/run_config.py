@@ -249,7 +249,12 @@ def effective_config(layers: list[Layer]) -> EffectiveConfig:
     merged: dict[str, Any] = {}
     for layer in reversed(layers):
         merged = merge_tables(merged, layer.data)
-    config = msgspec.convert(merged, RunConfig)
+    try:
+        config = msgspec.convert(merged, RunConfig)
+    except msgspec.ValidationError as exc:  # each layer passed alone: a merge mismatch
+        raise ConfigError(
+            f"the merged configuration ({', '.join(layer.name for layer in layers)}) is invalid: {exc}"
+        ) from None
     graph = config.workflow.graph if config.workflow is not None else None
     sources = [
         layer.name + (f" {layer.path}" if layer.path else "") for layer in layers if layer.data

@@ -193,3 +193,31 @@ def test_project_defaults_apply_to_a_plain_workflow_file(repo: Path) -> None:
     proc, result = run_json("run", "runs/say.fabro", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert stdout_of(repo, result["run_id"]) == "from-project\n"
+
+
+def test_git_author_holds_in_a_detached_and_a_resumed_run(repo: Path) -> None:
+    """The detached child and `resume` take the author from the manifest, not the
+    config file, which may have changed or be gone."""
+    setup_config(
+        repo,
+        '[workflow]\ngraph = "say.fabro"\n[run.git.author]\nname = "Fabro Bot"\nemail = "bot@example.org"\n',
+        script="echo one >> made.txt; test -f go || exit 1",
+    )
+    started = run_fabro("run", "runs/run.toml", "-d", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    follow = run_fabro("logs", run_id, "-f", cwd=repo)
+    assert follow.returncode == 0, follow.stderr
+    assert '"run.failed"' in follow.stdout
+    (repo / "runs" / "run.toml").unlink()
+    worktree = Path(inspect(repo, run_id)["scratch_dir"]) / "worktree"
+    (worktree / "go").write_text("")
+    proc = run_fabro("resume", run_id, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    branch = f"fabro/run/{run_id}"
+    authors = {a for a in git(repo, "log", "--format=%an", f"main..{branch}").split("\n") if a}
+    assert authors == {"Fabro Bot"}
+    meta_authors = {
+        a for a in git(repo, "log", "--format=%an", f"refs/fabro/meta/{run_id}").split("\n") if a
+    }
+    assert meta_authors == {"Fabro Bot"}
