@@ -92,8 +92,13 @@ def _build_spec(
     config = effective_config(layers)
     if config.graph is not None:
         if not config.graph.is_file():
-            raise ConfigError(
-                f"{path}: [workflow] graph points at {config.graph}, which does not exist",
+            from fabro_git.config.run_config import line_of
+            from fabro_git.errors import SourceError
+
+            raise SourceError(
+                f"[workflow] graph points at {config.graph}, which does not exist",
+                path=path,
+                line=line_of(path, ["workflow", "graph"]),
                 hint="graph is relative to the run config's directory (default: workflow.fabro)",
             )
         path = config.graph

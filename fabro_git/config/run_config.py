@@ -413,6 +413,14 @@ def _toml_error(path: Path, exc: tomllib.TOMLDecodeError) -> SourceError:
     return SourceError(f"invalid TOML: {detail}", path=path, line=line, column=column)
 
 
+def line_of(path: Path, keys: list[str]) -> int | None:
+    """The line of `path` that sets the key path `keys`, for a message about it."""
+    try:
+        return _find_line(path.read_text(encoding="utf-8"), keys)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
 def _find_line(text: str, keys: list[str]) -> int | None:
     """The line that sets `keys` (a key path such as run.hooks[1].event), found by
     scanning for its table header and then the key; None when it cannot be told."""

@@ -91,7 +91,22 @@ def test_invalid_toml_names_line_and_column(repo: Path) -> None:
 
 def test_missing_graph_file(repo: Path) -> None:
     err = config_error(repo, '[workflow]\ngraph = "nope.fabro"\n')
-    assert f"[workflow] graph points at {repo / 'nope.fabro'}, which does not exist" in err
+    assert (
+        f"run.toml:2: [workflow] graph points at {repo / 'nope.fabro'}, which does not exist" in err
+    )
+
+
+def test_missing_default_graph_file(repo: Path) -> None:
+    (repo / "runs").mkdir()
+    (repo / "runs" / "ci.toml").write_text('[run]\ngoal = "g"\n')
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "config")
+    proc = run_fabro("run", "runs/ci.toml", cwd=repo)
+    assert proc.returncode == 1
+    assert (
+        f"runs/ci.toml: [workflow] graph points at {repo / 'runs' / 'workflow.fabro'}"
+        in proc.stderr
+    )
 
 
 def test_error_in_project_config_names_that_file(repo: Path) -> None:
