@@ -282,6 +282,13 @@ def model_test(
     from fabro_git.cli import model as impl
 
     raise typer.Exit(impl.run_test(provider=provider, model=model))
+def _add_hooks() -> None:
+    from fabro_git.cli.hooks import app as hooks_app
+
+    app.add_typer(hooks_app, name="hooks", cls=_Group)
+
+
+_add_hooks()
 
 
 def run_app(args: list[str]) -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -38,19 +37,6 @@ def resolve_workflow(arg: str) -> Path:
     )
 
 
-def _load_run_config(path: Path) -> dict[str, Any]:
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read run config: {exc}") from exc
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
-    version = data.get("_version", 1)
-    if version != 1:
-        raise ConfigError(f"{path}: unsupported _version {version!r}; this version reads 1")
-    return data
-
-
 def stdin_answers() -> bool:
     """Whether human gates may read answers from stdin: a terminal, or a pipe or file
     (`printf 'R\\nA\\n' | git fabro run ...`, one answer a line). /dev/null and a
@@ -73,26 +59,50 @@ def _warn(message: str) -> None:
 def _build_spec(
     workflow: str,
     *,
+    repo_root: Path,
     goal: str | None,
     goal_file: Path | None,
     inputs: list[str],
     labels: list[str],
     options: Any,
 ) -> Any:
+    from fabro_git.config.run_config import default_layers, effective_config, flag_layer, load_layer
     from fabro_git.engine.session import RunSpec
     from fabro_git.workflow import load
     from fabro_git.workflow.validation import validate
 
     path = resolve_workflow(workflow)
-    config: dict[str, Any] = {}
+    if goal_file is not None:
+        try:
+            goal = goal_file.read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"--goal-file {goal_file}: {exc}") from exc
+    layers = [
+        flag_layer(
+            goal=goal,
+            inputs=_pairs(inputs, "--input"),
+            labels=_pairs(labels, "--label"),
+            model=options.model,
+            provider=options.provider,
+        )
+    ]
     if path.suffix == ".toml":
-        config = _load_run_config(path)
-        graph_rel = (config.get("workflow") or {}).get("graph", "workflow.fabro")
-        config_dir = path.parent
-        path = (config_dir / graph_rel).resolve()
-        if not path.is_file():
-            raise ConfigError(f"{workflow}: [workflow].graph points at {path}, which does not exist")
-    run_cfg: dict[str, Any] = config.get("run") or {}
+        layers.append(load_layer(path, "run config", run_config=True))
+    layers += default_layers(repo_root)
+    config = effective_config(layers)
+    if config.graph is not None:
+        if not config.graph.is_file():
+            from fabro_git.config.run_config import line_of
+            from fabro_git.errors import SourceError
+
+            raise SourceError(
+                f"[workflow] graph points at {config.graph}, which does not exist",
+                path=path,
+                line=line_of(path, ["workflow", "graph"]),
+                hint="graph is relative to the run config's directory (default: workflow.fabro)",
+            )
+        path = config.graph
+    run_cfg = config.run
     graph = load(path)
     diagnostics = validate(graph)
     errors = [d for d in diagnostics if d.severity == "error"]
@@ -103,23 +113,14 @@ def _build_spec(
             path=path,
             hint=f"see `git fabro validate {path}`",
         )
-    if goal_file is not None:
-        try:
-            goal = goal_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"--goal-file {goal_file}: {exc}") from exc
     from fabro_git.engine.session import check_options
     from fabro_git.engine.templating import render_goal, render_graph
     from fabro_git.workflow.paths import descendants
     from fabro_git.workflow.templates import check_input_names, check_script_values
 
-    merged_inputs = {str(k): str(v) for k, v in (run_cfg.get("inputs") or {}).items()}
-    merged_inputs.update(_pairs(inputs, "--input"))
+    merged_inputs = dict(run_cfg.inputs)
     check_input_names(merged_inputs)
-    if goal is None:
-        goal = run_cfg.get("goal") or render_goal(graph, inputs=merged_inputs)
-    merged_labels = {str(k): str(v) for k, v in (run_cfg.get("labels") or {}).items()}
-    merged_labels.update(_pairs(labels, "--label"))
+    goal = run_cfg.goal if run_cfg.goal is not None else render_goal(graph, inputs=merged_inputs)
     _take_named_files(graph)
     render_graph(graph, goal=goal, inputs=merged_inputs)
     # Children render again each time they run; this finds a missing input in one
@@ -128,16 +129,15 @@ def _build_spec(
         render_graph(child, goal=goal, inputs=merged_inputs)
     # Prepare steps of a run config are shell as written (not templates): they read
     # $FABRO_GOAL and $FABRO_INPUT_* like every script.
-    setup = [str(s.get("script")) for s in (run_cfg.get("prepare") or {}).get("steps", []) if s.get("script")]
+    setup = [step.shell() for step in run_cfg.prepare.steps] if run_cfg.prepare else []
     graph_setup = graph.attrs.get("setup")
     if graph_setup:
         setup = [line.strip() for line in graph_setup.splitlines() if line.strip()] + setup
     if setup or any(n.get("script") or n.get("tool_command") for n in graph.nodes.values()):
         check_script_values(goal, merged_inputs)
-    excludes = list((run_cfg.get("checkpoint") or {}).get("exclude_globs", []))
-    model_cfg = run_cfg.get("model") or {}
-    if options.model is None and model_cfg.get("name"):
-        options.model = str(model_cfg["name"])
+    if run_cfg.model is not None:
+        options.model = run_cfg.model.name
+        options.provider = run_cfg.model.provider
     check_options(options, graph)
     return RunSpec(
         graph=graph,
@@ -145,10 +145,11 @@ def _build_spec(
         workflow_path=path.resolve(),
         goal=goal,
         inputs=merged_inputs,
-        labels=merged_labels,
+        labels=dict(run_cfg.labels),
         options=options,
         setup_commands=setup,
-        exclude_globs=excludes,
+        exclude_globs=list(run_cfg.checkpoint.exclude_globs) if run_cfg.checkpoint else [],
+        settings=config.settings(),
     )
 
 
@@ -159,6 +160,13 @@ def _take_named_files(graph: Any) -> None:
 
     disk = origin_for(graph)  # the one validation read: the run records what validated
     graph.origin = Origin(relpath=disk.relpath, root=disk.root, snapshot=collect_files(graph))
+
+
+def _use_run_author(repo: Any, settings: dict[str, Any]) -> None:
+    """The run's commits carry `[run.git.author]` when its configuration names one."""
+    author = ((settings.get("config") or {}).get("git") or {}).get("author") or {}
+    if author:
+        repo.override_author(author.get("name"), author.get("email"))
 
 
 def _renderer(output: str) -> Any:
@@ -201,7 +209,16 @@ def run(
     )
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
-    spec = _build_spec(workflow, goal=goal, goal_file=goal_file, inputs=inputs, labels=labels, options=options)
+    spec = _build_spec(
+        workflow,
+        repo_root=repo.root,
+        goal=goal,
+        goal_file=goal_file,
+        inputs=inputs,
+        labels=labels,
+        options=options,
+    )
+    _use_run_author(repo, spec.settings)
     check_answers(spec.graph, options.answers)
     if detach:
         _warn_unanswerable_gates(spec.graph, options)
@@ -372,6 +389,7 @@ def resume(
         _spawn_detached(repo, full_id, options)
         print(full_id)
         return 0
+    _use_run_author(repo, manifest.settings)
     if not detached_child:
         print(f"resuming run {full_id}", file=sys.stderr)
     try:

@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +107,7 @@ class RunSpec:
     options: Options
     setup_commands: list[str]
     exclude_globs: list[str]
+    settings: dict[str, Any] = field(default_factory=dict)  # the effective run configuration
 
 
 def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifest, Checkpoint, EventBus, Recorder | None, Path, RunLock]:
@@ -143,6 +144,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
             "provider": spec.options.provider,
             "setup_commands": spec.setup_commands,
             "exclude_globs": spec.exclude_globs,
+            **spec.settings,
         },
         tool_version=__version__,
         workflow_file=graph.origin.relpath if graph.origin is not None else None,

@@ -489,6 +489,16 @@ class GitRepo:
     def committer(self) -> Identity:
         return self._identity("COMMITTER", "committer")
 
+    def override_author(self, name: str | None, email: str | None) -> None:
+        """Author this object's commits as `name <email>` (a run's `[run.git.author]`),
+        over git's config and GIT_AUTHOR_*; the committer stays whoever runs the tool,
+        as with `git commit --author`. A part left None keeps git's value."""
+        current_name, current_email = self._names("AUTHOR", "author")
+        self._ident_cache[("AUTHOR", "author")] = (
+            _clean_ident(name or "") or current_name,
+            _clean_ident(email or "").strip("<>") or current_email,
+        )
+
     def _identity(self, kind: str, section: str) -> Identity:
         name, email = self._names(kind, section)
         when = _parse_git_date(os.environ.get(f"GIT_{kind}_DATE"))

@@ -1,0 +1,464 @@
+"""Run configuration: the typed `run.toml` schema and the layers that feed it.
+
+A run's settings come from four layers, highest first: the command line, the run
+config (`git fabro run run.toml`), the repository's `.fabro/project.toml`, and the
+user's `settings.toml` in the platform config dir. `effective_config` is the one place
+they meet: each layer is checked on its own (so an error names the file it is in),
+then the raw tables are merged key by key (a table in a higher layer overrides only the
+keys it sets; a list or a scalar replaces) and the result is checked once more as a
+whole. The effective `[run]` table is recorded in the run's manifest, so `git fabro
+inspect` shows what the run actually used.
+
+Only a run config may name the graph (`[workflow]`): project and user layers hold
+defaults for `[run]` keys and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+
+from fabro_git.errors import ConfigError, SourceError
+
+SCHEMA_VERSION = 1
+PROJECT_CONFIG = Path(".fabro") / "project.toml"
+DEFAULT_GRAPH = "workflow.fabro"
+
+HOOK_EVENTS = (
+    "run_start",
+    "run_complete",
+    "run_failed",
+    "stage_start",
+    "stage_complete",
+    "stage_failed",
+    "stage_retrying",
+    "edge_selected",
+    "parallel_start",
+    "parallel_complete",
+    "sandbox_ready",
+    "sandbox_cleanup",
+    "checkpoint_saved",
+    "pre_tool_use",
+    "post_tool_use",
+    "post_tool_use_failure",
+)
+
+
+class _Table(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
+    pass
+
+
+class ModelConfig(_Table):
+    name: str | None = None
+    provider: str | None = None
+    fallbacks: list[str] | None = None
+
+
+class PrepareStep(_Table):
+    script: str | None = None
+    command: list[str] | None = None
+
+    def shell(self) -> str:
+        """The step as one shell command line, the form setup commands take."""
+        import shlex
+
+        if self.script is not None:
+            return self.script
+        return shlex.join(self.command or [])
+
+
+class PrepareConfig(_Table):
+    steps: list[PrepareStep] = msgspec.field(default_factory=list)
+
+
+class CheckpointConfig(_Table):
+    exclude_globs: list[str] = msgspec.field(default_factory=list)
+
+
+class ArtifactsConfig(_Table):
+    include: list[str] = msgspec.field(default_factory=list)
+
+
+class HookConfig(_Table):
+    """A lifecycle hook: parsed and validated now, fired by a later version."""
+
+    event: str
+    id: str | None = None
+    name: str | None = None
+    type: Literal["command", "http", "prompt", "agent"] | None = None
+    command: str | None = None
+    url: str | None = None
+    headers: dict[str, str] | None = None
+    allowed_env_vars: list[str] | None = None
+    tls: Literal["verify", "no_verify", "off"] | None = None
+    prompt: str | None = None
+    model: str | None = None
+    max_tool_rounds: int | None = None
+    matcher: str | None = None
+    blocking: bool | None = None
+    timeout_ms: int | None = None
+    sandbox: bool | None = None
+
+
+class GitAuthor(_Table):
+    name: str | None = None
+    email: str | None = None
+
+
+class GitConfig(_Table):
+    author: GitAuthor | None = None
+
+
+class RunSection(_Table):
+    goal: str | None = None
+    inputs: dict[str, str] = msgspec.field(default_factory=dict)
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    model: ModelConfig | None = None
+    prepare: PrepareConfig | None = None
+    checkpoint: CheckpointConfig | None = None
+    artifacts: ArtifactsConfig | None = None
+    hooks: list[HookConfig] = msgspec.field(default_factory=list)
+    git: GitConfig | None = None
+
+
+class WorkflowSection(_Table):
+    graph: str = DEFAULT_GRAPH
+
+
+class RunConfig(_Table):
+    version: int = msgspec.field(default=SCHEMA_VERSION, name="_version")
+    workflow: WorkflowSection | None = None
+    run: RunSection = msgspec.field(default_factory=RunSection)
+
+
+class DefaultsConfig(_Table):
+    """`.fabro/project.toml` and `settings.toml`: defaults for `[run]` only."""
+
+    version: int = msgspec.field(default=SCHEMA_VERSION, name="_version")
+    run: RunSection = msgspec.field(default_factory=RunSection)
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One source of settings: its raw tables, and where they came from."""
+
+    name: str  # "flags", "run config", "project", "user settings"
+    path: Path | None
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class EffectiveConfig:
+    run: RunSection
+    graph: Path | None  # the run config's graph, resolved; None without a run config
+    sources: list[str]  # the layers that contributed, highest first
+
+    def settings(self) -> dict[str, Any]:
+        """The record of this configuration kept in the run's manifest."""
+        return {"config": msgspec.to_builtins(self.run), "config_sources": self.sources}
+
+
+# -- the layers ------------------------------------------------------------------------------
+
+
+def user_settings_path() -> Path:
+    import platformdirs
+
+    base = os.environ.get("XDG_CONFIG_HOME")
+    if base and os.path.isabs(base):
+        return Path(base) / "git-fabro" / "settings.toml"
+    return Path(platformdirs.user_config_dir("git-fabro", appauthor=False)) / "settings.toml"
+
+
+def load_layer(path: Path, name: str, *, run_config: bool) -> Layer:
+    """Read and check one TOML layer; a file that is not there is an empty layer."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if run_config:
+            raise ConfigError(f"{path}: no such run config") from None
+        return Layer(name, path, {})
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read {name}: {exc}") from exc
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _toml_error(path, exc) from None
+    schema: type[RunConfig | DefaultsConfig] = RunConfig if run_config else DefaultsConfig
+    if not run_config and "workflow" in data:
+        raise SourceError(
+            "[workflow] belongs in a run config; this file holds defaults for [run] keys only",
+            path=path,
+            line=_find_line(text, ["workflow"]),
+        )
+    checked = _convert(data, schema, path, text)
+    if checked.version != SCHEMA_VERSION:
+        raise SourceError(
+            f"_version: unsupported schema version {checked.version!r}; this version reads {SCHEMA_VERSION}",
+            path=path,
+            line=_find_line(text, ["_version"]),
+        )
+    _check_run_section(checked.run, path, text)
+    if isinstance(checked, RunConfig):
+        # The graph is relative to the run config's own directory: resolve it now,
+        # before merging, while the file it belongs to is known.
+        relative = checked.workflow.graph if checked.workflow is not None else DEFAULT_GRAPH
+        graph = (path.parent / Path(relative).expanduser()).resolve()
+        data = {**data, "workflow": {"graph": str(graph)}}
+    return Layer(name, path, data)
+
+
+def flag_layer(
+    *,
+    goal: str | None = None,
+    inputs: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    model: str | None = None,
+    provider: str | None = None,
+) -> Layer:
+    run: dict[str, Any] = {}
+    if goal is not None:
+        run["goal"] = goal
+    if inputs:
+        run["inputs"] = dict(inputs)
+    if labels:
+        run["labels"] = dict(labels)
+    model_table = {k: v for k, v in (("name", model), ("provider", provider)) if v is not None}
+    if model_table:
+        run["model"] = model_table
+    return Layer("flags", None, {"run": run} if run else {})
+
+
+def default_layers(repo_root: Path | None) -> list[Layer]:
+    """The project and user layers, highest first."""
+    layers = []
+    if repo_root is not None:
+        layers.append(load_layer(repo_root / PROJECT_CONFIG, "project config", run_config=False))
+    layers.append(load_layer(user_settings_path(), "user settings", run_config=False))
+    return layers
+
+
+def effective_config(layers: list[Layer]) -> EffectiveConfig:
+    """Merge `layers` (highest first) into the configuration a run uses."""
+    merged: dict[str, Any] = {}
+    for layer in reversed(layers):
+        merged = merge_tables(merged, layer.data)
+    try:
+        config = msgspec.convert(merged, RunConfig)
+    except msgspec.ValidationError as exc:  # each layer passed alone: a merge mismatch
+        raise ConfigError(
+            f"the merged configuration ({', '.join(layer.name for layer in layers)}) is invalid: {exc}"
+        ) from None
+    graph = config.workflow.graph if config.workflow is not None else None
+    sources = [
+        layer.name + (f" {layer.path}" if layer.path else "") for layer in layers if layer.data
+    ]
+    return EffectiveConfig(run=config.run, graph=Path(graph) if graph else None, sources=sources)
+
+
+def merge_tables(lower: dict[str, Any], higher: dict[str, Any]) -> dict[str, Any]:
+    """`higher` over `lower`: tables merge key by key, anything else replaces."""
+    out = dict(lower)
+    for key, value in higher.items():
+        below = out.get(key)
+        if isinstance(value, dict) and isinstance(below, dict):
+            out[key] = merge_tables(below, value)
+        else:
+            out[key] = value
+    return out
+
+
+# -- checks and messages -----------------------------------------------------------------------
+
+
+def _check_run_section(run: RunSection, path: Path, text: str) -> None:
+    def fail(keys: list[str], message: str) -> None:
+        raise SourceError(f"{key_path(keys)}: {message}", path=path, line=_find_line(text, keys))
+
+    if run.prepare is not None:
+        for i, step in enumerate(run.prepare.steps):
+            where = ["run", "prepare", "steps", f"[{i}]"]
+            if (step.script is None) == (step.command is None):
+                fail(
+                    where,
+                    "a prepare step needs exactly one of `script` (a shell line) or `command` (an argv list)",
+                )
+            if step.command is not None and not step.command:
+                fail([*where, "command"], "expected a non-empty argv list")
+    for i, hook in enumerate(run.hooks):
+        where = ["run", "hooks", f"[{i}]"]
+        if hook.event not in HOOK_EVENTS:
+            fail(
+                [*where, "event"],
+                f"unknown event {hook.event!r}; expected one of {', '.join(HOOK_EVENTS)}",
+            )
+        kind = hook.type or ("http" if hook.url is not None else "command")
+        needs = {"command": "command", "http": "url", "prompt": "prompt", "agent": "prompt"}[kind]
+        if getattr(hook, needs) is None:
+            fail(where, f"a {kind} hook needs `{needs}`")
+        if hook.timeout_ms is not None and hook.timeout_ms <= 0:
+            fail(
+                [*where, "timeout_ms"],
+                f"expected a positive number of milliseconds, got {hook.timeout_ms}",
+            )
+        if hook.matcher is not None:
+            try:
+                re.compile(hook.matcher)
+            except re.error as exc:
+                fail([*where, "matcher"], f"not a valid regular expression: {exc}")
+    author = run.git.author if run.git is not None else None
+    if author is not None:
+        for field_name in ("name", "email"):
+            value = getattr(author, field_name)
+            if value is not None and (not value.strip() or any(c in value for c in "<>\n\r\0")):
+                fail(["run", "git", "author", field_name], f"{value!r} cannot be a git identity")
+
+
+_PATH_RE = re.compile(r"^(?P<what>.*) - at `\$(?P<path>[^`]*)`$", re.S)
+_UNKNOWN_RE = re.compile(r"^Object contains unknown field `(?P<key>[^`]*)`$")
+_MISSING_RE = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
+_EXPECTED_RE = re.compile(r"^Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`$")
+
+
+def _convert(data: dict[str, Any], schema: type[Any], path: Path, text: str) -> Any:
+    try:
+        return msgspec.convert(data, schema)
+    except msgspec.ValidationError as exc:
+        raise _validation_error(str(exc), path, text, data) from None
+
+
+def _name_dict_keys(keys: list[str], data: Any) -> list[str]:
+    """msgspec writes a table's value as `[...]`; name the key whose value is not a
+    string (every free-form table of the schema maps names to strings)."""
+    out: list[str] = []
+    node = data
+    for key in keys:
+        if key == "[...]" and isinstance(node, dict):
+            bad = [k for k, v in node.items() if not isinstance(v, str)]
+            if not bad:
+                return out
+            key = str(bad[0])
+        out.append(key)
+        if key.startswith("[") and isinstance(node, list):
+            index = int(key[1:-1])
+            node = node[index] if index < len(node) else None
+        elif isinstance(node, dict):
+            node = node.get(key)
+    return out
+
+
+def _validation_error(raw: str, path: Path, text: str, data: Any) -> SourceError:
+    match = _PATH_RE.match(raw)
+    what, where = (match["what"], match["path"]) if match else (raw, "")
+    keys = _name_dict_keys([k for k in re.split(r"\.(?![^\[]*\])|(?=\[)", where) if k], data)
+    unknown = _UNKNOWN_RE.match(what)
+    missing = _MISSING_RE.match(what)
+    expected = _EXPECTED_RE.match(what)
+    hint = None
+    if unknown:
+        keys.append(unknown["key"])
+        message = "unknown key"
+        hint = "see `man git-fabro` (RUN CONFIGURATION) for the keys a run config takes"
+    elif missing:
+        keys.append(missing["key"])
+        message = "required key is missing"
+    elif expected:
+        message = f"expected {_type_words(expected['want'])}, got {_type_words(expected['got'])}"
+    else:
+        message = what[:1].lower() + what[1:]
+    where = key_path(keys) or "(top level)"
+    return SourceError(f"{where}: {message}", path=path, line=_find_line(text, keys), hint=hint)
+
+
+def key_path(keys: list[str]) -> str:
+    """run.hooks[0].event from ["run", "hooks", "[0]", "event"]."""
+    return "".join(k if k.startswith("[") or i == 0 else "." + k for i, k in enumerate(keys))
+
+
+_TYPE_WORDS = {
+    "str": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "a boolean",
+    "array": "a list",
+    "object": "a table",
+    "null": "nothing",
+}
+
+
+def _type_words(name: str) -> str:
+    parts = [p.strip() for p in name.split("|")]
+    words = [_TYPE_WORDS.get(p, p) for p in parts if p != "null"] or ["nothing"]
+    return " or ".join(words)
+
+
+def _toml_error(path: Path, exc: tomllib.TOMLDecodeError) -> SourceError:
+    message = str(exc)
+    match = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
+    if match is None:
+        match = re.search(r"\s*\(at end of document\)$", message)
+        line = column = None
+        if match is not None:
+            text = path.read_text(encoding="utf-8", errors="replace")
+            line = text.count("\n") + 1
+    else:
+        line, column = int(match[1]), int(match[2])
+    detail = message[: match.start()] if match else message
+    return SourceError(f"invalid TOML: {detail}", path=path, line=line, column=column)
+
+
+def line_of(path: Path, keys: list[str]) -> int | None:
+    """The line of `path` that sets the key path `keys`, for a message about it."""
+    try:
+        return _find_line(path.read_text(encoding="utf-8"), keys)
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _find_line(text: str, keys: list[str]) -> int | None:
+    """The line that sets `keys` (a key path such as run.hooks[1].event), found by
+    scanning for its table header and then the key; None when it cannot be told."""
+    # A key inside an inline table or array is not on a line of its own: fall back to
+    # the line of the nearest enclosing key that is.
+    for end in range(len(keys), 0, -1):
+        found = _scan_for(text, keys[:end])
+        if found is None and any(k.startswith("[") for k in keys[:end]):
+            found = _scan_for(text, [k for k in keys[:end] if not k.startswith("[")], indexed=False)
+        if found is not None:
+            return found
+    return None
+
+
+_HEADER_RE = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
+_KEY_RE = re.compile(r"^\s*([A-Za-z0-9_.\-\"' ]+?)\s*=")
+
+
+def _scan_for(text: str, keys: list[str], *, indexed: bool = True) -> int | None:
+    if not keys:
+        return None
+    current: list[str] = []
+    seen: dict[tuple[str, ...], int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        header = _HEADER_RE.match(line)
+        if header is not None:
+            current = [part.strip().strip("\"'") for part in header[2].split(".")]
+            if header[1] == "[[" and indexed:
+                index = seen.get(tuple(current), -1) + 1
+                seen[tuple(current)] = index
+                current = [*current, f"[{index}]"]
+            if current == keys:
+                return number
+            continue
+        key = _KEY_RE.match(line)
+        if key is None:
+            continue
+        full = current + [part.strip().strip("\"'") for part in key[1].split(".")]
+        if full[: len(keys)] == keys:
+            return number
+    return None
