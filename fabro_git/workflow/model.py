@@ -60,10 +60,30 @@ EXIT_IDS = frozenset({"exit", "Exit", "end", "End"})
 
 DEFAULT_SHAPE = "box"
 
+# A node id becomes a component of ref names (`refs/fabro/parallel/<run>/<id>-<visit>/<n>`),
+# of meta tree paths (`nodes/<id>-<visit>/`) and of scratch paths. The character set
+# keeps every git ref-format and path rule (no `/`, `\`, `..`, `@{`, `.lock`, control
+# characters, leading `-` or `.`); the length cap leaves room in a 255-byte file name
+# for a visit suffix and git's `.lock`.
+NODE_ID_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+NODE_ID_MAX_LENGTH = 100
+
 _DURATION_RE = re.compile(r"^\s*(-?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|h|d)?\s*$")
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _TRUE = frozenset({"true", "yes", "1", "on"})
 _FALSE = frozenset({"false", "no", "0", "off"})
+
+
+def node_id_problem(node_id: str) -> str | None:
+    """Why `node_id` cannot name a node, or None if it can."""
+    if not NODE_ID_RE.match(node_id):
+        return "ids are letters, digits and '_', starting with a letter or '_'"
+    if len(node_id) > NODE_ID_MAX_LENGTH:
+        return (
+            f"it is {len(node_id)} characters long and ids are at most {NODE_ID_MAX_LENGTH}, "
+            "since they name refs and directories"
+        )
+    return None
 
 
 def parse_duration(text: str) -> float | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabro_git.errors import WorkflowError
-from fabro_git.workflow.model import Edge, Graph, Node, Subgraph
+from fabro_git.workflow.model import NODE_ID_RE, Edge, Graph, Node, Subgraph, node_id_problem
 
 # Token kinds.
 WORD = "word"
@@ -372,13 +372,14 @@ class _Parser:
                 token,
             )
         node_id = token.value
-        if not IDENT_RE.match(node_id):
+        # Only the character set is a syntax error; an over-long id parses, and the
+        # validator's `node_id_valid` reports it with every other problem.
+        if not NODE_ID_RE.match(node_id):
             hint = 'put display text in label="..."'
             if token.kind == WORD and ":" in node_id:
                 hint = "node ports (id:port) are not supported"
             raise self.error(
-                f"invalid node id {node_id!r}: ids are letters, digits and '_', "
-                "starting with a letter or '_'",
+                f"invalid node id {_shown(node_id)}: {node_id_problem(node_id)}",
                 token,
                 hint=hint,
             )
@@ -553,6 +554,10 @@ class _Parser:
             own = split_classes(node.attrs.get("class", ""))
             derived = [c for c in node.classes if c not in own]
             node.classes = own + derived
+
+
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
 
 
 def class_from_label(label: str) -> str:

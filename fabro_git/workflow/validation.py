@@ -53,6 +53,7 @@ from fabro_git.workflow.model import (
     Edge,
     Graph,
     Node,
+    node_id_problem,
     parse_bool,
     parse_duration,
 )
@@ -328,6 +329,22 @@ def _reachability(check: _Check) -> Iterator[Diagnostic]:
                 node,
                 check.node_pos(node),
             )
+
+
+def _node_id_valid(check: _Check) -> Iterator[Diagnostic]:
+    for node in check.graph.nodes.values():
+        problem = node_id_problem(node.id)
+        if problem is None:
+            continue
+        shown = node.id if len(node.id) <= 60 else node.id[:57] + "..."
+        yield check.on_node(
+            "node_id_valid",
+            ERROR,
+            f"node id {shown!r} cannot be used: {problem}; shorten it and put display "
+            'text in label="..."',
+            node,
+            check.node_pos(node),
+        )
 
 
 # Expressions -----------------------------------------------------------------------------
@@ -938,6 +955,7 @@ RULES: tuple[Rule, ...] = (
     _exit_no_outgoing,
     _edge_target_exists,
     _reachability,
+    _node_id_valid,
     _condition_syntax,
     _stylesheet_syntax,
     _template_variable,
