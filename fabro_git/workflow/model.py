@@ -8,8 +8,10 @@ the validator and `git fabro graph` all read the same values the same way.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +86,23 @@ def node_id_problem(node_id: str) -> str | None:
             "since they name refs and directories"
         )
     return None
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cycle collector while a graph is built or checked.
+
+    A big workflow is hundreds of thousands of small dicts and lists, none of them in a
+    reference cycle; left on, the collector walks all of them again and again as they
+    pile up, which costs more than the parse itself at 100k nodes.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def parse_duration(text: str) -> float | None:
@@ -288,6 +307,25 @@ class Subgraph:
         return self.attrs.get("label") or None
 
 
+@dataclass(frozen=True)
+class _EdgeIndex:
+    """Edge positions by source and by target, so a lookup costs what it returns."""
+
+    edges: list[Edge]
+    count: int
+    by_source: dict[str, list[int]]
+    by_target: dict[str, list[int]]
+
+    @classmethod
+    def build(cls, edges: list[Edge]) -> _EdgeIndex:
+        by_source: dict[str, list[int]] = {}
+        by_target: dict[str, list[int]] = {}
+        for index, edge in enumerate(edges):
+            by_source.setdefault(edge.source, []).append(index)
+            by_target.setdefault(edge.target, []).append(index)
+        return cls(edges, len(edges), by_source, by_target)
+
+
 @dataclass(eq=False)
 class Graph(_Attributed):
     """A whole workflow file."""
@@ -302,6 +340,7 @@ class Graph(_Attributed):
     line: int = 1
     column: int = 1
     subgraphs: list[Subgraph] = field(default_factory=list)
+    _index: _EdgeIndex | None = field(default=None, init=False, repr=False)
 
     def _describe(self) -> str:
         return f"graph {self.name!r}"
@@ -324,10 +363,25 @@ class Graph(_Attributed):
         return [node for node in self.nodes.values() if node.handler_type == EXIT]
 
     def outgoing(self, node_id: str) -> list[Edge]:
-        return [edge for edge in self.edges if edge.source == node_id]
+        """Edges leaving `node_id`, in file order."""
+        return [self.edges[index] for index in self._edge_index().by_source.get(node_id, ())]
 
     def incoming(self, node_id: str) -> list[Edge]:
-        return [edge for edge in self.edges if edge.target == node_id]
+        """Edges entering `node_id`, in file order."""
+        return [self.edges[index] for index in self._edge_index().by_target.get(node_id, ())]
+
+    def outgoing_indexes(self, node_id: str) -> list[int]:
+        """Positions in `edges` of the edges leaving `node_id`, in file order."""
+        return list(self._edge_index().by_source.get(node_id, ()))
+
+    def _edge_index(self) -> _EdgeIndex:
+        # Built once per edge list; graphs grow edges by appending (the parser, and
+        # tests that build graphs in code), so a new length means a stale index.
+        index = self._index
+        if index is None or index.edges is not self.edges or index.count != len(self.edges):
+            index = _EdgeIndex.build(self.edges)
+            self._index = index
+        return index
 
     def iter_nodes(self) -> Iterator[Node]:
         return iter(self.nodes.values())

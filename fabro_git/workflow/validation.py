@@ -26,6 +26,7 @@ Choices worth knowing:
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,7 @@ from fabro_git.workflow.model import (
     Edge,
     Graph,
     Node,
+    collector_paused,
     node_id_problem,
     parse_bool,
     parse_duration,
@@ -127,6 +129,7 @@ class _Check:
         self.known_models = catalogue.KNOWN_MODELS if known_models is None else known_models
         self.conditions: dict[int, Condition] = {}
         self.bad_conditions: set[int] = set()
+        self._lines: tuple[str, list[int]] | None = None
         for index, edge in enumerate(graph.edges):
             text = edge.condition
             if text is None:
@@ -149,12 +152,11 @@ class _Check:
         if where is None:
             return None, None
         line, column = where
-        source = self.graph.source.replace("\r\n", "\n")
-        lines = source.split("\n")
-        if not 1 <= line <= len(lines):
+        source, line_starts = self._source_lines()
+        if not 1 <= line <= len(line_starts):
             return line, column
         # Index of the token in the whole source.
-        pos = sum(len(text) + 1 for text in lines[: line - 1]) + column - 1
+        pos = line_starts[line - 1] + column - 1
         if pos >= len(source) or source[pos] != '"':
             return line, column + offset
         pos += 1
@@ -179,6 +181,15 @@ class _Check:
             pos += step
             remaining -= 1
         return line, column
+
+    def _source_lines(self) -> tuple[str, list[int]]:
+        """The source as the tokenizer saw it and the offset of each line's start."""
+        if self._lines is None:
+            source = self.graph.source.replace("\r\n", "\n")
+            starts = [0]
+            starts.extend(match.end() for match in re.finditer("\n", source))
+            self._lines = (source, starts)
+        return self._lines
 
     def node_pos(self, node: Node, key: str | None = None) -> tuple[int | None, int | None]:
         if key is not None and key in node.positions:
@@ -309,17 +320,15 @@ def _reachability(check: _Check) -> Iterator[Diagnostic]:
     starts = [n.id for n in graph.nodes.values() if n.handler_type == START]
     if not starts:
         return
-    adjacency: dict[str, list[str]] = {}
-    for edge in graph.edges:
-        adjacency.setdefault(edge.source, []).append(edge.target)
+    # An explicit stack, not recursion: a 100k-node chain is a 100k-deep walk.
     seen = set(starts)
     frontier = list(starts)
     while frontier:
         current = frontier.pop()
-        for target in adjacency.get(current, ()):
-            if target not in seen:
-                seen.add(target)
-                frontier.append(target)
+        for edge in graph.outgoing(current):
+            if edge.target not in seen:
+                seen.add(edge.target)
+                frontier.append(edge.target)
     for node in graph.nodes.values():
         if node.id not in seen:
             yield check.on_node(
@@ -618,12 +627,9 @@ def _uncovered_case(node: Node, conditions: list[Condition]) -> str | None:
 
 def _all_conditional_edges(check: _Check) -> Iterator[Diagnostic]:
     graph = check.graph
-    by_source: dict[str, list[int]] = {}
-    for index, edge in enumerate(graph.edges):
-        by_source.setdefault(edge.source, []).append(index)
-    for node_id, indexes in by_source.items():
-        node = graph.nodes.get(node_id)
-        if node is None or node.handler_type == EXIT:
+    for node_id, node in graph.nodes.items():
+        indexes = graph.outgoing_indexes(node_id)
+        if not indexes or node.handler_type == EXIT:
             continue
         if any(index not in check.conditions for index in indexes):
             # An unconditional edge is a fallback; a bad condition is reported elsewhere.
@@ -645,7 +651,7 @@ def _orphan_custom_outcome(check: _Check) -> Iterator[Diagnostic]:
     graph = check.graph
     known = set(STANDARD_OUTCOMES) | {"retry"}
     for node in graph.nodes.values():
-        edges = [(i, e) for i, e in enumerate(graph.edges) if e.source == node.id]
+        edges = [(i, graph.edges[i]) for i in graph.outgoing_indexes(node.id)]
         if any(edge.condition is None for _, edge in edges):
             continue
         for index, edge in edges:
@@ -986,10 +992,11 @@ def validate(
 
     `known_models` replaces the built-in catalogue for `stylesheet_model_known`.
     """
-    check = _Check(graph, known_models)
     out: list[Diagnostic] = []
-    for rule in RULES:
-        out.extend(rule(check))
+    with collector_paused():
+        check = _Check(graph, known_models)
+        for rule in RULES:
+            out.extend(rule(check))
     out.sort(key=lambda d: (d.line or 0, d.column or 0))
     return out
 
