@@ -39,10 +39,12 @@ def resolve_workflow(arg: str) -> Path:
 
 
 def _load_run_config(path: Path) -> dict[str, Any]:
+    from fabro_git.files import UnreadableFile, read_input_text
+
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read run config: {exc}") from exc
+        data = tomllib.loads(read_input_text(path))
+    except UnreadableFile as err:
+        raise ConfigError(f"run config {path}: {err.detail}") from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
     version = data.get("_version", 1)
@@ -75,31 +77,41 @@ def _build_spec(
         graph_rel = (config.get("workflow") or {}).get("graph", "workflow.fabro")
         config_dir = path.parent
         path = (config_dir / graph_rel).resolve()
-        if not path.is_file():
-            raise ConfigError(f"{workflow}: [workflow].graph points at {path}, which does not exist")
+        if not path.exists():
+            raise ConfigError(
+                f"{workflow}: [workflow].graph points at {path}, which does not exist"
+            )
     run_cfg: dict[str, Any] = config.get("run") or {}
     graph = load(path)
     diagnostics = validate(graph)
     errors = [d for d in diagnostics if d.severity == "error"]
     if errors:
-        lines = [f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors]
+        lines = [
+            f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors
+        ]
         raise WorkflowError(
             f"the workflow has {len(errors)} error(s) and cannot run:\n" + "\n".join(lines),
             path=path,
             hint=f"see `git fabro validate {path}`",
         )
     if goal_file is not None:
+        from fabro_git.files import UnreadableFile, read_input_text
+
         try:
-            goal = goal_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"--goal-file {goal_file}: {exc}") from exc
+            goal = read_input_text(goal_file).strip()
+        except UnreadableFile as err:
+            raise ConfigError(f"--goal-file {goal_file}: {err.detail}") from None
     if goal is None:
         goal = run_cfg.get("goal") or graph.attrs.get("goal") or ""
     merged_inputs = {str(k): str(v) for k, v in (run_cfg.get("inputs") or {}).items()}
     merged_inputs.update(_pairs(inputs, "--input"))
     merged_labels = {str(k): str(v) for k, v in (run_cfg.get("labels") or {}).items()}
     merged_labels.update(_pairs(labels, "--label"))
-    setup = [str(s.get("script")) for s in (run_cfg.get("prepare") or {}).get("steps", []) if s.get("script")]
+    setup = [
+        str(s.get("script"))
+        for s in (run_cfg.get("prepare") or {}).get("steps", [])
+        if s.get("script")
+    ]
     graph_setup = graph.attrs.get("setup")
     if graph_setup:
         setup = [line.strip() for line in graph_setup.splitlines() if line.strip()] + setup
@@ -114,7 +126,8 @@ def _build_spec(
     check_options(options, graph)
     return RunSpec(
         graph=graph,
-        source=path.read_text(encoding="utf-8"),
+        # What was validated, not a second read that could see another file.
+        source=graph.source,
         workflow_path=path.resolve(),
         goal=goal,
         inputs=merged_inputs,
@@ -162,7 +175,9 @@ def run(
     )
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
-    spec = _build_spec(workflow, goal=goal, goal_file=goal_file, inputs=inputs, labels=labels, options=options)
+    spec = _build_spec(
+        workflow, goal=goal, goal_file=goal_file, inputs=inputs, labels=labels, options=options
+    )
     run_id, manifest, cp, bus, recorder, scratch, lock = create_run(repo, spec, warn=_warn)
     if detach:
         lock.release()
@@ -171,7 +186,9 @@ def run(
         if json_output:
             from fabro_git.engine.session import RunResult
 
-            write_json_result(RunResult(run_id, "running", manifest.run_branch, manifest.meta_ref, None))
+            write_json_result(
+                RunResult(run_id, "running", manifest.run_branch, manifest.meta_ref, None)
+            )
         else:
             print(run_id)
         return 0
@@ -193,10 +210,16 @@ def _report(result: Any, json_output: bool) -> int:
     if json_output:
         write_json_result(result)
     if result.status == "interrupted":
-        print(f"run {result.run_id} interrupted; resume it with `git fabro resume {result.run_id}`", file=sys.stderr)
+        print(
+            f"run {result.run_id} interrupted; resume it with `git fabro resume {result.run_id}`",
+            file=sys.stderr,
+        )
     elif result.error:
         print(f"error: run {result.run_id} failed: {result.error}", file=sys.stderr)
-        print(f"hint: inspect it with `git fabro logs {result.run_id} --pretty`; fix the cause and `git fabro resume {result.run_id}`", file=sys.stderr)
+        print(
+            f"hint: inspect it with `git fabro logs {result.run_id} --pretty`; fix the cause and `git fabro resume {result.run_id}`",
+            file=sys.stderr,
+        )
     code: int = result.exit_code
     return code
 
@@ -260,7 +283,11 @@ def resume(
         print(f"resuming run {full_id}", file=sys.stderr)
     try:
         result = execute_run(
-            repo, full_id, options=options, renderer=None if detached_child else _renderer(), resuming=True
+            repo,
+            full_id,
+            options=options,
+            renderer=None if detached_child else _renderer(),
+            resuming=True,
         )
     except FabroError:
         raise

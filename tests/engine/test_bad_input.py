@@ -7,8 +7,10 @@ too big, and a disk that fills up mid-run all end in a clear message through the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
 from conftest import git, run_fabro, run_json, write_workflow
 
 LONG_ID = "n" * 300
@@ -88,3 +90,87 @@ digraph W {{
     assert f"refs/fabro/parallel/{run_id}/{MAX_ID}-2/0" in refs.split()
     tree = git(repo, "ls-tree", "--name-only", f"refs/fabro/meta/{run_id}:nodes")
     assert f"{MAX_ID}-2" in tree.split()
+
+
+# -- input files that are not small regular files ---------------------------------------
+
+OK_WORKFLOW = """\
+digraph Ok {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    start -> exit
+}
+"""
+
+
+def _special_file(kind: str, directory: Path) -> tuple[Path, str]:
+    """A path of the given kind and the reason the reader should give for it."""
+    if kind == "dev-zero":
+        return Path("/dev/zero"), "is a character device, not a regular file"
+    if kind == "fifo":
+        path = directory / "pipe.fabro"
+        os.mkfifo(path)
+        return path, "is a named pipe (FIFO), not a regular file"
+    path = directory / "huge.fabro"
+    with path.open("wb") as out:
+        out.truncate(11 * 1024 * 1024)
+    return path, "is 11.0 MB; input files are limited to 10.0 MB"
+
+
+KINDS = ["dev-zero", "fifo", "11MB"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_validate_refuses_a_file_that_is_not_a_small_regular_file(
+    repo: Path, tmp_path: Path, kind: str
+) -> None:
+    path, reason = _special_file(kind, tmp_path)
+    # The timeout turns a hang on the FIFO into a failure instead of a stuck suite.
+    proc = run_fabro("validate", str(path), cwd=repo, timeout=60)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"{path}: error: [parse] {reason}" in proc.stdout
+    assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_run_refuses_a_workflow_that_is_not_a_small_regular_file(
+    repo: Path, tmp_path: Path, kind: str
+) -> None:
+    path, reason = _special_file(kind, tmp_path)
+    proc = run_fabro("run", str(path), cwd=repo, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert f"error: {path}: {reason}" in proc.stderr
+    assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr
+    assert git(repo, "for-each-ref", "refs/fabro/") == ""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_run_refuses_a_goal_file_that_is_not_a_small_regular_file(
+    repo: Path, tmp_path: Path, kind: str
+) -> None:
+    write_workflow(repo, OK_WORKFLOW)
+    path, reason = _special_file(kind, tmp_path)
+    proc = run_fabro("run", "wf.fabro", "--goal-file", str(path), cwd=repo, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert f"error: --goal-file {path}: {reason}" in proc.stderr
+    assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr
+    assert git(repo, "for-each-ref", "refs/fabro/") == ""
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_run_config_naming_a_special_graph_or_being_one_is_refused(
+    repo: Path, tmp_path: Path, kind: str
+) -> None:
+    path, reason = _special_file(kind, tmp_path)
+    config = repo / "run.toml"
+    config.write_text(f'_version = 1\n[workflow]\ngraph = "{path}"\n')
+    proc = run_fabro("run", "run.toml", cwd=repo, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert f"error: {path}: {reason}" in proc.stderr
+    if kind == "dev-zero":
+        return
+    toml_path = tmp_path / "config.toml"
+    path.rename(toml_path)
+    proc = run_fabro("run", str(toml_path), cwd=repo, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert f"error: run config {toml_path}: {reason}" in proc.stderr
