@@ -78,17 +78,13 @@ def _build_spec(
         config_dir = path.parent
         path = (config_dir / graph_rel).resolve()
         if not path.exists():
-            raise ConfigError(
-                f"{workflow}: [workflow].graph points at {path}, which does not exist"
-            )
+            raise ConfigError(f"{workflow}: [workflow].graph points at {path}, which does not exist")
     run_cfg: dict[str, Any] = config.get("run") or {}
     graph = load(path)
     diagnostics = validate(graph)
     errors = [d for d in diagnostics if d.severity == "error"]
     if errors:
-        lines = [
-            f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors
-        ]
+        lines = [f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors]
         raise WorkflowError(
             f"the workflow has {len(errors)} error(s) and cannot run:\n" + "\n".join(lines),
             path=path,
@@ -107,11 +103,7 @@ def _build_spec(
     merged_inputs.update(_pairs(inputs, "--input"))
     merged_labels = {str(k): str(v) for k, v in (run_cfg.get("labels") or {}).items()}
     merged_labels.update(_pairs(labels, "--label"))
-    setup = [
-        str(s.get("script"))
-        for s in (run_cfg.get("prepare") or {}).get("steps", [])
-        if s.get("script")
-    ]
+    setup = [str(s.get("script")) for s in (run_cfg.get("prepare") or {}).get("steps", []) if s.get("script")]
     graph_setup = graph.attrs.get("setup")
     if graph_setup:
         setup = [line.strip() for line in graph_setup.splitlines() if line.strip()] + setup
@@ -175,9 +167,7 @@ def run(
     )
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
-    spec = _build_spec(
-        workflow, goal=goal, goal_file=goal_file, inputs=inputs, labels=labels, options=options
-    )
+    spec = _build_spec(workflow, goal=goal, goal_file=goal_file, inputs=inputs, labels=labels, options=options)
     run_id, manifest, cp, bus, recorder, scratch, lock = create_run(repo, spec, warn=_warn)
     if detach:
         lock.release()
@@ -186,9 +176,7 @@ def run(
         if json_output:
             from fabro_git.engine.session import RunResult
 
-            write_json_result(
-                RunResult(run_id, "running", manifest.run_branch, manifest.meta_ref, None)
-            )
+            write_json_result(RunResult(run_id, "running", manifest.run_branch, manifest.meta_ref, None))
         else:
             print(run_id)
         return 0
@@ -210,16 +198,10 @@ def _report(result: Any, json_output: bool) -> int:
     if json_output:
         write_json_result(result)
     if result.status == "interrupted":
-        print(
-            f"run {result.run_id} interrupted; resume it with `git fabro resume {result.run_id}`",
-            file=sys.stderr,
-        )
+        print(f"run {result.run_id} interrupted; resume it with `git fabro resume {result.run_id}`", file=sys.stderr)
     elif result.error:
         print(f"error: run {result.run_id} failed: {result.error}", file=sys.stderr)
-        print(
-            f"hint: inspect it with `git fabro logs {result.run_id} --pretty`; fix the cause and `git fabro resume {result.run_id}`",
-            file=sys.stderr,
-        )
+        print(f"hint: inspect it with `git fabro logs {result.run_id} --pretty`; fix the cause and `git fabro resume {result.run_id}`", file=sys.stderr)
     code: int = result.exit_code
     return code
 
@@ -283,11 +265,7 @@ def resume(
         print(f"resuming run {full_id}", file=sys.stderr)
     try:
         result = execute_run(
-            repo,
-            full_id,
-            options=options,
-            renderer=None if detached_child else _renderer(),
-            resuming=True,
+            repo, full_id, options=options, renderer=None if detached_child else _renderer(), resuming=True
         )
     except FabroError:
         raise
