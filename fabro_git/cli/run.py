@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fabro_git.errors import ConfigError, FabroError, WorkflowError
+from fabro_git.errors import ConfigError, WorkflowError, disk_full_in
+
+
+@contextlib.contextmanager
+def _disk_full_names_the_run(run_id: str) -> Iterator[None]:
+    """A full disk during a run ends with the run id and how to resume it."""
+    try:
+        yield
+    except Exception as exc:
+        disk_full = disk_full_in(exc)
+        if disk_full is None:
+            raise
+        raise disk_full.for_run(run_id) from None
 
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:
@@ -181,14 +195,15 @@ def run(
             print(run_id)
         return 0
     print(f"run {run_id} started", file=sys.stderr)
-    result = execute_run(
-        repo,
-        run_id,
-        options=options,
-        renderer=_renderer(),
-        resuming=False,
-        prepared=(manifest, cp, bus, recorder, scratch, lock, spec.graph),
-    )
+    with _disk_full_names_the_run(run_id):
+        result = execute_run(
+            repo,
+            run_id,
+            options=options,
+            renderer=_renderer(),
+            resuming=False,
+            prepared=(manifest, cp, bus, recorder, scratch, lock, spec.graph),
+        )
     return _report(result, json_output)
 
 
@@ -263,10 +278,8 @@ def resume(
         return 0
     if not detached_child:
         print(f"resuming run {full_id}", file=sys.stderr)
-    try:
+    with _disk_full_names_the_run(full_id):
         result = execute_run(
             repo, full_id, options=options, renderer=None if detached_child else _renderer(), resuming=True
         )
-    except FabroError:
-        raise
     return _report(result, json_output)

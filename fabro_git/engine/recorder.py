@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fabro_git.engine.checkpoint import Checkpoint, PendingCommit, encode
-from fabro_git.errors import FabroError
+from fabro_git.errors import DiskFull, FabroError
 from fabro_git.events.bus import last_event_id
 from fabro_git.store import runs as runrefs
 from fabro_git.store import statcheck
@@ -138,6 +138,8 @@ class Recorder:
         message = f"{subject}\n\n{summary.trailers(self.run_id)}"
         try:
             result = self.meta.write(all_files, message, expected_tip=self.meta_tip)
+        except DiskFull:
+            raise  # nothing more can be recorded: the run stops at its last checkpoint
         except FabroError as err:
             if segment:
                 # Not durable: keep the lines for the next snapshot.
@@ -190,6 +192,8 @@ class Recorder:
             tree = wt.snapshot_tree(
                 self.worktree, exclude_globs=self.exclude_globs, changed_paths=changed_paths
             )
+        except DiskFull:
+            raise
         except FabroError as err:
             self._commit_failed(node_id, f"could not stage the worktree: {err}")
             return None
@@ -211,6 +215,8 @@ class Recorder:
                 old=pending.parent,
                 message=f"fabro: checkpoint {pending.node_id} ({pending.status})",
             )
+        except DiskFull:
+            raise
         except FabroError as err:
             self._commit_failed(pending.node_id, f"could not commit to {self.run_ref}: {err}")
             return None

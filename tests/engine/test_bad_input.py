@@ -7,11 +7,14 @@ too big, and a disk that fills up mid-run all end in a clear message through the
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import git, run_fabro, run_json, write_workflow
+from conftest import assert_fsck_clean, git, run_fabro, run_json, write_workflow
 
 LONG_ID = "n" * 300
 # The longest id allowed, visited twice and inside a fan-out, so its ref name
@@ -174,3 +177,74 @@ def test_run_config_naming_a_special_graph_or_being_one_is_refused(
     proc = run_fabro("run", str(toml_path), cwd=repo, timeout=60)
     assert proc.returncode == 1, proc.stderr
     assert f"error: run config {toml_path}: {reason}" in proc.stderr
+
+
+# -- a disk that fills up mid-run -----------------------------------------------------------
+
+# `fill` leaves the small filesystem under FABRO_HOME (scratch: the worktree, the event
+# tail) full, and ignores its own failure to write; the engine's next write then fails.
+FILL_WORKFLOW = """\
+digraph Fill {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    first [shape=parallelogram, script="echo one > one.txt"]
+    fill  [shape=parallelogram, script="head -c 2000000 /dev/zero > big.bin || true"]
+    last  [shape=parallelogram, script="echo done > last.txt"]
+    start -> first -> fill -> last -> exit
+}
+"""
+
+
+def _private_mount_namespace() -> list[str]:
+    """An `unshare` prefix giving the command its own mount table, or skip.
+
+    A user namespace lets an unprivileged user mount a tmpfs that only the command
+    sees; as root a mount namespace alone will do.
+    """
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        pytest.skip("needs unshare(1) to mount a small tmpfs for the command")
+    for prefix in ([unshare, "--user", "--map-root-user", "--mount"], [unshare, "--mount"]):
+        probe = subprocess.run([*prefix, "true"], capture_output=True, check=False)
+        if probe.returncode == 0:
+            return prefix
+    pytest.skip("cannot make a private mount namespace here (no user namespaces, not root)")
+
+
+def test_full_disk_stops_the_run_cleanly_and_resume_finishes_it(repo: Path) -> None:
+    prefix = _private_mount_namespace()
+    write_workflow(repo, FILL_WORKFLOW)
+    home = Path(os.environ["FABRO_HOME"])
+    home.mkdir(parents=True, exist_ok=True)
+    # The tmpfs lives as long as the command: once it exits the space is free again, as
+    # after a user cleans up, and the scratch dir is gone, which git alone must survive.
+    script = 'mount -t tmpfs -o size=256k tmpfs "$FABRO_HOME" && exec git fabro run wf.fabro'
+    proc = subprocess.run(
+        [*prefix, "sh", "-c", script],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "error: disk full: No space left on device" in proc.stderr
+    assert "Nothing recorded is lost" in proc.stderr
+    assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr
+    (run_id,) = [
+        ref.rsplit("/", 1)[1]
+        for ref in git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta/").split()
+    ]
+    assert f"git fabro resume {run_id}" in proc.stderr
+    # The run stopped at a checkpoint after `first` (where exactly depends on how much
+    # of the last tmpfs page the event tail still had), before `last`.
+    log = git(repo, "log", "--format=%s", f"fabro/run/{run_id}")
+    assert f"fabro({run_id}): first (succeeded)" in log
+    assert "last" not in log
+
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    info = json.loads(run_fabro("inspect", run_id, "--json", cwd=repo).stdout)
+    assert info["status"] == "succeeded", info
+    assert git(repo, "show", f"fabro/run/{run_id}:last.txt") == "done\n"
+    assert_fsck_clean(repo)
