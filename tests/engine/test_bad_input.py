@@ -248,3 +248,35 @@ def test_full_disk_stops_the_run_cleanly_and_resume_finishes_it(repo: Path) -> N
     assert info["status"] == "succeeded", info
     assert git(repo, "show", f"fabro/run/{run_id}:last.txt") == "done\n"
     assert_fsck_clean(repo)
+
+
+def test_git_running_out_of_space_in_the_store_is_disk_full(tmp_path: Path) -> None:
+    """The repository itself on a small filesystem: git's own `git add` of the stage's
+    output fails, and its "No space left on device" becomes the same message."""
+    prefix = _private_mount_namespace()
+    mount = tmp_path / "small"
+    mount.mkdir()
+    (tmp_path / "wf.fabro").write_text(
+        FILL_WORKFLOW.replace(
+            "head -c 2000000 /dev/zero > big.bin || true", "head -c 1000000 /dev/urandom > big.bin"
+        )
+    )
+    # Everything in the repository is gone with the namespace; only the messages count.
+    script = (
+        f'mount -t tmpfs -o size=512k tmpfs "{mount}" && cd "{mount}" '
+        f'&& git init -q -b main repo && cd repo && cp "{tmp_path}/wf.fabro" . '
+        "&& git add wf.fabro && git commit -q -m wf && exec git fabro run wf.fabro"
+    )
+    proc = subprocess.run(
+        [*prefix, "sh", "-c", script],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "error: disk full: git add failed" in proc.stderr
+    assert "No space left on device" in proc.stderr
+    assert "Nothing recorded is lost" in proc.stderr and "git fabro resume" in proc.stderr
+    assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr
