@@ -233,6 +233,13 @@ Rule = Callable[[_Check], Iterator[Diagnostic]]
 # Structure ------------------------------------------------------------------------------
 
 
+def _some_names(nodes: list[Node], shown: int = 5) -> str:
+    """`'a', 'b', 'c'`, or the first few and how many more: one message per extra node
+    must not list them all."""
+    names = ", ".join(repr(n.id) for n in nodes[:shown])
+    return names if len(nodes) <= shown else f"{names} and {len(nodes) - shown} more"
+
+
 def _start_node(check: _Check) -> Iterator[Diagnostic]:
     starts = [n for n in check.graph.nodes.values() if n.handler_type == START]
     if not starts:
@@ -242,8 +249,8 @@ def _start_node(check: _Check) -> Iterator[Diagnostic]:
             "no start node: add one, e.g. start [shape=Mdiamond]",
             check.graph_pos(),
         )
+    names = _some_names(starts)
     for extra in starts[1:]:
-        names = ", ".join(repr(n.id) for n in starts)
         yield check.on_node(
             "start_node",
             ERROR,
@@ -262,8 +269,8 @@ def _terminal_node(check: _Check) -> Iterator[Diagnostic]:
             "no exit node: add one, e.g. exit [shape=Msquare]",
             check.graph_pos(),
         )
+    names = _some_names(exits)
     for extra in exits[1:]:
-        names = ", ".join(repr(n.id) for n in exits)
         yield check.on_node(
             "terminal_node",
             ERROR,

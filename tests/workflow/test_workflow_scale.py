@@ -96,3 +96,19 @@ def test_validation_walks_the_edges_a_fixed_number_of_times(shape: Callable[[int
         walks.append(_CountingEdges.walks)
     assert walks[0] == walks[1], walks
     assert walks[0] < 40, walks
+
+
+def test_thousands_of_start_nodes_each_get_a_short_diagnostic() -> None:
+    count = 5_000
+    graph = parse(
+        "digraph G {\n"
+        + "".join(f"    s{i} [shape=Mdiamond]\n" for i in range(count))
+        + "    exit [shape=Msquare]\n}\n"
+    )
+    extra = [d for d in validate(graph) if d.rule == "start_node"]
+    assert len(extra) == count - 1
+    assert [d.line for d in extra] == list(range(3, count + 2))
+    assert extra[0].message == (
+        "more than one start node ('s0', 's1', 's2', 's3', 's4' and 4995 more): "
+        "a workflow has exactly one"
+    )
