@@ -348,15 +348,24 @@ def _reachability(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _node_id_valid(check: _Check) -> Iterator[Diagnostic]:
+    # Ids name directories and refs: two that differ only in case are one directory
+    # and one loose ref on a case-insensitive file system (macOS, Windows).
+    by_folded: dict[str, Node] = {}
     for node in check.graph.nodes.values():
         problem = node_id_problem(node.id)
         if problem is None:
-            continue
+            first = by_folded.setdefault(node.id.casefold(), node)
+            if first is node:
+                continue
+            problem = (
+                f"it differs from {first.id!r} (line {first.line}) only in case, and the two "
+                "would share a directory and a ref on a case-insensitive file system"
+            )
         shown = node.id if len(node.id) <= 60 else node.id[:57] + "..."
         yield check.on_node(
             "node_id_valid",
             ERROR,
-            f"node id {shown!r} cannot be used: {problem}; shorten it and put display "
+            f"node id {shown!r} cannot be used: {problem}; pick another id and put display "
             'text in label="..."',
             node,
             check.node_pos(node),

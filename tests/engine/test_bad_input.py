@@ -63,6 +63,28 @@ def test_quoted_node_id_that_no_ref_could_carry_is_refused(repo: Path) -> None:
         assert "wf.fabro:4:5: error: [parse] invalid node id" in proc.stdout, (bad, proc.stdout)
 
 
+def test_node_ids_differing_only_in_case_are_refused(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """\
+digraph W {
+    start  [shape=Mdiamond]
+    exit   [shape=Msquare]
+    Review [shape=parallelogram, script="true"]
+    review [shape=parallelogram, script="true"]
+    start -> Review -> review -> exit
+}
+""",
+    )
+    proc = run_fabro("validate", "wf.fabro", cwd=repo)
+    assert proc.returncode == 1, proc.stdout
+    assert (
+        "wf.fabro:5:5: error: [node_id_valid] node id 'review' cannot be used: it differs "
+        "from 'Review' (line 4) only in case"
+    ) in proc.stdout
+    assert proc.stdout.count("[node_id_valid]") == 1
+
+
 def test_longest_allowed_node_id_runs_through_refs_and_paths(repo: Path) -> None:
     branch = "b" * 100
     write_workflow(
