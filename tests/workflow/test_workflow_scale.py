@@ -112,3 +112,13 @@ def test_thousands_of_start_nodes_each_get_a_short_diagnostic() -> None:
         "more than one start node ('s0', 's1', 's2', 's3', 's4' and 4995 more): "
         "a workflow has exactly one"
     )
+
+
+def test_graph_renders_a_20k_node_chain(tmp_path: Path) -> None:
+    path = tmp_path / "big.fabro"
+    path.write_text(chain(SIZE) + "}\n")
+    proc = run_fabro("graph", "--format", "dot", str(path), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert sum(1 for line in lines if " -> " in line) == SIZE + 1
+    assert f'  "n_{SIZE - 1}" -> "exit"' in lines
