@@ -8,7 +8,13 @@ bug: the boundary says so, writes a crash log with versions and exits 3. Ctrl-C 
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
+
+# A write refused for lack of space: the disk is full, or the user's quota is.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+# How git (and the C library under it) words the same two failures.
+DISK_FULL_MESSAGES = ("No space left on device", "Disk quota exceeded")
 
 
 class FabroError(Exception):
@@ -81,6 +87,63 @@ class StoreError(FabroError):
 
 class RefRaceError(StoreError):
     """A compare-and-swap ref update lost a race: the ref moved underneath us."""
+
+
+class DiskFull(FabroError):
+    """A write failed because the disk or the quota is full.
+
+    Writes go objects first and refs last, so a write cut short leaves every run at its
+    last checkpoint, exactly as a kill would: the message says so, and how to go on.
+    """
+
+    def __init__(self, detail: str, *, run_id: str | None = None) -> None:
+        self.detail = detail
+        self.run_id = run_id
+        if run_id is None:
+            message = f"disk full: {detail}"
+            hint = "free some space, then run the command again"
+        else:
+            message = (
+                f"disk full: {detail}\n"
+                f"Nothing recorded is lost: run {run_id} stopped at its last checkpoint in git."
+            )
+            hint = f"free some space, then continue with `git fabro resume {run_id}`"
+        super().__init__(message, hint=hint)
+
+    def for_run(self, run_id: str) -> DiskFull:
+        return self if self.run_id == run_id else DiskFull(self.detail, run_id=run_id)
+
+
+def disk_full_in(exc: BaseException) -> DiskFull | None:
+    """The disk-full failure behind `exc`, if any, as a `DiskFull`.
+
+    Looks through exception groups (a trio nursery wraps what its tasks raise) and
+    through causes and contexts (a store error raised from an `OSError`).
+    """
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, DiskFull):
+            return current
+        if isinstance(current, OSError) and current.errno in DISK_FULL_ERRNOS:
+            reason = current.strerror or str(current)
+            where = f" (writing {current.filename})" if current.filename else ""
+            return DiskFull(f"{reason}{where}")
+        if isinstance(current, BaseExceptionGroup):
+            stack.extend(current.exceptions)
+        for linked in (current.__cause__, current.__context__):
+            if linked is not None:
+                stack.append(linked)
+    return None
+
+
+def disk_full_message(text: str) -> bool:
+    """True when a tool's error output says the disk or quota is full."""
+    return any(marker in text for marker in DISK_FULL_MESSAGES)
 
 
 class ToolMissing(FabroError):

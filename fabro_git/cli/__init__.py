@@ -2,8 +2,9 @@
 
 `main()` answers `--version` before importing anything heavy, so the common probe stays
 fast. Every other invocation goes through `boundary()`, which turns a `FabroError` into
-a message and exit 1, Ctrl-C into exit 130, and anything else into a bug report (exit 3)
-with a crash log the user can attach to an issue.
+a message and exit 1, Ctrl-C into exit 130, a write refused for lack of space into a
+"disk full" message and exit 1, and anything else into a bug report (exit 3) with a crash
+log the user can attach to an issue.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def boundary(fn: Callable[[], int]) -> int:
-    from fabro_git.errors import FabroError
+    from fabro_git.errors import FabroError, disk_full_in
 
     try:
         return fn()
@@ -67,6 +68,11 @@ def boundary(fn: Callable[[], int]) -> int:
             sys.stdout.close()
         return EXIT_OK
     except Exception as exc:
+        # A full disk is the machine's state, not a bug, wherever the write was.
+        disk_full = disk_full_in(exc)
+        if disk_full is not None:
+            print(f"error: {disk_full}", file=sys.stderr)
+            return disk_full.exit_code
         log_path = write_crash_log(exc)
         print(f"error: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
         print(

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fabro_git.errors import ConfigError, FabroError, WorkflowError
+from fabro_git.errors import ConfigError, FabroError, WorkflowError, disk_full_in
+
+
+@contextlib.contextmanager
+def _disk_full_names_the_run(run_id: str) -> Iterator[None]:
+    """A full disk during a run ends with the run id and how to resume it."""
+    try:
+        yield
+    except Exception as exc:
+        disk_full = disk_full_in(exc)
+        if disk_full is None:
+            raise
+        raise disk_full.for_run(run_id) from None
 
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:
@@ -73,10 +87,12 @@ def _build_spec(
 
     path = resolve_workflow(workflow)
     if goal_file is not None:
+        from fabro_git.files import UnreadableFile, read_input_text
+
         try:
-            goal = goal_file.read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"--goal-file {goal_file}: {exc}") from exc
+            goal = read_input_text(goal_file).strip()
+        except UnreadableFile as err:
+            raise ConfigError(f"--goal-file {goal_file}: {err.detail}") from None
     layers = [
         flag_layer(
             goal=goal,
@@ -141,7 +157,8 @@ def _build_spec(
     check_options(options, graph)
     return RunSpec(
         graph=graph,
-        source=path.read_text(encoding="utf-8"),
+        # What was validated, not a second read that could see another file.
+        source=graph.source,
         workflow_path=path.resolve(),
         goal=goal,
         inputs=merged_inputs,
@@ -238,14 +255,15 @@ def run(
             print(run_id)
         return 0
     print(f"run {run_id} started", file=sys.stderr)
-    result = execute_run(
-        repo,
-        run_id,
-        options=options,
-        renderer=_renderer(output),
-        resuming=False,
-        prepared=(manifest, cp, bus, recorder, scratch, lock, spec.graph),
-    )
+    with _disk_full_names_the_run(run_id):
+        result = execute_run(
+            repo,
+            run_id,
+            options=options,
+            renderer=_renderer(output),
+            resuming=False,
+            prepared=(manifest, cp, bus, recorder, scratch, lock, spec.graph),
+        )
     return _report(result, json_output, repo, manifest.base_sha, shown=True)
 
 
@@ -392,10 +410,8 @@ def resume(
     _use_run_author(repo, manifest.settings)
     if not detached_child:
         print(f"resuming run {full_id}", file=sys.stderr)
-    try:
+    with _disk_full_names_the_run(full_id):
         result = execute_run(
             repo, full_id, options=options, renderer=None if detached_child else _renderer(output), resuming=True
         )
-    except FabroError:
-        raise
     return _report(result, json_output, repo, manifest.base_sha, shown=not detached_child)

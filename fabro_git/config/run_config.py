@@ -178,14 +178,16 @@ def user_settings_path() -> Path:
 
 def load_layer(path: Path, name: str, *, run_config: bool) -> Layer:
     """Read and check one TOML layer; a file that is not there is an empty layer."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        if run_config:
-            raise ConfigError(f"{path}: no such run config") from None
+    from fabro_git.files import UnreadableFile, read_input_text
+
+    if not run_config and not os.path.lexists(path):
         return Layer(name, path, {})
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: cannot read {name}: {exc}") from exc
+    try:
+        text = read_input_text(path)
+    except UnreadableFile as err:
+        if err.detail == "no such file" and run_config:
+            raise ConfigError(f"{path}: no such run config") from None
+        raise ConfigError(f"{path}: cannot read {name}: {err.detail}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

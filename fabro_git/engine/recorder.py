@@ -29,7 +29,7 @@ from typing import Any
 
 from fabro_git import redact
 from fabro_git.engine.checkpoint import Checkpoint, PendingCommit, encode
-from fabro_git.errors import FabroError
+from fabro_git.errors import DiskFull, FabroError
 from fabro_git.events.bus import last_event_id
 from fabro_git.store import runs as runrefs
 from fabro_git.store import statcheck
@@ -147,6 +147,8 @@ class Recorder:
         message = self.redactor.mask_text(f"{subject}\n\n{summary.trailers(self.run_id)}")
         try:
             result = self.meta.write(all_files, message, expected_tip=self.meta_tip)
+        except DiskFull:
+            raise  # nothing more can be recorded: the run stops at its last checkpoint
         except FabroError as err:
             if segment:
                 # Not durable: keep the lines for the next snapshot.
@@ -199,6 +201,8 @@ class Recorder:
             tree = wt.snapshot_tree(
                 self.worktree, exclude_globs=self.exclude_globs, changed_paths=changed_paths
             )
+        except DiskFull:
+            raise
         except FabroError as err:
             self._commit_failed(node_id, f"could not stage the worktree: {err}")
             return None
@@ -222,6 +226,8 @@ class Recorder:
                 old=pending.parent,
                 message=f"fabro: checkpoint {pending.node_id} ({pending.status})",
             )
+        except DiskFull:
+            raise
         except FabroError as err:
             self._commit_failed(pending.node_id, f"could not commit to {self.run_ref}: {err}")
             return None

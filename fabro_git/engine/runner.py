@@ -32,7 +32,7 @@ from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.retry import policy_for
 from fabro_git.engine.stage import StageRequest
-from fabro_git.errors import FabroError
+from fabro_git.errors import FabroError, disk_full_in
 from fabro_git.workflow import Graph, Node
 
 
@@ -418,9 +418,12 @@ class Runtime:
             return result
         except trio.Cancelled:
             raise
-        except FabroError as err:
-            return Outcome.failure(str(err), oc.DETERMINISTIC)
-        except Exception as exc:  # a handler bug must not take the run's state with it
+        except Exception as exc:
+            if disk_full_in(exc) is not None:
+                raise  # not the stage's failure: the run stops at its last checkpoint
+            if isinstance(exc, FabroError):
+                return Outcome.failure(str(exc), oc.DETERMINISTIC)
+            # A handler bug must not take the run's state with it.
             request.files["handler-error.txt"] = "".join(traceback.format_exception(exc)).encode()
             return Outcome.failure(f"handler error in {node.id}: {type(exc).__name__}: {exc}", oc.DETERMINISTIC)
 

@@ -213,7 +213,11 @@ class TailFileSink:
             raise ValueError(f"event tail {self.path} is closed")
         view = memoryview(data)
         while view:
-            written = os.write(self._fd, view)
+            try:
+                written = os.write(self._fd, view)
+            except OSError as exc:
+                # `os.write` names no file; the message should (a full disk, above all).
+                raise OSError(exc.errno, exc.strerror, str(self.path)) from None
             view = view[written:]
 
     def close(self) -> None:

@@ -26,7 +26,7 @@ from fabro_git.engine.context import Context, context_delta
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.runner import RunFailed, Scope
 from fabro_git.engine.stage import StageRequest
-from fabro_git.errors import FabroError, WorkflowError
+from fabro_git.errors import DiskFull, FabroError, WorkflowError
 
 RANK = {oc.SUCCEEDED: 0, oc.PARTIAL: 1, oc.SKIPPED: 2, oc.FAILED: 3}
 
@@ -91,6 +91,8 @@ def _commit_branch_stage(req: StageRequest, scope: Scope, node_id: str, status: 
         )
         sha = runtime.repo.write_commit(tree=tree, parents=[scope.tip], message=message)
         runtime.repo.update_ref(scope.ref, sha, old=scope.tip, message=f"fabro: branch stage {node_id}")
+    except DiskFull:
+        raise  # the whole run stops at its last checkpoint, not just this branch
     except FabroError as err:
         runtime.emit("checkpoint.failed", error=f"branch commit failed: {err}", node_id=node_id)
         return
@@ -146,6 +148,8 @@ async def fan_out(req: StageRequest) -> Outcome:
         # branch with that error, not an exception that takes its siblings down.
         try:
             await run_branch(index, target, cancel_rest)
+        except DiskFull:
+            raise
         except FabroError as err:
             results[index] = BranchResult(index, target, oc.FAILED, None, {}, None, str(err))
             runtime.emit("parallel.branch.completed", index=index, duration_ms=0, status=oc.FAILED, node_id=target)

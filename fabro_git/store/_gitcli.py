@@ -18,7 +18,7 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from fabro_git.errors import StoreError, ToolMissing
+from fabro_git.errors import DiskFull, FabroError, StoreError, ToolMissing, disk_full_message
 
 _LOCATION_VARS = (
     "GIT_DIR",
@@ -64,8 +64,18 @@ def run_git(
             "git is not installed or not on PATH", hint="install git 2.31 or newer"
         ) from err
     if check and proc.returncode != 0:
-        raise StoreError(describe_failure(args, cwd, proc))
+        raise git_failure(args, cwd, proc)
     return proc
+
+
+def git_failure(
+    args: Sequence[str], cwd: Path, proc: subprocess.CompletedProcess[bytes]
+) -> FabroError:
+    """The error for a failed git command: `DiskFull` when git ran out of space."""
+    message = describe_failure(args, cwd, proc)
+    if disk_full_message(proc.stderr.decode("utf-8", "replace")):
+        return DiskFull(message)
+    return StoreError(message)
 
 
 def describe_failure(

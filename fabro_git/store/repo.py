@@ -34,7 +34,7 @@ from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
 from dulwich.refs import Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion
 
-from fabro_git.errors import RefRaceError, RepositoryError, StoreError
+from fabro_git.errors import RefRaceError, RepositoryError, StoreError, disk_full_in
 from fabro_git.store._gitcli import out, run_git
 
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
@@ -252,7 +252,7 @@ class GitRepo:
                 if attempt + 1 == _DIR_RACE_RETRIES:
                     raise StoreError(f"cannot update {name}: {err}") from err
             except OSError as err:
-                raise StoreError(f"cannot update {name}: {err}") from err
+                raise (disk_full_in(err) or StoreError(f"cannot update {name}: {err}")) from err
         if not ok:
             raise self._race(name, expected=old)
 
@@ -264,7 +264,7 @@ class GitRepo:
         except FileLocked as err:
             raise RefRaceError(f"{name} is locked by another process; it was not deleted") from err
         except OSError as err:
-            raise StoreError(f"cannot delete {name}: {err}") from err
+            raise (disk_full_in(err) or StoreError(f"cannot delete {name}: {err}")) from err
         if not ok:
             raise self._race(name, expected=old)
         # `message` has nowhere to go: git removes a ref's reflog with the ref, and a

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.errors import RefRaceError, StoreError
-from fabro_git.store._gitcli import describe_failure, git_env, out, run_git
+from fabro_git.store._gitcli import git_env, git_failure, out, run_git
 from fabro_git.store.repo import GitRepo
 
 # Per-invocation settings for scanning big trees; nothing is written to any config file.
@@ -220,7 +220,7 @@ def diff_text(worktree_or_repo: Path, old: str, new: str, *, max_bytes: int = 20
     code = proc.wait()
     if not truncated and code != 0:
         failed = subprocess.CompletedProcess(args, code, data + stdout_rest, stderr)
-        raise StoreError(describe_failure(args[1:], Path(worktree_or_repo), failed))
+        raise git_failure(args[1:], Path(worktree_or_repo), failed)
     if not truncated:
         return (data + stdout_rest).decode("utf-8", "replace")
     cut = data.rfind(b"\n", 0, max_bytes) + 1 or max_bytes

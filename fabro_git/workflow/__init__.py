@@ -1,7 +1,8 @@
 """The workflow language: DOT source in, a checked `Graph` out.
 
-`load` is the one way the rest of git fabro reads a workflow file. It turns every way a
-file can be unusable (missing, a directory, not UTF-8, not DOT, a syntax error) into a
+`load` is the one way the rest of git fabro reads a workflow file, through the bounded
+reader in `fabro_git.files`. It turns every way a file can be unusable (missing, a
+directory, a FIFO or device, over 10 MB, not UTF-8, not DOT, a syntax error) into a
 `WorkflowError` that names the file and position, so no caller needs its own handling.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fabro_git.errors import WorkflowError
+from fabro_git.files import UnreadableFile, read_input_file
 from fabro_git.workflow.model import Edge, Graph, Node
 from fabro_git.workflow.parser import parse
 from fabro_git.workflow.validation import Diagnostic, has_errors, validate
@@ -21,17 +23,12 @@ def load(path: Path) -> Graph:
     """Read and parse a workflow file (stylesheet applied, not yet validated)."""
     path = Path(path)
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
+        data = read_input_file(path)
+    except UnreadableFile as err:
+        hint = "check the path, or run `git fabro validate` on it"
         raise WorkflowError(
-            "no such file", path=path, hint="check the path, or run `git fabro validate` on it"
+            err.detail, path=path, hint=hint if err.detail == "no such file" else None
         ) from None
-    except IsADirectoryError:
-        raise WorkflowError("is a directory, not a workflow file", path=path) from None
-    except PermissionError:
-        raise WorkflowError("permission denied", path=path) from None
-    except OSError as exc:
-        raise WorkflowError(f"cannot read file: {exc.strerror or exc}", path=path) from None
     if b"\x00" in data:
         raise WorkflowError("this is a binary file, not a DOT workflow", path=path)
     try:

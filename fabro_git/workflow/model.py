@@ -8,8 +8,10 @@ the validator and `git fabro graph` all read the same values the same way.
 
 from __future__ import annotations
 
+import gc
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -64,10 +66,47 @@ EXIT_IDS = frozenset({"exit", "Exit", "end", "End"})
 
 DEFAULT_SHAPE = "box"
 
+# A node id becomes a component of ref names (`refs/fabro/parallel/<run>/<id>-<visit>/<n>`),
+# of meta tree paths (`nodes/<id>-<visit>/`) and of scratch paths. The character set
+# keeps every git ref-format and path rule (no `/`, `\`, `..`, `@{`, `.lock`, control
+# characters, leading `-` or `.`); the length cap leaves room in a 255-byte file name
+# for a visit suffix and git's `.lock`.
+NODE_ID_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+NODE_ID_MAX_LENGTH = 100
+
 _DURATION_RE = re.compile(r"^\s*(-?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|h|d)?\s*$")
 _DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _TRUE = frozenset({"true", "yes", "1", "on"})
 _FALSE = frozenset({"false", "no", "0", "off"})
+
+
+def node_id_problem(node_id: str) -> str | None:
+    """Why `node_id` cannot name a node, or None if it can."""
+    if not NODE_ID_RE.match(node_id):
+        return "ids are letters, digits and '_', starting with a letter or '_'"
+    if len(node_id) > NODE_ID_MAX_LENGTH:
+        return (
+            f"it is {len(node_id)} characters long and ids are at most {NODE_ID_MAX_LENGTH}, "
+            "since they name refs and directories"
+        )
+    return None
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cycle collector while a graph is built or checked.
+
+    A big workflow is hundreds of thousands of small dicts and lists, none of them in a
+    reference cycle; left on, the collector walks all of them again and again as they
+    pile up, which costs more than the parse itself at 100k nodes.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def parse_duration(text: str) -> float | None:
@@ -272,6 +311,25 @@ class Subgraph:
         return self.attrs.get("label") or None
 
 
+@dataclass(frozen=True)
+class _EdgeIndex:
+    """Edge positions by source and by target, so a lookup costs what it returns."""
+
+    edges: list[Edge]
+    count: int
+    by_source: dict[str, list[int]]
+    by_target: dict[str, list[int]]
+
+    @classmethod
+    def build(cls, edges: list[Edge]) -> _EdgeIndex:
+        by_source: dict[str, list[int]] = {}
+        by_target: dict[str, list[int]] = {}
+        for index, edge in enumerate(edges):
+            by_source.setdefault(edge.source, []).append(index)
+            by_target.setdefault(edge.target, []).append(index)
+        return cls(edges, len(edges), by_source, by_target)
+
+
 @dataclass(eq=False)
 class Graph(_Attributed):
     """A whole workflow file."""
@@ -289,6 +347,7 @@ class Graph(_Attributed):
     # Where the files this workflow names come from; None reads them from disk beside
     # `path` (see workflow/paths.py).
     origin: Origin | None = None
+    _index: _EdgeIndex | None = field(default=None, init=False, repr=False)
 
     def _describe(self) -> str:
         return f"graph {self.name!r}"
@@ -311,10 +370,25 @@ class Graph(_Attributed):
         return [node for node in self.nodes.values() if node.handler_type == EXIT]
 
     def outgoing(self, node_id: str) -> list[Edge]:
-        return [edge for edge in self.edges if edge.source == node_id]
+        """Edges leaving `node_id`, in file order."""
+        return [self.edges[index] for index in self._edge_index().by_source.get(node_id, ())]
 
     def incoming(self, node_id: str) -> list[Edge]:
-        return [edge for edge in self.edges if edge.target == node_id]
+        """Edges entering `node_id`, in file order."""
+        return [self.edges[index] for index in self._edge_index().by_target.get(node_id, ())]
+
+    def outgoing_indexes(self, node_id: str) -> list[int]:
+        """Positions in `edges` of the edges leaving `node_id`, in file order."""
+        return list(self._edge_index().by_source.get(node_id, ()))
+
+    def _edge_index(self) -> _EdgeIndex:
+        # Built once per edge list; graphs grow edges by appending (the parser, and
+        # tests that build graphs in code), so a new length means a stale index.
+        index = self._index
+        if index is None or index.edges is not self.edges or index.count != len(self.edges):
+            index = _EdgeIndex.build(self.edges)
+            self._index = index
+        return index
 
     def iter_nodes(self) -> Iterator[Node]:
         return iter(self.nodes.values())

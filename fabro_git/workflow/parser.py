@@ -12,6 +12,7 @@ declared (or first created) inside it, so stylesheets can target a whole cluster
 
 from __future__ import annotations
 
+import collections
 import itertools
 import re
 from collections.abc import Iterator
@@ -19,7 +20,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fabro_git.errors import WorkflowError
-from fabro_git.workflow.model import Edge, Graph, Node, Subgraph
+from fabro_git.workflow.model import (
+    NODE_ID_RE,
+    Edge,
+    Graph,
+    Node,
+    Subgraph,
+    collector_paused,
+    node_id_problem,
+)
 
 # Token kinds.
 WORD = "word"
@@ -30,12 +39,15 @@ EOF = "end of file"
 IDENT_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 _WORD_START = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.")
-_WORD_CHARS = _WORD_START | frozenset(":-")
+# The rest of a word: a '-' belongs to it unless it starts '--' or '->'.
+_WORD_REST_RE = re.compile(r"(?:[A-Za-z0-9_.:]|-(?![->]))*")
+_SPACE_RE = re.compile(r"[ \t\r\n\f\v]+")
+_STRING_RUN_RE = re.compile(r'[^"\\]*')
 _ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
 _MAX_DEPTH = 64
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Token:
     kind: str
     value: str
@@ -63,13 +75,14 @@ class _Lexer:
         return WorkflowError(message, path=self.path, line=line, column=column, hint=hint)
 
     def _advance(self, count: int = 1) -> None:
-        for _ in range(count):
-            if self.text[self.pos] == "\n":
-                self.line += 1
-                self.column = 1
-            else:
-                self.column += 1
-            self.pos += 1
+        end = self.pos + count
+        newlines = self.text.count("\n", self.pos, end)
+        if newlines:
+            self.line += newlines
+            self.column = end - self.text.rfind("\n", self.pos, end)
+        else:
+            self.column += count
+        self.pos = end
 
     def _at_line_start(self) -> bool:
         start = self.text.rfind("\n", 0, self.pos) + 1
@@ -80,10 +93,12 @@ class _Lexer:
         while self.pos < len(text):
             char = text[self.pos]
             if char in " \t\r\n\f\v":
-                self._advance()
+                match = _SPACE_RE.match(text, self.pos)
+                assert match is not None
+                self._advance(match.end() - self.pos)
             elif text.startswith("//", self.pos) or (char == "#" and self._at_line_start()):
-                while self.pos < len(text) and text[self.pos] != "\n":
-                    self._advance()
+                end = text.find("\n", self.pos)
+                self._advance((len(text) if end < 0 else end) - self.pos)
             elif text.startswith("/*", self.pos):
                 line, column = self.line, self.column
                 end = text.find("*/", self.pos + 2)
@@ -134,17 +149,11 @@ class _Lexer:
                 raise self.error(f"unexpected character {char!r}", line, column)
 
     def _word(self) -> str:
-        text = self.text
         start = self.pos
-        self._advance()
-        while self.pos < len(text):
-            char = text[self.pos]
-            if char not in _WORD_CHARS:
-                break
-            if char == "-" and text[self.pos + 1 : self.pos + 2] in ("-", ">"):
-                break
-            self._advance()
-        return text[start : self.pos]
+        match = _WORD_REST_RE.match(self.text, start + 1)
+        assert match is not None
+        self._advance(match.end() - start)
+        return self.text[start : self.pos]
 
     def _string(self) -> str:
         text = self.text
@@ -159,6 +168,12 @@ class _Lexer:
                     column,
                     hint='write a literal quote inside a string as \\"',
                 )
+            run = _STRING_RUN_RE.match(text, self.pos)
+            assert run is not None
+            if run.end() > self.pos:
+                parts.append(run.group())
+                self._advance(run.end() - self.pos)
+                continue
             char = text[self.pos]
             if char == '"':
                 self._advance()
@@ -190,7 +205,8 @@ class _Scope:
     edge_defaults: dict[str, str]
     edge_default_positions: dict[str, tuple[int, int]]
     record: Subgraph | None = None
-    members: list[str] = field(default_factory=list)
+    # Node ids declared or first used in this scope, in order (a dict as an ordered set).
+    members: dict[str, None] = field(default_factory=dict)
 
     def child(self, record: Subgraph) -> _Scope:
         return _Scope(
@@ -209,23 +225,26 @@ class _Parser:
     def __init__(self, text: str, path: Path | None) -> None:
         self.path = path
         self._stream = _Lexer(text, path).tokens()
-        self.tokens: list[Token] = []
-        self.index = 0
+        # Lookahead only: consumed tokens are dropped, so a big file does not keep
+        # millions of them alive for the garbage collector to walk.
+        self.tokens: collections.deque[Token] = collections.deque()
         self.depth = 0
         self.graph = Graph(name="", path=path, source=text)
 
     # Token helpers -----------------------------------------------------------------
 
     def peek(self, offset: int = 0) -> Token:
-        wanted = self.index + offset
-        while len(self.tokens) <= wanted and (not self.tokens or self.tokens[-1].kind != EOF):
-            self.tokens.append(next(self._stream))
-        return self.tokens[min(wanted, len(self.tokens) - 1)]
+        tokens = self.tokens
+        if offset < len(tokens):
+            return tokens[offset]
+        while len(tokens) <= offset and (not tokens or tokens[-1].kind != EOF):
+            tokens.append(next(self._stream))
+        return tokens[min(offset, len(tokens) - 1)]
 
     def next(self) -> Token:
         token = self.peek()
         if token.kind != EOF:
-            self.index += 1
+            self.tokens.popleft()
         return token
 
     def is_punct(self, value: str, offset: int = 0) -> bool:
@@ -372,13 +391,14 @@ class _Parser:
                 token,
             )
         node_id = token.value
-        if not IDENT_RE.match(node_id):
+        # Only the character set is a syntax error; an over-long id parses, and the
+        # validator's `node_id_valid` reports it with every other problem.
+        if not NODE_ID_RE.match(node_id):
             hint = 'put display text in label="..."'
             if token.kind == WORD and ":" in node_id:
                 hint = "node ports (id:port) are not supported"
             raise self.error(
-                f"invalid node id {node_id!r}: ids are letters, digits and '_', "
-                "starting with a letter or '_'",
+                f"invalid node id {_shown(node_id)}: {node_id_problem(node_id)}",
                 token,
                 hint=hint,
             )
@@ -417,9 +437,7 @@ class _Parser:
             self.graph.subgraphs.append(record)
         else:
             scope.record.children.append(record)
-        for node_id in inner.members:
-            if node_id not in scope.members:
-                scope.members.append(node_id)
+        scope.members.update(inner.members)
         return list(inner.members)
 
     def edge_chain(self, scope: _Scope, first: list[tuple[str, Token | None]]) -> None:
@@ -472,8 +490,7 @@ class _Parser:
             path=self.path,
         )
         self.graph.nodes[node_id] = node
-        if node_id not in scope.members:
-            scope.members.append(node_id)
+        scope.members[node_id] = None
         return node
 
     def declare_node(self, scope: _Scope, token: Token, attrs: Attrs) -> None:
@@ -484,8 +501,7 @@ class _Parser:
             if not node.declared:
                 node.declared = True
                 node.line, node.column = token.line, token.column
-            if token.value not in scope.members:
-                scope.members.append(token.value)
+            scope.members[token.value] = None
         for key, value, line, column in attrs:
             node.attrs[key] = value
             node.positions[key] = (line, column)
@@ -555,6 +571,10 @@ class _Parser:
             node.classes = own + derived
 
 
+def _shown(text: str) -> str:
+    return repr(text if len(text) <= 60 else text[:57] + "...")
+
+
 def class_from_label(label: str) -> str:
     """`"Loop A"` → `loop-a`: lowercase, spaces to hyphens, other punctuation dropped."""
     lowered = re.sub(r"\s+", "-", label.strip().lower())
@@ -580,7 +600,8 @@ def parse(text: str, path: Path | None = None) -> Graph:
     if text.startswith("\ufeff"):
         text = text[1:]
     # Windows line endings would otherwise leave "\r" inside multi-line strings.
-    graph = _Parser(text.replace("\r\n", "\n"), path).parse()
-    graph.source = text
-    apply_stylesheet(graph)
+    with collector_paused():
+        graph = _Parser(text.replace("\r\n", "\n"), path).parse()
+        graph.source = text
+        apply_stylesheet(graph)
     return graph

@@ -153,17 +153,16 @@ class Origin:
         assert self.root is not None
         if relpath in self.contents:
             return self.contents[relpath]
+        from fabro_git.files import UnreadableFile, read_input_file
+
         real = self._real(relpath)
         try:
-            data = self.contents[relpath] = real.read_bytes()
+            data = self.contents[relpath] = read_input_file(real)
             return data
-        except FileNotFoundError:
-            raise PathRefused(f"not found (looked for {self.display(relpath)})") from None
-        except IsADirectoryError:
-            raise PathRefused(f"is a directory, not a file ({self.display(relpath)})") from None
-        except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise PathRefused(f"cannot be read ({self.display(relpath)}: {reason})") from None
+        except UnreadableFile as err:
+            if err.detail == "no such file":
+                raise PathRefused(f"not found (looked for {self.display(relpath)})") from None
+            raise PathRefused(f"{err.detail} ({self.display(relpath)})") from None
 
     def child(self, relpath: str) -> Origin:
         """The origin of a child workflow at `relpath`, included by this one."""

@@ -27,6 +27,7 @@ Choices worth knowing:
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -56,6 +57,8 @@ from fabro_git.workflow.model import (
     Edge,
     Graph,
     Node,
+    collector_paused,
+    node_id_problem,
     parse_bool,
     parse_duration,
 )
@@ -138,6 +141,7 @@ class _Check:
         self.known_models = catalogue.KNOWN_MODELS if known_models is None else known_models
         self.conditions: dict[int, Condition] = {}
         self.bad_conditions: set[int] = set()
+        self._lines: tuple[str, list[int]] | None = None
         for index, edge in enumerate(graph.edges):
             text = edge.condition
             if text is None:
@@ -160,12 +164,11 @@ class _Check:
         if where is None:
             return None, None
         line, column = where
-        source = self.graph.source.replace("\r\n", "\n")
-        lines = source.split("\n")
-        if not 1 <= line <= len(lines):
+        source, line_starts = self._source_lines()
+        if not 1 <= line <= len(line_starts):
             return line, column
         # Index of the token in the whole source.
-        pos = sum(len(text) + 1 for text in lines[: line - 1]) + column - 1
+        pos = line_starts[line - 1] + column - 1
         if pos >= len(source) or source[pos] != '"':
             return line, column + offset
         pos += 1
@@ -190,6 +193,15 @@ class _Check:
             pos += step
             remaining -= 1
         return line, column
+
+    def _source_lines(self) -> tuple[str, list[int]]:
+        """The source as the tokenizer saw it and the offset of each line's start."""
+        if self._lines is None:
+            source = self.graph.source.replace("\r\n", "\n")
+            starts = [0]
+            starts.extend(match.end() for match in re.finditer("\n", source))
+            self._lines = (source, starts)
+        return self._lines
 
     def node_pos(self, node: Node, key: str | None = None) -> tuple[int | None, int | None]:
         if key is not None and key in node.positions:
@@ -233,6 +245,13 @@ Rule = Callable[[_Check], Iterator[Diagnostic]]
 # Structure ------------------------------------------------------------------------------
 
 
+def _some_names(nodes: list[Node], shown: int = 5) -> str:
+    """`'a', 'b', 'c'`, or the first few and how many more: one message per extra node
+    must not list them all."""
+    names = ", ".join(repr(n.id) for n in nodes[:shown])
+    return names if len(nodes) <= shown else f"{names} and {len(nodes) - shown} more"
+
+
 def _start_node(check: _Check) -> Iterator[Diagnostic]:
     starts = [n for n in check.graph.nodes.values() if n.handler_type == START]
     if not starts:
@@ -242,8 +261,8 @@ def _start_node(check: _Check) -> Iterator[Diagnostic]:
             "no start node: add one, e.g. start [shape=Mdiamond]",
             check.graph_pos(),
         )
+    names = _some_names(starts)
     for extra in starts[1:]:
-        names = ", ".join(repr(n.id) for n in starts)
         yield check.on_node(
             "start_node",
             ERROR,
@@ -262,8 +281,8 @@ def _terminal_node(check: _Check) -> Iterator[Diagnostic]:
             "no exit node: add one, e.g. exit [shape=Msquare]",
             check.graph_pos(),
         )
+    names = _some_names(exits)
     for extra in exits[1:]:
-        names = ", ".join(repr(n.id) for n in exits)
         yield check.on_node(
             "terminal_node",
             ERROR,
@@ -320,17 +339,15 @@ def _reachability(check: _Check) -> Iterator[Diagnostic]:
     starts = [n.id for n in graph.nodes.values() if n.handler_type == START]
     if not starts:
         return
-    adjacency: dict[str, list[str]] = {}
-    for edge in graph.edges:
-        adjacency.setdefault(edge.source, []).append(edge.target)
+    # An explicit stack, not recursion: a 100k-node chain is a 100k-deep walk.
     seen = set(starts)
     frontier = list(starts)
     while frontier:
         current = frontier.pop()
-        for target in adjacency.get(current, ()):
-            if target not in seen:
-                seen.add(target)
-                frontier.append(target)
+        for edge in graph.outgoing(current):
+            if edge.target not in seen:
+                seen.add(edge.target)
+                frontier.append(edge.target)
     for node in graph.nodes.values():
         if node.id not in seen:
             yield check.on_node(
@@ -340,6 +357,31 @@ def _reachability(check: _Check) -> Iterator[Diagnostic]:
                 node,
                 check.node_pos(node),
             )
+
+
+def _node_id_valid(check: _Check) -> Iterator[Diagnostic]:
+    # Ids name directories and refs: two that differ only in case are one directory
+    # and one loose ref on a case-insensitive file system (macOS, Windows).
+    by_folded: dict[str, Node] = {}
+    for node in check.graph.nodes.values():
+        problem = node_id_problem(node.id)
+        if problem is None:
+            first = by_folded.setdefault(node.id.casefold(), node)
+            if first is node:
+                continue
+            problem = (
+                f"it differs from {first.id!r} (line {first.line}) only in case, and the two "
+                "would share a directory and a ref on a case-insensitive file system"
+            )
+        shown = node.id if len(node.id) <= 60 else node.id[:57] + "..."
+        yield check.on_node(
+            "node_id_valid",
+            ERROR,
+            f"node id {shown!r} cannot be used: {problem}; pick another id and put display "
+            'text in label="..."',
+            node,
+            check.node_pos(node),
+        )
 
 
 # Expressions -----------------------------------------------------------------------------
@@ -609,12 +651,9 @@ def _uncovered_case(node: Node, conditions: list[Condition]) -> str | None:
 
 def _all_conditional_edges(check: _Check) -> Iterator[Diagnostic]:
     graph = check.graph
-    by_source: dict[str, list[int]] = {}
-    for index, edge in enumerate(graph.edges):
-        by_source.setdefault(edge.source, []).append(index)
-    for node_id, indexes in by_source.items():
-        node = graph.nodes.get(node_id)
-        if node is None or node.handler_type == EXIT:
+    for node_id, node in graph.nodes.items():
+        indexes = graph.outgoing_indexes(node_id)
+        if not indexes or node.handler_type == EXIT:
             continue
         if any(index not in check.conditions for index in indexes):
             # An unconditional edge is a fallback; a bad condition is reported elsewhere.
@@ -636,7 +675,7 @@ def _orphan_custom_outcome(check: _Check) -> Iterator[Diagnostic]:
     graph = check.graph
     known = set(STANDARD_OUTCOMES) | {"retry"}
     for node in graph.nodes.values():
-        edges = [(i, e) for i, e in enumerate(graph.edges) if e.source == node.id]
+        edges = [(i, graph.edges[i]) for i in graph.outgoing_indexes(node.id)]
         if any(edge.condition is None for _, edge in edges):
             continue
         for index, edge in edges:
@@ -1055,6 +1094,7 @@ RULES: tuple[Rule, ...] = (
     _exit_no_outgoing,
     _edge_target_exists,
     _reachability,
+    _node_id_valid,
     _condition_syntax,
     _stylesheet_syntax,
     _template_variable,
@@ -1088,10 +1128,11 @@ def validate(
 
     `known_models` replaces the built-in catalogue for `stylesheet_model_known`.
     """
-    check = _Check(graph, known_models)
     out: list[Diagnostic] = []
-    for rule in RULES:
-        out.extend(rule(check))
+    with collector_paused():
+        check = _Check(graph, known_models)
+        for rule in RULES:
+            out.extend(rule(check))
     out.sort(key=lambda d: (d.line or 0, d.column or 0))
     return out
 

@@ -1,0 +1,107 @@
+"""Read a file the user named, with limits: the one way input files are read.
+
+A path on the command line or in a workflow can name anything: `/dev/zero` (endless),
+a FIFO (a plain `open` blocks until a writer comes), a socket, or a log of several
+gigabytes. Each must end in a message, never in a hang or a `MemoryError`. So: `stat`
+first and refuse anything but a regular file without opening it; open with
+`O_NONBLOCK`, so a file swapped for a FIFO after the check cannot block the open; check
+the opened file again with `fstat`; and read at most one byte past the cap, which also
+catches a file that grows while it is read.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from fabro_git.errors import SourceError
+
+MAX_INPUT_BYTES = 10 * 1024 * 1024
+
+_KINDS = (
+    (stat.S_ISDIR, "is a directory, not a file"),
+    (stat.S_ISFIFO, "is a named pipe (FIFO), not a regular file"),
+    (stat.S_ISCHR, "is a character device, not a regular file"),
+    (stat.S_ISBLK, "is a block device, not a regular file"),
+    (stat.S_ISSOCK, "is a socket, not a regular file"),
+)
+
+
+class UnreadableFile(SourceError):
+    """A named input file that cannot be used; `detail` says why, without the path."""
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def _check_kind(path: Path, mode: int, size: int, limit: int) -> None:
+    for test, reason in _KINDS:
+        if test(mode):
+            raise UnreadableFile(reason, path=path)
+    if not stat.S_ISREG(mode):
+        raise UnreadableFile("is not a regular file", path=path)
+    if size > limit:
+        raise UnreadableFile(
+            f"is {_megabytes(size)}; input files are limited to {_megabytes(limit)}", path=path
+        )
+
+
+def _os_error(path: Path, exc: OSError) -> UnreadableFile:
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):
+        return UnreadableFile("no such file", path=path)
+    if isinstance(exc, PermissionError):
+        return UnreadableFile("permission denied", path=path)
+    return UnreadableFile(f"cannot read file: {exc.strerror or exc}", path=path)
+
+
+def read_input_file(path: Path, *, limit: int = MAX_INPUT_BYTES) -> bytes:
+    """The bytes of the regular file at `path` (symlinks followed), at most `limit`.
+
+    Raises `UnreadableFile` for a missing, unreadable, special or too-large file.
+    """
+    try:
+        info = os.stat(path)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    _check_kind(path, info.st_mode, info.st_size, limit)
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    try:
+        info = os.fstat(fd)
+        _check_kind(path, info.st_mode, info.st_size, limit)
+        chunks: list[bytes] = []
+        total = 0
+        while total <= limit:
+            chunk = os.read(fd, min(1024 * 1024, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    except OSError as exc:
+        raise _os_error(path, exc) from None
+    finally:
+        os.close(fd)
+    if total > limit:
+        raise UnreadableFile(
+            f"grew past {_megabytes(limit)} while being read; input files are limited to "
+            f"{_megabytes(limit)}",
+            path=path,
+        )
+    return b"".join(chunks)
+
+
+def read_input_text(path: Path, *, limit: int = MAX_INPUT_BYTES) -> str:
+    """`read_input_file`, decoded as UTF-8 (a leading byte-order mark is dropped)."""
+    data = read_input_file(path, limit=limit)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UnreadableFile(
+            f"is not valid UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
+            path=path,
+        ) from None
