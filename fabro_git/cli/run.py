@@ -107,7 +107,7 @@ def _build_spec(
     layers += default_layers(repo_root)
     config = effective_config(layers)
     if config.graph is not None:
-        if not config.graph.is_file():
+        if not os.path.lexists(config.graph):  # a special file gets the reader's words
             from fabro_git.config.run_config import line_of
             from fabro_git.errors import SourceError
 

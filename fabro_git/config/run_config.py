@@ -187,7 +187,7 @@ def load_layer(path: Path, name: str, *, run_config: bool) -> Layer:
     except UnreadableFile as err:
         if err.detail == "no such file" and run_config:
             raise ConfigError(f"{path}: no such run config") from None
-        raise ConfigError(f"{path}: cannot read {name}: {err.detail}") from None
+        raise ConfigError(f"{name} {path}: {err.detail}") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
