@@ -24,6 +24,7 @@ import trio
 
 from fabro_git import __version__
 from fabro_git.config.locations import run_scratch_dir
+from fabro_git.engine import cutoff, process_groups
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
     Checkpoint,
@@ -369,6 +370,9 @@ def execute_run(
         assert recorder is not None
         recorder.requeue = bus.restore_pending  # type: ignore[attr-defined]
         graph = _load_graph(repo, run_id, manifest, source, meta)
+        # A crash leaves stage commands running; they must not write into the worktree
+        # this run restores.
+        process_groups.kill_recorded(process_groups.records_dir(scratch))
     else:
         manifest, cp, bus, recorder, scratch, lock, graph = prepared
         emit = make_emitter(bus)
@@ -377,6 +381,7 @@ def execute_run(
     try:
         return trio.run(_drive, repo, run_id, manifest, cp, bus, emit, recorder, scratch, graph, options, resuming)
     finally:
+        process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
         bus.close()
         lock.release()
 
@@ -395,6 +400,9 @@ async def _drive(
     resuming: bool,
 ) -> RunResult:
     in_place = manifest.in_place
+    cut_off = cutoff.find_cut_off(
+        cutoff.since_checkpoint(repo, recorder.meta_tip if recorder else None, cp, scratch / "events.jsonl")
+    ) if resuming else cutoff.CutOff()
     if recorder is not None and resuming:
         recorder.reconcile(cp)
     # A process killed after the exit checkpoint may have announced run.completed in the
@@ -402,13 +410,17 @@ async def _drive(
     announced = resuming and walk_finished(cp, graph) and _tail_has(scratch, cp.last_event_id, "run.completed")
     if cp.status in TERMINAL and resuming and cp.status != oc.FAILED:
         return RunResult(run_id, cp.status, manifest.run_branch, manifest.meta_ref, recorder.run_tip if recorder else None)
+    cutoff.close_cut_off(cut_off, emit)
     emit("sandbox.initializing", provider="local")
     t0 = time.monotonic()
     if in_place:
         worktree = Path(manifest.source_directory)
     else:
         assert recorder is not None and recorder.run_tip is not None
-        worktree, _fresh = ensure_worktree(repo, run_id, scratch, recorder.run_tip, emit)
+        worktree, fresh = ensure_worktree(repo, run_id, scratch, recorder.run_tip, emit)
+        if not fresh:
+            # What a cut-off stage left untracked must not leak into its rerun.
+            wt.remove_untracked(worktree, exclude_globs=recorder.exclude_globs)
         recorder.worktree = worktree
     emit("sandbox.ready", provider="local", duration_ms=int((time.monotonic() - t0) * 1000), name=str(worktree))
     emit("sandbox.initialized", working_directory=str(worktree), provider="local", identifier=run_id, repo_cloned=False)
@@ -440,6 +452,7 @@ async def _drive(
         interviewer=make_interviewer(auto_approve=options.auto_approve, answers=options.answers, interactive=options.interactive),
         options=options,
     )
+    runtime.resumed_attempts = cut_off.attempts
     scope = runtime.main_scope()
     status = "running"
     error: str | None = None
@@ -526,7 +539,8 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
         c0 = time.monotonic()
         out, err = logs / f"{index}.stdout", logs / f"{index}.stderr"
         code, _timed_out = await run_script(
-            argv_for(command, "shell"), cwd=worktree, stdout=out, stderr=err, env=dict(os.environ), timeout=None
+            argv_for(command, "shell"), cwd=worktree, stdout=out, stderr=err, env=dict(os.environ), timeout=None,
+            groups=process_groups.records_dir(runtime.scratch),
         )
         exit_code = -1 if code is None else code
         if exit_code != 0:

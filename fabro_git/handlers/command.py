@@ -20,6 +20,7 @@ from pathlib import Path
 import trio
 
 from fabro_git.engine import outcome as oc
+from fabro_git.engine import process_groups
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import WorkflowError
@@ -58,8 +59,14 @@ async def run_script(
     stderr: Path,
     env: dict[str, str],
     timeout: float | None,
+    groups: Path | None = None,
 ) -> tuple[int | None, bool]:
-    """Run to completion; returns (exit code or None when killed, timed out?)."""
+    """Run to completion; returns (exit code or None when killed, timed out?).
+
+    With `groups` (the run's record directory), the process group is recorded there
+    while any of it is alive, so that the run's end, or a resume after a crash, can
+    kill what the command left running.
+    """
     with stdout.open("wb") as out, stderr.open("wb") as err:
         process = await trio.lowlevel.open_process(
             argv,
@@ -70,6 +77,7 @@ async def run_script(
             env=env,
             start_new_session=True,
         )
+    recorded = process_groups.record(groups, process.pid) if groups is not None else None
     timed_out = False
     try:
         with trio.move_on_after(timeout if timeout else float("inf")) as scope:
@@ -80,8 +88,17 @@ async def run_script(
     except BaseException:
         with trio.CancelScope(shield=True):
             await _stop_group(process)
+        _forget_unless_alive(process.pid, recorded)
         raise
+    _forget_unless_alive(process.pid, recorded)
     return (None if timed_out else process.returncode), timed_out
+
+
+def _forget_unless_alive(pgid: int, recorded: Path | None) -> None:
+    # What a command leaves running in the background keeps its record until the run
+    # ends, when it is killed.
+    if recorded is not None and not process_groups.alive(pgid):
+        process_groups.forget(recorded)
 
 
 async def _stop_group(process: trio.Process) -> None:
@@ -136,6 +153,7 @@ async def execute(req: StageRequest) -> Outcome:
         stderr=stderr_path,
         env=env,
         timeout=timeout,
+        groups=process_groups.records_dir(req.runtime.scratch),
     )
     elapsed = time.monotonic() - started
     out = excerpt(stdout_path, CONTEXT_LIMIT)

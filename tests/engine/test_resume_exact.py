@@ -1,0 +1,359 @@
+"""Resume after a kill -9 is exact: the worktree is the checkpoint's tree, nothing a
+killed stage started is left running, and the cut-off attempt is closed in the log.
+
+Kill points are set by files, never by delays: a stage's first attempt writes a `ready`
+file outside the worktree and then blocks, or a git clean filter (run by the checkpoint's
+`git add`) does, so the kill lands exactly between a stage's end and its checkpoint.
+The stage scripts live outside the repository; a second attempt sees the marker its
+first attempt left and finishes at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import fabro_exe, git, run_fabro
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[int]]:
+    """Pids of processes the test's stages start; whatever is left is killed at the end."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _workflow(tmp_path: Path, stages: dict[str, str]) -> Path:
+    """A chain start -> stages... -> exit; each stage runs `sh <its script file>`."""
+    lines = [
+        "digraph Exact {",
+        '    graph [goal="resume exactly"]',
+        "    start [shape=Mdiamond]",
+        "    exit  [shape=Msquare]",
+    ]
+    for name, body in stages.items():
+        script = tmp_path / f"{name}.sh"
+        script.write_text("set -e\n" + body)
+        lines.append(f'    {name} [shape=parallelogram, script="sh {script}"]')
+    lines.append("    " + " -> ".join(["start", *stages, "exit"]))
+    lines.append("}")
+    path = tmp_path / "exact.fabro"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _start(repo: Path, workflow: Path, logdir: Path) -> subprocess.Popen[bytes]:
+    with (logdir / "run.out").open("wb") as out, (logdir / "run.err").open("wb") as err:
+        return subprocess.Popen(
+            [*fabro_exe(), "run", str(workflow)],
+            cwd=repo,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+            start_new_session=True,
+        )
+
+
+def _wait_for(path: Path, proc: subprocess.Popen[bytes], logdir: Path) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        assert proc.poll() is None, (logdir / "run.err").read_text()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.005)
+
+
+def _kill_9(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the `git fabro` process alone, as a crash or an OOM kill would."""
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+
+
+def _only_run(repo: Path) -> str:
+    (meta,) = git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta").split()
+    return meta.rsplit("/", 1)[-1]
+
+
+def _events(repo: Path, run_id: str) -> list[dict]:
+    proc = run_fabro("logs", run_id, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def _checkpoint(repo: Path, run_id: str) -> dict:
+    return json.loads(git(repo, "show", f"refs/fabro/meta/{run_id}:checkpoint.json"))
+
+
+def _resume(repo: Path, run_id: str) -> None:
+    proc = run_fabro("resume", run_id, cwd=repo, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _attempts(events: list[dict]) -> dict[str, list[tuple[int, list[dict]]]]:
+    """Per stage_id, each attempt's number and its terminal events, checking the order:
+    an attempt starts only once the previous one ended, and numbers only go up."""
+    found: dict[str, list[tuple[int, list[dict]]]] = {}
+    for event in events:
+        name, stage_id = event["event"], event.get("stage_id")
+        if not name.startswith("stage.") or stage_id is None:
+            continue
+        attempts = found.setdefault(stage_id, [])
+        if name == "stage.started":
+            number = event["properties"]["attempt"]
+            assert not attempts or attempts[-1][1], (
+                f"{stage_id}: attempt {number} began before the last ended"
+            )
+            assert not attempts or number > attempts[-1][0], (
+                f"{stage_id}: attempt {number} repeats a number"
+            )
+            attempts.append((number, []))
+        elif name in ("stage.completed", "stage.failed"):
+            assert attempts, f"{stage_id}: {name} without stage.started"
+            attempts[-1][1].append(event)
+    for stage_id, attempts in found.items():
+        for number, ends in attempts:
+            completed = [e for e in ends if e["event"] == "stage.completed"]
+            failed = [e for e in ends if e["event"] == "stage.failed"]
+            # One terminal event per attempt; a final failure is told as stage.failed
+            # then stage.completed(status failed), and that pair counts as one.
+            assert len(completed) <= 1 and len(failed) <= 1, (stage_id, number, ends)
+            assert ends, f"{stage_id}: attempt {number} never ended"
+            if completed and failed:
+                assert completed[0]["properties"]["status"] == "failed", (stage_id, number, ends)
+    return found
+
+
+# -- the worktree ------------------------------------------------------------------------
+
+
+def test_resume_removes_what_the_cut_off_stage_left_untracked_and_keeps_ignored_files(
+    repo: Path, tmp_path: Path
+) -> None:
+    (repo / ".gitignore").write_text("cache/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore the cache")
+    marker, ready = tmp_path / "attempted", tmp_path / "ready"
+    workflow = _workflow(
+        tmp_path,
+        {
+            "one": "printf 'one\\n' > one.txt\n",
+            "two": f"""\
+if [ -e {marker} ]; then
+    # The rerun: the cut-off attempt's untracked files are gone, its cache is not.
+    test ! -e partial.txt || {{ echo 'partial.txt survived' >&2; exit 7; }}
+    test ! -e deep || {{ echo 'deep/ survived' >&2; exit 8; }}
+    test ! -e nested || {{ echo 'the nested repository survived' >&2; exit 9; }}
+    test "$(cat cache/keep.txt)" = kept || {{ echo 'the ignored cache is gone' >&2; exit 10; }}
+    printf 'line\\n' >> partial.txt
+    exit 0
+fi
+touch {marker}
+printf 'line\\n' >> partial.txt
+printf 'changed\\n' > one.txt
+mkdir -p cache deep/er nested && printf 'kept\\n' > cache/keep.txt
+printf 'x\\n' > deep/er/file.txt
+git -C nested init -q && printf 'y\\n' > nested/file.txt
+touch {ready}
+while :; do sleep 0.02; done
+""",
+        },
+    )
+    proc = _start(repo, workflow, tmp_path)
+    try:
+        _wait_for(ready, proc, tmp_path)
+        _kill_9(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    run_id = _only_run(repo)
+    _resume(repo, run_id)
+    branch = f"refs/heads/fabro/run/{run_id}"
+    assert git(repo, "show", f"{branch}:partial.txt") == "line\n"
+    assert git(repo, "show", f"{branch}:one.txt") == "one\n"
+    files = set(git(repo, "ls-tree", "-r", "--name-only", branch).split())
+    assert files == {".gitignore", "README.md", "one.txt", "partial.txt"}, files
+
+
+# -- processes ---------------------------------------------------------------------------
+
+
+def test_no_process_of_a_killed_run_survives_its_resume(
+    repo: Path, tmp_path: Path, spawned: list[int]
+) -> None:
+    marker, ready = tmp_path / "attempted", tmp_path / "ready"
+    pids = tmp_path / "pids"
+    workflow = _workflow(
+        tmp_path,
+        {
+            "work": f"""\
+if [ -e {marker} ]; then printf 'done\\n' > done.txt; exit 0; fi
+touch {marker}
+(while :; do date >> w.log; sleep 0.05; done) &
+echo $! > {pids}.grandchild
+echo $$ > {pids}.shell
+until [ -s w.log ]; do sleep 0.01; done
+touch {ready}
+wait
+""",
+        },
+    )
+    proc = _start(repo, workflow, tmp_path)
+    try:
+        _wait_for(ready, proc, tmp_path)
+        grandchild = int(Path(f"{pids}.grandchild").read_text())
+        shell = int(Path(f"{pids}.shell").read_text())
+        spawned += [grandchild, shell]
+        _kill_9(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # A kill -9 reaches neither the stage's shell nor what it started in the background.
+    assert _alive(grandchild) and _alive(shell)
+    run_id = _only_run(repo)
+    _resume(repo, run_id)
+    assert not _alive(grandchild), "the stage's background loop outlived the resume"
+    assert not _alive(shell), "the stage's shell outlived the resume"
+    # Nothing wrote into the worktree after the restore: the rerun committed no w.log.
+    branch = f"refs/heads/fabro/run/{run_id}"
+    files = set(git(repo, "ls-tree", "-r", "--name-only", branch).split())
+    assert files == {"README.md", "done.txt"}, files
+    scratch = Path(os.environ["FABRO_HOME"]) / "runs" / run_id
+    assert not list((scratch / "process-groups").glob("*")), "records outlived their groups"
+
+
+def test_a_finished_run_leaves_no_background_process_behind(
+    repo: Path, tmp_path: Path, spawned: list[int]
+) -> None:
+    pids = tmp_path / "pids"
+    workflow = _workflow(
+        tmp_path,
+        {"serve": f"(while :; do sleep 0.05; done) &\necho $! > {pids}\nprintf 'ok\\n' > ok.txt\n"},
+    )
+    proc = run_fabro("run", str(workflow), cwd=repo, timeout=60)
+    background = int(pids.read_text())
+    spawned.append(background)
+    assert proc.returncode == 0, proc.stderr
+    assert not _alive(background), "a stage's background process outlived the run"
+
+
+# -- the event log -----------------------------------------------------------------------
+
+
+def test_the_cut_off_attempt_is_closed_and_the_rerun_is_a_new_attempt(
+    repo: Path, tmp_path: Path
+) -> None:
+    marker, ready = tmp_path / "attempted", tmp_path / "ready"
+    workflow = _workflow(
+        tmp_path,
+        {
+            "one": "printf 'one\\n' > one.txt\n",
+            "two": f"""\
+if [ -e {marker} ]; then printf 'two\\n' > two.txt; exit 0; fi
+touch {marker} {ready}
+while :; do sleep 0.02; done
+""",
+            "three": "printf 'three\\n' > three.txt\n",
+        },
+    )
+    proc = _start(repo, workflow, tmp_path)
+    try:
+        _wait_for(ready, proc, tmp_path)
+        _kill_9(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    run_id = _only_run(repo)
+    _resume(repo, run_id)
+    events = _events(repo, run_id)
+    attempts = _attempts(events)
+    (first, cut), (second, rerun) = attempts["two@1"]
+    assert (first, second) == (1, 2)
+    (closed,) = cut
+    assert closed["event"] == "stage.failed"
+    assert closed["properties"]["failure_class"] == "canceled"
+    assert "interrupted" in closed["properties"]["error"]
+    assert closed["node_id"] == "two"
+    assert [e["event"] for e in rerun] == ["stage.completed"]
+    assert rerun[0]["properties"]["attempt"] == 2
+    assert all(len(a) == 1 for sid, a in attempts.items() if sid != "two@1"), attempts
+    cp = _checkpoint(repo, run_id)
+    assert cp["completed_nodes"] == ["start", "one", "two", "three", "exit"]
+
+
+def test_a_stage_killed_between_its_end_and_its_checkpoint_runs_again_as_a_new_attempt(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A clean filter holds the checkpoint's `git add` of `*.slow` files, so the kill
+    lands after `stage.completed` and before the checkpoint, every time."""
+    hold, ready = tmp_path / "hold", tmp_path / "ready"
+    hold.touch()
+    (repo / ".gitattributes").write_text("*.slow filter=slow\n")
+    git(repo, "add", ".gitattributes")
+    git(repo, "commit", "-q", "-m", "slow filter")
+    git(
+        repo,
+        "config",
+        "filter.slow.clean",
+        f"sh -c 'touch {ready}; while [ -e {hold} ]; do sleep 0.02; done; cat'",
+    )
+    workflow = _workflow(
+        tmp_path,
+        {
+            "one": "printf 'one\\n' > one.txt\n",
+            "two": "printf 'line\\n' >> two.slow\n",
+            "three": "printf 'three\\n' > three.txt\n",
+        },
+    )
+    proc = _start(repo, workflow, tmp_path)
+    try:
+        _wait_for(ready, proc, tmp_path)
+        _kill_9(proc)
+    finally:
+        hold.unlink()
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # The orphaned `git add` finishes once the filter lets go; wait for its index lock.
+    deadline = time.monotonic() + 30
+    while list((repo / ".git" / "worktrees").glob("*/index.lock")):
+        assert time.monotonic() < deadline, "the orphaned git add never finished"
+        time.sleep(0.01)
+    run_id = _only_run(repo)
+    before = _checkpoint(repo, run_id)
+    assert before["completed_nodes"] == ["start", "one"], before
+    _resume(repo, run_id)
+    events = _events(repo, run_id)
+    attempts = _attempts(events)
+    (first, ended), (second, rerun) = attempts["two@1"]
+    assert (first, second) == (1, 2)
+    assert [e["event"] for e in ended] == ["stage.completed"]
+    assert [e["event"] for e in rerun] == ["stage.completed"]
+    cp = _checkpoint(repo, run_id)
+    assert cp["completed_nodes"] == ["start", "one", "two", "three", "exit"]
+    branch = f"refs/heads/fabro/run/{run_id}"
+    assert git(repo, "show", f"{branch}:two.slow") == "line\n"
+    names = [e["event"] for e in events]
+    assert names.count("run.completed") == 1
