@@ -357,3 +357,127 @@ def test_a_stage_killed_between_its_end_and_its_checkpoint_runs_again_as_a_new_a
     assert git(repo, "show", f"{branch}:two.slow") == "line\n"
     names = [e["event"] for e in events]
     assert names.count("run.completed") == 1
+
+
+# -- parallel refs and remotes --------------------------------------------------------------
+
+
+def _fan_out(tmp_path: Path, marker: Path, ready: Path) -> Path:
+    """Branch `a` commits a stage, then blocks in its second stage on the first attempt."""
+    scripts = {
+        "a1": "printf 'a1\\n' > a1.txt\n",
+        "a2": f"if [ -e {marker} ]; then printf 'a2\\n' > a2.txt; exit 0; fi\n"
+        f"touch {marker} {ready}\nwhile :; do sleep 0.02; done\n",
+        "b1": "printf 'b1\\n' > b1.txt\n",
+    }
+    nodes = []
+    for name, body in scripts.items():
+        script = tmp_path / f"{name}.sh"
+        script.write_text(body)
+        nodes.append(f'    {name} [shape=parallelogram, script="sh {script}"]')
+    path = tmp_path / "fan.fabro"
+    path.write_text(
+        "digraph Fan {\n"
+        "    start [shape=Mdiamond]\n    exit [shape=Msquare]\n"
+        "    fan [shape=component]\n    join [shape=tripleoctagon]\n"
+        + "\n".join(nodes)
+        + "\n    start -> fan\n    fan -> a1 -> a2 -> join\n    fan -> b1 -> join\n"
+        "    join -> exit\n}\n"
+    )
+    return path
+
+
+def _fabro(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    proc = run_fabro(*args, cwd=cwd, timeout=120)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def test_a_resumed_fan_out_never_rewinds_a_pushed_parallel_ref(repo: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    git(repo, "push", "-q", "origin", "main")
+    marker, ready = tmp_path / "attempted", tmp_path / "ready"
+    workflow = _fan_out(tmp_path, marker, ready)
+    proc = _start(repo, workflow, tmp_path)
+    try:
+        _wait_for(ready, proc, tmp_path)
+        _kill_9(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    run_id = _only_run(repo)
+    pushed = _fabro(repo, "push", "origin", run_id)
+    assert pushed.returncode == 0, pushed.stderr
+    prefix = f"refs/fabro/parallel/{run_id}/"
+    before = dict(
+        line.split()[::-1]
+        for line in git(
+            repo, "for-each-ref", "--format=%(objectname) %(refname)", prefix
+        ).splitlines()
+    )
+    assert before, "the fan-out wrote no parallel refs before the kill"
+
+    _resume(repo, run_id)
+    after = dict(
+        line.split()[::-1]
+        for line in git(
+            repo, "for-each-ref", "--format=%(objectname) %(refname)", prefix
+        ).splitlines()
+    )
+    for ref, sha in before.items():
+        moved = after.get(ref)
+        assert moved is not None, f"{ref} was deleted"
+        assert (
+            subprocess.run(["git", "merge-base", "--is-ancestor", sha, moved], cwd=repo).returncode
+            == 0
+        ), f"{ref} was rewound from {sha[:12]} to {moved[:12]}"
+    pushed = _fabro(repo, "push", "origin", run_id)
+    assert pushed.returncode == 0, pushed.stderr
+
+    other = tmp_path / "other"
+    git(tmp_path, "clone", "-q", str(remote), str(other))
+    fetched = _fabro(other, "fetch", "origin")
+    assert fetched.returncode == 0, fetched.stderr
+    again = _fabro(other, "fetch", "origin")
+    assert again.returncode == 0, again.stderr
+    branch = f"refs/heads/fabro/run/{run_id}"
+    assert git(other, "rev-parse", branch) == git(repo, "rev-parse", branch)
+    files = set(git(other, "ls-tree", "--name-only", branch).split())
+    assert {"a1.txt", "a2.txt"} <= files, files
+
+
+def test_a_rejected_push_shows_gits_own_message(repo: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    workflow = _workflow(tmp_path, {"one": "printf 'one\\n' > one.txt\n"})
+    assert _fabro(repo, "run", str(workflow)).returncode == 0
+    run_id = _only_run(repo)
+    meta = f"refs/fabro/meta/{run_id}"
+    # The remote's copy of the meta ref moves somewhere this repository never saw.
+    stray = git(repo, "commit-tree", "-m", "elsewhere", f"{meta}^{{tree}}").strip()
+    git(repo, "push", "-q", "origin", f"{stray}:{meta}")
+    proc = _fabro(repo, "push", "origin", run_id)
+    assert proc.returncode == 1, proc.stderr
+    assert "rejected" in proc.stderr
+    # git's own words, not only ours.
+    assert "failed to push some refs" in proc.stderr, proc.stderr
+
+
+def test_a_rejected_fetch_shows_gits_own_message(repo: Path, tmp_path: Path) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    workflow = _workflow(tmp_path, {"one": "printf 'one\\n' > one.txt\n"})
+    assert _fabro(repo, "run", str(workflow)).returncode == 0
+    run_id = _only_run(repo)
+    meta = f"refs/fabro/meta/{run_id}"
+    stray = git(repo, "commit-tree", "-m", "elsewhere", f"{meta}^{{tree}}").strip()
+    git(repo, "push", "-q", "origin", f"{stray}:{meta}")
+    proc = _fabro(repo, "fetch", "origin")
+    assert proc.returncode == 1, proc.stderr
+    assert "non-fast-forward" in proc.stderr, proc.stderr
+    assert meta in proc.stderr, proc.stderr
