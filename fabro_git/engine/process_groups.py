@@ -13,6 +13,12 @@ only signalled when its leader is the very process recorded, or, with the leader
 when every member started after it and still sits in the leader's session: Linux never
 hands out an id that a live group or session still uses. Without `/proc` a record is
 never trusted, only removed.
+
+On Linux the command's leader also gets `PR_SET_PDEATHSIG`, so it dies with `git fabro`
+rather than waiting for a resume; the signal reaches that one process only, which is
+why the records are still needed. The kernel sends it when the *thread* that forked
+the child ends, and trio forks from worker threads that end after ten idle seconds: so
+such a child is forked on the thread trio runs on, and waited for through a pidfd.
 """
 
 from __future__ import annotations
@@ -21,12 +27,99 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import tempfile
 import time
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO, Any, Protocol
+
+import trio
 
 _PROC = Path("/proc")
+_PR_SET_PDEATHSIG = 1
+
+
+class StageProcess(Protocol):
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+
+async def start(
+    argv: list[str], *, cwd: Path, stdout: IO[bytes], stderr: IO[bytes], env: dict[str, str]
+) -> StageProcess:
+    """Start a command as the leader of a new session (and so of a new process group)."""
+    options: dict[str, Any] = dict(
+        cwd=str(cwd),
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        start_new_session=True,
+    )
+    preexec = _die_with_parent()
+    if preexec is None:
+        return await trio.lowlevel.open_process(argv, **options)
+    # Forked here, on trio's own thread, which lives as long as the run (see above).
+    return _Child(subprocess.Popen(argv, preexec_fn=preexec, **options))
+
+
+class _Child:
+    """A child waited for through a pidfd, without a thread (Linux)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+        self._popen = popen
+        self._pidfd: int | None = os.pidfd_open(popen.pid)
+        self._finalizer = weakref.finalize(self, os.close, self._pidfd)
+
+    @property
+    def pid(self) -> int:
+        return self._popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self._popen.returncode
+
+    async def wait(self) -> int:
+        while self._popen.poll() is None:
+            assert self._pidfd is not None
+            await trio.lowlevel.wait_readable(self._pidfd)
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            self._finalizer()
+            self._pidfd = None
+        return self._popen.returncode
+
+
+_prctl: Callable[..., int] | None = None
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec function asking for SIGKILL when this process dies; None off Linux."""
+    global _prctl
+    if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
+        return None
+    if _prctl is None:
+        import ctypes
+
+        _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl, parent = _prctl, os.getpid()
+
+    def preexec() -> None:
+        # Runs in the child between fork and exec: a system call and nothing else.
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the parent died before the request took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
 
 
 def records_dir(scratch: Path) -> Path:

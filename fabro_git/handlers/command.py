@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -68,15 +67,7 @@ async def run_script(
     kill what the command left running.
     """
     with stdout.open("wb") as out, stderr.open("wb") as err:
-        process = await trio.lowlevel.open_process(
-            argv,
-            cwd=str(cwd),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            env=env,
-            start_new_session=True,
-        )
+        process = await process_groups.start(argv, cwd=cwd, stdout=out, stderr=err, env=env)
     recorded = process_groups.record(groups, process.pid) if groups is not None else None
     timed_out = False
     try:
@@ -101,7 +92,7 @@ def _forget_unless_alive(pgid: int, recorded: Path | None) -> None:
         process_groups.forget(recorded)
 
 
-async def _stop_group(process: trio.Process) -> None:
+async def _stop_group(process: process_groups.StageProcess) -> None:
     for sig, grace in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, 5.0)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)

@@ -109,6 +109,17 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+def _children(parent: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError):
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(fields[1]) == parent and fields[0] != "Z":
+                    found.append(int(entry.name))
+    return found
+
+
 def _attempts(events: list[dict]) -> dict[str, list[tuple[int, list[dict]]]]:
     """Per stage_id, each attempt's number and its terminal events, checking the order:
     an attempt starts only once the previous one ended, and numbers only go up."""
@@ -224,13 +235,21 @@ wait
         grandchild = int(Path(f"{pids}.grandchild").read_text())
         shell = int(Path(f"{pids}.shell").read_text())
         spawned += [grandchild, shell]
+        children = _children(proc.pid)
+        assert children, "the stage's command is not a child of git fabro"
+        spawned += children
         _kill_9(proc)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    # A kill -9 reaches neither the stage's shell nor what it started in the background.
-    assert _alive(grandchild) and _alive(shell)
+    # The command git fabro started dies with it (Linux: PR_SET_PDEATHSIG) ...
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in children):
+        assert time.monotonic() < deadline, "the stage's command outlived git fabro"
+        time.sleep(0.01)
+    # ... but what that started in the background lives on until a resume.
+    assert _alive(grandchild)
     run_id = _only_run(repo)
     _resume(repo, run_id)
     assert not _alive(grandchild), "the stage's background loop outlived the resume"
@@ -436,6 +455,15 @@ def test_a_resumed_fan_out_never_rewinds_a_pushed_parallel_ref(repo: Path, tmp_p
         ), f"{ref} was rewound from {sha[:12]} to {moved[:12]}"
     pushed = _fabro(repo, "push", "origin", run_id)
     assert pushed.returncode == 0, pushed.stderr
+    # The fan-out and the branch stage in flight were both cut off and closed.
+    attempts = _attempts(_events(repo, run_id))
+    for stage_id in ("fan@1", "a2@1"):
+        (first, cut), (second, rerun) = attempts[stage_id]
+        assert (first, second) == (1, 2), stage_id
+        assert [e["properties"]["failure_class"] for e in cut] == ["canceled"], stage_id
+        assert [e["event"] for e in rerun] == ["stage.completed"], stage_id
+    cp = _checkpoint(repo, run_id)
+    assert cp["completed_nodes"] == ["start", "fan", "join", "exit"], cp["completed_nodes"]
 
     other = tmp_path / "other"
     git(tmp_path, "clone", "-q", str(remote), str(other))
