@@ -133,6 +133,7 @@ class _Process:
     pgid: int
     session: int
     start: int
+    zombie: bool
 
 
 def record(directory: Path, pgid: int) -> Path | None:
@@ -161,13 +162,16 @@ def forget(path: Path | None) -> None:
 
 
 def alive(pgid: int) -> bool:
+    """Whether any process of group `pgid` still runs (zombies waiting to be reaped don't)."""
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    if not _PROC.is_dir():
+        return True
+    return any(p.pgid == pgid and not p.zombie for p in _processes())
 
 
 def kill_recorded(directory: Path, *, grace: float = 0.0) -> list[int]:
@@ -206,7 +210,7 @@ def _stop(pgid: int, grace: float) -> None:
 def _still_ours(pgid: int, start: int | None, boot: str | None) -> bool:
     if start is None or boot is None or boot != _boot_id():
         return False
-    members = [p for p in _processes() if p.pgid == pgid]
+    members = [p for p in _processes() if p.pgid == pgid and not p.zombie]
     if not members:
         return False
     leader = next((p for p in members if p.pid == pgid), None)
@@ -234,7 +238,13 @@ def _read_stat(pid: int) -> _Process | None:
     # The command name (field 2) may hold spaces and parentheses: split after the last ")".
     fields = text[text.rfind(")") + 2 :].split()
     try:
-        return _Process(pid=pid, pgid=int(fields[2]), session=int(fields[3]), start=int(fields[19]))
+        return _Process(
+            pid=pid,
+            pgid=int(fields[2]),
+            session=int(fields[3]),
+            start=int(fields[19]),
+            zombie=fields[0] == "Z",
+        )
     except (IndexError, ValueError):
         return None
 

@@ -504,6 +504,8 @@ async def _drive(
                     error = error or "run cancelled"
             nursery.cancel_scope.cancel()
 
+        # What stages left running in the background goes before the worktree does.
+        process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
         return _finish(runtime, scope, status, error, announce=not announced)
 
 
