@@ -27,9 +27,7 @@ from fabro_git.engine.recorder import segment_path
 from fabro_git.events.bus import tail_after
 from fabro_git.store.repo import GitRepo
 
-INTERRUPTED = (
-    "interrupted: the run stopped before this attempt finished; resume runs the stage again"
-)
+INTERRUPTED = "interrupted: the run stopped before this attempt finished"
 
 
 @dataclass

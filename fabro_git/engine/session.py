@@ -410,7 +410,6 @@ async def _drive(
     announced = resuming and walk_finished(cp, graph) and _tail_has(scratch, cp.last_event_id, "run.completed")
     if cp.status in TERMINAL and resuming and cp.status != oc.FAILED:
         return RunResult(run_id, cp.status, manifest.run_branch, manifest.meta_ref, recorder.run_tip if recorder else None)
-    cutoff.close_cut_off(cut_off, emit)
     emit("sandbox.initializing", provider="local")
     t0 = time.monotonic()
     if in_place:
@@ -428,6 +427,7 @@ async def _drive(
     if resuming:
         emit("run.notice", level="info", code="resumed",
              message=f"resuming from checkpoint after {cp.current_node or 'start'}; next: {cp.next_node_id or 'start'}")
+    cutoff.close_cut_off(cut_off, emit)
     cp.status = "running"
     cp.error = None
     emit(
