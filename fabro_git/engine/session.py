@@ -568,6 +568,8 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
         current = scope.context.get("current_node")
         if current and cp.next_node_id != current and cp.current_node != current:
             cp.next_node_id = current
+        if current:
+            _undo_unfinished_visit(cp, current)
         emit("run.notice", level="warn", code="interrupted",
              message=f"run interrupted; continue it with `git fabro resume {runtime.run_id}`")
     elif status == oc.FAILED:
@@ -609,6 +611,17 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
         final_sha,
         error,
     )
+
+
+def _undo_unfinished_visit(cp: Checkpoint, node_id: str) -> None:
+    """A stage stopped before its outcome was recorded was no visit: resume runs the same
+    visit again (as after a kill -9), and a node with max_visits=1 can still run."""
+    entered = cp.node_visits.get(node_id, 0)
+    if entered and cp.node_outcomes.get(node_id, {}).get("visit") != entered:
+        if entered == 1:
+            del cp.node_visits[node_id]
+        else:
+            cp.node_visits[node_id] = entered - 1
 
 
 def write_json_result(result: RunResult) -> None:

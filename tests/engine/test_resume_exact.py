@@ -509,3 +509,45 @@ def test_a_rejected_fetch_shows_gits_own_message(repo: Path, tmp_path: Path) -> 
     assert proc.returncode == 1, proc.stderr
     assert "non-fast-forward" in proc.stderr, proc.stderr
     assert meta in proc.stderr, proc.stderr
+
+
+def test_a_stage_stopped_by_ctrl_c_is_closed_and_resumed_as_the_same_visit(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Ctrl-C writes a checkpoint; the stage it stopped did not finish, so it is not a
+    visit: resume runs the same visit again (a node with max_visits=1 included)."""
+    marker, ready = tmp_path / "attempted", tmp_path / "ready"
+    workflow = _workflow(
+        tmp_path,
+        {
+            "one": "printf 'one\\n' > one.txt\n",
+            "two": f"""\
+if [ -e {marker} ]; then printf 'two\\n' > two.txt; exit 0; fi
+touch {marker} {ready}
+while :; do sleep 0.02; done
+""",
+        },
+    )
+    workflow.write_text(
+        workflow.read_text().replace("shape=parallelogram", "shape=parallelogram, max_visits=1")
+    )
+    proc = _start(repo, workflow, tmp_path)
+    try:
+        _wait_for(ready, proc, tmp_path)
+        os.kill(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, (tmp_path / "run.err").read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    run_id = _only_run(repo)
+    _resume(repo, run_id)
+    attempts = _attempts(_events(repo, run_id))
+    (first, cut), (second, rerun) = attempts["two@1"]
+    assert (first, second) == (1, 2)
+    assert [e["properties"]["failure_class"] for e in cut] == ["canceled"]
+    assert [e["event"] for e in rerun] == ["stage.completed"]
+    assert "two@2" not in attempts
+    cp = _checkpoint(repo, run_id)
+    assert cp["completed_nodes"] == ["start", "one", "two", "exit"]
+    assert cp["node_visits"]["two"] == 1
