@@ -400,9 +400,11 @@ async def _drive(
     resuming: bool,
 ) -> RunResult:
     in_place = manifest.in_place
-    cut_off = cutoff.find_cut_off(
-        cutoff.since_checkpoint(repo, recorder.meta_tip if recorder else None, cp, scratch / "events.jsonl")
-    ) if resuming else cutoff.CutOff()
+    cut_off = cutoff.CutOff()
+    if resuming:
+        meta = recorder.meta_tip if recorder else None
+        tail = scratch / "events.jsonl"
+        cut_off = cutoff.find_cut_off(cutoff.since_checkpoint(repo, meta, cp, tail))
     if recorder is not None and resuming:
         recorder.reconcile(cp)
     # A process killed after the exit checkpoint may have announced run.completed in the

@@ -3,8 +3,8 @@
 Each branch of a `component` node walks the graph from one outgoing edge until it
 reaches a fan-in (`tripleoctagon`) or the exit. A branch has a deep copy of the context,
 its own worktree (detached at the run branch's tip) and its own ref under
-`refs/fabro/parallel/<run>/<node>-<visit>/<n>`, where every branch stage is committed. Branches
-run in a trio nursery under a `CapacityLimiter` of `max_parallel`.
+`refs/fabro/parallel/<run>/<node>-<visit>/<n>`, where every branch stage is committed.
+Branches run in a trio nursery under a `CapacityLimiter` of `max_parallel`.
 
 The fan-in picks the best branch (status first, then the branch's order) and moves the
 run branch to that branch's head: a fast-forward, since every branch starts at the tip.
