@@ -23,6 +23,19 @@ import pytest
 from conftest import fabro_exe, git, run_fabro
 
 
+@pytest.fixture(autouse=True)
+def hold(tmp_path: Path) -> Iterator[Path]:
+    """Stage loops run while this file exists: even a failing test leaves none behind."""
+    path = tmp_path / "hold"
+    path.touch()
+    yield path
+    path.unlink(missing_ok=True)
+
+
+def _forever(tmp_path: Path) -> str:
+    return f"while [ -e {tmp_path / 'hold'} ]; do sleep 0.02; done; exit 1"
+
+
 @pytest.fixture
 def spawned() -> Iterator[list[int]]:
     """Pids of processes the test's stages start; whatever is left is killed at the end."""
@@ -185,7 +198,7 @@ mkdir -p cache deep/er nested && printf 'kept\\n' > cache/keep.txt
 printf 'x\\n' > deep/er/file.txt
 git -C nested init -q && printf 'y\\n' > nested/file.txt
 touch {ready}
-while :; do sleep 0.02; done
+{_forever(tmp_path)}
 """,
         },
     )
@@ -220,7 +233,7 @@ def test_no_process_of_a_killed_run_survives_its_resume(
             "work": f"""\
 if [ -e {marker} ]; then printf 'done\\n' > done.txt; exit 0; fi
 touch {marker}
-(while :; do date >> w.log; sleep 0.05; done) &
+(while [ -e {tmp_path / "hold"} ]; do date >> w.log; sleep 0.05; done) &
 echo $! > {pids}.grandchild
 echo $$ > {pids}.shell
 until [ -s w.log ]; do sleep 0.01; done
@@ -268,7 +281,7 @@ def test_a_finished_run_leaves_no_background_process_behind(
     pids = tmp_path / "pids"
     workflow = _workflow(
         tmp_path,
-        {"serve": f"(while :; do sleep 0.05; done) &\necho $! > {pids}\nprintf 'ok\\n' > ok.txt\n"},
+        {"serve": f"({_forever(tmp_path)}) &\necho $! > {pids}\nprintf 'ok\\n' > ok.txt\n"},
     )
     proc = run_fabro("run", str(workflow), cwd=repo, timeout=60)
     background = int(pids.read_text())
@@ -291,7 +304,7 @@ def test_the_cut_off_attempt_is_closed_and_the_rerun_is_a_new_attempt(
             "two": f"""\
 if [ -e {marker} ]; then printf 'two\\n' > two.txt; exit 0; fi
 touch {marker} {ready}
-while :; do sleep 0.02; done
+{_forever(tmp_path)}
 """,
             "three": "printf 'three\\n' > three.txt\n",
         },
@@ -386,7 +399,7 @@ def _fan_out(tmp_path: Path, marker: Path, ready: Path) -> Path:
     scripts = {
         "a1": "printf 'a1\\n' > a1.txt\n",
         "a2": f"if [ -e {marker} ]; then printf 'a2\\n' > a2.txt; exit 0; fi\n"
-        f"touch {marker} {ready}\nwhile :; do sleep 0.02; done\n",
+        f"touch {marker} {ready}\n{_forever(tmp_path)}\n",
         "b1": "printf 'b1\\n' > b1.txt\n",
     }
     nodes = []
@@ -524,7 +537,7 @@ def test_a_stage_stopped_by_ctrl_c_is_closed_and_resumed_as_the_same_visit(
             "two": f"""\
 if [ -e {marker} ]; then printf 'two\\n' > two.txt; exit 0; fi
 touch {marker} {ready}
-while :; do sleep 0.02; done
+{_forever(tmp_path)}
 """,
         },
     )
