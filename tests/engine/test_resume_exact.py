@@ -564,3 +564,20 @@ touch {marker} {ready}
     cp = _checkpoint(repo, run_id)
     assert cp["completed_nodes"] == ["start", "one", "two", "exit"]
     assert cp["node_visits"]["two"] == 1
+
+
+def test_a_setup_commands_background_process_ends_with_the_run(
+    repo: Path, tmp_path: Path, spawned: list[int]
+) -> None:
+    pids = tmp_path / "pids"
+    setup = tmp_path / "setup.sh"
+    setup.write_text(f"({_forever(tmp_path)}) &\necho $! > {pids}\n")
+    workflow = _workflow(tmp_path, {"one": "printf 'one\\n' > one.txt\n"})
+    workflow.write_text(
+        workflow.read_text().replace('graph [goal="resume exactly"]', f'graph [setup="sh {setup}"]')
+    )
+    proc = run_fabro("run", str(workflow), cwd=repo, timeout=60)
+    background = int(pids.read_text())
+    spawned.append(background)
+    assert proc.returncode == 0, proc.stderr
+    assert not _alive(background), "a setup command's background process outlived the run"
