@@ -48,13 +48,14 @@ def push(remote: str, run_ids: list[str]) -> int:
         # The parallel branches' heads: a run cut between its fan-out and fan-in needs
         # them to resume, and nothing else reaches them.
         refs.extend(repo.list_refs(f"{runrefs.PARALLEL_PREFIX}{run_id}"))
-    results = rem.push(repo, remote, refs)
-    failed = [(ref, msg) for ref, ok, msg in results if not ok]
-    for ref, ok, msg in results:
+    report = rem.push(repo, remote, refs)
+    failed = [(ref, msg) for ref, ok, msg in report.refs if not ok]
+    for ref, ok, msg in report.refs:
         print(f"{'ok' if ok else 'rejected'}  {ref}" + (f"  ({msg})" if msg and not ok else ""), file=sys.stderr)
     if failed:
+        said = f"; git said:\n{report.stderr}" if report.stderr else ""
         raise FabroError(
-            f"{len(failed)} ref(s) were rejected by {remote}",
+            f"{len(failed)} ref(s) were rejected by {remote}{said}",
             hint="the remote has moved on; fetch with `git fabro fetch` and look at the runs before pushing again",
         )
     return 0

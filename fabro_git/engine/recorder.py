@@ -49,6 +49,11 @@ def run_commit_message(run_id: str, node_id: str, status: str, completed: int, m
     )
 
 
+def segment_path(number: int) -> str:
+    """Where the `number`th event segment lives in the metadata tree."""
+    return f"events/{number:06d}.jsonl"
+
+
 @dataclass
 class MetaSummary:
     """What `ps` reads from a meta commit's trailers without opening any blob."""
@@ -132,7 +137,7 @@ class Recorder:
         }
         if segment:
             cp.event_segments += 1
-            all_files[f"events/{cp.event_segments:06d}.jsonl"] = segment
+            all_files[segment_path(cp.event_segments)] = segment
             cp.last_event_id = last_event_id(segment) or cp.last_event_id
         all_files["checkpoint.json"] = mask(encode(cp))
         summary = MetaSummary(

@@ -126,6 +126,9 @@ class Runtime:
         self.last_activity = time.monotonic()
         self.run_started = time.monotonic()
         self.active_base_ms = checkpoint.active_ms
+        # Attempts a crash cut off, by stage_id: a stage run again after resume counts on
+        # from them. Only the stages up to the first checkpoint after resume can use them.
+        self.resumed_attempts: dict[str, int] = {}
 
     # -- events ------------------------------------------------------------------------
 
@@ -275,6 +278,9 @@ class Runtime:
         started_at = now_iso()
         result: Outcome
         attempt = 1
+        # Attempts cut off by a crash are numbered but do not use up the retry budget.
+        earlier = self.resumed_attempts.pop(stage_id, 0)
+        max_attempts = policy.max_attempts + earlier
         files: dict[str, bytes] = {}
         while True:
             # A checkpoint per attempt, so Ctrl-C and the watchdog get through even when
@@ -285,8 +291,8 @@ class Runtime:
                 "stage.started",
                 index=index,
                 handler_type=node.handler_type,
-                attempt=attempt,
-                max_attempts=policy.max_attempts,
+                attempt=earlier + attempt,
+                max_attempts=max_attempts,
                 node_id=qid,
                 node_label=label,
                 stage_id=stage_id,
@@ -298,7 +304,7 @@ class Runtime:
                 node=node,
                 context=ctx,
                 visit=visit,
-                attempt=attempt,
+                attempt=earlier + attempt,
                 stage_id=stage_id,
                 worktree=scope.worktree,
                 stage_dir=stage_dir,
@@ -330,8 +336,8 @@ class Runtime:
                 self.emit(
                     "stage.retrying",
                     index=index,
-                    attempt=attempt,
-                    max_attempts=policy.max_attempts,
+                    attempt=earlier + attempt,
+                    max_attempts=max_attempts,
                     delay_ms=int(delay * 1000),
                     node_id=qid,
                     node_label=label,
@@ -373,7 +379,7 @@ class Runtime:
         record.update(
             node_id=qid,
             visit=visit,
-            attempt=attempt,
+            attempt=earlier + attempt,
             started_at=started_at,
             duration_ms=duration_ms,
         )
@@ -400,8 +406,8 @@ class Runtime:
             response=result.response,
             notes=result.notes,
             files_touched=list(result.files_touched),
-            attempt=attempt,
-            max_attempts=policy.max_attempts,
+            attempt=earlier + attempt,
+            max_attempts=max_attempts,
         )
         if result.usage is not None:
             completed_props["usage"] = {k: v for k, v in vars(result.usage).items() if v is not None}
@@ -587,6 +593,7 @@ class Runtime:
 
     def _checkpoint(self, scope: Scope, node: Node, visit: int, result: Outcome, *, next_node: str | None) -> None:
         cp = self.cp
+        self.resumed_attempts.clear()
         cp.current_node = node.id
         cp.next_node_id = next_node
         cp.context_values = _jsonable(scope.context.snapshot())

@@ -23,6 +23,7 @@ import trio
 
 from fabro_git import __version__
 from fabro_git.config.locations import make_private_dir, run_scratch_dir, runs_dir
+from fabro_git.engine import cutoff, process_groups
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
     Checkpoint,
@@ -391,6 +392,9 @@ def execute_run(
         assert recorder is not None
         recorder.requeue = bus.restore_pending  # type: ignore[attr-defined]
         graph = _load_graph(repo, run_id, manifest, source, meta)
+        # A crash leaves stage commands running; they must not write into the worktree
+        # this run restores.
+        process_groups.kill_recorded(process_groups.records_dir(scratch))
     else:
         manifest, cp, bus, recorder, scratch, lock, graph = prepared
         emit = make_emitter(bus)
@@ -399,6 +403,7 @@ def execute_run(
     try:
         return trio.run(_drive, repo, run_id, manifest, cp, bus, emit, recorder, scratch, graph, options, resuming)
     finally:
+        process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
         bus.close()
         lock.release()
 
@@ -417,6 +422,11 @@ async def _drive(
     resuming: bool,
 ) -> RunResult:
     in_place = manifest.in_place
+    cut_off = cutoff.CutOff()
+    if resuming:
+        meta = recorder.meta_tip if recorder else None
+        tail = scratch / "events.jsonl"
+        cut_off = cutoff.find_cut_off(cutoff.since_checkpoint(repo, meta, cp, tail))
     if recorder is not None and resuming:
         recorder.reconcile(cp)
     # A process killed after the exit checkpoint may have announced run.completed in the
@@ -430,7 +440,10 @@ async def _drive(
         worktree = Path(manifest.source_directory)
     else:
         assert recorder is not None and recorder.run_tip is not None
-        worktree, _fresh = ensure_worktree(repo, run_id, scratch, recorder.run_tip, emit)
+        worktree, fresh = ensure_worktree(repo, run_id, scratch, recorder.run_tip, emit)
+        if not fresh:
+            # What a cut-off stage left untracked must not leak into its rerun.
+            wt.remove_untracked(worktree, exclude_globs=recorder.exclude_globs)
         recorder.worktree = worktree
     emit("sandbox.ready", provider="local", duration_ms=int((time.monotonic() - t0) * 1000), name=str(worktree))
     emit("sandbox.initialized", working_directory=str(worktree), provider="local", identifier=run_id, repo_cloned=False)
@@ -438,6 +451,7 @@ async def _drive(
     if resuming:
         emit("run.notice", level="info", code="resumed",
              message=f"resuming from checkpoint after {cp.current_node or 'start'}; next: {cp.next_node_id or 'start'}")
+    cutoff.close_cut_off(cut_off, emit)
     cp.status = "running"
     cp.error = None
     emit(
@@ -462,6 +476,7 @@ async def _drive(
         interviewer=make_interviewer(auto_approve=options.auto_approve, answers=options.answers, interactive=options.interactive),
         options=options,
     )
+    runtime.resumed_attempts = cut_off.attempts
     scope = runtime.main_scope()
     status = "running"
     error: str | None = None
@@ -513,6 +528,8 @@ async def _drive(
                     error = error or "run cancelled"
             nursery.cancel_scope.cancel()
 
+        # What stages left running in the background goes before the worktree does.
+        process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
         return _finish(runtime, scope, status, error, announce=not announced)
 
 
@@ -549,7 +566,13 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
         c0 = time.monotonic()
         out, err = logs / f"{index}.stdout", logs / f"{index}.stderr"
         code, _timed_out = await run_script(
-            argv_for(command, "shell"), cwd=worktree, stdout=out, stderr=err, env=env, timeout=None
+            argv_for(command, "shell"),
+            cwd=worktree,
+            stdout=out,
+            stderr=err,
+            env=env,
+            timeout=None,
+            groups=process_groups.records_dir(runtime.scratch),
         )
         exit_code = -1 if code is None else code
         if exit_code != 0:
@@ -575,6 +598,8 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
         current = scope.context.get("current_node")
         if current and cp.next_node_id != current and cp.current_node != current:
             cp.next_node_id = current
+        if current:
+            _undo_unfinished_visit(cp, current)
         emit("run.notice", level="warn", code="interrupted",
              message=f"run interrupted; continue it with `git fabro resume {runtime.run_id}`")
     elif status == oc.FAILED:
@@ -616,6 +641,17 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
         final_sha,
         error,
     )
+
+
+def _undo_unfinished_visit(cp: Checkpoint, node_id: str) -> None:
+    """A stage stopped before its outcome was recorded was no visit: resume runs the same
+    visit again (as after a kill -9), and a node with max_visits=1 can still run."""
+    entered = cp.node_visits.get(node_id, 0)
+    if entered and cp.node_outcomes.get(node_id, {}).get("visit") != entered:
+        if entered == 1:
+            del cp.node_visits[node_id]
+        else:
+            cp.node_visits[node_id] = entered - 1
 
 
 def write_json_result(result: RunResult) -> None:

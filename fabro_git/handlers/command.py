@@ -13,7 +13,6 @@ import contextlib
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -22,6 +21,7 @@ import trio
 
 from fabro_git.config.locations import open_private
 from fabro_git.engine import outcome as oc
+from fabro_git.engine import process_groups
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import WorkflowError
@@ -71,29 +71,27 @@ async def run_script(
     stderr: Path,
     env: dict[str, str],
     timeout: float | None,
+    groups: Path | None = None,
 ) -> tuple[int | None, bool]:
     """Run to completion; returns (exit code or None when killed, timed out?).
 
     A program that cannot be started (say, an environment over the system's limits)
-    exits 126, as in a shell, with the reason in `stderr`."""
+    exits 126, as in a shell, with the reason in `stderr`. With `groups` (the run's
+    record directory), the process group is recorded there while any of it is alive,
+    so that the run's end, or a resume after a crash, can kill what the command left
+    running.
+    """
     truncate = os.O_WRONLY | os.O_TRUNC
     with (
         open(open_private(stdout, truncate), "wb") as out,
         open(open_private(stderr, truncate), "wb") as err,
     ):
         try:
-            process = await trio.lowlevel.open_process(
-                argv,
-                cwd=str(cwd),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                env=env,
-                start_new_session=True,
-            )
+            process = await process_groups.start(argv, cwd=cwd, stdout=out, stderr=err, env=env)
         except OSError as exc:
             err.write(f"cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
             return 126, False
+    recorded = process_groups.record(groups, process.pid) if groups is not None else None
     timed_out = False
     try:
         with trio.move_on_after(timeout if timeout else float("inf")) as scope:
@@ -104,11 +102,20 @@ async def run_script(
     except BaseException:
         with trio.CancelScope(shield=True):
             await _stop_group(process)
+        _forget_unless_alive(process.pid, recorded)
         raise
+    _forget_unless_alive(process.pid, recorded)
     return (None if timed_out else process.returncode), timed_out
 
 
-async def _stop_group(process: trio.Process) -> None:
+def _forget_unless_alive(pgid: int, recorded: Path | None) -> None:
+    # What a command leaves running in the background keeps its record until the run
+    # ends, when it is killed.
+    if recorded is not None and not process_groups.alive(pgid):
+        process_groups.forget(recorded)
+
+
+async def _stop_group(process: process_groups.StageProcess) -> None:
     for sig, grace in ((signal.SIGTERM, KILL_GRACE), (signal.SIGKILL, 5.0)):
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
@@ -162,6 +169,7 @@ async def execute(req: StageRequest) -> Outcome:
         stderr=stderr_path,
         env=env,
         timeout=timeout,
+        groups=process_groups.records_dir(req.runtime.scratch),
     )
     elapsed = time.monotonic() - started
     out = excerpt(stdout_path, CONTEXT_LIMIT)

@@ -3,8 +3,8 @@
 Each branch of a `component` node walks the graph from one outgoing edge until it
 reaches a fan-in (`tripleoctagon`) or the exit. A branch has a deep copy of the context,
 its own worktree (detached at the run branch's tip) and its own ref under
-`refs/fabro/parallel/<run>/<node>/<n>`, where every branch stage is committed. Branches
-run in a trio nursery under a `CapacityLimiter` of `max_parallel`.
+`refs/fabro/parallel/<run>/<node>-<visit>/<n>`, where every branch stage is committed.
+Branches run in a trio nursery under a `CapacityLimiter` of `max_parallel`.
 
 The fan-in picks the best branch (status first, then the branch's order) and moves the
 run branch to that branch's head: a fast-forward, since every branch starts at the tip.
@@ -100,6 +100,19 @@ def _commit_branch_stage(req: StageRequest, scope: Scope, node_id: str, status: 
     runtime.emit("git.commit", sha=sha, node_id=node_id)
 
 
+def _fresh_refs_name(runtime: Any, node_id: str, visit: int) -> str:
+    """The ref directory for this run of a fan-out: `<node>-<visit>`, or, when a retry or
+    a resume runs the same visit again, `<node>-<visit>.<n>`. Branch refs are only ever
+    created, never moved back, so a run's refs that were pushed stay fast-forwards."""
+    from fabro_git.store import runs as runrefs
+
+    name, n = f"{node_id}-{visit}", 1
+    while runtime.repo.list_refs(f"{runrefs.PARALLEL_PREFIX}{runtime.run_id}/{name}"):
+        n += 1
+        name = f"{node_id}-{visit}.{n}"
+    return name
+
+
 async def fan_out(req: StageRequest) -> Outcome:
     from fabro_git.store import runs as runrefs
     from fabro_git.store import worktree as wt
@@ -137,6 +150,7 @@ async def fan_out(req: StageRequest) -> Outcome:
                     f"fabro({runtime.run_id}): {node.id} fan-out base\n\nFabro-Run: {runtime.run_id}\n"
                 ),
             )
+    refs_name = _fresh_refs_name(runtime, node.id, req.visit) if recorder is not None else ""
     base_context = dict(req.context)
     results: list[BranchResult | None] = [None] * len(edges)
     started = time.monotonic()
@@ -162,10 +176,8 @@ async def fan_out(req: StageRequest) -> Outcome:
             worktree = runtime.scratch / "parallel" / f"{node.id}-{req.visit}" / str(index)
             ref = None
             if recorder is not None and base_sha is not None:
-                # Per visit, so a fan-out that runs again never rewinds refs already pushed.
-                ref = runrefs.parallel_ref(runtime.run_id, f"{node.id}-{req.visit}", index)
-                old = runtime.repo.read_ref(ref)
-                runtime.repo.update_ref(ref, base_sha, old=old, message=f"fabro: branch {index} of {node.id}")
+                ref = runrefs.parallel_ref(runtime.run_id, refs_name, index)
+                runtime.repo.update_ref(ref, base_sha, old=None, message=f"fabro: branch {index} of {node.id}")
                 if worktree.exists():
                     with contextlib.suppress(FabroError):
                         wt.remove_worktree(runtime.repo, worktree)

@@ -9,6 +9,7 @@ forced and happen only when asked for.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from fabro_git.errors import StoreError
 from fabro_git.store._gitcli import describe_failure, out, run_git
@@ -30,19 +31,25 @@ def fetch(repo: GitRepo, remote: str, refspecs: Sequence[str]) -> None:
     """`git fetch` the refspecs from `remote`; StoreError with git's message on failure."""
     if not refspecs:
         return
-    run_git(
-        ["fetch", "--quiet", "--no-tags", "--no-write-fetch-head", remote, *refspecs], cwd=repo.root
-    )
+    # Not --quiet: that also silences the lines saying which ref was rejected and why,
+    # and a failure would reach the user with no detail at all.
+    run_git(["fetch", "--no-tags", "--no-write-fetch-head", remote, *refspecs], cwd=repo.root)
 
 
-def push(repo: GitRepo, remote: str, refs: Sequence[str]) -> list[tuple[str, bool, str]]:
+@dataclass
+class PushReport:
+    refs: list[tuple[str, bool, str]]  # (ref, ok, git's summary) per ref
+    stderr: str  # what git said besides, e.g. why the remote refused
+
+
+def push(repo: GitRepo, remote: str, refs: Sequence[str]) -> PushReport:
     """Push each full ref name to the same name on `remote`, never forced.
 
-    Returns (ref, ok, git's summary) per ref; a rejected ref does not stop the others.
-    StoreError when git fails before reporting any ref (unreachable remote, auth).
+    A rejected ref does not stop the others. StoreError when git fails before reporting
+    any ref (unreachable remote, auth).
     """
     if not refs:
-        return []
+        return PushReport([], "")
     specs = [f"{ref}:{ref}" for ref in refs]
     proc = run_git(["push", "--porcelain", remote, *specs], cwd=repo.root, check=False)
     results: dict[str, tuple[str, bool, str]] = {}
@@ -55,10 +62,6 @@ def push(repo: GitRepo, remote: str, refs: Sequence[str]) -> list[tuple[str, boo
         results[src] = (src, flag not in "!", summary.strip())
     if not results and proc.returncode != 0:
         raise StoreError(describe_failure(["push"], repo.root, proc))
-    missing = [r for r in refs if r not in results]
-    detail = proc.stderr.decode("utf-8", "replace").strip() or "not reported by git push"
-    return (
-        [results.get(r, (r, False, detail)) for r in refs]
-        if missing
-        else [results[r] for r in refs]
-    )
+    stderr = proc.stderr.decode("utf-8", "replace").strip()
+    detail = stderr or "not reported by git push"
+    return PushReport([results.get(r, (r, False, detail)) for r in refs], stderr)

@@ -194,6 +194,17 @@ def checkout(worktree: Path, commit: str) -> None:
     run_git(["reset", "--hard", "--quiet", commit, "--"], cwd=worktree)
 
 
+def remove_untracked(worktree: Path, *, exclude_globs: Sequence[str] = ()) -> None:
+    """Delete what git neither tracks nor ignores, so the worktree is its commit's tree.
+
+    Ignored files stay (build caches such as `node_modules` are expensive to rebuild),
+    and so do paths the run's exclude globs keep out of its snapshots. A nested
+    repository in an untracked directory goes too (`-ff`).
+    """
+    excludes = [f":(glob,exclude){g}" for g in exclude_globs]
+    run_git(["clean", "-ffdq", "--", ".", *excludes], cwd=Path(worktree))
+
+
 def diff_text(worktree_or_repo: Path, old: str, new: str, *, max_bytes: int = 200_000) -> str:
     """Unified diff from `old` to `new`, cut at `max_bytes` with a marker saying so."""
     args = ["git", "-c", "core.quotepath=false", "diff", "--no-color", "--no-ext-diff"]

@@ -129,7 +129,7 @@ def test_push_then_resolve_in_a_fresh_clone(
         runs.meta_ref(other),
         runs.run_branch_ref(other),
     ]
-    results = rm.push(grepo, "origin", refs)
+    results = rm.push(grepo, "origin", refs).refs
     assert [(r, ok) for r, ok, _ in results] == [(r, True) for r in refs]
     assert rm.ls_remote(grepo, "origin", ["refs/fabro/meta/*"]) == {
         runs.meta_ref(rid): grepo.read_ref(runs.meta_ref(rid)),
@@ -187,7 +187,7 @@ def test_push_is_never_forced(grepo: GitRepo, repo: Path, origin: Path) -> None:
     rid = "01DIVERGED0000000000000000"
     make_run(grepo, rid)
     meta = runs.meta_ref(rid)
-    assert rm.push(grepo, "origin", [meta])[0][1] is True
+    assert rm.push(grepo, "origin", [meta]).refs[0][1] is True
     # Rewrite the local history so the remote's tip is no longer an ancestor.
     tip = grepo.read_ref(meta)
     assert tip is not None
@@ -196,7 +196,7 @@ def test_push_is_never_forced(grepo: GitRepo, repo: Path, origin: Path) -> None:
     )
     grepo.update_ref(meta, rewritten.commit_sha, old=tip, message="test: rewrite")
     branch = runs.run_branch_ref(rid)
-    results = dict((r, (ok, msg)) for r, ok, msg in rm.push(grepo, "origin", [meta, branch]))
+    results = dict((r, (ok, msg)) for r, ok, msg in rm.push(grepo, "origin", [meta, branch]).refs)
     assert results[meta][0] is False
     assert (
         "rejected" in results[meta][1]
@@ -206,7 +206,7 @@ def test_push_is_never_forced(grepo: GitRepo, repo: Path, origin: Path) -> None:
     assert results[branch][0] is True
     assert git(origin, "rev-parse", meta).strip() == tip
     # Pushing an unchanged ref is fine.
-    assert rm.push(grepo, "origin", [branch])[0][1] is True
+    assert rm.push(grepo, "origin", [branch]).refs[0][1] is True
 
 
 def test_remote_failures_are_store_errors(grepo: GitRepo, repo: Path, tmp_path: Path) -> None:

@@ -1,0 +1,109 @@
+"""Stages a crash cut off, and how resume closes them in the event log.
+
+A kill -9 (or a Ctrl-C) can leave a stage's attempt with a `stage.started` and no
+terminal event. Resume runs that stage again under the same `stage_id`; without more,
+the log would show one attempt that started once and finished twice. So resume first
+closes every open attempt with a `stage.failed` of class `canceled` saying the run was
+interrupted, and the rerun counts on from the highest attempt the log already holds.
+
+Only the events after the last checkpoint can belong to a stage that runs again: the
+last durable segment (a Ctrl-C's `finalize` snapshot holds the stage it stopped) and the
+live tail's lines that no snapshot holds yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fabro_git.engine import outcome as oc
+from fabro_git.engine.checkpoint import Checkpoint
+from fabro_git.engine.recorder import segment_path
+from fabro_git.events.bus import tail_after
+from fabro_git.store.repo import GitRepo
+
+INTERRUPTED = "interrupted: the run stopped before this attempt finished"
+
+
+@dataclass
+class OpenAttempt:
+    stage_id: str
+    node_id: str | None
+    node_label: str | None
+    index: int
+    attempt: int
+
+
+@dataclass
+class CutOff:
+    """Open attempts, oldest first, and the highest attempt started per `stage_id`."""
+
+    open: list[OpenAttempt] = field(default_factory=list)
+    attempts: dict[str, int] = field(default_factory=dict)
+
+
+class _Line(msgspec.Struct):
+    event: str
+    stage_id: str | None = None
+    node_id: str | None = None
+    node_label: str | None = None
+    properties: dict[str, Any] = {}
+
+
+_decoder = msgspec.json.Decoder(_Line)
+
+
+def find_cut_off(lines: bytes) -> CutOff:
+    """Scan event lines (JSONL, in order) for stage attempts that never ended."""
+    open_by_stage: dict[str, OpenAttempt] = {}
+    attempts: dict[str, int] = {}
+    for raw in lines.splitlines():
+        with contextlib.suppress(msgspec.DecodeError):
+            line = _decoder.decode(raw)
+            if line.stage_id is None or not line.event.startswith("stage."):
+                continue
+            props = line.properties
+            if line.event == "stage.started":
+                attempt = int(props.get("attempt") or 1)
+                attempts[line.stage_id] = max(attempts.get(line.stage_id, 0), attempt)
+                open_by_stage[line.stage_id] = OpenAttempt(
+                    line.stage_id,
+                    line.node_id,
+                    line.node_label,
+                    int(props.get("index") or 0),
+                    attempt,
+                )
+            elif line.event in ("stage.completed", "stage.failed"):
+                open_by_stage.pop(line.stage_id, None)
+    return CutOff(list(open_by_stage.values()), attempts)
+
+
+def close_cut_off(cut_off: CutOff, emit: Callable[..., Any]) -> None:
+    """Give each open attempt its terminal event, innermost (latest started) first."""
+    for stage in reversed(cut_off.open):
+        emit(
+            "stage.failed",
+            index=stage.index,
+            error=INTERRUPTED,
+            failure_class=oc.CANCELED,
+            will_retry=True,
+            node_id=stage.node_id,
+            node_label=stage.node_label,
+            stage_id=stage.stage_id,
+        )
+
+
+def since_checkpoint(repo: GitRepo | None, meta: str | None, cp: Checkpoint, tail: Path) -> bytes:
+    """The last durable event segment, then the live tail's lines no snapshot holds."""
+    durable = b""
+    if repo is not None and meta is not None and cp.event_segments:
+        durable = repo.read_file(meta, segment_path(cp.event_segments)) or b""
+        if durable and not durable.endswith(b"\n"):
+            durable += b"\n"
+    pending = tail_after(tail.read_bytes(), cp.last_event_id) if tail.exists() else b""
+    return durable + pending
