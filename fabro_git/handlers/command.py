@@ -24,7 +24,7 @@ from fabro_git.engine import outcome as oc
 from fabro_git.engine import process_groups
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
-from fabro_git.errors import WorkflowError
+from fabro_git.errors import DiskFull, WorkflowError
 from fabro_git.workflow.templates import script_environment
 
 CONTEXT_LIMIT = 100_000  # bytes of each stream kept in the context
@@ -124,6 +124,23 @@ async def _stop_group(process: process_groups.StageProcess) -> None:
             return
 
 
+# Less free space than this (for an unprivileged writer) after a command failed means the
+# disk filled up under it.
+NEARLY_FULL = 64 * 1024
+
+
+def out_of_space(*paths: Path) -> Path | None:
+    """The first of `paths` on a filesystem with (next to) no room left, if any."""
+    for path in paths:
+        try:
+            info = os.statvfs(path)
+        except OSError:
+            continue
+        if info.f_bavail * info.f_frsize < NEARLY_FULL:
+            return path
+    return None
+
+
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
@@ -189,4 +206,9 @@ async def execute(req: StageRequest) -> Outcome:
         return Outcome.success(context_updates=updates, notes=notes)
     last = _text(err).strip().splitlines()[-1:] or _text(out).strip().splitlines()[-1:]
     detail = f": {last[0][:200]}" if last else ""
+    full = out_of_space(req.worktree, req.stage_dir)
+    if full is not None:
+        # Not the command's fault, and not a result to route on: the run stops where a
+        # full disk stops every other write, resumable once there is room again.
+        raise DiskFull(f"No space left on device under {full} (the command exited with status {code}{detail})")
     return Outcome.failure(f"command exited with status {code}{detail}", oc.DETERMINISTIC, context_updates=updates, notes=notes)
