@@ -4,6 +4,7 @@ and the four layers of settings (user, project, run config, flags) meeting in on
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from conftest import git, meta_file, run_fabro, run_json
@@ -201,7 +202,7 @@ def test_git_author_holds_in_a_detached_and_a_resumed_run(repo: Path) -> None:
     setup_config(
         repo,
         '[workflow]\ngraph = "say.fabro"\n[run.git.author]\nname = "Fabro Bot"\nemail = "bot@example.org"\n',
-        script="echo one >> made.txt; test -f go || exit 1",
+        script='echo one >> made.txt; test -f $HOME/go || exit 1',
     )
     started = run_fabro("run", "runs/run.toml", "-d", cwd=repo)
     assert started.returncode == 0, started.stderr
@@ -210,8 +211,8 @@ def test_git_author_holds_in_a_detached_and_a_resumed_run(repo: Path) -> None:
     assert follow.returncode == 0, follow.stderr
     assert '"run.failed"' in follow.stdout
     (repo / "runs" / "run.toml").unlink()
-    worktree = Path(inspect(repo, run_id)["scratch_dir"]) / "worktree"
-    (worktree / "go").write_text("")
+    # Outside the worktree: resume restores that to its checkpoint, untracked files gone.
+    (Path(os.environ["HOME"]) / "go").write_text("")
     proc = run_fabro("resume", run_id, cwd=repo)
     assert proc.returncode == 0, proc.stderr
     branch = f"fabro/run/{run_id}"
