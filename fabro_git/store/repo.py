@@ -36,11 +36,11 @@ from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion
 
 from fabro_git.errors import RefRaceError, RepositoryError, StoreError
 from fabro_git.store._gitcli import out, run_git
+from fabro_git.store.backoff import DEADLINE_SECONDS, retrying
 
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
 FALLBACK_NAME = "git fabro"
 FALLBACK_EMAIL = "fabro@localhost"
-_DIR_RACE_RETRIES = 5
 _TEMP_ATTEMPTS = 100
 _tmp_counter = itertools.count()
 _SMALL_DIFF_FILES = 20
@@ -215,56 +215,49 @@ class GitRepo:
         ident = self.committer()
         refs = self._repo.refs
         log_dir = (self.git_dir / "logs" / name).parent
-        for attempt in range(_DIR_RACE_RETRIES):
+
+        def attempt() -> bool:
             try:
                 # dulwich creates missing reflog directories one mkdir at a time and
                 # fails if another process creates one first; make them up front.
                 log_dir.mkdir(parents=True, exist_ok=True)
-                if old is None:
-                    ok = refs.add_if_new(
-                        ref,
-                        ObjectID(new.encode()),
-                        committer=ident.raw,
-                        timestamp=ident.time,
-                        timezone=ident.tz_offset,
-                        message=_one_line(message),
-                    )
-                else:
-                    ok = refs.set_if_equals(
-                        ref,
-                        ObjectID(old.encode()),
-                        ObjectID(new.encode()),
-                        committer=ident.raw,
-                        timestamp=ident.time,
-                        timezone=ident.tz_offset,
-                        message=_one_line(message),
-                    )
-                break
-            except FileLocked as err:
-                raise RefRaceError(
-                    f"{name} is locked by another process; it was not updated",
-                    hint="another git fabro or git command is writing this ref; retry",
-                ) from err
-            except (FileNotFoundError, FileExistsError) as err:
-                # A concurrent ref deletion removed a directory it thought empty while we
-                # were creating a ref beneath it. The lock was abandoned with nothing
-                # written, so trying again is safe.
-                if attempt + 1 == _DIR_RACE_RETRIES:
-                    raise StoreError(f"cannot update {name}: {err}") from err
-            except OSError as err:
-                raise StoreError(f"cannot update {name}: {err}") from err
+            except (FileExistsError, NotADirectoryError):
+                conflict = self.conflicting_ref(name)
+                if conflict is not None:
+                    raise ref_conflict_error(name, conflict) from None
+                raise
+            if old is None:
+                return refs.add_if_new(
+                    ref,
+                    ObjectID(new.encode()),
+                    committer=ident.raw,
+                    timestamp=ident.time,
+                    timezone=ident.tz_offset,
+                    message=_one_line(message),
+                )
+            return refs.set_if_equals(
+                ref,
+                ObjectID(old.encode()),
+                ObjectID(new.encode()),
+                committer=ident.raw,
+                timestamp=ident.time,
+                timezone=ident.tz_offset,
+                message=_one_line(message),
+            )
+
+        with self._ref_errors(name, "updated"):
+            ok = retrying(attempt, transient=_held_lock_or_dir_race)
         if not ok:
             raise self._race(name, expected=old)
 
     def delete_ref(self, name: str, *, old: str, message: str) -> None:
         """Delete `name` if it still points at `old`. Like git, this drops its reflog too."""
         ref = _checked_ref(name)
-        try:
-            ok = self._repo.refs.remove_if_equals(ref, ObjectID(old.encode()))
-        except FileLocked as err:
-            raise RefRaceError(f"{name} is locked by another process; it was not deleted") from err
-        except OSError as err:
-            raise StoreError(f"cannot delete {name}: {err}") from err
+        with self._ref_errors(name, "deleted"):
+            ok = retrying(
+                lambda: self._repo.refs.remove_if_equals(ref, ObjectID(old.encode())),
+                transient=_held_lock_or_dir_race,
+            )
         if not ok:
             raise self._race(name, expected=old)
         # `message` has nowhere to go: git removes a ref's reflog with the ref, and a
@@ -280,6 +273,41 @@ class GitRepo:
                 parent.rmdir()
             except OSError:
                 break
+
+    @contextlib.contextmanager
+    def _ref_errors(self, name: str, done: str) -> Iterator[None]:
+        """Turn what is left after the retries into errors that say what to do."""
+        try:
+            yield
+        except FileLocked as err:
+            lock = self.git_dir / f"{name}.lock"
+            raise RefRaceError(
+                f"{name} stayed locked by another process for {DEADLINE_SECONDS:g}s; "
+                f"it was not {done}",
+                hint=f"if no git command is running in {self.root}, a crashed one left "
+                f"{lock} behind: delete that file and retry",
+            ) from err
+        except (NotADirectoryError, FileExistsError) as err:
+            conflict = self.conflicting_ref(name)
+            if conflict is None:
+                raise StoreError(f"cannot update {name}: {err}") from err
+            raise ref_conflict_error(name, conflict) from err
+        except OSError as err:
+            raise StoreError(f"cannot update {name}: {err}") from err
+
+    def conflicting_ref(self, name: str) -> str | None:
+        """An existing ref whose name is a directory of `name` (git cannot hold both
+        `refs/heads/a` and `refs/heads/a/b`), loose or packed; None if there is none."""
+        parts = name.split("/")
+        for end in range(2, len(parts)):
+            prefix = "/".join(parts[:end])
+            if prefix in ("refs", "refs/heads", "refs/tags", "refs/remotes"):
+                continue
+            if (self.git_dir / prefix).is_file():
+                return prefix
+            if prefix.encode() in self._repo.refs.get_packed_refs():
+                return prefix
+        return None
 
     def _race(self, name: str, *, expected: str | None) -> RefRaceError:
         current = self.read_ref(name)
@@ -548,6 +576,26 @@ def _checked_ref(name: str) -> Ref:
     if not name.startswith("refs/") or not check_ref_format(Ref(name[5:].encode())):
         raise StoreError(f"{name!r} is not a valid full ref name (refs/...)")
     return Ref(name.encode())
+
+
+def _held_lock_or_dir_race(err: Exception) -> bool:
+    """A ref lock held by another git process, or a reflog directory that a concurrent
+    ref deletion removed (or created) while we were making it: wait and try again.
+    A lost compare-and-swap is not an exception at all, so it is never retried."""
+    return isinstance(err, FileLocked | FileNotFoundError | FileExistsError)
+
+
+def ref_conflict_error(name: str, conflict: str) -> RepositoryError:
+    short = conflict.removeprefix("refs/heads/")
+    if conflict.startswith("refs/heads/"):
+        hint = f"rename your branch, for example: git branch -m {short} {short}-branch"
+    else:
+        hint = f"rename or delete the ref {conflict} (git update-ref -d {conflict})"
+    return RepositoryError(
+        f"the ref {conflict} exists, so git cannot also hold {name}: "
+        "git fabro keeps its runs under that name",
+        hint=hint,
+    )
 
 
 def _one_line(message: str) -> bytes:

@@ -163,11 +163,14 @@ def snapshot_tree(
                 cwd=worktree,
                 input=spec.encode("utf-8", "surrogateescape"),
                 check=False,
+                retry_transient=True,
             )
             staged = proc.returncode == 0
     if not staged:
-        run_git([*_SCAN_CONFIG, "add", "-A", "--", ".", *excludes], cwd=worktree)
-    return out(run_git(["write-tree"], cwd=worktree)).strip()
+        run_git(
+            [*_SCAN_CONFIG, "add", "-A", "--", ".", *excludes], cwd=worktree, retry_transient=True
+        )
+    return out(run_git(["write-tree"], cwd=worktree, retry_transient=True)).strip()
 
 
 def checkout(worktree: Path, commit: str) -> None:
@@ -191,7 +194,7 @@ def checkout(worktree: Path, commit: str) -> None:
                 )
         finally:
             repo.close()
-    run_git(["reset", "--hard", "--quiet", commit, "--"], cwd=worktree)
+    run_git(["reset", "--hard", "--quiet", commit, "--"], cwd=worktree, retry_transient=True)
 
 
 def diff_text(worktree_or_repo: Path, old: str, new: str, *, max_bytes: int = 200_000) -> str:
