@@ -114,6 +114,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
     base = repo.require_base()
     assert base.sha is not None
     run_id = runrefs.new_ulid()
+    runrefs.check_names_free(repo, run_id, with_branch=not spec.options.in_place)
     scratch = run_scratch_dir(run_id)
     scratch.mkdir(parents=True, exist_ok=True)
     lock = RunLock(repo, run_id)

@@ -586,15 +586,19 @@ def _held_lock_or_dir_race(err: Exception) -> bool:
 
 
 def ref_conflict_error(name: str, conflict: str) -> RepositoryError:
-    short = conflict.removeprefix("refs/heads/")
+    """A ref `conflict` stands where `name` needs a directory; git can hold only one."""
     if conflict.startswith("refs/heads/"):
-        hint = f"rename your branch, for example: git branch -m {short} {short}-branch"
-    else:
-        hint = f"rename or delete the ref {conflict} (git update-ref -d {conflict})"
+        short = conflict.removeprefix("refs/heads/")
+        return RepositoryError(
+            f"your branch {short!r} is in the way: git fabro needs the branch "
+            f"{name.removeprefix('refs/heads/')}, and git cannot hold a branch {short} "
+            f"and branches beneath {short}/ at once; nothing was created",
+            hint=f"rename your branch (git branch -m {short} <new-name>) and try again",
+        )
     return RepositoryError(
-        f"the ref {conflict} exists, so git cannot also hold {name}: "
-        "git fabro keeps its runs under that name",
-        hint=hint,
+        f"the ref {conflict} is in the way: git fabro needs {name}, and git cannot hold "
+        f"both; nothing was created",
+        hint=f"rename or delete {conflict} (git update-ref -d {conflict}) and try again",
     )
 
 

@@ -112,7 +112,7 @@ def test_a_ref_in_the_way_is_named_at_once(
     if packed:
         git(repo, "pack-refs", "--all")
     started = time.monotonic()
-    with pytest.raises(RepositoryError, match=held):
+    with pytest.raises(RepositoryError, match="in the way"):
         grepo.update_ref("refs/heads/fabro/run/01X", _head(repo), old=None, message="x")
     assert time.monotonic() - started < 1
     assert grepo.conflicting_ref("refs/heads/fabro/run/01X") == held
