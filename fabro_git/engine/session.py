@@ -397,7 +397,7 @@ async def _drive(
 ) -> RunResult:
     in_place = manifest.in_place
     if recorder is not None and resuming:
-        recorder.reconcile(cp)
+        recorder.reconcile(cp, base_sha=manifest.base_sha)
     # A process killed after the exit checkpoint may have announced run.completed in the
     # tail (now queued for the next segment); the finish must not announce it twice.
     announced = resuming and walk_finished(cp, graph) and _tail_has(scratch, cp.last_event_id, "run.completed")
@@ -557,7 +557,7 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
              message=f"run interrupted; continue it with `git fabro resume {runtime.run_id}`")
     elif status == oc.FAILED:
         current = scope.context.get("current_node")
-        if current:
+        if current and cp.pending_commit is None:
             cp.next_node_id = current
         cp.error = error
         emit("run.failed", error=error or "run failed", duration_ms=cp.active_ms, git_commit_sha=final_sha)
@@ -567,7 +567,8 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
             emit("run.completed", duration_ms=cp.active_ms, artifact_count=cp.artifact_count, status=status,
                  final_git_commit_sha=final_sha)
     cp.status = status
-    cp.pending_commit = None
+    # A pending commit left by a failed run commit stays: the stage is recorded, and
+    # resume makes (or finds) its commit before going on.
     if status in (oc.SUCCEEDED, oc.PARTIAL) and recorder is not None and recorder.worktree is not None:
         emit("sandbox.cleanup.started", provider="local")
         c0 = time.monotonic()

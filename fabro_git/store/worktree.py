@@ -41,10 +41,21 @@ _SCAN_CONFIG = (
     "advice.addIgnoredFile=false",
     "-c",
     "advice.addEmbeddedRepo=false",
+    "-c",
+    "core.sparseCheckout=false",
 )
 # A new worktree gets an index in the compact v4 format with an untracked cache, as
 # `feature.manyFiles` would give it; this applies to the worktree's own index only.
-_CREATE_CONFIG = ("-c", "index.version=4", "-c", "core.untrackedCache=true")
+# The user's sparse checkout is not the run's: with sparse checkout off for the `add`,
+# git neither copies the patterns into the new worktree nor checks out a partial tree.
+_CREATE_CONFIG = (
+    "-c",
+    "index.version=4",
+    "-c",
+    "core.untrackedCache=true",
+    "-c",
+    "core.sparseCheckout=false",
+)
 _STALE_LOCK_SECONDS = 60
 
 
@@ -120,6 +131,22 @@ def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str)
     else:
         args += [str(path), branch]
     run_git(args, cwd=repo.root)
+    _keep_full_checkout(path)
+
+
+def _keep_full_checkout(worktree: Path) -> None:
+    """Switch sparse checkout off in a new worktree's own config, when it has one.
+
+    `git sparse-checkout set` turns on per-worktree config and keeps its settings in the
+    main worktree's `config.worktree`, which `git worktree add` copies into the new one;
+    a stage running git there (an agent's `git add`) would then refuse paths outside
+    the user's cone. The new worktree's copy is ours to change; the user's is untouched.
+    Without per-worktree config the setting is shared, but no patterns were copied, and
+    git treats sparse checkout without patterns as off.
+    """
+    own = out(run_git(["rev-parse", "--git-path", "config.worktree"], cwd=worktree)).strip()
+    if (worktree / own).is_file():
+        run_git(["config", "--worktree", "core.sparseCheckout", "false"], cwd=worktree)
 
 
 def remove_worktree(repo: GitRepo, path: Path) -> None:
@@ -173,6 +200,30 @@ def snapshot_tree(
     return out(run_git(["write-tree"], cwd=worktree, retry_transient=True)).strip()
 
 
+def head_branch(worktree: Path) -> str | None:
+    """The full name of the branch the worktree's HEAD is on; None when HEAD is detached.
+
+    Read from the worktree's HEAD file: this is asked after every stage, and a git
+    process would cost more than the rest of the question.
+    """
+    from fabro_git.store.statcheck import index_path
+
+    index = index_path(Path(worktree))
+    if index is None:
+        raise StoreError(f"{worktree} is not a git worktree")
+    try:
+        head = (index.parent / "HEAD").read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise StoreError(f"cannot read the HEAD of {worktree}: {err}") from err
+    return head[len("ref: ") :] if head.startswith("ref: ") else None
+
+
+def attach_head(worktree: Path, branch_ref: str) -> None:
+    """Put the worktree's HEAD back on `branch_ref`, leaving every branch where it is
+    (the index and files are the caller's to reset)."""
+    run_git(["symbolic-ref", "HEAD", branch_ref], cwd=Path(worktree))
+
+
 def checkout(worktree: Path, commit: str) -> None:
     """Make the worktree's index and tracked files match `commit`, discarding local changes.
 
@@ -194,7 +245,11 @@ def checkout(worktree: Path, commit: str) -> None:
                 )
         finally:
             repo.close()
-    run_git(["reset", "--hard", "--quiet", commit, "--"], cwd=worktree, retry_transient=True)
+    run_git(
+        ["-c", "core.sparseCheckout=false", "reset", "--hard", "--quiet", commit, "--"],
+        cwd=worktree,
+        retry_transient=True,
+    )
 
 
 def diff_text(worktree_or_repo: Path, old: str, new: str, *, max_bytes: int = 200_000) -> str:
