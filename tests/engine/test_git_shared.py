@@ -121,3 +121,192 @@ def test_a_branch_named_fabro_is_refused_before_anything_is_made(
         git(repo, "branch", "-D", held)
     proc = run_fabro("run", "wf.fabro", cwd=repo)
     assert proc.returncode == 0, proc.stderr
+
+
+# -- stages that commit ------------------------------------------------------------------------
+
+COMMITS = """\
+digraph Commits {
+  start [shape=Mdiamond]
+  exit [shape=Msquare]
+  s1 [shape=parallelogram, script="echo a > a.txt && git add a.txt && git commit -q -m \\"stage's own\\" && echo more > m.txt"]
+  s2 [shape=parallelogram, script="echo b > b.txt"]
+  start -> s1 -> s2 -> exit
+}
+"""
+
+REWINDS = """\
+digraph Rewinds {
+  start [shape=Mdiamond]
+  exit [shape=Msquare]
+  s1 [shape=parallelogram, script="echo a > a.txt"]
+  s2 [shape=parallelogram, script="git reset -q --hard HEAD~1"]
+  start -> s1 -> s2 -> exit
+}
+"""
+
+
+def _run_id(proc: subprocess.CompletedProcess[str]) -> str:
+    return json.loads(proc.stdout.splitlines()[-1])["run_id"]
+
+
+def _checkpoint(repo: Path, run_id: str) -> dict:
+    return json.loads(git(repo, "show", f"refs/fabro/meta/{run_id}:checkpoint.json"))
+
+
+def _subjects(repo: Path, run_id: str) -> list[str]:
+    return git(repo, "log", "--first-parent", "--format=%s", "main..fabro/run/" + run_id).split(
+        "\n"
+    )[:-1]
+
+
+def test_commits_a_stage_makes_are_kept_under_its_checkpoint(repo: Path) -> None:
+    write_workflow(repo, COMMITS)
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = _run_id(proc)
+    assert _subjects(repo, run_id) == [
+        f"fabro({run_id}): exit (succeeded)",
+        f"fabro({run_id}): s2 (succeeded)",
+        f"fabro({run_id}): s1 (succeeded)",
+        "stage's own",
+        f"fabro({run_id}): start (succeeded)",
+    ]
+    own = git(repo, "rev-parse", f"fabro/run/{run_id}~3").strip()
+    assert git(repo, "rev-parse", f"fabro/run/{run_id}~2^").strip() == own
+    assert git(repo, "ls-tree", "--name-only", own).split() == ["README.md", "a.txt", "wf.fabro"]
+    files = git(repo, "ls-tree", "--name-only", f"fabro/run/{run_id}").split()
+    assert {"a.txt", "m.txt", "b.txt"} <= set(files)
+    assert _checkpoint(repo, run_id)["completed_nodes"] == ["start", "s1", "s2", "exit"]
+    assert_fsck_clean(repo)
+
+
+def test_a_stage_that_rewinds_the_run_branch_fails_clearly(repo: Path) -> None:
+    write_workflow(repo, REWINDS)
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    run_id = _run_id(proc)
+    assert f"refs/heads/fabro/run/{run_id} was moved during s2" in proc.stderr
+    assert "git update-ref" in proc.stderr
+    checkpoint = _checkpoint(repo, run_id)
+    assert checkpoint["completed_nodes"] == ["start", "s1"]
+    assert checkpoint["next_node_id"] == "s2"
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 1
+    assert "Traceback" not in resumed.stderr
+    assert "was moved while the run was stopped" in resumed.stderr
+
+
+def test_a_stage_that_switches_branch_fails_and_resume_puts_head_back(
+    repo: Path, hermetic_env: Path
+) -> None:
+    marker = hermetic_env / "switched"
+    write_workflow(
+        repo,
+        "digraph Switch {\n"
+        "  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        f'  s1 [shape=parallelogram, script="if [ ! -f {marker} ]; then touch {marker}; '
+        "git checkout -q -b other && echo o > o.txt && git add o.txt && git commit -q -m other-work; "
+        'fi; echo x > x.txt"]\n'
+        "  start -> s1 -> exit\n}\n",
+    )
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert proc.returncode == 1
+    assert "left the run's worktree on branch other" in proc.stderr
+    run_id = _run_id(proc)
+    other = git(repo, "rev-parse", "other").strip()
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert git(repo, "rev-parse", "other").strip() == other
+    assert git(repo, "log", "-1", "--format=%s", "other").strip() == "other-work"
+    assert "x.txt" in git(repo, "ls-tree", "--name-only", f"fabro/run/{run_id}").split()
+    assert _checkpoint(repo, run_id)["completed_nodes"] == ["start", "s1", "exit"]
+    assert_fsck_clean(repo)
+
+
+def test_kill_after_a_stages_own_commit_then_resume(repo: Path, hermetic_env: Path) -> None:
+    marker = hermetic_env / "killed"
+    write_workflow(
+        repo,
+        "digraph Killed {\n"
+        "  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  s1 [shape=parallelogram, script="echo a > a.txt && git add a.txt && '
+        'git commit -q -m \\"stage\'s own\\" && '
+        f'if [ ! -f {marker} ]; then touch {marker}; kill -9 $PPID; exit 0; fi"]\n'
+        '  s2 [shape=parallelogram, script="echo b > b.txt"]\n'
+        "  start -> s1 -> s2 -> exit\n}\n",
+    )
+    proc = run_fabro("run", "wf.fabro", cwd=repo)
+    assert proc.returncode != 0 and marker.exists()
+    (run_id,) = [r["run_id"] for r in _ps(repo)]
+    cut_off = git(repo, "rev-parse", f"fabro/run/{run_id}").strip()
+    assert git(repo, "log", "-1", "--format=%s", cut_off).strip() == "stage's own"
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _subjects(repo, run_id) == [
+        f"fabro({run_id}): exit (succeeded)",
+        f"fabro({run_id}): s2 (succeeded)",
+        f"fabro({run_id}): s1 (succeeded)",
+        "stage's own",
+        f"fabro({run_id}): start (succeeded)",
+    ]
+    assert _checkpoint(repo, run_id)["completed_nodes"] == ["start", "s1", "s2", "exit"]
+    assert cut_off in git(repo, "reflog", "--format=%H", f"fabro/run/{run_id}")
+    assert_fsck_clean(repo)
+
+
+# -- the user's sparse checkout ----------------------------------------------------------------
+
+
+def test_a_sparse_checkout_in_the_users_repository_does_not_limit_the_run(repo: Path) -> None:
+    (repo / "inside").mkdir()
+    (repo / "inside" / "i.txt").write_text("in\n")
+    (repo / "outside").mkdir()
+    (repo / "outside" / "o.txt").write_text("out\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "two dirs")
+    write_workflow(
+        repo,
+        "digraph Sparse {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  s1 [shape=parallelogram, script="echo new > outside/new.txt && echo changed > outside/o.txt"]\n'
+        '  s2 [shape=parallelogram, script="test -f outside/new.txt && echo seen > inside/seen.txt"]\n'
+        "  start -> s1 -> s2 -> exit\n}\n",
+    )
+    git(repo, "sparse-checkout", "set", "inside")
+    assert not (repo / "outside").exists()
+    config = git(repo, "config", "--list", "--show-origin")
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = _run_id(proc)
+    tip = f"fabro/run/{run_id}"
+    assert git(repo, "show", f"{tip}:outside/new.txt") == "new\n"
+    assert git(repo, "show", f"{tip}:outside/o.txt") == "changed\n"
+    assert git(repo, "show", f"{tip}:inside/seen.txt") == "seen\n"
+    # The user's checkout and settings are as they were.
+    assert git(repo, "config", "--list", "--show-origin") == config
+    assert not (repo / "outside").exists()
+    assert git(repo, "sparse-checkout", "list").split() == ["inside"]
+
+
+def test_a_tree_git_cannot_record_fails_the_run_with_gits_message(repo: Path) -> None:
+    write_workflow(
+        repo,
+        "digraph Unrecordable {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  s1 [shape=parallelogram, script="echo fine > fine.txt"]\n'
+        '  s2 [shape=parallelogram, script="git init -q nested && echo x > x.txt"]\n'
+        '  s3 [shape=parallelogram, script="echo never > never.txt"]\n'
+        "  start -> s1 -> s2 -> s3 -> exit\n}\n",
+    )
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert "'nested/' does not have a commit checked out" in proc.stderr
+    run_id = _run_id(proc)
+    assert json.loads(proc.stdout.splitlines()[-1])["status"] == "failed"
+    checkpoint = _checkpoint(repo, run_id)
+    assert checkpoint["status"] == "failed"
+    assert checkpoint["completed_nodes"] == ["start", "s1"]
+    assert checkpoint["next_node_id"] == "s2"
+    assert "does not have a commit checked out" in checkpoint["error"]
+    assert _subjects(repo, run_id)[0] == f"fabro({run_id}): s1 (succeeded)"
