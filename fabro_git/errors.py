@@ -83,6 +83,11 @@ class RefRaceError(StoreError):
     """A compare-and-swap ref update lost a race: the ref moved underneath us."""
 
 
+class MissingObject(StoreError):
+    """An object a ref leads to is not in the repository (a `git gc --prune=now` while a
+    run was writing can remove objects no ref pointed at yet)."""
+
+
 class ToolMissing(FabroError):
     """An external program the command needs is not installed."""
 

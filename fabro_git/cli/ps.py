@@ -26,8 +26,11 @@ def run(*, json_output: bool) -> int:
             rows.append(read_row(repo, name[len(prefix):], sha))
         except StoreError as exc:
             # One broken ref must not hide every other run.
-            print(f"warning: skipped {name}: it does not point at a metadata snapshot ({exc.message})", file=sys.stderr)
-            print(f"hint: look at it with `git show {sha}`; if it is not a run, delete it with `git update-ref -d {name}`", file=sys.stderr)
+            from fabro_git.engine.session import unreadable_meta
+
+            problem = unreadable_meta(name[len(prefix) :], sha, exc)
+            print(f"warning: skipped {name}: {problem.message}", file=sys.stderr)
+            print(f"hint: {problem.hint}", file=sys.stderr)
     rows.sort(key=lambda r: r.run_id, reverse=True)
     out = sys.stdout
     if json_output:

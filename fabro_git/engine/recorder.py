@@ -221,7 +221,9 @@ class Recorder:
         branch = runrefs.run_branch_name(self.run_id)
         head = wt.head_branch(self.worktree)
         if head != self.run_ref:
-            where = f"on branch {head.removeprefix('refs/heads/')}" if head else "on a detached HEAD"
+            where = (
+                f"on branch {head.removeprefix('refs/heads/')}" if head else "on a detached HEAD"
+            )
             raise StoreError(
                 f"{node_id} left the run's worktree {where}; a stage may commit on {branch} "
                 "but must not switch branches",
@@ -309,6 +311,7 @@ class Recorder:
         """
         if self.run_tip is None:
             return
+        self.repo.commit_info(self.run_tip)  # MissingObject when gc took it
         if self.worktree is not None and (self.worktree / ".git").exists():
             with contextlib.suppress(FabroError):
                 if wt.head_branch(self.worktree) != self.run_ref:
@@ -323,7 +326,9 @@ class Recorder:
                 cp.pending_commit = pending = None
         if self.run_tip != expected:
             if not self.repo.is_ancestor(expected, self.run_tip):
-                raise self._moved("while the run was stopped", expected=expected, found=self.run_tip)
+                raise self._moved(
+                    "while the run was stopped", expected=expected, found=self.run_tip
+                )
             self.repo.update_ref(
                 self.run_ref,
                 expected,

@@ -37,7 +37,7 @@ from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime, now_iso, walk_finished
-from fabro_git.errors import ConfigError, FabroError, StoreError
+from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.catalogue import CATALOGUE
 from fabro_git.store import runs as runrefs
@@ -261,9 +261,23 @@ def load_run(repo: GitRepo, run_id: str) -> tuple[Manifest, Checkpoint, str, str
 
 def unreadable_meta(run_id: str, meta: str, exc: StoreError) -> FabroError:
     ref = runrefs.meta_ref(run_id)
+    if isinstance(exc, MissingObject):
+        return missing_object_error(run_id, ref, meta, exc)
     return FabroError(
         f"run {run_id}: {ref} does not point at a metadata snapshot ({exc.message})",
         hint=f"look at it with `git show {meta}`; if it is not a run, delete it with `git update-ref -d {ref}`",
+    )
+
+
+def missing_object_error(run_id: str, ref: str, sha: str, exc: StoreError) -> FabroError:
+    """A run ref that leads to an object git no longer has, and the ways back."""
+    return FabroError(
+        f"run {run_id}: {ref} points at {sha[:12]}, but part of it is missing from the "
+        f"repository ({exc.message}); a `git gc --prune=now` while the run was writing "
+        "can do this",
+        hint=f"if a remote has the run, delete the ref (`git update-ref -d {ref}`) and fetch "
+        f"it again (`git fabro fetch`); otherwise delete the ref, or point it back at an "
+        f"earlier state from `git reflog show {ref}`",
     )
 
 
@@ -397,7 +411,10 @@ async def _drive(
 ) -> RunResult:
     in_place = manifest.in_place
     if recorder is not None and resuming:
-        recorder.reconcile(cp, base_sha=manifest.base_sha)
+        try:
+            recorder.reconcile(cp, base_sha=manifest.base_sha)
+        except MissingObject as exc:
+            raise missing_object_error(run_id, recorder.run_ref, recorder.run_tip or "", exc) from exc
     # A process killed after the exit checkpoint may have announced run.completed in the
     # tail (now queued for the next segment); the finish must not announce it twice.
     announced = resuming and walk_finished(cp, graph) and _tail_has(scratch, cp.last_event_id, "run.completed")

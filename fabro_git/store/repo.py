@@ -34,7 +34,7 @@ from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
 from dulwich.refs import Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion
 
-from fabro_git.errors import RefRaceError, RepositoryError, StoreError
+from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError
 from fabro_git.store._gitcli import out, run_git
 from fabro_git.store.backoff import DEADLINE_SECONDS, retrying
 
@@ -341,7 +341,7 @@ class GitRepo:
         mode, sha = entry
         if mode & 0o170000 == 0o040000 or mode == 0o160000:
             return None
-        blob = self._repo.object_store[sha]
+        blob = self._object(sha.decode(), "blob")
         return blob.as_raw_string() if isinstance(blob, Blob) else None
 
     def list_dir(self, commit: str, path: str) -> list[str] | None:
@@ -395,14 +395,17 @@ class GitRepo:
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         a = self._commit(ancestor).id
         d = self._commit(descendant).id
-        return bool(can_fast_forward(self._repo, a, d))
+        try:
+            return bool(can_fast_forward(self._repo, a, d))
+        except KeyError as err:
+            raise MissingObject(
+                f"the history between {ancestor[:12]} and {descendant[:12]} is incomplete: "
+                f"commit {err.args[0]!r} is missing from {self.git_dir}"
+            ) from err
 
     def tree(self, sha: str) -> Tree:
         """The parsed tree object `sha` (store-internal: dulwich types stay in `store`)."""
-        try:
-            obj = self._repo.object_store[ObjectID(sha.encode())]
-        except KeyError as err:
-            raise StoreError(f"tree {sha} is missing from {self.git_dir}") from err
+        obj = self._object(sha, "tree")
         if not isinstance(obj, Tree):
             raise StoreError(f"{sha} is a {obj.type_name.decode()}, not a tree")
         return obj
@@ -411,13 +414,25 @@ class GitRepo:
         sha = rev if valid_hexsha(rev) else self.read_ref(rev)
         if sha is None:
             raise StoreError(f"{rev} is neither a commit id nor an existing ref")
-        try:
-            obj = self._repo.object_store[ObjectID(sha.encode())]
-        except (KeyError, ValueError) as err:
-            raise StoreError(f"commit {sha} is missing from {self.git_dir}") from err
+        obj = self._object(sha, "commit")
         if not isinstance(obj, Commit):
             raise StoreError(f"{sha} is a {obj.type_name.decode()}, not a commit")
         return obj
+
+    def _object(self, sha: str, kind: str) -> ShaFile:
+        store = self._repo.object_store
+        try:
+            return store[ObjectID(sha.encode())]
+        except KeyError:
+            pass
+        except ValueError as err:
+            raise MissingObject(f"{kind} {sha} is missing from {self.git_dir}") from err
+        try:
+            # A `git repack` may have moved it from a loose file into a pack between the
+            # two places dulwich looked; one more look finds it there.
+            return store[ObjectID(sha.encode())]
+        except (KeyError, ValueError) as err:
+            raise MissingObject(f"{kind} {sha} is missing from {self.git_dir}") from err
 
     def _lookup(self, commit: str, path: str) -> tuple[int, ObjectID] | None:
         mode, sha = 0o040000, self._commit(commit).tree

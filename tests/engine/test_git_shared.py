@@ -310,3 +310,45 @@ def test_a_tree_git_cannot_record_fails_the_run_with_gits_message(repo: Path) ->
     assert checkpoint["next_node_id"] == "s2"
     assert "does not have a commit checked out" in checkpoint["error"]
     assert _subjects(repo, run_id)[0] == f"fabro({run_id}): s1 (succeeded)"
+
+
+# -- refs that lead to objects git no longer has -----------------------------------------------
+
+
+def _delete_object(repo: Path, sha: str) -> None:
+    path = repo / ".git" / "objects" / sha[:2] / sha[2:]
+    assert path.is_file(), f"{sha} is not a loose object"
+    path.unlink()
+
+
+def test_refs_to_missing_objects_are_named_with_the_way_back(repo: Path) -> None:
+    write_workflow(
+        repo,
+        "digraph Fails {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  s1 [shape=parallelogram, script="echo a > a.txt"]\n'
+        '  s2 [shape=parallelogram, script="exit 3"]\n'
+        "  start -> s1 -> s2 -> exit\n}\n",
+    )
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert proc.returncode == 1
+    run_id = _run_id(proc)
+    branch = f"refs/heads/fabro/run/{run_id}"
+    _delete_object(repo, git(repo, "rev-parse", branch).strip())
+    for args in (("inspect", run_id), ("resume", run_id)):
+        proc = run_fabro(*args, cwd=repo)
+        assert "Traceback" not in proc.stderr and "bad object" not in proc.stderr
+        assert f"{branch} points at" in proc.stderr and "is missing" in proc.stderr
+        assert f"git update-ref -d {branch}" in proc.stderr
+    assert proc.returncode == 1  # resume
+
+    meta = f"refs/fabro/meta/{run_id}"
+    (repo / ".git" / meta).write_text("0123456789abcdef0123456789abcdef01234567\n")
+    proc = run_fabro("ps", cwd=repo)
+    assert proc.returncode == 0
+    assert f"skipped {meta}" in proc.stderr and f"git update-ref -d {meta}" in proc.stderr
+    for args in (("logs", run_id), ("inspect", run_id), ("resume", run_id)):
+        proc = run_fabro(*args, cwd=repo)
+        assert proc.returncode == 1, args
+        assert "Traceback" not in proc.stderr and "bad object" not in proc.stderr
+        assert f"{meta} points at 0123456789ab" in proc.stderr
+        assert "git fabro fetch" in proc.stderr and f"git update-ref -d {meta}" in proc.stderr
