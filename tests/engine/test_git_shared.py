@@ -352,3 +352,33 @@ def test_refs_to_missing_objects_are_named_with_the_way_back(repo: Path) -> None
         assert "Traceback" not in proc.stderr and "bad object" not in proc.stderr
         assert f"{meta} points at 0123456789ab" in proc.stderr
         assert "git fabro fetch" in proc.stderr and f"git update-ref -d {meta}" in proc.stderr
+
+
+def test_a_run_commit_that_fails_after_the_checkpoint_is_made_on_resume(repo: Path) -> None:
+    # s2 leaves a lock on its own run branch behind, as a crashed git would: the stage
+    # is recorded in the meta snapshot, and then its run commit cannot be made.
+    lock = '\\"$(git rev-parse --git-common-dir)/refs/heads/fabro/run/$FABRO_RUN_ID.lock\\"'
+    write_workflow(
+        repo,
+        "digraph Locked {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  s1 [shape=parallelogram, script="echo a > a.txt"]\n'
+        f'  s2 [shape=parallelogram, script="echo b > b.txt && touch {lock}"]\n'
+        '  s3 [shape=parallelogram, script="echo c > c.txt"]\n'
+        "  start -> s1 -> s2 -> s3 -> exit\n}\n",
+    )
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert proc.returncode == 1
+    assert "stayed locked" in proc.stderr and "Traceback" not in proc.stderr
+    run_id = _run_id(proc)
+    checkpoint = _checkpoint(repo, run_id)
+    assert checkpoint["completed_nodes"] == ["start", "s1", "s2"]
+    assert checkpoint["next_node_id"] == "s3"
+    assert checkpoint["pending_commit"]["node_id"] == "s2"
+    (repo / ".git" / "refs" / "heads" / "fabro" / "run" / f"{run_id}.lock").unlink()
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _checkpoint(repo, run_id)["completed_nodes"] == ["start", "s1", "s2", "s3", "exit"]
+    assert _subjects(repo, run_id) == [
+        f"fabro({run_id}): {node} (succeeded)" for node in ("exit", "s3", "s2", "s1", "start")
+    ]
+    assert_fsck_clean(repo)
