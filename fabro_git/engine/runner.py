@@ -581,12 +581,14 @@ class Runtime:
             node_label=node.label,
         )
 
-
     def _forget_unrecorded_stage(self, scope: Scope) -> None:
         """The stage's checkpoint never reached git: put the walk back to the last one
         that did, so the failure snapshot, and the resume after it, hold the stage once
         (as the one to run again), not as done and then again as done."""
-        durable = self.recorder.durable_checkpoint() if self.recorder else None
+        try:
+            durable = self.recorder.durable_checkpoint() if self.recorder else None
+        except FabroError:
+            durable = None  # git cannot even read it back; the failure says why
         if durable is None:
             return
         cp = self.cp
