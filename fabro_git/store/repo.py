@@ -485,26 +485,34 @@ class GitRepo:
         if self._repo.object_store.contains_packed(obj.id):
             return sha
         data = obj.as_legacy_object(compression_level=_LOOSE_COMPRESSION)
-        fd, tmp = self._open_temp(path.parent, sha[:2])
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            fd, tmp = self._open_temp(path.parent, sha[:2])
             try:
-                os.link(tmp, path)
-            except FileExistsError:
-                pass  # another process wrote the same object: same bytes
-            except OSError:
-                os.replace(tmp, path)  # filesystems without hard links
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass  # another process wrote the same object: same bytes
+                except OSError:
+                    os.replace(tmp, path)  # filesystems without hard links
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        except OSError as err:
+            raise StoreError(f"cannot write object {sha} to {self._objects_dir}: {err}") from err
         return sha
 
     def _open_temp(self, fanout: Path, prefix: str) -> tuple[int, str]:
         """Create a new temporary object file in `fanout`, read-only from the start."""
         for _ in range(_TEMP_ATTEMPTS):
             if prefix not in self._fanout_dirs:
-                fanout.mkdir(exist_ok=True)
+                try:
+                    fanout.mkdir(exist_ok=True)
+                except FileExistsError:
+                    # mkdir found it, and then `git prune` removed it before mkdir could
+                    # check that it is a directory: make it again.
+                    continue
                 self._fanout_dirs.add(prefix)
             tmp = str(fanout / f"tmp_obj_{os.getpid()}_{next(_tmp_counter)}")
             try:
