@@ -29,13 +29,15 @@ _FIRST_DELAY = 0.005
 _MAX_DELAY = 0.25
 
 # What git prints when another git process holds a lock (index.lock, a ref's lock,
-# packed-refs.lock: "cannot lock ref ...: Unable to create '....lock': File exists") or
-# just removed an object directory. Not "cannot lock ref ...: is at X but expected Y":
-# that is a lost compare-and-swap.
+# packed-refs.lock: "cannot lock ref ...: Unable to create '....lock': File exists"),
+# just removed an object directory, or (`git worktree prune`, run by `git gc`) removed
+# the admin directory of a worktree that `git worktree add` was still setting up.
+# Not "cannot lock ref ...: is at X but expected Y": that is a lost compare-and-swap.
 _TRANSIENT_GIT = re.compile(
     r"unable to create temporary file"
     r"|Unable to create '[^']*\.lock': File exists"
     r"|unable to write (?:loose )?object"
+    r"|could not (?:open|create) '[^']*worktrees/[^']*' for writing"
 )
 
 

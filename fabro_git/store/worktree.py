@@ -130,7 +130,8 @@ def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str)
         args += ["--detach", str(path), commit]
     else:
         args += [str(path), branch]
-    run_git(args, cwd=repo.root)
+    # A failed `worktree add` removes what it made, so trying again is safe.
+    run_git(args, cwd=repo.root, retry_transient=True)
     _keep_full_checkout(path)
 
 

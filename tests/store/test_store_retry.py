@@ -132,5 +132,9 @@ def test_transient_git_messages() -> None:
     assert not is_transient_git_failure(
         "error: cannot lock ref 'refs/heads/x': is at 1111 but expected 2222"
     )
+    assert is_transient_git_failure(
+        "fatal: could not open '.git/worktrees/worktree2/locked' for writing: "
+        "No such file or directory"
+    )
     assert not is_transient_git_failure("fatal: pathspec 'x' did not match any files")
     assert not is_transient_git_failure("error: invalid path 'a/.git/b'")
