@@ -382,3 +382,27 @@ def test_a_run_commit_that_fails_after_the_checkpoint_is_made_on_resume(repo: Pa
         f"fabro({run_id}): {node} (succeeded)" for node in ("exit", "s3", "s2", "s1", "start")
     ]
     assert_fsck_clean(repo)
+
+
+def test_a_branch_stage_git_cannot_record_fails_its_branch(repo: Path) -> None:
+    write_workflow(
+        repo,
+        "digraph Fanned {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        "  fan [shape=component]\n"
+        '  b1 [shape=parallelogram, script="echo b1 > b1.txt"]\n'
+        '  b2 [shape=parallelogram, script="git init -q nested && echo b2 > b2.txt"]\n'
+        "  join [shape=tripleoctagon]\n"
+        "  start -> fan\n  fan -> b1\n  fan -> b2\n  b1 -> join\n  b2 -> join\n"
+        "  join -> exit\n}\n",
+    )
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert "Traceback" not in proc.stderr
+    run_id = _run_id(proc)
+    results = json.loads(
+        git(repo, "show", f"refs/fabro/meta/{run_id}:nodes/fan/parallel_results.json")
+    )
+    branches = {branch["id"]: branch for branch in results}
+    assert branches["b2"]["status"] == "failed", branches
+    assert "'nested/' does not have a commit checked out" in branches["b2"]["error"]
+    assert branches["b1"]["status"] == "succeeded"
+    assert _checkpoint(repo, run_id)["node_outcomes"]["fan"]["status"] == "partially_succeeded"
