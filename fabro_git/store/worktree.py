@@ -246,11 +246,34 @@ def checkout(worktree: Path, commit: str) -> None:
                 )
         finally:
             repo.close()
+    _undo_sparse_checkout(worktree)
     run_git(
         ["-c", "core.sparseCheckout=false", "reset", "--hard", "--quiet", commit, "--"],
         cwd=worktree,
         retry_transient=True,
     )
+
+
+def _undo_sparse_checkout(worktree: Path) -> None:
+    """Give a worktree that was checked out sparse (before runs turned sparse checkout
+    off for their worktrees) its full tree back.
+
+    Entries a sparse checkout left out are marked skip-worktree in the index; `git add`
+    ignores them, so a stage's new version of such a file would never be recorded, and
+    `git reset --hard` keeps the marks. Clearing them lets the reset write the files.
+    """
+    setting = run_git(["config", "--type=bool", "core.sparseCheckout"], cwd=worktree, check=False)
+    if out(setting).strip() != "true":
+        return
+    _keep_full_checkout(worktree)
+    listing = out(run_git(["ls-files", "-t", "-z"], cwd=worktree)).split("\0")
+    skipped = [entry[2:] for entry in listing if entry.startswith("S ")]
+    if skipped:
+        run_git(
+            ["update-index", "--no-skip-worktree", "-z", "--stdin"],
+            cwd=worktree,
+            input=("\0".join(skipped) + "\0").encode("utf-8", "surrogateescape"),
+        )
 
 
 def diff_text(worktree_or_repo: Path, old: str, new: str, *, max_bytes: int = 200_000) -> str:

@@ -406,3 +406,33 @@ def test_a_branch_stage_git_cannot_record_fails_its_branch(repo: Path) -> None:
     assert "'nested/' does not have a commit checked out" in branches["b2"]["error"]
     assert branches["b1"]["status"] == "succeeded"
     assert _checkpoint(repo, run_id)["node_outcomes"]["fan"]["status"] == "partially_succeeded"
+
+
+def test_resume_gives_a_worktree_made_sparse_its_full_tree_back(
+    repo: Path, hermetic_env: Path
+) -> None:
+    (repo / "inside").mkdir()
+    (repo / "inside" / "i.txt").write_text("in\n")
+    (repo / "outside").mkdir()
+    (repo / "outside" / "o.txt").write_text("out\n")
+    git(repo, "add", ".")
+    git(repo, "commit", "-q", "-m", "two dirs")
+    go = hermetic_env / "go"
+    write_workflow(
+        repo,
+        "digraph Sparse {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        f'  s1 [shape=parallelogram, script="test -f {go} && mkdir -p outside && '
+        'echo changed > outside/o.txt"]\n'
+        "  start -> s1 -> exit\n}\n",
+    )
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert proc.returncode == 1
+    run_id = _run_id(proc)
+    # The run's worktree checked out sparse, as one made before runs turned it off.
+    worktree = Path(os.environ["FABRO_HOME"]) / "runs" / run_id / "worktree"
+    git(worktree, "sparse-checkout", "set", "inside")
+    assert not (worktree / "outside").exists()
+    go.write_text("")
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert git(repo, "show", f"fabro/run/{run_id}:outside/o.txt") == "changed\n"
