@@ -146,6 +146,11 @@ def disk_full_message(text: str) -> bool:
     return any(marker in text for marker in DISK_FULL_MESSAGES)
 
 
+class MissingObject(StoreError):
+    """An object a ref leads to is not in the repository (a `git gc --prune=now` while a
+    run was writing can remove objects no ref pointed at yet)."""
+
+
 class ToolMissing(FabroError):
     """An external program the command needs is not installed."""
 

@@ -83,14 +83,11 @@ def all_rows(repo: Any, *, warn: bool = True) -> list[RunRow]:
             rows.append(read_row(repo, name[len(prefix) :], sha))
         except StoreError as exc:
             if warn:
-                print(
-                    f"warning: skipped {name}: it does not point at a metadata snapshot ({exc.message})",
-                    file=sys.stderr,
-                )
-                print(
-                    f"hint: look at it with `git show {sha}`; if it is not a run, delete it with `git update-ref -d {name}`",
-                    file=sys.stderr,
-                )
+                from fabro_git.engine.session import unreadable_meta
+
+                problem = unreadable_meta(name[len(prefix) :], sha, exc)
+                print(f"warning: skipped {name}: {problem.message}", file=sys.stderr)
+                print(f"hint: {problem.hint}", file=sys.stderr)
     rows.sort(key=lambda r: r.run_id, reverse=True)
     return rows
 

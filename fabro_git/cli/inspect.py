@@ -23,6 +23,15 @@ def run(run_id: str, *, json_output: bool) -> int:
     live = is_live(Path(repo.git_dir), full_id)
     status = effective_status(cp.status, live)
     run_tip = repo.read_ref(runrefs.run_branch_ref(full_id))
+    if run_tip is not None:
+        from fabro_git.engine.session import missing_object_error
+        from fabro_git.errors import MissingObject
+
+        try:
+            repo.commit_info(run_tip)
+        except MissingObject as exc:
+            problem = missing_object_error(full_id, runrefs.run_branch_ref(full_id), run_tip, exc)
+            print(f"warning: {problem.message}\nhint: {problem.hint}", file=sys.stderr)
     scratch = run_scratch_dir(Path(repo.git_dir), full_id)
     doc = {
         "run_id": full_id,

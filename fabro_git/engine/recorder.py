@@ -21,6 +21,7 @@ come from the bus, which masked them when they were emitted.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -28,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from fabro_git import redact
-from fabro_git.engine.checkpoint import Checkpoint, PendingCommit, encode
-from fabro_git.errors import DiskFull, FabroError
+from fabro_git.engine.checkpoint import Checkpoint, PendingCommit, decode_checkpoint, encode
+from fabro_git.errors import DiskFull, FabroError, RefRaceError, StoreError
 from fabro_git.events.bus import last_event_id
 from fabro_git.store import runs as runrefs
 from fabro_git.store import statcheck
@@ -189,6 +190,13 @@ class Recorder:
         )
         return result.commit_sha
 
+    def durable_checkpoint(self) -> Checkpoint | None:
+        """The checkpoint of the last snapshot git holds."""
+        if self.meta_tip is None:
+            return None
+        data = self.repo.read_file(self.meta_tip, "checkpoint.json")
+        return decode_checkpoint(data) if data is not None else None
+
     def _requeue(self, segment: bytes) -> None:
         requeue = getattr(self, "requeue", None)
         if requeue is not None:
@@ -197,22 +205,72 @@ class Recorder:
     # -- the stage cycle --------------------------------------------------------------
 
     def stage_tree(self, node_id: str, changed_paths: list[str] | None = None) -> str | None:
-        """Step 1: the worktree as a tree object. None when there is no worktree or git failed."""
+        """Step 1: the worktree as a tree object; None when the run has no worktree.
+
+        Commits the stage made itself on the run branch are adopted first. StoreError,
+        with git's message, when the tree cannot be recorded: the stage's work must
+        not go missing behind a success.
+        """
         if self.worktree is None or self.run_tip is None:
             return None
-        if self._last_scan is not None and statcheck.unchanged(self.worktree, self._last_scan[1]):
-            return self._last_scan[0]
         try:
+            self._adopt_stage_commits(node_id)
+            if self._last_scan is not None and statcheck.unchanged(
+                self.worktree, self._last_scan[1]
+            ):
+                return self._last_scan[0]
             tree = wt.snapshot_tree(
                 self.worktree, exclude_globs=self.exclude_globs, changed_paths=changed_paths
             )
         except DiskFull:
             raise
         except FabroError as err:
-            self._commit_failed(node_id, f"could not stage the worktree: {err}")
-            return None
+            message = f"could not record the files of {node_id}: {err}"
+            self._commit_failed(node_id, message)
+            raise StoreError(message) from err
         self._last_scan = (tree, statcheck.index_stamp(self.worktree))
         return tree
+
+    def _adopt_stage_commits(self, node_id: str) -> None:
+        """Agent CLIs commit in their worktree, which moves the run branch: commits that
+        build on the expected tip are kept, and the checkpoint commit goes on top. Any
+        other move (rewound, rewritten, replaced, HEAD taken elsewhere) is refused."""
+        assert self.worktree is not None and self.run_tip is not None
+        branch = runrefs.run_branch_name(self.run_id)
+        head = wt.head_branch(self.worktree)
+        if head != self.run_ref:
+            where = (
+                f"on branch {head.removeprefix('refs/heads/')}" if head else "on a detached HEAD"
+            )
+            raise StoreError(
+                f"{node_id} left the run's worktree {where}; a stage may commit on {branch} "
+                "but must not switch branches",
+                hint=f"`git fabro resume {self.run_id}` puts the worktree back on {branch} "
+                "and runs the stage again; other branches are left as they are",
+            )
+        tip = self.repo.read_ref(self.run_ref)
+        if tip == self.run_tip:
+            return
+        if tip is None or not self.repo.is_ancestor(self.run_tip, tip):
+            raise self._moved(f"during {node_id}", expected=self.run_tip, found=tip)
+        self.emit(
+            "run.notice",
+            level="info",
+            code="stage_commits_adopted",
+            message=f"{node_id} committed on {branch} itself ({self.run_tip[:12]}..{tip[:12]}); "
+            "its commits are kept and the checkpoint commit goes on top",
+        )
+        self.run_tip = tip
+
+    def _moved(self, when: str, *, expected: str, found: str | None) -> RefRaceError:
+        now = f"to {found[:12]}" if found else "away (it was deleted)"
+        return RefRaceError(
+            f"{self.run_ref} was moved {when} from {expected[:12]} {now}, which does not "
+            "build on it; a stage may add commits on top of the run branch, but not rewind, "
+            "rewrite or replace it",
+            hint=f"put it back with `git update-ref {self.run_ref} {expected}`, "
+            f"then `git fabro resume {self.run_id}`",
+        )
 
     def commit_pending(self, cp: Checkpoint, *, node_label: str | None = None) -> str | None:
         """Step 3: make the run-branch commit named by `cp.pending_commit`."""
@@ -264,17 +322,71 @@ class Recorder:
 
     # -- resume ----------------------------------------------------------------------
 
-    def reconcile(self, cp: Checkpoint) -> None:
-        """Finish a cycle that a crash cut between the meta snapshot and the run commit."""
+    def reconcile(self, cp: Checkpoint, *, base_sha: str) -> None:
+        """Bring the run branch in line with the last checkpoint git holds, on resume.
+
+        A crash between the meta snapshot and the run commit leaves a pending commit:
+        it is made now, or found if it was made. Commits a stage made itself before it
+        was cut off are set aside (the branch goes back to its checkpoint, and the
+        stage runs again from there); they stay in the branch's reflog. Any other move
+        of the branch is refused.
+        """
+        if self.run_tip is None:
+            return
+        self.repo.commit_info(self.run_tip)  # MissingObject when gc took it
+        if self.worktree is not None and (self.worktree / ".git").exists():
+            with contextlib.suppress(FabroError):
+                if wt.head_branch(self.worktree) != self.run_ref:
+                    wt.attach_head(self.worktree, self.run_ref)
         pending = cp.pending_commit
-        if pending is None:
-            return
-        if self.run_tip == pending.parent:
+        expected = cp.git_commit_sha or base_sha
+        if pending is not None:
+            expected = pending.parent
+            made = self._find_pending_commit(pending)
+            if made is not None:
+                cp.git_commit_sha = expected = made
+                cp.pending_commit = pending = None
+        if self.run_tip != expected:
+            if not self.repo.is_ancestor(expected, self.run_tip):
+                raise self._moved(
+                    "while the run was stopped", expected=expected, found=self.run_tip
+                )
+            self.repo.update_ref(
+                self.run_ref,
+                expected,
+                old=self.run_tip,
+                message=f"fabro: resume sets aside commits of a cut-off stage ({self.run_tip[:12]})",
+            )
+            self.emit(
+                "run.notice",
+                level="warn",
+                code="stage_commits_set_aside",
+                message=f"{runrefs.run_branch_name(self.run_id)} held commits of a stage that was "
+                f"cut off ({expected[:12]}..{self.run_tip[:12]}); the stage runs again from its "
+                f"checkpoint, and `git reflog show {runrefs.run_branch_name(self.run_id)}` "
+                "still finds them",
+            )
+            self.run_tip = expected
+        if pending is not None:
             self.commit_pending(cp)
-            return
-        # The commit was made; adopt it.
-        cp.git_commit_sha = self.run_tip
-        cp.pending_commit = None
+
+    def _find_pending_commit(self, pending: PendingCommit) -> str | None:
+        """The run commit for `pending`, if the cycle made it before it was cut off: on
+        the branch's first-parent line, between its tip and the pending parent."""
+        assert self.run_tip is not None
+        for count, info in enumerate(self.repo.iter_log(self.run_tip)):
+            if info.sha == pending.parent or count > _RECONCILE_WALK_LIMIT:
+                return None
+            if (
+                info.parents[:1] == (pending.parent,)
+                and info.trailers.get("Fabro-Run") == self.run_id
+                and info.trailers.get("Fabro-Completed") == str(pending.completed)
+            ):
+                return info.sha
+        return None
+
+
+_RECONCILE_WALK_LIMIT = 10_000
 
 
 def _ms(started: float) -> int:

@@ -609,7 +609,11 @@ class Runtime:
             # These stages run no user code, so the tree cannot have changed: skip the scan.
             tree = self._tip_tree(recorder.run_tip)
         else:
-            tree = recorder.stage_tree(node.id)
+            try:
+                tree = recorder.stage_tree(node.id)
+            except FabroError as err:
+                self._forget_unrecorded_stage(scope)
+                raise RunFailed(str(err)) from err
         recorder.plan_commit(cp, node.id, result.status, tree, self.merge_parents)
         self.merge_parents = []
         scope_kw = {"node_id": node.id, "node_label": node.label, "stage_id": f"{node.id}@{visit}"}
@@ -617,6 +621,7 @@ class Runtime:
         if meta_sha is None:
             self.pending_files = {**files, **self.pending_files}
             cp.pending_commit = None
+            self._forget_unrecorded_stage(scope)
             # Going on would pile stages onto a record git does not hold (and end with a
             # success nothing backs); stop, so resume redoes this stage from the last
             # checkpoint git does hold.
@@ -645,6 +650,36 @@ class Runtime:
             node_id=node.id,
             node_label=node.label,
         )
+
+    def _forget_unrecorded_stage(self, scope: Scope) -> None:
+        """The stage's checkpoint never reached git: put the walk back to the last one
+        that did, so the failure snapshot, and the resume after it, hold the stage once
+        (as the one to run again), not as done and then again as done."""
+        try:
+            durable = self.recorder.durable_checkpoint() if self.recorder else None
+        except FabroError:
+            durable = None  # git cannot even read it back; the failure says why
+        if durable is None:
+            return
+        cp = self.cp
+        cp.current_node = durable.current_node
+        cp.completed_nodes[:] = durable.completed_nodes
+        for name in (
+            "node_visits",
+            "node_retries",
+            "node_outcomes",
+            "loop_failure_signatures",
+            "restart_failure_signatures",
+        ):
+            mine = getattr(cp, name)  # the scope holds these very objects: change in place
+            mine.clear()
+            mine.update(getattr(durable, name))
+        current = scope.context.get("current_node")
+        for key in list(scope.context):
+            scope.context.remove(key)
+        scope.context.update(durable.context_values)
+        if current is not None:
+            scope.context.set("current_node", current)
 
 
 _WALK_NAMES = {"main": "the run", "branch": "its parallel branch", "child": "its child workflow"}

@@ -37,7 +37,7 @@ from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime, now_iso, walk_finished
-from fabro_git.errors import ConfigError, FabroError, StoreError
+from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.catalogue import CATALOGUE
 from fabro_git.store import runs as runrefs
@@ -115,6 +115,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
     base = repo.require_base()
     assert base.sha is not None
     run_id = runrefs.new_ulid()
+    runrefs.check_names_free(repo, run_id, with_branch=not spec.options.in_place)
     scratch = make_private_dir(run_scratch_dir(repo.git_dir, run_id))
     lock = RunLock(repo, run_id)
     lock.acquire()
@@ -259,9 +260,23 @@ def load_run(repo: GitRepo, run_id: str) -> tuple[Manifest, Checkpoint, str, str
 
 def unreadable_meta(run_id: str, meta: str, exc: StoreError) -> FabroError:
     ref = runrefs.meta_ref(run_id)
+    if isinstance(exc, MissingObject):
+        return missing_object_error(run_id, ref, meta, exc)
     return FabroError(
         f"run {run_id}: {ref} does not point at a metadata snapshot ({exc.message})",
         hint=f"look at it with `git show {meta}`; if it is not a run, delete it with `git update-ref -d {ref}`",
+    )
+
+
+def missing_object_error(run_id: str, ref: str, sha: str, exc: StoreError) -> FabroError:
+    """A run ref that leads to an object git no longer has, and the ways back."""
+    return FabroError(
+        f"run {run_id}: {ref} points at {sha[:12]}, but part of it is missing from the "
+        f"repository ({exc.message}); a `git gc --prune=now` while the run was writing "
+        "can do this",
+        hint=f"if a remote has the run, delete the ref (`git update-ref -d {ref}`) and fetch "
+        f"it again (`git fabro fetch`); otherwise delete the ref, or point it back at an "
+        f"earlier state from `git reflog show {ref}`",
     )
 
 
@@ -428,7 +443,10 @@ async def _drive(
         tail = scratch / "events.jsonl"
         cut_off = cutoff.find_cut_off(cutoff.since_checkpoint(repo, meta, cp, tail))
     if recorder is not None and resuming:
-        recorder.reconcile(cp)
+        try:
+            recorder.reconcile(cp, base_sha=manifest.base_sha)
+        except MissingObject as exc:
+            raise missing_object_error(run_id, recorder.run_ref, recorder.run_tip or "", exc) from exc
     # A process killed after the exit checkpoint may have announced run.completed in the
     # tail (now queued for the next segment); the finish must not announce it twice.
     announced = resuming and walk_finished(cp, graph) and _tail_has(scratch, cp.last_event_id, "run.completed")
@@ -604,7 +622,7 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
              message=f"run interrupted; continue it with `git fabro resume {runtime.run_id}`")
     elif status == oc.FAILED:
         current = scope.context.get("current_node")
-        if current:
+        if current and cp.pending_commit is None:
             cp.next_node_id = current
         cp.error = error
         emit("run.failed", error=error or "run failed", duration_ms=cp.active_ms, git_commit_sha=final_sha)
@@ -614,7 +632,8 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
             emit("run.completed", duration_ms=cp.active_ms, artifact_count=cp.artifact_count, status=status,
                  final_git_commit_sha=final_sha)
     cp.status = status
-    cp.pending_commit = None
+    # A pending commit left by a failed run commit stays: the stage is recorded, and
+    # resume makes (or finds) its commit before going on.
     if status in (oc.SUCCEEDED, oc.PARTIAL) and recorder is not None and recorder.worktree is not None:
         emit("sandbox.cleanup.started", provider="local")
         c0 = time.monotonic()

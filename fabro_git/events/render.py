@@ -425,8 +425,8 @@ class ProgressRenderer:
             case "checkpoint.failed":
                 return [
                     _Line(
-                        f"warning: checkpoint of {node or 'run'} failed: {_short(p.get('error', ''), 200)}",
-                        "yellow",
+                        f"error: checkpoint of {node or 'run'} failed: {_short(p.get('error', ''), 200)}",
+                        "red",
                     )
                 ]
             case "metadata.snapshot.failed":

@@ -69,7 +69,9 @@ async def _walk_branch(req: StageRequest, scope: Scope, start: str) -> tuple[str
         visit = runtime._enter(scope, node)
         result = await runtime.execute_stage(scope, node, visit)
         status = result.status
-        _commit_branch_stage(req, scope, node.id, result.status)
+        unrecorded = _commit_branch_stage(req, scope, node.id, result.status)
+        if unrecorded is not None:
+            return oc.FAILED, None, unrecorded
         decision = runtime.route(scope, node, result)
         if decision.error is not None:
             return oc.FAILED, None, decision.error
@@ -77,12 +79,14 @@ async def _walk_branch(req: StageRequest, scope: Scope, start: str) -> tuple[str
     return status, None, None
 
 
-def _commit_branch_stage(req: StageRequest, scope: Scope, node_id: str, status: str) -> None:
+def _commit_branch_stage(req: StageRequest, scope: Scope, node_id: str, status: str) -> str | None:
+    """Commit the branch stage's worktree on the branch's ref; the error when git could
+    not, which fails the branch (its work must not go missing from the fan-in)."""
     from fabro_git.store import worktree as wt
 
     runtime = req.runtime
     if runtime.recorder is None or scope.ref is None or scope.tip is None:
-        return
+        return None
     try:
         tree = wt.snapshot_tree(scope.worktree, exclude_globs=runtime.recorder.exclude_globs)
         message = runtime.recorder.redactor.mask_text(
@@ -94,10 +98,12 @@ def _commit_branch_stage(req: StageRequest, scope: Scope, node_id: str, status: 
     except DiskFull:
         raise  # the whole run stops at its last checkpoint, not just this branch
     except FabroError as err:
-        runtime.emit("checkpoint.failed", error=f"branch commit failed: {err}", node_id=node_id)
-        return
+        error = f"could not record the files of {node_id}: {err}"
+        runtime.emit("checkpoint.failed", error=error, node_id=node_id)
+        return error
     scope.tip = sha
     runtime.emit("git.commit", sha=sha, node_id=node_id)
+    return None
 
 
 def _fresh_refs_name(runtime: Any, node_id: str, visit: int) -> str:

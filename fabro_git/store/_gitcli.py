@@ -46,8 +46,45 @@ def run_git(
     input: bytes | None = None,
     check: bool = True,
     env: Mapping[str, str] | None = None,
+    retry_transient: bool = False,
 ) -> subprocess.CompletedProcess[bytes]:
-    """Run `git ARGS` in `cwd`, capturing output. StoreError (with git's stderr) on failure."""
+    """Run `git ARGS` in `cwd`, capturing output. StoreError (with git's stderr) on failure.
+
+    With `retry_transient`, a failure git blames on another git process (a held lock, a
+    directory removed by `git prune`) is retried with a bounded backoff first; use it
+    only for commands that are safe to run twice.
+    """
+    if not retry_transient:
+        proc = _run_once(args, cwd, input, env)
+    else:
+        from fabro_git.store.backoff import is_transient_git_failure, retrying
+
+        def attempt() -> subprocess.CompletedProcess[bytes]:
+            proc = _run_once(args, cwd, input, env)
+            if proc.returncode != 0 and is_transient_git_failure(
+                proc.stderr.decode("utf-8", "replace")
+            ):
+                raise _TransientFailure(proc)
+            return proc
+
+        try:
+            proc = retrying(attempt, transient=lambda err: isinstance(err, _TransientFailure))
+        except _TransientFailure as err:
+            proc = err.proc
+    if check and proc.returncode != 0:
+        raise git_failure(args, cwd, proc)
+    return proc
+
+
+class _TransientFailure(Exception):
+    def __init__(self, proc: subprocess.CompletedProcess[bytes]) -> None:
+        super().__init__("transient git failure")
+        self.proc = proc
+
+
+def _run_once(
+    args: Sequence[str], cwd: Path, input: bytes | None, env: Mapping[str, str] | None
+) -> subprocess.CompletedProcess[bytes]:
     try:
         proc = subprocess.run(
             ["git", *args],
@@ -63,8 +100,6 @@ def run_git(
         raise ToolMissing(
             "git is not installed or not on PATH", hint="install git 2.31 or newer"
         ) from err
-    if check and proc.returncode != 0:
-        raise git_failure(args, cwd, proc)
     return proc
 
 

@@ -34,13 +34,13 @@ from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
 from dulwich.refs import Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion
 
-from fabro_git.errors import RefRaceError, RepositoryError, StoreError, disk_full_in
+from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError, disk_full_in
 from fabro_git.store._gitcli import out, run_git
+from fabro_git.store.backoff import DEADLINE_SECONDS, retrying
 
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
 FALLBACK_NAME = "git fabro"
 FALLBACK_EMAIL = "fabro@localhost"
-_DIR_RACE_RETRIES = 5
 _TEMP_ATTEMPTS = 100
 _tmp_counter = itertools.count()
 _SMALL_DIFF_FILES = 20
@@ -215,56 +215,49 @@ class GitRepo:
         ident = self.committer()
         refs = self._repo.refs
         log_dir = (self.git_dir / "logs" / name).parent
-        for attempt in range(_DIR_RACE_RETRIES):
+
+        def attempt() -> bool:
             try:
                 # dulwich creates missing reflog directories one mkdir at a time and
                 # fails if another process creates one first; make them up front.
                 log_dir.mkdir(parents=True, exist_ok=True)
-                if old is None:
-                    ok = refs.add_if_new(
-                        ref,
-                        ObjectID(new.encode()),
-                        committer=ident.raw,
-                        timestamp=ident.time,
-                        timezone=ident.tz_offset,
-                        message=_one_line(message),
-                    )
-                else:
-                    ok = refs.set_if_equals(
-                        ref,
-                        ObjectID(old.encode()),
-                        ObjectID(new.encode()),
-                        committer=ident.raw,
-                        timestamp=ident.time,
-                        timezone=ident.tz_offset,
-                        message=_one_line(message),
-                    )
-                break
-            except FileLocked as err:
-                raise RefRaceError(
-                    f"{name} is locked by another process; it was not updated",
-                    hint="another git fabro or git command is writing this ref; retry",
-                ) from err
-            except (FileNotFoundError, FileExistsError) as err:
-                # A concurrent ref deletion removed a directory it thought empty while we
-                # were creating a ref beneath it. The lock was abandoned with nothing
-                # written, so trying again is safe.
-                if attempt + 1 == _DIR_RACE_RETRIES:
-                    raise StoreError(f"cannot update {name}: {err}") from err
-            except OSError as err:
-                raise (disk_full_in(err) or StoreError(f"cannot update {name}: {err}")) from err
+            except (FileExistsError, NotADirectoryError):
+                conflict = self.conflicting_ref(name)
+                if conflict is not None:
+                    raise ref_conflict_error(name, conflict) from None
+                raise
+            if old is None:
+                return refs.add_if_new(
+                    ref,
+                    ObjectID(new.encode()),
+                    committer=ident.raw,
+                    timestamp=ident.time,
+                    timezone=ident.tz_offset,
+                    message=_one_line(message),
+                )
+            return refs.set_if_equals(
+                ref,
+                ObjectID(old.encode()),
+                ObjectID(new.encode()),
+                committer=ident.raw,
+                timestamp=ident.time,
+                timezone=ident.tz_offset,
+                message=_one_line(message),
+            )
+
+        with self._ref_errors(name, "updated"):
+            ok = retrying(attempt, transient=_held_lock_or_dir_race)
         if not ok:
             raise self._race(name, expected=old)
 
     def delete_ref(self, name: str, *, old: str, message: str) -> None:
         """Delete `name` if it still points at `old`. Like git, this drops its reflog too."""
         ref = _checked_ref(name)
-        try:
-            ok = self._repo.refs.remove_if_equals(ref, ObjectID(old.encode()))
-        except FileLocked as err:
-            raise RefRaceError(f"{name} is locked by another process; it was not deleted") from err
-        except OSError as err:
-            raise (disk_full_in(err) or StoreError(f"cannot delete {name}: {err}")) from err
+        with self._ref_errors(name, "deleted"):
+            ok = retrying(
+                lambda: self._repo.refs.remove_if_equals(ref, ObjectID(old.encode())),
+                transient=_held_lock_or_dir_race,
+            )
         if not ok:
             raise self._race(name, expected=old)
         # `message` has nowhere to go: git removes a ref's reflog with the ref, and a
@@ -280,6 +273,41 @@ class GitRepo:
                 parent.rmdir()
             except OSError:
                 break
+
+    @contextlib.contextmanager
+    def _ref_errors(self, name: str, done: str) -> Iterator[None]:
+        """Turn what is left after the retries into errors that say what to do."""
+        try:
+            yield
+        except FileLocked as err:
+            lock = self.git_dir / f"{name}.lock"
+            raise RefRaceError(
+                f"{name} stayed locked by another process for {DEADLINE_SECONDS:g}s; "
+                f"it was not {done}",
+                hint=f"if no git command is running in {self.root}, a crashed one left "
+                f"{lock} behind: delete that file and retry",
+            ) from err
+        except (NotADirectoryError, FileExistsError) as err:
+            conflict = self.conflicting_ref(name)
+            if conflict is None:
+                raise StoreError(f"cannot update {name}: {err}") from err
+            raise ref_conflict_error(name, conflict) from err
+        except OSError as err:
+            raise (disk_full_in(err) or StoreError(f"cannot update {name}: {err}")) from err
+
+    def conflicting_ref(self, name: str) -> str | None:
+        """An existing ref whose name is a directory of `name` (git cannot hold both
+        `refs/heads/a` and `refs/heads/a/b`), loose or packed; None if there is none."""
+        parts = name.split("/")
+        for end in range(2, len(parts)):
+            prefix = "/".join(parts[:end])
+            if prefix in ("refs", "refs/heads", "refs/tags", "refs/remotes"):
+                continue
+            if (self.git_dir / prefix).is_file():
+                return prefix
+            if prefix.encode() in self._repo.refs.get_packed_refs():
+                return prefix
+        return None
 
     def _race(self, name: str, *, expected: str | None) -> RefRaceError:
         current = self.read_ref(name)
@@ -313,7 +341,7 @@ class GitRepo:
         mode, sha = entry
         if mode & 0o170000 == 0o040000 or mode == 0o160000:
             return None
-        blob = self._repo.object_store[sha]
+        blob = self._object(sha.decode(), "blob")
         return blob.as_raw_string() if isinstance(blob, Blob) else None
 
     def list_dir(self, commit: str, path: str) -> list[str] | None:
@@ -375,14 +403,17 @@ class GitRepo:
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         a = self._commit(ancestor).id
         d = self._commit(descendant).id
-        return bool(can_fast_forward(self._repo, a, d))
+        try:
+            return bool(can_fast_forward(self._repo, a, d))
+        except KeyError as err:
+            raise MissingObject(
+                f"the history between {ancestor[:12]} and {descendant[:12]} is incomplete: "
+                f"commit {err.args[0]!r} is missing from {self.git_dir}"
+            ) from err
 
     def tree(self, sha: str) -> Tree:
         """The parsed tree object `sha` (store-internal: dulwich types stay in `store`)."""
-        try:
-            obj = self._repo.object_store[ObjectID(sha.encode())]
-        except KeyError as err:
-            raise StoreError(f"tree {sha} is missing from {self.git_dir}") from err
+        obj = self._object(sha, "tree")
         if not isinstance(obj, Tree):
             raise StoreError(f"{sha} is a {obj.type_name.decode()}, not a tree")
         return obj
@@ -391,13 +422,25 @@ class GitRepo:
         sha = rev if valid_hexsha(rev) else self.read_ref(rev)
         if sha is None:
             raise StoreError(f"{rev} is neither a commit id nor an existing ref")
-        try:
-            obj = self._repo.object_store[ObjectID(sha.encode())]
-        except (KeyError, ValueError) as err:
-            raise StoreError(f"commit {sha} is missing from {self.git_dir}") from err
+        obj = self._object(sha, "commit")
         if not isinstance(obj, Commit):
             raise StoreError(f"{sha} is a {obj.type_name.decode()}, not a commit")
         return obj
+
+    def _object(self, sha: str, kind: str) -> ShaFile:
+        store = self._repo.object_store
+        try:
+            return store[ObjectID(sha.encode())]
+        except KeyError:
+            pass
+        except ValueError as err:
+            raise MissingObject(f"{kind} {sha} is missing from {self.git_dir}") from err
+        try:
+            # A `git repack` may have moved it from a loose file into a pack between the
+            # two places dulwich looked; one more look finds it there.
+            return store[ObjectID(sha.encode())]
+        except (KeyError, ValueError) as err:
+            raise MissingObject(f"{kind} {sha} is missing from {self.git_dir}") from err
 
     def _lookup(self, commit: str, path: str) -> tuple[int, ObjectID] | None:
         mode, sha = 0o040000, self._commit(commit).tree
@@ -450,26 +493,34 @@ class GitRepo:
         if self._repo.object_store.contains_packed(obj.id):
             return sha
         data = obj.as_legacy_object(compression_level=_LOOSE_COMPRESSION)
-        fd, tmp = self._open_temp(path.parent, sha[:2])
         try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
+            fd, tmp = self._open_temp(path.parent, sha[:2])
             try:
-                os.link(tmp, path)
-            except FileExistsError:
-                pass  # another process wrote the same object: same bytes
-            except OSError:
-                os.replace(tmp, path)  # filesystems without hard links
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                try:
+                    os.link(tmp, path)
+                except FileExistsError:
+                    pass  # another process wrote the same object: same bytes
+                except OSError:
+                    os.replace(tmp, path)  # filesystems without hard links
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+        except OSError as err:
+            raise StoreError(f"cannot write object {sha} to {self._objects_dir}: {err}") from err
         return sha
 
     def _open_temp(self, fanout: Path, prefix: str) -> tuple[int, str]:
         """Create a new temporary object file in `fanout`, read-only from the start."""
         for _ in range(_TEMP_ATTEMPTS):
             if prefix not in self._fanout_dirs:
-                fanout.mkdir(exist_ok=True)
+                try:
+                    fanout.mkdir(exist_ok=True)
+                except FileExistsError:
+                    # mkdir found it, and then `git prune` removed it before mkdir could
+                    # check that it is a directory: make it again.
+                    continue
                 self._fanout_dirs.add(prefix)
             tmp = str(fanout / f"tmp_obj_{os.getpid()}_{next(_tmp_counter)}")
             try:
@@ -566,6 +617,30 @@ def _checked_ref(name: str) -> Ref:
     if not name.startswith("refs/") or not check_ref_format(Ref(name[5:].encode())):
         raise StoreError(f"{name!r} is not a valid full ref name (refs/...)")
     return Ref(name.encode())
+
+
+def _held_lock_or_dir_race(err: Exception) -> bool:
+    """A ref lock held by another git process, or a reflog directory that a concurrent
+    ref deletion removed (or created) while we were making it: wait and try again.
+    A lost compare-and-swap is not an exception at all, so it is never retried."""
+    return isinstance(err, FileLocked | FileNotFoundError | FileExistsError)
+
+
+def ref_conflict_error(name: str, conflict: str) -> RepositoryError:
+    """A ref `conflict` stands where `name` needs a directory; git can hold only one."""
+    if conflict.startswith("refs/heads/"):
+        short = conflict.removeprefix("refs/heads/")
+        return RepositoryError(
+            f"your branch {short!r} is in the way: git fabro needs the branch "
+            f"{name.removeprefix('refs/heads/')}, and git cannot hold a branch {short} "
+            f"and branches beneath {short}/ at once; nothing was created",
+            hint=f"rename your branch (git branch -m {short} <new-name>) and try again",
+        )
+    return RepositoryError(
+        f"the ref {conflict} is in the way: git fabro needs {name}, and git cannot hold "
+        f"both; nothing was created",
+        hint=f"rename or delete {conflict} (git update-ref -d {conflict}) and try again",
+    )
 
 
 def _one_line(message: str) -> bytes:

@@ -15,7 +15,7 @@ import time
 
 from fabro_git.errors import AmbiguousRunId, RunNotFound, StoreError
 from fabro_git.store import remote as _remote
-from fabro_git.store.repo import GitRepo
+from fabro_git.store.repo import GitRepo, ref_conflict_error
 
 META_PREFIX = "refs/fabro/meta/"
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
@@ -42,6 +42,16 @@ def parallel_ref(run_id: str, node_id: str, branch_index: int) -> str:
     # Its own namespace, so it can never sit beneath the run branch or the meta ref
     # (git refuses `a/b/c` next to a ref `a/b`).
     return f"{PARALLEL_PREFIX}{run_id}/{node_id}/{branch_index}"
+
+
+def check_names_free(repo: GitRepo, run_id: str, *, with_branch: bool) -> None:
+    """Refuse, before anything is written, when an existing ref (a user's branch named
+    `fabro`, say) sits where one of the run's refs needs a directory."""
+    names = [meta_ref(run_id)] + ([run_branch_ref(run_id)] if with_branch else [])
+    for name in names:
+        conflict = repo.conflicting_ref(name)
+        if conflict is not None:
+            raise ref_conflict_error(name, conflict)
 
 
 def list_run_ids(repo: GitRepo) -> list[str]:

@@ -42,10 +42,21 @@ _SCAN_CONFIG = (
     "advice.addIgnoredFile=false",
     "-c",
     "advice.addEmbeddedRepo=false",
+    "-c",
+    "core.sparseCheckout=false",
 )
 # A new worktree gets an index in the compact v4 format with an untracked cache, as
 # `feature.manyFiles` would give it; this applies to the worktree's own index only.
-_CREATE_CONFIG = ("-c", "index.version=4", "-c", "core.untrackedCache=true")
+# The user's sparse checkout is not the run's: with sparse checkout off for the `add`,
+# git neither copies the patterns into the new worktree nor checks out a partial tree.
+_CREATE_CONFIG = (
+    "-c",
+    "index.version=4",
+    "-c",
+    "core.untrackedCache=true",
+    "-c",
+    "core.sparseCheckout=false",
+)
 _STALE_LOCK_SECONDS = 60
 
 
@@ -119,7 +130,24 @@ def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str)
         args += ["--detach", str(path), commit]
     else:
         args += [str(path), branch]
-    run_git(args, cwd=repo.root)
+    # A failed `worktree add` removes what it made, so trying again is safe.
+    run_git(args, cwd=repo.root, retry_transient=True)
+    _keep_full_checkout(path)
+
+
+def _keep_full_checkout(worktree: Path) -> None:
+    """Switch sparse checkout off in a new worktree's own config, when it has one.
+
+    `git sparse-checkout set` turns on per-worktree config and keeps its settings in the
+    main worktree's `config.worktree`, which `git worktree add` copies into the new one;
+    a stage running git there (an agent's `git add`) would then refuse paths outside
+    the user's cone. The new worktree's copy is ours to change; the user's is untouched.
+    Without per-worktree config the setting is shared, but no patterns were copied, and
+    git treats sparse checkout without patterns as off.
+    """
+    own = out(run_git(["rev-parse", "--git-path", "config.worktree"], cwd=worktree)).strip()
+    if (worktree / own).is_file():
+        run_git(["config", "--worktree", "core.sparseCheckout", "false"], cwd=worktree)
 
 
 def remove_worktree(repo: GitRepo, path: Path) -> None:
@@ -163,11 +191,38 @@ def snapshot_tree(
                 cwd=worktree,
                 input=spec.encode("utf-8", "surrogateescape"),
                 check=False,
+                retry_transient=True,
             )
             staged = proc.returncode == 0
     if not staged:
-        run_git([*_SCAN_CONFIG, "add", "-A", "--", ".", *excludes], cwd=worktree)
-    return out(run_git(["write-tree"], cwd=worktree)).strip()
+        run_git(
+            [*_SCAN_CONFIG, "add", "-A", "--", ".", *excludes], cwd=worktree, retry_transient=True
+        )
+    return out(run_git(["write-tree"], cwd=worktree, retry_transient=True)).strip()
+
+
+def head_branch(worktree: Path) -> str | None:
+    """The full name of the branch the worktree's HEAD is on; None when HEAD is detached.
+
+    Read from the worktree's HEAD file: this is asked after every stage, and a git
+    process would cost more than the rest of the question.
+    """
+    from fabro_git.store.statcheck import index_path
+
+    index = index_path(Path(worktree))
+    if index is None:
+        raise StoreError(f"{worktree} is not a git worktree")
+    try:
+        head = (index.parent / "HEAD").read_text(encoding="utf-8").strip()
+    except OSError as err:
+        raise StoreError(f"cannot read the HEAD of {worktree}: {err}") from err
+    return head[len("ref: ") :] if head.startswith("ref: ") else None
+
+
+def attach_head(worktree: Path, branch_ref: str) -> None:
+    """Put the worktree's HEAD back on `branch_ref`, leaving every branch where it is
+    (the index and files are the caller's to reset)."""
+    run_git(["symbolic-ref", "HEAD", branch_ref], cwd=Path(worktree))
 
 
 def checkout(worktree: Path, commit: str) -> None:
@@ -191,7 +246,34 @@ def checkout(worktree: Path, commit: str) -> None:
                 )
         finally:
             repo.close()
-    run_git(["reset", "--hard", "--quiet", commit, "--"], cwd=worktree)
+    _undo_sparse_checkout(worktree)
+    run_git(
+        ["-c", "core.sparseCheckout=false", "reset", "--hard", "--quiet", commit, "--"],
+        cwd=worktree,
+        retry_transient=True,
+    )
+
+
+def _undo_sparse_checkout(worktree: Path) -> None:
+    """Give a worktree that was checked out sparse (before runs turned sparse checkout
+    off for their worktrees) its full tree back.
+
+    Entries a sparse checkout left out are marked skip-worktree in the index; `git add`
+    ignores them, so a stage's new version of such a file would never be recorded, and
+    `git reset --hard` keeps the marks. Clearing them lets the reset write the files.
+    """
+    setting = run_git(["config", "--type=bool", "core.sparseCheckout"], cwd=worktree, check=False)
+    if out(setting).strip() != "true":
+        return
+    _keep_full_checkout(worktree)
+    listing = out(run_git(["ls-files", "-t", "-z"], cwd=worktree)).split("\0")
+    skipped = [entry[2:] for entry in listing if entry.startswith("S ")]
+    if skipped:
+        run_git(
+            ["update-index", "--no-skip-worktree", "-z", "--stdin"],
+            cwd=worktree,
+            input=("\0".join(skipped) + "\0").encode("utf-8", "surrogateescape"),
+        )
 
 
 def remove_untracked(worktree: Path, *, exclude_globs: Sequence[str] = ()) -> None:
