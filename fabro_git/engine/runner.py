@@ -32,7 +32,7 @@ from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.retry import policy_for
 from fabro_git.engine.stage import StageRequest
-from fabro_git.errors import FabroError, disk_full_in
+from fabro_git.errors import DiskFull, FabroError, disk_full_in
 from fabro_git.workflow import Graph, Node
 
 
@@ -611,6 +611,9 @@ class Runtime:
         else:
             try:
                 tree = recorder.stage_tree(node.id)
+            except DiskFull:
+                self._forget_unrecorded_stage(scope)
+                raise  # the run stops resumable, as for every other full-disk write
             except FabroError as err:
                 self._forget_unrecorded_stage(scope)
                 raise RunFailed(str(err)) from err

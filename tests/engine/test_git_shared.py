@@ -12,6 +12,8 @@ from pathlib import Path
 
 from conftest import assert_fsck_clean, git, run_fabro, write_workflow
 
+from fabro_git.config.locations import run_scratch_dir
+
 STAGES = 15
 
 
@@ -429,7 +431,7 @@ def test_resume_gives_a_worktree_made_sparse_its_full_tree_back(
     assert proc.returncode == 1
     run_id = _run_id(proc)
     # The run's worktree checked out sparse, as one made before runs turned it off.
-    worktree = Path(os.environ["FABRO_HOME"]) / "runs" / run_id / "worktree"
+    worktree = run_scratch_dir(repo / ".git", run_id) / "worktree"
     git(worktree, "sparse-checkout", "set", "inside")
     assert not (worktree / "outside").exists()
     go.write_text("")
