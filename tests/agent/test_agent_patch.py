@@ -138,7 +138,7 @@ def test_a_hunk_that_does_not_match_names_the_lines() -> None:
 def test_hunks_out_of_order_do_not_apply() -> None:
     [operation] = parse(patch("*** Update File: f", "@@", "-b", "+B", "@@", "-a", "+A"))
     assert isinstance(operation, UpdateFile)
-    with pytest.raises(PatchError, match="hunk 2: .* after the earlier hunks"):
+    with pytest.raises(PatchError, match=r"hunk 2: .* after the earlier hunks"):
         apply_hunks("a\nb\n", operation.hunks, "f")
 
 
@@ -151,11 +151,11 @@ def test_a_missing_hint_is_reported() -> None:
 
 def test_plan_refuses_adding_an_existing_file_and_touching_a_missing_one() -> None:
     existing = {"a.txt": "x\n"}
-    with pytest.raises(PatchError, match="cannot add a.txt: it exists"):
+    with pytest.raises(PatchError, match=r"cannot add a\.txt: it exists"):
         plan(parse(patch("*** Add File: a.txt", "+y")), existing.get)
-    with pytest.raises(PatchError, match="cannot delete b.txt: no such file"):
+    with pytest.raises(PatchError, match=r"cannot delete b\.txt: no such file"):
         plan(parse(patch("*** Delete File: b.txt")), existing.get)
-    with pytest.raises(PatchError, match="cannot update b.txt: no such file"):
+    with pytest.raises(PatchError, match=r"cannot update b\.txt: no such file"):
         plan(parse(patch("*** Update File: b.txt", "@@", "-x", "+y")), existing.get)
 
 
