@@ -19,6 +19,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import msgspec
 import trio
@@ -157,7 +158,7 @@ async def _stop_group(process: trio.Process) -> None:
         return
     with trio.move_on_after(TERM_GRACE):
         # poll() reaps the leader, whose zombie would otherwise keep the group alive.
-        while process.poll() is None or _signal_group(pgid, 0):
+        while process.poll() is None or _group_alive(pgid):
             await trio.sleep(0.05)
         return
     _signal_group(pgid, signal.SIGKILL)
@@ -172,3 +173,23 @@ def _signal_group(pgid: int, sig: int) -> bool:
     except PermissionError:
         return False
     return True
+
+
+def _group_alive(pgid: int) -> bool:
+    """True while a process of the group runs. Zombies do not count: a job orphaned by
+    the command is reaped by init, which in a container may never happen."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return _signal_group(pgid, 0)
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        # Fields after the parenthesised command name: state, ppid, pgrp, ...
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False

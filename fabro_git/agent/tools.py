@@ -292,7 +292,7 @@ async def shell(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
     if result.timed_out:
         return ToolOutcome(output=result.output, is_error=True)
     footer = f"[exit code {result.exit_code}; {result.duration_ms} ms]"
-    text = f"{result.output}\n{footer}" if result.output else footer
+    text = f"{result.output.rstrip(chr(10))}\n{footer}" if result.output else footer
     return ToolOutcome(output=text)
 
 
