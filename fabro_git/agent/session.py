@@ -74,7 +74,7 @@ from fabro_git.events.catalogue import (
 from fabro_git.events.envelope import EventProps
 from fabro_git.llm import catalogue, usage
 from fabro_git.llm.client import RetryPolicy, complete
-from fabro_git.llm.errors import LlmError
+from fabro_git.llm.errors import ContextTooLong, LlmError
 from fabro_git.llm.types import (
     Message,
     ReasoningEffort,
@@ -99,6 +99,10 @@ CHARS_PER_TOKEN = 4
 LOOP_WARNING = (
     "Loop detected: your last {window} tool calls repeat the same pattern and are not "
     "making progress. Stop and try a different approach."
+)
+INTERRUPTED = (
+    "This tool call was interrupted (the stage was cancelled) before it finished; "
+    "it may have partly run. Check its effects before relying on them."
 )
 SUMMARY_REQUEST = (
     "The conversation is about to be shortened. Write a summary of the work so far that "
@@ -295,6 +299,7 @@ class AgentSession:
         status `cancelled` with what was done.
         """
         self._status = "cancelled"
+        self._usage, self._cost, self._turns, self._text, self._error = Usage(), None, 0, "", None
         self._emit(AgentSessionStarted(provider=self.target.provider, model=self.target.model))
         try:
             self._emit(
@@ -311,6 +316,7 @@ class AgentSession:
                 self._emit(
                     AgentSkillActivated(skill_name=skill.name, source="slash", visit=self.visit)
                 )
+            self._close_interrupted_round()
             self.conversation.messages.append(
                 Message.user(f"{preamble.rstrip()}\n\n{text}" if preamble.strip() else text)
             )
@@ -387,6 +393,24 @@ class AgentSession:
             sections.append(self.system_prompt)
         return "\n\n".join(sections)
 
+    def _close_interrupted_round(self) -> None:
+        """Answer the calls of a round a cancellation cut short: every provider refuses a
+        conversation whose tool calls have no results."""
+        messages = self.conversation.messages
+        if messages and messages[-1].role == "assistant" and messages[-1].tool_calls:
+            messages.append(
+                Message.tool(
+                    [
+                        ToolResult(
+                            tool_call_id=call.id,
+                            content=INTERRUPTED,
+                            is_error=True,
+                        )
+                        for call in messages[-1].tool_calls
+                    ]
+                )
+            )
+
     def _skill_used(self, skill: skill_files.Skill) -> None:
         self._emit(AgentSkillActivated(skill_name=skill.name, source="tool", visit=self.visit))
 
@@ -397,8 +421,14 @@ class AgentSession:
             if self.limits.max_turns and self._turns >= self.limits.max_turns:
                 self._emit(AgentTurnLimit(max_turns=self.limits.max_turns))
                 return "turn_limit"
-            await self._compact_if_needed(system)
-            response = await self._ask(system)
+            await self._compact(system)
+            try:
+                response = await self._ask(system)
+            except ContextTooLong:
+                # The estimate was short of the provider's count: compact now, once.
+                if not await self._compact(system, force=True):
+                    raise
+                response = await self._ask(system)
             self._turns += 1
             self.conversation.turns += 1
             self.conversation.messages.append(response.as_message())
@@ -509,21 +539,24 @@ class AgentSession:
             return base + sum(_chars(m) for m in messages[counted:]) // CHARS_PER_TOKEN
         return (len(system) + sum(_chars(m) for m in messages)) // CHARS_PER_TOKEN
 
-    async def _compact_if_needed(self, system: str) -> None:
+    async def _compact(self, system: str, *, force: bool = False) -> bool:
+        """Summarise the older turns when the next request would come near the context
+        window (or, with `force`, because the provider said it was too long). True if
+        the history was shortened."""
         window = self.context_window
-        if window is None:
-            return
         estimate = self.estimated_tokens(system)
-        if estimate < window * COMPACTION_SHARE:
-            return
+        if not force and (window is None or estimate < window * COMPACTION_SHARE):
+            return False
         messages = self.conversation.messages
         starts = [i for i, m in enumerate(messages) if m.role == "assistant"]
         keep = self.limits.compaction_keep_turns
         if len(starts) <= keep:
-            return  # nothing old enough to summarise
+            return False  # nothing old enough to summarise
         cut = starts[-keep] if keep else len(messages)
         older, preserved = messages[:cut], messages[cut:]
-        self._emit(AgentCompactionStarted(estimated_tokens=estimate, context_window_size=window))
+        self._emit(
+            AgentCompactionStarted(estimated_tokens=estimate, context_window_size=window or 0)
+        )
         summary = await complete(
             self._request(system, [*older, Message.user(SUMMARY_REQUEST)]),
             self.target,
@@ -559,3 +592,4 @@ class AgentSession:
                 tracked_file_count=len(files),
             )
         )
+        return True

@@ -34,6 +34,7 @@ GREP_MAX_RESULTS = 1000
 GREP_LINE_CHARS = 500
 GLOB_MAX_RESULTS = 2000
 BINARY_PROBE = 8192
+MAX_READ_BYTES = 16 * 1024 * 1024
 
 
 class ToolOutcome(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,15 +92,29 @@ def _in_thread(body: Callable[[dict[str, Any], ToolContext], str]) -> Runner:
 # ---------------------------------------------------------------------------- files
 
 
-def _read_text(real: Path, shown: str) -> str:
+def _read_text(real: Path, shown: str, *, for_edit: bool = False) -> str:
+    """The file's text. A file to be rewritten must be valid UTF-8: decoding with
+    replacement characters and writing back would corrupt it."""
     if not real.exists():
         raise ToolError(f"{shown}: no such file")
     if real.is_dir():
         raise ToolError(f"{shown}: is a directory (use glob to list it)")
+    if real.stat().st_size > MAX_READ_BYTES:
+        raise ToolError(
+            f"{shown}: is larger than {MAX_READ_BYTES // (1024 * 1024)} MiB; "
+            "use grep or the shell (head, sed -n) to look at parts of it"
+        )
     data = real.read_bytes()
     if b"\x00" in data[:BINARY_PROBE]:
         raise ToolError(f"{shown}: is a binary file")
-    return data.decode("utf-8", errors="replace")
+    if not for_edit:
+        return data.decode("utf-8", errors="replace")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ToolError(
+            f"{shown}: is not UTF-8 text ({exc.reason} at byte {exc.start}); change it with the shell"
+        ) from exc
 
 
 def read_file(arguments: dict[str, Any], context: ToolContext) -> str:
@@ -140,7 +155,7 @@ def edit_file(arguments: dict[str, Any], context: ToolContext) -> str:
     old, new = arguments["old_string"], arguments["new_string"]
     replace_all = bool(arguments.get("replace_all", False))
     real = context.workspace.resolve(shown)
-    text = _read_text(real, shown)
+    text = _read_text(real, shown, for_edit=True)
     if not old:
         raise ToolError("old_string is empty; to write a whole file use write_file")
     if old == new:
@@ -171,7 +186,7 @@ def apply_patch(arguments: dict[str, Any], context: ToolContext) -> str:
 
     def read(path: str) -> str | None:
         real = context.workspace.resolve(path)
-        return _read_text(real, path) if real.exists() else None
+        return _read_text(real, path, for_edit=True) if real.exists() else None
 
     try:
         changes = v4a.plan(operations, read)

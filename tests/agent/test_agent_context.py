@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from llm_server import Reply, ToolUse
+from llm_server import Fault, Reply, ToolUse
 
 from fabro_git.agent.memory import BUDGET_BYTES
 from fabro_git.agent.session import SUMMARY_REQUEST, AgentLimits
@@ -188,3 +188,34 @@ def test_a_history_near_the_context_window_is_compacted(agent: Harness, worktree
     assert after[1]["content"][0]["name"] == "read_file"
     # The summary call streams nothing to the log and is no agent.message.
     assert len(agent.of("agent.message")) == 3
+
+
+def too_long() -> Fault:
+    return Fault(413, "server", "prompt is too long: 250000 tokens > 200000 maximum")
+
+
+def test_a_provider_that_finds_the_request_too_long_gets_a_compacted_one(agent: Harness) -> None:
+    agent.server.script(
+        Reply(text="", tool_calls=(ToolUse("read_file", {"path": "a.txt", "offset": 1}),)),
+        Reply(text="", tool_calls=(ToolUse("read_file", {"path": "a.txt", "offset": 2}),)),
+        too_long(),
+        Reply(text="SUMMARY"),
+        Reply(text="done"),
+    )
+    result = agent.run("task", limits=AgentLimits(compaction_keep_turns=1))
+
+    assert result.status == "completed" and result.text == "done"
+    assert len(agent.of("agent.compaction.completed")) == 1
+    assert agent.of("agent.error") == []
+    last = agent.requests("anthropic")[-1].body["messages"]
+    assert "SUMMARY" in last[0]["content"] and len(last) == 3
+
+
+def test_too_long_with_nothing_to_compact_fails_the_run(agent: Harness) -> None:
+    agent.server.script(too_long())
+    result = agent.run("task")
+
+    assert result.status == "failed" and result.failure_class == "budget_exhausted"
+    [error] = agent.of("agent.error")
+    assert error["error"]["kind"] == "context_length"
+    assert agent.of("agent.compaction.started") == []

@@ -140,3 +140,14 @@ def test_cancelling_during_a_command_kills_its_process_group(
     assert agent.names[-2:] == ["agent.session.deactivated", "agent.session.ended"]
     result = session.result()
     assert result.status == "cancelled" and result.turns == 1
+
+    # A later visit carries on the thread: the interrupted call gets an error result.
+    again = agent.session(conversation=session.conversation, visit=2)
+    agent.on_event = None
+    assert trio.run(again.run, "carry on").text == "never asked for"
+    messages = agent.requests("anthropic")[1].body["messages"]
+    assert [m["role"] for m in messages] == ["user", "assistant", "user", "user"]
+    [interrupted] = messages[2]["content"]
+    assert interrupted["is_error"] is True
+    assert interrupted["content"].startswith("This tool call was interrupted")
+    assert messages[3]["content"] == "carry on"

@@ -167,3 +167,16 @@ def test_lines_are_cut_after_characters() -> None:
 )
 def test_loop_patterns(signatures: list[str], window: int, expected: bool) -> None:
     assert repeats(signatures, window) is expected
+
+
+def test_files_that_are_not_utf8_are_read_but_not_rewritten(
+    worktree: Path, context: ToolContext
+) -> None:
+    (worktree / "latin1.txt").write_bytes(b"caf\xe9\n")
+    assert call(context, "read_file", path="latin1.txt").output == "     1 | caf\ufffd"
+    with pytest.raises(ToolError, match="is not UTF-8 text"):
+        call(context, "edit_file", path="latin1.txt", old_string="caf", new_string="tea")
+    patch = "*** Begin Patch\n*** Update File: latin1.txt\n@@\n-caf\ufffd\n+tea\n*** End Patch"
+    with pytest.raises(ToolError, match="is not UTF-8 text"):
+        call(context, "apply_patch", patch=patch)
+    assert (worktree / "latin1.txt").read_bytes() == b"caf\xe9\n"
