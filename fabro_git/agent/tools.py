@@ -224,8 +224,14 @@ def _search_base(arguments: dict[str, Any], context: ToolContext) -> Path:
 
 
 def _walk_files(base: Path, workspace: Workspace) -> list[Path]:
+    """The files under `base` a search looks at: those git tracks or would track (so
+    ignored build output and dependencies are skipped, as ripgrep skips them), or every
+    file when the worktree is not a git checkout."""
     if base.is_file():
         return [base]
+    listed = _git_files(base, workspace)
+    if listed is not None:
+        return listed
     files: list[Path] = []
     for directory, subdirectories, names in os.walk(base):
         subdirectories[:] = sorted(d for d in subdirectories if d != ".git")
@@ -233,6 +239,26 @@ def _walk_files(base: Path, workspace: Workspace) -> list[Path]:
             path = Path(directory) / name
             if not workspace.is_hidden(path) and path.is_file():
                 files.append(path)
+    return files
+
+
+def _git_files(base: Path, workspace: Workspace) -> list[Path] | None:
+    import subprocess
+
+    try:
+        listing = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
+            cwd=base,
+            capture_output=True,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    files: list[Path] = []
+    for name in sorted(set(listing.decode("utf-8", errors="surrogateescape").split("\0"))):
+        path = base / name
+        if name and not workspace.is_hidden(path) and path.is_file():
+            files.append(path)
     return files
 
 

@@ -180,3 +180,15 @@ def test_files_that_are_not_utf8_are_read_but_not_rewritten(
     with pytest.raises(ToolError, match="is not UTF-8 text"):
         call(context, "apply_patch", patch=patch)
     assert (worktree / "latin1.txt").read_bytes() == b"caf\xe9\n"
+
+
+def test_grep_skips_what_git_ignores(worktree: Path, context: ToolContext) -> None:
+    (worktree / ".gitignore").write_text("build/\n")
+    (worktree / "build").mkdir()
+    (worktree / "build" / "out.txt").write_text("beta from a build\n")
+    (worktree / "sub").mkdir()
+    (worktree / "sub" / "kept.txt").write_text("beta kept\n")
+    assert (
+        call(context, "grep", pattern="beta").output == "a.txt:2: beta\nsub/kept.txt:1: beta kept"
+    )
+    assert call(context, "grep", pattern="beta", path="sub").output == "sub/kept.txt:1: beta kept"
