@@ -481,6 +481,10 @@ class AgentSession:
             on_failover=self._emit_async,
         )
         self._account(response)
+        # A stream the client had buffered whole can end without a checkpoint; a
+        # cancellation asked for meanwhile takes effect here, before its tools run.
+        # (Raising from the sink instead would abandon the SDK's stream generator.)
+        await trio.lowlevel.checkpoint()
         return response
 
     async def _emit_async(self, props: AgentLlmRetry | AgentFailover) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
 import trio
 from llm_server import Reply, ToolUse
 
@@ -113,9 +114,10 @@ def run_cancelled(agent: Harness, session: AgentSession, when: str) -> None:
     trio.run(main)
 
 
-def test_cancelling_mid_stream_still_closes_the_session(agent: Harness) -> None:
+@pytest.mark.parametrize("provider", ["anthropic", "openai", "gemini"])
+def test_cancelling_mid_stream_still_closes_the_session(agent: Harness, provider: str) -> None:
     agent.server.script(Reply(text="a long answer that will not be read to its end"))
-    session = agent.session()
+    session = agent.session(provider)
     run_cancelled(agent, session, "agent.text.delta")
 
     names = agent.names
