@@ -512,7 +512,9 @@ class AgentSession:
             outcome = await tool.run(call.arguments, self._context)
         except ToolError as exc:
             outcome = ToolOutcome(output=str(exc), is_error=True)
-        except OSError as exc:
+        except (OSError, UnicodeError) as exc:
+            # The file system said no, or the model sent text no file can hold (a lone
+            # surrogate): either way the model hears of it and may try again.
             outcome = ToolOutcome(output=f"{call.name} failed: {exc}", is_error=True)
         self._emit(
             AgentToolCompleted(

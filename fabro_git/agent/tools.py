@@ -303,12 +303,15 @@ def glob(arguments: dict[str, Any], context: ToolContext) -> str:
     base = _search_base(arguments, context)
     workspace = context.workspace
     found: list[tuple[float, str]] = []
-    for path in base.glob(pattern):
-        if workspace.is_hidden(path) or not path.is_file():
-            continue
-        found.append((path.stat().st_mtime, workspace.relative(Path(os.path.realpath(path)))))
-        if len(found) >= GLOB_MAX_RESULTS:
-            break
+    try:
+        for path in base.glob(pattern):
+            if workspace.is_hidden(path) or not path.is_file():
+                continue
+            found.append((path.stat().st_mtime, workspace.relative(Path(os.path.realpath(path)))))
+            if len(found) >= GLOB_MAX_RESULTS:
+                break
+    except ValueError as exc:  # pathlib's word for a malformed pattern
+        raise ToolError(f"invalid glob pattern {pattern!r}: {exc}") from exc
     if not found:
         return "no files match"
     found.sort(key=lambda item: (-item[0], item[1]))

@@ -192,3 +192,9 @@ def test_grep_skips_what_git_ignores(worktree: Path, context: ToolContext) -> No
         call(context, "grep", pattern="beta").output == "a.txt:2: beta\nsub/kept.txt:1: beta kept"
     )
     assert call(context, "grep", pattern="beta", path="sub").output == "sub/kept.txt:1: beta kept"
+
+
+def test_malformed_glob_patterns_are_tool_errors(context: ToolContext) -> None:
+    for pattern in ("", "**.py"):
+        with pytest.raises(ToolError, match="invalid glob pattern"):
+            call(context, "glob", pattern=pattern)
