@@ -224,7 +224,9 @@ class AgentSession:
     `emit` takes the `agent.*` property Structs; the caller stamps them with the stage's
     scope and `session_id` (`agent.session.started` and `.ended` are not stage-scoped).
     `env` is the stage's environment: it supplies provider keys and, minus every
-    `*_API_KEY`, the shell tool's environment.
+    `*_API_KEY` and git location variable, the shell tool's environment.
+    `on_process_group(pgid, running)` hears of each shell command's process group, for
+    a stage that records them to kill after a crash.
     """
 
     def __init__(
@@ -246,6 +248,7 @@ class AgentSession:
         reasoning_effort: ReasoningEffort | None = None,
         retry_policy: RetryPolicy | None = None,
         request_timeout: float | None = 600.0,
+        on_process_group: Callable[[int, bool], object] | None = None,
     ) -> None:
         self.worktree = Path(worktree)
         self.target = target
@@ -277,6 +280,7 @@ class AgentSession:
             shell_max_timeout=self.limits.shell_max_timeout,
             on_output=lambda delta: self._emit(AgentToolOutputDelta(delta=delta)),
             on_skill=self._skill_used,
+            on_process_group=on_process_group,
         )
         self._usage = Usage()
         self._cost: float | None = None

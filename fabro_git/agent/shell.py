@@ -41,14 +41,18 @@ class ShellResult(msgspec.Struct, frozen=True, kw_only=True):
     duration_ms: int
 
 
+# Variables that would point git at another repository than the worktree's own.
+GIT_LOCATION_VARIABLES = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"})
+
+
 def shell_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The stage's environment without provider keys: the model has no use for them and
-    might repeat them in its output."""
+    """The stage's environment without provider keys (the model has no use for them and
+    might repeat them in its output) and without git location overrides."""
     keys = {name for info in catalogue.PROVIDERS.values() for name in info.key_env}
     return {
         name: value
         for name, value in env.items()
-        if not name.endswith("_API_KEY") and name not in keys
+        if not name.endswith("_API_KEY") and name not in keys and name not in GIT_LOCATION_VARIABLES
     }
 
 
@@ -85,7 +89,10 @@ async def run_shell(
     env: Mapping[str, str],
     timeout: float,
     on_output: Callable[[str], object],
+    on_process_group: Callable[[int, bool], object] | None = None,
 ) -> ShellResult:
+    """Run `command`; `on_process_group(pgid, running)` hears when its group starts and
+    when it is gone, so a stage can record groups to kill after a crash."""
     started = time.monotonic()
     process = await trio.lowlevel.open_process(
         ["bash", "-c", command],
@@ -120,6 +127,8 @@ async def run_shell(
         finally:
             reader_done.set()
 
+    if on_process_group is not None:
+        on_process_group(process.pid, True)
     timed_out = False
     try:
         with trio.move_on_after(timeout) as deadline:
@@ -136,6 +145,8 @@ async def run_shell(
             await _stop_group(process)
             await process.wait()
             await stdout.aclose()
+            if on_process_group is not None:
+                on_process_group(process.pid, False)
     output = capture.text()
     if timed_out:
         output += (

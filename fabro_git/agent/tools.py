@@ -53,6 +53,7 @@ class ToolContext:
     shell_max_timeout: float
     on_output: Callable[[str], object]
     on_skill: Callable[[Skill], None]
+    on_process_group: Callable[[int, bool], object] | None = None
     skills: dict[str, Skill] = field(default_factory=dict)
     touched: dict[str, None] = field(default_factory=dict)
 
@@ -332,6 +333,7 @@ async def shell(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
         env=context.shell_env,
         timeout=timeout,
         on_output=context.on_output,
+        on_process_group=context.on_process_group,
     )
     if result.timed_out:
         return ToolOutcome(output=result.output, is_error=True)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import trio
-from llm_server import Reply, ToolUse
+from llm_server import Reply, ToolUse, provider_env
 
 from fabro_git.agent.session import AgentLimits, AgentSession
 from fabro_git.events.envelope import EventProps
@@ -38,10 +38,15 @@ def test_a_timed_out_command_is_killed_with_its_process_group(
         Reply(text="", tool_calls=(ToolUse("shell", {"command": BACKGROUND, "timeout_ms": 3000}),)),
         Reply(text="it hung"),
     )
-    result = agent.run("run it")
+    groups: list[tuple[int, bool]] = []
+    result = agent.run(
+        "run it", on_process_group=lambda pgid, running: groups.append((pgid, running))
+    )
 
     pid = int((worktree / "job.pid").read_text())
     assert not alive(pid)
+    assert len(groups) == 2 and groups[0][0] == groups[1][0]
+    assert [running for _, running in groups] == [True, False]
     assert result.status == "completed"
     [completed] = agent.of("agent.tool.completed")
     assert completed["is_error"] is True
@@ -70,7 +75,13 @@ def test_a_failing_command_is_a_result_and_keys_stay_out_of_its_environment(
     agent.server.script(
         Reply(text="", tool_calls=(ToolUse("shell", {"command": command}),)), Reply(text="ok")
     )
-    agent.run("run it")
+    env = {
+        **provider_env(agent.server),
+        "FABRO_TEST_SETTING": "kept",
+        "GIT_DIR": "/elsewhere/.git",
+        "SOME_API_KEY": "sk-secret",
+    }
+    agent.run("run it", env=env)
 
     [completed] = agent.of("agent.tool.completed")
     assert completed["is_error"] is False
@@ -78,7 +89,8 @@ def test_a_failing_command_is_a_result_and_keys_stay_out_of_its_environment(
     assert "[exit code 3;" in output and "oops" in output
     assert "FABRO_TEST_SETTING=kept" in output
     assert "ANTHROPIC_BASE_URL=" in output
-    assert "_API_KEY" not in output
+    assert "_API_KEY" not in output and "sk-secret" not in output
+    assert "GIT_DIR" not in output
     assert f"PWD={os.path.realpath(worktree)}" in output
 
 
