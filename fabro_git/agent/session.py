@@ -159,6 +159,10 @@ class Conversation(msgspec.Struct, kw_only=True):
 
 
 class AgentResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one run did. `files_touched` lists the worktree-relative paths the file
+    tools wrote or deleted; what a shell command changed is not in it (the stage's
+    checkpoint diff has everything). `usage` and `cost` include compaction calls."""
+
     status: Status
     text: str
     usage: Usage

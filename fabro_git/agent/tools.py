@@ -23,7 +23,7 @@ import msgspec
 import trio
 
 from fabro_git.agent import patch as v4a
-from fabro_git.agent.shell import run_shell
+from fabro_git.agent.shell import GIT_LOCATION_VARIABLES, run_shell
 from fabro_git.agent.skills import Skill, render
 from fabro_git.agent.workspace import ToolError, Workspace
 from fabro_git.llm.types import ToolSpec
@@ -250,6 +250,7 @@ def _git_files(base: Path, workspace: Workspace) -> list[Path] | None:
         listing = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
             cwd=base,
+            env={k: v for k, v in os.environ.items() if k not in GIT_LOCATION_VARIABLES},
             capture_output=True,
             check=True,
         ).stdout
