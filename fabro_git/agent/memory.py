@@ -49,14 +49,15 @@ def load_memory(worktree: Path, profile: str, start: Path | None = None) -> Memo
             real = Path(os.path.realpath(path))
             if not real.is_relative_to(root) or not real.is_file():
                 continue
-            data = real.read_bytes()
-            loaded = data[:remaining]
-            truncated = len(loaded) < len(data)
+            size = real.stat().st_size
+            with real.open("rb") as handle:
+                loaded = handle.read(remaining) if remaining else b""
+            truncated = len(loaded) < size
             remaining -= len(loaded)
             files.append(
                 MemoryFile(
                     path=str(path),
-                    byte_count=len(data),
+                    byte_count=size,
                     loaded_bytes=len(loaded),
                     truncated=truncated,
                 )

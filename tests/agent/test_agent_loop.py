@@ -423,3 +423,38 @@ def test_session_ids_are_unique_per_session(worktree: Path) -> None:
     target = Target("anthropic", "claude-sonnet-4-6")
     ids = {AgentSession(worktree, target=target, emit=print).session_id for _ in range(3)}
     assert len(ids) == 3
+
+
+@pytest.mark.parametrize(
+    ("provider", "api", "effort_field"),
+    [
+        ("anthropic", "anthropic", "thinking"),
+        ("openai", "responses", "reasoning"),
+        ("gemini", "chat", "reasoning_effort"),
+    ],
+)
+def test_reasoning_streams_as_its_own_deltas(
+    agent: Harness, provider: str, api: str, effort_field: str
+) -> None:
+    agent.server.script(Reply(text="answer", reasoning="thinking it over", reasoning_tokens=3))
+    result = agent.run("think", provider=provider, reasoning_effort="low")
+
+    assert result.text == "answer"
+    assert result.usage.reasoning_tokens == 3
+    assert "".join(e["delta"] for e in agent.of("agent.reasoning.delta")) == "thinking it over"
+    assert effort_field in agent.requests(api)[0].body
+
+
+def test_a_spent_quota_fails_over_to_the_next_target(agent: Harness) -> None:
+    from llm_server import quota_exhausted
+
+    from .conftest import TARGETS
+
+    agent.server.script_for("anthropic", quota_exhausted())
+    agent.server.script_for("responses", Reply(text="from the fallback"))
+    result = agent.run("hello", fallbacks=[TARGETS["openai"]])
+
+    assert result.status == "completed" and result.text == "from the fallback"
+    [failover] = agent.of("agent.failover")
+    assert (failover["from_provider"], failover["to_provider"]) == ("anthropic", "openai")
+    assert agent.of("agent.message")[0]["model"] == TARGETS["openai"].model
