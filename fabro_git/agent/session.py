@@ -292,6 +292,7 @@ class AgentSession:
         self._text = ""
         self._status: Status = "cancelled"
         self._error: LlmError | None = None
+        self._tools: dict[str, Tool] = {}
         self._signatures: list[str] = []
         # Token count of the conversation as of the last response, and how many
         # messages it had then: the base of the next request's estimate.
@@ -336,9 +337,9 @@ class AgentSession:
                 self._emit(AgentError(error=err.to_dict()))
             self._emit(AgentProcessingEnd())
         finally:
-            with trio.CancelScope(shield=True):
-                self._emit(AgentSessionDeactivated(visit=self.visit))
-                self._emit(AgentSessionEnded())
+            # Reached on cancellation too; `emit` does not await, so no shield is needed.
+            self._emit(AgentSessionDeactivated(visit=self.visit))
+            self._emit(AgentSessionEnded())
         return self.result()
 
     def result(self) -> AgentResult:
@@ -379,7 +380,7 @@ class AgentSession:
             )
         )
         names = list(PROFILE_TOOLS[self.profile]) + (["use_skill"] if skills else [])
-        self._tools: dict[str, Tool] = {name: TOOLS[name] for name in names}
+        self._tools = {name: TOOLS[name] for name in names}
         sections = [
             _PROFILE_BASE[self.profile],
             "\n".join(
