@@ -100,6 +100,8 @@ def _read_text(real: Path, shown: str, *, for_edit: bool = False) -> str:
         raise ToolError(f"{shown}: no such file")
     if real.is_dir():
         raise ToolError(f"{shown}: is a directory (use glob to list it)")
+    if not real.is_file():
+        raise ToolError(f"{shown}: is not a regular file")
     if real.stat().st_size > MAX_READ_BYTES:
         raise ToolError(
             f"{shown}: is larger than {MAX_READ_BYTES // (1024 * 1024)} MiB; "

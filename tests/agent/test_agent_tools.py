@@ -95,6 +95,9 @@ def test_read_file_refuses_binaries_and_directories(worktree: Path, context: Too
         call(context, "read_file", path="blob.bin")
     with pytest.raises(ToolError, match="is a directory"):
         call(context, "read_file", path=str(worktree))
+    os.mkfifo(worktree / "pipe")
+    with pytest.raises(ToolError, match="not a regular file"):
+        call(context, "read_file", path="pipe")
     with pytest.raises(ToolError, match="past the end"):
         call(context, "read_file", path="a.txt", offset=9)
 
