@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from fabro_git.agent.patch import (
     AddFile,
@@ -176,3 +178,37 @@ def test_pure_additions_go_after_the_hint_or_at_the_end() -> None:
     assert isinstance(after_hint, UpdateFile) and isinstance(at_end, UpdateFile)
     assert apply_hunks("first\nlast\n", after_hint.hunks, "f") == "first\ninserted\nlast\n"
     assert apply_hunks("first\nlast\n", at_end.hunks, "f") == "first\nlast\nappended\n"
+
+
+@st.composite
+def edits(draw: st.DrawFn) -> tuple[list[str], int, int, list[str]]:
+    """Distinct file lines, a region [start, end) to replace, and its replacement."""
+    words = st.text(alphabet="abc xyz", max_size=8)
+    count = draw(st.integers(min_value=1, max_value=30))
+    lines = [f"{index}:{draw(words)}" for index in range(count)]
+    start = draw(st.integers(min_value=0, max_value=count))
+    end = draw(st.integers(min_value=start, max_value=count))
+    replacement = [f"new:{word}" for word in draw(st.lists(words, max_size=5))]
+    return lines, start, end, replacement
+
+
+@given(edits(), st.integers(min_value=0, max_value=3))
+def test_a_generated_hunk_reproduces_the_edit(
+    edit: tuple[list[str], int, int, list[str]], context: int
+) -> None:
+    lines, start, end, replacement = edit
+    if start == end and not replacement:
+        return
+    before = lines[max(0, start - context) : start]
+    after = lines[end : end + context]
+    if not before and not after and start == end:
+        return  # a pure addition without context goes at the end, by design
+    body = [f" {line}" for line in before]
+    body += [f"-{line}" for line in lines[start:end]]
+    body += [f"+{line}" for line in replacement]
+    body += [f" {line}" for line in after]
+    [operation] = parse(patch("*** Update File: f", "@@", *body))
+    assert isinstance(operation, UpdateFile)
+    original = "\n".join(lines) + "\n"
+    expected = lines[:start] + replacement + lines[end:]
+    assert apply_hunks(original, operation.hunks, "f") == "\n".join(expected) + "\n"
