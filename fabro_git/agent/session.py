@@ -12,6 +12,8 @@ Around that core:
 - **Compaction.** When the next request would fill most of the context window, the
   older turns are summarised by one extra model call and replaced by the summary, so a
   long session carries on instead of failing on an oversized request.
+- **Steering.** `steer(text)` queues guidance; it joins the conversation as a user
+  message before the next model call, never in the middle of a tool round.
 - **Cancellation.** Trio cancellation (Ctrl-C, a stage timeout) stops the model's
   stream and kills the running shell's process group; the session's closing events
   are emitted all the same, and `result()` still describes the work done.
@@ -66,6 +68,7 @@ from fabro_git.events.catalogue import (
     AgentSessionStarted,
     AgentSkillActivated,
     AgentSkillsDiscovered,
+    AgentSteeringInjected,
     AgentToolCompleted,
     AgentToolOutputDelta,
     AgentToolStarted,
@@ -293,6 +296,7 @@ class AgentSession:
         self._status: Status = "cancelled"
         self._error: LlmError | None = None
         self._tools: dict[str, Tool] = {}
+        self._steering: list[str] = []
         self._signatures: list[str] = []
         # Token count of the conversation as of the last response, and how many
         # messages it had then: the base of the next request's estimate.
@@ -316,6 +320,7 @@ class AgentSession:
                     thread_id=self.thread_id,
                     provider=self.target.provider,
                     model=self.target.model,
+                    capabilities=["steer"],
                     visit=self.visit,
                 )
             )
@@ -341,6 +346,12 @@ class AgentSession:
             self._emit(AgentSessionDeactivated(visit=self.visit))
             self._emit(AgentSessionEnded())
         return self.result()
+
+    def steer(self, text: str) -> None:
+        """Queue guidance for the model: it joins the conversation as a user message
+        before the next model call (after the running tool round, never within it)."""
+        if text.strip():
+            self._steering.append(text)
 
     def result(self) -> AgentResult:
         return AgentResult(
@@ -430,6 +441,7 @@ class AgentSession:
             if self.limits.max_turns and self._turns >= self.limits.max_turns:
                 self._emit(AgentTurnLimit(max_turns=self.limits.max_turns))
                 return "turn_limit"
+            self._inject_steering()
             await self._compact(system)
             try:
                 response = await self._ask(system)
@@ -462,6 +474,12 @@ class AgentSession:
                 self.conversation.messages.append(
                     Message.user(LOOP_WARNING.format(window=self.limits.loop_window))
                 )
+
+    def _inject_steering(self) -> None:
+        queued, self._steering = self._steering, []
+        for text in queued:
+            self.conversation.messages.append(Message.user(text))
+            self._emit(AgentSteeringInjected(text=text))
 
     def _request(self, system: str, messages: Sequence[Message]) -> Request:
         return Request(

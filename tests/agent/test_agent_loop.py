@@ -458,3 +458,31 @@ def test_a_spent_quota_fails_over_to_the_next_target(agent: Harness) -> None:
     [failover] = agent.of("agent.failover")
     assert (failover["from_provider"], failover["to_provider"]) == ("anthropic", "openai")
     assert agent.of("agent.message")[0]["model"] == TARGETS["openai"].model
+
+
+def test_steering_joins_the_conversation_before_the_next_call(agent: Harness) -> None:
+    agent.server.script(
+        Reply(text="", tool_calls=(ToolUse("read_file", {"path": "a.txt"}),)),
+        Reply(text="adjusted"),
+    )
+    session = agent.session()
+    session.steer("queued before the start")
+
+    def steer_during_tools(props: Any) -> None:
+        if props.NAME == "agent.tool.started":
+            session.steer("use the other file")
+
+    agent.on_event = steer_during_tools
+    result = trio.run(session.run, "begin")
+
+    assert result.text == "adjusted"
+    assert agent.of("agent.steering.injected") == [
+        {"text": "queued before the start"},
+        {"text": "use the other file"},
+    ]
+    [activated] = agent.of("agent.session.activated")
+    assert activated["capabilities"] == ["steer"]
+    first, second = (r.body["messages"] for r in agent.requests("anthropic"))
+    assert [m["content"] for m in first] == ["begin", "queued before the start"]
+    assert second[-2]["content"][0]["type"] == "tool_result"
+    assert second[-1] == {"role": "user", "content": "use the other file"}
