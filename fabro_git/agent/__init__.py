@@ -13,7 +13,10 @@ environment and an `emit` callback for the `agent.*` event Structs, then awaits
 `forward` stamps each event with the stage's scope and `agent.session_id`, except
 `agent.session.started` and `agent.session.ended`, which are not stage-scoped. The
 conversation (`agent.conversation`, a `session.Conversation`) serialises with
-`to_bytes()` and can be passed back in to continue a thread on a later visit.
+`to_bytes()` and can be passed back in to continue a thread on a later visit. While it
+runs, `agent.steer(text)` queues guidance for the next model call, and the optional
+`on_process_group(pgid, running)` hook reports each shell command's process group so
+the stage can record it. After a cancellation, `agent.result()` reports what was done.
 
 The modules: `session` (the loop, compaction, loop detection), `tools` (schemas and
 implementations), `workspace` (path confinement), `shell` (process groups and
