@@ -72,15 +72,20 @@ def stream_event(
     return None
 
 
-def context_warning(response: Response) -> AgentWarning | None:
+def context_warning(response: Response, context_window: int | None = None) -> AgentWarning | None:
+    """A warning when the response filled most of the context window: the catalogue's
+    for the model, or `context_window` when the caller knows better."""
     info = catalogue.lookup(response.target.model)
-    if info is None or info.context_window is None:
+    if context_window is None and info is not None:
+        context_window = info.context_window
+    if context_window is None:
         return None
     used = response.usage.input_tokens + response.usage.output_tokens
-    if used < info.context_window * CONTEXT_WARNING_SHARE:
+    if used < context_window * CONTEXT_WARNING_SHARE:
         return None
+    model = info.id if info is not None else response.target.model
     return AgentWarning(
         kind="context_window",
-        message=f"{used} of {info.context_window} context tokens used on {info.id}",
-        details={"used_tokens": used, "context_window": info.context_window},
+        message=f"{used} of {context_window} context tokens used on {model}",
+        details={"used_tokens": used, "context_window": context_window},
     )

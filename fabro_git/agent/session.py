@@ -1,0 +1,628 @@
+"""The agent loop: ask the model, run the tools it calls, repeat until it answers in text.
+
+One `AgentSession` serves one agent stage. `run()` sends the conversation with the
+profile's tools, streams the answer out as `agent.*` events, executes each tool call in
+order (a failing tool is an error result the model reads, never a stage failure), and
+goes round again until the model stops calling tools or the turn limit is reached.
+Around that core:
+
+- **Loop detection.** When the last `loop_window` calls repeat one pattern (one, two or
+  three calls long), `agent.loop.detected` is emitted and the model is told to change
+  course.
+- **Compaction.** When the next request would fill most of the context window, the
+  older turns are summarised by one extra model call and replaced by the summary, so a
+  long session carries on instead of failing on an oversized request.
+- **Steering.** `steer(text)` queues guidance; it joins the conversation as a user
+  message before the next model call, never in the middle of a tool round.
+- **Cancellation.** Trio cancellation (Ctrl-C, a stage timeout) stops the model's
+  stream and kills the running shell's process group; the session's closing events
+  are emitted all the same, and `result()` still describes the work done.
+
+The conversation is a msgspec value (`Conversation.to_bytes()`), so a stage that keeps a
+thread can store it in a checkpoint and a later visit can carry on from it.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import trio
+
+from fabro_git.agent import memory as memory_files
+from fabro_git.agent import skills as skill_files
+from fabro_git.agent.shell import shell_environment
+from fabro_git.agent.tools import (
+    PROFILE_TOOLS,
+    TOOLS,
+    Tool,
+    ToolContext,
+    ToolOutcome,
+    check_arguments,
+)
+from fabro_git.agent.truncation import (
+    DEFAULT_LIMITS,
+    FALLBACK_LIMIT,
+    OutputLimit,
+    truncate_tool_output,
+)
+from fabro_git.agent.workspace import ToolError, Workspace
+from fabro_git.events.catalogue import (
+    AgentCompactionCompleted,
+    AgentCompactionStarted,
+    AgentError,
+    AgentFailover,
+    AgentLlmRetry,
+    AgentLoopDetected,
+    AgentMemoryLoaded,
+    AgentProcessingEnd,
+    AgentSessionActivated,
+    AgentSessionDeactivated,
+    AgentSessionEnded,
+    AgentSessionStarted,
+    AgentSkillActivated,
+    AgentSkillsDiscovered,
+    AgentSteeringInjected,
+    AgentToolCompleted,
+    AgentToolOutputDelta,
+    AgentToolStarted,
+    AgentTurnLimit,
+)
+from fabro_git.events.envelope import EventProps
+from fabro_git.llm import catalogue, usage
+from fabro_git.llm.client import RetryPolicy, complete
+from fabro_git.llm.errors import ContextTooLong, LlmError
+from fabro_git.llm.types import (
+    Message,
+    ReasoningEffort,
+    Request,
+    Response,
+    StreamEvent,
+    Target,
+    ToolCall,
+    ToolResult,
+    Usage,
+    discard,
+)
+
+Emit = Callable[[EventProps], object]
+Status = Literal["completed", "turn_limit", "failed", "cancelled"]
+Profile = Literal["anthropic", "openai", "gemini"]
+
+# Compact when the next request is estimated to fill this share of the context window
+# (above the layer's 80 % warning, so the warning comes first).
+COMPACTION_SHARE = 0.85
+CHARS_PER_TOKEN = 4
+LOOP_WARNING = (
+    "Loop detected: your last {window} tool calls repeat the same pattern and are not "
+    "making progress. Stop and try a different approach."
+)
+INTERRUPTED = (
+    "This tool call was interrupted (the stage was cancelled) before it finished; "
+    "it may have partly run. Check its effects before relying on them."
+)
+SUMMARY_REQUEST = (
+    "The conversation is about to be shortened. Write a summary of the work so far that "
+    "lets you carry on without the earlier messages: the task, what you found, what you "
+    "changed (files and why), what is left to do, and anything that failed. Answer with "
+    "the summary only; do not call tools."
+)
+_PROFILE_BASE: dict[str, str] = {
+    "anthropic": (
+        "You are a coding agent working in a git worktree. Read files before you change "
+        "them, prefer edit_file (its old_string must be unique in the file) over "
+        "rewriting a whole file, and keep changes to what the task needs."
+    ),
+    "openai": (
+        "You are a coding agent working in a git worktree. Make file changes with "
+        "apply_patch (the v4a patch format) and new files with write_file; read files "
+        "before you patch them, and keep changes to what the task needs."
+    ),
+    "gemini": (
+        "You are a coding agent working in a git worktree. Read files before you change "
+        "them, use edit_file for focused changes and write_file for new files, and keep "
+        "changes to what the task needs."
+    ),
+}
+
+
+class AgentLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """Bounds of one run. `max_turns` counts model calls (0: no limit)."""
+
+    max_turns: int = 200
+    shell_timeout: float = 120.0
+    shell_max_timeout: float = 600.0
+    loop_window: int = 10
+    max_tokens: int = 16384
+    # Turns (an assistant message and its tool results) kept verbatim by a compaction.
+    compaction_keep_turns: int = 4
+    output_limits: dict[str, OutputLimit] = msgspec.field(default_factory=dict)
+
+
+class Conversation(msgspec.Struct, kw_only=True):
+    """Everything a later visit needs to carry on the same thread."""
+
+    messages: list[Message] = msgspec.field(default_factory=list)
+    turns: int = 0
+    files_touched: list[str] = msgspec.field(default_factory=list)
+    compactions: int = 0
+
+    def to_bytes(self) -> bytes:
+        return msgspec.json.encode(self)
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Conversation:
+        return msgspec.json.decode(data, type=cls)
+
+
+class AgentResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one run did. `files_touched` lists the worktree-relative paths the file
+    tools wrote or deleted; what a shell command changed is not in it (the stage's
+    checkpoint diff has everything). `usage` and `cost` include compaction calls."""
+
+    status: Status
+    text: str
+    usage: Usage
+    cost: float | None
+    files_touched: list[str]
+    turns: int
+    # `LlmError.to_dict()` of the failure that ended a failed run.
+    error: dict[str, Any] | None = None
+    failure_class: str | None = None
+
+
+def profile_of(target: Target) -> Profile:
+    """The tool and prompt profile: by wire protocol, so every Chat Completions server
+    (Gemini's endpoint, local models) gets the edit_file tool set."""
+    api = catalogue.PROVIDERS[target.provider].api
+    if api == "anthropic":
+        return "anthropic"
+    if api == "openai-responses":
+        return "openai"
+    return "gemini"
+
+
+def _add_usage(total: Usage, more: Usage) -> Usage:
+    return Usage(
+        input_tokens=total.input_tokens + more.input_tokens,
+        output_tokens=total.output_tokens + more.output_tokens,
+        reasoning_tokens=total.reasoning_tokens + more.reasoning_tokens,
+        cache_read_tokens=total.cache_read_tokens + more.cache_read_tokens,
+        cache_write_tokens=total.cache_write_tokens + more.cache_write_tokens,
+    )
+
+
+def _signature(call: ToolCall) -> str:
+    return call.name + ":" + msgspec.json.encode(call.arguments, order="sorted").decode()
+
+
+def repeats(signatures: Sequence[str], window: int) -> bool:
+    """True when the last `window` signatures are one pattern of 1, 2 or 3 calls repeated."""
+    if window < 2 or len(signatures) < window:
+        return False
+    recent = list(signatures[-window:])
+    for length in (1, 2, 3):
+        if window % length or window // length < 2:
+            continue
+        pattern = recent[:length]
+        if all(recent[i : i + length] == pattern for i in range(0, window, length)):
+            return True
+    return False
+
+
+def _chars(message: Message) -> int:
+    size = len(message.text) + len(message.reasoning or "")
+    size += sum(
+        len(call.name) + len(msgspec.json.encode(call.arguments)) for call in message.tool_calls
+    )
+    size += sum(len(result.content) for result in message.tool_results)
+    return size
+
+
+class AgentSession:
+    """One agent stage's session. Create it, `await run(prompt)`, read the result.
+
+    `emit` takes the `agent.*` property Structs; the caller stamps them with the stage's
+    scope and `session_id` (`agent.session.started` and `.ended` are not stage-scoped).
+    `env` is the stage's environment: it supplies provider keys and, minus every
+    `*_API_KEY` and git location variable, the shell tool's environment.
+    `on_process_group(pgid, running)` hears of each shell command's process group, for
+    a stage that records them to kill after a crash.
+    """
+
+    def __init__(
+        self,
+        worktree: Path,
+        *,
+        target: Target,
+        emit: Emit,
+        fallbacks: Sequence[Target] = (),
+        system_prompt: str | None = None,
+        limits: AgentLimits | None = None,
+        env: Mapping[str, str] | None = None,
+        conversation: Conversation | None = None,
+        session_id: str | None = None,
+        thread_id: str | None = None,
+        visit: int = 1,
+        skill_dirs: Sequence[Path] | None = None,
+        context_window: int | None = None,
+        reasoning_effort: ReasoningEffort | None = None,
+        retry_policy: RetryPolicy | None = None,
+        request_timeout: float | None = 600.0,
+        on_process_group: Callable[[int, bool], object] | None = None,
+    ) -> None:
+        self.worktree = Path(worktree)
+        self.target = target
+        self.fallbacks = tuple(fallbacks)
+        self.system_prompt = system_prompt
+        self.limits = limits or AgentLimits()
+        self.env: Mapping[str, str] = os.environ if env is None else env
+        self.conversation = conversation or Conversation()
+        self.session_id = session_id or f"ses_{uuid.uuid4().hex[:16]}"
+        self.thread_id = thread_id
+        self.visit = visit
+        self.profile = profile_of(target)
+        self.skill_dirs = (
+            list(skill_dirs)
+            if skill_dirs is not None
+            else skill_files.default_skill_dirs(self.worktree)
+        )
+        info = catalogue.lookup(target.model)
+        self.context_window = context_window or (info.context_window if info else None)
+        self.reasoning_effort = reasoning_effort
+        self.retry_policy = retry_policy or RetryPolicy()
+        self.request_timeout = request_timeout
+        self._emit = emit
+        self._workspace = Workspace(self.worktree)
+        self._context = ToolContext(
+            workspace=self._workspace,
+            shell_env=shell_environment(self.env),
+            shell_default_timeout=self.limits.shell_timeout,
+            shell_max_timeout=self.limits.shell_max_timeout,
+            on_output=lambda delta: self._emit(AgentToolOutputDelta(delta=delta)),
+            on_skill=self._skill_used,
+            on_process_group=on_process_group,
+        )
+        self._usage = Usage()
+        self._cost: float | None = None
+        self._turns = 0
+        self._text = ""
+        self._status: Status = "cancelled"
+        self._error: LlmError | None = None
+        self._tools: dict[str, Tool] = {}
+        self._steering: list[str] = []
+        self._signatures: list[str] = []
+        # Token count of the conversation as of the last response, and how many
+        # messages it had then: the base of the next request's estimate.
+        self._measured: tuple[int, int] | None = None
+        self._warned = False
+
+    # ------------------------------------------------------------------------ public
+
+    async def run(self, prompt: str, *, preamble: str = "") -> AgentResult:
+        """Work on `prompt` until the model is done, the turn limit, or a model error.
+
+        Cancellation propagates (after the closing events); `result()` then reports
+        status `cancelled` with what was done.
+        """
+        self._status = "cancelled"
+        self._usage, self._cost, self._turns, self._text, self._error = Usage(), None, 0, "", None
+        self._emit(AgentSessionStarted(provider=self.target.provider, model=self.target.model))
+        try:
+            self._emit(
+                AgentSessionActivated(
+                    thread_id=self.thread_id,
+                    provider=self.target.provider,
+                    model=self.target.model,
+                    capabilities=["steer"],
+                    visit=self.visit,
+                )
+            )
+            system = await self._prepare()
+            text, skill = skill_files.expand_slash(prompt, self._context.skills)
+            if skill is not None:
+                self._emit(
+                    AgentSkillActivated(skill_name=skill.name, source="slash", visit=self.visit)
+                )
+            self._close_interrupted_round()
+            self.conversation.messages.append(
+                Message.user(f"{preamble.rstrip()}\n\n{text}" if preamble.strip() else text)
+            )
+            try:
+                self._status = await self._loop(system)
+            except LlmError as err:
+                self._error = err
+                self._status = "failed"
+                self._emit(AgentError(error=err.to_dict()))
+            self._emit(AgentProcessingEnd())
+        finally:
+            # Reached on cancellation too; `emit` does not await, so no shield is needed.
+            self._emit(AgentSessionDeactivated(visit=self.visit))
+            self._emit(AgentSessionEnded())
+        return self.result()
+
+    def steer(self, text: str) -> None:
+        """Queue guidance for the model: it joins the conversation as a user message
+        before the next model call (after the running tool round, never within it)."""
+        if text.strip():
+            self._steering.append(text)
+
+    def result(self) -> AgentResult:
+        return AgentResult(
+            status=self._status,
+            text=self._text,
+            usage=self._usage,
+            cost=self._cost,
+            files_touched=list(self._context.touched),
+            turns=self._turns,
+            error=self._error.to_dict() if self._error else None,
+            failure_class=self._error.failure_class if self._error else None,
+        )
+
+    # ------------------------------------------------------------------------ setup
+
+    async def _prepare(self) -> str:
+        memory = await trio.to_thread.run_sync(
+            memory_files.load_memory, self.worktree, self.profile
+        )
+        self._emit(
+            AgentMemoryLoaded(
+                provider_profile=self.profile,
+                files=memory.files,
+                total_loaded_bytes=memory.total_loaded_bytes,
+                budget_bytes=memory_files.BUDGET_BYTES,
+                visit=self.visit,
+            )
+        )
+        skills = await trio.to_thread.run_sync(skill_files.discover_skills, self.skill_dirs)
+        self._context.skills = skills
+        self._emit(
+            AgentSkillsDiscovered(
+                provider_profile=self.profile,
+                source_dirs=[str(directory) for directory in self.skill_dirs],
+                skills=skill_files.summaries(skills),
+                visit=self.visit,
+            )
+        )
+        names = list(PROFILE_TOOLS[self.profile]) + (["use_skill"] if skills else [])
+        self._tools = {name: TOOLS[name] for name in names}
+        sections = [
+            _PROFILE_BASE[self.profile],
+            "\n".join(
+                [
+                    "<environment>",
+                    f"Working directory: {self._workspace.root}",
+                    f"Platform: {platform.system().lower()}",
+                    f"Today's date: {datetime.now(UTC).date().isoformat()}",
+                    f"Model: {self.target.model}",
+                    "</environment>",
+                ]
+            ),
+        ]
+        if memory.text:
+            sections.append("# Project instructions\n\n" + memory.text)
+        if skills:
+            sections.append(skill_files.prompt_section(skills))
+        if self.system_prompt:
+            sections.append(self.system_prompt)
+        return "\n\n".join(sections)
+
+    def _close_interrupted_round(self) -> None:
+        """Answer the calls of a round a cancellation cut short: every provider refuses a
+        conversation whose tool calls have no results."""
+        messages = self.conversation.messages
+        if messages and messages[-1].role == "assistant" and messages[-1].tool_calls:
+            messages.append(
+                Message.tool(
+                    [
+                        ToolResult(
+                            tool_call_id=call.id,
+                            content=INTERRUPTED,
+                            is_error=True,
+                        )
+                        for call in messages[-1].tool_calls
+                    ]
+                )
+            )
+
+    def _skill_used(self, skill: skill_files.Skill) -> None:
+        self._emit(AgentSkillActivated(skill_name=skill.name, source="tool", visit=self.visit))
+
+    # ------------------------------------------------------------------------ loop
+
+    async def _loop(self, system: str) -> Status:
+        while True:
+            if self.limits.max_turns and self._turns >= self.limits.max_turns:
+                self._emit(AgentTurnLimit(max_turns=self.limits.max_turns))
+                return "turn_limit"
+            self._inject_steering()
+            await self._compact(system)
+            try:
+                response = await self._ask(system)
+            except ContextTooLong:
+                # The estimate was short of the provider's count: compact now, once.
+                if not await self._compact(system, force=True):
+                    raise
+                response = await self._ask(system)
+            self._turns += 1
+            self.conversation.turns += 1
+            self.conversation.messages.append(response.as_message())
+            self._measured = (
+                response.usage.input_tokens + response.usage.output_tokens,
+                len(self.conversation.messages),
+            )
+            self._text = response.text
+            self._emit(usage.message_event(response))
+            warning = usage.context_warning(response, self.context_window)
+            if warning is not None and not self._warned:
+                self._warned = True
+                self._emit(warning)
+            if not response.tool_calls:
+                return "completed"
+            results = [await self._execute(call) for call in response.tool_calls]
+            self.conversation.messages.append(Message.tool(results))
+            self._signatures += [_signature(call) for call in response.tool_calls]
+            if repeats(self._signatures, self.limits.loop_window):
+                self._signatures.clear()
+                self._emit(AgentLoopDetected())
+                self.conversation.messages.append(
+                    Message.user(LOOP_WARNING.format(window=self.limits.loop_window))
+                )
+
+    def _inject_steering(self) -> None:
+        queued, self._steering = self._steering, []
+        for text in queued:
+            self.conversation.messages.append(Message.user(text))
+            self._emit(AgentSteeringInjected(text=text))
+
+    def _request(self, system: str, messages: Sequence[Message]) -> Request:
+        return Request(
+            messages=tuple(messages),
+            system=system,
+            tools=tuple(tool.spec for tool in self._tools.values()),
+            max_tokens=self.limits.max_tokens,
+            reasoning_effort=self.reasoning_effort,
+            timeout=self.request_timeout,
+        )
+
+    async def _ask(self, system: str) -> Response:
+        async def forward(event: StreamEvent) -> None:
+            props = usage.stream_event(event)
+            if props is not None:
+                self._emit(props)
+
+        response = await complete(
+            self._request(system, self.conversation.messages),
+            self.target,
+            fallbacks=self.fallbacks,
+            env=self.env,
+            sink=forward,
+            policy=self.retry_policy,
+            on_retry=self._emit_async,
+            on_failover=self._emit_async,
+        )
+        self._account(response)
+        # A stream the client had buffered whole can end without a checkpoint; a
+        # cancellation asked for meanwhile takes effect here, before its tools run.
+        # (Raising from the sink instead would abandon the SDK's stream generator.)
+        await trio.lowlevel.checkpoint()
+        return response
+
+    async def _emit_async(self, props: AgentLlmRetry | AgentFailover) -> None:
+        self._emit(props)
+
+    def _account(self, response: Response) -> None:
+        self._usage = _add_usage(self._usage, response.usage)
+        cost = usage.estimate_cost(response.target.model, response.usage)
+        if cost is not None:
+            self._cost = (self._cost or 0.0) + cost
+
+    # ------------------------------------------------------------------------ tools
+
+    async def _execute(self, call: ToolCall) -> ToolResult:
+        self._emit(
+            AgentToolStarted(tool_name=call.name, tool_call_id=call.id, arguments=call.arguments)
+        )
+        tool = self._tools.get(call.name)
+        try:
+            if tool is None:
+                raise ToolError(
+                    f"there is no tool named {call.name!r}; the tools are {', '.join(self._tools)}"
+                )
+            check_arguments(tool, call.arguments)
+            outcome = await tool.run(call.arguments, self._context)
+        except ToolError as exc:
+            outcome = ToolOutcome(output=str(exc), is_error=True)
+        except (OSError, UnicodeError) as exc:
+            # The file system said no, or the model sent text no file can hold (a lone
+            # surrogate): either way the model hears of it and may try again.
+            outcome = ToolOutcome(output=f"{call.name} failed: {exc}", is_error=True)
+        self._emit(
+            AgentToolCompleted(
+                tool_name=call.name,
+                tool_call_id=call.id,
+                output=outcome.output,
+                is_error=outcome.is_error,
+            )
+        )
+        for path in self._context.touched:
+            if path not in self.conversation.files_touched:
+                self.conversation.files_touched.append(path)
+        limit = self.limits.output_limits.get(call.name) or DEFAULT_LIMITS.get(
+            call.name, FALLBACK_LIMIT
+        )
+        return ToolResult(
+            tool_call_id=call.id,
+            content=truncate_tool_output(outcome.output, limit),
+            is_error=outcome.is_error,
+        )
+
+    # ------------------------------------------------------------------------ compaction
+
+    def estimated_tokens(self, system: str) -> int:
+        messages = self.conversation.messages
+        if self._measured is not None and self._measured[1] <= len(messages):
+            base, counted = self._measured
+            return base + sum(_chars(m) for m in messages[counted:]) // CHARS_PER_TOKEN
+        return (len(system) + sum(_chars(m) for m in messages)) // CHARS_PER_TOKEN
+
+    async def _compact(self, system: str, *, force: bool = False) -> bool:
+        """Summarise the older turns when the next request would come near the context
+        window (or, with `force`, because the provider said it was too long). True if
+        the history was shortened."""
+        window = self.context_window
+        estimate = self.estimated_tokens(system)
+        if not force and (window is None or estimate < window * COMPACTION_SHARE):
+            return False
+        messages = self.conversation.messages
+        starts = [i for i, m in enumerate(messages) if m.role == "assistant"]
+        keep = self.limits.compaction_keep_turns
+        if len(starts) <= keep:
+            return False  # nothing old enough to summarise
+        cut = starts[-keep] if keep else len(messages)
+        older, preserved = messages[:cut], messages[cut:]
+        self._emit(
+            AgentCompactionStarted(estimated_tokens=estimate, context_window_size=window or 0)
+        )
+        summary = await complete(
+            self._request(system, [*older, Message.user(SUMMARY_REQUEST)]),
+            self.target,
+            fallbacks=self.fallbacks,
+            env=self.env,
+            sink=discard,
+            policy=self.retry_policy,
+            on_retry=self._emit_async,
+            on_failover=self._emit_async,
+        )
+        self._account(summary)
+        task = older[0].text if older and older[0].role == "user" else ""
+        files = self.conversation.files_touched
+        lines = [
+            task,
+            "[Earlier turns of this session were summarised to fit the context window.]",
+            summary.text.strip(),
+        ]
+        if files:
+            lines.append("Files changed so far: " + ", ".join(files))
+        self.conversation.messages = [
+            Message.user("\n\n".join(line for line in lines if line)),
+            *preserved,
+        ]
+        self.conversation.compactions += 1
+        self._measured = None
+        self._warned = False
+        self._emit(
+            AgentCompactionCompleted(
+                original_turn_count=len(older) + len(preserved),
+                preserved_turn_count=len(preserved),
+                summary_token_estimate=len(summary.text) // CHARS_PER_TOKEN,
+                tracked_file_count=len(files),
+            )
+        )
+        return True
