@@ -33,8 +33,11 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from fabro_git.errors import WorkflowError
+from fabro_git.suggest import close_names
 from fabro_git.workflow import catalogue
+from fabro_git.workflow.attributes import GRAPHVIZ_NODE, KNOWN
 from fabro_git.workflow.conditions import (
+    OUTCOME_ALIASES,
     STANDARD_OUTCOMES,
     Condition,
     ConditionError,
@@ -117,6 +120,10 @@ GRAPH_DURATIONS: tuple[str, ...] = ("stall_timeout",)
 # Combinations tried by all_conditional_edges before it gives up proving coverage.
 _MAX_CASES = 4096
 
+_WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+# Bare condition keys the engine sets itself; any other bare key reads the context.
+_ROUTING_KEYS: tuple[str, ...] = ("outcome", "preferred_label")
+
 
 @dataclass(frozen=True)
 class Diagnostic:
@@ -142,6 +149,9 @@ class _Check:
         self.conditions: dict[int, Condition] = {}
         self.bad_conditions: set[int] = set()
         self._lines: tuple[str, list[int]] | None = None
+        self._reachable: set[str] | None = None
+        self._implicit: dict[str, Node] | None = None
+        self._words: set[str] | None = None
         for index, edge in enumerate(graph.edges):
             text = edge.condition
             if text is None:
@@ -150,6 +160,57 @@ class _Check:
                 self.conditions[index] = parse_condition(text)
             except ConditionError:
                 self.bad_conditions.add(index)
+
+    # Facts several rules share ------------------------------------------------------
+
+    def reachable(self) -> set[str]:
+        """Ids of the nodes a walk from the start node can reach; every id when the
+        graph has no start node (`start_node` reports that, and nothing is unreachable
+        from a start that does not exist)."""
+        if self._reachable is None:
+            graph = self.graph
+            starts = [n.id for n in graph.nodes.values() if n.handler_type == START]
+            if not starts:
+                self._reachable = set(graph.nodes)
+                return self._reachable
+            # An explicit stack, not recursion: a 100k-node chain is a 100k-deep walk.
+            seen = set(starts)
+            frontier = list(starts)
+            while frontier:
+                current = frontier.pop()
+                for edge in graph.outgoing(current):
+                    if edge.target not in seen:
+                        seen.add(edge.target)
+                        frontier.append(edge.target)
+            self._reachable = seen
+        return self._reachable
+
+    def implicit_nodes(self) -> dict[str, Node]:
+        """Nodes that exist only because an edge names them: no statement of their own
+        and no attribute beyond Graphviz's drawing ones (a `node [fontname=...]`
+        default must not hide a typo). An implicit start or exit is the usual
+        shorthand, not a slip."""
+        if self._implicit is None:
+            self._implicit = {
+                node.id: node
+                for node in self.graph.nodes.values()
+                if not node.declared
+                and node.handler_type not in (START, EXIT)
+                and all(key in GRAPHVIZ_NODE for key in node.attrs if key not in node.styled)
+            }
+        return self._implicit
+
+    def words(self) -> set[str]:
+        """Every name-like word in the nodes' attribute values: a context key a prompt
+        tells an agent to set (in its `context_updates`) appears here."""
+        if self._words is None:
+            found: set[str] = set()
+            for node in self.graph.nodes.values():
+                for key, value in node.attrs.items():
+                    if key not in node.styled:
+                        found.update(_WORD_RE.findall(value))
+            self._words = found
+        return self._words
 
     # Positions --------------------------------------------------------------------
 
@@ -335,21 +396,9 @@ def _edge_target_exists(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _reachability(check: _Check) -> Iterator[Diagnostic]:
-    graph = check.graph
-    starts = [n.id for n in graph.nodes.values() if n.handler_type == START]
-    if not starts:
-        return
-    # An explicit stack, not recursion: a 100k-node chain is a 100k-deep walk.
-    seen = set(starts)
-    frontier = list(starts)
-    while frontier:
-        current = frontier.pop()
-        for edge in graph.outgoing(current):
-            if edge.target not in seen:
-                seen.add(edge.target)
-                frontier.append(edge.target)
-    for node in graph.nodes.values():
-        if node.id not in seen:
+    reachable = check.reachable()
+    for node in check.graph.nodes.values():
+        if node.id not in reachable:
             yield check.on_node(
                 "reachability",
                 WARNING,
@@ -357,6 +406,78 @@ def _reachability(check: _Check) -> Iterator[Diagnostic]:
                 node,
                 check.node_pos(node),
             )
+
+
+def _did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`; did you mean 'exit'?`, or nothing when no known name is close."""
+    close = close_names(word, known)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(name) for name in close) + "?"
+
+
+def _where(check: _Check, line: int, column: int) -> str:
+    """`path:line:col` of a place in this workflow, as compilers and editors write it."""
+    path = check.graph.path
+    return f"{path}:{line}:{column}" if path is not None else f"line {line}, column {column}"
+
+
+def _implicit_node(check: _Check) -> Iterator[Diagnostic]:
+    """A node that only an edge names is usually a misspelt target: `test -> exti`
+    makes an agent called `exti` rather than reaching `exit`."""
+    graph = check.graph
+    implicit = check.implicit_nodes()
+    if not implicit:
+        return
+    known = [node_id for node_id in graph.nodes if node_id not in implicit]
+    for node in implicit.values():
+        naming = graph.incoming(node.id) + graph.outgoing(node.id)
+        edge = min(naming, key=lambda e: (e.line, e.column), default=None)
+        via = (
+            f"edge {edge.source} -> {edge.target} at {_where(check, edge.line, edge.column)}"
+            if edge is not None
+            else "an edge"
+        )
+        handler = node.handler_type
+        article = "an" if handler[:1] in "aeiou" else "a"
+        suggestion = _did_you_mean(node.id, known)
+        advice = suggestion or (
+            f"; if it is meant to be a stage, declare it with its attributes, e.g. "
+            f'{node.id} [prompt="..."]'
+        )
+        yield check.on_node(
+            "implicit_node",
+            WARNING,
+            f"node {node.id!r} has no statement of its own: it exists only because {via} "
+            f"names it, so it runs as {article} {handler} with no attributes{advice}",
+            node,
+            check.node_pos(node),
+        )
+
+
+def _dead_end(check: _Check) -> Iterator[Diagnostic]:
+    """A stage with no way out ends the run (or its parallel branch) there, short of
+    the exit; usually a forgotten edge."""
+    graph = check.graph
+    reachable = check.reachable()
+    implicit = check.implicit_nodes()
+    exits = graph.exit_nodes()
+    if not exits or graph.start_node() is None:
+        return  # a fragment, or a graph start_node/terminal_node already refuse
+    example = exits[0].id
+    for node in graph.nodes.values():
+        if node.handler_type == EXIT or node.id in implicit or node.id not in reachable:
+            continue  # implicit_node and reachability speak for the last two
+        if graph.outgoing_indexes(node.id):
+            continue
+        yield check.on_node(
+            "dead_end",
+            WARNING,
+            f"node {node.id!r} has no outgoing edge, so a run that reaches it stops there "
+            f"without reaching the exit; add an edge from it, e.g. {node.id} -> {example}",
+            node,
+            check.node_pos(node),
+        )
 
 
 def _node_id_valid(check: _Check) -> Iterator[Diagnostic]:
@@ -382,6 +503,114 @@ def _node_id_valid(check: _Check) -> Iterator[Diagnostic]:
             node,
             check.node_pos(node),
         )
+
+
+def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
+    """An attribute that nothing reads: a typo (`scrpt=`), or one written on the wrong
+    kind of statement (`condition` on a node). The known names are in
+    workflow/attributes.py."""
+    graph = check.graph
+    # A graph attribute is mirrored into the context as `graph.NAME`, so a condition
+    # that reads it makes a custom one meaningful.
+    read_by_conditions: set[str] = set()
+    for condition in check.conditions.values():
+        for clause in condition.clauses():
+            key = clause.key.removeprefix("context.")
+            if key.startswith("graph."):
+                read_by_conditions.add(key[len("graph.") :])
+    reported: set[tuple[str, int, int]] = set()
+
+    def problem(kind: str, key: str, pos: tuple[int | None, int | None]) -> str | None:
+        if key in KNOWN[kind]:
+            return None
+        if kind == "graph" and key in read_by_conditions:
+            return None
+        at = (key, pos[0] or 0, pos[1] or 0)
+        if at in reported:  # a `node [...]` default reaches every node after it
+            return None
+        reported.add(at)
+        elsewhere = [other for other in ("node", "edge", "graph") if key in KNOWN[other]]
+        if elsewhere:
+            return f"it is read on {' and '.join(o + 's' for o in elsewhere)}, not on {kind}s"
+        suggestion = _did_you_mean(key, KNOWN[kind])
+        return "nothing reads it" + (suggestion or "")
+
+    for key in graph.attrs:
+        pos = check.graph_pos(key)
+        why = problem("graph", key, pos)
+        if why is not None:
+            yield check.on_graph(
+                "unknown_attribute", WARNING, f"unknown graph attribute {key!r}: {why}", pos
+            )
+    for node in graph.nodes.values():
+        for key in node.attrs:
+            if key in node.styled:
+                continue
+            pos = check.node_pos(node, key)
+            why = problem("node", key, pos)
+            if why is not None:
+                yield check.on_node(
+                    "unknown_attribute",
+                    WARNING,
+                    f"node {node.id!r}: unknown attribute {key!r}: {why}",
+                    node,
+                    pos,
+                )
+    for edge in graph.edges:
+        for key in edge.attrs:
+            pos = check.edge_pos(edge, key)
+            why = problem("edge", key, pos)
+            if why is not None:
+                yield check.on_edge(
+                    "unknown_attribute",
+                    WARNING,
+                    f"edge {edge.source} -> {edge.target}: unknown attribute {key!r}: {why}",
+                    edge,
+                    pos,
+                )
+
+
+def _condition_typo(check: _Check) -> Iterator[Diagnostic]:
+    """A condition that can never be true as written because of a slip of the keyboard:
+    a bare key one or two edits from `outcome` or `preferred_label` (a bare key reads
+    the context, where nothing sets `outcom`), or an outcome value close to one a stage
+    reports (`outcome=succeded`)."""
+    graph = check.graph
+    outcome_names = (*STANDARD_OUTCOMES, *OUTCOME_ALIASES)
+    for index, condition in sorted(check.conditions.items()):
+        edge = graph.edges[index]
+        for clause in condition.clauses():
+            key = clause.key
+            message = None
+            if key == "outcome":
+                if clause.op not in ("=", "!=") or clause.value in outcome_names:
+                    continue
+                close = close_names(clause.value, STANDARD_OUTCOMES)
+                if close:
+                    message = (
+                        f"no stage reports outcome {clause.value!r}, so this clause is "
+                        f"{'never' if clause.op == '=' else 'always'} true"
+                        f"{_did_you_mean(clause.value, close)}"
+                    )
+            elif not key.startswith("context.") and key not in _ROUTING_KEYS:
+                close = close_names(key, _ROUTING_KEYS)
+                # An agent may set any key through context_updates; one its prompt names
+                # is meant, not a slip.
+                if close and key not in check.words():
+                    message = (
+                        f"{key!r} is a context key that no stage sets, so it reads as empty"
+                        f"{_did_you_mean(key, close)}"
+                    )
+            if message is None:
+                continue
+            pos = check.value_position(edge.positions.get("condition"), clause.offset)
+            yield check.on_edge(
+                "condition_typo",
+                WARNING,
+                f"edge {edge.source} -> {edge.target}: condition {condition.text!r}: {message}",
+                edge,
+                pos,
+            )
 
 
 # Expressions -----------------------------------------------------------------------------
@@ -672,31 +901,37 @@ def _all_conditional_edges(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _orphan_custom_outcome(check: _Check) -> Iterator[Diagnostic]:
+    """A node that routes on `outcome=` with no unconditional edge: an outcome the
+    conditions do not name (or misspell) leaves the run nowhere to go."""
     graph = check.graph
     known = set(STANDARD_OUTCOMES) | {"retry"}
     for node in graph.nodes.values():
-        edges = [(i, graph.edges[i]) for i in graph.outgoing_indexes(node.id)]
-        if any(edge.condition is None for _, edge in edges):
+        indexes = graph.outgoing_indexes(node.id)
+        if not indexes or any(graph.edges[i].condition is None for i in indexes):
             continue
-        for index, edge in edges:
+        tested: list[tuple[Edge, int, str]] = []
+        for index in indexes:
             condition = check.conditions.get(index)
             if condition is None:
                 continue
             for clause in condition.clauses():
-                if clause.key != "outcome" or clause.op not in ("=", "!="):
-                    continue
-                if normalize_outcome(clause.value) in known:
-                    continue
-                pos = check.value_position(edge.positions.get("condition"), clause.offset)
-                yield check.on_edge(
-                    "orphan_custom_outcome",
-                    WARNING,
-                    f"edge {edge.source} -> {edge.target} tests outcome {clause.value!r}, which "
-                    f"no stage reports (use succeeded, failed, partially_succeeded or skipped), "
-                    f"and {node.id!r} has no unconditional edge to fall back on",
-                    edge,
-                    pos,
-                )
+                if clause.key == "outcome" and clause.op == "=":
+                    tested.append((graph.edges[index], clause.offset, clause.value))
+        if not tested:
+            continue
+        edge, offset, _value = tested[0]
+        custom = sorted({v for _e, _o, v in tested if normalize_outcome(v) not in known})
+        extra = (
+            f"; no stage reports {', '.join(repr(v) for v in custom)}" if custom else ""
+        )
+        yield check.on_node(
+            "orphan_custom_outcome",
+            WARNING,
+            f"{node.id!r} routes on outcome= conditions but has no unconditional edge to "
+            f"fall back on when none matches{extra}",
+            node,
+            check.value_position(edge.positions.get("condition"), offset),
+        )
 
 
 def _freeform_edge_count(check: _Check) -> Iterator[Diagnostic]:
@@ -855,12 +1090,14 @@ def _prompt_on_llm_nodes(check: _Check) -> Iterator[Diagnostic]:
     for node in check.graph.nodes.values():
         if node.handler_type not in LLM_TYPES or node.prompt is not None:
             continue
+        if (node.attrs.get("label") or "").strip():
+            continue  # the label is the instruction, as in Fabro
         kind = "agent" if node.handler_type == AGENT else "prompt"
         yield check.on_node(
             "prompt_on_llm_nodes",
             WARNING,
-            f"{kind} node {node.id!r} has no prompt; its label {node.label!r} will be sent "
-            "as the whole instruction",
+            f"{kind} node {node.id!r} has neither a prompt nor a label, so its id "
+            f"{node.id!r} will be sent as the whole instruction",
             node,
             check.node_pos(node),
         )
@@ -963,10 +1200,9 @@ def _thread_id_requires_fidelity_full(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _model_known(check: _Check, model: str) -> bool:
-    if model in check.known_models:
-        return True
-    provider, _, rest = model.partition("/")
-    return bool(rest) and provider in catalogue.PROVIDERS and rest in check.known_models
+    """A catalogue id or alias; anything else, `provider/model` included, is unknown
+    (the provider goes in its own `provider` attribute)."""
+    return model in check.known_models
 
 
 def _stylesheet_model_known(check: _Check) -> Iterator[Diagnostic]:
@@ -988,7 +1224,8 @@ def _stylesheet_model_known(check: _Check) -> Iterator[Diagnostic]:
                     yield check.on_graph(
                         "stylesheet_model_known",
                         WARNING,
-                        f"model_stylesheet: unknown model {declaration.value!r}",
+                        f"model_stylesheet: unknown model {declaration.value!r}"
+                        f"{_did_you_mean(declaration.value, check.known_models)}",
                         pos,
                     )
     for node in graph.nodes.values():
@@ -999,7 +1236,8 @@ def _stylesheet_model_known(check: _Check) -> Iterator[Diagnostic]:
         yield check.on_node(
             "stylesheet_model_known",
             WARNING,
-            f"node {node.id!r}: unknown model {model!r}",
+            f"node {node.id!r}: unknown model {model!r}"
+            f"{_did_you_mean(model.strip(), check.known_models)}",
             node,
             check.node_pos(node, key),
         )
@@ -1043,7 +1281,8 @@ def _path_inside_repository(check: _Check) -> Iterator[Diagnostic]:
 
 def _child_workflow(check: _Check) -> Iterator[Diagnostic]:
     """A sub-workflow's child must exist, parse and validate, and not include itself;
-    its problems are reported at the parent's attribute."""
+    its errors and warnings are reported at the parent's attribute, each naming its
+    place in the child."""
     graph = check.graph
     origin = origin_for(graph)
     for node in graph.nodes.values():
@@ -1069,7 +1308,9 @@ def _child_workflow(check: _Check) -> Iterator[Diagnostic]:
             problems = memo[memo_key]
         else:
             problems = [
-                d for d in validate(child, known_models=check.known_models) if d.severity == ERROR
+                d
+                for d in validate(child, known_models=check.known_models)
+                if d.severity in (ERROR, WARNING)
             ]
             if memo_key is not None:
                 memo[memo_key] = problems
@@ -1080,7 +1321,7 @@ def _child_workflow(check: _Check) -> Iterator[Diagnostic]:
             where = ":".join(str(p) for p in (file, problem.line, problem.column) if p is not None)
             yield check.on_node(
                 "child_workflow",
-                ERROR,
+                problem.severity,
                 f"node {node.id!r}: {what}: {where}: [{problem.rule}] {problem.message}",
                 node,
                 pos,
@@ -1094,11 +1335,15 @@ RULES: tuple[Rule, ...] = (
     _exit_no_outgoing,
     _edge_target_exists,
     _reachability,
+    _implicit_node,
+    _dead_end,
     _node_id_valid,
     _condition_syntax,
     _stylesheet_syntax,
     _template_variable,
     _attribute_value,
+    _unknown_attribute,
+    _condition_typo,
     _all_conditional_edges,
     _orphan_custom_outcome,
     _freeform_edge_count,
