@@ -255,6 +255,27 @@ class _Check:
             remaining -= 1
         return line, column
 
+    def key_position(
+        self, where: tuple[int | None, int | None], key: str
+    ) -> tuple[int | None, int | None]:
+        """Position of the name in `key=value`, given the value's position: the parser
+        records where values start, and a misspelt name is better pointed at."""
+        line, column = where
+        if line is None or column is None:
+            return where
+        source, line_starts = self._source_lines()
+        if not 1 <= line <= len(line_starts):
+            return where
+        start = line_starts[line - 1]
+        before = source[start : start + column - 1].rstrip(" \t")
+        if not before.endswith("="):
+            return where
+        before = before[:-1].rstrip(" \t")
+        for written in (key, f'"{key}"'):
+            if before.endswith(written):
+                return line, len(before) - len(written) + 1
+        return where
+
     def _source_lines(self) -> tuple[str, list[int]]:
         """The source as the tokenizer saw it and the offset of each line's start."""
         if self._lines is None:
@@ -536,7 +557,7 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
         return "nothing reads it" + (suggestion or "")
 
     for key in graph.attrs:
-        pos = check.graph_pos(key)
+        pos = check.key_position(check.graph_pos(key), key)
         why = problem("graph", key, pos)
         if why is not None:
             yield check.on_graph(
@@ -546,7 +567,7 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
         for key in node.attrs:
             if key in node.styled:
                 continue
-            pos = check.node_pos(node, key)
+            pos = check.key_position(check.node_pos(node, key), key)
             why = problem("node", key, pos)
             if why is not None:
                 yield check.on_node(
@@ -558,7 +579,7 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
                 )
     for edge in graph.edges:
         for key in edge.attrs:
-            pos = check.edge_pos(edge, key)
+            pos = check.key_position(check.edge_pos(edge, key), key)
             why = problem("edge", key, pos)
             if why is not None:
                 yield check.on_edge(
@@ -921,9 +942,7 @@ def _orphan_custom_outcome(check: _Check) -> Iterator[Diagnostic]:
             continue
         edge, offset, _value = tested[0]
         custom = sorted({v for _e, _o, v in tested if normalize_outcome(v) not in known})
-        extra = (
-            f"; no stage reports {', '.join(repr(v) for v in custom)}" if custom else ""
-        )
+        extra = f"; no stage reports {', '.join(repr(v) for v in custom)}" if custom else ""
         yield check.on_node(
             "orphan_custom_outcome",
             WARNING,
