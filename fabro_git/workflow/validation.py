@@ -15,13 +15,18 @@ Choices worth knowing:
   reports the first combination that matches no edge. `outcome=succeeded` beside
   `outcome!=succeeded` is therefore fine; `outcome=succeeded` beside `outcome=failed`
   on an agent is not, since an agent may also finish `partially_succeeded`.
-- `orphan_custom_outcome` is about values rather than coverage: a condition testing an
-  outcome no stage ever reports (`outcome=passed`) on a node with no unconditional
-  fallback.
+- `orphan_custom_outcome` follows Fabro: a node that routes on `outcome=` and has no
+  unconditional edge warns, whatever the values; the message names any value no stage
+  reports. `prompt_on_llm_nodes` accepts a label (it becomes the instruction), and
+  `stylesheet_model_known` knows catalogue ids and aliases, nothing else.
 - A few rules beyond the usual set: `attribute_value` (a typed attribute that does not
   parse, which would otherwise fail mid-run), `command_requires_script`,
   `script_template` (a template in a python script, where no substitution is safe, or
   in a here-document that expands nothing) and `selection_valid`.
+- Warnings for typos, each with a "did you mean" from `fabro_git.suggest`:
+  `implicit_node` (a node only an edge names, `test -> exti`), `unknown_attribute`
+  (against the registry in workflow/attributes.py), `condition_typo` (`outcom=...`,
+  `outcome=succeded`) and `dead_end` (a reachable stage with no way out).
 """
 
 from __future__ import annotations
@@ -550,11 +555,19 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
         if at in reported:  # a `node [...]` default reaches every node after it
             return None
         reported.add(at)
-        elsewhere = [other for other in ("node", "edge", "graph") if key in KNOWN[other]]
+        places = {"node": "nodes", "edge": "edges", "graph": "the graph"}
+        elsewhere = [places[other] for other in places if key in KNOWN[other]]
         if elsewhere:
-            return f"it is read on {' and '.join(o + 's' for o in elsewhere)}, not on {kind}s"
+            return f"it is read on {' and '.join(elsewhere)}, not on {places[kind]}"
         suggestion = _did_you_mean(key, KNOWN[kind])
-        return "nothing reads it" + (suggestion or "")
+        if not suggestion:
+            for other in places:
+                close = close_names(key, KNOWN[other])
+                if close:
+                    where = places[other].removesuffix("s").removeprefix("the ")
+                    suggestion = f"; did you mean {close[0]!r}, a {where} attribute?"
+                    break
+        return "nothing reads it" + suggestion
 
     for key in graph.attrs:
         pos = check.key_position(check.graph_pos(key), key)

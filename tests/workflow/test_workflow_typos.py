@@ -102,6 +102,17 @@ def test_unknown_attributes_on_nodes_edges_and_the_graph() -> None:
     assert "did you mean 'weight'?" in diags[3].message
 
 
+def test_a_misspelt_attribute_of_another_kind_is_named_as_such() -> None:
+    text = wrap("start -> exit [human.defualt_choice=x]\nexit [promt=p]", "prompt=x")
+    messages = [d.message for d in only(check(text), "unknown_attribute")]
+    assert messages == [
+        "unknown graph attribute 'prompt': it is read on nodes, not on the graph",
+        "edge start -> exit: unknown attribute 'human.defualt_choice': nothing reads it; "
+        "did you mean 'human.default_choice', a node attribute?",
+        "node 'exit': unknown attribute 'promt': nothing reads it; did you mean 'prompt'?",
+    ]
+
+
 def test_a_node_default_is_reported_once_at_its_own_position() -> None:
     text = wrap("node [promt=p]\na\nb\nstart -> a -> b -> exit")
     diags = only(check(text), "unknown_attribute")
