@@ -40,7 +40,12 @@ from pathlib import Path, PurePosixPath
 from fabro_git.errors import WorkflowError
 from fabro_git.suggest import close_names
 from fabro_git.workflow import catalogue
-from fabro_git.workflow.attributes import GRAPHVIZ_NODE, KNOWN
+from fabro_git.workflow.attributes import (
+    EDGE_ATTRIBUTES,
+    GRAPHVIZ_NODE,
+    KNOWN,
+    NODE_ATTRIBUTES,
+)
 from fabro_git.workflow.conditions import (
     OUTCOME_ALIASES,
     STANDARD_OUTCOMES,
@@ -485,22 +490,23 @@ def _dead_end(check: _Check) -> Iterator[Diagnostic]:
     """A stage with no way out ends the run (or its parallel branch) there, short of
     the exit; usually a forgotten edge."""
     graph = check.graph
+    exit_node = next((n for n in graph.nodes.values() if n.handler_type == EXIT), None)
+    if exit_node is None or graph.start_node() is None:
+        return  # a fragment, or a graph start_node/terminal_node already refuse
+    sources = {edge.source for edge in graph.edges}
+    ends = [node for node in graph.nodes.values() if node.id not in sources]
+    if not ends:
+        return
     reachable = check.reachable()
     implicit = check.implicit_nodes()
-    exits = graph.exit_nodes()
-    if not exits or graph.start_node() is None:
-        return  # a fragment, or a graph start_node/terminal_node already refuse
-    example = exits[0].id
-    for node in graph.nodes.values():
+    for node in ends:
         if node.handler_type == EXIT or node.id in implicit or node.id not in reachable:
             continue  # implicit_node and reachability speak for the last two
-        if graph.outgoing_indexes(node.id):
-            continue
         yield check.on_node(
             "dead_end",
             WARNING,
             f"node {node.id!r} has no outgoing edge, so a run that reaches it stops there "
-            f"without reaching the exit; add an edge from it, e.g. {node.id} -> {example}",
+            f"without reaching the exit; add an edge from it, e.g. {node.id} -> {exit_node.id}",
             node,
             check.node_pos(node),
         )
@@ -547,8 +553,6 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
     reported: set[tuple[str, int, int]] = set()
 
     def problem(kind: str, key: str, pos: tuple[int | None, int | None]) -> str | None:
-        if key in KNOWN[kind]:
-            return None
         if kind == "graph" and key in read_by_conditions:
             return None
         at = (key, pos[0] or 0, pos[1] or 0)
@@ -570,6 +574,8 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
         return "nothing reads it" + suggestion
 
     for key in graph.attrs:
+        if key in KNOWN["graph"]:
+            continue
         pos = check.key_position(check.graph_pos(key), key)
         why = problem("graph", key, pos)
         if why is not None:
@@ -578,7 +584,7 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
             )
     for node in graph.nodes.values():
         for key in node.attrs:
-            if key in node.styled:
+            if key in NODE_ATTRIBUTES or key in node.styled:
                 continue
             pos = check.key_position(check.node_pos(node, key), key)
             why = problem("node", key, pos)
@@ -592,6 +598,8 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
                 )
     for edge in graph.edges:
         for key in edge.attrs:
+            if key in EDGE_ATTRIBUTES:
+                continue
             pos = check.key_position(check.edge_pos(edge, key), key)
             why = problem("edge", key, pos)
             if why is not None:
