@@ -480,7 +480,7 @@ def _implicit_node(check: _Check) -> Iterator[Diagnostic]:
             "implicit_node",
             WARNING,
             f"node {node.id!r} has no statement of its own: it exists only because {via} "
-            f"names it, so it runs as {article} {handler} with no attributes{advice}",
+            f"names it, so it runs as {article} {handler} with no attributes of its own{advice}",
             node,
             check.node_pos(node),
         )
