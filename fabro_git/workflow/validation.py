@@ -42,6 +42,7 @@ from fabro_git.suggest import close_names
 from fabro_git.workflow import catalogue
 from fabro_git.workflow.attributes import (
     EDGE_ATTRIBUTES,
+    GRAPHVIZ_GRAPH,
     GRAPHVIZ_NODE,
     KNOWN,
     NODE_ATTRIBUTES,
@@ -581,6 +582,26 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
         if why is not None:
             yield check.on_graph(
                 "unknown_attribute", WARNING, f"unknown graph attribute {key!r}: {why}", pos
+            )
+    # A subgraph's attributes are Graphviz's (a cluster's label, style, rank), and its
+    # label also names a stylesheet class.
+    pending = list(graph.subgraphs)
+    while pending:
+        subgraph = pending.pop()
+        pending.extend(subgraph.children)
+        for key in subgraph.attrs:
+            if key in GRAPHVIZ_GRAPH:
+                continue
+            where = subgraph.positions.get(key, (subgraph.line, subgraph.column))
+            pos = check.key_position(where, key)
+            suggestion = _did_you_mean(key, GRAPHVIZ_GRAPH)
+            name = f"subgraph {subgraph.name}" if subgraph.name else "subgraph"
+            yield check.on_graph(
+                "unknown_attribute",
+                WARNING,
+                f"{name}: unknown attribute {key!r}: only Graphviz reads a subgraph's "
+                f"attributes{suggestion or ''}",
+                pos,
             )
     for node in graph.nodes.values():
         for key in node.attrs:

@@ -113,6 +113,17 @@ def test_a_misspelt_attribute_of_another_kind_is_named_as_such() -> None:
     ]
 
 
+def test_subgraph_attributes_are_graphvizs() -> None:
+    text = wrap(
+        'subgraph cluster_a {\n  label="Loop A"; style=dashed; lable="x"; goal="g"\n  a [prompt=p]\n}\n'
+        "start -> a -> exit"
+    )
+    diags = only(check(text), "unknown_attribute")
+    assert [(d.line, d.column) for d in diags] == [(6, 33), (6, 44)]
+    assert "did you mean 'label'?" in diags[0].message
+    assert "only Graphviz reads a subgraph's attributes" in diags[1].message
+
+
 def test_a_node_default_is_reported_once_at_its_own_position() -> None:
     text = wrap("node [promt=p]\na\nb\nstart -> a -> b -> exit")
     diags = only(check(text), "unknown_attribute")
