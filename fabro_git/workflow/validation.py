@@ -1054,8 +1054,9 @@ def _type_known(check: _Check) -> Iterator[Diagnostic]:
                 yield check.on_node(
                     "type_known",
                     WARNING,
-                    f"node {node.id!r}: unknown type {explicit!r}; known types are "
-                    f"{', '.join(sorted(HANDLER_TYPES))}",
+                    f"node {node.id!r}: unknown type {explicit!r}"
+                    f"{_did_you_mean(explicit, [*HANDLER_TYPES, *TYPE_ALIASES]) or ';'} known types "
+                    f"are {', '.join(sorted(HANDLER_TYPES))}",
                     node,
                     check.node_pos(node, "type"),
                 )
@@ -1065,8 +1066,9 @@ def _type_known(check: _Check) -> Iterator[Diagnostic]:
             yield check.on_node(
                 "type_known",
                 WARNING,
-                f"node {node.id!r}: shape {shape!r} has no handler, so it runs as an agent; "
-                f"known shapes are {', '.join(sorted(SHAPE_TO_TYPE))}",
+                f"node {node.id!r}: shape {shape!r} has no handler, so it runs as an agent"
+                f"{_did_you_mean(shape, SHAPE_TO_TYPE) or ';'} known shapes are "
+                f"{', '.join(sorted(SHAPE_TO_TYPE))}",
                 node,
                 check.node_pos(node, "shape"),
             )
@@ -1112,7 +1114,7 @@ def _retry_target_exists(check: _Check) -> Iterator[Diagnostic]:
             yield check.on_graph(
                 "retry_target_exists",
                 WARNING,
-                f"graph {key}={value!r} names no node",
+                f"graph {key}={value!r} names no node{_did_you_mean(value, graph.nodes)}",
                 check.graph_pos(key),
             )
     for node in graph.nodes.values():
@@ -1122,7 +1124,8 @@ def _retry_target_exists(check: _Check) -> Iterator[Diagnostic]:
                 yield check.on_node(
                     "retry_target_exists",
                     WARNING,
-                    f"node {node.id!r}: {key}={value!r} names no node",
+                    f"node {node.id!r}: {key}={value!r} names no node"
+                    f"{_did_you_mean(value, graph.nodes)}",
                     node,
                     check.node_pos(node, key),
                 )

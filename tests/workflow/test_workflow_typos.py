@@ -399,3 +399,18 @@ def test_reference_and_example_warnings(path: Path) -> None:
     assert warnings == EXPECTED_WARNINGS[path.stem]
     # In particular, no documented or shipped workflow uses an attribute we do not know.
     assert "unknown_attribute" not in {rule for _line, rule in warnings}
+
+
+def test_misspelt_types_shapes_and_retry_targets_get_suggestions() -> None:
+    text = wrap(
+        "implement [prompt=p, type=comand, retry_target=implemnt]\n"
+        "b [shape=paralelogram, script=x]\nc [shape=circle, prompt=p]\n"
+        "start -> implement -> b -> c -> exit"
+    )
+    diags = check(text)
+    types = [d.message for d in only(diags, "type_known")]
+    assert "unknown type 'comand'; did you mean 'command'? known types are" in types[0]
+    assert "did you mean 'parallelogram'?" in types[1]
+    assert "did you mean" not in types[2] and "'circle' has no handler" in types[2]
+    (target,) = only(diags, "retry_target_exists")
+    assert target.message.endswith("names no node; did you mean 'implement'?")
