@@ -121,6 +121,7 @@ def _build_spec(
     run_cfg = config.run
     graph = load(path)
     diagnostics = validate(graph)
+    _print_warnings(path, diagnostics)
     errors = [d for d in diagnostics if d.severity == "error"]
     if errors:
         lines = [f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors]
@@ -168,6 +169,16 @@ def _build_spec(
         exclude_globs=list(run_cfg.checkpoint.exclude_globs) if run_cfg.checkpoint else [],
         settings=config.settings(),
     )
+
+
+def _print_warnings(path: Path, diagnostics: list[Any]) -> None:
+    """Warnings do not stop a run, but a typo they catch (`test -> exti`) would only show
+    itself stages later: print them, as `validate` does, before anything starts."""
+    from fabro_git.cli.validate import format_diagnostic
+
+    for diagnostic in diagnostics:
+        if diagnostic.severity == "warning":
+            print(format_diagnostic(path, diagnostic), file=sys.stderr)
 
 
 def _take_named_files(graph: Any) -> None:

@@ -305,6 +305,7 @@ class Subgraph:
     line: int
     column: int
     children: list[Subgraph] = field(default_factory=list)
+    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def label(self) -> str | None:

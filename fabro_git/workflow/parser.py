@@ -508,8 +508,9 @@ class _Parser:
 
     def set_graph_attrs(self, scope: _Scope, attrs: Attrs) -> None:
         if scope.record is not None:
-            for key, value, _line, _column in attrs:
+            for key, value, line, column in attrs:
                 scope.record.attrs[key] = value
+                scope.record.positions[key] = (line, column)
             return
         for key, value, line, column in attrs:
             self.graph.attrs[key] = value

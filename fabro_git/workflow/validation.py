@@ -15,13 +15,18 @@ Choices worth knowing:
   reports the first combination that matches no edge. `outcome=succeeded` beside
   `outcome!=succeeded` is therefore fine; `outcome=succeeded` beside `outcome=failed`
   on an agent is not, since an agent may also finish `partially_succeeded`.
-- `orphan_custom_outcome` is about values rather than coverage: a condition testing an
-  outcome no stage ever reports (`outcome=passed`) on a node with no unconditional
-  fallback.
+- `orphan_custom_outcome` follows Fabro: a node that routes on `outcome=` and has no
+  unconditional edge warns, whatever the values; the message names any value no stage
+  reports. `prompt_on_llm_nodes` accepts a label (it becomes the instruction), and
+  `stylesheet_model_known` knows catalogue ids and aliases, nothing else.
 - A few rules beyond the usual set: `attribute_value` (a typed attribute that does not
   parse, which would otherwise fail mid-run), `command_requires_script`,
   `script_template` (a template in a python script, where no substitution is safe, or
   in a here-document that expands nothing) and `selection_valid`.
+- Warnings for typos, each with a "did you mean" from `fabro_git.suggest`:
+  `implicit_node` (a node only an edge names, `test -> exti`), `unknown_attribute`
+  (against the registry in workflow/attributes.py), `condition_typo` (`outcom=...`,
+  `outcome=succeded`) and `dead_end` (a reachable stage with no way out).
 """
 
 from __future__ import annotations
@@ -33,8 +38,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from fabro_git.errors import WorkflowError
+from fabro_git.suggest import close_names
 from fabro_git.workflow import catalogue
+from fabro_git.workflow.attributes import (
+    EDGE_ATTRIBUTES,
+    GRAPHVIZ_GRAPH,
+    GRAPHVIZ_NODE,
+    KNOWN,
+    NODE_ATTRIBUTES,
+)
 from fabro_git.workflow.conditions import (
+    OUTCOME_ALIASES,
     STANDARD_OUTCOMES,
     Condition,
     ConditionError,
@@ -117,6 +131,10 @@ GRAPH_DURATIONS: tuple[str, ...] = ("stall_timeout",)
 # Combinations tried by all_conditional_edges before it gives up proving coverage.
 _MAX_CASES = 4096
 
+_WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+# Bare condition keys the engine sets itself; any other bare key reads the context.
+_ROUTING_KEYS: tuple[str, ...] = ("outcome", "preferred_label")
+
 
 @dataclass(frozen=True)
 class Diagnostic:
@@ -142,6 +160,9 @@ class _Check:
         self.conditions: dict[int, Condition] = {}
         self.bad_conditions: set[int] = set()
         self._lines: tuple[str, list[int]] | None = None
+        self._reachable: set[str] | None = None
+        self._implicit: dict[str, Node] | None = None
+        self._words: set[str] | None = None
         for index, edge in enumerate(graph.edges):
             text = edge.condition
             if text is None:
@@ -150,6 +171,57 @@ class _Check:
                 self.conditions[index] = parse_condition(text)
             except ConditionError:
                 self.bad_conditions.add(index)
+
+    # Facts several rules share ------------------------------------------------------
+
+    def reachable(self) -> set[str]:
+        """Ids of the nodes a walk from the start node can reach; every id when the
+        graph has no start node (`start_node` reports that, and nothing is unreachable
+        from a start that does not exist)."""
+        if self._reachable is None:
+            graph = self.graph
+            starts = [n.id for n in graph.nodes.values() if n.handler_type == START]
+            if not starts:
+                self._reachable = set(graph.nodes)
+                return self._reachable
+            # An explicit stack, not recursion: a 100k-node chain is a 100k-deep walk.
+            seen = set(starts)
+            frontier = list(starts)
+            while frontier:
+                current = frontier.pop()
+                for edge in graph.outgoing(current):
+                    if edge.target not in seen:
+                        seen.add(edge.target)
+                        frontier.append(edge.target)
+            self._reachable = seen
+        return self._reachable
+
+    def implicit_nodes(self) -> dict[str, Node]:
+        """Nodes that exist only because an edge names them: no statement of their own
+        and no attribute beyond Graphviz's drawing ones (a `node [fontname=...]`
+        default must not hide a typo). An implicit start or exit is the usual
+        shorthand, not a slip."""
+        if self._implicit is None:
+            self._implicit = {
+                node.id: node
+                for node in self.graph.nodes.values()
+                if not node.declared
+                and node.handler_type not in (START, EXIT)
+                and all(key in GRAPHVIZ_NODE for key in node.attrs if key not in node.styled)
+            }
+        return self._implicit
+
+    def words(self) -> set[str]:
+        """Every name-like word in the nodes' attribute values: a context key a prompt
+        tells an agent to set (in its `context_updates`) appears here."""
+        if self._words is None:
+            found: set[str] = set()
+            for node in self.graph.nodes.values():
+                for key, value in node.attrs.items():
+                    if key not in node.styled:
+                        found.update(_WORD_RE.findall(value))
+            self._words = found
+        return self._words
 
     # Positions --------------------------------------------------------------------
 
@@ -193,6 +265,27 @@ class _Check:
             pos += step
             remaining -= 1
         return line, column
+
+    def key_position(
+        self, where: tuple[int | None, int | None], key: str
+    ) -> tuple[int | None, int | None]:
+        """Position of the name in `key=value`, given the value's position: the parser
+        records where values start, and a misspelt name is better pointed at."""
+        line, column = where
+        if line is None or column is None:
+            return where
+        source, line_starts = self._source_lines()
+        if not 1 <= line <= len(line_starts):
+            return where
+        start = line_starts[line - 1]
+        before = source[start : start + column - 1].rstrip(" \t")
+        if not before.endswith("="):
+            return where
+        before = before[:-1].rstrip(" \t")
+        for written in (key, f'"{key}"'):
+            if before.endswith(written):
+                return line, len(before) - len(written) + 1
+        return where
 
     def _source_lines(self) -> tuple[str, list[int]]:
         """The source as the tokenizer saw it and the offset of each line's start."""
@@ -335,21 +428,9 @@ def _edge_target_exists(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _reachability(check: _Check) -> Iterator[Diagnostic]:
-    graph = check.graph
-    starts = [n.id for n in graph.nodes.values() if n.handler_type == START]
-    if not starts:
-        return
-    # An explicit stack, not recursion: a 100k-node chain is a 100k-deep walk.
-    seen = set(starts)
-    frontier = list(starts)
-    while frontier:
-        current = frontier.pop()
-        for edge in graph.outgoing(current):
-            if edge.target not in seen:
-                seen.add(edge.target)
-                frontier.append(edge.target)
-    for node in graph.nodes.values():
-        if node.id not in seen:
+    reachable = check.reachable()
+    for node in check.graph.nodes.values():
+        if node.id not in reachable:
             yield check.on_node(
                 "reachability",
                 WARNING,
@@ -357,6 +438,79 @@ def _reachability(check: _Check) -> Iterator[Diagnostic]:
                 node,
                 check.node_pos(node),
             )
+
+
+def _did_you_mean(word: str, known: Iterable[str]) -> str:
+    """`; did you mean 'exit'?`, or nothing when no known name is close."""
+    close = close_names(word, known)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(repr(name) for name in close) + "?"
+
+
+def _where(check: _Check, line: int, column: int) -> str:
+    """`path:line:col` of a place in this workflow, as compilers and editors write it."""
+    path = check.graph.path
+    return f"{path}:{line}:{column}" if path is not None else f"line {line}, column {column}"
+
+
+def _implicit_node(check: _Check) -> Iterator[Diagnostic]:
+    """A node that only an edge names is usually a misspelt target: `test -> exti`
+    makes an agent called `exti` rather than reaching `exit`."""
+    graph = check.graph
+    implicit = check.implicit_nodes()
+    if not implicit:
+        return
+    known = [node_id for node_id in graph.nodes if node_id not in implicit]
+    for node in implicit.values():
+        naming = graph.incoming(node.id) + graph.outgoing(node.id)
+        edge = min(naming, key=lambda e: (e.line, e.column), default=None)
+        via = (
+            f"edge {edge.source} -> {edge.target} at {_where(check, edge.line, edge.column)}"
+            if edge is not None
+            else "an edge"
+        )
+        handler = node.handler_type
+        article = "an" if handler[:1] in "aeiou" else "a"
+        suggestion = _did_you_mean(node.id, known)
+        advice = suggestion or (
+            f"; if it is meant to be a stage, declare it with its attributes, e.g. "
+            f'{node.id} [prompt="..."]'
+        )
+        yield check.on_node(
+            "implicit_node",
+            WARNING,
+            f"node {node.id!r} has no statement of its own: it exists only because {via} "
+            f"names it, so it runs as {article} {handler} with no attributes of its own{advice}",
+            node,
+            check.node_pos(node),
+        )
+
+
+def _dead_end(check: _Check) -> Iterator[Diagnostic]:
+    """A stage with no way out ends the run (or its parallel branch) there, short of
+    the exit; usually a forgotten edge."""
+    graph = check.graph
+    exit_node = next((n for n in graph.nodes.values() if n.handler_type == EXIT), None)
+    if exit_node is None or graph.start_node() is None:
+        return  # a fragment, or a graph start_node/terminal_node already refuse
+    sources = {edge.source for edge in graph.edges}
+    ends = [node for node in graph.nodes.values() if node.id not in sources]
+    if not ends:
+        return
+    reachable = check.reachable()
+    implicit = check.implicit_nodes()
+    for node in ends:
+        if node.handler_type == EXIT or node.id in implicit or node.id not in reachable:
+            continue  # implicit_node and reachability speak for the last two
+        yield check.on_node(
+            "dead_end",
+            WARNING,
+            f"node {node.id!r} has no outgoing edge, so a run that reaches it stops there "
+            f"without reaching the exit; add an edge from it, e.g. {node.id} -> {exit_node.id}",
+            node,
+            check.node_pos(node),
+        )
 
 
 def _node_id_valid(check: _Check) -> Iterator[Diagnostic]:
@@ -382,6 +536,144 @@ def _node_id_valid(check: _Check) -> Iterator[Diagnostic]:
             node,
             check.node_pos(node),
         )
+
+
+def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
+    """An attribute that nothing reads: a typo (`scrpt=`), or one written on the wrong
+    kind of statement (`condition` on a node). The known names are in
+    workflow/attributes.py."""
+    graph = check.graph
+    # A graph attribute is mirrored into the context as `graph.NAME`, so a condition
+    # that reads it makes a custom one meaningful.
+    read_by_conditions: set[str] = set()
+    for condition in check.conditions.values():
+        for clause in condition.clauses():
+            key = clause.key.removeprefix("context.")
+            if key.startswith("graph."):
+                read_by_conditions.add(key[len("graph.") :])
+    reported: set[tuple[str, int, int]] = set()
+
+    def problem(kind: str, key: str, pos: tuple[int | None, int | None]) -> str | None:
+        if kind == "graph" and key in read_by_conditions:
+            return None
+        at = (key, pos[0] or 0, pos[1] or 0)
+        if at in reported:  # a `node [...]` default reaches every node after it
+            return None
+        reported.add(at)
+        places = {"node": "nodes", "edge": "edges", "graph": "the graph"}
+        elsewhere = [places[other] for other in places if key in KNOWN[other]]
+        if elsewhere:
+            return f"it is read on {' and '.join(elsewhere)}, not on {places[kind]}"
+        suggestion = _did_you_mean(key, KNOWN[kind])
+        if not suggestion:
+            for other in places:
+                close = close_names(key, KNOWN[other])
+                if close:
+                    where = places[other].removesuffix("s").removeprefix("the ")
+                    suggestion = f"; did you mean {close[0]!r}, a {where} attribute?"
+                    break
+        return "nothing reads it" + suggestion
+
+    for key in graph.attrs:
+        if key in KNOWN["graph"]:
+            continue
+        pos = check.key_position(check.graph_pos(key), key)
+        why = problem("graph", key, pos)
+        if why is not None:
+            yield check.on_graph(
+                "unknown_attribute", WARNING, f"unknown graph attribute {key!r}: {why}", pos
+            )
+    # A subgraph's attributes are Graphviz's (a cluster's label, style, rank), and its
+    # label also names a stylesheet class.
+    pending = list(graph.subgraphs)
+    while pending:
+        subgraph = pending.pop()
+        pending.extend(subgraph.children)
+        for key in subgraph.attrs:
+            if key in GRAPHVIZ_GRAPH:
+                continue
+            where = subgraph.positions.get(key, (subgraph.line, subgraph.column))
+            pos = check.key_position(where, key)
+            suggestion = _did_you_mean(key, GRAPHVIZ_GRAPH)
+            name = f"subgraph {subgraph.name}" if subgraph.name else "subgraph"
+            yield check.on_graph(
+                "unknown_attribute",
+                WARNING,
+                f"{name}: unknown attribute {key!r}: only Graphviz reads a subgraph's "
+                f"attributes{suggestion or ''}",
+                pos,
+            )
+    for node in graph.nodes.values():
+        for key in node.attrs:
+            if key in NODE_ATTRIBUTES or key in node.styled:
+                continue
+            pos = check.key_position(check.node_pos(node, key), key)
+            why = problem("node", key, pos)
+            if why is not None:
+                yield check.on_node(
+                    "unknown_attribute",
+                    WARNING,
+                    f"node {node.id!r}: unknown attribute {key!r}: {why}",
+                    node,
+                    pos,
+                )
+    for edge in graph.edges:
+        for key in edge.attrs:
+            if key in EDGE_ATTRIBUTES:
+                continue
+            pos = check.key_position(check.edge_pos(edge, key), key)
+            why = problem("edge", key, pos)
+            if why is not None:
+                yield check.on_edge(
+                    "unknown_attribute",
+                    WARNING,
+                    f"edge {edge.source} -> {edge.target}: unknown attribute {key!r}: {why}",
+                    edge,
+                    pos,
+                )
+
+
+def _condition_typo(check: _Check) -> Iterator[Diagnostic]:
+    """A condition that can never be true as written because of a slip of the keyboard:
+    a bare key one or two edits from `outcome` or `preferred_label` (a bare key reads
+    the context, where nothing sets `outcom`), or an outcome value close to one a stage
+    reports (`outcome=succeded`)."""
+    graph = check.graph
+    outcome_names = (*STANDARD_OUTCOMES, *OUTCOME_ALIASES)
+    for index, condition in sorted(check.conditions.items()):
+        edge = graph.edges[index]
+        for clause in condition.clauses():
+            key = clause.key
+            message = None
+            if key == "outcome":
+                if clause.op not in ("=", "!=") or clause.value in outcome_names:
+                    continue
+                close = close_names(clause.value, STANDARD_OUTCOMES)
+                if close:
+                    message = (
+                        f"no stage reports outcome {clause.value!r}, so this clause is "
+                        f"{'never' if clause.op == '=' else 'always'} true"
+                        f"{_did_you_mean(clause.value, close)}"
+                    )
+            elif not key.startswith("context.") and key not in _ROUTING_KEYS:
+                close = close_names(key, _ROUTING_KEYS)
+                # An agent may set any key through context_updates; one its prompt names
+                # is meant, not a slip.
+                if close and key not in check.words():
+                    message = (
+                        f"{key!r} is a context key that no stage sets, so it reads as empty"
+                        f"{_did_you_mean(key, close)}"
+                    )
+            if message is None:
+                continue
+            pos = check.value_position(edge.positions.get("condition"), clause.offset)
+            yield check.on_edge(
+                "condition_typo",
+                WARNING,
+                f"edge {edge.source} -> {edge.target}: condition {condition.text!r}: {message}",
+                edge,
+                pos,
+            )
 
 
 # Expressions -----------------------------------------------------------------------------
@@ -672,31 +964,35 @@ def _all_conditional_edges(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _orphan_custom_outcome(check: _Check) -> Iterator[Diagnostic]:
+    """A node that routes on `outcome=` with no unconditional edge: an outcome the
+    conditions do not name (or misspell) leaves the run nowhere to go."""
     graph = check.graph
     known = set(STANDARD_OUTCOMES) | {"retry"}
     for node in graph.nodes.values():
-        edges = [(i, graph.edges[i]) for i in graph.outgoing_indexes(node.id)]
-        if any(edge.condition is None for _, edge in edges):
+        indexes = graph.outgoing_indexes(node.id)
+        if not indexes or any(graph.edges[i].condition is None for i in indexes):
             continue
-        for index, edge in edges:
+        tested: list[tuple[Edge, int, str]] = []
+        for index in indexes:
             condition = check.conditions.get(index)
             if condition is None:
                 continue
             for clause in condition.clauses():
-                if clause.key != "outcome" or clause.op not in ("=", "!="):
-                    continue
-                if normalize_outcome(clause.value) in known:
-                    continue
-                pos = check.value_position(edge.positions.get("condition"), clause.offset)
-                yield check.on_edge(
-                    "orphan_custom_outcome",
-                    WARNING,
-                    f"edge {edge.source} -> {edge.target} tests outcome {clause.value!r}, which "
-                    f"no stage reports (use succeeded, failed, partially_succeeded or skipped), "
-                    f"and {node.id!r} has no unconditional edge to fall back on",
-                    edge,
-                    pos,
-                )
+                if clause.key == "outcome" and clause.op == "=":
+                    tested.append((graph.edges[index], clause.offset, clause.value))
+        if not tested:
+            continue
+        edge, offset, _value = tested[0]
+        custom = sorted({v for _e, _o, v in tested if normalize_outcome(v) not in known})
+        extra = f"; no stage reports {', '.join(repr(v) for v in custom)}" if custom else ""
+        yield check.on_node(
+            "orphan_custom_outcome",
+            WARNING,
+            f"{node.id!r} routes on outcome= conditions but has no unconditional edge to "
+            f"fall back on when none matches{extra}",
+            node,
+            check.value_position(edge.positions.get("condition"), offset),
+        )
 
 
 def _freeform_edge_count(check: _Check) -> Iterator[Diagnostic]:
@@ -758,8 +1054,9 @@ def _type_known(check: _Check) -> Iterator[Diagnostic]:
                 yield check.on_node(
                     "type_known",
                     WARNING,
-                    f"node {node.id!r}: unknown type {explicit!r}; known types are "
-                    f"{', '.join(sorted(HANDLER_TYPES))}",
+                    f"node {node.id!r}: unknown type {explicit!r}"
+                    f"{_did_you_mean(explicit, [*HANDLER_TYPES, *TYPE_ALIASES]) or ';'} known types "
+                    f"are {', '.join(sorted(HANDLER_TYPES))}",
                     node,
                     check.node_pos(node, "type"),
                 )
@@ -769,8 +1066,9 @@ def _type_known(check: _Check) -> Iterator[Diagnostic]:
             yield check.on_node(
                 "type_known",
                 WARNING,
-                f"node {node.id!r}: shape {shape!r} has no handler, so it runs as an agent; "
-                f"known shapes are {', '.join(sorted(SHAPE_TO_TYPE))}",
+                f"node {node.id!r}: shape {shape!r} has no handler, so it runs as an agent"
+                f"{_did_you_mean(shape, SHAPE_TO_TYPE) or ';'} known shapes are "
+                f"{', '.join(sorted(SHAPE_TO_TYPE))}",
                 node,
                 check.node_pos(node, "shape"),
             )
@@ -816,7 +1114,7 @@ def _retry_target_exists(check: _Check) -> Iterator[Diagnostic]:
             yield check.on_graph(
                 "retry_target_exists",
                 WARNING,
-                f"graph {key}={value!r} names no node",
+                f"graph {key}={value!r} names no node{_did_you_mean(value, graph.nodes)}",
                 check.graph_pos(key),
             )
     for node in graph.nodes.values():
@@ -826,7 +1124,8 @@ def _retry_target_exists(check: _Check) -> Iterator[Diagnostic]:
                 yield check.on_node(
                     "retry_target_exists",
                     WARNING,
-                    f"node {node.id!r}: {key}={value!r} names no node",
+                    f"node {node.id!r}: {key}={value!r} names no node"
+                    f"{_did_you_mean(value, graph.nodes)}",
                     node,
                     check.node_pos(node, key),
                 )
@@ -855,12 +1154,14 @@ def _prompt_on_llm_nodes(check: _Check) -> Iterator[Diagnostic]:
     for node in check.graph.nodes.values():
         if node.handler_type not in LLM_TYPES or node.prompt is not None:
             continue
+        if (node.attrs.get("label") or "").strip():
+            continue  # the label is the instruction, as in Fabro
         kind = "agent" if node.handler_type == AGENT else "prompt"
         yield check.on_node(
             "prompt_on_llm_nodes",
             WARNING,
-            f"{kind} node {node.id!r} has no prompt; its label {node.label!r} will be sent "
-            "as the whole instruction",
+            f"{kind} node {node.id!r} has neither a prompt nor a label, so its id "
+            f"{node.id!r} will be sent as the whole instruction",
             node,
             check.node_pos(node),
         )
@@ -963,10 +1264,9 @@ def _thread_id_requires_fidelity_full(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _model_known(check: _Check, model: str) -> bool:
-    if model in check.known_models:
-        return True
-    provider, _, rest = model.partition("/")
-    return bool(rest) and provider in catalogue.PROVIDERS and rest in check.known_models
+    """A catalogue id or alias; anything else, `provider/model` included, is unknown
+    (the provider goes in its own `provider` attribute)."""
+    return model in check.known_models
 
 
 def _stylesheet_model_known(check: _Check) -> Iterator[Diagnostic]:
@@ -988,7 +1288,8 @@ def _stylesheet_model_known(check: _Check) -> Iterator[Diagnostic]:
                     yield check.on_graph(
                         "stylesheet_model_known",
                         WARNING,
-                        f"model_stylesheet: unknown model {declaration.value!r}",
+                        f"model_stylesheet: unknown model {declaration.value!r}"
+                        f"{_did_you_mean(declaration.value, check.known_models)}",
                         pos,
                     )
     for node in graph.nodes.values():
@@ -999,7 +1300,8 @@ def _stylesheet_model_known(check: _Check) -> Iterator[Diagnostic]:
         yield check.on_node(
             "stylesheet_model_known",
             WARNING,
-            f"node {node.id!r}: unknown model {model!r}",
+            f"node {node.id!r}: unknown model {model!r}"
+            f"{_did_you_mean(model.strip(), check.known_models)}",
             node,
             check.node_pos(node, key),
         )
@@ -1043,7 +1345,8 @@ def _path_inside_repository(check: _Check) -> Iterator[Diagnostic]:
 
 def _child_workflow(check: _Check) -> Iterator[Diagnostic]:
     """A sub-workflow's child must exist, parse and validate, and not include itself;
-    its problems are reported at the parent's attribute."""
+    its errors and warnings are reported at the parent's attribute, each naming its
+    place in the child."""
     graph = check.graph
     origin = origin_for(graph)
     for node in graph.nodes.values():
@@ -1069,7 +1372,9 @@ def _child_workflow(check: _Check) -> Iterator[Diagnostic]:
             problems = memo[memo_key]
         else:
             problems = [
-                d for d in validate(child, known_models=check.known_models) if d.severity == ERROR
+                d
+                for d in validate(child, known_models=check.known_models)
+                if d.severity in (ERROR, WARNING)
             ]
             if memo_key is not None:
                 memo[memo_key] = problems
@@ -1080,7 +1385,7 @@ def _child_workflow(check: _Check) -> Iterator[Diagnostic]:
             where = ":".join(str(p) for p in (file, problem.line, problem.column) if p is not None)
             yield check.on_node(
                 "child_workflow",
-                ERROR,
+                problem.severity,
                 f"node {node.id!r}: {what}: {where}: [{problem.rule}] {problem.message}",
                 node,
                 pos,
@@ -1094,11 +1399,15 @@ RULES: tuple[Rule, ...] = (
     _exit_no_outgoing,
     _edge_target_exists,
     _reachability,
+    _implicit_node,
+    _dead_end,
     _node_id_valid,
     _condition_syntax,
     _stylesheet_syntax,
     _template_variable,
     _attribute_value,
+    _unknown_attribute,
+    _condition_typo,
     _all_conditional_edges,
     _orphan_custom_outcome,
     _freeform_edge_count,

@@ -24,7 +24,7 @@ CLEAN = """digraph Clean {
 WARNS = """digraph Warns {
     start [shape=Mdiamond]
     exit  [shape=Msquare]
-    think [label="Think"]
+    think [shape=box]
     start -> think -> exit
 }
 """

@@ -70,6 +70,7 @@ def test_validate_a_20k_node_workflow(tmp_path: Path, shape: Callable[[int], str
     )
     assert found == [
         ("command_requires_script", "error", mute_line, "mute"),
+        ("dead_end", "warning", mute_line, "mute"),
         ("exit_no_outgoing", "error", mute_line + 1, None),
         ("reachability", "warning", island_line, "island"),
     ], found

@@ -288,24 +288,41 @@ def test_orphan_custom_outcome() -> None:
     )
     diags = check(text)
     orphans = only(diags, "orphan_custom_outcome")
-    assert [(d.edge, d.severity) for d in orphans] == [
-        (("a", "b"), "warning"),
-        (("a", "exit"), "warning"),
-    ]
+    # One per node, at its first outcome= clause, naming the value no stage reports.
+    assert [(d.node_id, d.severity) for d in orphans] == [("a", "warning")]
     assert (orphans[0].line, orphans[0].column) == (8, 20)
+    assert "'passed'" in orphans[0].message
     assert only(diags, "all_conditional_edges") == []
 
 
-def test_orphan_custom_outcome_not_with_fallback_or_standard_values() -> None:
+def test_orphan_custom_outcome_also_for_standard_values() -> None:
+    # As in Fabro: routing on outcome= with no unconditional edge warns whatever the
+    # values; here all_conditional_edges also refuses it (a command may only succeed or
+    # fail, so this one is covered and only the warning remains).
+    text = wrap(
+        'c [shape=parallelogram, script="true"]\nstart -> c\n'
+        'c -> exit [condition="outcome=succeeded"]\nc -> exit [condition="outcome=failed"]'
+    )
+    diags = check(text)
+    assert [d.node_id for d in only(diags, "orphan_custom_outcome")] == ["c"]
+    assert only(diags, "all_conditional_edges") == []
+    not_equal = wrap(
+        'c [shape=parallelogram, script="true"]\nstart -> c\n'
+        'c -> exit [condition="outcome!=failed"]\nc -> exit [condition="outcome=failed"]'
+    )
+    assert [d.node_id for d in only(check(not_equal), "orphan_custom_outcome")] == ["c"]
+    only_not_equal = wrap(
+        'c [shape=parallelogram, script="true"]\nstart -> c\n'
+        'c -> exit [condition="outcome!=failed"]\nc -> exit [condition="context.x=1"]'
+    )
+    assert only(check(only_not_equal), "orphan_custom_outcome") == []
+
+
+def test_orphan_custom_outcome_not_with_a_fallback() -> None:
     with_fallback = wrap(
         'a [prompt=p]\nstart -> a\na -> exit [condition="outcome=passed"]\na -> exit'
     )
     assert only(check(with_fallback), "orphan_custom_outcome") == []
-    standard = wrap(
-        'a [prompt=p]\nstart -> a\na -> exit [condition="outcome=success || outcome=fail"]\n'
-        'a -> exit [condition="outcome=partial_success || outcome=skipped"]'
-    )
-    assert only(check(standard), "orphan_custom_outcome") == []
 
 
 def test_freeform_edge_count() -> None:
@@ -394,8 +411,9 @@ def test_prompt_on_llm_nodes() -> None:
         'a [label="Do work"]\nb [shape=tab]\nc [shape=parallelogram, script="x"]\nstart -> a -> b -> c -> exit'
     )
     diags = only(check(text), "prompt_on_llm_nodes")
-    assert [(d.node_id, d.severity) for d in diags] == [("a", "warning"), ("b", "warning")]
-    assert "'Do work'" in diags[0].message
+    # A label is the instruction when there is no prompt, as in Fabro: only b warns.
+    assert [(d.node_id, d.severity) for d in diags] == [("b", "warning")]
+    assert "neither a prompt nor a label" in diags[0].message
 
 
 def test_command_requires_script() -> None:
@@ -444,8 +462,11 @@ def test_stylesheet_model_known_with_custom_catalogue() -> None:
     text = wrap('a [prompt=p, model="house-model"]\nstart -> a -> exit')
     assert only(check(text, known_models={"house-model"}), "stylesheet_model_known") == []
     assert only(check(text), "stylesheet_model_known") != []
+    # Only catalogue ids and aliases are known; the provider goes in provider=.
     provider_qualified = wrap('a [prompt=p, model="openai/gpt-5"]\nstart -> a -> exit')
-    assert only(check(provider_qualified), "stylesheet_model_known") == []
+    assert len(only(check(provider_qualified), "stylesheet_model_known")) == 1
+    alias = wrap('a [prompt=p, model="sonnet"]\nstart -> a -> exit')
+    assert only(check(alias), "stylesheet_model_known") == []
 
 
 def test_diagnostics_come_back_in_file_order() -> None:
