@@ -53,6 +53,8 @@ def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
     live = is_live(Path(repo.git_dir), run_id)
     recorded = t.get("Fabro-Status", "unknown")
     status = effective_status(recorded, live)
+    if t.get("Fabro-Superseded-By"):
+        status = "superseded"  # `git fabro rewind` replaced it
     node = t.get("Fabro-Next") if status in ("running", "interrupted", "failed") else t.get("Fabro-Node")
     if status == "running" or status == "interrupted":
         node = t.get("Fabro-Next") or t.get("Fabro-Node")
