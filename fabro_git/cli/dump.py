@@ -7,7 +7,8 @@ tree, with the history surfaces that are spread over commits flattened out:
     run.json             the manifest (with the run's status and meta commit)
     checkpoint.json      the latest checkpoint
     graph.fabro          the workflow source; graphs/ the files it names
-    events.jsonl         every event segment, in order
+    events.jsonl         every event segment, in order (and, as `logs` adds them,
+                         the local live tail's events no snapshot holds yet)
     checkpoints/NNN-NODE@VISIT.json   the checkpoint as each stage left it
     nodes/...            per-stage files, as stored (artifacts/ too, when recorded)
 """
@@ -21,12 +22,13 @@ from typing import Any
 
 
 def run(run_arg: str, output: Path) -> int:
-    from fabro_git.cli._runs import effective_status, resolve_run
+    from fabro_git.cli._runs import effective_status, resolve_run, tail_path
     from fabro_git.cli._timeline import timeline
     from fabro_git.cli.logs import durable_events
     from fabro_git.engine.lock import is_live
     from fabro_git.engine.session import _read_dir, load_run
     from fabro_git.errors import ConfigError
+    from fabro_git.events.bus import last_event_id, tail_after
     from fabro_git.store.repo import GitRepo
 
     target = output.expanduser()
@@ -49,7 +51,11 @@ def run(run_arg: str, output: Path) -> int:
     doc["status"] = effective_status(cp.status, is_live(Path(repo.git_dir), run_id))
     doc["meta_sha"] = meta
     files["run.json"] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
-    files["events.jsonl"] = durable_events(repo, meta)
+    durable = durable_events(repo, meta)
+    tail = tail_path(repo, run_id)
+    # As `logs` shows them: the live tail's events that no snapshot holds yet come last.
+    extra = tail_after(tail.read_bytes(), last_event_id(durable)) if tail.exists() else b""
+    files["events.jsonl"] = durable + extra
     entries = timeline(repo, run_id, base_sha=manifest.base_sha)
     width = max(3, len(str(len(entries))))
     for entry in entries:

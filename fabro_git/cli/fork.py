@@ -47,13 +47,13 @@ def run(run_arg: str, target: str | None, *, list_only: bool) -> int:
 def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
     """Make the new run from `entry` of `source_id`; returns its id."""
     from fabro_git import __version__
-    from fabro_git.config.locations import run_scratch_dir
+    from fabro_git.config.locations import make_private_dir, run_scratch_dir
     from fabro_git.engine.checkpoint import decode_checkpoint, decode_manifest, encode
     from fabro_git.engine.recorder import Recorder
     from fabro_git.engine.runner import now_iso
     from fabro_git.engine.session import _read_dir, make_emitter
     from fabro_git.errors import ConfigError, FabroError
-    from fabro_git.events.bus import EventBus
+    from fabro_git.events.bus import EventBus, TailFileSink
     from fabro_git.store import runs as runrefs
 
     at = entry.meta_sha
@@ -107,11 +107,14 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
     cp.last_event_id = None
     cp.context_values["internal.run_id"] = new_id
 
-    bus = EventBus(new_id)
+    # The tail carries what the init snapshot cannot hold (its own completion event)
+    # to the first resume, as for any new run.
+    scratch = make_private_dir(run_scratch_dir(repo.git_dir, new_id))
+    bus = EventBus(new_id, [TailFileSink(scratch / "events.jsonl")])
     emit = make_emitter(bus)
     created = _source_created_properties(repo, at)
     created.update(
-        run_dir=str(run_scratch_dir(repo.git_dir, new_id)),
+        run_dir=str(scratch),
         source_directory=str(repo.root),
         repo_origin_url=new_manifest.origin_url,
         fork_source_ref={**forked_from, "git_commit_sha": start},
@@ -148,7 +151,10 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
     for directory in ("graphs", "nodes", "prompts"):
         for relpath, data in _read_dir(repo, at, directory).items():
             files[f"{directory}/{relpath}"] = data
-    meta_sha = recorder.snapshot("init", "init", cp, files)
+    try:
+        meta_sha = recorder.snapshot("init", "init", cp, files)
+    finally:
+        bus.close()
     if meta_sha is None:
         raise FabroError(
             f"could not write the first snapshot of run {new_id} (see the error above)"
