@@ -170,7 +170,28 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
         # A run without its branch cannot be resumed: take the half-made run away again.
         repo.delete_ref(runrefs.meta_ref(new_id), old=meta_sha, message="fabro: fork failed")
         raise
+    _copy_parallel_refs(repo, source_id, new_id, cp.node_visits)
     return new_id
+
+
+def _copy_parallel_refs(repo: Any, source_id: str, new_id: str, visits: dict[str, int]) -> None:
+    """The branch refs of the fan-outs the checkpoint has behind it, under the new run's
+    name: its context names their commits, and they must stay reachable from its own refs
+    whatever becomes of the source run."""
+    from fabro_git.store import runs as runrefs
+
+    prefix = f"{runrefs.PARALLEL_PREFIX}{source_id}/"
+    for name, sha in repo.list_refs(prefix).items():
+        relpath = name[len(prefix) :]
+        node, _, visit = relpath.split("/", 1)[0].split(".", 1)[0].rpartition("-")
+        if visit.isdigit() and int(visit) > visits.get(node, 0):
+            continue  # a fan-out that ran after the checkpoint
+        repo.update_ref(
+            f"{runrefs.PARALLEL_PREFIX}{new_id}/{relpath}",
+            sha,
+            old=None,
+            message=f"fabro: fork {source_id}",
+        )
 
 
 def _source_created_properties(repo: Any, meta_sha: str) -> dict[str, Any]:

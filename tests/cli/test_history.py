@@ -300,3 +300,33 @@ def test_in_place_runs_cannot_be_forked_or_diffed(repo: Path) -> None:
     assert fork.returncode == 1 and "in place" in fork.stderr, fork.stderr
     diff = run_fabro("diff", run_id, cwd=repo)
     assert diff.returncode == 1 and "in place" in diff.stderr, diff.stderr
+
+
+def test_a_fork_after_a_fan_out_owns_its_branch_refs(repo: Path) -> None:
+    """The fan-in merges the branch commits the checkpoint names: the fork keeps them
+    reachable under its own refs, so it finishes even once the source's refs are gone."""
+    proc, result = run_json("run", "parallel-review", "--dry-run", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    source_refs = git(
+        repo, "for-each-ref", "--format=%(refname) %(objectname)", f"refs/fabro/parallel/{run_id}"
+    )
+    assert len(source_refs.splitlines()) == 3
+
+    fork = run_fabro("fork", run_id, "fan_out", cwd=repo)
+    assert fork.returncode == 0, fork.stderr
+    fork_id = fork.stdout.strip()
+    fork_refs = git(
+        repo, "for-each-ref", "--format=%(refname) %(objectname)", f"refs/fabro/parallel/{fork_id}"
+    )
+    assert fork_refs == source_refs.replace(run_id, fork_id)
+    for line in source_refs.splitlines():
+        git(repo, "update-ref", "-d", line.split()[0])
+    git(repo, "update-ref", "-d", f"refs/fabro/meta/{run_id}")
+    git(repo, "branch", "-q", "-D", f"fabro/run/{run_id}")
+    git(repo, "gc", "-q", "--prune=now")  # what only the source's refs held is gone
+
+    resumed = run_fabro("resume", fork_id, "--json", cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _stage_starts(run_events(fork_id, repo)) == ["merge", "report", "exit"]
+    assert_fsck_clean(repo)
