@@ -188,6 +188,9 @@ def test_rewind_supersedes_the_source_run(finished: tuple[Path, str]) -> None:
     statuses = {r["run_id"]: r["status"] for r in map(json.loads, ps.stdout.splitlines())}
     assert statuses[run_id] == "superseded"
     assert "superseded" in run_fabro("ps", cwd=repo).stdout
+    shown = run_fabro("inspect", run_id, cwd=repo).stdout
+    assert "status     superseded" in shown and f"superseded by {new_id}" in shown
+    assert f"forked     from {run_id} at s2@1" in run_fabro("inspect", new_id, cwd=repo).stdout
 
     refused = run_fabro("resume", run_id, cwd=repo)
     assert refused.returncode == 1 and new_id in refused.stderr, refused.stderr
