@@ -58,7 +58,8 @@ def run(run_id: str, *, json_output: bool) -> int:
     ]
     if manifest.forked_from:
         origin = manifest.forked_from
-        lines.append(f"forked     from {origin.get('run_id')} at {origin.get('node')}@{origin.get('visit')}")
+        where = f"{origin.get('node')}@{origin.get('visit')}"
+        lines.append(f"forked     from {origin.get('run_id')} at {where}")
     if manifest.superseded_by:
         lines.append(f"superseded by {manifest.superseded_by} (git fabro rewind)")
     if cp.node_visits:
