@@ -270,7 +270,7 @@ def rewind(
     target: Annotated[str | None, typer.Argument(help="Checkpoint: NODE, NODE@VISIT or @N.", show_default=False, metavar="NODE[@VISIT]")] = None,
     list_only: Annotated[bool, typer.Option("--list", help="List the run's checkpoints instead.")] = False,
 ) -> None:
-    """Replace a run by a new one from an earlier checkpoint; the old one is superseded."""
+    """Replace a run by a new one from an earlier checkpoint."""
     from fabro_git.cli import rewind as impl
 
     raise typer.Exit(impl.run(run_id, target, list_only=list_only))
@@ -293,7 +293,7 @@ def diff(
     node: Annotated[str | None, typer.Argument(help="Only this stage's changes: NODE or NODE@VISIT.", show_default=False, metavar="NODE[@VISIT]")] = None,
     stat: Annotated[bool, typer.Option("--stat", help="Show a diffstat instead of the patch.")] = False,
 ) -> None:
-    """Show a run's changes against its base, or one stage's, through git diff."""
+    """Show what a run, or one of its stages, changed."""
     from fabro_git.cli import diff as impl
 
     raise typer.Exit(impl.run(run_id, node, stat=stat))
@@ -303,7 +303,7 @@ def diff(
 def doctor(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
-    """Check git, Graphviz, provider keys, the scratch dir and leftovers of old runs."""
+    """Check the tools, keys and leftovers runs depend on."""
     from fabro_git.cli import doctor as impl
 
     raise typer.Exit(impl.run(json_output=json_output))
