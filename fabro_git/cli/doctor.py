@@ -242,12 +242,14 @@ def _worktrees(repo: Any) -> Check:
     gone, prunable, finished, kept = [], [], [], 0
     for entry in entries:
         path = Path(entry["worktree"])
-        if not os.path.realpath(path).startswith(str(root) + os.sep):
+        resolved = Path(os.path.realpath(path))
+        if not resolved.is_relative_to(root) or resolved == root:
             continue
         if "prunable" in entry:
             prunable.append(path)
             continue
-        run_id = path.parent.name.split("-", 1)[0]
+        # runs/<run id>-<repo key>/worktree, or .../parallel/<node>-<visit>/<n>
+        run_id = resolved.relative_to(root).parts[0].split("-", 1)[0]
         meta = repo.read_ref(runrefs.meta_ref(run_id))
         if meta is None:
             gone.append(path)

@@ -90,8 +90,12 @@ def test_worktrees_of_deleted_runs_are_leftovers(repo: Path) -> None:
     proc, result = run_json("run", "wf.fabro", cwd=repo)
     assert result["status"] == "failed", proc.stderr
     run_id = result["run_id"]
+    scratch = json.loads(run_fabro("inspect", run_id, "--json", cwd=repo).stdout)["scratch_dir"]
+    # A parallel branch's worktree lies deeper in the run's scratch dir.
+    git(repo, "worktree", "add", "-q", "--detach", f"{scratch}/parallel/boom-1/0", "HEAD")
     kept = _checks(run_fabro("doctor", "--json", cwd=repo))["worktrees"]
-    assert kept["status"] == "ok" and "1 kept for resumable runs" in kept["message"]
+    assert kept["status"] == "ok" and "2 kept for resumable runs" in kept["message"]
+    git(repo, "worktree", "remove", f"{scratch}/parallel/boom-1/0")
 
     git(repo, "update-ref", "-d", f"refs/fabro/meta/{run_id}")
     proc = run_fabro("doctor", cwd=repo)
