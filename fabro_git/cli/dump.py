@@ -48,7 +48,8 @@ def run(run_arg: str, output: Path) -> int:
     import msgspec
 
     doc: dict[str, Any] = msgspec.to_builtins(manifest)
-    doc["status"] = effective_status(cp.status, is_live(Path(repo.git_dir), run_id))
+    live = is_live(Path(repo.git_dir), run_id)
+    doc["status"] = "superseded" if manifest.superseded_by else effective_status(cp.status, live)
     doc["meta_sha"] = meta
     files["run.json"] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     durable = durable_events(repo, meta)
