@@ -49,7 +49,7 @@ def run(run_arg: str, output: Path) -> int:
 
     doc: dict[str, Any] = msgspec.to_builtins(manifest)
     live = is_live(Path(repo.git_dir), run_id)
-    doc["status"] = "superseded" if manifest.superseded_by else effective_status(cp.status, live)
+    doc["status"] = effective_status(cp.status, live, superseded=bool(manifest.superseded_by))
     doc["meta_sha"] = meta
     files["run.json"] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
     durable = durable_events(repo, meta)

@@ -21,7 +21,7 @@ def run(run_id: str, *, json_output: bool) -> int:
     full_id = resolve_run(repo, run_id)
     manifest, cp, meta, _source = load_run(repo, full_id)
     live = is_live(Path(repo.git_dir), full_id)
-    status = "superseded" if manifest.superseded_by else effective_status(cp.status, live)
+    status = effective_status(cp.status, live, superseded=bool(manifest.superseded_by))
     run_tip = repo.read_ref(runrefs.run_branch_ref(full_id))
     scratch = run_scratch_dir(Path(repo.git_dir), full_id)
     doc = {

@@ -164,7 +164,7 @@ def test_fork_list_and_the_ways_to_name_a_checkpoint(finished: tuple[Path, str])
         assert "Traceback" not in proc.stderr
 
 
-def test_rewind_supersedes_the_source_run(finished: tuple[Path, str]) -> None:
+def test_rewind_supersedes_the_source_run(finished: tuple[Path, str], tmp_path: Path) -> None:
     repo, run_id = finished
     proc = run_fabro("rewind", run_id, "s2", cwd=repo)
     assert proc.returncode == 0, proc.stderr
@@ -191,6 +191,8 @@ def test_rewind_supersedes_the_source_run(finished: tuple[Path, str]) -> None:
     shown = run_fabro("inspect", run_id, cwd=repo).stdout
     assert "status     superseded" in shown and f"superseded by {new_id}" in shown
     assert f"forked     from {run_id} at s2@1" in run_fabro("inspect", new_id, cwd=repo).stdout
+    assert run_fabro("dump", run_id, "-o", str(tmp_path / "old"), cwd=repo).returncode == 0
+    assert json.loads((tmp_path / "old" / "run.json").read_text())["status"] == "superseded"
 
     refused = run_fabro("resume", run_id, cwd=repo)
     assert refused.returncode == 1 and new_id in refused.stderr, refused.stderr
