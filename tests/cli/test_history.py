@@ -335,3 +335,36 @@ def test_a_fork_after_a_fan_out_owns_its_branch_refs(repo: Path) -> None:
     assert resumed.returncode == 0, resumed.stderr
     assert _stage_starts(run_events(fork_id, repo)) == ["merge", "report", "exit"]
     assert_fsck_clean(repo)
+
+
+def test_diff_on_a_terminal_goes_through_the_users_pager(finished: tuple[Path, str]) -> None:
+    """git itself runs the diff on our terminal, so its pager settings apply."""
+    import os
+    import pty
+    import subprocess
+
+    repo, run_id = finished
+    git(repo, "config", "core.pager", "sed s/^/PAGED:/")
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        ["git", "fabro", "diff", run_id, "s2"],
+        cwd=repo,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        env={**os.environ, "TERM": "dumb"},
+    )
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            data = os.read(leader, 4096)
+        except OSError:  # EIO: every writer has closed the terminal
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(leader)
+    assert proc.wait(timeout=60) == 0
+    text = b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
+    assert "PAGED:+two\n" in text, text
