@@ -15,6 +15,7 @@ from typing import Any
 from fabro_git.errors import FabroError
 from fabro_git.store import runs as runrefs
 
+# The subject the walk gives each stage's meta snapshot (engine/runner.py `_checkpoint`).
 _SUBJECT = re.compile(r"checkpoint (\S+)@(\d+)")
 
 

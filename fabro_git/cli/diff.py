@@ -94,7 +94,8 @@ def stage_range(repo: Any, run_id: str, base: str, tip: str, target: str) -> tup
 
 
 def _node_of(subject: str) -> str | None:
-    """The node of a checkpoint commit's subject `fabro(<run>): NODE (status)`."""
+    """The node of a checkpoint commit's subject `fabro(<run>): NODE (status)`, as
+    engine/recorder.py `run_commit_message` writes it."""
     _, sep, rest = subject.partition("): ")
     if not sep:
         return None
