@@ -17,6 +17,7 @@ STATUS_STYLE = {
     "failed": "red",
     "interrupted": "yellow",
     "running": "cyan",
+    "superseded": "dim",
 }
 
 

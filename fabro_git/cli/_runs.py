@@ -31,8 +31,11 @@ class RunRow:
         }
 
 
-def effective_status(recorded: str, live: bool) -> str:
-    """A run whose snapshot says running but whose lock nobody holds was cut short."""
+def effective_status(recorded: str, live: bool, *, superseded: bool = False) -> str:
+    """A run whose snapshot says running but whose lock nobody holds was cut short; one
+    that `git fabro rewind` replaced is superseded, whatever it recorded."""
+    if superseded:
+        return "superseded"
     if recorded == "running" and not live:
         return "interrupted"
     return recorded
@@ -52,7 +55,7 @@ def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
     t = info.trailers
     live = is_live(Path(repo.git_dir), run_id)
     recorded = t.get("Fabro-Status", "unknown")
-    status = effective_status(recorded, live)
+    status = effective_status(recorded, live, superseded=bool(t.get("Fabro-Superseded-By")))
     node = t.get("Fabro-Next") if status in ("running", "interrupted", "failed") else t.get("Fabro-Node")
     if status == "running" or status == "interrupted":
         node = t.get("Fabro-Next") or t.get("Fabro-Node")

@@ -252,6 +252,84 @@ def push(
     raise typer.Exit(impl.push(remote, run_ids or []))
 
 
+@command()
+def fork(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
+    target: Annotated[str | None, typer.Argument(help="Checkpoint: NODE, NODE@VISIT or @N (default: the latest).", show_default=False, metavar="NODE[@VISIT]")] = None,
+    list_only: Annotated[bool, typer.Option("--list", help="List the run's checkpoints instead.")] = False,
+) -> None:
+    """Make a new run that starts from a checkpoint of this one."""
+    from fabro_git.cli import fork as impl
+
+    raise typer.Exit(impl.run(run_id, target, list_only=list_only))
+
+
+@command()
+def rewind(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
+    target: Annotated[str | None, typer.Argument(help="Checkpoint: NODE, NODE@VISIT or @N.", show_default=False, metavar="NODE[@VISIT]")] = None,
+    list_only: Annotated[bool, typer.Option("--list", help="List the run's checkpoints instead.")] = False,
+) -> None:
+    """Replace a run by a new one from an earlier checkpoint."""
+    from fabro_git.cli import rewind as impl
+
+    raise typer.Exit(impl.run(run_id, target, list_only=list_only))
+
+
+@command()
+def dump(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
+    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write (absent or empty).", show_default=False, metavar="DIR")],
+) -> None:
+    """Export a run's recorded state to a directory of plain files."""
+    from fabro_git.cli import dump as impl
+
+    raise typer.Exit(impl.run(run_id, output))
+
+
+@command()
+def diff(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
+    node: Annotated[str | None, typer.Argument(help="Only this stage's changes: NODE or NODE@VISIT.", show_default=False, metavar="NODE[@VISIT]")] = None,
+    stat: Annotated[bool, typer.Option("--stat", help="Show a diffstat instead of the patch.")] = False,
+) -> None:
+    """Show what a run, or one of its stages, changed."""
+    from fabro_git.cli import diff as impl
+
+    raise typer.Exit(impl.run(run_id, node, stat=stat))
+
+
+@command()
+def doctor(
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """Check the tools, keys and leftovers runs depend on."""
+    from fabro_git.cli import doctor as impl
+
+    raise typer.Exit(impl.run(json_output=json_output))
+
+
+@command()
+def completion(
+    shell: Annotated[str, typer.Argument(help="bash, zsh or fish.", show_default=False, metavar="SHELL")],
+) -> None:
+    """Print a shell completion script."""
+    from fabro_git.cli import completion as impl
+
+    raise typer.Exit(impl.run(shell))
+
+
+@command("__complete", hidden=True)
+def complete_words(
+    kind: Annotated[str, typer.Argument()],
+    arg: Annotated[str | None, typer.Argument()] = None,
+) -> None:
+    """Words for the completion scripts: run ids and workflow names, a run's checkpoints."""
+    from fabro_git.cli import completion as impl
+
+    raise typer.Exit(impl.words(kind, arg))
+
+
 model_app = typer.Typer(
     name="model",
     help="List the model catalogue and check provider keys.",

@@ -21,7 +21,7 @@ def run(run_id: str, *, json_output: bool) -> int:
     full_id = resolve_run(repo, run_id)
     manifest, cp, meta, _source = load_run(repo, full_id)
     live = is_live(Path(repo.git_dir), full_id)
-    status = effective_status(cp.status, live)
+    status = effective_status(cp.status, live, superseded=bool(manifest.superseded_by))
     run_tip = repo.read_ref(runrefs.run_branch_ref(full_id))
     if run_tip is not None:
         from fabro_git.engine.session import missing_object_error
@@ -65,6 +65,12 @@ def run(run_id: str, *, json_output: bool) -> int:
         f"next node  {cp.next_node_id or '-'}",
         f"completed  {len(cp.completed_nodes)} stage{'' if len(cp.completed_nodes) == 1 else 's'}: {' -> '.join(cp.completed_nodes) or '-'}",
     ]
+    if manifest.forked_from:
+        origin = manifest.forked_from
+        where = f"{origin.get('node')}@{origin.get('visit')}"
+        lines.append(f"forked     from {origin.get('run_id')} at {where}")
+    if manifest.superseded_by:
+        lines.append(f"superseded by {manifest.superseded_by} (git fabro rewind)")
     if cp.node_visits:
         lines.append("visits     " + ", ".join(f"{k}={v}" for k, v in cp.node_visits.items()))
     if manifest.labels:

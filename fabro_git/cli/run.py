@@ -402,6 +402,13 @@ def resume(
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
     manifest, cp, _meta, _source = load_run(repo, full_id)
+    if manifest.superseded_by:
+        from fabro_git.errors import FabroError
+
+        raise FabroError(
+            f"run {full_id} was rewound: run {manifest.superseded_by} replaced it",
+            hint=f"resume that run with `git fabro resume {manifest.superseded_by}`",
+        )
     if cp.status in ("succeeded", "partially_succeeded") and not detached_child:
         print(f"run {full_id} already finished ({cp.status}); nothing to resume", file=sys.stderr)
         return 0

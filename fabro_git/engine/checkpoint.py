@@ -71,6 +71,11 @@ class Manifest(msgspec.Struct, kw_only=True):
     # The workflow file's path inside its root: `graphs/` keeps the files it names by
     # the same relative paths (None for runs recorded before `graphs/` existed).
     workflow_file: str | None = None
+    # Set on a run made by `fork` or `rewind`: {run_id, node, visit, checkpoint} of the
+    # checkpoint it started from.
+    forked_from: dict[str, Any] | None = None
+    # Set on a run that `rewind` replaced: the id of the run that carries on from it.
+    superseded_by: str | None = None
 
 
 _encoder = msgspec.json.Encoder(order="deterministic")

@@ -338,6 +338,11 @@ def checkouts_of(repo: GitRepo, branch: str) -> list[Path]:
     return [Path(w["worktree"]) for w in _worktrees(repo) if w.get("branch") == ref]
 
 
+def all_worktrees(repo: GitRepo) -> list[dict[str, str]]:
+    """Every worktree of `repo` as git lists it (`worktree`, `HEAD`, `branch`, `prunable`...)."""
+    return _worktrees(repo)
+
+
 def _worktrees(repo: GitRepo) -> list[dict[str, str]]:
     """`git worktree list --porcelain` as one dict per worktree (main one included)."""
     listing = out(run_git(["worktree", "list", "--porcelain"], cwd=repo.root))

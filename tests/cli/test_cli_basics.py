@@ -49,6 +49,8 @@ def _cli_surface() -> dict[str, list[str]]:
     surface: dict[str, list[str]] = {}
     commands = []
     for name, command in group.commands.items():  # type: ignore[attr-defined]
+        if getattr(command, "hidden", False):  # `__complete`, for the completion scripts
+            continue
         sub = getattr(command, "commands", None)  # a group such as `model`: its subcommands
         commands += [(f"{name} {n}", c) for n, c in sub.items()] if sub else [(name, command)]
     for name, command in commands:

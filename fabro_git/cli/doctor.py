@@ -1,0 +1,281 @@
+"""`git fabro doctor`: what in this machine or repository would get in a run's way.
+
+Each check reads state and reports; none changes anything, and none calls a provider
+(`git fabro model test` does that). A `problem` is something that breaks runs and
+makes the exit status 1; a `warn` limits what works (no Graphviz, no provider key) or
+is debris worth removing. Every line that is not ok says how to fix it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+MIN_GIT = (2, 31)
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok, warn or problem
+    message: str
+    fix: str | None = None
+
+
+def run(*, json_output: bool) -> int:
+    checks = [_git_version(), _graphviz(), *_providers(os.environ), _scratch()]
+    repo = _repo()
+    if repo is None:
+        checks.append(Check("repository", "ok", "not inside a git repository: run checks skipped"))
+    else:
+        checks += [_locks(repo), _worktrees(repo)]
+    problems = sum(c.status == "problem" for c in checks)
+    if json_output:
+        doc = {"ok": problems == 0, "checks": [asdict(c) for c in checks]}
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+    else:
+        from fabro_git.cli import _colour as colour
+
+        on = colour.wanted(sys.stdout)
+        styles = {"ok": "green", "warn": "yellow", "problem": "red"}
+        for c in checks:
+            sys.stdout.write(
+                f"{colour.paint(c.status.ljust(7), styles[c.status], on)}  {c.name}: {c.message}\n"
+            )
+            if c.fix and c.status != "ok":
+                sys.stdout.write(f"         fix: {c.fix}\n")
+        warns = sum(c.status == "warn" for c in checks)
+        sys.stdout.write(f"{problems} problem(s), {warns} warning(s)\n")
+    return 1 if problems else 0
+
+
+def _git_version() -> Check:
+    try:
+        text = subprocess.run(
+            ["git", "--version"], capture_output=True, text=True, check=False
+        ).stdout
+    except OSError:
+        return Check("git", "problem", "git is not on PATH", "install git 2.31 or newer")
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if match is None:
+        return Check("git", "warn", f"cannot read git's version from {text.strip()!r}")
+    version = (int(match.group(1)), int(match.group(2)))
+    shown = match.group(0)
+    if version < MIN_GIT:
+        return Check(
+            "git", "problem", f"git {shown} is older than 2.31", "install git 2.31 or newer"
+        )
+    return Check("git", "ok", f"git {shown}")
+
+
+def _graphviz() -> Check:
+    dot = shutil.which("dot")
+    if dot is None:
+        return Check(
+            "graphviz",
+            "warn",
+            "`dot` is not on PATH: `git fabro graph` can only print --format dot",
+            "install Graphviz (apt-get install graphviz, brew install graphviz)",
+        )
+    return Check("graphviz", "ok", f"dot at {dot}")
+
+
+def _providers(env: Any) -> list[Check]:
+    """Keys are looked for, never shown and never tried."""
+    from fabro_git.llm import catalogue
+
+    checks = []
+    ready = []
+    for info in catalogue.PROVIDERS.values():
+        key_set = catalogue.api_key(info, env) is not None
+        url_set = bool(env.get(info.base_url_env, "").strip())
+        blank = [var for var in info.key_env if var in env and not env[var].strip()]
+        if info.key_required and url_set and not key_set:
+            checks.append(
+                Check(
+                    f"provider {info.name}",
+                    "problem",
+                    f"{info.base_url_env} is set but no key is ({' or '.join(info.key_env)})",
+                    f"export {info.key_env[0]}=..., or unset {info.base_url_env}",
+                )
+            )
+        elif blank and not key_set:
+            checks.append(
+                Check(
+                    f"provider {info.name}",
+                    "warn",
+                    f"{blank[0]} is set but empty",
+                    f"put the key in {blank[0]}, or unset it",
+                )
+            )
+        if catalogue.configured(info, env):
+            where = next((v for v in info.key_env if env.get(v, "").strip()), info.base_url_env)
+            ready.append(f"{info.name} ({where})")
+    if ready:
+        checks.append(Check("providers", "ok", "configured: " + ", ".join(ready)))
+    else:
+        names = ", ".join(
+            info.key_env[0] for info in catalogue.PROVIDERS.values() if info.key_required
+        )
+        checks.append(
+            Check(
+                "providers",
+                "warn",
+                "no provider is configured: LLM stages can only run with --dry-run",
+                f"export one of {names} (or a local server's URL)",
+            )
+        )
+    return checks
+
+
+def _scratch() -> Check:
+    from fabro_git.config.locations import runs_dir
+
+    root = runs_dir()
+    if not root.exists():
+        return Check("scratch", "ok", f"{root} does not exist yet (made private on first run)")
+    loose = []
+    for path in [root, *(p for p in root.iterdir() if p.is_dir() and not p.is_symlink())]:
+        info = path.lstat()
+        if info.st_uid == os.getuid() and stat.S_IMODE(info.st_mode) & 0o077:
+            loose.append(path)
+        elif info.st_uid != os.getuid():
+            return Check(
+                "scratch",
+                "problem",
+                f"{path} belongs to another user (uid {info.st_uid})",
+                f"set FABRO_HOME to a directory of your own, or remove {path}",
+            )
+    if loose:
+        shown = ", ".join(str(p) for p in loose[:3]) + (" …" if len(loose) > 3 else "")
+        return Check(
+            "scratch",
+            "problem",
+            f"{len(loose)} scratch dir(s) readable by others: {shown}",
+            "chmod 700 " + " ".join(str(p) for p in loose[:3]) + (" …" if len(loose) > 3 else ""),
+        )
+    return Check("scratch", "ok", f"{root} is private")
+
+
+def _repo() -> Any:
+    from fabro_git.errors import FabroError
+    from fabro_git.store.repo import GitRepo
+
+    try:
+        return GitRepo.discover(Path.cwd())
+    except FabroError:
+        return None
+
+
+def _locks(repo: Any) -> Check:
+    """Run locks of runs that no longer exist, and ref locks a killed process left."""
+    from fabro_git.engine.lock import is_live
+    from fabro_git.store import runs as runrefs
+
+    git_dir = Path(repo.git_dir)
+    runs = set(runrefs.list_run_ids(repo))
+    orphans = [
+        p
+        for p in sorted((git_dir / "fabro" / "locks").glob("*.lock"))
+        if p.stem not in runs and not is_live(git_dir, p.stem)
+    ]
+    stale_refs = []
+    for namespace in ("refs/fabro", "refs/heads/fabro"):
+        for path in sorted((git_dir / namespace).rglob("*.lock")):
+            run_id = _run_of_ref(path.relative_to(git_dir).as_posix())
+            if run_id is None or not is_live(git_dir, run_id):
+                stale_refs.append(path)
+    if stale_refs:
+        shown = " ".join(str(p) for p in stale_refs[:3]) + (" …" if len(stale_refs) > 3 else "")
+        return Check(
+            "locks",
+            "problem",
+            f"{len(stale_refs)} ref lock(s) left by a killed process block updates of their ref: {shown}",
+            f"rm {shown}  (or `git fabro resume` the run, which clears its own)",
+        )
+    if orphans:
+        shown = " ".join(str(p) for p in orphans[:3]) + (" …" if len(orphans) > 3 else "")
+        return Check(
+            "locks",
+            "warn",
+            f"{len(orphans)} lock file(s) of runs that no longer exist",
+            f"rm {shown}",
+        )
+    return Check("locks", "ok", "no stale locks")
+
+
+def _run_of_ref(relpath: str) -> str | None:
+    """The run a ref lock file belongs to: `refs/fabro/meta/<id>.lock` and the like."""
+    parts = relpath.removesuffix(".lock").split("/")
+    for prefix in (
+        ["refs", "fabro", "meta"],
+        ["refs", "heads", "fabro", "run"],
+        ["refs", "fabro", "parallel"],
+    ):
+        if parts[: len(prefix)] == prefix and len(parts) > len(prefix):
+            return parts[len(prefix)]
+    return None
+
+
+def _worktrees(repo: Any) -> Check:
+    """Run worktrees under the scratch dir whose run is gone, or finished but kept."""
+    from fabro_git.config.locations import runs_dir
+    from fabro_git.engine.lock import is_live
+    from fabro_git.errors import FabroError
+    from fabro_git.store import runs as runrefs
+    from fabro_git.store import worktree as wt
+
+    try:
+        entries = wt.all_worktrees(repo)
+    except FabroError as err:
+        return Check("worktrees", "warn", f"cannot list worktrees: {err.message}")
+    root = runs_dir().resolve()
+    git_dir = Path(repo.git_dir)
+    gone, prunable, finished, kept = [], [], [], 0
+    for entry in entries:
+        path = Path(entry["worktree"])
+        resolved = Path(os.path.realpath(path))
+        if not resolved.is_relative_to(root) or resolved == root:
+            continue
+        if "prunable" in entry:
+            prunable.append(path)
+            continue
+        # runs/<run id>-<repo key>/worktree, or .../parallel/<node>-<visit>/<n>
+        run_id = resolved.relative_to(root).parts[0].split("-", 1)[0]
+        meta = repo.read_ref(runrefs.meta_ref(run_id))
+        if meta is None:
+            gone.append(path)
+        elif not is_live(git_dir, run_id):
+            status = repo.commit_info(meta).trailers.get("Fabro-Status")
+            if status in ("succeeded", "partially_succeeded"):
+                finished.append(path)
+            else:
+                kept += 1
+    if gone or finished:
+        paths = [*gone, *finished]
+        cmd = "; ".join(f"git worktree remove --force {p}" for p in paths[:3]) + (
+            " …" if len(paths) > 3 else ""
+        )
+        what = []
+        if gone:
+            what.append(f"{len(gone)} of runs that no longer exist")
+        if finished:
+            what.append(f"{len(finished)} of finished runs")
+        return Check("worktrees", "warn", "leftover run worktrees: " + ", ".join(what), cmd)
+    if prunable:
+        return Check(
+            "worktrees",
+            "warn",
+            f"{len(prunable)} run worktree(s) whose directory is gone",
+            "git worktree prune",
+        )
+    note = f"; {kept} kept for resumable runs" if kept else ""
+    return Check("worktrees", "ok", "no leftover run worktrees" + note)

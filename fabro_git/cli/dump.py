@@ -1,0 +1,87 @@
+"""`git fabro dump`: a run's recorded state as a directory of plain files.
+
+Everything comes from the run's meta ref, so a clone that fetched the run's refs dumps
+the same directory as the repository that ran it. The layout follows the metadata
+tree, with the history surfaces that are spread over commits flattened out:
+
+    run.json             the manifest (with the run's status and meta commit)
+    checkpoint.json      the latest checkpoint
+    graph.fabro          the workflow source; graphs/ the files it names
+    events.jsonl         every event segment, in order (and, as `logs` adds them,
+                         the local live tail's events no snapshot holds yet)
+    checkpoints/NNN-NODE@VISIT.json   the checkpoint as each stage left it
+    nodes/...            per-stage files, as stored (artifacts/ too, when recorded)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def run(run_arg: str, output: Path) -> int:
+    from fabro_git.cli._runs import effective_status, resolve_run, tail_path
+    from fabro_git.cli._timeline import timeline
+    from fabro_git.cli.logs import durable_events
+    from fabro_git.engine.lock import is_live
+    from fabro_git.engine.session import _read_dir, load_run
+    from fabro_git.errors import ConfigError
+    from fabro_git.events.bus import last_event_id, tail_after
+    from fabro_git.store.repo import GitRepo
+
+    target = output.expanduser()
+    if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        raise ConfigError(
+            f"{target} is not empty; dump writes only into a new or empty directory",
+            hint="pass a new directory with -o, or empty this one first",
+        )
+    repo = GitRepo.discover(Path.cwd())
+    run_id = resolve_run(repo, run_arg)
+    manifest, cp, meta, _source = load_run(repo, run_id)
+    files: dict[str, bytes] = {}
+    for relpath, data in _read_dir(repo, meta, "").items():
+        if relpath.startswith("events/") or relpath == "manifest.json":
+            continue
+        files[relpath] = data
+    import msgspec
+
+    doc: dict[str, Any] = msgspec.to_builtins(manifest)
+    live = is_live(Path(repo.git_dir), run_id)
+    doc["status"] = effective_status(cp.status, live, superseded=bool(manifest.superseded_by))
+    doc["meta_sha"] = meta
+    files["run.json"] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+    durable = durable_events(repo, meta)
+    tail = tail_path(repo, run_id)
+    # As `logs` shows them: the live tail's events that no snapshot holds yet come last.
+    extra = tail_after(tail.read_bytes(), last_event_id(durable)) if tail.exists() else b""
+    files["events.jsonl"] = durable + extra
+    entries = timeline(repo, run_id, base_sha=manifest.base_sha)
+    width = max(3, len(str(len(entries))))
+    for entry in entries:
+        recorded = repo.read_file(entry.meta_sha, "checkpoint.json")
+        if recorded is not None:
+            files[f"checkpoints/{entry.ordinal:0{width}d}-{entry.label}.json"] = recorded
+    _write_all(target, files)
+    print(
+        f"dumped run {run_id} to {target} ({len(files)} files, {len(entries)} checkpoints)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _write_all(target: Path, files: dict[str, bytes]) -> None:
+    from fabro_git.errors import FabroError
+
+    target.mkdir(parents=True, exist_ok=True)
+    root = target.resolve()
+    for relpath, data in sorted(files.items()):
+        path = (root / relpath).resolve()
+        if not path.is_relative_to(root) or path == root:
+            raise FabroError(f"the run's metadata holds a path outside the dump: {relpath!r}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.write_bytes(data)
+        except OSError as err:
+            raise FabroError(f"cannot write {path}: {err.strerror or err}") from err

@@ -1,0 +1,215 @@
+"""Shell completion: the printed scripts, run in real shells against a real repository.
+
+bash goes through git's own completion script when it is installed (`git fabro <TAB>`
+calls `_git_fabro`), and is also tried on its own (`git-fabro <TAB>`). zsh and fish run
+the script's functions with their completion builtins where a test can reach them.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import run_fabro, run_json, write_workflow
+
+GIT_BASH_COMPLETION = Path("/usr/share/bash-completion/completions/git")
+
+THREE = """\
+digraph Three {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    s1 [shape=parallelogram, script="echo one >> log.txt"]
+    s2 [shape=parallelogram, script="echo two >> log.txt"]
+    start -> s1 -> s2 -> exit
+}
+"""
+
+
+@pytest.fixture
+def with_run(repo: Path) -> tuple[Path, str]:
+    write_workflow(repo, THREE)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return repo, result["run_id"]
+
+
+def _script(shell: str, tmp_path: Path) -> Path:
+    proc = run_fabro("completion", shell)
+    assert proc.returncode == 0, proc.stderr
+    path = tmp_path / f"completion.{shell}"
+    path.write_text(proc.stdout)
+    return path
+
+
+def _bash(script: str, cwd: Path) -> list[str]:
+    proc = subprocess.run(
+        ["bash", "--norc", "--noprofile", "-c", script],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def test_complete_words_lists_runs_and_workflow_names_and_is_hidden(
+    with_run: tuple[Path, str],
+) -> None:
+    repo, run_id = with_run
+    proc = run_fabro("__complete", "runs", cwd=repo)
+    assert proc.stdout.split() == [run_id, "wf"]
+    assert run_fabro("__complete", "checkpoints", run_id[:8], cwd=repo).stdout.split() == [
+        "start@1",
+        "s1@1",
+        "s2@1",
+        "exit@1",
+    ]
+    assert "__complete" not in run_fabro("-h").stdout
+    # Outside a repository it prints nothing and fails nothing.
+    outside = run_fabro("__complete", "runs", cwd=repo.parent)
+    assert outside.returncode == 0 and outside.stdout == "" and outside.stderr == ""
+
+
+def test_unknown_shell_is_a_user_error() -> None:
+    proc = run_fabro("completion", "tcsh")
+    assert proc.returncode == 1 and "bash, zsh and fish" in proc.stderr
+
+
+@pytest.mark.skipif(
+    not GIT_BASH_COMPLETION.exists(), reason="git's bash completion is not installed"
+)
+def test_bash_through_gits_completion(with_run: tuple[Path, str], tmp_path: Path) -> None:
+    repo, run_id = with_run
+    script = _script("bash", tmp_path)
+    lines = _bash(
+        f"""
+        source {GIT_BASH_COMPLETION}
+        source {script}
+        comp() {{
+            COMP_WORDS=("$@"); COMP_CWORD=$((${{#COMP_WORDS[@]}} - 1))
+            COMP_LINE="$*"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=()
+            __git_wrap__git_main
+            echo "${{COMPREPLY[*]}}"
+        }}
+        comp git fabro lo
+        comp git fabro re
+        comp git fabro inspect ""
+        comp git fabro fork {run_id} s
+        comp git fabro dump --o
+        comp git fabro run hel
+        comp git fabro model ""
+        comp git fabro completion ""
+        comp git -C {repo} fabro logs {run_id[:6]}
+        """,
+        cwd=repo,
+    )
+    assert lines[0] == "logs "
+    assert lines[1].split() == ["resume", "rewind"]
+    assert lines[2].split() == [run_id, "wf"]
+    assert lines[3].split() == ["start@1", "s1@1", "s2@1"]
+    assert lines[4].split() == ["--output"]
+    assert "hello" in lines[5].split()
+    assert lines[6].split() == ["list", "test", "-h", "--help"]
+    assert lines[7].split() == ["bash", "zsh", "fish"]
+    assert lines[8].split() == [run_id]
+
+
+def test_bash_standalone_git_fabro(with_run: tuple[Path, str], tmp_path: Path) -> None:
+    repo, run_id = with_run
+    script = _script("bash", tmp_path)
+    lines = _bash(
+        f"""
+        source {script}
+        COMP_WORDS=(git-fabro res); COMP_CWORD=1; _git_fabro_standalone; echo "${{COMPREPLY[*]}}"
+        COMP_WORDS=(git-fabro diff ""); COMP_CWORD=2; _git_fabro_standalone; echo "${{COMPREPLY[*]}}"
+        COMP_WORDS=(git-fabro doctor -); COMP_CWORD=2; _git_fabro_standalone; echo "${{COMPREPLY[*]}}"
+        """,
+        cwd=repo,
+    )
+    assert lines == ["resume", f"{run_id} wf", "-h --help --json"]
+
+
+def test_every_visible_command_is_in_the_scripts(tmp_path: Path) -> None:
+    import typer.main
+
+    from fabro_git.cli.app import app
+
+    group = typer.main.get_command(app)
+    visible = [n for n, c in group.commands.items() if not c.hidden]  # type: ignore[attr-defined]
+    for shell in ("bash", "zsh", "fish"):
+        text = _script(shell, tmp_path).read_text()
+        for name in visible:
+            assert f" {name} " in text or f" {name}'" in text, (shell, name)
+        assert "__complete runs" in text
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed")
+def test_zsh_script(with_run: tuple[Path, str], tmp_path: Path) -> None:
+    repo, run_id = with_run
+    script = _script("zsh", tmp_path)
+    assert subprocess.run(["zsh", "-n", str(script)], check=False).returncode == 0
+    # compadd and _files are completion builtins; outside completion, stand-ins print
+    # what the function would offer.
+    proc = subprocess.run(
+        [
+            "zsh",
+            "-f",
+            "-c",
+            f"""
+        source {script}
+        compadd() {{ [[ $1 == -- ]] && shift; print -r -- "$*"; }}
+        _files() {{ print FILES; }}
+        words=(git-fabro lo); CURRENT=2; _git-fabro
+        words=(fabro fork {run_id} ""); CURRENT=4; _git-fabro
+        words=(fabro dump x --); CURRENT=4; _git-fabro
+        words=(fabro inspect ""); CURRENT=3; _git-fabro
+        """,
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "logs" in lines[0].split() and "doctor" in lines[0].split()
+    assert lines[1].split() == ["start@1", "s1@1", "s2@1", "exit@1"]
+    assert lines[2].split() == ["-h", "--help", "-o", "--output"]
+    assert lines[3].split() == [run_id, "wf"]
+
+
+@pytest.mark.skipif(shutil.which("fish") is None, reason="fish is not installed")
+def test_fish_script(with_run: tuple[Path, str], tmp_path: Path) -> None:
+    repo, run_id = with_run
+    script = _script("fish", tmp_path)
+    assert subprocess.run(["fish", "-n", str(script)], check=False).returncode == 0
+    proc = subprocess.run(
+        [
+            "fish",
+            "--no-config",
+            "-c",
+            f"""
+        source {script}
+        complete -C 'git-fabro lo'; echo ==
+        complete -C 'git fabro do'; echo ==
+        complete -C 'git fabro inspect '; echo ==
+        complete -C 'git-fabro fork {run_id} s'; echo ==
+        complete -C 'git-fabro dump x --o'
+        """,
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    # One candidate a line, maybe followed by a tab and a description.
+    blocks = [[line.split("\t")[0] for line in b.splitlines()] for b in proc.stdout.split("==\n")]
+    assert blocks[0] == ["logs"]
+    assert blocks[1] == ["doctor"]
+    assert blocks[2] == [run_id, "wf"]
+    assert blocks[3] == ["s1@1", "s2@1", "start@1"]
+    assert blocks[4] == ["--output"]
