@@ -615,7 +615,10 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
                  final_git_commit_sha=final_sha)
     cp.status = status
     cp.pending_commit = None
-    if status in (oc.SUCCEEDED, oc.PARTIAL) and recorder is not None and recorder.worktree is not None:
+    # Every end releases the worktree, failed and interrupted ones too: the run branch is
+    # then free for the user's own `git switch`, and resume checks it out again from git.
+    # Ignored files in it (build caches) go with it; only a killed run keeps them.
+    if recorder is not None and recorder.worktree is not None:
         emit("sandbox.cleanup.started", provider="local")
         c0 = time.monotonic()
         try:

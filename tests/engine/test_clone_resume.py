@@ -144,13 +144,13 @@ def test_resume_in_a_fresh_clone_fetches_the_run_and_finishes_it(
     assert _refs(repo_a, "refs/fabro", "refs/heads/fabro") == pushed
     assert_fsck_clean(repo_a)
     if same_machine:
-        # A's worktree is still A's, at A's tip, and A can still finish its copy.
+        # B's resume never touched A's scratch dir (A's failed run released its
+        # worktree), and A can still finish its copy.
         from fabro_git.config.locations import run_scratch_dir
 
         a_worktree = run_scratch_dir(repo_a / ".git", run_id) / "worktree"
-        common = git(a_worktree, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
-        assert Path(common).resolve() == (repo_a / ".git").resolve()
-        assert git(a_worktree, "rev-parse", "HEAD").strip() == pushed[branch]
+        assert not a_worktree.exists()
+        assert git(repo_a, "rev-parse", branch).strip() == pushed[branch]
         resumed_a = run_fabro("resume", run_id, cwd=repo_a)
         assert resumed_a.returncode == 0, resumed_a.stderr
         assert git(repo_a, "show", f"{branch}:checked.txt") == "checked\n"

@@ -201,7 +201,7 @@ def test_git_author_holds_in_a_detached_and_a_resumed_run(repo: Path) -> None:
     setup_config(
         repo,
         '[workflow]\ngraph = "say.fabro"\n[run.git.author]\nname = "Fabro Bot"\nemail = "bot@example.org"\n',
-        script="echo one >> made.txt; test -f go || exit 1",
+        script=f"echo one >> made.txt; test -f {repo.parent / 'go'} || exit 1",
     )
     started = run_fabro("run", "runs/run.toml", "-d", cwd=repo)
     assert started.returncode == 0, started.stderr
@@ -210,8 +210,7 @@ def test_git_author_holds_in_a_detached_and_a_resumed_run(repo: Path) -> None:
     assert follow.returncode == 0, follow.stderr
     assert '"run.failed"' in follow.stdout
     (repo / "runs" / "run.toml").unlink()
-    worktree = Path(inspect(repo, run_id)["scratch_dir"]) / "worktree"
-    (worktree / "go").write_text("")
+    (repo.parent / "go").write_text("")
     proc = run_fabro("resume", run_id, cwd=repo)
     assert proc.returncode == 0, proc.stderr
     branch = f"fabro/run/{run_id}"
