@@ -44,6 +44,18 @@ def parallel_ref(run_id: str, node_id: str, branch_index: int) -> str:
     return f"{PARALLEL_PREFIX}{run_id}/{node_id}/{branch_index}"
 
 
+def run_refs(repo: GitRepo, run_id: str) -> dict[str, str]:
+    """Every ref the run owns here, {name: sha}: its parallel branches' heads, then its
+    branch, then its meta ref. Deleting in this order keeps the run listed (by its meta
+    ref) until nothing else of it is left, so a deletion cut short can be done again."""
+    refs = dict(repo.list_refs(f"{PARALLEL_PREFIX}{run_id}"))
+    for name in (run_branch_ref(run_id), meta_ref(run_id)):
+        sha = repo.read_ref(name)
+        if sha is not None:
+            refs[name] = sha
+    return refs
+
+
 def list_run_ids(repo: GitRepo) -> list[str]:
     """Ids of the runs this repository has metadata for, oldest first."""
     return sorted(name[len(META_PREFIX) :] for name in repo.list_refs(META_PREFIX))
@@ -99,6 +111,40 @@ def _resolve_remote(repo: GitRepo, remote: str, prefix: str, wanted: str) -> str
     if len(matches) > 1:
         raise _ambiguous(prefix, matches, where=f" on {remote}")
     run_id = matches[0]
+    _fetch_listed(repo, remote, run_id, refs)
+    return run_id
+
+
+def fetch_run(repo: GitRepo, remote: str, prefix: str) -> str:
+    """Fetch the refs of the one run on `remote` whose id starts with `prefix`, whether or
+    not this repository has it already; returns its id."""
+    wanted = _normalise(prefix)
+    if not wanted:
+        raise RunNotFound("no run id given", hint="pass a run id or a prefix of one")
+    refs = _remote.ls_remote(
+        repo, remote, [f"{META_PREFIX}*", f"{RUN_BRANCH_PREFIX}*", f"{PARALLEL_PREFIX}*"]
+    )
+    matches = sorted(
+        name[len(META_PREFIX) :]
+        for name in refs
+        if name.startswith(META_PREFIX) and name[len(META_PREFIX) :].upper().startswith(wanted)
+    )
+    exact = [rid for rid in matches if rid.upper() == wanted]
+    if exact:
+        matches = exact
+    if not matches:
+        raise RunNotFound(
+            f"no run on {remote} matches {prefix!r}",
+            hint=f"list what {remote} has with git ls-remote {remote} 'refs/fabro/meta/*'",
+        )
+    if len(matches) > 1:
+        raise _ambiguous(prefix, matches, where=f" on {remote}")
+    _fetch_listed(repo, remote, matches[0], refs)
+    return matches[0]
+
+
+def _fetch_listed(repo: GitRepo, remote: str, run_id: str, refs: dict[str, str]) -> None:
+    """Fetch the run's meta ref, branch and parallel refs, as `refs` lists them."""
     specs = [f"{meta_ref(run_id)}:{meta_ref(run_id)}"]
     if run_branch_ref(run_id) in refs:
         specs.append(f"{run_branch_ref(run_id)}:{run_branch_ref(run_id)}")
@@ -106,7 +152,6 @@ def _resolve_remote(repo: GitRepo, remote: str, prefix: str, wanted: str) -> str
     if any(name.startswith(parallel) for name in refs):
         specs.append(f"{parallel}*:{parallel}*")
     _remote.fetch(repo, remote, specs)
-    return run_id
 
 
 def _ambiguous(prefix: str, candidates: list[str], *, where: str = "") -> AmbiguousRunId:

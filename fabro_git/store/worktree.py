@@ -256,6 +256,17 @@ def checkouts_of(repo: GitRepo, branch: str) -> list[Path]:
     return [Path(w["worktree"]) for w in _worktrees(repo) if w.get("branch") == ref]
 
 
+def worktrees_under(repo: GitRepo, root: Path) -> list[Path]:
+    """The worktrees registered in `repo` whose path lies under `root` (existing or not)."""
+    base = Path(os.path.realpath(root))
+    found = []
+    for entry in _worktrees(repo):
+        path = Path(entry["worktree"])
+        if Path(os.path.realpath(path)).is_relative_to(base) or path.is_relative_to(base):
+            found.append(path)
+    return found
+
+
 def _worktrees(repo: GitRepo) -> list[dict[str, str]]:
     """`git worktree list --porcelain` as one dict per worktree (main one included)."""
     listing = out(run_git(["worktree", "list", "--porcelain"], cwd=repo.root))
