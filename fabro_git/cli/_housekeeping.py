@@ -180,7 +180,7 @@ class Orphans:
 
 
 def find_orphans(repo: GitRepo, kept: set[str]) -> Orphans:
-    """Leftovers of runs not in `kept` (the runs that stay) and not live: scratch
+    """Leftovers of runs not in `kept` (the runs that exist) and not live: scratch
     worktrees registered here, this repository's scratch dirs, parallel refs, lock files.
     A run's `.starting` marker whose process died is stale even when the run stays."""
     from fabro_git.engine.lock import _alive, is_live
@@ -202,7 +202,10 @@ def find_orphans(repo: GitRepo, kept: set[str]) -> Orphans:
             if not (entry.name.endswith(key) and len(entry.name) == _ULID_LEN + len(key)):
                 continue
             with contextlib.suppress(OSError):
-                if gone(entry.name[:_ULID_LEN]) and now - entry.stat().st_mtime >= ORPHAN_GRACE_SECONDS:
+                if (
+                    gone(entry.name[:_ULID_LEN])
+                    and now - entry.stat().st_mtime >= ORPHAN_GRACE_SECONDS
+                ):
                     found.scratch_dirs.append(entry)
     for name, sha in repo.list_refs(runrefs.PARALLEL_PREFIX).items():
         if gone(name[len(runrefs.PARALLEL_PREFIX) :].split("/", 1)[0]):

@@ -44,11 +44,13 @@ def run(
         removal = hk.plan(repo, row.run_id, row)
         if removal.checked_out:
             where = ", ".join(str(p) for p in removal.checked_out)
-            print(f"keeping run {row.run_id}: its branch is checked out in {where}", file=sys.stderr)
+            print(
+                f"keeping run {row.run_id}: its branch is checked out in {where}", file=sys.stderr
+            )
             continue
         removals.append(removal)
-    kept = {r.run_id for r in rows} - {r.run_id for r in removals}
-    orphans = hk.find_orphans(repo, kept)
+    # The runs it removes take their own things with them; orphans are what no run owns.
+    orphans = hk.find_orphans(repo, {r.run_id for r in rows})
     if not removals and not orphans:
         print(f"nothing to prune ({_criteria(older_than, wanted, workflow)})", file=sys.stderr)
         return 0

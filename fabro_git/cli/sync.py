@@ -67,7 +67,9 @@ def push(remote: str, run_ids: list[str]) -> int:
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
-    ids = [runrefs.resolve_run_id(repo, r, remote=None) for r in run_ids] or runrefs.list_run_ids(repo)
+    ids = [runrefs.resolve_run_id(repo, r, remote=None) for r in run_ids] or runrefs.list_run_ids(
+        repo
+    )
     if not ids:
         print("no runs to push", file=sys.stderr)
         return 0
@@ -81,7 +83,10 @@ def push(remote: str, run_ids: list[str]) -> int:
     report = rem.push(repo, remote, refs)
     failed = [(ref, msg) for ref, ok, msg in report.refs if not ok]
     for ref, ok, msg in report.refs:
-        print(f"{'ok' if ok else 'rejected'}  {ref}" + (f"  ({msg})" if msg and not ok else ""), file=sys.stderr)
+        print(
+            f"{'ok' if ok else 'rejected'}  {ref}" + (f"  ({msg})" if msg and not ok else ""),
+            file=sys.stderr,
+        )
     if failed:
         said = f"; git said:\n{report.stderr}" if report.stderr else ""
         raise FabroError(
