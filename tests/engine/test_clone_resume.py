@@ -181,7 +181,7 @@ def test_fetch_brings_every_run(failed_run: tuple[Path, Path, str], tmp_path: Pa
     git(tmp_path, "clone", "-q", str(origin), str(clone))
     fetched = run_fabro("fetch", cwd=clone)
     assert fetched.returncode == 0, fetched.stderr
-    assert "2 known, 2 new" in fetched.stderr
+    assert "2 runs new, 0 runs updated, 2 known here" in fetched.stderr
     assert _refs(clone, "refs/fabro", "refs/heads/fabro") == _refs(
         repo, "refs/fabro", "refs/heads/fabro"
     )
@@ -201,7 +201,7 @@ def test_fetch_brings_every_run(failed_run: tuple[Path, Path, str], tmp_path: Pa
         for e in in_a[len(in_clone) :]
     )
     again = run_fabro("fetch", "origin", cwd=clone)
-    assert again.returncode == 0 and "2 known, 0 new" in again.stderr
+    assert again.returncode == 0 and "0 runs new, 0 runs updated, 2 known here" in again.stderr
     assert_fsck_clean(clone)
 
 
