@@ -273,7 +273,7 @@ def prune(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
     yes: Annotated[bool, typer.Option("-y", "--yes", help="Remove without asking.")] = False,
 ) -> None:
-    """Remove old runs (default: older than 24h) and what removed runs left behind."""
+    """Remove old runs (default: older than 24h) and what gone runs left behind."""
     from fabro_git.cli import prune as impl
 
     raise typer.Exit(impl.run(older_than=older_than, statuses=status or [], workflow=workflow, dry_run=dry_run, yes=yes))

@@ -26,14 +26,24 @@ def fetch(remote: str, run: str | None = None) -> int:
     resolve) just that run's refs, and say how many runs came new and how many moved."""
     from fabro_git.store import remote as rem
     from fabro_git.store import runs as runrefs
+    from fabro_git.store import worktree as wt
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
     before = _meta_tips(repo)
+    # git refuses to move a branch that a worktree has checked out, and fails the whole
+    # fetch for it: such run branches (yours after `git switch`, or a live run's) are
+    # left out, and said so.
+    held = {
+        ref: path
+        for ref, path in wt.checked_out_branches(repo).items()
+        if ref.startswith(runrefs.RUN_BRANCH_PREFIX)
+    }
     if run is None:
-        rem.fetch(repo, remote, FETCH_REFSPECS)
+        rem.fetch(repo, remote, [*FETCH_REFSPECS, *(f"^{ref}" for ref in held)])
     else:
-        runrefs.fetch_run(repo, remote, run)
+        fetched = runrefs.fetch_run(repo, remote, run, skip=held)
+        held = {ref: path for ref, path in held.items() if ref == runrefs.run_branch_ref(fetched)}
     after = _meta_tips(repo)
     new = sorted(set(after) - set(before))
     updated = sorted(rid for rid in before if rid in after and after[rid] != before[rid])
@@ -47,6 +57,12 @@ def fetch(remote: str, run: str | None = None) -> int:
         print(f"  new      {rid}", file=sys.stderr)
     for rid in updated:
         print(f"  updated  {rid}", file=sys.stderr)
+    for ref, path in held.items():
+        print(
+            f"not fetched: {ref.removeprefix('refs/heads/')} is checked out in {path} "
+            "(switch away from it, or let its run end, and fetch again)",
+            file=sys.stderr,
+        )
     return 0
 
 

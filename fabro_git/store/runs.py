@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Collection
 
 from fabro_git.errors import AmbiguousRunId, RunNotFound, StoreError
 from fabro_git.store import remote as _remote
@@ -115,9 +116,9 @@ def _resolve_remote(repo: GitRepo, remote: str, prefix: str, wanted: str) -> str
     return run_id
 
 
-def fetch_run(repo: GitRepo, remote: str, prefix: str) -> str:
+def fetch_run(repo: GitRepo, remote: str, prefix: str, *, skip: Collection[str] = ()) -> str:
     """Fetch the refs of the one run on `remote` whose id starts with `prefix`, whether or
-    not this repository has it already; returns its id."""
+    not this repository has it already, except the refs named in `skip`; returns its id."""
     wanted = _normalise(prefix)
     if not wanted:
         raise RunNotFound("no run id given", hint="pass a run id or a prefix of one")
@@ -139,14 +140,16 @@ def fetch_run(repo: GitRepo, remote: str, prefix: str) -> str:
         )
     if len(matches) > 1:
         raise _ambiguous(prefix, matches, where=f" on {remote}")
-    _fetch_listed(repo, remote, matches[0], refs)
+    _fetch_listed(repo, remote, matches[0], refs, skip=skip)
     return matches[0]
 
 
-def _fetch_listed(repo: GitRepo, remote: str, run_id: str, refs: dict[str, str]) -> None:
+def _fetch_listed(
+    repo: GitRepo, remote: str, run_id: str, refs: dict[str, str], *, skip: Collection[str] = ()
+) -> None:
     """Fetch the run's meta ref, branch and parallel refs, as `refs` lists them."""
     specs = [f"{meta_ref(run_id)}:{meta_ref(run_id)}"]
-    if run_branch_ref(run_id) in refs:
+    if run_branch_ref(run_id) in refs and run_branch_ref(run_id) not in skip:
         specs.append(f"{run_branch_ref(run_id)}:{run_branch_ref(run_id)}")
     parallel = f"{PARALLEL_PREFIX}{run_id}/"
     if any(name.startswith(parallel) for name in refs):

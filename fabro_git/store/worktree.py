@@ -256,6 +256,11 @@ def checkouts_of(repo: GitRepo, branch: str) -> list[Path]:
     return [Path(w["worktree"]) for w in _worktrees(repo) if w.get("branch") == ref]
 
 
+def checked_out_branches(repo: GitRepo) -> dict[str, Path]:
+    """Every branch checked out in some worktree of `repo`: {full ref name: worktree}."""
+    return {w["branch"]: Path(w["worktree"]) for w in _worktrees(repo) if "branch" in w}
+
+
 def worktrees_under(repo: GitRepo, root: Path) -> list[Path]:
     """The worktrees registered in `repo` whose path lies under `root` (existing or not)."""
     base = Path(os.path.realpath(root))

@@ -352,6 +352,19 @@ def test_fetch_says_what_came_and_can_take_one_run(
     assert "0 runs new, 1 run updated" in updated.stderr and f"updated  {failed}" in updated.stderr
     assert _runs(clone)[failed]["status"] == "succeeded"
 
+    # A run branch the user has checked out is left alone, and the rest still comes.
+    git(clone, "switch", "-q", f"fabro/run/{failed}")
+    later = _run(repo, "hello")
+    assert run_fabro("push", "origin", later, cwd=repo).returncode == 0
+    held = run_fabro("fetch", cwd=clone)
+    assert held.returncode == 0, held.stderr
+    assert "1 run new" in held.stderr and later in _runs(clone)
+    assert f"not fetched: fabro/run/{failed} is checked out in {clone}" in held.stderr
+    one_held = run_fabro("fetch", "origin", failed[:12], cwd=clone)
+    assert one_held.returncode == 0, one_held.stderr
+    assert "not fetched" in one_held.stderr
+    git(clone, "switch", "-q", "main")
+
     single = tmp_path / "single"
     git(tmp_path, "clone", "-q", str(tmp_path / "origin.git"), str(single))
     one = run_fabro("fetch", "origin", runs["parallel"][:12], cwd=single)
