@@ -94,19 +94,12 @@ def resolve_run_id(repo: GitRepo, prefix: str, *, remote: str | None = "origin")
 
 def _resolve_remote(repo: GitRepo, remote: str, prefix: str, wanted: str) -> str | None:
     try:
-        refs = _remote.ls_remote(
-            repo, remote, [f"{META_PREFIX}*", f"{RUN_BRANCH_PREFIX}*", f"{PARALLEL_PREFIX}*"]
-        )
+        matches, refs = _remote_matches(repo, remote, wanted)
     except StoreError as err:
         raise RunNotFound(
             f"no local run matches {prefix!r}, and {remote} could not be listed: {err.message}",
             hint=f"check that {remote} is reachable, then retry or run git fabro fetch",
         ) from err
-    matches = sorted(
-        name[len(META_PREFIX) :]
-        for name in refs
-        if name.startswith(META_PREFIX) and name[len(META_PREFIX) :].upper().startswith(wanted)
-    )
     if not matches:
         return None
     if len(matches) > 1:
@@ -122,14 +115,7 @@ def fetch_run(repo: GitRepo, remote: str, prefix: str, *, skip: Collection[str] 
     wanted = _normalise(prefix)
     if not wanted:
         raise RunNotFound("no run id given", hint="pass a run id or a prefix of one")
-    refs = _remote.ls_remote(
-        repo, remote, [f"{META_PREFIX}*", f"{RUN_BRANCH_PREFIX}*", f"{PARALLEL_PREFIX}*"]
-    )
-    matches = sorted(
-        name[len(META_PREFIX) :]
-        for name in refs
-        if name.startswith(META_PREFIX) and name[len(META_PREFIX) :].upper().startswith(wanted)
-    )
+    matches, refs = _remote_matches(repo, remote, wanted)
     exact = [rid for rid in matches if rid.upper() == wanted]
     if exact:
         matches = exact
@@ -142,6 +128,20 @@ def fetch_run(repo: GitRepo, remote: str, prefix: str, *, skip: Collection[str] 
         raise _ambiguous(prefix, matches, where=f" on {remote}")
     _fetch_listed(repo, remote, matches[0], refs, skip=skip)
     return matches[0]
+
+
+def _remote_matches(repo: GitRepo, remote: str, wanted: str) -> tuple[list[str], dict[str, str]]:
+    """Ids of the runs on `remote` starting with the normalised `wanted`, and the
+    remote's run refs as listed."""
+    refs = _remote.ls_remote(
+        repo, remote, [f"{META_PREFIX}*", f"{RUN_BRANCH_PREFIX}*", f"{PARALLEL_PREFIX}*"]
+    )
+    matches = sorted(
+        name[len(META_PREFIX) :]
+        for name in refs
+        if name.startswith(META_PREFIX) and name[len(META_PREFIX) :].upper().startswith(wanted)
+    )
+    return matches, refs
 
 
 def _fetch_listed(
