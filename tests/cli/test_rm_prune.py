@@ -275,6 +275,11 @@ def test_prune_removes_what_gone_runs_left(repo: Path, runs: dict[str, str]) -> 
         git(repo, "update-ref", "-d", ref)
     orphan_parallel = "refs/fabro/parallel/01ZZZZZZZZZZZZZZZZZZZZZZZZ/fan-1/0"
     git(repo, "update-ref", orphan_parallel, "HEAD")
+    # A `run -d` child that died before taking its run's lock left its marker.
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    starting = repo / ".git" / "fabro" / "locks" / f"{hello}.starting"
+    starting.write_text(f"pid {dead.pid}\n")
     other_repo_dir = scratch.parent / f"{failed}-0123456789ab"  # another clone's: not ours
     other_repo_dir.mkdir()
     old = time.time() - 3600
@@ -284,7 +289,7 @@ def test_prune_removes_what_gone_runs_left(repo: Path, runs: dict[str, str]) -> 
     dry = run_fabro("prune", "--dry-run", cwd=repo)
     assert dry.returncode == 0, dry.stderr
     assert "left by runs that are gone" in dry.stdout
-    for shown in (str(leftover), str(scratch), orphan_parallel, f"{failed}.lock"):
+    for shown in (str(leftover), str(scratch), orphan_parallel, f"{failed}.lock", str(starting)):
         assert shown in dry.stdout
     assert leftover.exists() and len(_worktrees(repo)) == 2
 
@@ -294,6 +299,7 @@ def test_prune_removes_what_gone_runs_left(repo: Path, runs: dict[str, str]) -> 
     assert not scratch.exists() and other_repo_dir.exists()
     assert git(repo, "for-each-ref", "refs/fabro/parallel/01ZZZZZZZZZZZZZZZZZZZZZZZZ") == ""
     assert not (repo / ".git" / "fabro" / "locks" / f"{failed}.lock").exists()
+    assert not starting.exists()
     assert hello in _runs(repo) and _scratch(repo, hello).exists()
     assert_fsck_clean(repo)
 
