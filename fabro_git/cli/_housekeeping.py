@@ -183,7 +183,7 @@ def find_orphans(repo: GitRepo, kept: set[str]) -> Orphans:
     """Leftovers of runs not in `kept` (the runs that exist) and not live: scratch
     worktrees registered here, this repository's scratch dirs, parallel refs, lock files.
     A run's `.starting` marker whose process died is stale even when the run stays."""
-    from fabro_git.engine.lock import _alive, is_live
+    from fabro_git.engine.lock import is_live
     from fabro_git.store import runs as runrefs
     from fabro_git.store import worktree as wt
 
@@ -217,10 +217,9 @@ def find_orphans(repo: GitRepo, kept: set[str]) -> Orphans:
             if len(run_id) != _ULID_LEN:
                 continue
             if entry.suffix == ".starting" and run_id in kept:
-                with contextlib.suppress(OSError):
-                    text = entry.read_text()
-                    if not (text.startswith("pid ") and _alive(text[4:].strip())):
-                        found.lock_files.append(entry)
+                # Not live with the marker there: the process it names has died.
+                if not is_live(git_dir, run_id):
+                    found.lock_files.append(entry)
             elif gone(run_id):
                 found.lock_files.append(entry)
     return found
