@@ -234,11 +234,12 @@ def inspect(
 @command()
 def fetch(
     remote: Annotated[str, typer.Argument(help="Remote to fetch from.", metavar="REMOTE")] = "origin",
+    run_id: Annotated[str | None, typer.Argument(help="Fetch only this run (an id or a prefix the remote resolves).", show_default=False, metavar="RUN")] = None,
 ) -> None:
-    """Fetch every run's refs (refs/fabro/* and fabro/run/*) from a remote."""
+    """Fetch runs' refs (refs/fabro/* and fabro/run/*) from a remote, and say how many came."""
     from fabro_git.cli import sync as impl
 
-    raise typer.Exit(impl.fetch(remote))
+    raise typer.Exit(impl.fetch(remote, run_id))
 
 
 @command()
@@ -328,6 +329,31 @@ def complete_words(
     from fabro_git.cli import completion as impl
 
     raise typer.Exit(impl.words(kind, arg))
+
+
+def rm(
+    run_ids: Annotated[list[str], typer.Argument(help="Run ids or unique prefixes.", show_default=False, metavar="RUN...")],
+    yes: Annotated[bool, typer.Option("-y", "--yes", help="Remove without asking.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
+) -> None:
+    """Remove runs: their refs, worktrees, scratch dirs and lock files."""
+    from fabro_git.cli import rm as impl
+
+    raise typer.Exit(impl.run(run_ids, yes=yes, dry_run=dry_run))
+
+
+@command()
+def prune(
+    older_than: Annotated[str | None, typer.Option("--older-than", help="Only runs started longer ago than this (30m, 24h, 30d).", metavar="DURATION")] = None,
+    status: Annotated[list[str] | None, typer.Option("--status", help="Only runs with these statuses (comma-separated; repeatable).", metavar="STATUS")] = None,
+    workflow: Annotated[str | None, typer.Option("--workflow", help="Only runs of this workflow (exact name).", metavar="NAME")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
+    yes: Annotated[bool, typer.Option("-y", "--yes", help="Remove without asking.")] = False,
+) -> None:
+    """Remove old runs (default: older than 24h) and what gone runs left behind."""
+    from fabro_git.cli import prune as impl
+
+    raise typer.Exit(impl.run(older_than=older_than, statuses=status or [], workflow=workflow, dry_run=dry_run, yes=yes))
 
 
 model_app = typer.Typer(

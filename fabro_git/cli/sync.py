@@ -8,8 +8,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fabro_git.errors import FabroError
+
+if TYPE_CHECKING:
+    from fabro_git.store.repo import GitRepo
 
 FETCH_REFSPECS = (
     "refs/fabro/*:refs/fabro/*",
@@ -17,17 +21,60 @@ FETCH_REFSPECS = (
 )
 
 
-def fetch(remote: str) -> int:
+def fetch(remote: str, run: str | None = None) -> int:
+    """Fetch every run from `remote`, or with `run` (an id or a prefix the remote can
+    resolve) just that run's refs, and say how many runs came new and how many moved."""
     from fabro_git.store import remote as rem
     from fabro_git.store import runs as runrefs
+    from fabro_git.store import worktree as wt
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
-    before = set(runrefs.list_run_ids(repo))
-    rem.fetch(repo, remote, FETCH_REFSPECS)
-    after = set(runrefs.list_run_ids(repo))
-    print(f"fetched runs from {remote}: {len(after)} known, {len(after - before)} new", file=sys.stderr)
+    before = _meta_tips(repo)
+    # git refuses to move a branch that a worktree has checked out, and fails the whole
+    # fetch for it: such run branches (yours after `git switch`, or a live run's) are
+    # left out, and said so.
+    held = {
+        ref: path
+        for ref, path in wt.checked_out_branches(repo).items()
+        if ref.startswith(runrefs.RUN_BRANCH_PREFIX)
+    }
+    if run is None:
+        rem.fetch(repo, remote, [*FETCH_REFSPECS, *(f"^{ref}" for ref in held)])
+    else:
+        fetched = runrefs.fetch_run(repo, remote, run, skip=held)
+        held = {ref: path for ref, path in held.items() if ref == runrefs.run_branch_ref(fetched)}
+    after = _meta_tips(repo)
+    new = sorted(set(after) - set(before))
+    updated = sorted(rid for rid in before if rid in after and after[rid] != before[rid])
+    what = "runs" if run is None else f"run {run}"
+    print(
+        f"fetched {what} from {remote}: {_runs(len(new))} new, {_runs(len(updated))} updated, "
+        f"{len(after)} known here",
+        file=sys.stderr,
+    )
+    for rid in new:
+        print(f"  new      {rid}", file=sys.stderr)
+    for rid in updated:
+        print(f"  updated  {rid}", file=sys.stderr)
+    for ref, path in held.items():
+        print(
+            f"not fetched: {ref.removeprefix('refs/heads/')} is checked out in {path} "
+            "(switch away from it, or let its run end, and fetch again)",
+            file=sys.stderr,
+        )
     return 0
+
+
+def _meta_tips(repo: GitRepo) -> dict[str, str]:
+    from fabro_git.store import runs as runrefs
+
+    prefix = runrefs.META_PREFIX
+    return {name[len(prefix) :]: sha for name, sha in repo.list_refs(prefix).items()}
+
+
+def _runs(count: int) -> str:
+    return f"{count} run" if count == 1 else f"{count} runs"
 
 
 def push(remote: str, run_ids: list[str]) -> int:
@@ -36,22 +83,26 @@ def push(remote: str, run_ids: list[str]) -> int:
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
-    ids = [runrefs.resolve_run_id(repo, r, remote=None) for r in run_ids] or runrefs.list_run_ids(repo)
+    ids = [runrefs.resolve_run_id(repo, r, remote=None) for r in run_ids] or runrefs.list_run_ids(
+        repo
+    )
     if not ids:
         print("no runs to push", file=sys.stderr)
         return 0
     refs: list[str] = []
     for run_id in ids:
+        # The parallel branches' heads too: a run cut between its fan-out and fan-in
+        # needs them to resume, and nothing else reaches them.
+        owned = runrefs.run_refs(repo, run_id)
         refs.append(runrefs.meta_ref(run_id))
-        if repo.read_ref(runrefs.run_branch_ref(run_id)) is not None:
-            refs.append(runrefs.run_branch_ref(run_id))
-        # The parallel branches' heads: a run cut between its fan-out and fan-in needs
-        # them to resume, and nothing else reaches them.
-        refs.extend(repo.list_refs(f"{runrefs.PARALLEL_PREFIX}{run_id}"))
+        refs.extend(name for name in owned if name != runrefs.meta_ref(run_id))
     report = rem.push(repo, remote, refs)
     failed = [(ref, msg) for ref, ok, msg in report.refs if not ok]
     for ref, ok, msg in report.refs:
-        print(f"{'ok' if ok else 'rejected'}  {ref}" + (f"  ({msg})" if msg and not ok else ""), file=sys.stderr)
+        print(
+            f"{'ok' if ok else 'rejected'}  {ref}" + (f"  ({msg})" if msg and not ok else ""),
+            file=sys.stderr,
+        )
     if failed:
         said = f"; git said:\n{report.stderr}" if report.stderr else ""
         raise FabroError(

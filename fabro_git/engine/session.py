@@ -634,7 +634,10 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
     cp.status = status
     # A pending commit left by a failed run commit stays: the stage is recorded, and
     # resume makes (or finds) its commit before going on.
-    if status in (oc.SUCCEEDED, oc.PARTIAL) and recorder is not None and recorder.worktree is not None:
+    # Every end releases the worktree, failed and interrupted ones too: the run branch is
+    # then free for the user's own `git switch`, and resume checks it out again from git.
+    # Ignored files in it (build caches) go with it; only a killed run keeps them.
+    if recorder is not None and recorder.worktree is not None:
         emit("sandbox.cleanup.started", provider="local")
         c0 = time.monotonic()
         try:

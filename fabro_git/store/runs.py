@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Collection
 
 from fabro_git.errors import AmbiguousRunId, RunNotFound, StoreError
 from fabro_git.store import remote as _remote
@@ -54,6 +55,18 @@ def check_names_free(repo: GitRepo, run_id: str, *, with_branch: bool) -> None:
             raise ref_conflict_error(name, conflict)
 
 
+def run_refs(repo: GitRepo, run_id: str) -> dict[str, str]:
+    """Every ref the run owns here, {name: sha}: its parallel branches' heads, then its
+    branch, then its meta ref. Deleting in this order keeps the run listed (by its meta
+    ref) until nothing else of it is left, so a deletion cut short can be done again."""
+    refs = dict(repo.list_refs(f"{PARALLEL_PREFIX}{run_id}"))
+    for name in (run_branch_ref(run_id), meta_ref(run_id)):
+        sha = repo.read_ref(name)
+        if sha is not None:
+            refs[name] = sha
+    return refs
+
+
 def list_run_ids(repo: GitRepo) -> list[str]:
     """Ids of the runs this repository has metadata for, oldest first."""
     return sorted(name[len(META_PREFIX) :] for name in repo.list_refs(META_PREFIX))
@@ -91,32 +104,67 @@ def resolve_run_id(repo: GitRepo, prefix: str, *, remote: str | None = "origin")
 
 def _resolve_remote(repo: GitRepo, remote: str, prefix: str, wanted: str) -> str | None:
     try:
-        refs = _remote.ls_remote(
-            repo, remote, [f"{META_PREFIX}*", f"{RUN_BRANCH_PREFIX}*", f"{PARALLEL_PREFIX}*"]
-        )
+        matches, refs = _remote_matches(repo, remote, wanted)
     except StoreError as err:
         raise RunNotFound(
             f"no local run matches {prefix!r}, and {remote} could not be listed: {err.message}",
             hint=f"check that {remote} is reachable, then retry or run git fabro fetch",
         ) from err
-    matches = sorted(
-        name[len(META_PREFIX) :]
-        for name in refs
-        if name.startswith(META_PREFIX) and name[len(META_PREFIX) :].upper().startswith(wanted)
-    )
     if not matches:
         return None
     if len(matches) > 1:
         raise _ambiguous(prefix, matches, where=f" on {remote}")
     run_id = matches[0]
+    _fetch_listed(repo, remote, run_id, refs)
+    return run_id
+
+
+def fetch_run(repo: GitRepo, remote: str, prefix: str, *, skip: Collection[str] = ()) -> str:
+    """Fetch the refs of the one run on `remote` whose id starts with `prefix`, whether or
+    not this repository has it already, except the refs named in `skip`; returns its id."""
+    wanted = _normalise(prefix)
+    if not wanted:
+        raise RunNotFound("no run id given", hint="pass a run id or a prefix of one")
+    matches, refs = _remote_matches(repo, remote, wanted)
+    exact = [rid for rid in matches if rid.upper() == wanted]
+    if exact:
+        matches = exact
+    if not matches:
+        raise RunNotFound(
+            f"no run on {remote} matches {prefix!r}",
+            hint=f"list what {remote} has with git ls-remote {remote} 'refs/fabro/meta/*'",
+        )
+    if len(matches) > 1:
+        raise _ambiguous(prefix, matches, where=f" on {remote}")
+    _fetch_listed(repo, remote, matches[0], refs, skip=skip)
+    return matches[0]
+
+
+def _remote_matches(repo: GitRepo, remote: str, wanted: str) -> tuple[list[str], dict[str, str]]:
+    """Ids of the runs on `remote` starting with the normalised `wanted`, and the
+    remote's run refs as listed."""
+    refs = _remote.ls_remote(
+        repo, remote, [f"{META_PREFIX}*", f"{RUN_BRANCH_PREFIX}*", f"{PARALLEL_PREFIX}*"]
+    )
+    matches = sorted(
+        name[len(META_PREFIX) :]
+        for name in refs
+        if name.startswith(META_PREFIX) and name[len(META_PREFIX) :].upper().startswith(wanted)
+    )
+    return matches, refs
+
+
+def _fetch_listed(
+    repo: GitRepo, remote: str, run_id: str, refs: dict[str, str], *, skip: Collection[str] = ()
+) -> None:
+    """Fetch the run's meta ref, branch and parallel refs, as `refs` lists them."""
     specs = [f"{meta_ref(run_id)}:{meta_ref(run_id)}"]
-    if run_branch_ref(run_id) in refs:
+    if run_branch_ref(run_id) in refs and run_branch_ref(run_id) not in skip:
         specs.append(f"{run_branch_ref(run_id)}:{run_branch_ref(run_id)}")
     parallel = f"{PARALLEL_PREFIX}{run_id}/"
     if any(name.startswith(parallel) for name in refs):
         specs.append(f"{parallel}*:{parallel}*")
     _remote.fetch(repo, remote, specs)
-    return run_id
 
 
 def _ambiguous(prefix: str, candidates: list[str], *, where: str = "") -> AmbiguousRunId:

@@ -343,6 +343,22 @@ def all_worktrees(repo: GitRepo) -> list[dict[str, str]]:
     return _worktrees(repo)
 
 
+def checked_out_branches(repo: GitRepo) -> dict[str, Path]:
+    """Every branch checked out in some worktree of `repo`: {full ref name: worktree}."""
+    return {w["branch"]: Path(w["worktree"]) for w in _worktrees(repo) if "branch" in w}
+
+
+def worktrees_under(repo: GitRepo, root: Path) -> list[Path]:
+    """The worktrees registered in `repo` whose path lies under `root` (existing or not)."""
+    base = Path(os.path.realpath(root))
+    found = []
+    for entry in _worktrees(repo):
+        path = Path(entry["worktree"])
+        if Path(os.path.realpath(path)).is_relative_to(base) or path.is_relative_to(base):
+            found.append(path)
+    return found
+
+
 def _worktrees(repo: GitRepo) -> list[dict[str, str]]:
     """`git worktree list --porcelain` as one dict per worktree (main one included)."""
     listing = out(run_git(["worktree", "list", "--porcelain"], cwd=repo.root))

@@ -144,13 +144,13 @@ def test_resume_in_a_fresh_clone_fetches_the_run_and_finishes_it(
     assert _refs(repo_a, "refs/fabro", "refs/heads/fabro") == pushed
     assert_fsck_clean(repo_a)
     if same_machine:
-        # A's worktree is still A's, at A's tip, and A can still finish its copy.
+        # B's resume never touched A's scratch dir (A's failed run released its
+        # worktree), and A can still finish its copy.
         from fabro_git.config.locations import run_scratch_dir
 
         a_worktree = run_scratch_dir(repo_a / ".git", run_id) / "worktree"
-        common = git(a_worktree, "rev-parse", "--path-format=absolute", "--git-common-dir").strip()
-        assert Path(common).resolve() == (repo_a / ".git").resolve()
-        assert git(a_worktree, "rev-parse", "HEAD").strip() == pushed[branch]
+        assert not a_worktree.exists()
+        assert git(repo_a, "rev-parse", branch).strip() == pushed[branch]
         resumed_a = run_fabro("resume", run_id, cwd=repo_a)
         assert resumed_a.returncode == 0, resumed_a.stderr
         assert git(repo_a, "show", f"{branch}:checked.txt") == "checked\n"
@@ -181,7 +181,7 @@ def test_fetch_brings_every_run(failed_run: tuple[Path, Path, str], tmp_path: Pa
     git(tmp_path, "clone", "-q", str(origin), str(clone))
     fetched = run_fabro("fetch", cwd=clone)
     assert fetched.returncode == 0, fetched.stderr
-    assert "2 known, 2 new" in fetched.stderr
+    assert "2 runs new, 0 runs updated, 2 known here" in fetched.stderr
     assert _refs(clone, "refs/fabro", "refs/heads/fabro") == _refs(
         repo, "refs/fabro", "refs/heads/fabro"
     )
@@ -201,7 +201,7 @@ def test_fetch_brings_every_run(failed_run: tuple[Path, Path, str], tmp_path: Pa
         for e in in_a[len(in_clone) :]
     )
     again = run_fabro("fetch", "origin", cwd=clone)
-    assert again.returncode == 0 and "2 known, 0 new" in again.stderr
+    assert again.returncode == 0 and "0 runs new, 0 runs updated, 2 known here" in again.stderr
     assert_fsck_clean(clone)
 
 

@@ -186,6 +186,15 @@ def _stalls(repo: Path, tmp_path: Path, home: Path) -> list[str]:
 
 
 def _interrupted_then_resumed(repo: Path, tmp_path: Path, home: Path) -> list[str]:
+    return _stopped_then_resumed(repo, tmp_path, home, signal.SIGINT)
+
+
+def _killed_then_resumed(repo: Path, tmp_path: Path, home: Path) -> list[str]:
+    """A killed run keeps its worktree, so its resume resets it (`git.reset`)."""
+    return _stopped_then_resumed(repo, tmp_path, home, signal.SIGKILL)
+
+
+def _stopped_then_resumed(repo: Path, tmp_path: Path, home: Path, sig: signal.Signals) -> list[str]:
     (tmp_path / "naps.fabro").write_text(NAPS)
     proc = subprocess.Popen(
         [*_git_fabro(), "run", str(tmp_path / "naps.fabro")],
@@ -201,8 +210,8 @@ def _interrupted_then_resumed(repo: Path, tmp_path: Path, home: Path) -> list[st
             break
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.02)
-    proc.send_signal(signal.SIGINT)
-    assert proc.wait(timeout=15) == 130
+    proc.send_signal(sig)
+    assert proc.wait(timeout=15) == (130 if sig == signal.SIGINT else -sig)
     run_id = tails[0].parent.name.rsplit("-", 1)[0]  # runs/<run id>-<repository key>/
     (home / "quick").write_text("")
     resumed = run_fabro("resume", run_id, cwd=repo)
@@ -255,7 +264,13 @@ SCENARIOS = [
     Scenario(
         "failure-then-resume",
         _failure_then_resume,
-        SUCCESS | {"stage.failed", "run.failed", "run.notice", "git.reset"},
+        SUCCESS | {"stage.failed", "run.failed", "run.notice"},
+        notices={"resumed"},
+    ),
+    Scenario(
+        "killed-then-resumed",
+        _killed_then_resumed,
+        SUCCESS | {"run.notice", "git.reset"},
         notices={"resumed"},
     ),
     Scenario(

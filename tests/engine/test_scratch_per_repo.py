@@ -102,6 +102,9 @@ def test_a_moved_repository_resumes_its_run(repo: Path, tmp_path: Path, hermetic
     assert first.returncode == 1, first.stderr
     run_id = json.loads(first.stdout.splitlines()[-1])["run_id"]
     old_scratch = Path(_inspect(repo, run_id)["scratch_dir"])
+    # A failed run releases its worktree; a killed one leaves it checked out, as here.
+    assert not (old_scratch / "worktree").exists()
+    git(repo, "worktree", "add", "-q", str(old_scratch / "worktree"), f"fabro/run/{run_id}")
     assert (old_scratch / "worktree" / "made.txt").is_file()
 
     moved = tmp_path / "moved"
