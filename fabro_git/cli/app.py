@@ -331,6 +331,7 @@ def complete_words(
     raise typer.Exit(impl.words(kind, arg))
 
 
+@command()
 def rm(
     run_ids: Annotated[list[str], typer.Argument(help="Run ids or unique prefixes.", show_default=False, metavar="RUN...")],
     yes: Annotated[bool, typer.Option("-y", "--yes", help="Remove without asking.")] = False,

@@ -91,7 +91,9 @@ def test_worktrees_of_deleted_runs_are_leftovers(repo: Path) -> None:
     assert result["status"] == "failed", proc.stderr
     run_id = result["run_id"]
     scratch = json.loads(run_fabro("inspect", run_id, "--json", cwd=repo).stdout)["scratch_dir"]
-    # A parallel branch's worktree lies deeper in the run's scratch dir.
+    # A failed run releases its worktree; a killed one keeps it, as made here. A parallel
+    # branch's worktree lies deeper in the run's scratch dir.
+    git(repo, "worktree", "add", "-q", "--detach", f"{scratch}/worktree", "HEAD")
     git(repo, "worktree", "add", "-q", "--detach", f"{scratch}/parallel/boom-1/0", "HEAD")
     kept = _checks(run_fabro("doctor", "--json", cwd=repo))["worktrees"]
     assert kept["status"] == "ok" and "2 kept for resumable runs" in kept["message"]
