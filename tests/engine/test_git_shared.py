@@ -430,8 +430,10 @@ def test_resume_gives_a_worktree_made_sparse_its_full_tree_back(
     proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
     assert proc.returncode == 1
     run_id = _run_id(proc)
-    # The run's worktree checked out sparse, as one made before runs turned it off.
+    # The run's worktree checked out sparse, as one made before runs turned it off (and
+    # kept, as a killed run keeps it: a failed run releases its own).
     worktree = run_scratch_dir(repo / ".git", run_id) / "worktree"
+    git(repo, "worktree", "add", "-q", str(worktree), f"fabro/run/{run_id}")
     git(worktree, "sparse-checkout", "set", "inside")
     assert not (worktree / "outside").exists()
     go.write_text("")
