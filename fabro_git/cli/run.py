@@ -352,8 +352,8 @@ def _where_the_result_is(repo: Any, run_id: str, branch: str, base: str, tip: st
     changed = f"{files} file{'s' if files != 1 else ''} changed" if files else "no files changed"
     lines = [f"Result: branch {branch}, {commits} commit{'s' if commits != 1 else ''}, {changed}"]
     if files:
+        lines.append(f"  review:   git fabro diff {run_id[:12]}")
         lines.append(f"  take it:  git merge --squash {branch}")
-        lines.append(f"  review:   git diff {base[:12]}...{branch}")
     lines.append(f"  details:  git fabro logs {run_id[:12]} --pretty   git fabro inspect {run_id[:12]}")
     print("\n".join(lines), file=sys.stderr)
 

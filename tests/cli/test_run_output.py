@@ -25,6 +25,7 @@ def test_a_run_ends_by_saying_where_its_result_is(repo: Path) -> None:
     commits = int(git(repo, "rev-list", "--count", f"main..{branch}").strip())
     assert f"Result: branch {branch}, {commits} commits, 1 file changed" in proc.stderr
     assert f"git merge --squash {branch}" in proc.stderr
+    assert f"git fabro diff {run_id[:12]}" in proc.stderr
     assert f"git fabro logs {run_id[:12]} --pretty" in proc.stderr
     # The shipped example's second stage prints the file it wrote: its tail is shown.
     assert "    │ Hello from git fabro!" in proc.stderr
