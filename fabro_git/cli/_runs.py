@@ -19,6 +19,7 @@ class RunRow:
     started: str
     duration_ms: int | None
     live: bool
+    meta_sha: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,7 +70,23 @@ def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
         begin = _parse_ts(started)
         if begin is not None:
             duration = int((datetime.now(begin.tzinfo) - begin).total_seconds() * 1000)
-    return RunRow(run_id, t.get("Fabro-Workflow", "?"), status, node, started, duration, live)
+    return RunRow(run_id, t.get("Fabro-Workflow", "?"), status, node, started, duration, live, meta_sha)
+
+
+def run_labels(repo: Any, meta_sha: str) -> dict[str, str]:
+    """The labels in a run's manifest ({} when it has none or cannot be read)."""
+    import msgspec
+
+    from fabro_git.errors import FabroError
+
+    class _Labels(msgspec.Struct):
+        labels: dict[str, str] = {}
+
+    try:
+        data = repo.read_file(meta_sha, "manifest.json")
+        return msgspec.json.decode(data, type=_Labels).labels if data else {}
+    except (FabroError, msgspec.DecodeError):
+        return {}
 
 
 def all_rows(repo: Any, *, warn: bool = True) -> list[RunRow]:

@@ -198,11 +198,12 @@ def resume(
 @command()
 def ps(
     json_output: Annotated[bool, typer.Option("--json", help="Print JSON lines, one run each.")] = False,
+    filters: Annotated[list[str] | None, typer.Option("--filter", help="status=S[,S...], workflow=TEXT or label=NAME=VALUE; repeatable, all must hold.", metavar="KEY=VALUE")] = None,
 ) -> None:
     """List every run in this repository."""
     from fabro_git.cli import ps as impl
 
-    raise typer.Exit(impl.run(json_output=json_output))
+    raise typer.Exit(impl.run(json_output=json_output, filters=filters or []))
 
 
 @command()

@@ -1,7 +1,8 @@
 """`git fabro ps`: every run in this repository, read from the meta refs' trailers.
 
-Only one object per run is read (the meta ref's tip commit), so listing a thousand runs
-stays well under a second.
+The meta ref's tip commit says almost everything (status, workflow, node, times); a
+run's labels are in its manifest, one blob more, read only when a run has any to show
+or a `--filter label=...` asks. Listing a thousand runs stays well under a second.
 """
 
 from __future__ import annotations
@@ -11,28 +12,79 @@ import sys
 from pathlib import Path
 
 from fabro_git.cli import _colour as colour
-from fabro_git.cli._runs import all_rows, format_ms
+from fabro_git.cli._runs import RunRow, all_rows, format_ms, run_labels
+
+FILTER_KEYS = ("status", "workflow", "label")
 
 
-def run(*, json_output: bool) -> int:
+def parse_filters(filters: list[str]) -> list[tuple[str, str]]:
+    """`--filter KEY=VALUE` as (key, value) pairs; `label.NAME=VALUE` is `label=NAME=VALUE`."""
+    from fabro_git.errors import ConfigError
+
+    parsed = []
+    for text in filters:
+        key, sep, value = text.partition("=")
+        if key.startswith("label."):
+            key, value = "label", f"{key[6:]}={value}"
+        if not sep or key not in FILTER_KEYS or not value:
+            raise ConfigError(
+                f"--filter {text!r}: expected KEY=VALUE with KEY one of {', '.join(FILTER_KEYS)}",
+                hint="for example --filter status=failed, --filter workflow=hello, --filter label=team=core",
+            )
+        if key == "label" and "=" not in value:
+            raise ConfigError(f"--filter {text!r}: a label filter is label=NAME=VALUE")
+        parsed.append((key, value))
+    return parsed
+
+
+def matches(row: RunRow, filters: list[tuple[str, str]], labels: dict[str, str]) -> bool:
+    """All filters hold (AND): status is one of a comma list, the workflow contains the
+    text, each label has the value."""
+    for key, value in filters:
+        if key == "status" and row.status not in value.split(","):
+            return False
+        if key == "workflow" and value not in row.workflow:
+            return False
+        if key == "label":
+            name, _, wanted = value.partition("=")
+            if labels.get(name) != wanted:
+                return False
+    return True
+
+
+def run(*, json_output: bool, filters: list[str] | None = None) -> int:
     from fabro_git.store.repo import GitRepo
 
+    wanted = parse_filters(filters or [])
     repo = GitRepo.discover(Path.cwd())
-    rows = all_rows(repo)
+    rows = []
+    labels: dict[str, dict[str, str]] = {}
+    for row in all_rows(repo):
+        labels[row.run_id] = run_labels(repo, row.meta_sha)
+        if matches(row, wanted, labels[row.run_id]):
+            rows.append(row)
     out = sys.stdout
     if json_output:
         for row in rows:
-            out.write(json.dumps(row.to_json()) + "\n")
+            out.write(json.dumps({**row.to_json(), "labels": labels[row.run_id]}) + "\n")
         return 0
     if not rows:
-        print("no runs in this repository; start one with `git fabro run WORKFLOW`", file=sys.stderr)
+        if wanted:
+            print("no run matches the filters", file=sys.stderr)
+        else:
+            print("no runs in this repository; start one with `git fabro run WORKFLOW`", file=sys.stderr)
         return 0
     header: tuple[str, ...] = ("RUN ID", "WORKFLOW", "STATUS", "NODE", "STARTED", "DURATION")
     table: list[tuple[str, ...]] = [header] + [
         (r.run_id, r.workflow, r.status, r.node or "-", r.started[:19].replace("T", " "), format_ms(r.duration_ms))
         for r in rows
     ]
-    widths = [max(len(line[i]) for line in table) for i in range(len(header))]
+    if any(labels[r.run_id] for r in rows):
+        table = [table[0] + ("LABELS",)] + [
+            (*line, ",".join(f"{k}={v}" for k, v in labels[r.run_id].items()) or "-")
+            for line, r in zip(table[1:], rows, strict=True)
+        ]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     on = colour.wanted(out)
     for number, line in enumerate(table):
         cells = [cell.ljust(widths[i]) for i, cell in enumerate(line)]
