@@ -8,14 +8,13 @@ so every workflow can be run end to end.
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 from typing import Any
 
 from fabro_git.engine.outcome import Outcome, normalize_status
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
-
-ROUTING_FIELDS = ("outcome", "failure_reason", "preferred_next_label", "suggested_next_ids", "context_updates")
+from fabro_git.outputs.directives import directives_from_status_file, extract_directives
 
 
 def build_prompt(req: StageRequest) -> str:
@@ -48,42 +47,10 @@ def preamble(req: StageRequest) -> str:
     return "\n".join(lines) + "\n\n"
 
 
-def extract_directives(text: str) -> dict[str, Any] | None:
-    """The last balanced JSON object in `text` that carries a routing field."""
-    found: dict[str, Any] | None = None
-    depth = 0
-    start = -1
-    in_string = False
-    escape = False
-    for i, ch in enumerate(text):
-        if in_string:
-            if escape:
-                escape = False
-            elif ch == "\\":
-                escape = True
-            elif ch == '"':
-                in_string = False
-            continue
-        if ch == '"' and depth > 0:
-            in_string = True
-        elif ch == "{":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == "}" and depth > 0:
-            depth -= 1
-            if depth == 0:
-                try:
-                    obj = json.loads(text[start : i + 1])
-                except ValueError:
-                    continue
-                if isinstance(obj, dict) and any(k in obj for k in ROUTING_FIELDS):
-                    found = obj
-    return found
-
-
-def outcome_from_response(node_id: str, response: str) -> Outcome:
-    directives = extract_directives(response) or {}
+def outcome_from_response(node_id: str, response: str, worktree: Path | None = None) -> Outcome:
+    """The stage's outcome from its reply; the worktree's `status.json` stands in only
+    when the reply carries no directive."""
+    directives = extract_directives(response) or directives_from_status_file(worktree) or {}
     status = normalize_status(str(directives.get("outcome", "succeeded"))) or "succeeded"
     updates: dict[str, Any] = {
         "last_stage": node_id,
@@ -125,6 +92,6 @@ async def execute(req: StageRequest) -> Outcome:
         )
     req.files["prompt.md"] = prompt.encode()
     req.files["response.md"] = response.encode()
-    result = outcome_from_response(node.id, response)
+    result = outcome_from_response(node.id, response, req.worktree)
     result.notes = "dry-run: simulated backend"
     return result
