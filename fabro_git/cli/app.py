@@ -255,6 +255,17 @@ def push(
 
 
 @command()
+def show(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix (or a workflow name: its latest run).", show_default=False, metavar="RUN")],
+    node: Annotated[str | None, typer.Argument(help="One stage: NODE (its latest visit) or NODE@VISIT.", show_default=False, metavar="NODE[@VISIT]")] = None,
+) -> None:
+    """Show a run's stages, or what one stage did: its output, prompt and response."""
+    from fabro_git.cli import show as impl
+
+    raise typer.Exit(impl.run(run_id, node))
+
+
+@command()
 def fork(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
     target: Annotated[str | None, typer.Argument(help="Checkpoint: NODE, NODE@VISIT or @N (default: the latest).", show_default=False, metavar="NODE[@VISIT]")] = None,

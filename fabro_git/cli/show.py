@@ -1,0 +1,118 @@
+"""`git fabro show`: what a run's stages did, read back from git (so a clone sees it too).
+
+Every stage leaves `nodes/<node>[-<visit>]/` on the metadata ref: its `status.json` and,
+by kind, the prompt and response of an LLM stage or the script and output of a command.
+A child workflow's stages sit under their parent's directory (`nodes/<parent>/nodes/…`).
+`show RUN` lists the stages in the order they ran; `show RUN NODE[@VISIT]` prints one.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fabro_git.errors import ConfigError
+
+# What a stage's directory may hold, in the order a person reads it.
+SECTIONS = (
+    ("prompt.md", "prompt"),
+    ("response.md", "response"),
+    ("script.sh", "script"),
+    ("script.py", "script"),
+    ("stdout.log", "stdout"),
+    ("stderr.log", "stderr"),
+)
+
+
+@dataclass(frozen=True)
+class Stage:
+    path: str  # its directory on the meta ref, e.g. nodes/fix-2
+    name: str  # node id, with the parent's for a child stage: review/check
+    visit: int
+    record: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return f"{self.name}@{self.visit}"
+
+
+def stages(repo: Any, meta: str, directory: str = "nodes", prefix: str = "") -> list[Stage]:
+    """Every stage recorded under `directory`, child workflows' stages included."""
+    found: list[Stage] = []
+    for entry in repo.list_dir(meta, directory) or []:
+        path = f"{directory}/{entry}"
+        data = repo.read_file(meta, f"{path}/status.json")
+        if data is None:
+            continue
+        try:
+            record = json.loads(data)
+        except ValueError:
+            continue
+        node = str(record.get("node_id") or entry)
+        name = prefix + node.rsplit("/", 1)[-1]
+        found.append(Stage(path, name, int(record.get("visit") or 1), record))
+        found += stages(repo, meta, f"{path}/nodes", prefix=f"{name}/")
+    found.sort(key=lambda s: str(s.record.get("started_at") or ""))
+    return found
+
+
+def select(found: list[Stage], wanted: str) -> Stage:
+    name, _, visit = wanted.partition("@")
+    matching = [s for s in found if s.name == name]
+    if visit:
+        matching = [s for s in matching if str(s.visit) == visit]
+    if not matching:
+        known = ", ".join(dict.fromkeys(s.label for s in found)) or "none"
+        raise ConfigError(f"no stage {wanted!r} in this run", hint=f"its stages: {known}")
+    return matching[-1]
+
+
+def run(run_id: str, node: str | None) -> int:
+    from fabro_git.cli._runs import resolve_run
+    from fabro_git.events.render import format_duration as format_ms
+    from fabro_git.engine.session import load_run
+    from fabro_git.store.repo import GitRepo
+
+    repo = GitRepo.discover(Path.cwd())
+    full_id = resolve_run(repo, run_id)
+    manifest, cp, meta, _source = load_run(repo, full_id)
+    found = stages(repo, meta)
+    out = sys.stdout
+    if node is None:
+        out.write(f"run       {full_id}  {manifest.workflow_name}  {cp.status}\n")
+        if manifest.goal:
+            out.write(f"goal      {manifest.goal}\n")
+        out.write("\n")
+        width = max((len(s.label) for s in found), default=5)
+        for stage in found:
+            record = stage.record
+            files = record.get("files_touched") or []
+            extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
+            out.write(
+                f"{stage.label:<{width}}  {str(record.get('status', '?')):<19}"
+                f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
+            )
+        out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
+        return 0
+    stage = select(found, node)
+    record = stage.record
+    out.write(f"stage     {stage.label}\n")
+    out.write(f"status    {record.get('status', '?')}")
+    if record.get("error"):
+        out.write(f": {record['error']}")
+    out.write(f"\nduration  {format_ms(record.get('duration_ms'))}\n")
+    files = record.get("files_touched") or []
+    out.write(f"files     {', '.join(files) if files else '-'}\n")
+    if record.get("notes"):
+        out.write(f"notes     {record['notes']}\n")
+    for file_name, title in SECTIONS:
+        data = repo.read_file(meta, f"{stage.path}/{file_name}")
+        if not data:
+            continue
+        text = data.decode("utf-8", "replace")
+        out.write(f"\n--- {title} ({file_name})\n")
+        out.write(text if text.endswith("\n") or not text else text + "\n")
+    return 0
