@@ -72,8 +72,8 @@ def select(found: list[Stage], wanted: str) -> Stage:
 
 def run(run_id: str, node: str | None) -> int:
     from fabro_git.cli._runs import resolve_run
-    from fabro_git.events.render import format_duration as format_ms
     from fabro_git.engine.session import load_run
+    from fabro_git.events.render import format_duration as format_ms
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
@@ -92,7 +92,7 @@ def run(run_id: str, node: str | None) -> int:
             files = record.get("files_touched") or []
             extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
             out.write(
-                f"{stage.label:<{width}}  {str(record.get('status', '?')):<19}"
+                f"{stage.label:<{width}}  {record.get('status', '?')!s:<19}"
                 f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
             )
         out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
