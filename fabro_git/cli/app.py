@@ -266,6 +266,17 @@ def show(
 
 
 @command()
+def wait(
+    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
+    timeout: Annotated[str | None, typer.Option("--timeout", help="Give up after this long (30s, 10m, 2h); exit 124.", metavar="DURATION")] = None,
+) -> None:
+    """Wait for a run to end, and exit as it did (0, 1, or 130 when interrupted)."""
+    from fabro_git.cli import wait as impl
+
+    raise typer.Exit(impl.run(run_id, timeout=timeout))
+
+
+@command()
 def fork(
     run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
     target: Annotated[str | None, typer.Argument(help="Checkpoint: NODE, NODE@VISIT or @N (default: the latest).", show_default=False, metavar="NODE[@VISIT]")] = None,
