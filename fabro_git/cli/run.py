@@ -212,6 +212,7 @@ def run(
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import create_run, execute_run, write_json_result
+    from fabro_git.handlers import handler_for
     from fabro_git.store.repo import GitRepo
 
     outlive_readers()
@@ -242,10 +243,11 @@ def run(
     from fabro_git import redact
 
     redact.remember(spec.inputs)
-    run_id, manifest, cp, bus, recorder, scratch, lock = create_run(repo, spec, warn=_warn)
+    opened = create_run(repo, spec, warn=_warn)
+    run_id, manifest = opened.run_id, opened.manifest
     if detach:
-        lock.release()
-        bus.close()
+        opened.lock.release()
+        opened.bus.close()
         _spawn_detached(repo, run_id, options)
         if json_output:
             from fabro_git.engine.session import RunResult
@@ -262,7 +264,8 @@ def run(
             options=options,
             renderer=_renderer(output),
             resuming=False,
-            prepared=(manifest, cp, bus, recorder, scratch, lock, spec.graph),
+            handlers=handler_for,
+            prepared=opened,
         )
     return _report(result, json_output, repo, manifest.base_sha, shown=True)
 
@@ -385,6 +388,7 @@ def resume(
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import execute_run, load_run
+    from fabro_git.handlers import handler_for
     from fabro_git.store.repo import GitRepo
 
     outlive_readers()
@@ -412,6 +416,11 @@ def resume(
         print(f"resuming run {full_id}", file=sys.stderr)
     with _disk_full_names_the_run(full_id):
         result = execute_run(
-            repo, full_id, options=options, renderer=None if detached_child else _renderer(output), resuming=True
+            repo,
+            full_id,
+            options=options,
+            renderer=None if detached_child else _renderer(output),
+            resuming=True,
+            handlers=handler_for,
         )
     return _report(result, json_output, repo, manifest.base_sha, shown=not detached_child)

@@ -7,7 +7,10 @@ Statuses use the four public names (`succeeded`, `failed`, `partially_succeeded`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
+
+if TYPE_CHECKING:
+    from fabro_git.events.catalogue import StageStatus
 
 SUCCEEDED = "succeeded"
 FAILED = "failed"
@@ -117,3 +120,9 @@ class Outcome:
             files_touched=list(record.get("files_touched", [])),
             usage=Usage(**usage) if usage else None,
         )
+
+
+def event_status(status: str) -> StageStatus:
+    """An outcome's status as the events type it (the statuses are the same four words)."""
+    assert status in (SUCCEEDED, FAILED, PARTIAL, SKIPPED), status
+    return cast("StageStatus", status)

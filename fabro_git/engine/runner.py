@@ -2,9 +2,11 @@
 
 A *scope* is one walk over a graph with its own context and worktree: the run itself,
 a parallel branch (own worktree and ref, stops at the fan-in), or a sub-workflow (runs
-inside its parent's stage). All three share `execute_stage` (retries, events, context
-keys) and `route` (edge selection, failure routing, circuit breakers); only the main
-scope writes checkpoints to the meta ref.
+inside its parent's stage). All three go through the one `walk`: the same entry rules
+(visit limits), `execute_stage` (timeout, retries, events, context keys), `route` (edge
+selection, failure routing, circuit breakers), goal gates and final status. Only what
+is recorded after each stage differs: the main scope checkpoints to the meta ref and the
+run branch, a branch commits on its own ref, a child leaves it to its parent's stage.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import msgspec
 import trio
@@ -25,15 +27,22 @@ import trio
 from fabro_git.config.locations import make_private_dir
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
-from fabro_git.engine.context import Context
+from fabro_git.engine.context import Context, context_delta
 from fabro_git.engine.edges import select_edge
 from fabro_git.engine.failures import failure_signature, is_tracked, may_cross_loop_restart
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.retry import policy_for
-from fabro_git.engine.stage import StageRequest
+from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.errors import FabroError, disk_full_in
+from fabro_git.events.envelope import EventProps
 from fabro_git.workflow import Graph, Node
+
+if TYPE_CHECKING:
+    from fabro_git.engine.interviewer import Interviewer
+    from fabro_git.store.repo import GitRepo
+
+T = TypeVar("T")
 
 
 def now_iso() -> str:
@@ -71,6 +80,10 @@ class Scope:
     tip: str | None = None
     prefix: str = ""
     steps: int = 0
+    # Handler types the walk stops in front of, without running them (a branch: fan-in, exit).
+    stop_at: frozenset[str] = frozenset()
+    # Heads merged into the scope's next commit (the fan-in's chosen branch).
+    merge_parents: list[str] = field(default_factory=list)
 
     def qualified(self, node_id: str) -> str:
         return f"{self.prefix}{node_id}"
@@ -89,6 +102,32 @@ class Decision:
         return self.next_node is None and self.error is None
 
 
+@dataclass
+class WalkEnd:
+    """How a walk ended: its final status, and the node it stopped in front of (a
+    branch's fan-in or exit), if any."""
+
+    status: str
+    stopped_at: str | None = None
+
+
+@dataclass
+class ChildResult:
+    """A child workflow's end: its status (failed with `error`), the stages it ran, and
+    the context keys it set."""
+
+    status: str
+    steps: int
+    context_updates: dict[str, Any]
+    error: str | None = None
+
+
+def final_status(scope: Scope) -> str:
+    """A walk that ends succeeds, or partially succeeds if any of its stages did."""
+    statuses = {rec.get("status") for rec in scope.outcomes.values()}
+    return oc.PARTIAL if oc.PARTIAL in statuses else oc.SUCCEEDED
+
+
 class Runtime:
     """Run-wide services shared by every scope and handler."""
 
@@ -96,7 +135,7 @@ class Runtime:
         self,
         *,
         run_id: str,
-        repo: Any,
+        repo: GitRepo,
         graph: Graph,
         manifest: Manifest,
         checkpoint: Checkpoint,
@@ -104,8 +143,9 @@ class Runtime:
         recorder: Recorder | None,
         scratch: Path,
         worktree: Path,
-        interviewer: Any,
+        interviewer: Interviewer,
         options: Options,
+        handlers: Callable[[str], Handler | None],
     ) -> None:
         self.run_id = run_id
         self.repo = repo
@@ -118,10 +158,11 @@ class Runtime:
         self.worktree = worktree
         self.interviewer = interviewer
         self.options = options
+        self.handlers = handlers
         self.rng = random.Random()
         self.pending_files: dict[str, bytes | None] = {}
-        # Heads merged into the next run-branch commit (the fan-in's chosen branch).
-        self.merge_parents: list[str] = []
+        # One git call at a time, each on a worker thread (see `store_call`).
+        self._store_lock = trio.Lock()
         self._tree_cache: dict[str, str] = {}
         self.last_activity = time.monotonic()
         self.run_started = time.monotonic()
@@ -132,9 +173,17 @@ class Runtime:
 
     # -- events ------------------------------------------------------------------------
 
-    def emit(self, event: str, /, **kw: Any) -> None:
+    def emit(self, event: EventProps | str, /, **kw: Any) -> None:
+        """Emit an event: its properties Struct (or, for older call sites, its name and
+        properties), and the envelope's node_id/node_label/stage_id as keywords."""
         self.last_activity = time.monotonic()
         self.emit_event(event, **kw)
+
+    async def store_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking git call on a worker thread, one at a time: the trio loop (other
+        branches, the watchdog, Ctrl-C) goes on meanwhile."""
+        async with self._store_lock:
+            return await trio.to_thread.run_sync(fn, *args)
 
     def active_ms(self) -> int:
         return self.active_base_ms + int((time.monotonic() - self.run_started) * 1000)
@@ -159,46 +208,90 @@ class Runtime:
 
     async def run_main(self, scope: Scope) -> str:
         """Walk from the checkpoint's next node to the exit. Returns the final status."""
-        graph = self.graph
-        start = graph.start_node()
+        start = self.graph.start_node()
         assert start is not None  # validation refused graphs without one
-        if self.cp.next_node_id is None and walk_finished(self.cp, graph):
+        if self.cp.next_node_id is None and walk_finished(self.cp, self.graph):
             # Resumed after the last stage's checkpoint: only the finish is left.
-            return self._final_status(scope)
-        node_id = self.cp.next_node_id or start.id
+            return final_status(scope)
+        end = await self.walk(scope, self.cp.next_node_id or start.id)
+        return end.status
+
+    async def walk(self, scope: Scope, node_id: str) -> WalkEnd:
+        """The one walk, for every scope: from `node_id` to the exit, a stage with no edge
+        to take, or a node the scope stops in front of. Goal gates are checked wherever
+        the walk would end. RunFailed when it cannot go on."""
         while True:
-            node = self._node(graph, node_id)
-            if node.handler_type == "exit":
+            node = self._node(scope, node_id)
+            if node.handler_type == "exit" or node.handler_type in scope.stop_at:
                 gates = self._check_goal_gates(scope)
                 if gates.error is not None:
                     raise RunFailed(gates.error)
                 if gates.next_node is not None:
                     node_id = gates.next_node
                     continue
+                if node.handler_type in scope.stop_at:
+                    return WalkEnd(final_status(scope), node.id)
             visit = self._enter(scope, node)
             result = await self.execute_stage(scope, node, visit)
             if node.handler_type == "exit":
-                self._checkpoint(scope, node, visit, result, next_node=None)
-                return self._final_status(scope)
-            decision = self.route(scope, node, result)
-            if decision.ends_walk:
-                # A stage with no edge to take ends the run as the exit would, goal
-                # gates included: routing around the exit must not skip them.
-                decision = self._check_goal_gates(scope)
+                decision = Decision(None)
+            else:
+                decision = self.route(scope, node, result)
+                if decision.ends_walk:
+                    # A stage with no edge to take ends the walk as the exit would, goal
+                    # gates included: routing around the exit must not skip them.
+                    decision = self._check_goal_gates(scope)
+            await self._record(scope, node, visit, result, decision)
+            if decision.error is not None:
+                raise RunFailed(decision.error)
+            if decision.next_node is None:
+                return WalkEnd(final_status(scope))
+            node_id = decision.next_node
+
+    async def _record(self, scope: Scope, node: Node, visit: int, result: Outcome, decision: Decision) -> None:
+        """What a scope keeps of a finished stage: the main run checkpoints, a branch
+        commits on its ref, a child leaves its files to its parent's stage."""
+        if scope.kind == "main":
             # A failed walk names its last stage as next, so a run cut off before the
             # finish resumes there rather than looking finished.
             next_node = node.id if decision.error is not None else decision.next_node
             self._checkpoint(scope, node, visit, result, next_node=next_node)
-            if decision.error is not None:
-                raise RunFailed(decision.error)
-            if decision.next_node is None:
-                return self._final_status(scope)
-            node_id = decision.next_node
+        elif scope.kind == "branch":
+            from fabro_git.engine.branches import commit_branch_stage
 
-    def _node(self, graph: Graph, node_id: str) -> Node:
-        node = graph.nodes.get(node_id)
+            await self.store_call(commit_branch_stage, self, scope, node.id, result.status)
+
+    async def run_child(self, parent: Scope, node: Node, graph: Graph) -> ChildResult:
+        """Walk a child workflow inside `node`'s stage: the parent's worktree and tip, a
+        copy of its context, and stage ids under `<node>/`."""
+        start = graph.start_node()
+        assert start is not None  # validation refused graphs without one
+        scope = Scope(
+            kind="child",
+            graph=graph,
+            context=parent.context.fork(),
+            worktree=parent.worktree,
+            visits={},
+            outcomes={},
+            completed=[],
+            loop_signatures={},
+            restart_signatures={},
+            tip=parent.tip,
+            prefix=f"{parent.qualified(node.id)}/",
+            merge_parents=parent.merge_parents,
+        )
+        before = dict(parent.context)
+        try:
+            end = await self.walk(scope, start.id)
+        except RunFailed as exc:
+            return ChildResult(oc.FAILED, scope.steps, context_delta(before, scope.context), str(exc))
+        return ChildResult(end.status, scope.steps, context_delta(before, scope.context))
+
+    def _node(self, scope: Scope, node_id: str) -> Node:
+        node = scope.graph.nodes.get(node_id)
         if node is None:
-            raise RunFailed(f"the workflow has no node {node_id!r}")
+            where = {"main": "the workflow", "branch": "the branch's workflow", "child": "the child workflow"}[scope.kind]
+            raise RunFailed(f"{where} has no node {scope.qualified(node_id)!r}")
         return node
 
     def _enter(self, scope: Scope, node: Node) -> int:
@@ -215,19 +308,15 @@ class Runtime:
         scope.visits[node.id] = visit
         return visit
 
-    def _final_status(self, scope: Scope) -> str:
-        statuses = {rec.get("status") for rec in scope.outcomes.values()}
-        return oc.PARTIAL if oc.PARTIAL in statuses else oc.SUCCEEDED
-
     def _check_goal_gates(self, scope: Scope) -> Decision:
-        """At the end of the main walk: go on (no next node), retry from a gate's
-        retry target, or fail when an unsatisfied gate has none."""
+        """Where a walk would end: go on (no next node), retry from a gate's retry
+        target, or fail when an unsatisfied gate has none."""
         gate = self._unsatisfied_goal_gate(scope)
         if gate is None:
             return Decision(None)
         target = self._goal_gate_target(scope.graph, gate)
         if target is None:
-            return Decision(None, f"goal gate unsatisfied for node {gate.id} and no retry target")
+            return Decision(None, f"goal gate unsatisfied for node {scope.qualified(gate.id)} and no retry target")
         self.emit(
             "run.notice",
             level="warn",
@@ -257,13 +346,11 @@ class Runtime:
     # -- one stage -----------------------------------------------------------------------
 
     async def execute_stage(self, scope: Scope, node: Node, visit: int) -> Outcome:
-        from fabro_git.handlers import handler_for
-
         graph = scope.graph
         qid = scope.qualified(node.id)
         label = node.label
         stage_id = f"{qid}@{visit}"
-        handler = handler_for(node.handler_type)
+        handler = self.handlers(node.handler_type)
         policy = policy_for(node, graph)
         self.cp.stage_index += 1
         index = self.cp.stage_index
@@ -298,8 +385,8 @@ class Runtime:
                 stage_id=stage_id,
             )
             request = StageRequest(
-                runtime=self,
-                scope=scope,
+                _runtime=self,
+                _scope=scope,
                 graph=graph,
                 node=node,
                 context=ctx,
@@ -418,10 +505,23 @@ class Runtime:
         self.emit("stage.completed", node_id=qid, node_label=label, stage_id=stage_id, **completed_props)
         return result
 
-    async def _call_handler(self, handler: Any, request: StageRequest, node: Node) -> Outcome:
+    async def _call_handler(self, handler: Handler, request: StageRequest, node: Node) -> Outcome:
+        """Run the handler inside the stage's one cancel scope: the node's `timeout`
+        bounds every handler type alike. A timeout is a transient failure, unless the
+        handler said what it ends with (`StageRequest.on_timeout`)."""
+        timeout = node.get_duration("timeout", None)
+        with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
+            result = await self._guarded(handler, request, node)
+        if deadline.cancelled_caught:
+            assert timeout is not None
+            if request.timeout_outcome is not None:
+                return request.timeout_outcome(timeout)
+            return Outcome.failure(f"{node.handler_type} stage {node.id} timed out after {timeout:g}s", oc.TRANSIENT)
+        return result
+
+    async def _guarded(self, handler: Handler, request: StageRequest, node: Node) -> Outcome:
         try:
-            result: Outcome = await handler(request)
-            return result
+            return await handler(request)
         except trio.Cancelled:
             raise
         except Exception as exc:
@@ -605,7 +705,7 @@ class Runtime:
         if recorder is None:
             return
         tree: str | None
-        if node.handler_type in NO_WORKTREE_CHANGES and not self.merge_parents and recorder.run_tip:
+        if node.handler_type in NO_WORKTREE_CHANGES and not scope.merge_parents and recorder.run_tip:
             # These stages run no user code, so the tree cannot have changed: skip the scan.
             tree = self._tip_tree(recorder.run_tip)
         else:
@@ -614,8 +714,8 @@ class Runtime:
             except FabroError as err:
                 self._forget_unrecorded_stage(scope)
                 raise RunFailed(str(err)) from err
-        recorder.plan_commit(cp, node.id, result.status, tree, self.merge_parents)
-        self.merge_parents = []
+        recorder.plan_commit(cp, node.id, result.status, tree, scope.merge_parents)
+        scope.merge_parents.clear()
         scope_kw = {"node_id": node.id, "node_label": node.label, "stage_id": f"{node.id}@{visit}"}
         meta_sha = recorder.snapshot("checkpoint", f"checkpoint {node.id}@{visit}", cp, files, scope=scope_kw)
         if meta_sha is None:

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,10 +37,12 @@ from fabro_git.engine.context import Context
 from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
-from fabro_git.engine.runner import Options, RunFailed, Runtime, now_iso, walk_finished
+from fabro_git.engine.runner import Options, RunFailed, Runtime, Scope, now_iso, walk_finished
+from fabro_git.engine.stage import Handler
 from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.catalogue import CATALOGUE
+from fabro_git.events.envelope import EventProps
 from fabro_git.store import runs as runrefs
 from fabro_git.store import worktree as wt
 from fabro_git.store.repo import GitRepo
@@ -76,11 +79,12 @@ class RunResult:
 
 
 def make_emitter(bus: EventBus) -> Any:
-    def emit(event: str, /, *, node_id: str | None = None, node_label: str | None = None,
+    def emit(event: EventProps | str, /, *, node_id: str | None = None, node_label: str | None = None,
              stage_id: str | None = None, **props: Any) -> None:
-        cls = CATALOGUE[event]
-        fields = {k: v for k, v in props.items() if v is not None}
-        bus.emit(cls(**fields), node_id=node_id, node_label=node_label, stage_id=stage_id)
+        if isinstance(event, str):
+            fields = {k: v for k, v in props.items() if v is not None}
+            event = CATALOGUE[event](**fields)
+        bus.emit(event, node_id=node_id, node_label=node_label, stage_id=stage_id)
 
     return emit
 
@@ -111,7 +115,22 @@ class RunSpec:
     settings: dict[str, Any] = field(default_factory=dict)  # the effective run configuration
 
 
-def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifest, Checkpoint, EventBus, Recorder | None, Path, RunLock]:
+@dataclass
+class OpenRun:
+    """A run made ready to drive: its records, its event bus, its recorder, its scratch
+    dir, the lock held on it and its graph."""
+
+    run_id: str
+    manifest: Manifest
+    checkpoint: Checkpoint
+    bus: EventBus
+    recorder: Recorder | None
+    scratch: Path
+    lock: RunLock
+    graph: Graph
+
+
+def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> OpenRun:
     base = repo.require_base()
     assert base.sha is not None
     run_id = runrefs.new_ulid()
@@ -193,8 +212,8 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
         exclude_globs=spec.exclude_globs,
         meta_tip=None,
         run_tip=None if in_place else base.sha,
+        requeue=bus.restore_pending,
     )
-    recorder.requeue = bus.restore_pending  # type: ignore[attr-defined]
     files = {
         "manifest.json": encode(manifest),
         "graph.fabro": spec.source.encode(),
@@ -207,7 +226,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
     # and resume makes the branch from the manifest, instead of a branch nothing names.
     if not in_place:
         create_run_branch(repo, run_id, base.sha)
-    return run_id, manifest, cp, bus, recorder, scratch, lock
+    return OpenRun(run_id, manifest, cp, bus, recorder, scratch, lock, graph)
 
 
 def create_run_branch(repo: GitRepo, run_id: str, base_sha: str) -> None:
@@ -366,7 +385,8 @@ def execute_run(
     options: Options,
     renderer: Any | None,
     resuming: bool,
-    prepared: tuple[Manifest, Checkpoint, EventBus, Recorder | None, Path, RunLock, Graph] | None = None,
+    handlers: Callable[[str], Handler | None],
+    prepared: OpenRun | None = None,
 ) -> RunResult:
     if prepared is None:
         lock = RunLock(repo, run_id)
@@ -403,20 +423,20 @@ def execute_run(
             exclude_globs=list(manifest.settings.get("exclude_globs") or []),
             meta_tip=meta,
             run_tip=run_tip,
+            requeue=bus.restore_pending,
         )
-        assert recorder is not None
-        recorder.requeue = bus.restore_pending  # type: ignore[attr-defined]
         graph = _load_graph(repo, run_id, manifest, source, meta)
         # A crash leaves stage commands running; they must not write into the worktree
         # this run restores.
         process_groups.kill_recorded(process_groups.records_dir(scratch))
     else:
-        manifest, cp, bus, recorder, scratch, lock, graph = prepared
+        manifest, cp, bus, recorder = prepared.manifest, prepared.checkpoint, prepared.bus, prepared.recorder
+        scratch, lock, graph = prepared.scratch, prepared.lock, prepared.graph
         emit = make_emitter(bus)
     if renderer is not None:
         bus.add_sink(renderer)
     try:
-        return trio.run(_drive, repo, run_id, manifest, cp, bus, emit, recorder, scratch, graph, options, resuming)
+        return trio.run(_drive, repo, run_id, manifest, cp, emit, recorder, scratch, graph, options, resuming, handlers)
     finally:
         process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
         bus.close()
@@ -428,13 +448,13 @@ async def _drive(
     run_id: str,
     manifest: Manifest,
     cp: Checkpoint,
-    bus: EventBus,
     emit: Any,
     recorder: Recorder | None,
     scratch: Path,
     graph: Graph,
     options: Options,
     resuming: bool,
+    handlers: Callable[[str], Handler | None],
 ) -> RunResult:
     in_place = manifest.in_place
     cut_off = cutoff.CutOff()
@@ -493,6 +513,7 @@ async def _drive(
         worktree=worktree,
         interviewer=make_interviewer(auto_approve=options.auto_approve, answers=options.answers, interactive=options.interactive),
         options=options,
+        handlers=handlers,
     )
     runtime.resumed_attempts = cut_off.attempts
     scope = runtime.main_scope()
@@ -568,7 +589,7 @@ class _SetupFailed(Exception):
 
 
 async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> None:
-    from fabro_git.handlers.command import argv_for, run_script
+    from fabro_git.engine.process import argv_for, run_script
     from fabro_git.workflow.templates import script_environment
 
     commands = list(manifest.settings.get("setup_commands") or [])
@@ -602,7 +623,7 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
     emit("setup.completed", duration_ms=int((time.monotonic() - t0) * 1000))
 
 
-def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, announce: bool = True) -> RunResult:
+def _finish(runtime: Runtime, scope: Scope, status: str, error: str | None, *, announce: bool = True) -> RunResult:
     cp = runtime.cp
     emit = runtime.emit
     recorder = runtime.recorder
