@@ -1,0 +1,122 @@
+"""Walks run in this process: a Runtime over a parsed graph, without git (no recorder),
+its events collected from a real EventBus. Fast enough to run on trio's MockClock."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import trio
+import trio.testing
+
+from fabro_git.engine.checkpoint import Checkpoint, Manifest
+from fabro_git.engine.interviewer import Interviewer, Question, make_interviewer
+from fabro_git.engine.runner import Options, RunFailed, Runtime
+from fabro_git.engine.session import make_emitter
+from fabro_git.engine.stage import Handler
+from fabro_git.events.bus import EventBus
+from fabro_git.events.envelope import Envelope
+from fabro_git.handlers import handler_for
+from fabro_git.store.repo import GitRepo
+from fabro_git.workflow import parse
+
+
+class Collect:
+    def __init__(self) -> None:
+        self.events: list[Envelope] = []
+
+    def handle(self, env: Envelope, line: bytes) -> None:
+        self.events.append(env)
+
+    def close(self) -> None:
+        pass
+
+
+class NeverAnswers:
+    """A person who never answers: the gate waits until something cancels it."""
+
+    async def ask(self, question: Question) -> str | None:
+        await trio.sleep_forever()
+        return None  # pragma: no cover
+
+
+@dataclass
+class Walked:
+    status: str | None
+    error: str | None
+    events: list[Envelope]
+    runtime: Runtime
+    seconds: float  # on the clock the walk ran on
+    worktree: Path
+
+    def named(self, name: str) -> list[Envelope]:
+        return [e for e in self.events if e.event == name]
+
+    def props(self, name: str) -> list[Any]:
+        return [e.properties for e in self.named(name)]
+
+
+def walk(
+    source: str,
+    tmp_path: Path,
+    *,
+    interviewer: Interviewer | None = None,
+    handlers: Callable[[str], Handler | None] = handler_for,
+    dry_run: bool = False,
+) -> Walked:
+    """Run the graph's main walk to its end on a MockClock that jumps over every sleep."""
+    graph = parse(textwrap.dedent(source))
+    worktree = tmp_path / "worktree"
+    worktree.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest(
+        run_id="RUN",
+        workflow_name=graph.name,
+        workflow_slug="wf",
+        workflow_path=None,
+        goal="",
+        inputs={},
+        labels={},
+        base_sha="0" * 40,
+        base_branch=None,
+        run_branch=None,
+        meta_ref="refs/fabro/meta/RUN",
+        created_at="2026-01-01T00:00:00.000Z",
+        source_directory=str(worktree),
+        origin_url=None,
+        in_place=True,
+        settings={},
+        tool_version="test",
+    )
+    sink = Collect()
+    bus = EventBus("RUN", [sink])
+    runtime = Runtime(
+        run_id="RUN",
+        repo=cast(GitRepo, None),  # no recorder: the walk makes no git call
+        graph=graph,
+        manifest=manifest,
+        checkpoint=Checkpoint(status="running", started_at="", timestamp=""),
+        emit_event=make_emitter(bus),
+        recorder=None,
+        scratch=tmp_path / "scratch",
+        worktree=worktree,
+        interviewer=interviewer
+        or make_interviewer(auto_approve=False, answers=[], interactive=False),
+        options=Options(dry_run=dry_run, in_place=True),
+        handlers=handlers,
+    )
+    clock = trio.testing.MockClock(autojump_threshold=0)
+    status: str | None = None
+    error: str | None = None
+
+    async def main() -> None:
+        nonlocal status, error
+        try:
+            status = await runtime.run_main(runtime.main_scope())
+        except RunFailed as exc:
+            status, error = "failed", str(exc)
+
+    trio.run(main, clock=clock)
+    return Walked(status, error, sink.events, runtime, clock.current_time(), worktree)
