@@ -24,6 +24,7 @@ import msgspec
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint
 from fabro_git.engine.recorder import segment_path
+from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import tail_after
 from fabro_git.store.repo import GitRepo
 
@@ -87,11 +88,12 @@ def close_cut_off(cut_off: CutOff, emit: Callable[..., Any]) -> None:
     """Give each open attempt its terminal event, innermost (latest started) first."""
     for stage in reversed(cut_off.open):
         emit(
-            "stage.failed",
-            index=stage.index,
-            error=INTERRUPTED,
-            failure_class=oc.CANCELED,
-            will_retry=True,
+            ev.StageFailed(
+                index=stage.index,
+                error=INTERRUPTED,
+                failure_class=oc.event_failure_class(oc.CANCELED),
+                will_retry=True,
+            ),
             node_id=stage.node_id,
             node_label=stage.node_label,
             stage_id=stage.stage_id,

@@ -35,6 +35,7 @@ from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.retry import policy_for
 from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.errors import FabroError, disk_full_in
+from fabro_git.events import catalogue as ev
 from fabro_git.events.envelope import EventProps
 from fabro_git.workflow import Graph, Node
 
@@ -317,18 +318,17 @@ class Runtime:
         target = self._goal_gate_target(scope.graph, gate)
         if target is None:
             return Decision(None, f"goal gate unsatisfied for node {scope.qualified(gate.id)} and no retry target")
-        self.emit(
-            "run.notice",
-            level="warn",
-            code="goal_gate_retry",
-            message=f"goal gate {gate.id} is not satisfied; retrying from {target}",
-        )
+        self.emit(ev.RunNotice(level="warn", code="goal_gate_retry", message=f"goal gate {gate.id} is not satisfied; retrying from {target}"))
         return Decision(target)
 
     def _unsatisfied_goal_gate(self, scope: Scope) -> Node | None:
         for node_id, record in scope.outcomes.items():
             node = scope.graph.nodes.get(node_id)
-            if node is not None and node.get_bool("goal_gate", False) and record.get("status") not in (oc.SUCCEEDED, oc.PARTIAL):
+            if (
+                node is not None
+                and node.get_bool("goal_gate", False)
+                and record.get("status") not in (oc.SUCCEEDED, oc.PARTIAL)
+            ):
                 return node
         return None
 
@@ -375,11 +375,12 @@ class Runtime:
             await trio.lowlevel.checkpoint()
             ctx.set(f"internal.retry_count.{node.id}", attempt - 1)
             self.emit(
-                "stage.started",
-                index=index,
-                handler_type=node.handler_type,
-                attempt=earlier + attempt,
-                max_attempts=max_attempts,
+                ev.StageStarted(
+                    index=index,
+                    handler_type=node.handler_type,
+                    attempt=earlier + attempt,
+                    max_attempts=max_attempts,
+                ),
                 node_id=qid,
                 node_label=label,
                 stage_id=stage_id,
@@ -398,7 +399,9 @@ class Runtime:
                 node_dir=node_dir,
             )
             if handler is None:
-                result = Outcome.failure(f"no handler for node type {node.handler_type!r}", oc.STRUCTURAL)
+                result = Outcome.failure(
+                    f"no handler for node type {node.handler_type!r}", oc.STRUCTURAL
+                )
             else:
                 result = await self._call_handler(handler, request, node)
             files = request.files
@@ -407,12 +410,15 @@ class Runtime:
             )
             if retryable and attempt < policy.max_attempts:
                 self.emit(
-                    "stage.failed",
-                    index=index,
-                    error=result.error or "retry requested",
-                    failure_class=result.failure_class or oc.TRANSIENT,
-                    failure_signature=failure_signature(qid, result.failure_class, result.error),
-                    will_retry=True,
+                    ev.StageFailed(
+                        index=index,
+                        error=result.error or "retry requested",
+                        failure_class=oc.event_failure_class(result.failure_class or oc.TRANSIENT),
+                        failure_signature=failure_signature(
+                            qid, result.failure_class, result.error
+                        ),
+                        will_retry=True,
+                    ),
                     node_id=qid,
                     node_label=label,
                     stage_id=stage_id,
@@ -421,11 +427,12 @@ class Runtime:
                 self.cp.node_retries[qid] = self.cp.node_retries.get(qid, 0) + 1
                 attempt += 1
                 self.emit(
-                    "stage.retrying",
-                    index=index,
-                    attempt=earlier + attempt,
-                    max_attempts=max_attempts,
-                    delay_ms=int(delay * 1000),
+                    ev.StageRetrying(
+                        index=index,
+                        attempt=earlier + attempt,
+                        max_attempts=max_attempts,
+                        delay_ms=int(delay * 1000),
+                    ),
                     node_id=qid,
                     node_label=label,
                     stage_id=stage_id,
@@ -440,7 +447,9 @@ class Runtime:
                 result.status = oc.PARTIAL
             break
         if node.get_bool("auto_status", False) and result.status not in (oc.SUCCEEDED, oc.SKIPPED):
-            result.notes = (result.notes + "; " if result.notes else "") + f"auto_status: was {result.status}"
+            result.notes = (
+                result.notes + "; " if result.notes else ""
+            ) + f"auto_status: was {result.status}"
             result.status = oc.SUCCEEDED
         signature = None
         # A conditional node carries the previous stage's outcome through for its edge
@@ -450,12 +459,13 @@ class Runtime:
             result.failure_class = result.failure_class or oc.DETERMINISTIC
             signature = failure_signature(qid, result.failure_class, result.error)
             self.emit(
-                "stage.failed",
-                index=index,
-                error=result.error or "stage failed",
-                failure_class=result.failure_class,
-                failure_signature=signature,
-                will_retry=False,
+                ev.StageFailed(
+                    index=index,
+                    error=result.error or "stage failed",
+                    failure_class=oc.event_failure_class(result.failure_class),
+                    failure_signature=signature,
+                    will_retry=False,
+                ),
                 node_id=qid,
                 node_label=label,
                 stage_id=stage_id,
@@ -475,34 +485,38 @@ class Runtime:
         scope.outcomes[node.id] = record
         scope.completed.append(node.id)
         scope.steps += 1
-        self.pending_files[f"nodes/{node_dir}/status.json"] = msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
+        self.pending_files[f"nodes/{node_dir}/status.json"] = (
+            msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
+        )
         for name, data in files.items():
             self.pending_files[f"nodes/{node_dir}/{name}"] = data
-        completed_props: dict[str, Any] = dict(
+        usage = None
+        if result.usage is not None:
+            usage = ev.StageUsage(**{k: v for k, v in vars(result.usage).items() if v is not None})
+        completed = ev.StageCompleted(
             index=index,
             duration_ms=duration_ms,
-            status=result.status,
+            status=oc.event_status(result.status),
             preferred_label=result.preferred_label,
             suggested_next_ids=list(result.suggested_next_ids),
+            usage=usage,
             error=result.error,
-            failure_class=result.failure_class if result.status == oc.FAILED else None,
+            failure_class=oc.event_failure_class(result.failure_class)
+            if result.status == oc.FAILED and result.failure_class
+            else None,
             failure_signature=signature,
             context_updates=_jsonable(result.context_updates) or None,
             jump_to_node=result.jump_to_node,
             node_visits=dict(scope.visits),
+            loop_failure_signatures=dict(scope.loop_signatures) or None,
+            restart_failure_signatures=dict(scope.restart_signatures) or None,
             response=result.response,
             notes=result.notes,
             files_touched=list(result.files_touched),
             attempt=earlier + attempt,
             max_attempts=max_attempts,
         )
-        if result.usage is not None:
-            completed_props["usage"] = {k: v for k, v in vars(result.usage).items() if v is not None}
-        if scope.loop_signatures:
-            completed_props["loop_failure_signatures"] = dict(scope.loop_signatures)
-        if scope.restart_signatures:
-            completed_props["restart_failure_signatures"] = dict(scope.restart_signatures)
-        self.emit("stage.completed", node_id=qid, node_label=label, stage_id=stage_id, **completed_props)
+        self.emit(completed, node_id=qid, node_label=label, stage_id=stage_id)
         return result
 
     async def _call_handler(self, handler: Handler, request: StageRequest, node: Node) -> Outcome:
@@ -516,7 +530,9 @@ class Runtime:
             assert timeout is not None
             if request.timeout_outcome is not None:
                 return request.timeout_outcome(timeout)
-            return Outcome.failure(f"{node.handler_type} stage {node.id} timed out after {timeout:g}s", oc.TRANSIENT)
+            return Outcome.failure(
+                f"{node.handler_type} stage {node.id} timed out after {timeout:g}s", oc.TRANSIENT
+            )
         return result
 
     async def _guarded(self, handler: Handler, request: StageRequest, node: Node) -> Outcome:
@@ -531,7 +547,9 @@ class Runtime:
                 return Outcome.failure(str(exc), oc.DETERMINISTIC)
             # A handler bug must not take the run's state with it.
             request.files["handler-error.txt"] = "".join(traceback.format_exception(exc)).encode()
-            return Outcome.failure(f"handler error in {node.id}: {type(exc).__name__}: {exc}", oc.DETERMINISTIC)
+            return Outcome.failure(
+                f"handler error in {node.id}: {type(exc).__name__}: {exc}", oc.DETERMINISTIC
+            )
 
     def _apply(self, scope: Scope, node: Node, result: Outcome, signature: str | None) -> None:
         ctx = scope.context
@@ -557,7 +575,12 @@ class Runtime:
         qid = scope.qualified(node.id)
         limit = graph.get_int("loop_restart_signature_limit", 3)
         sig = scope.context.get("failure_signature") if result.status == oc.FAILED else None
-        if sig and is_tracked(result.failure_class) and limit and scope.loop_signatures.get(sig, 0) >= limit:
+        if (
+            sig
+            and is_tracked(result.failure_class)
+            and limit
+            and scope.loop_signatures.get(sig, 0) >= limit
+        ):
             return Decision(
                 None,
                 f"deterministic failure cycle detected: signature {sig!r} repeated "
@@ -565,7 +588,9 @@ class Runtime:
             )
         if result.jump_to_node:
             if result.jump_to_node not in graph.nodes:
-                return Decision(None, f"{qid} asked to jump to unknown node {result.jump_to_node!r}")
+                return Decision(
+                    None, f"{qid} asked to jump to unknown node {result.jump_to_node!r}"
+                )
             self._edge_event(scope, node, result, result.jump_to_node, None, None, "jump", True)
             return Decision(result.jump_to_node)
         # A fan-out's edges are its branches, already run: when none reached a fan-in,
@@ -610,7 +635,8 @@ class Runtime:
         if edge.loop_restart:
             if result.status == oc.FAILED and not may_cross_loop_restart(result.failure_class):
                 return Decision(
-                    None, f"loop_restart blocked: failure_class={result.failure_class} (requires transient_infra)"
+                    None,
+                    f"loop_restart blocked: failure_class={result.failure_class} (requires transient_infra)",
                 )
             if sig:
                 scope.restart_signatures[sig] = scope.restart_signatures.get(sig, 0) + 1
@@ -620,11 +646,22 @@ class Runtime:
                         f"loop restart circuit breaker: signature {sig!r} repeated "
                         f"{scope.restart_signatures[sig]} times (limit {limit})",
                     )
-            self._edge_event(scope, node, result, edge.target, edge.label, edge.condition, selection.reason, False)
-            self.emit("loop.restart", from_node=qid, to_node=scope.qualified(edge.target))
+            self._edge_event(
+                scope,
+                node,
+                result,
+                edge.target,
+                edge.label,
+                edge.condition,
+                selection.reason,
+                False,
+            )
+            self.emit(ev.LoopRestart(from_node=qid, to_node=scope.qualified(edge.target)))
             self._restart(scope)
             return Decision(edge.target)
-        self._edge_event(scope, node, result, edge.target, edge.label, edge.condition, selection.reason, False)
+        self._edge_event(
+            scope, node, result, edge.target, edge.label, edge.condition, selection.reason, False
+        )
         return Decision(edge.target)
 
     def _dead_end(self, scope: Scope, node: Node, result: Outcome, *, fanned_out: bool) -> Decision:
@@ -642,10 +679,7 @@ class Runtime:
                 "ends there; add an edge from it if the workflow should go on"
             )
         self.emit(
-            "run.notice",
-            level="warn",
-            code="no_outgoing_edge",
-            message=message,
+            ev.RunNotice(level="warn", code="no_outgoing_edge", message=message),
             node_id=qid,
             node_label=node.label,
         )
@@ -653,7 +687,11 @@ class Runtime:
 
     def _restart(self, scope: Scope) -> None:
         """A loop restart starts the walk afresh from the target: visits and context reset."""
-        keep = {k: v for k, v in scope.context.items() if k.startswith(("graph.", "internal.run_id", "internal.work_dir"))}
+        keep = {
+            k: v
+            for k, v in scope.context.items()
+            if k.startswith(("graph.", "internal.run_id", "internal.work_dir"))
+        }
         for key in list(scope.context):
             scope.context.remove(key)
         scope.context.update(keep)
@@ -671,16 +709,17 @@ class Runtime:
         is_jump: bool,
     ) -> None:
         self.emit(
-            "edge.selected",
-            from_node=scope.qualified(node.id),
-            to_node=scope.qualified(target),
-            label=label,
-            condition=condition,
-            reason=reason,
-            preferred_label=result.preferred_label,
-            suggested_next_ids=list(result.suggested_next_ids),
-            stage_status=result.status,
-            is_jump=is_jump,
+            ev.EdgeSelected(
+                from_node=scope.qualified(node.id),
+                to_node=scope.qualified(target),
+                label=label,
+                condition=condition,
+                reason=reason,
+                preferred_label=result.preferred_label,
+                suggested_next_ids=list(result.suggested_next_ids),
+                stage_status=oc.event_status(result.status),
+                is_jump=is_jump,
+            )
         )
 
     # -- checkpoints -----------------------------------------------------------------------
@@ -691,7 +730,9 @@ class Runtime:
             tree = self._tree_cache[commit] = self.repo.commit_info(commit).tree
         return tree
 
-    def _checkpoint(self, scope: Scope, node: Node, visit: int, result: Outcome, *, next_node: str | None) -> None:
+    def _checkpoint(
+        self, scope: Scope, node: Node, visit: int, result: Outcome, *, next_node: str | None
+    ) -> None:
         cp = self.cp
         self.resumed_attempts.clear()
         cp.current_node = node.id
@@ -705,7 +746,11 @@ class Runtime:
         if recorder is None:
             return
         tree: str | None
-        if node.handler_type in NO_WORKTREE_CHANGES and not scope.merge_parents and recorder.run_tip:
+        if (
+            node.handler_type in NO_WORKTREE_CHANGES
+            and not scope.merge_parents
+            and recorder.run_tip
+        ):
             # These stages run no user code, so the tree cannot have changed: skip the scan.
             tree = self._tip_tree(recorder.run_tip)
         else:
@@ -717,7 +762,9 @@ class Runtime:
         recorder.plan_commit(cp, node.id, result.status, tree, scope.merge_parents)
         scope.merge_parents.clear()
         scope_kw = {"node_id": node.id, "node_label": node.label, "stage_id": f"{node.id}@{visit}"}
-        meta_sha = recorder.snapshot("checkpoint", f"checkpoint {node.id}@{visit}", cp, files, scope=scope_kw)
+        meta_sha = recorder.snapshot(
+            "checkpoint", f"checkpoint {node.id}@{visit}", cp, files, scope=scope_kw
+        )
         if meta_sha is None:
             self.pending_files = {**files, **self.pending_files}
             cp.pending_commit = None
@@ -725,16 +772,25 @@ class Runtime:
             # Going on would pile stages onto a record git does not hold (and end with a
             # success nothing backs); stop, so resume redoes this stage from the last
             # checkpoint git does hold.
-            raise RunFailed(f"the checkpoint after {node.id} could not be written to git (see the error above)")
+            raise RunFailed(
+                f"the checkpoint after {node.id} could not be written to git (see the error above)"
+            )
         before = recorder.run_tip
         sha = recorder.commit_pending(cp, node_label=node.label)
         if sha is None and cp.pending_commit is not None:
-            raise RunFailed(f"the run-branch commit for {node.id} could not be made (see the error above)")
+            raise RunFailed(
+                f"the run-branch commit for {node.id} could not be made (see the error above)"
+            )
         if sha is not None and tree is not None:
             self._tree_cache[sha] = tree
         scope.tip = recorder.run_tip
         diff = None
-        if sha is not None and before is not None and tree is not None and tree != self._tip_tree(before):
+        if (
+            sha is not None
+            and before is not None
+            and tree is not None
+            and tree != self._tip_tree(before)
+        ):
             from fabro_git.store import worktree as wt
 
             with contextlib.suppress(FabroError):
@@ -743,10 +799,11 @@ class Runtime:
                     diff = wt.diff_text(self.worktree, before, sha, max_bytes=20_000)
                 diff = diff or None
         self.emit(
-            "checkpoint.completed",
-            status=result.status,
-            git_commit_sha=sha or recorder.run_tip,
-            diff=diff,
+            ev.CheckpointCompleted(
+                status=oc.event_status(result.status),
+                git_commit_sha=sha or recorder.run_tip,
+                diff=diff,
+            ),
             node_id=node.id,
             node_label=node.label,
         )

@@ -40,6 +40,7 @@ from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime, Scope, now_iso, walk_finished
 from fabro_git.engine.stage import Handler
 from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
+from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.catalogue import CATALOGUE
 from fabro_git.events.envelope import EventProps
@@ -181,19 +182,28 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> OpenRun:
     bus = EventBus(run_id, [TailFileSink(scratch / "events.jsonl")])
     emit = make_emitter(bus)
     emit(
-        "run.created",
-        settings=manifest.settings,
-        graph=graph_record(graph),
-        workflow_source=spec.source,
-        labels=spec.labels,
-        run_dir=str(scratch),
-        source_directory=str(repo.root),
-        repo_origin_url=manifest.origin_url,
-        base_branch=base.branch,
-        workflow_slug=slug,
-        provenance={"subject": {"kind": "user", "login": os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"}},
-        pre_run_git={"display_base_sha": base.sha[:12], "local_dirty": "dirty" if dirty else "clean"},
-        in_place=in_place,
+        ev.RunCreated(
+            settings=manifest.settings,
+            graph=graph_record(graph),
+            workflow_source=spec.source,
+            labels=spec.labels,
+            run_dir=str(scratch),
+            source_directory=str(repo.root),
+            repo_origin_url=manifest.origin_url,
+            base_branch=base.branch,
+            workflow_slug=slug,
+            provenance={
+                "subject": {
+                    "kind": "user",
+                    "login": os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown",
+                }
+            },
+            pre_run_git={
+                "display_base_sha": base.sha[:12],
+                "local_dirty": "dirty" if dirty else "clean",
+            },
+            in_place=in_place,
+        )
     )
     if dirty:
         message = (
@@ -201,7 +211,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> OpenRun:
             "it starts from the committed HEAD. Commit or stash them, or use --in-place."
         )
         warn(message)
-        emit("run.notice", level="warn", code="uncommitted_changes", message=message)
+        emit(ev.RunNotice(level="warn", code="uncommitted_changes", message=message))
     recorder = Recorder(
         repo,
         run_id,
@@ -221,7 +231,9 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> OpenRun:
     files.update(_workflow_files(graph))
     sha = recorder.snapshot("init", "init", cp, files)
     if sha is None:
-        raise StoreError(f"could not write the first snapshot of run {run_id} to {runrefs.meta_ref(run_id)}")
+        raise StoreError(
+            f"could not write the first snapshot of run {run_id} to {runrefs.meta_ref(run_id)}"
+        )
     # The branch comes after the snapshot: a run cut off in between has its meta ref,
     # and resume makes the branch from the manifest, instead of a branch nothing names.
     if not in_place:
@@ -230,7 +242,9 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> OpenRun:
 
 
 def create_run_branch(repo: GitRepo, run_id: str, base_sha: str) -> None:
-    repo.update_ref(runrefs.run_branch_ref(run_id), base_sha, old=None, message=f"fabro: create run {run_id}")
+    repo.update_ref(
+        runrefs.run_branch_ref(run_id), base_sha, old=None, message=f"fabro: create run {run_id}"
+    )
 
 
 def _workflow_files(graph: Graph) -> dict[str, bytes]:
@@ -340,14 +354,16 @@ def _read_dir(repo: GitRepo, commit: str, directory: str) -> dict[str, bytes]:
     return out
 
 
-def ensure_worktree(repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Any) -> tuple[Path, bool]:
+def ensure_worktree(
+    repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Any
+) -> tuple[Path, bool]:
     """The run's worktree at the run branch's tip: reuse, reset or rebuild it."""
     path = scratch / "worktree"
     _drop_stale_checkouts(repo, run_id, path)
     if (path / ".git").exists():
         try:
             wt.checkout(path, run_tip)
-            emit("git.reset", sha=run_tip)
+            emit(ev.GitReset(sha=run_tip))
             return path, False
         except FabroError:
             with contextlib.suppress(FabroError):
@@ -404,7 +420,12 @@ def execute_run(
         bus.add_sink(TailFileSink(tail))
         emit = make_emitter(bus)
         run_tip = None if manifest.in_place else repo.read_ref(runrefs.run_branch_ref(run_id))
-        if not manifest.in_place and run_tip is None and not cp.completed_nodes and cp.pending_commit is None:
+        if (
+            not manifest.in_place
+            and run_tip is None
+            and not cp.completed_nodes
+            and cp.pending_commit is None
+        ):
             # Cut off between the init snapshot and the branch: nothing was committed yet.
             create_run_branch(repo, run_id, manifest.base_sha)
             run_tip = manifest.base_sha
@@ -430,13 +451,31 @@ def execute_run(
         # this run restores.
         process_groups.kill_recorded(process_groups.records_dir(scratch))
     else:
-        manifest, cp, bus, recorder = prepared.manifest, prepared.checkpoint, prepared.bus, prepared.recorder
+        manifest, cp, bus, recorder = (
+            prepared.manifest,
+            prepared.checkpoint,
+            prepared.bus,
+            prepared.recorder,
+        )
         scratch, lock, graph = prepared.scratch, prepared.lock, prepared.graph
         emit = make_emitter(bus)
     if renderer is not None:
         bus.add_sink(renderer)
     try:
-        return trio.run(_drive, repo, run_id, manifest, cp, emit, recorder, scratch, graph, options, resuming, handlers)
+        return trio.run(
+            _drive,
+            repo,
+            run_id,
+            manifest,
+            cp,
+            emit,
+            recorder,
+            scratch,
+            graph,
+            options,
+            resuming,
+            handlers,
+        )
     finally:
         process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
         bus.close()
@@ -466,13 +505,25 @@ async def _drive(
         try:
             recorder.reconcile(cp, base_sha=manifest.base_sha)
         except MissingObject as exc:
-            raise missing_object_error(run_id, recorder.run_ref, recorder.run_tip or "", exc) from exc
+            raise missing_object_error(
+                run_id, recorder.run_ref, recorder.run_tip or "", exc
+            ) from exc
     # A process killed after the exit checkpoint may have announced run.completed in the
     # tail (now queued for the next segment); the finish must not announce it twice.
-    announced = resuming and walk_finished(cp, graph) and _tail_has(scratch, cp.last_event_id, "run.completed")
+    announced = (
+        resuming
+        and walk_finished(cp, graph)
+        and _tail_has(scratch, cp.last_event_id, "run.completed")
+    )
     if cp.status in TERMINAL and resuming and cp.status != oc.FAILED:
-        return RunResult(run_id, cp.status, manifest.run_branch, manifest.meta_ref, recorder.run_tip if recorder else None)
-    emit("sandbox.initializing", provider="local")
+        return RunResult(
+            run_id,
+            cp.status,
+            manifest.run_branch,
+            manifest.meta_ref,
+            recorder.run_tip if recorder else None,
+        )
+    emit(ev.SandboxInitializing(provider="local"))
     t0 = time.monotonic()
     if in_place:
         worktree = Path(manifest.source_directory)
@@ -483,23 +534,37 @@ async def _drive(
             # What a cut-off stage left untracked must not leak into its rerun.
             wt.remove_untracked(worktree, exclude_globs=recorder.exclude_globs)
         recorder.worktree = worktree
-    emit("sandbox.ready", provider="local", duration_ms=int((time.monotonic() - t0) * 1000), name=str(worktree))
-    emit("sandbox.initialized", working_directory=str(worktree), provider="local", identifier=run_id, repo_cloned=False)
+    emit(
+        ev.SandboxReady(
+            provider="local", duration_ms=int((time.monotonic() - t0) * 1000), name=str(worktree)
+        )
+    )
+    emit(
+        ev.SandboxInitialized(
+            working_directory=str(worktree), provider="local", identifier=run_id, repo_cloned=False
+        )
+    )
     cp.context_values["internal.work_dir"] = str(worktree)
     if resuming:
-        emit("run.notice", level="info", code="resumed",
-             message=f"resuming from checkpoint after {cp.current_node or 'start'}; next: {cp.next_node_id or 'start'}")
+        emit(
+            ev.RunNotice(
+                level="info",
+                code="resumed",
+                message=f"resuming from checkpoint after {cp.current_node or 'start'}; next: {cp.next_node_id or 'start'}",
+            )
+        )
     cutoff.close_cut_off(cut_off, emit)
     cp.status = "running"
     cp.error = None
     emit(
-        "run.started",
-        name=graph.name,
-        base_branch=manifest.base_branch,
-        base_sha=manifest.base_sha,
-        run_branch=manifest.run_branch,
-        worktree_dir=str(worktree),
-        goal=manifest.goal or None,
+        ev.RunStarted(
+            name=graph.name,
+            base_branch=manifest.base_branch,
+            base_sha=manifest.base_sha,
+            run_branch=manifest.run_branch,
+            worktree_dir=str(worktree),
+            goal=manifest.goal or None,
+        )
     )
     runtime = Runtime(
         run_id=run_id,
@@ -511,7 +576,11 @@ async def _drive(
         recorder=recorder,
         scratch=scratch,
         worktree=worktree,
-        interviewer=make_interviewer(auto_approve=options.auto_approve, answers=options.answers, interactive=options.interactive),
+        interviewer=make_interviewer(
+            auto_approve=options.auto_approve,
+            answers=options.answers,
+            interactive=options.interactive,
+        ),
         options=options,
         handlers=handlers,
     )
@@ -541,7 +610,10 @@ async def _drive(
                     await trio.sleep(min(1.0, stall / 4))
                     idle = time.monotonic() - runtime.last_activity
                     if idle >= stall:
-                        emit("watchdog.timeout", idle_seconds=int(idle), node_id=scope.context.get("current_node"))
+                        emit(
+                            ev.WatchdogTimeout(idle_seconds=int(idle)),
+                            node_id=scope.context.get("current_node"),
+                        )
                         error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
                         main_scope.cancel()
                         return
@@ -551,7 +623,11 @@ async def _drive(
                 nursery.start_soon(watchdog)
             with main_scope:
                 try:
-                    if not cp.completed_nodes and not cp.node_visits and not cp.context_values.get("internal.setup_done"):
+                    if (
+                        not cp.completed_nodes
+                        and not cp.node_visits
+                        and not cp.context_values.get("internal.setup_done")
+                    ):
                         await _run_setup(runtime, manifest, worktree)
                         scope.context.set("internal.setup_done", True)
                     status = await runtime.run_main(scope)
@@ -596,12 +672,14 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
     if not commands:
         return
     emit = runtime.emit
-    emit("setup.started", command_count=len(commands))
+    emit(ev.SetupStarted(command_count=len(commands)))
     t0 = time.monotonic()
     logs = make_private_dir(runtime.scratch / "setup")
-    env = script_environment(os.environ, goal=manifest.goal, inputs=manifest.inputs, run_id=runtime.run_id)
+    env = script_environment(
+        os.environ, goal=manifest.goal, inputs=manifest.inputs, run_id=runtime.run_id
+    )
     for index, command in enumerate(commands):
-        emit("setup.command.started", command=command, index=index)
+        emit(ev.SetupCommandStarted(command=command, index=index))
         c0 = time.monotonic()
         out, err = logs / f"{index}.stdout", logs / f"{index}.stderr"
         code, _timed_out = await run_script(
@@ -616,19 +694,31 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
         exit_code = -1 if code is None else code
         if exit_code != 0:
             stderr = err.read_bytes()[-4000:].decode("utf-8", "replace")
-            emit("setup.failed", command=command, index=index, exit_code=exit_code, stderr=stderr)
-            raise _SetupFailed(f"setup command {index + 1} ({command!r}) exited with status {exit_code}")
-        emit("setup.command.completed", command=command, index=index, exit_code=exit_code,
-             duration_ms=int((time.monotonic() - c0) * 1000))
-    emit("setup.completed", duration_ms=int((time.monotonic() - t0) * 1000))
+            emit(ev.SetupFailed(command=command, index=index, exit_code=exit_code, stderr=stderr))
+            raise _SetupFailed(
+                f"setup command {index + 1} ({command!r}) exited with status {exit_code}"
+            )
+        emit(
+            ev.SetupCommandCompleted(
+                command=command,
+                index=index,
+                exit_code=exit_code,
+                duration_ms=int((time.monotonic() - c0) * 1000),
+            )
+        )
+    emit(ev.SetupCompleted(duration_ms=int((time.monotonic() - t0) * 1000)))
 
 
-def _finish(runtime: Runtime, scope: Scope, status: str, error: str | None, *, announce: bool = True) -> RunResult:
+def _finish(
+    runtime: Runtime, scope: Scope, status: str, error: str | None, *, announce: bool = True
+) -> RunResult:
     cp = runtime.cp
     emit = runtime.emit
     recorder = runtime.recorder
     manifest = runtime.manifest
-    cp.context_values = msgspec.json.decode(msgspec.json.encode(scope.context.snapshot(), enc_hook=str))
+    cp.context_values = msgspec.json.decode(
+        msgspec.json.encode(scope.context.snapshot(), enc_hook=str)
+    )
     cp.timestamp = now_iso()
     cp.active_ms = runtime.active_ms()
     final_sha = recorder.run_tip if recorder else None
@@ -639,30 +729,53 @@ def _finish(runtime: Runtime, scope: Scope, status: str, error: str | None, *, a
             cp.next_node_id = current
         if current:
             _undo_unfinished_visit(cp, current)
-        emit("run.notice", level="warn", code="interrupted",
-             message=f"run interrupted; continue it with `git fabro resume {runtime.run_id}`")
+        emit(
+            ev.RunNotice(
+                level="warn",
+                code="interrupted",
+                message=f"run interrupted; continue it with `git fabro resume {runtime.run_id}`",
+            )
+        )
     elif status == oc.FAILED:
         current = scope.context.get("current_node")
         if current and cp.pending_commit is None:
             cp.next_node_id = current
         cp.error = error
-        emit("run.failed", error=error or "run failed", duration_ms=cp.active_ms, git_commit_sha=final_sha)
+        emit(
+            ev.RunFailed(
+                error=error or "run failed", duration_ms=cp.active_ms, git_commit_sha=final_sha
+            )
+        )
     else:
         cp.finished_at = cp.timestamp
         if announce:
-            emit("run.completed", duration_ms=cp.active_ms, artifact_count=cp.artifact_count, status=status,
-                 final_git_commit_sha=final_sha)
+            emit(
+                ev.RunCompleted(
+                    duration_ms=cp.active_ms,
+                    artifact_count=cp.artifact_count,
+                    status=oc.event_status(status),
+                    final_git_commit_sha=final_sha,
+                )
+            )
     cp.status = status
     # A pending commit left by a failed run commit stays: the stage is recorded, and
     # resume makes (or finds) its commit before going on.
-    if status in (oc.SUCCEEDED, oc.PARTIAL) and recorder is not None and recorder.worktree is not None:
-        emit("sandbox.cleanup.started", provider="local")
+    if (
+        status in (oc.SUCCEEDED, oc.PARTIAL)
+        and recorder is not None
+        and recorder.worktree is not None
+    ):
+        emit(ev.SandboxCleanupStarted(provider="local"))
         c0 = time.monotonic()
         try:
             wt.remove_worktree(runtime.repo, recorder.worktree)
-            emit("sandbox.cleanup.completed", provider="local", duration_ms=int((time.monotonic() - c0) * 1000))
+            emit(
+                ev.SandboxCleanupCompleted(
+                    provider="local", duration_ms=int((time.monotonic() - c0) * 1000)
+                )
+            )
         except FabroError as exc:
-            emit("sandbox.cleanup.failed", provider="local", error=str(exc))
+            emit(ev.SandboxCleanupFailed(provider="local", error=str(exc)))
     if recorder is not None:
         files = dict(runtime.pending_files)
         runtime.pending_files = {}

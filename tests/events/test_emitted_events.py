@@ -27,10 +27,32 @@ class Emitted:
     typed: bool
 
 
-def _name(func: ast.expr) -> str | None:
+def _catalogue_names(tree: ast.Module) -> tuple[dict[str, str], set[str]]:
+    """The catalogue Structs a module imports (local name → class name), and the names
+    it binds the catalogue module itself to."""
+    classes: dict[str, str] = {}
+    modules: set[str] = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        for alias in node.names:
+            local = alias.asname or alias.name
+            if node.module == "fabro_git.events.catalogue" and alias.name in BY_CLASS:
+                classes[local] = alias.name
+            elif node.module == "fabro_git.events" and alias.name == "catalogue":
+                modules.add(local)
+    return classes, modules
+
+
+def _struct_called(func: ast.expr, classes: dict[str, str], modules: set[str]) -> str | None:
     if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
+        return classes.get(func.id)
+    if (
+        isinstance(func, ast.Attribute)
+        and isinstance(func.value, ast.Name)
+        and func.value.id in modules
+        and func.attr in BY_CLASS
+    ):
         return func.attr
     return None
 
@@ -41,15 +63,18 @@ def emitted_in_code() -> list[Emitted]:
         if path.parent.name == "events" and path.name == "catalogue.py":
             continue
         tree = ast.parse(path.read_text(), str(path))
+        classes, modules = _catalogue_names(tree)
         rel = path.relative_to(ROOT.parent)
         for node in ast.walk(tree):
             if not isinstance(node, ast.Call):
                 continue
-            name = _name(node.func)
             keywords = tuple(k.arg for k in node.keywords if k.arg is not None)
             where = f"{rel}:{node.lineno}"
-            if name in BY_CLASS:
-                found.append(Emitted(BY_CLASS[name].NAME, where, keywords, typed=True))
+            struct = _struct_called(node.func, classes, modules)
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+            if struct is not None:
+                found.append(Emitted(BY_CLASS[struct].NAME, where, keywords, typed=True))
             elif (
                 name is not None
                 and name.endswith("emit")
