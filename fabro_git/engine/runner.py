@@ -18,6 +18,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -165,7 +166,9 @@ class Runtime:
         # One git call at a time, each on a worker thread (see `store_call`).
         self._store_lock = trio.Lock()
         self._tree_cache: dict[str, str] = {}
-        self.last_activity = time.monotonic()
+        # Signs of life for the stall watchdog: events emitted, git calls in flight.
+        self.activity = 0
+        self.store_busy = 0
         self.run_started = time.monotonic()
         self.active_base_ms = checkpoint.active_ms
         # Attempts a crash cut off, by stage_id: a stage run again after resume counts on
@@ -177,14 +180,19 @@ class Runtime:
     def emit(self, event: EventProps | str, /, **kw: Any) -> None:
         """Emit an event: its properties Struct (or, for older call sites, its name and
         properties), and the envelope's node_id/node_label/stage_id as keywords."""
-        self.last_activity = time.monotonic()
+        self.activity += 1
         self.emit_event(event, **kw)
 
     async def store_call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking git call on a worker thread, one at a time: the trio loop (other
         branches, the watchdog, Ctrl-C) goes on meanwhile."""
         async with self._store_lock:
-            return await trio.to_thread.run_sync(fn, *args)
+            self.store_busy += 1
+            try:
+                return await trio.to_thread.run_sync(fn, *args)
+            finally:
+                self.store_busy -= 1
+                self.activity += 1
 
     def active_ms(self) -> int:
         return self.active_base_ms + int((time.monotonic() - self.run_started) * 1000)
@@ -256,7 +264,7 @@ class Runtime:
             # A failed walk names its last stage as next, so a run cut off before the
             # finish resumes there rather than looking finished.
             next_node = node.id if decision.error is not None else decision.next_node
-            self._checkpoint(scope, node, visit, result, next_node=next_node)
+            await self.store_call(partial(self._checkpoint, scope, node, visit, result, next_node=next_node))
         elif scope.kind == "branch":
             from fabro_git.engine.branches import commit_branch_stage
 

@@ -39,6 +39,7 @@ from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime, Scope, now_iso, walk_finished
 from fabro_git.engine.stage import Handler
+from fabro_git.engine.watchdog import watch_for_stall
 from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
@@ -604,23 +605,15 @@ async def _drive(
                         interrupted = True
                         main_scope.cancel()
 
-            async def watchdog() -> None:
+            def stalled(idle: float) -> None:
                 nonlocal error
-                while True:
-                    await trio.sleep(min(1.0, stall / 4))
-                    idle = time.monotonic() - runtime.last_activity
-                    if idle >= stall:
-                        emit(
-                            ev.WatchdogTimeout(idle_seconds=int(idle)),
-                            node_id=scope.context.get("current_node"),
-                        )
-                        error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
-                        main_scope.cancel()
-                        return
+                emit(ev.WatchdogTimeout(idle_seconds=int(idle)), node_id=scope.context.get("current_node"))
+                error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
+                main_scope.cancel()
 
             nursery.start_soon(watch_signals)
             if stall > 0:
-                nursery.start_soon(watchdog)
+                nursery.start_soon(watch_for_stall, runtime, stall, stalled)
             with main_scope:
                 try:
                     if (

@@ -17,6 +17,7 @@ from fabro_git.engine.interviewer import Interviewer, Question, make_interviewer
 from fabro_git.engine.runner import Options, RunFailed, Runtime
 from fabro_git.engine.session import make_emitter
 from fabro_git.engine.stage import Handler
+from fabro_git.engine.watchdog import watch_for_stall
 from fabro_git.events.bus import EventBus
 from fabro_git.events.envelope import Envelope
 from fabro_git.handlers import handler_for
@@ -66,6 +67,7 @@ def walk(
     interviewer: Interviewer | None = None,
     handlers: Callable[[str], Handler | None] = handler_for,
     dry_run: bool = False,
+    stall: float | None = None,
 ) -> Walked:
     """Run the graph's main walk to its end on a MockClock that jumps over every sleep."""
     graph = parse(textwrap.dedent(source))
@@ -111,12 +113,28 @@ def walk(
     status: str | None = None
     error: str | None = None
 
-    async def main() -> None:
+    async def walk_main() -> None:
         nonlocal status, error
         try:
             status = await runtime.run_main(runtime.main_scope())
         except RunFailed as exc:
             status, error = "failed", str(exc)
+
+    async def main() -> None:
+        nonlocal status, error
+        if stall is None:
+            await walk_main()
+            return
+        async with trio.open_nursery() as nursery:
+
+            def stalled(idle: float) -> None:
+                nonlocal status, error
+                status, error = "failed", f"stalled after {idle:g}s"
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch_for_stall, runtime, stall, stalled)
+            await walk_main()
+            nursery.cancel_scope.cancel()
 
     trio.run(main, clock=clock)
     return Walked(status, error, sink.events, runtime, clock.current_time(), worktree)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import trio
+import trio.testing
+
 from engine.inprocess.harness import NeverAnswers, walk
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import Handler, StageRequest
+from fabro_git.engine.watchdog import watch_for_stall
 from fabro_git.events.catalogue import StagePrompt
 from fabro_git.handlers import handler_for
 
@@ -211,3 +215,48 @@ def test_handlers_emit_through_a_stamped_interface(tmp_path: Path) -> None:
     (prompt,) = walked.named("stage.prompt")
     assert (prompt.node_id, prompt.stage_id) == ("sub/w", "sub/w@1")
     assert prompt.properties.text == "hello from sub/w"
+
+
+def test_the_watchdog_stops_a_stage_that_shows_no_sign_of_life(tmp_path: Path) -> None:
+    walked = walk(
+        """
+        digraph T {
+            start [shape=Mdiamond]
+            exit  [shape=Msquare]
+            w     [shape=insulator, duration="1h"]
+            start -> w -> exit
+        }
+        """,
+        tmp_path,
+        stall=60,
+    )
+    assert walked.status == "failed"
+    assert walked.error is not None and walked.error.startswith("stalled after")
+    # Stopped a minute (and a poll) after the stage's last event, not after its hour.
+    assert 60 <= walked.seconds < 62
+    assert "w" not in [e.node_id for e in walked.named("stage.completed")]
+
+
+def test_the_watchdog_counts_git_in_flight_as_life() -> None:
+    class Run:
+        activity = 0
+        store_busy = 0
+
+    fired: list[float] = []
+
+    async def main() -> None:
+        run = Run()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(watch_for_stall, run, 10.0, fired.append)
+            await trio.sleep(5)
+            run.activity += 1
+            await trio.sleep(8)
+            assert fired == []  # 8s idle since the last event
+            run.store_busy = 1
+            await trio.sleep(30)
+            assert fired == []  # a long git call is not a stall
+            run.store_busy = 0
+            await trio.sleep(15)
+        assert len(fired) == 1 and 10 <= fired[0] < 12
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
