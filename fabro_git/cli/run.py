@@ -381,7 +381,6 @@ def resume(
     detach: bool,
     json_output: bool,
     output: str = "tail",
-    dry_run: bool = False,
     detached_child: bool = False,
 ) -> int:
     from fabro_git.cli._runs import resolve_run
@@ -401,7 +400,7 @@ def resume(
     options = Options(
         auto_approve=auto_approve or bool(manifest.settings.get("auto_approve")),
         answers=list(answers),
-        dry_run=dry_run or bool(manifest.settings.get("dry_run")),
+        dry_run=bool(manifest.settings.get("dry_run")),
         in_place=manifest.in_place,
         model=manifest.settings.get("model"),
         provider=manifest.settings.get("provider"),

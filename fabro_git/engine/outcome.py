@@ -104,22 +104,6 @@ class Outcome:
             record["usage"] = {k: v for k, v in vars(self.usage).items() if v is not None}
         return record
 
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Outcome:
-        usage = record.get("usage")
-        return cls(
-            status=record["status"],
-            error=record.get("error"),
-            failure_class=record.get("failure_class"),
-            preferred_label=record.get("preferred_label"),
-            suggested_next_ids=list(record.get("suggested_next_ids", [])),
-            context_updates=dict(record.get("context_updates", {})),
-            jump_to_node=record.get("jump_to_node"),
-            notes=record.get("notes"),
-            files_touched=list(record.get("files_touched", [])),
-            usage=Usage(**usage) if usage else None,
-        )
-
 
 def event_status(status: str) -> StageStatus:
     """An outcome's status as the events type it (the statuses are the same four words)."""
