@@ -30,6 +30,7 @@ from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
 from fabro_git.engine.context import Context, context_delta
 from fabro_git.engine.edges import select_edge
+from fabro_git.engine.emit import Emit
 from fabro_git.engine.failures import failure_signature, is_tracked, may_cross_loop_restart
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.recorder import Recorder
@@ -141,7 +142,7 @@ class Runtime:
         graph: Graph,
         manifest: Manifest,
         checkpoint: Checkpoint,
-        emit_event: Callable[..., Any],
+        emit_event: Emit,
         recorder: Recorder | None,
         scratch: Path,
         worktree: Path,

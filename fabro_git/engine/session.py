@@ -34,6 +34,7 @@ from fabro_git.engine.checkpoint import (
     encode,
 )
 from fabro_git.engine.context import Context
+from fabro_git.engine.emit import Emit
 from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
@@ -42,7 +43,7 @@ from fabro_git.engine.stage import Handler
 from fabro_git.engine.watchdog import watch_for_stall
 from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
 from fabro_git.events import catalogue as ev
-from fabro_git.events.bus import EventBus, TailFileSink, tail_after
+from fabro_git.events.bus import EventBus, Sink, TailFileSink, tail_after
 from fabro_git.events.catalogue import CATALOGUE
 from fabro_git.events.envelope import EventProps
 from fabro_git.store import runs as runrefs
@@ -80,7 +81,7 @@ class RunResult:
         return 1
 
 
-def make_emitter(bus: EventBus) -> Any:
+def make_emitter(bus: EventBus) -> Emit:
     def emit(event: EventProps | str, /, *, node_id: str | None = None, node_label: str | None = None,
              stage_id: str | None = None, **props: Any) -> None:
         if isinstance(event, str):
@@ -132,7 +133,7 @@ class OpenRun:
     graph: Graph
 
 
-def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> OpenRun:
+def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -> OpenRun:
     base = repo.require_base()
     assert base.sha is not None
     run_id = runrefs.new_ulid()
@@ -356,7 +357,7 @@ def _read_dir(repo: GitRepo, commit: str, directory: str) -> dict[str, bytes]:
 
 
 def ensure_worktree(
-    repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Any
+    repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Emit
 ) -> tuple[Path, bool]:
     """The run's worktree at the run branch's tip: reuse, reset or rebuild it."""
     path = scratch / "worktree"
@@ -400,7 +401,7 @@ def execute_run(
     run_id: str,
     *,
     options: Options,
-    renderer: Any | None,
+    renderer: Sink | None,
     resuming: bool,
     handlers: Callable[[str], Handler | None],
     prepared: OpenRun | None = None,
@@ -488,7 +489,7 @@ async def _drive(
     run_id: str,
     manifest: Manifest,
     cp: Checkpoint,
-    emit: Any,
+    emit: Emit,
     recorder: Recorder | None,
     scratch: Path,
     graph: Graph,
