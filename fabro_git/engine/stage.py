@@ -3,8 +3,11 @@ work, and the few things a stage may ask of the engine.
 
 This is the whole of a handler's reach. It emits events already stamped with its stage,
 asks a person through the interviewer, runs a child workflow or parallel branches (the
-engine owns their walks, worktrees and refs), and records files for the stage's entry
-on the meta ref. Nothing here reaches the store; the engine does every git call.
+engine owns their walks, worktrees and refs), tells of the process groups it starts, and
+records files for the stage's entry on the meta ref. Nothing here reaches the store; the
+engine does every git call. An LLM stage runs an agent session on the same terms:
+`emit` for its `agent.*` events, `worktree` as its workspace, `on_process_group` for
+its shell commands, and trio cancellation to stop it.
 
 Cancellation is trio's: the engine runs the handler inside the stage's cancel scope (its
 `timeout`, Ctrl-C, the watchdog). A handler that can say something useful when it is cut
@@ -44,6 +47,8 @@ class StageRequest:
     files: dict[str, bytes] = field(default_factory=dict)
     # What the stage ends with when its `timeout` cuts it off (default: a transient failure).
     timeout_outcome: Callable[[float], Outcome] | None = None
+    # The record files of the process groups the stage told of, by group id.
+    _groups: dict[int, Path | None] = field(default_factory=dict)
 
     # -- facts about the run -------------------------------------------------------------
 
@@ -96,6 +101,17 @@ class StageRequest:
         }
         stamp.update(envelope)
         self._runtime.emit(props, **stamp)
+
+    def on_process_group(self, pgid: int, running: bool) -> None:
+        """Hear of a process group the stage started (`running`) or saw end. It stays
+        recorded while any of it is alive, so the run's end, or a resume after a crash,
+        kills what it left running."""
+        from fabro_git.engine import process_groups
+
+        if running:
+            self._groups[pgid] = process_groups.record(self.process_groups, pgid)
+        elif not process_groups.alive(pgid):
+            process_groups.forget(self._groups.pop(pgid, None))
 
     def on_timeout(self, outcome: Callable[[float], Outcome]) -> None:
         """What the stage ends with if its `timeout` (in seconds, passed in) cuts it off."""

@@ -3,6 +3,7 @@ gates and the handler interface, without git or a CLI around them."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import trio
@@ -260,3 +261,37 @@ def test_the_watchdog_counts_git_in_flight_as_life() -> None:
         assert len(fired) == 1 and 10 <= fired[0] < 12
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_a_stage_records_the_process_groups_it_tells_of_while_they_live(tmp_path: Path) -> None:
+    seen: dict[str, list[str]] = {}
+
+    async def spawn(req: StageRequest) -> Outcome:
+        process = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        try:
+            req.on_process_group(process.pid, True)
+            seen["running"] = sorted(p.name for p in req.process_groups.iterdir())
+        finally:
+            process.kill()
+            process.wait()
+        req.on_process_group(process.pid, False)
+        seen["ended"] = sorted(p.name for p in req.process_groups.iterdir())
+        return Outcome.success()
+
+    def handlers(handler_type: str) -> Handler | None:
+        return spawn if handler_type == "wait" else handler_for(handler_type)
+
+    walked = walk(
+        """
+        digraph T {
+            start [shape=Mdiamond]
+            exit  [shape=Msquare]
+            w     [shape=insulator]
+            start -> w -> exit
+        }
+        """,
+        tmp_path,
+        handlers=handlers,
+    )
+    assert walked.status == "succeeded", walked.error
+    assert len(seen["running"]) == 1 and seen["ended"] == []
