@@ -126,7 +126,11 @@ class ChildResult:
 
 
 def final_status(scope: Scope) -> str:
-    """A walk that ends succeeds, or partially succeeds if any of its stages did."""
+    """How a walk that reached its end went: failed when its last stage failed (a failure
+    a condition routed to the end, say into a fan-in), else partially succeeded if any
+    of its stages did, else succeeded."""
+    if scope.completed and scope.outcomes.get(scope.completed[-1], {}).get("status") == oc.FAILED:
+        return oc.FAILED
     statuses = {rec.get("status") for rec in scope.outcomes.values()}
     return oc.PARTIAL if oc.PARTIAL in statuses else oc.SUCCEEDED
 

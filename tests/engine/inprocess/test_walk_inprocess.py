@@ -295,3 +295,31 @@ def test_a_stage_records_the_process_groups_it_tells_of_while_they_live(tmp_path
     )
     assert walked.status == "succeeded", walked.error
     assert len(seen["running"]) == 1 and seen["ended"] == []
+
+
+def test_a_branch_whose_failure_is_routed_into_the_fan_in_failed(tmp_path: Path) -> None:
+    walked = walk(
+        """
+        digraph T {
+            start [shape=Mdiamond]
+            exit  [shape=Msquare]
+            fan   [shape=component]
+            bad   [shape=parallelogram, script="exit 3"]
+            good  [shape=parallelogram, script="true"]
+            join  [shape=tripleoctagon]
+            start -> fan
+            fan -> bad
+            fan -> good
+            bad -> join [condition="outcome=failed"]
+            bad -> join
+            good -> join
+            join -> exit
+        }
+        """,
+        tmp_path,
+    )
+    assert walked.status == "partially_succeeded", walked.error
+    statuses = {e.node_id: e.properties.status for e in walked.named("parallel.branch.completed")}
+    assert statuses == {"bad": "failed", "good": "succeeded"}
+    (join,) = [e.properties for e in walked.named("stage.completed") if e.node_id == "join"]
+    assert join.context_updates["parallel.fan_in.best_id"] == "good"
