@@ -26,11 +26,19 @@ from fabro_git.workflow import parse
 
 
 class Collect:
+    """Keeps every event, and the trio clock's time when it came from the trio thread
+    (None from a worker thread, where a checkpoint runs)."""
+
     def __init__(self) -> None:
         self.events: list[Envelope] = []
+        self.times: list[float | None] = []
 
     def handle(self, env: Envelope, line: bytes) -> None:
         self.events.append(env)
+        try:
+            self.times.append(trio.current_time())
+        except RuntimeError:
+            self.times.append(None)
 
     def close(self) -> None:
         pass
@@ -52,6 +60,14 @@ class Walked:
     runtime: Runtime
     seconds: float  # on the clock the walk ran on
     worktree: Path
+    times: list[float | None]
+
+    def time_of(self, name: str, node_id: str) -> float | None:
+        """When the first `name` event of `node_id` came, on the walk's clock."""
+        for env, at in zip(self.events, self.times, strict=True):
+            if env.event == name and env.node_id == node_id:
+                return at
+        return None
 
     def named(self, name: str) -> list[Envelope]:
         return [e for e in self.events if e.event == name]
@@ -68,8 +84,10 @@ def walk(
     handlers: Callable[[str], Handler | None] = handler_for,
     dry_run: bool = False,
     stall: float | None = None,
+    mock_clock: bool = True,
 ) -> Walked:
-    """Run the graph's main walk to its end on a MockClock that jumps over every sleep."""
+    """Run the graph's main walk to its end, on a MockClock that jumps over every sleep
+    unless `mock_clock` is off (a real process must get the time to stop when told)."""
     graph = parse(textwrap.dedent(source))
     worktree = tmp_path / "worktree"
     worktree.mkdir(parents=True, exist_ok=True)
@@ -109,7 +127,7 @@ def walk(
         options=Options(dry_run=dry_run, in_place=True),
         handlers=handlers,
     )
-    clock = trio.testing.MockClock(autojump_threshold=0)
+    clock = trio.testing.MockClock(autojump_threshold=0) if mock_clock else None
     status: str | None = None
     error: str | None = None
 
@@ -137,4 +155,5 @@ def walk(
             nursery.cancel_scope.cancel()
 
     trio.run(main, clock=clock)
-    return Walked(status, error, sink.events, runtime, clock.current_time(), worktree)
+    seconds = clock.current_time() if clock else 0.0
+    return Walked(status, error, sink.events, runtime, seconds, worktree, sink.times)

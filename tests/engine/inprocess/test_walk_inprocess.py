@@ -233,8 +233,12 @@ def test_the_watchdog_stops_a_stage_that_shows_no_sign_of_life(tmp_path: Path) -
     )
     assert walked.status == "failed"
     assert walked.error is not None and walked.error.startswith("stalled after")
-    # Stopped a minute (and a poll) after the stage's last event, not after its hour.
-    assert 60 <= walked.seconds < 62
+    # Stopped a minute (and a poll) after the stage's last sign of life, not after its
+    # hour. (Time before it is not counted: the mock clock jumps from poll to poll while
+    # a checkpoint's git work runs on its thread, which counts as life.)
+    started = walked.time_of("stage.started", "w")
+    assert started is not None
+    assert 60 <= walked.seconds - started <= 61
     assert "w" not in [e.node_id for e in walked.named("stage.completed")]
 
 
@@ -323,3 +327,24 @@ def test_a_branch_whose_failure_is_routed_into_the_fan_in_failed(tmp_path: Path)
     assert statuses == {"bad": "failed", "good": "succeeded"}
     (join,) = [e.properties for e in walked.named("stage.completed") if e.node_id == "join"]
     assert join.context_updates["parallel.fan_in.best_id"] == "good"
+
+
+def test_a_command_cut_off_by_its_timeout_keeps_its_output(tmp_path: Path) -> None:
+    walked = walk(
+        """
+        digraph T {
+            start [shape=Mdiamond]
+            exit  [shape=Msquare]
+            cmd   [shape=parallelogram, script="echo begun; exec sleep 600", timeout="300ms"]
+            start -> cmd -> exit
+        }
+        """,
+        tmp_path,
+        mock_clock=False,
+    )
+    assert walked.status == "failed"
+    assert walked.error == "stage cmd failed: command timed out after 0.3s"
+    (done,) = [e.properties for e in walked.named("stage.completed") if e.node_id == "cmd"]
+    assert done.failure_class == "transient_infra"
+    assert set(done.context_updates) == {"command.output", "command.stderr"}
+    assert (tmp_path / "scratch" / "nodes" / "cmd" / "stdout.log").exists()
