@@ -123,7 +123,9 @@ def _build_spec(
     diagnostics = validate(graph)
     errors = [d for d in diagnostics if d.severity == "error"]
     if errors:
-        lines = [f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors]
+        lines = [
+            f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors
+        ]
         raise WorkflowError(
             f"the workflow has {len(errors)} error(s) and cannot run:\n" + "\n".join(lines),
             path=path,
@@ -252,7 +254,9 @@ def run(
         if json_output:
             from fabro_git.engine.session import RunResult
 
-            write_json_result(RunResult(run_id, "running", manifest.run_branch, manifest.meta_ref, None))
+            write_json_result(
+                RunResult(run_id, "running", manifest.run_branch, manifest.meta_ref, None)
+            )
         else:
             print(run_id)
         return 0
@@ -318,7 +322,9 @@ def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: 
         write_json_result(result)
     run_id = result.run_id
     if result.status == "interrupted":
-        print(f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`", file=sys.stderr)
+        print(
+            f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`", file=sys.stderr
+        )
     elif result.error:
         if not shown:
             from fabro_git import redact
@@ -346,7 +352,9 @@ def _where_the_result_is(repo: Any, run_id: str, branch: str, base: str, tip: st
     if files:
         lines.append(f"  take it:  git merge --squash {branch}")
         lines.append(f"  review:   git diff {base[:12]}...{branch}")
-    lines.append(f"  details:  git fabro logs {run_id[:12]} --pretty   git fabro inspect {run_id[:12]}")
+    lines.append(
+        f"  details:  git fabro logs {run_id[:12]} --pretty   git fabro inspect {run_id[:12]}"
+    )
     print("\n".join(lines), file=sys.stderr)
 
 

@@ -76,7 +76,11 @@ class ConsoleInterviewer:
             lines += [f"  │ {printable(line)}" for line in shown]
         lines.append(f"? {question.text}")
         for choice in question.choices:
-            key = f"[{choice.key}] " if choice.key and not choice.label.lstrip().startswith("[") else ""
+            key = (
+                f"[{choice.key}] "
+                if choice.key and not choice.label.lstrip().startswith("[")
+                else ""
+            )
             lines.append(f"  {key}{choice.label}{'  (free text)' if choice.freeform else ''}")
         if question.default is not None:
             lines.append(f"  default: {question.default.label}")
@@ -91,7 +95,9 @@ class ConsoleInterviewer:
         return answer or None
 
 
-def make_interviewer(*, auto_approve: bool, answers: Sequence[str], interactive: bool) -> Interviewer:
+def make_interviewer(
+    *, auto_approve: bool, answers: Sequence[str], interactive: bool
+) -> Interviewer:
     fallback: Interviewer | None = None
     if auto_approve:
         fallback = AutoApprove()

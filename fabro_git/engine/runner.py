@@ -262,14 +262,18 @@ class Runtime:
                 return WalkEnd(final_status(scope))
             node_id = decision.next_node
 
-    async def _record(self, scope: Scope, node: Node, visit: int, result: Outcome, decision: Decision) -> None:
+    async def _record(
+        self, scope: Scope, node: Node, visit: int, result: Outcome, decision: Decision
+    ) -> None:
         """What a scope keeps of a finished stage: the main run checkpoints, a branch
         commits on its ref, a child leaves its files to its parent's stage."""
         if scope.kind == "main":
             # A failed walk names its last stage as next, so a run cut off before the
             # finish resumes there rather than looking finished.
             next_node = node.id if decision.error is not None else decision.next_node
-            await self.store_call(partial(self._checkpoint, scope, node, visit, result, next_node=next_node))
+            await self.store_call(
+                partial(self._checkpoint, scope, node, visit, result, next_node=next_node)
+            )
         elif scope.kind == "branch":
             from fabro_git.engine.branches import commit_branch_stage
 
@@ -298,13 +302,19 @@ class Runtime:
         try:
             end = await self.walk(scope, start.id)
         except RunFailed as exc:
-            return ChildResult(oc.FAILED, scope.steps, context_delta(before, scope.context), str(exc))
+            return ChildResult(
+                oc.FAILED, scope.steps, context_delta(before, scope.context), str(exc)
+            )
         return ChildResult(end.status, scope.steps, context_delta(before, scope.context))
 
     def _node(self, scope: Scope, node_id: str) -> Node:
         node = scope.graph.nodes.get(node_id)
         if node is None:
-            where = {"main": "the workflow", "branch": "the branch's workflow", "child": "the child workflow"}[scope.kind]
+            where = {
+                "main": "the workflow",
+                "branch": "the branch's workflow",
+                "child": "the child workflow",
+            }[scope.kind]
             raise RunFailed(f"{where} has no node {scope.qualified(node_id)!r}")
         return node
 
@@ -330,8 +340,17 @@ class Runtime:
             return Decision(None)
         target = self._goal_gate_target(scope.graph, gate)
         if target is None:
-            return Decision(None, f"goal gate unsatisfied for node {scope.qualified(gate.id)} and no retry target")
-        self.emit(ev.RunNotice(level="warn", code="goal_gate_retry", message=f"goal gate {gate.id} is not satisfied; retrying from {target}"))
+            return Decision(
+                None,
+                f"goal gate unsatisfied for node {scope.qualified(gate.id)} and no retry target",
+            )
+        self.emit(
+            ev.RunNotice(
+                level="warn",
+                code="goal_gate_retry",
+                message=f"goal gate {gate.id} is not satisfied; retrying from {target}",
+            )
+        )
         return Decision(target)
 
     def _unsatisfied_goal_gate(self, scope: Scope) -> Node | None:

@@ -82,8 +82,15 @@ class RunResult:
 
 
 def make_emitter(bus: EventBus) -> Emit:
-    def emit(event: EventProps | str, /, *, node_id: str | None = None, node_label: str | None = None,
-             stage_id: str | None = None, **props: Any) -> None:
+    def emit(
+        event: EventProps | str,
+        /,
+        *,
+        node_id: str | None = None,
+        node_label: str | None = None,
+        stage_id: str | None = None,
+        **props: Any,
+    ) -> None:
         if isinstance(event, str):
             fields = {k: v for k, v in props.items() if v is not None}
             event = CATALOGUE[event](**fields)
@@ -96,7 +103,10 @@ def graph_record(graph: Graph) -> dict[str, Any]:
     return {
         "name": graph.name,
         "attrs": dict(graph.attrs),
-        "nodes": [{"id": n.id, "handler_type": n.handler_type, "attrs": dict(n.attrs)} for n in graph.nodes.values()],
+        "nodes": [
+            {"id": n.id, "handler_type": n.handler_type, "attrs": dict(n.attrs)}
+            for n in graph.nodes.values()
+        ],
         "edges": [{"from": e.source, "to": e.target, "attrs": dict(e.attrs)} for e in graph.edges],
     }
 
@@ -608,7 +618,10 @@ async def _drive(
 
             def stalled(idle: float) -> None:
                 nonlocal error
-                emit(ev.WatchdogTimeout(idle_seconds=int(idle)), node_id=scope.context.get("current_node"))
+                emit(
+                    ev.WatchdogTimeout(idle_seconds=int(idle)),
+                    node_id=scope.context.get("current_node"),
+                )
                 error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
                 main_scope.cancel()
 

@@ -16,7 +16,13 @@ from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
 from fabro_git.events.catalogue import StagePrompt
 
-ROUTING_FIELDS = ("outcome", "failure_reason", "preferred_next_label", "suggested_next_ids", "context_updates")
+ROUTING_FIELDS = (
+    "outcome",
+    "failure_reason",
+    "preferred_next_label",
+    "suggested_next_ids",
+    "context_updates",
+)
 
 
 def build_prompt(req: StageRequest) -> str:
@@ -40,7 +46,13 @@ def preamble(req: StageRequest) -> str:
             lines.append(f"- **{node_id}**: {record.get('status')}")
             if record.get("files_touched"):
                 lines.append("  - Files: " + ", ".join(record["files_touched"]))
-    public = {k: v for k, v in req.context.items() if not k.startswith(("internal.", "graph.", "response.", "command.", "current_node", "human.gate"))}
+    public = {
+        k: v
+        for k, v in req.context.items()
+        if not k.startswith(
+            ("internal.", "graph.", "response.", "command.", "current_node", "human.gate")
+        )
+    }
     if public and fidelity != "summary:low":
         lines += ["", "## Context"]
         for key, value in sorted(public.items()):
@@ -96,7 +108,9 @@ def outcome_from_response(node_id: str, response: str) -> Outcome:
     suggested = directives.get("suggested_next_ids")
     return Outcome(
         status=status,
-        error=str(directives["failure_reason"]) if status == "failed" and directives.get("failure_reason") else None,
+        error=str(directives["failure_reason"])
+        if status == "failed" and directives.get("failure_reason")
+        else None,
         preferred_label=directives.get("preferred_next_label"),
         suggested_next_ids=[str(s) for s in suggested] if isinstance(suggested, list) else [],
         context_updates=updates,
