@@ -16,7 +16,9 @@ class Emit(Protocol):
         node_id: str | None = None,
         node_label: str | None = None,
         stage_id: str | None = None,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
         **props: Any,
     ) -> None:
         """Emit an event Struct (or, for call sites not moved yet, an event's name and
-        properties), with the envelope's stage fields."""
+        properties), with the envelope's stage and agent-session fields."""

@@ -182,11 +182,30 @@ class Runtime:
 
     # -- events ------------------------------------------------------------------------
 
-    def emit(self, event: EventProps | str, /, **kw: Any) -> None:
+    def emit(
+        self,
+        event: EventProps | str,
+        /,
+        *,
+        node_id: str | None = None,
+        node_label: str | None = None,
+        stage_id: str | None = None,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+        **props: Any,
+    ) -> None:
         """Emit an event: its properties Struct (or, for older call sites, its name and
-        properties), and the envelope's node_id/node_label/stage_id as keywords."""
+        properties), with the envelope's stage and agent-session fields."""
         self.activity += 1
-        self.emit_event(event, **kw)
+        self.emit_event(
+            event,
+            node_id=node_id,
+            node_label=node_label,
+            stage_id=stage_id,
+            session_id=session_id,
+            parent_session_id=parent_session_id,
+            **props,
+        )
 
     async def store_call(self, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking git call on a worker thread, one at a time: the trio loop (other

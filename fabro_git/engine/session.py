@@ -89,12 +89,25 @@ def make_emitter(bus: EventBus) -> Emit:
         node_id: str | None = None,
         node_label: str | None = None,
         stage_id: str | None = None,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
         **props: Any,
     ) -> None:
         if isinstance(event, str):
             fields = {k: v for k, v in props.items() if v is not None}
             event = CATALOGUE[event](**fields)
-        bus.emit(event, node_id=node_id, node_label=node_label, stage_id=stage_id)
+        elif props:
+            raise TypeError(
+                f"{type(event).__name__} takes its properties itself, not {sorted(props)}"
+            )
+        bus.emit(
+            event,
+            node_id=node_id,
+            node_label=node_label,
+            stage_id=stage_id,
+            session_id=session_id,
+            parent_session_id=parent_session_id,
+        )
 
     return emit
 

@@ -92,15 +92,23 @@ class StageRequest:
 
     # -- what a stage may do -------------------------------------------------------------
 
-    def emit(self, props: EventProps, **envelope: Any) -> None:
-        """Emit an event stamped with this stage (node id, label and stage id)."""
-        stamp: dict[str, Any] = {
-            "node_id": self.node_id,
-            "node_label": self.node.label,
-            "stage_id": self.stage_id,
-        }
-        stamp.update(envelope)
-        self._runtime.emit(props, **stamp)
+    def emit(
+        self,
+        props: EventProps,
+        *,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+    ) -> None:
+        """Emit an event stamped with this stage (node id, label and stage id), and with
+        the agent session it comes from, if any."""
+        self._runtime.emit(
+            props,
+            node_id=self.node_id,
+            node_label=self.node.label,
+            stage_id=self.stage_id,
+            session_id=session_id,
+            parent_session_id=parent_session_id,
+        )
 
     def on_process_group(self, pgid: int, running: bool) -> None:
         """Hear of a process group the stage started (`running`) or saw end. It stays

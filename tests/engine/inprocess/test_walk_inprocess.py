@@ -13,7 +13,7 @@ from engine.inprocess.harness import NeverAnswers, walk
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.engine.watchdog import watch_for_stall
-from fabro_git.events.catalogue import StagePrompt
+from fabro_git.events.catalogue import AgentSessionStarted, StagePrompt
 from fabro_git.handlers import handler_for
 
 
@@ -195,6 +195,7 @@ def test_a_child_workflow_walks_to_its_exit(tmp_path: Path) -> None:
 def test_handlers_emit_through_a_stamped_interface(tmp_path: Path) -> None:
     async def announce(req: StageRequest) -> Outcome:
         req.emit(StagePrompt(text=f"hello from {req.node_id}"))
+        req.emit(AgentSessionStarted(model="m"), session_id="S1")
         return Outcome.success()
 
     def handlers(handler_type: str) -> Handler | None:
@@ -216,6 +217,8 @@ def test_handlers_emit_through_a_stamped_interface(tmp_path: Path) -> None:
     (prompt,) = walked.named("stage.prompt")
     assert (prompt.node_id, prompt.stage_id) == ("sub/w", "sub/w@1")
     assert prompt.properties.text == "hello from sub/w"
+    (session,) = walked.named("agent.session.started")
+    assert (session.node_id, session.stage_id, session.session_id) == ("sub/w", "sub/w@1", "S1")
 
 
 def test_the_watchdog_stops_a_stage_that_shows_no_sign_of_life(tmp_path: Path) -> None:
