@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 import trio
@@ -68,9 +68,13 @@ class Options:
     interactive: bool = False
 
 
+# The run itself, a parallel branch, or a child workflow.
+ScopeKind = Literal["main", "branch", "child"]
+
+
 @dataclass
 class Scope:
-    kind: str  # "main", "branch" or "child"
+    kind: ScopeKind
     graph: Graph
     context: Context
     worktree: Path
