@@ -124,7 +124,9 @@ def _build_spec(
     _print_warnings(path, diagnostics)
     errors = [d for d in diagnostics if d.severity == "error"]
     if errors:
-        lines = [f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors]
+        lines = [
+            f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors
+        ]
         raise WorkflowError(
             f"the workflow has {len(errors)} error(s) and cannot run:\n" + "\n".join(lines),
             path=path,
@@ -223,6 +225,7 @@ def run(
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import create_run, execute_run, write_json_result
+    from fabro_git.handlers import handler_for
     from fabro_git.store.repo import GitRepo
 
     outlive_readers()
@@ -253,15 +256,18 @@ def run(
     from fabro_git import redact
 
     redact.remember(spec.inputs)
-    run_id, manifest, cp, bus, recorder, scratch, lock = create_run(repo, spec, warn=_warn)
+    opened = create_run(repo, spec, warn=_warn)
+    run_id, manifest = opened.run_id, opened.manifest
     if detach:
-        lock.release()
-        bus.close()
+        opened.lock.release()
+        opened.bus.close()
         _spawn_detached(repo, run_id, options)
         if json_output:
             from fabro_git.engine.session import RunResult
 
-            write_json_result(RunResult(run_id, "running", manifest.run_branch, manifest.meta_ref, None))
+            write_json_result(
+                RunResult(run_id, "running", manifest.run_branch, manifest.meta_ref, None)
+            )
         else:
             print(run_id)
         return 0
@@ -273,7 +279,8 @@ def run(
             options=options,
             renderer=_renderer(output),
             resuming=False,
-            prepared=(manifest, cp, bus, recorder, scratch, lock, spec.graph),
+            handlers=handler_for,
+            prepared=opened,
         )
     return _report(result, json_output, repo, manifest.base_sha, shown=True)
 
@@ -326,7 +333,9 @@ def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: 
         write_json_result(result)
     run_id = result.run_id
     if result.status == "interrupted":
-        print(f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`", file=sys.stderr)
+        print(
+            f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`", file=sys.stderr
+        )
     elif result.error:
         if not shown:
             from fabro_git import redact
@@ -389,13 +398,13 @@ def resume(
     detach: bool,
     json_output: bool,
     output: str = "tail",
-    dry_run: bool = False,
     detached_child: bool = False,
 ) -> int:
     from fabro_git.cli._runs import resolve_run
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import execute_run, load_run
+    from fabro_git.handlers import handler_for
     from fabro_git.store.repo import GitRepo
 
     outlive_readers()
@@ -415,7 +424,7 @@ def resume(
     options = Options(
         auto_approve=auto_approve or bool(manifest.settings.get("auto_approve")),
         answers=list(answers),
-        dry_run=dry_run or bool(manifest.settings.get("dry_run")),
+        dry_run=bool(manifest.settings.get("dry_run")),
         in_place=manifest.in_place,
         model=manifest.settings.get("model"),
         provider=manifest.settings.get("provider"),
@@ -430,6 +439,11 @@ def resume(
         print(f"resuming run {full_id}", file=sys.stderr)
     with _disk_full_names_the_run(full_id):
         result = execute_run(
-            repo, full_id, options=options, renderer=None if detached_child else _renderer(output), resuming=True
+            repo,
+            full_id,
+            options=options,
+            renderer=None if detached_child else _renderer(output),
+            resuming=True,
+            handlers=handler_for,
         )
     return _report(result, json_output, repo, manifest.base_sha, shown=not detached_child)

@@ -50,8 +50,3 @@ class Context(Mapping[str, Any]):
 
     def snapshot(self) -> dict[str, Any]:
         return copy.deepcopy(self._values)
-
-    def public(self) -> dict[str, Any]:
-        """Values a person or a downstream prompt should see (engine bookkeeping left out)."""
-        hidden = ("internal.", "graph.", "thread.", "response.", "current_node")
-        return {k: v for k, v in self._values.items() if not k.startswith(hidden)}

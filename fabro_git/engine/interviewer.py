@@ -10,6 +10,7 @@ import sys
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import trio
 
@@ -31,6 +32,10 @@ class Question:
     details: str = ""
 
 
+class Interviewer(Protocol):
+    async def ask(self, question: Question) -> str | None: ...
+
+
 class AutoApprove:
     kind = "auto"
 
@@ -44,7 +49,7 @@ class QueueInterviewer:
 
     kind = "queue"
 
-    def __init__(self, answers: Sequence[str], fallback: object | None = None) -> None:
+    def __init__(self, answers: Sequence[str], fallback: Interviewer | None = None) -> None:
         self.answers = deque(answers)
         self.fallback = fallback
 
@@ -52,7 +57,7 @@ class QueueInterviewer:
         if self.answers:
             return self.answers.popleft()
         if self.fallback is not None:
-            return await self.fallback.ask(question)  # type: ignore[attr-defined]
+            return await self.fallback.ask(question)
         return None
 
 
@@ -71,7 +76,11 @@ class ConsoleInterviewer:
             lines += [f"  │ {printable(line)}" for line in shown]
         lines.append(f"? {question.text}")
         for choice in question.choices:
-            key = f"[{choice.key}] " if choice.key and not choice.label.lstrip().startswith("[") else ""
+            key = (
+                f"[{choice.key}] "
+                if choice.key and not choice.label.lstrip().startswith("[")
+                else ""
+            )
             lines.append(f"  {key}{choice.label}{'  (free text)' if choice.freeform else ''}")
         if question.default is not None:
             lines.append(f"  default: {question.default.label}")
@@ -86,8 +95,10 @@ class ConsoleInterviewer:
         return answer or None
 
 
-def make_interviewer(*, auto_approve: bool, answers: Sequence[str], interactive: bool) -> object:
-    fallback: object | None = None
+def make_interviewer(
+    *, auto_approve: bool, answers: Sequence[str], interactive: bool
+) -> Interviewer:
+    fallback: Interviewer | None = None
     if auto_approve:
         fallback = AutoApprove()
     elif interactive:

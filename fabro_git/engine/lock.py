@@ -13,10 +13,13 @@ import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.errors import RunLocked
+
+if TYPE_CHECKING:
+    from fabro_git.store.repo import GitRepo
 
 
 def lock_path(git_dir: Path, run_id: str) -> Path:
@@ -39,7 +42,7 @@ def mark_starting(git_dir: Path, run_id: str, pid: int) -> None:
 
 
 class RunLock:
-    def __init__(self, repo: Any, run_id: str) -> None:
+    def __init__(self, repo: GitRepo, run_id: str) -> None:
         self.run_id = run_id
         self.git_dir = Path(repo.git_dir)
         self.path = lock_path(self.git_dir, run_id)
@@ -55,7 +58,9 @@ class RunLock:
             os.close(fd)
             raise RunLocked(
                 f"run {self.run_id} is being executed by {holder}",
-                hint="wait for it to finish, or follow it with `git fabro logs -f " + self.run_id + "`",
+                hint="wait for it to finish, or follow it with `git fabro logs -f "
+                + self.run_id
+                + "`",
             ) from None
         # One fixed-width write over the old record, never an empty file in between: a
         # loser reading it right now sees a whole record.
@@ -66,7 +71,9 @@ class RunLock:
         with contextlib.suppress(FileNotFoundError):
             starting_path(self.git_dir, self.run_id).unlink()
 
-    def clear_stale_ref_locks(self, refs: Sequence[str], namespaces: Sequence[str] = ()) -> list[Path]:
+    def clear_stale_ref_locks(
+        self, refs: Sequence[str], namespaces: Sequence[str] = ()
+    ) -> list[Path]:
         """Remove `<ref>.lock` files of this run's own refs; call only while holding the lock.
 
         A process killed inside a ref update (kill -9 between creating the lock file and

@@ -98,8 +98,11 @@ class Recorder:
         exclude_globs: list[str],
         meta_tip: str | None,
         run_tip: str | None,
+        requeue: Callable[[bytes], object] | None = None,
     ) -> None:
         self.repo = repo
+        # Puts back a segment that no snapshot took, ahead of anything new.
+        self.requeue = requeue
         self.run_id = run_id
         self.workflow_slug = workflow_slug
         self.emit = emit
@@ -198,9 +201,8 @@ class Recorder:
         return decode_checkpoint(data) if data is not None else None
 
     def _requeue(self, segment: bytes) -> None:
-        requeue = getattr(self, "requeue", None)
-        if requeue is not None:
-            requeue(segment)
+        if self.requeue is not None:
+            self.requeue(segment)
 
     # -- the stage cycle --------------------------------------------------------------
 

@@ -2,9 +2,11 @@
 
 A *scope* is one walk over a graph with its own context and worktree: the run itself,
 a parallel branch (own worktree and ref, stops at the fan-in), or a sub-workflow (runs
-inside its parent's stage). All three share `execute_stage` (retries, events, context
-keys) and `route` (edge selection, failure routing, circuit breakers); only the main
-scope writes checkpoints to the meta ref.
+inside its parent's stage). All three go through the one `walk`: the same entry rules
+(visit limits), `execute_stage` (timeout, retries, events, context keys), `route` (edge
+selection, failure routing, circuit breakers), goal gates and final status. Only what
+is recorded after each stage differs: the main scope checkpoints to the meta ref and the
+run branch, a branch commits on its own ref, a child leaves it to its parent's stage.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
 
 import msgspec
 import trio
@@ -25,15 +28,24 @@ import trio
 from fabro_git.config.locations import make_private_dir
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
-from fabro_git.engine.context import Context
+from fabro_git.engine.context import Context, context_delta
 from fabro_git.engine.edges import select_edge
+from fabro_git.engine.emit import Emit
 from fabro_git.engine.failures import failure_signature, is_tracked, may_cross_loop_restart
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.retry import policy_for
-from fabro_git.engine.stage import StageRequest
+from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.errors import DiskFull, FabroError, disk_full_in
+from fabro_git.events import catalogue as ev
+from fabro_git.events.envelope import EventProps
 from fabro_git.workflow import Graph, Node
+
+if TYPE_CHECKING:
+    from fabro_git.engine.interviewer import Interviewer
+    from fabro_git.store.repo import GitRepo
+
+T = TypeVar("T")
 
 
 def now_iso() -> str:
@@ -56,9 +68,13 @@ class Options:
     interactive: bool = False
 
 
+# The run itself, a parallel branch, or a child workflow.
+ScopeKind = Literal["main", "branch", "child"]
+
+
 @dataclass
 class Scope:
-    kind: str  # "main", "branch" or "child"
+    kind: ScopeKind
     graph: Graph
     context: Context
     worktree: Path
@@ -71,6 +87,10 @@ class Scope:
     tip: str | None = None
     prefix: str = ""
     steps: int = 0
+    # Handler types the walk stops in front of, without running them (a branch: fan-in, exit).
+    stop_at: frozenset[str] = frozenset()
+    # Heads merged into the scope's next commit (the fan-in's chosen branch).
+    merge_parents: list[str] = field(default_factory=list)
 
     def qualified(self, node_id: str) -> str:
         return f"{self.prefix}{node_id}"
@@ -89,6 +109,36 @@ class Decision:
         return self.next_node is None and self.error is None
 
 
+@dataclass
+class WalkEnd:
+    """How a walk ended: its final status, and the node it stopped in front of (a
+    branch's fan-in or exit), if any."""
+
+    status: str
+    stopped_at: str | None = None
+
+
+@dataclass
+class ChildResult:
+    """A child workflow's end: its status (failed with `error`), the stages it ran, and
+    the context keys it set."""
+
+    status: str
+    steps: int
+    context_updates: dict[str, Any]
+    error: str | None = None
+
+
+def final_status(scope: Scope) -> str:
+    """How a walk that reached its end went: failed when its last stage failed (a failure
+    a condition routed to the end, say into a fan-in), else partially succeeded if any
+    of its stages did, else succeeded."""
+    if scope.completed and scope.outcomes.get(scope.completed[-1], {}).get("status") == oc.FAILED:
+        return oc.FAILED
+    statuses = {rec.get("status") for rec in scope.outcomes.values()}
+    return oc.PARTIAL if oc.PARTIAL in statuses else oc.SUCCEEDED
+
+
 class Runtime:
     """Run-wide services shared by every scope and handler."""
 
@@ -96,16 +146,17 @@ class Runtime:
         self,
         *,
         run_id: str,
-        repo: Any,
+        repo: GitRepo,
         graph: Graph,
         manifest: Manifest,
         checkpoint: Checkpoint,
-        emit_event: Callable[..., Any],
+        emit_event: Emit,
         recorder: Recorder | None,
         scratch: Path,
         worktree: Path,
-        interviewer: Any,
+        interviewer: Interviewer,
         options: Options,
+        handlers: Callable[[str], Handler | None],
     ) -> None:
         self.run_id = run_id
         self.repo = repo
@@ -118,12 +169,15 @@ class Runtime:
         self.worktree = worktree
         self.interviewer = interviewer
         self.options = options
+        self.handlers = handlers
         self.rng = random.Random()
         self.pending_files: dict[str, bytes | None] = {}
-        # Heads merged into the next run-branch commit (the fan-in's chosen branch).
-        self.merge_parents: list[str] = []
+        # One git call at a time, each on a worker thread (see `store_call`).
+        self._store_lock = trio.Lock()
         self._tree_cache: dict[str, str] = {}
-        self.last_activity = time.monotonic()
+        # Signs of life for the stall watchdog: events emitted, git calls in flight.
+        self.activity = 0
+        self.store_busy = 0
         self.run_started = time.monotonic()
         self.active_base_ms = checkpoint.active_ms
         # Attempts a crash cut off, by stage_id: a stage run again after resume counts on
@@ -132,9 +186,41 @@ class Runtime:
 
     # -- events ------------------------------------------------------------------------
 
-    def emit(self, event: str, /, **kw: Any) -> None:
-        self.last_activity = time.monotonic()
-        self.emit_event(event, **kw)
+    def emit(
+        self,
+        event: EventProps | str,
+        /,
+        *,
+        node_id: str | None = None,
+        node_label: str | None = None,
+        stage_id: str | None = None,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+        **props: Any,
+    ) -> None:
+        """Emit an event: its properties Struct (or, for older call sites, its name and
+        properties), with the envelope's stage and agent-session fields."""
+        self.activity += 1
+        self.emit_event(
+            event,
+            node_id=node_id,
+            node_label=node_label,
+            stage_id=stage_id,
+            session_id=session_id,
+            parent_session_id=parent_session_id,
+            **props,
+        )
+
+    async def store_call(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking git call on a worker thread, one at a time: the trio loop (other
+        branches, the watchdog, Ctrl-C) goes on meanwhile."""
+        async with self._store_lock:
+            self.store_busy += 1
+            try:
+                return await trio.to_thread.run_sync(fn, *args)
+            finally:
+                self.store_busy -= 1
+                self.activity += 1
 
     def active_ms(self) -> int:
         return self.active_base_ms + int((time.monotonic() - self.run_started) * 1000)
@@ -159,46 +245,100 @@ class Runtime:
 
     async def run_main(self, scope: Scope) -> str:
         """Walk from the checkpoint's next node to the exit. Returns the final status."""
-        graph = self.graph
-        start = graph.start_node()
+        start = self.graph.start_node()
         assert start is not None  # validation refused graphs without one
-        if self.cp.next_node_id is None and walk_finished(self.cp, graph):
+        if self.cp.next_node_id is None and walk_finished(self.cp, self.graph):
             # Resumed after the last stage's checkpoint: only the finish is left.
-            return self._final_status(scope)
-        node_id = self.cp.next_node_id or start.id
+            return final_status(scope)
+        end = await self.walk(scope, self.cp.next_node_id or start.id)
+        return end.status
+
+    async def walk(self, scope: Scope, node_id: str) -> WalkEnd:
+        """The one walk, for every scope: from `node_id` to the exit, a stage with no edge
+        to take, or a node the scope stops in front of. Goal gates are checked wherever
+        the walk would end. RunFailed when it cannot go on."""
         while True:
-            node = self._node(graph, node_id)
-            if node.handler_type == "exit":
+            node = self._node(scope, node_id)
+            if node.handler_type == "exit" or node.handler_type in scope.stop_at:
                 gates = self._check_goal_gates(scope)
                 if gates.error is not None:
                     raise RunFailed(gates.error)
                 if gates.next_node is not None:
                     node_id = gates.next_node
                     continue
+                if node.handler_type in scope.stop_at:
+                    return WalkEnd(final_status(scope), node.id)
             visit = self._enter(scope, node)
             result = await self.execute_stage(scope, node, visit)
             if node.handler_type == "exit":
-                self._checkpoint(scope, node, visit, result, next_node=None)
-                return self._final_status(scope)
-            decision = self.route(scope, node, result)
-            if decision.ends_walk:
-                # A stage with no edge to take ends the run as the exit would, goal
-                # gates included: routing around the exit must not skip them.
-                decision = self._check_goal_gates(scope)
-            # A failed walk names its last stage as next, so a run cut off before the
-            # finish resumes there rather than looking finished.
-            next_node = node.id if decision.error is not None else decision.next_node
-            self._checkpoint(scope, node, visit, result, next_node=next_node)
+                decision = Decision(None)
+            else:
+                decision = self.route(scope, node, result)
+                if decision.ends_walk:
+                    # A stage with no edge to take ends the walk as the exit would, goal
+                    # gates included: routing around the exit must not skip them.
+                    decision = self._check_goal_gates(scope)
+            await self._record(scope, node, visit, result, decision)
             if decision.error is not None:
                 raise RunFailed(decision.error)
             if decision.next_node is None:
-                return self._final_status(scope)
+                return WalkEnd(final_status(scope))
             node_id = decision.next_node
 
-    def _node(self, graph: Graph, node_id: str) -> Node:
-        node = graph.nodes.get(node_id)
+    async def _record(
+        self, scope: Scope, node: Node, visit: int, result: Outcome, decision: Decision
+    ) -> None:
+        """What a scope keeps of a finished stage: the main run checkpoints, a branch
+        commits on its ref, a child leaves its files to its parent's stage."""
+        if scope.kind == "main":
+            # A failed walk names its last stage as next, so a run cut off before the
+            # finish resumes there rather than looking finished.
+            next_node = node.id if decision.error is not None else decision.next_node
+            await self.store_call(
+                partial(self._checkpoint, scope, node, visit, result, next_node=next_node)
+            )
+        elif scope.kind == "branch":
+            from fabro_git.engine.branches import commit_branch_stage
+
+            await self.store_call(commit_branch_stage, self, scope, node.id, result.status)
+
+    async def run_child(self, parent: Scope, node: Node, graph: Graph) -> ChildResult:
+        """Walk a child workflow inside `node`'s stage: the parent's worktree and tip, a
+        copy of its context, and stage ids under `<node>/`."""
+        start = graph.start_node()
+        assert start is not None  # validation refused graphs without one
+        scope = Scope(
+            kind="child",
+            graph=graph,
+            context=parent.context.fork(),
+            worktree=parent.worktree,
+            visits={},
+            outcomes={},
+            completed=[],
+            loop_signatures={},
+            restart_signatures={},
+            tip=parent.tip,
+            prefix=f"{parent.qualified(node.id)}/",
+            merge_parents=parent.merge_parents,
+        )
+        before = dict(parent.context)
+        try:
+            end = await self.walk(scope, start.id)
+        except RunFailed as exc:
+            return ChildResult(
+                oc.FAILED, scope.steps, context_delta(before, scope.context), str(exc)
+            )
+        return ChildResult(end.status, scope.steps, context_delta(before, scope.context))
+
+    def _node(self, scope: Scope, node_id: str) -> Node:
+        node = scope.graph.nodes.get(node_id)
         if node is None:
-            raise RunFailed(f"the workflow has no node {node_id!r}")
+            where = {
+                "main": "the workflow",
+                "branch": "the branch's workflow",
+                "child": "the child workflow",
+            }[scope.kind]
+            raise RunFailed(f"{where} has no node {scope.qualified(node_id)!r}")
         return node
 
     def _enter(self, scope: Scope, node: Node) -> int:
@@ -215,31 +355,35 @@ class Runtime:
         scope.visits[node.id] = visit
         return visit
 
-    def _final_status(self, scope: Scope) -> str:
-        statuses = {rec.get("status") for rec in scope.outcomes.values()}
-        return oc.PARTIAL if oc.PARTIAL in statuses else oc.SUCCEEDED
-
     def _check_goal_gates(self, scope: Scope) -> Decision:
-        """At the end of the main walk: go on (no next node), retry from a gate's
-        retry target, or fail when an unsatisfied gate has none."""
+        """Where a walk would end: go on (no next node), retry from a gate's retry
+        target, or fail when an unsatisfied gate has none."""
         gate = self._unsatisfied_goal_gate(scope)
         if gate is None:
             return Decision(None)
         target = self._goal_gate_target(scope.graph, gate)
         if target is None:
-            return Decision(None, f"goal gate unsatisfied for node {gate.id} and no retry target")
+            return Decision(
+                None,
+                f"goal gate unsatisfied for node {scope.qualified(gate.id)} and no retry target",
+            )
         self.emit(
-            "run.notice",
-            level="warn",
-            code="goal_gate_retry",
-            message=f"goal gate {gate.id} is not satisfied; retrying from {target}",
+            ev.RunNotice(
+                level="warn",
+                code="goal_gate_retry",
+                message=f"goal gate {gate.id} is not satisfied; retrying from {target}",
+            )
         )
         return Decision(target)
 
     def _unsatisfied_goal_gate(self, scope: Scope) -> Node | None:
         for node_id, record in scope.outcomes.items():
             node = scope.graph.nodes.get(node_id)
-            if node is not None and node.get_bool("goal_gate", False) and record.get("status") not in (oc.SUCCEEDED, oc.PARTIAL):
+            if (
+                node is not None
+                and node.get_bool("goal_gate", False)
+                and record.get("status") not in (oc.SUCCEEDED, oc.PARTIAL)
+            ):
                 return node
         return None
 
@@ -257,13 +401,11 @@ class Runtime:
     # -- one stage -----------------------------------------------------------------------
 
     async def execute_stage(self, scope: Scope, node: Node, visit: int) -> Outcome:
-        from fabro_git.handlers import handler_for
-
         graph = scope.graph
         qid = scope.qualified(node.id)
         label = node.label
         stage_id = f"{qid}@{visit}"
-        handler = handler_for(node.handler_type)
+        handler = self.handlers(node.handler_type)
         policy = policy_for(node, graph)
         self.cp.stage_index += 1
         index = self.cp.stage_index
@@ -288,18 +430,19 @@ class Runtime:
             await trio.lowlevel.checkpoint()
             ctx.set(f"internal.retry_count.{node.id}", attempt - 1)
             self.emit(
-                "stage.started",
-                index=index,
-                handler_type=node.handler_type,
-                attempt=earlier + attempt,
-                max_attempts=max_attempts,
+                ev.StageStarted(
+                    index=index,
+                    handler_type=node.handler_type,
+                    attempt=earlier + attempt,
+                    max_attempts=max_attempts,
+                ),
                 node_id=qid,
                 node_label=label,
                 stage_id=stage_id,
             )
             request = StageRequest(
-                runtime=self,
-                scope=scope,
+                _runtime=self,
+                _scope=scope,
                 graph=graph,
                 node=node,
                 context=ctx,
@@ -311,7 +454,9 @@ class Runtime:
                 node_dir=node_dir,
             )
             if handler is None:
-                result = Outcome.failure(f"no handler for node type {node.handler_type!r}", oc.STRUCTURAL)
+                result = Outcome.failure(
+                    f"no handler for node type {node.handler_type!r}", oc.STRUCTURAL
+                )
             else:
                 result = await self._call_handler(handler, request, node)
             files = request.files
@@ -320,12 +465,15 @@ class Runtime:
             )
             if retryable and attempt < policy.max_attempts:
                 self.emit(
-                    "stage.failed",
-                    index=index,
-                    error=result.error or "retry requested",
-                    failure_class=result.failure_class or oc.TRANSIENT,
-                    failure_signature=failure_signature(qid, result.failure_class, result.error),
-                    will_retry=True,
+                    ev.StageFailed(
+                        index=index,
+                        error=result.error or "retry requested",
+                        failure_class=oc.event_failure_class(result.failure_class or oc.TRANSIENT),
+                        failure_signature=failure_signature(
+                            qid, result.failure_class, result.error
+                        ),
+                        will_retry=True,
+                    ),
                     node_id=qid,
                     node_label=label,
                     stage_id=stage_id,
@@ -334,11 +482,12 @@ class Runtime:
                 self.cp.node_retries[qid] = self.cp.node_retries.get(qid, 0) + 1
                 attempt += 1
                 self.emit(
-                    "stage.retrying",
-                    index=index,
-                    attempt=earlier + attempt,
-                    max_attempts=max_attempts,
-                    delay_ms=int(delay * 1000),
+                    ev.StageRetrying(
+                        index=index,
+                        attempt=earlier + attempt,
+                        max_attempts=max_attempts,
+                        delay_ms=int(delay * 1000),
+                    ),
                     node_id=qid,
                     node_label=label,
                     stage_id=stage_id,
@@ -353,7 +502,9 @@ class Runtime:
                 result.status = oc.PARTIAL
             break
         if node.get_bool("auto_status", False) and result.status not in (oc.SUCCEEDED, oc.SKIPPED):
-            result.notes = (result.notes + "; " if result.notes else "") + f"auto_status: was {result.status}"
+            result.notes = (
+                result.notes + "; " if result.notes else ""
+            ) + f"auto_status: was {result.status}"
             result.status = oc.SUCCEEDED
         signature = None
         # A conditional node carries the previous stage's outcome through for its edge
@@ -363,12 +514,13 @@ class Runtime:
             result.failure_class = result.failure_class or oc.DETERMINISTIC
             signature = failure_signature(qid, result.failure_class, result.error)
             self.emit(
-                "stage.failed",
-                index=index,
-                error=result.error or "stage failed",
-                failure_class=result.failure_class,
-                failure_signature=signature,
-                will_retry=False,
+                ev.StageFailed(
+                    index=index,
+                    error=result.error or "stage failed",
+                    failure_class=oc.event_failure_class(result.failure_class),
+                    failure_signature=signature,
+                    will_retry=False,
+                ),
                 node_id=qid,
                 node_label=label,
                 stage_id=stage_id,
@@ -388,40 +540,59 @@ class Runtime:
         scope.outcomes[node.id] = record
         scope.completed.append(node.id)
         scope.steps += 1
-        self.pending_files[f"nodes/{node_dir}/status.json"] = msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
+        self.pending_files[f"nodes/{node_dir}/status.json"] = (
+            msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
+        )
         for name, data in files.items():
             self.pending_files[f"nodes/{node_dir}/{name}"] = data
-        completed_props: dict[str, Any] = dict(
+        usage = None
+        if result.usage is not None:
+            usage = ev.StageUsage(**{k: v for k, v in vars(result.usage).items() if v is not None})
+        completed = ev.StageCompleted(
             index=index,
             duration_ms=duration_ms,
-            status=result.status,
+            status=oc.event_status(result.status),
             preferred_label=result.preferred_label,
             suggested_next_ids=list(result.suggested_next_ids),
+            usage=usage,
             error=result.error,
-            failure_class=result.failure_class if result.status == oc.FAILED else None,
+            failure_class=oc.event_failure_class(result.failure_class)
+            if result.status == oc.FAILED and result.failure_class
+            else None,
             failure_signature=signature,
             context_updates=_jsonable(result.context_updates) or None,
             jump_to_node=result.jump_to_node,
             node_visits=dict(scope.visits),
+            loop_failure_signatures=dict(scope.loop_signatures) or None,
+            restart_failure_signatures=dict(scope.restart_signatures) or None,
             response=result.response,
             notes=result.notes,
             files_touched=list(result.files_touched),
             attempt=earlier + attempt,
             max_attempts=max_attempts,
         )
-        if result.usage is not None:
-            completed_props["usage"] = {k: v for k, v in vars(result.usage).items() if v is not None}
-        if scope.loop_signatures:
-            completed_props["loop_failure_signatures"] = dict(scope.loop_signatures)
-        if scope.restart_signatures:
-            completed_props["restart_failure_signatures"] = dict(scope.restart_signatures)
-        self.emit("stage.completed", node_id=qid, node_label=label, stage_id=stage_id, **completed_props)
+        self.emit(completed, node_id=qid, node_label=label, stage_id=stage_id)
         return result
 
-    async def _call_handler(self, handler: Any, request: StageRequest, node: Node) -> Outcome:
+    async def _call_handler(self, handler: Handler, request: StageRequest, node: Node) -> Outcome:
+        """Run the handler inside the stage's one cancel scope: the node's `timeout`
+        bounds every handler type alike. A timeout is a transient failure, unless the
+        handler said what it ends with (`StageRequest.on_timeout`)."""
+        timeout = node.get_duration("timeout", None)
+        with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
+            result = await self._guarded(handler, request, node)
+        if deadline.cancelled_caught:
+            assert timeout is not None
+            if request.timeout_outcome is not None:
+                return request.timeout_outcome(timeout)
+            return Outcome.failure(
+                f"{node.handler_type} stage {node.id} timed out after {timeout:g}s", oc.TRANSIENT
+            )
+        return result
+
+    async def _guarded(self, handler: Handler, request: StageRequest, node: Node) -> Outcome:
         try:
-            result: Outcome = await handler(request)
-            return result
+            return await handler(request)
         except trio.Cancelled:
             raise
         except Exception as exc:
@@ -431,7 +602,9 @@ class Runtime:
                 return Outcome.failure(str(exc), oc.DETERMINISTIC)
             # A handler bug must not take the run's state with it.
             request.files["handler-error.txt"] = "".join(traceback.format_exception(exc)).encode()
-            return Outcome.failure(f"handler error in {node.id}: {type(exc).__name__}: {exc}", oc.DETERMINISTIC)
+            return Outcome.failure(
+                f"handler error in {node.id}: {type(exc).__name__}: {exc}", oc.DETERMINISTIC
+            )
 
     def _apply(self, scope: Scope, node: Node, result: Outcome, signature: str | None) -> None:
         ctx = scope.context
@@ -457,7 +630,12 @@ class Runtime:
         qid = scope.qualified(node.id)
         limit = graph.get_int("loop_restart_signature_limit", 3)
         sig = scope.context.get("failure_signature") if result.status == oc.FAILED else None
-        if sig and is_tracked(result.failure_class) and limit and scope.loop_signatures.get(sig, 0) >= limit:
+        if (
+            sig
+            and is_tracked(result.failure_class)
+            and limit
+            and scope.loop_signatures.get(sig, 0) >= limit
+        ):
             return Decision(
                 None,
                 f"deterministic failure cycle detected: signature {sig!r} repeated "
@@ -465,7 +643,9 @@ class Runtime:
             )
         if result.jump_to_node:
             if result.jump_to_node not in graph.nodes:
-                return Decision(None, f"{qid} asked to jump to unknown node {result.jump_to_node!r}")
+                return Decision(
+                    None, f"{qid} asked to jump to unknown node {result.jump_to_node!r}"
+                )
             self._edge_event(scope, node, result, result.jump_to_node, None, None, "jump", True)
             return Decision(result.jump_to_node)
         # A fan-out's edges are its branches, already run: when none reached a fan-in,
@@ -510,7 +690,8 @@ class Runtime:
         if edge.loop_restart:
             if result.status == oc.FAILED and not may_cross_loop_restart(result.failure_class):
                 return Decision(
-                    None, f"loop_restart blocked: failure_class={result.failure_class} (requires transient_infra)"
+                    None,
+                    f"loop_restart blocked: failure_class={result.failure_class} (requires transient_infra)",
                 )
             if sig:
                 scope.restart_signatures[sig] = scope.restart_signatures.get(sig, 0) + 1
@@ -520,11 +701,22 @@ class Runtime:
                         f"loop restart circuit breaker: signature {sig!r} repeated "
                         f"{scope.restart_signatures[sig]} times (limit {limit})",
                     )
-            self._edge_event(scope, node, result, edge.target, edge.label, edge.condition, selection.reason, False)
-            self.emit("loop.restart", from_node=qid, to_node=scope.qualified(edge.target))
+            self._edge_event(
+                scope,
+                node,
+                result,
+                edge.target,
+                edge.label,
+                edge.condition,
+                selection.reason,
+                False,
+            )
+            self.emit(ev.LoopRestart(from_node=qid, to_node=scope.qualified(edge.target)))
             self._restart(scope)
             return Decision(edge.target)
-        self._edge_event(scope, node, result, edge.target, edge.label, edge.condition, selection.reason, False)
+        self._edge_event(
+            scope, node, result, edge.target, edge.label, edge.condition, selection.reason, False
+        )
         return Decision(edge.target)
 
     def _dead_end(self, scope: Scope, node: Node, result: Outcome, *, fanned_out: bool) -> Decision:
@@ -542,10 +734,7 @@ class Runtime:
                 "ends there; add an edge from it if the workflow should go on"
             )
         self.emit(
-            "run.notice",
-            level="warn",
-            code="no_outgoing_edge",
-            message=message,
+            ev.RunNotice(level="warn", code="no_outgoing_edge", message=message),
             node_id=qid,
             node_label=node.label,
         )
@@ -553,7 +742,11 @@ class Runtime:
 
     def _restart(self, scope: Scope) -> None:
         """A loop restart starts the walk afresh from the target: visits and context reset."""
-        keep = {k: v for k, v in scope.context.items() if k.startswith(("graph.", "internal.run_id", "internal.work_dir"))}
+        keep = {
+            k: v
+            for k, v in scope.context.items()
+            if k.startswith(("graph.", "internal.run_id", "internal.work_dir"))
+        }
         for key in list(scope.context):
             scope.context.remove(key)
         scope.context.update(keep)
@@ -571,16 +764,17 @@ class Runtime:
         is_jump: bool,
     ) -> None:
         self.emit(
-            "edge.selected",
-            from_node=scope.qualified(node.id),
-            to_node=scope.qualified(target),
-            label=label,
-            condition=condition,
-            reason=reason,
-            preferred_label=result.preferred_label,
-            suggested_next_ids=list(result.suggested_next_ids),
-            stage_status=result.status,
-            is_jump=is_jump,
+            ev.EdgeSelected(
+                from_node=scope.qualified(node.id),
+                to_node=scope.qualified(target),
+                label=label,
+                condition=condition,
+                reason=reason,
+                preferred_label=result.preferred_label,
+                suggested_next_ids=list(result.suggested_next_ids),
+                stage_status=oc.event_status(result.status),
+                is_jump=is_jump,
+            )
         )
 
     # -- checkpoints -----------------------------------------------------------------------
@@ -591,7 +785,9 @@ class Runtime:
             tree = self._tree_cache[commit] = self.repo.commit_info(commit).tree
         return tree
 
-    def _checkpoint(self, scope: Scope, node: Node, visit: int, result: Outcome, *, next_node: str | None) -> None:
+    def _checkpoint(
+        self, scope: Scope, node: Node, visit: int, result: Outcome, *, next_node: str | None
+    ) -> None:
         cp = self.cp
         self.resumed_attempts.clear()
         cp.current_node = node.id
@@ -605,7 +801,11 @@ class Runtime:
         if recorder is None:
             return
         tree: str | None
-        if node.handler_type in NO_WORKTREE_CHANGES and not self.merge_parents and recorder.run_tip:
+        if (
+            node.handler_type in NO_WORKTREE_CHANGES
+            and not scope.merge_parents
+            and recorder.run_tip
+        ):
             # These stages run no user code, so the tree cannot have changed: skip the scan.
             tree = self._tip_tree(recorder.run_tip)
         else:
@@ -617,10 +817,12 @@ class Runtime:
             except FabroError as err:
                 self._forget_unrecorded_stage(scope)
                 raise RunFailed(str(err)) from err
-        recorder.plan_commit(cp, node.id, result.status, tree, self.merge_parents)
-        self.merge_parents = []
+        recorder.plan_commit(cp, node.id, result.status, tree, scope.merge_parents)
+        scope.merge_parents.clear()
         scope_kw = {"node_id": node.id, "node_label": node.label, "stage_id": f"{node.id}@{visit}"}
-        meta_sha = recorder.snapshot("checkpoint", f"checkpoint {node.id}@{visit}", cp, files, scope=scope_kw)
+        meta_sha = recorder.snapshot(
+            "checkpoint", f"checkpoint {node.id}@{visit}", cp, files, scope=scope_kw
+        )
         if meta_sha is None:
             self.pending_files = {**files, **self.pending_files}
             cp.pending_commit = None
@@ -628,16 +830,25 @@ class Runtime:
             # Going on would pile stages onto a record git does not hold (and end with a
             # success nothing backs); stop, so resume redoes this stage from the last
             # checkpoint git does hold.
-            raise RunFailed(f"the checkpoint after {node.id} could not be written to git (see the error above)")
+            raise RunFailed(
+                f"the checkpoint after {node.id} could not be written to git (see the error above)"
+            )
         before = recorder.run_tip
         sha = recorder.commit_pending(cp, node_label=node.label)
         if sha is None and cp.pending_commit is not None:
-            raise RunFailed(f"the run-branch commit for {node.id} could not be made (see the error above)")
+            raise RunFailed(
+                f"the run-branch commit for {node.id} could not be made (see the error above)"
+            )
         if sha is not None and tree is not None:
             self._tree_cache[sha] = tree
         scope.tip = recorder.run_tip
         diff = None
-        if sha is not None and before is not None and tree is not None and tree != self._tip_tree(before):
+        if (
+            sha is not None
+            and before is not None
+            and tree is not None
+            and tree != self._tip_tree(before)
+        ):
             from fabro_git.store import worktree as wt
 
             with contextlib.suppress(FabroError):
@@ -646,10 +857,11 @@ class Runtime:
                     diff = wt.diff_text(self.worktree, before, sha, max_bytes=20_000)
                 diff = diff or None
         self.emit(
-            "checkpoint.completed",
-            status=result.status,
-            git_commit_sha=sha or recorder.run_tip,
-            diff=diff,
+            ev.CheckpointCompleted(
+                status=oc.event_status(result.status),
+                git_commit_sha=sha or recorder.run_tip,
+                diff=diff,
+            ),
             node_id=node.id,
             node_label=node.label,
         )

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,13 +34,18 @@ from fabro_git.engine.checkpoint import (
     encode,
 )
 from fabro_git.engine.context import Context
+from fabro_git.engine.emit import Emit
 from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
-from fabro_git.engine.runner import Options, RunFailed, Runtime, now_iso, walk_finished
+from fabro_git.engine.runner import Options, RunFailed, Runtime, Scope, now_iso, walk_finished
+from fabro_git.engine.stage import Handler
+from fabro_git.engine.watchdog import watch_for_stall
 from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
-from fabro_git.events.bus import EventBus, TailFileSink, tail_after
+from fabro_git.events import catalogue as ev
+from fabro_git.events.bus import EventBus, Sink, TailFileSink, tail_after
 from fabro_git.events.catalogue import CATALOGUE
+from fabro_git.events.envelope import EventProps
 from fabro_git.store import runs as runrefs
 from fabro_git.store import worktree as wt
 from fabro_git.store.repo import GitRepo
@@ -75,12 +81,33 @@ class RunResult:
         return 1
 
 
-def make_emitter(bus: EventBus) -> Any:
-    def emit(event: str, /, *, node_id: str | None = None, node_label: str | None = None,
-             stage_id: str | None = None, **props: Any) -> None:
-        cls = CATALOGUE[event]
-        fields = {k: v for k, v in props.items() if v is not None}
-        bus.emit(cls(**fields), node_id=node_id, node_label=node_label, stage_id=stage_id)
+def make_emitter(bus: EventBus) -> Emit:
+    def emit(
+        event: EventProps | str,
+        /,
+        *,
+        node_id: str | None = None,
+        node_label: str | None = None,
+        stage_id: str | None = None,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+        **props: Any,
+    ) -> None:
+        if isinstance(event, str):
+            fields = {k: v for k, v in props.items() if v is not None}
+            event = CATALOGUE[event](**fields)
+        elif props:
+            raise TypeError(
+                f"{type(event).__name__} takes its properties itself, not {sorted(props)}"
+            )
+        bus.emit(
+            event,
+            node_id=node_id,
+            node_label=node_label,
+            stage_id=stage_id,
+            session_id=session_id,
+            parent_session_id=parent_session_id,
+        )
 
     return emit
 
@@ -89,7 +116,10 @@ def graph_record(graph: Graph) -> dict[str, Any]:
     return {
         "name": graph.name,
         "attrs": dict(graph.attrs),
-        "nodes": [{"id": n.id, "handler_type": n.handler_type, "attrs": dict(n.attrs)} for n in graph.nodes.values()],
+        "nodes": [
+            {"id": n.id, "handler_type": n.handler_type, "attrs": dict(n.attrs)}
+            for n in graph.nodes.values()
+        ],
         "edges": [{"from": e.source, "to": e.target, "attrs": dict(e.attrs)} for e in graph.edges],
     }
 
@@ -111,7 +141,22 @@ class RunSpec:
     settings: dict[str, Any] = field(default_factory=dict)  # the effective run configuration
 
 
-def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifest, Checkpoint, EventBus, Recorder | None, Path, RunLock]:
+@dataclass
+class OpenRun:
+    """A run made ready to drive: its records, its event bus, its recorder, its scratch
+    dir, the lock held on it and its graph."""
+
+    run_id: str
+    manifest: Manifest
+    checkpoint: Checkpoint
+    bus: EventBus
+    recorder: Recorder | None
+    scratch: Path
+    lock: RunLock
+    graph: Graph
+
+
+def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -> OpenRun:
     base = repo.require_base()
     assert base.sha is not None
     run_id = runrefs.new_ulid()
@@ -162,19 +207,28 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
     bus = EventBus(run_id, [TailFileSink(scratch / "events.jsonl")])
     emit = make_emitter(bus)
     emit(
-        "run.created",
-        settings=manifest.settings,
-        graph=graph_record(graph),
-        workflow_source=spec.source,
-        labels=spec.labels,
-        run_dir=str(scratch),
-        source_directory=str(repo.root),
-        repo_origin_url=manifest.origin_url,
-        base_branch=base.branch,
-        workflow_slug=slug,
-        provenance={"subject": {"kind": "user", "login": os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"}},
-        pre_run_git={"display_base_sha": base.sha[:12], "local_dirty": "dirty" if dirty else "clean"},
-        in_place=in_place,
+        ev.RunCreated(
+            settings=manifest.settings,
+            graph=graph_record(graph),
+            workflow_source=spec.source,
+            labels=spec.labels,
+            run_dir=str(scratch),
+            source_directory=str(repo.root),
+            repo_origin_url=manifest.origin_url,
+            base_branch=base.branch,
+            workflow_slug=slug,
+            provenance={
+                "subject": {
+                    "kind": "user",
+                    "login": os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown",
+                }
+            },
+            pre_run_git={
+                "display_base_sha": base.sha[:12],
+                "local_dirty": "dirty" if dirty else "clean",
+            },
+            in_place=in_place,
+        )
     )
     if dirty:
         message = (
@@ -182,7 +236,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
             "it starts from the committed HEAD. Commit or stash them, or use --in-place."
         )
         warn(message)
-        emit("run.notice", level="warn", code="uncommitted_changes", message=message)
+        emit(ev.RunNotice(level="warn", code="uncommitted_changes", message=message))
     recorder = Recorder(
         repo,
         run_id,
@@ -193,8 +247,8 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
         exclude_globs=spec.exclude_globs,
         meta_tip=None,
         run_tip=None if in_place else base.sha,
+        requeue=bus.restore_pending,
     )
-    recorder.requeue = bus.restore_pending  # type: ignore[attr-defined]
     files = {
         "manifest.json": encode(manifest),
         "graph.fabro": spec.source.encode(),
@@ -202,16 +256,20 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Any) -> tuple[str, Manifes
     files.update(_workflow_files(graph))
     sha = recorder.snapshot("init", "init", cp, files)
     if sha is None:
-        raise StoreError(f"could not write the first snapshot of run {run_id} to {runrefs.meta_ref(run_id)}")
+        raise StoreError(
+            f"could not write the first snapshot of run {run_id} to {runrefs.meta_ref(run_id)}"
+        )
     # The branch comes after the snapshot: a run cut off in between has its meta ref,
     # and resume makes the branch from the manifest, instead of a branch nothing names.
     if not in_place:
         create_run_branch(repo, run_id, base.sha)
-    return run_id, manifest, cp, bus, recorder, scratch, lock
+    return OpenRun(run_id, manifest, cp, bus, recorder, scratch, lock, graph)
 
 
 def create_run_branch(repo: GitRepo, run_id: str, base_sha: str) -> None:
-    repo.update_ref(runrefs.run_branch_ref(run_id), base_sha, old=None, message=f"fabro: create run {run_id}")
+    repo.update_ref(
+        runrefs.run_branch_ref(run_id), base_sha, old=None, message=f"fabro: create run {run_id}"
+    )
 
 
 def _workflow_files(graph: Graph) -> dict[str, bytes]:
@@ -321,14 +379,16 @@ def _read_dir(repo: GitRepo, commit: str, directory: str) -> dict[str, bytes]:
     return out
 
 
-def ensure_worktree(repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Any) -> tuple[Path, bool]:
+def ensure_worktree(
+    repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Emit
+) -> tuple[Path, bool]:
     """The run's worktree at the run branch's tip: reuse, reset or rebuild it."""
     path = scratch / "worktree"
     _drop_stale_checkouts(repo, run_id, path)
     if (path / ".git").exists():
         try:
             wt.checkout(path, run_tip)
-            emit("git.reset", sha=run_tip)
+            emit(ev.GitReset(sha=run_tip))
             return path, False
         except FabroError:
             with contextlib.suppress(FabroError):
@@ -364,9 +424,10 @@ def execute_run(
     run_id: str,
     *,
     options: Options,
-    renderer: Any | None,
+    renderer: Sink | None,
     resuming: bool,
-    prepared: tuple[Manifest, Checkpoint, EventBus, Recorder | None, Path, RunLock, Graph] | None = None,
+    handlers: Callable[[str], Handler | None],
+    prepared: OpenRun | None = None,
 ) -> RunResult:
     if prepared is None:
         lock = RunLock(repo, run_id)
@@ -384,7 +445,12 @@ def execute_run(
         bus.add_sink(TailFileSink(tail))
         emit = make_emitter(bus)
         run_tip = None if manifest.in_place else repo.read_ref(runrefs.run_branch_ref(run_id))
-        if not manifest.in_place and run_tip is None and not cp.completed_nodes and cp.pending_commit is None:
+        if (
+            not manifest.in_place
+            and run_tip is None
+            and not cp.completed_nodes
+            and cp.pending_commit is None
+        ):
             # Cut off between the init snapshot and the branch: nothing was committed yet.
             create_run_branch(repo, run_id, manifest.base_sha)
             run_tip = manifest.base_sha
@@ -403,20 +469,38 @@ def execute_run(
             exclude_globs=list(manifest.settings.get("exclude_globs") or []),
             meta_tip=meta,
             run_tip=run_tip,
+            requeue=bus.restore_pending,
         )
-        assert recorder is not None
-        recorder.requeue = bus.restore_pending  # type: ignore[attr-defined]
         graph = _load_graph(repo, run_id, manifest, source, meta)
         # A crash leaves stage commands running; they must not write into the worktree
         # this run restores.
         process_groups.kill_recorded(process_groups.records_dir(scratch))
     else:
-        manifest, cp, bus, recorder, scratch, lock, graph = prepared
+        manifest, cp, bus, recorder = (
+            prepared.manifest,
+            prepared.checkpoint,
+            prepared.bus,
+            prepared.recorder,
+        )
+        scratch, lock, graph = prepared.scratch, prepared.lock, prepared.graph
         emit = make_emitter(bus)
     if renderer is not None:
         bus.add_sink(renderer)
     try:
-        return trio.run(_drive, repo, run_id, manifest, cp, bus, emit, recorder, scratch, graph, options, resuming)
+        return trio.run(
+            _drive,
+            repo,
+            run_id,
+            manifest,
+            cp,
+            emit,
+            recorder,
+            scratch,
+            graph,
+            options,
+            resuming,
+            handlers,
+        )
     finally:
         process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
         bus.close()
@@ -428,13 +512,13 @@ async def _drive(
     run_id: str,
     manifest: Manifest,
     cp: Checkpoint,
-    bus: EventBus,
-    emit: Any,
+    emit: Emit,
     recorder: Recorder | None,
     scratch: Path,
     graph: Graph,
     options: Options,
     resuming: bool,
+    handlers: Callable[[str], Handler | None],
 ) -> RunResult:
     in_place = manifest.in_place
     cut_off = cutoff.CutOff()
@@ -446,13 +530,25 @@ async def _drive(
         try:
             recorder.reconcile(cp, base_sha=manifest.base_sha)
         except MissingObject as exc:
-            raise missing_object_error(run_id, recorder.run_ref, recorder.run_tip or "", exc) from exc
+            raise missing_object_error(
+                run_id, recorder.run_ref, recorder.run_tip or "", exc
+            ) from exc
     # A process killed after the exit checkpoint may have announced run.completed in the
     # tail (now queued for the next segment); the finish must not announce it twice.
-    announced = resuming and walk_finished(cp, graph) and _tail_has(scratch, cp.last_event_id, "run.completed")
+    announced = (
+        resuming
+        and walk_finished(cp, graph)
+        and _tail_has(scratch, cp.last_event_id, "run.completed")
+    )
     if cp.status in TERMINAL and resuming and cp.status != oc.FAILED:
-        return RunResult(run_id, cp.status, manifest.run_branch, manifest.meta_ref, recorder.run_tip if recorder else None)
-    emit("sandbox.initializing", provider="local")
+        return RunResult(
+            run_id,
+            cp.status,
+            manifest.run_branch,
+            manifest.meta_ref,
+            recorder.run_tip if recorder else None,
+        )
+    emit(ev.SandboxInitializing(provider="local"))
     t0 = time.monotonic()
     if in_place:
         worktree = Path(manifest.source_directory)
@@ -463,23 +559,37 @@ async def _drive(
             # What a cut-off stage left untracked must not leak into its rerun.
             wt.remove_untracked(worktree, exclude_globs=recorder.exclude_globs)
         recorder.worktree = worktree
-    emit("sandbox.ready", provider="local", duration_ms=int((time.monotonic() - t0) * 1000), name=str(worktree))
-    emit("sandbox.initialized", working_directory=str(worktree), provider="local", identifier=run_id, repo_cloned=False)
+    emit(
+        ev.SandboxReady(
+            provider="local", duration_ms=int((time.monotonic() - t0) * 1000), name=str(worktree)
+        )
+    )
+    emit(
+        ev.SandboxInitialized(
+            working_directory=str(worktree), provider="local", identifier=run_id, repo_cloned=False
+        )
+    )
     cp.context_values["internal.work_dir"] = str(worktree)
     if resuming:
-        emit("run.notice", level="info", code="resumed",
-             message=f"resuming from checkpoint after {cp.current_node or 'start'}; next: {cp.next_node_id or 'start'}")
+        emit(
+            ev.RunNotice(
+                level="info",
+                code="resumed",
+                message=f"resuming from checkpoint after {cp.current_node or 'start'}; next: {cp.next_node_id or 'start'}",
+            )
+        )
     cutoff.close_cut_off(cut_off, emit)
     cp.status = "running"
     cp.error = None
     emit(
-        "run.started",
-        name=graph.name,
-        base_branch=manifest.base_branch,
-        base_sha=manifest.base_sha,
-        run_branch=manifest.run_branch,
-        worktree_dir=str(worktree),
-        goal=manifest.goal or None,
+        ev.RunStarted(
+            name=graph.name,
+            base_branch=manifest.base_branch,
+            base_sha=manifest.base_sha,
+            run_branch=manifest.run_branch,
+            worktree_dir=str(worktree),
+            goal=manifest.goal or None,
+        )
     )
     runtime = Runtime(
         run_id=run_id,
@@ -491,8 +601,13 @@ async def _drive(
         recorder=recorder,
         scratch=scratch,
         worktree=worktree,
-        interviewer=make_interviewer(auto_approve=options.auto_approve, answers=options.answers, interactive=options.interactive),
+        interviewer=make_interviewer(
+            auto_approve=options.auto_approve,
+            answers=options.answers,
+            interactive=options.interactive,
+        ),
         options=options,
+        handlers=handlers,
     )
     runtime.resumed_attempts = cut_off.attempts
     scope = runtime.main_scope()
@@ -514,23 +629,25 @@ async def _drive(
                         interrupted = True
                         main_scope.cancel()
 
-            async def watchdog() -> None:
+            def stalled(idle: float) -> None:
                 nonlocal error
-                while True:
-                    await trio.sleep(min(1.0, stall / 4))
-                    idle = time.monotonic() - runtime.last_activity
-                    if idle >= stall:
-                        emit("watchdog.timeout", idle_seconds=int(idle), node_id=scope.context.get("current_node"))
-                        error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
-                        main_scope.cancel()
-                        return
+                emit(
+                    ev.WatchdogTimeout(idle_seconds=int(idle)),
+                    node_id=scope.context.get("current_node"),
+                )
+                error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
+                main_scope.cancel()
 
             nursery.start_soon(watch_signals)
             if stall > 0:
-                nursery.start_soon(watchdog)
+                nursery.start_soon(watch_for_stall, runtime, stall, stalled)
             with main_scope:
                 try:
-                    if not cp.completed_nodes and not cp.node_visits and not cp.context_values.get("internal.setup_done"):
+                    if (
+                        not cp.completed_nodes
+                        and not cp.node_visits
+                        and not cp.context_values.get("internal.setup_done")
+                    ):
                         await _run_setup(runtime, manifest, worktree)
                         scope.context.set("internal.setup_done", True)
                     status = await runtime.run_main(scope)
@@ -568,19 +685,21 @@ class _SetupFailed(Exception):
 
 
 async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> None:
-    from fabro_git.handlers.command import argv_for, run_script
+    from fabro_git.engine.process import argv_for, run_script
     from fabro_git.workflow.templates import script_environment
 
     commands = list(manifest.settings.get("setup_commands") or [])
     if not commands:
         return
     emit = runtime.emit
-    emit("setup.started", command_count=len(commands))
+    emit(ev.SetupStarted(command_count=len(commands)))
     t0 = time.monotonic()
     logs = make_private_dir(runtime.scratch / "setup")
-    env = script_environment(os.environ, goal=manifest.goal, inputs=manifest.inputs, run_id=runtime.run_id)
+    env = script_environment(
+        os.environ, goal=manifest.goal, inputs=manifest.inputs, run_id=runtime.run_id
+    )
     for index, command in enumerate(commands):
-        emit("setup.command.started", command=command, index=index)
+        emit(ev.SetupCommandStarted(command=command, index=index))
         c0 = time.monotonic()
         out, err = logs / f"{index}.stdout", logs / f"{index}.stderr"
         code, _timed_out = await run_script(
@@ -595,19 +714,31 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
         exit_code = -1 if code is None else code
         if exit_code != 0:
             stderr = err.read_bytes()[-4000:].decode("utf-8", "replace")
-            emit("setup.failed", command=command, index=index, exit_code=exit_code, stderr=stderr)
-            raise _SetupFailed(f"setup command {index + 1} ({command!r}) exited with status {exit_code}")
-        emit("setup.command.completed", command=command, index=index, exit_code=exit_code,
-             duration_ms=int((time.monotonic() - c0) * 1000))
-    emit("setup.completed", duration_ms=int((time.monotonic() - t0) * 1000))
+            emit(ev.SetupFailed(command=command, index=index, exit_code=exit_code, stderr=stderr))
+            raise _SetupFailed(
+                f"setup command {index + 1} ({command!r}) exited with status {exit_code}"
+            )
+        emit(
+            ev.SetupCommandCompleted(
+                command=command,
+                index=index,
+                exit_code=exit_code,
+                duration_ms=int((time.monotonic() - c0) * 1000),
+            )
+        )
+    emit(ev.SetupCompleted(duration_ms=int((time.monotonic() - t0) * 1000)))
 
 
-def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, announce: bool = True) -> RunResult:
+def _finish(
+    runtime: Runtime, scope: Scope, status: str, error: str | None, *, announce: bool = True
+) -> RunResult:
     cp = runtime.cp
     emit = runtime.emit
     recorder = runtime.recorder
     manifest = runtime.manifest
-    cp.context_values = msgspec.json.decode(msgspec.json.encode(scope.context.snapshot(), enc_hook=str))
+    cp.context_values = msgspec.json.decode(
+        msgspec.json.encode(scope.context.snapshot(), enc_hook=str)
+    )
     cp.timestamp = now_iso()
     cp.active_ms = runtime.active_ms()
     final_sha = recorder.run_tip if recorder else None
@@ -618,19 +749,34 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
             cp.next_node_id = current
         if current:
             _undo_unfinished_visit(cp, current)
-        emit("run.notice", level="warn", code="interrupted",
-             message=f"run interrupted; continue it with `git fabro resume {runtime.run_id}`")
+        emit(
+            ev.RunNotice(
+                level="warn",
+                code="interrupted",
+                message=f"run interrupted; continue it with `git fabro resume {runtime.run_id}`",
+            )
+        )
     elif status == oc.FAILED:
         current = scope.context.get("current_node")
         if current and cp.pending_commit is None:
             cp.next_node_id = current
         cp.error = error
-        emit("run.failed", error=error or "run failed", duration_ms=cp.active_ms, git_commit_sha=final_sha)
+        emit(
+            ev.RunFailed(
+                error=error or "run failed", duration_ms=cp.active_ms, git_commit_sha=final_sha
+            )
+        )
     else:
         cp.finished_at = cp.timestamp
         if announce:
-            emit("run.completed", duration_ms=cp.active_ms, artifact_count=cp.artifact_count, status=status,
-                 final_git_commit_sha=final_sha)
+            emit(
+                ev.RunCompleted(
+                    duration_ms=cp.active_ms,
+                    artifact_count=cp.artifact_count,
+                    status=oc.event_status(status),
+                    final_git_commit_sha=final_sha,
+                )
+            )
     cp.status = status
     # A pending commit left by a failed run commit stays: the stage is recorded, and
     # resume makes (or finds) its commit before going on.
@@ -638,13 +784,17 @@ def _finish(runtime: Runtime, scope: Any, status: str, error: str | None, *, ann
     # then free for the user's own `git switch`, and resume checks it out again from git.
     # Ignored files in it (build caches) go with it; only a killed run keeps them.
     if recorder is not None and recorder.worktree is not None:
-        emit("sandbox.cleanup.started", provider="local")
+        emit(ev.SandboxCleanupStarted(provider="local"))
         c0 = time.monotonic()
         try:
             wt.remove_worktree(runtime.repo, recorder.worktree)
-            emit("sandbox.cleanup.completed", provider="local", duration_ms=int((time.monotonic() - c0) * 1000))
+            emit(
+                ev.SandboxCleanupCompleted(
+                    provider="local", duration_ms=int((time.monotonic() - c0) * 1000)
+                )
+            )
         except FabroError as exc:
-            emit("sandbox.cleanup.failed", provider="local", error=str(exc))
+            emit(ev.SandboxCleanupFailed(provider="local", error=str(exc)))
     if recorder is not None:
         files = dict(runtime.pending_files)
         runtime.pending_files = {}

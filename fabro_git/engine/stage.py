@@ -1,22 +1,37 @@
-"""What a handler is given: the node, a read-only view of the context, where to work,
-and a handle on the run for the few handlers that need more than that."""
+"""What a handler is given: the stage's node, a read-only view of the context, where to
+work, and the few things a stage may ask of the engine.
+
+This is the whole of a handler's reach. It emits events already stamped with its stage,
+asks a person through the interviewer, runs a child workflow or parallel branches (the
+engine owns their walks, worktrees and refs), tells of the process groups it starts, and
+records files for the stage's entry on the meta ref. Nothing here reaches the store; the
+engine does every git call. An LLM stage runs an agent session on the same terms:
+`emit` for its `agent.*` events, `worktree` as its workspace, `on_process_group` for
+its shell commands, and trio cancellation to stop it.
+
+Cancellation is trio's: the engine runs the handler inside the stage's cancel scope (its
+`timeout`, Ctrl-C, the watchdog). A handler that can say something useful when it is cut
+off registers `on_timeout`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from fabro_git.engine.runner import Runtime, Scope
+    from fabro_git.engine.branches import BranchPlan, BranchResult
+    from fabro_git.engine.interviewer import Interviewer
+    from fabro_git.engine.outcome import Outcome
+    from fabro_git.engine.runner import ChildResult, Runtime, Scope
+    from fabro_git.events.envelope import EventProps
     from fabro_git.workflow import Graph, Node
 
 
 @dataclass
 class StageRequest:
-    runtime: Runtime
-    scope: Scope
     graph: Graph
     node: Node
     context: Mapping[str, Any]
@@ -26,5 +41,111 @@ class StageRequest:
     worktree: Path
     stage_dir: Path
     node_dir: str
+    _runtime: Runtime
+    _scope: Scope
     # Files for the stage's `nodes/<dir>/` entry on the meta ref, beyond status.json.
     files: dict[str, bytes] = field(default_factory=dict)
+    # What the stage ends with when its `timeout` cuts it off (default: a transient failure).
+    timeout_outcome: Callable[[float], Outcome] | None = None
+    # The record files of the process groups the stage told of, by group id.
+    _groups: dict[int, Path | None] = field(default_factory=dict)
+
+    # -- facts about the run -------------------------------------------------------------
+
+    @property
+    def node_id(self) -> str:
+        """The node's id as events name it: `<child node>/<node>` inside a sub-workflow."""
+        return self._scope.qualified(self.node.id)
+
+    @property
+    def run_id(self) -> str:
+        return self._runtime.run_id
+
+    @property
+    def goal(self) -> str:
+        return self._runtime.manifest.goal
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        return dict(self._runtime.manifest.inputs)
+
+    @property
+    def dry_run(self) -> bool:
+        return self._runtime.options.dry_run
+
+    @property
+    def completed(self) -> Mapping[str, Mapping[str, Any]]:
+        """The outcome records of the stages this walk has completed, by node id."""
+        return self._scope.outcomes
+
+    @property
+    def process_groups(self) -> Path:
+        """Where a stage records the process groups it starts, so the run's end (or a
+        resume after a crash) can kill what they leave running."""
+        from fabro_git.engine import process_groups
+
+        return process_groups.records_dir(self._runtime.scratch)
+
+    @property
+    def interviewer(self) -> Interviewer:
+        return self._runtime.interviewer
+
+    # -- what a stage may do -------------------------------------------------------------
+
+    def emit(
+        self,
+        props: EventProps,
+        *,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+    ) -> None:
+        """Emit an event stamped with this stage (node id, label and stage id), and with
+        the agent session it comes from, if any."""
+        self._runtime.emit(
+            props,
+            node_id=self.node_id,
+            node_label=self.node.label,
+            stage_id=self.stage_id,
+            session_id=session_id,
+            parent_session_id=parent_session_id,
+        )
+
+    def on_process_group(self, pgid: int, running: bool) -> None:
+        """Hear of a process group the stage started (`running`) or saw end. It stays
+        recorded while any of it is alive, so the run's end, or a resume after a crash,
+        kills what it left running."""
+        from fabro_git.engine import process_groups
+
+        if running:
+            self._groups[pgid] = process_groups.record(self.process_groups, pgid)
+        elif not process_groups.alive(pgid):
+            process_groups.forget(self._groups.pop(pgid, None))
+
+    def on_timeout(self, outcome: Callable[[float], Outcome]) -> None:
+        """What the stage ends with if its `timeout` (in seconds, passed in) cuts it off."""
+        self.timeout_outcome = outcome
+
+    async def run_child(self, graph: Graph) -> ChildResult:
+        """Walk `graph` as a child workflow in this stage's worktree, with a copy of the
+        context; its stages are named `<this node>/<child node>`."""
+        return await self._runtime.run_child(self._scope, self.node, graph)
+
+    async def run_branches(self, plan: BranchPlan) -> list[BranchResult]:
+        """Run parallel branches from this stage, each in its own worktree and on its own
+        ref, until each reaches a fan-in or the exit."""
+        from fabro_git.engine.branches import run_branches
+
+        return await run_branches(self._runtime, self._scope, self.node, self.visit, plan)
+
+    async def adopt_branch(self, head: str) -> None:
+        """Take a finished branch's files into this stage's worktree; the stage's commit
+        then has the branch head as a second parent."""
+        from fabro_git.engine.branches import adopt_branch
+
+        await adopt_branch(self._runtime, self._scope, self.node, head)
+
+
+# The name the design speaks of; one type.
+StageContext = StageRequest
+
+Handler = Callable[[StageRequest], Awaitable["Outcome"]]

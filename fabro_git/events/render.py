@@ -42,12 +42,6 @@ def format_duration(ms: float | int | None) -> str:
     return f"{secs // 3600}h{secs % 3600 // 60:02d}m"
 
 
-def _elapsed(secs: float) -> str:
-    """Whole seconds for a running clock: `0s`, `42s`, `3m07s`."""
-    whole = int(secs)
-    return f"{whole}s" if whole < 60 else format_duration(whole * 1000)
-
-
 def _status(value: Any) -> str:
     return str(value or "?").replace("_", " ")
 

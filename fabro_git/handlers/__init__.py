@@ -1,20 +1,15 @@
 """Node handlers: one module per node type, each an async function returning an Outcome.
 
-A handler does the stage's work and nothing else: the engine owns retries, routing,
-events around the stage, and checkpoints. Handlers that need the engine (parallel
-branches, sub-workflows, fan-in) reach it through `StageRequest.runtime`.
+A handler does the stage's work and nothing else: the engine owns timeouts, retries,
+routing, events around the stage, worktrees and checkpoints. Handlers that need the
+engine (parallel branches, sub-workflows, fan-in) ask through the `StageRequest` they
+are given, never the runtime or the store. The engine does not import this package:
+the CLI hands `handler_for` to it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from fabro_git.engine.outcome import Outcome
-    from fabro_git.engine.stage import StageRequest
-
-Handler = Callable[["StageRequest"], Awaitable["Outcome"]]
+from fabro_git.engine.stage import Handler
 
 
 def handler_for(handler_type: str) -> Handler | None:

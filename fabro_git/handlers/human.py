@@ -13,6 +13,7 @@ from fabro_git.engine.edges import accelerator_key, normalize_label
 from fabro_git.engine.interviewer import Choice, Question
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
+from fabro_git.events.catalogue import InterviewCompleted, InterviewStarted, InterviewTimeout
 from fabro_git.workflow import Graph, Node
 
 
@@ -54,60 +55,57 @@ async def execute(req: StageRequest) -> Outcome:
     default_name = node.get("human.default_choice")
     default = None
     if default_name:
-        default = match(default_name, choices) or next((c for c in choices if c.target == default_name), None)
+        default = match(default_name, choices) or next(
+            (c for c in choices if c.target == default_name), None
+        )
     question = Question(
         text=node.get("question") or node.label,
         choices=choices,
         default=default,
         details=_what_it_is_about(req.context),
     )
-    question_type = "freeform" if any(c.freeform for c in choices) and len(choices) == 1 else "multiple_choice"
+    question_type = (
+        "freeform" if any(c.freeform for c in choices) and len(choices) == 1 else "multiple_choice"
+    )
     if len(choices) == 2 and question_type == "multiple_choice":
         question_type = "approval"
-    runtime = req.runtime
-    runtime.emit(
-        "interview.started",
-        question=question.text,
-        question_type=question_type,
-        node_id=node.id,
-        node_label=node.label,
-        stage_id=req.stage_id,
-    )
+    req.emit(InterviewStarted(question=question.text, question_type=question_type))
     started = time.monotonic()
-    timeout = node.get_duration("human.timeout", None) or node.get_duration("timeout", None)
-    answer: str | None = None
-    timed_out = False
-    with trio.move_on_after(timeout if timeout else float("inf")) as scope:
-        answer = await runtime.interviewer.ask(question)
-    waited = int((time.monotonic() - started) * 1000)
-    if scope.cancelled_caught:
-        timed_out = True
-        runtime.emit(
-            "interview.timeout",
-            question=question.text,
-            duration_ms=waited,
-            node_id=node.id,
-            node_label=node.label,
-            stage_id=req.stage_id,
-        )
-        if default is not None:
-            answer = default.label
-    if answer is None:
-        reason = "timed out" if timed_out else "was not answered"
+
+    def waited() -> int:
+        return int((time.monotonic() - started) * 1000)
+
+    def no_answer(reason: str) -> Outcome:
         return Outcome.failure(
             f"human gate {node.id!r} {reason}; failing closed"
             " (answer it with --answer TEXT, or take its default with --auto-approve)",
             "canceled",
         )
-    runtime.emit(
-        "interview.completed",
-        question=question.text,
-        answer=answer,
-        duration_ms=waited,
-        node_id=node.id,
-        node_label=node.label,
-        stage_id=req.stage_id,
-    )
+
+    def timed_out(_seconds: float) -> Outcome:
+        req.emit(InterviewTimeout(question=question.text, duration_ms=waited()))
+        if default is None:
+            return no_answer("timed out")
+        return answered(default.label)
+
+    def answered(answer: str) -> Outcome:
+        req.emit(InterviewCompleted(question=question.text, answer=answer, duration_ms=waited()))
+        return _route_on(node, choices, answer)
+
+    # The node's `timeout` is the engine's (for every stage); `human.timeout` is the gate's.
+    req.on_timeout(timed_out)
+    own_timeout = node.get_duration("human.timeout", None)
+    answer: str | None = None
+    with trio.move_on_after(own_timeout if own_timeout else float("inf")) as scope:
+        answer = await req.interviewer.ask(question)
+    if scope.cancelled_caught:
+        return timed_out(own_timeout or 0.0)
+    if answer is None:
+        return no_answer("was not answered")
+    return answered(answer)
+
+
+def _route_on(node: Node, choices: list[Choice], answer: str) -> Outcome:
     chosen = match(answer, choices)
     text = None
     if chosen is None:
@@ -115,7 +113,9 @@ async def execute(req: StageRequest) -> Outcome:
         text = answer
     if chosen is None:
         options = ", ".join(c.label for c in choices)
-        return Outcome.failure(f"human gate {node.id!r}: answer {answer!r} matches none of: {options}", "deterministic")
+        return Outcome.failure(
+            f"human gate {node.id!r}: answer {answer!r} matches none of: {options}", "deterministic"
+        )
     updates: dict[str, object] = {
         "human.gate.selected": "freeform" if chosen.freeform else (chosen.key or chosen.label),
         "human.gate.label": chosen.label,

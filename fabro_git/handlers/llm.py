@@ -14,32 +14,38 @@ from typing import Any
 from fabro_git.engine.outcome import Outcome, normalize_status
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
+from fabro_git.events.catalogue import StagePrompt
 from fabro_git.outputs.directives import directives_from_status_file, extract_directives
 
 
 def build_prompt(req: StageRequest) -> str:
     from fabro_git.workflow.templates import load_prompt, render
 
-    runtime = req.runtime
     text = load_prompt(req.node, req.graph) or req.node.label
-    body = render(text, goal=runtime.manifest.goal, inputs=runtime.manifest.inputs)
+    body = render(text, goal=req.goal, inputs=req.inputs)
     return preamble(req) + body
 
 
 def preamble(req: StageRequest) -> str:
     fidelity = req.node.get("fidelity") or req.graph.attrs.get("default_fidelity") or "compact"
-    goal = req.runtime.manifest.goal
-    lines = [f"Goal: {goal}" if goal else f"Run: {req.runtime.run_id}"]
+    goal = req.goal
+    lines = [f"Goal: {goal}" if goal else f"Run: {req.run_id}"]
     if fidelity in ("truncate", "full"):
         return "\n".join(lines) + "\n\n"
-    outcomes = req.scope.outcomes
+    outcomes = req.completed
     if outcomes:
         lines += ["", "## Completed stages"]
         for node_id, record in outcomes.items():
             lines.append(f"- **{node_id}**: {record.get('status')}")
             if record.get("files_touched"):
                 lines.append("  - Files: " + ", ".join(record["files_touched"]))
-    public = {k: v for k, v in req.context.items() if not k.startswith(("internal.", "graph.", "response.", "command.", "current_node", "human.gate"))}
+    public = {
+        k: v
+        for k, v in req.context.items()
+        if not k.startswith(
+            ("internal.", "graph.", "response.", "command.", "current_node", "human.gate")
+        )
+    }
     if public and fidelity != "summary:low":
         lines += ["", "## Context"]
         for key, value in sorted(public.items()):
@@ -63,7 +69,9 @@ def outcome_from_response(node_id: str, response: str, worktree: Path | None = N
     suggested = directives.get("suggested_next_ids")
     return Outcome(
         status=status,
-        error=str(directives["failure_reason"]) if status == "failed" and directives.get("failure_reason") else None,
+        error=str(directives["failure_reason"])
+        if status == "failed" and directives.get("failure_reason")
+        else None,
         preferred_label=directives.get("preferred_next_label"),
         suggested_next_ids=[str(s) for s in suggested] if isinstance(suggested, list) else [],
         context_updates=updates,
@@ -73,14 +81,13 @@ def outcome_from_response(node_id: str, response: str, worktree: Path | None = N
 
 async def execute(req: StageRequest) -> Outcome:
     node = req.node
-    runtime = req.runtime
-    if not runtime.options.dry_run:
+    if not req.dry_run:
         raise ConfigError(
             f"node {node.id!r} is an LLM stage, and this version has no model backend yet",
             hint="run with --dry-run to simulate LLM stages",
         )
     prompt = build_prompt(req)
-    runtime.emit("stage.prompt", text=prompt, node_id=node.id, node_label=node.label, stage_id=req.stage_id)
+    req.emit(StagePrompt(text=prompt))
     scripted = node.get("dry_run.response")
     if scripted is not None:
         response = scripted

@@ -390,6 +390,3 @@ class Graph(_Attributed):
             index = _EdgeIndex.build(self.edges)
             self._index = index
         return index
-
-    def iter_nodes(self) -> Iterator[Node]:
-        return iter(self.nodes.values())

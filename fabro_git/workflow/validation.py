@@ -35,7 +35,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import PurePosixPath
 
 from fabro_git.errors import WorkflowError
 from fabro_git.suggest import close_names
@@ -1444,11 +1444,3 @@ def validate(
             out.extend(rule(check))
     out.sort(key=lambda d: (d.line or 0, d.column or 0))
     return out
-
-
-def validate_file(path: Path) -> tuple[Graph, list[Diagnostic]]:
-    """Load and validate one file; raises `WorkflowError` if it does not parse."""
-    from fabro_git.workflow import load
-
-    graph = load(path)
-    return graph, validate(graph)

@@ -1,0 +1,24 @@
+"""The shape of the run's emit function, as the engine and its helpers call it."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from fabro_git.events.envelope import EventProps
+
+
+class Emit(Protocol):
+    def __call__(
+        self,
+        event: EventProps | str,
+        /,
+        *,
+        node_id: str | None = None,
+        node_label: str | None = None,
+        stage_id: str | None = None,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+        **props: Any,
+    ) -> None:
+        """Emit an event Struct (or, for call sites not moved yet, an event's name and
+        properties), with the envelope's stage and agent-session fields."""

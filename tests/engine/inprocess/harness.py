@@ -1,0 +1,159 @@
+"""Walks run in this process: a Runtime over a parsed graph, without git (no recorder),
+its events collected from a real EventBus. Fast enough to run on trio's MockClock."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import trio
+import trio.testing
+
+from fabro_git.engine.checkpoint import Checkpoint, Manifest
+from fabro_git.engine.interviewer import Interviewer, Question, make_interviewer
+from fabro_git.engine.runner import Options, RunFailed, Runtime
+from fabro_git.engine.session import make_emitter
+from fabro_git.engine.stage import Handler
+from fabro_git.engine.watchdog import watch_for_stall
+from fabro_git.events.bus import EventBus
+from fabro_git.events.envelope import Envelope
+from fabro_git.handlers import handler_for
+from fabro_git.store.repo import GitRepo
+from fabro_git.workflow import parse
+
+
+class Collect:
+    """Keeps every event, and the trio clock's time when it came from the trio thread
+    (None from a worker thread, where a checkpoint runs)."""
+
+    def __init__(self) -> None:
+        self.events: list[Envelope] = []
+        self.times: list[float | None] = []
+
+    def handle(self, env: Envelope, line: bytes) -> None:
+        self.events.append(env)
+        try:
+            self.times.append(trio.current_time())
+        except RuntimeError:
+            self.times.append(None)
+
+    def close(self) -> None:
+        pass
+
+
+class NeverAnswers:
+    """A person who never answers: the gate waits until something cancels it."""
+
+    async def ask(self, question: Question) -> str | None:
+        await trio.sleep_forever()
+        return None  # pragma: no cover
+
+
+@dataclass
+class Walked:
+    status: str | None
+    error: str | None
+    events: list[Envelope]
+    runtime: Runtime
+    seconds: float  # on the clock the walk ran on
+    worktree: Path
+    times: list[float | None]
+
+    def time_of(self, name: str, node_id: str) -> float | None:
+        """When the first `name` event of `node_id` came, on the walk's clock."""
+        for env, at in zip(self.events, self.times, strict=True):
+            if env.event == name and env.node_id == node_id:
+                return at
+        return None
+
+    def named(self, name: str) -> list[Envelope]:
+        return [e for e in self.events if e.event == name]
+
+    def props(self, name: str) -> list[Any]:
+        return [e.properties for e in self.named(name)]
+
+
+def walk(
+    source: str,
+    tmp_path: Path,
+    *,
+    interviewer: Interviewer | None = None,
+    handlers: Callable[[str], Handler | None] = handler_for,
+    dry_run: bool = False,
+    stall: float | None = None,
+    mock_clock: bool = True,
+) -> Walked:
+    """Run the graph's main walk to its end, on a MockClock that jumps over every sleep
+    unless `mock_clock` is off (a real process must get the time to stop when told)."""
+    graph = parse(textwrap.dedent(source))
+    worktree = tmp_path / "worktree"
+    worktree.mkdir(parents=True, exist_ok=True)
+    manifest = Manifest(
+        run_id="RUN",
+        workflow_name=graph.name,
+        workflow_slug="wf",
+        workflow_path=None,
+        goal="",
+        inputs={},
+        labels={},
+        base_sha="0" * 40,
+        base_branch=None,
+        run_branch=None,
+        meta_ref="refs/fabro/meta/RUN",
+        created_at="2026-01-01T00:00:00.000Z",
+        source_directory=str(worktree),
+        origin_url=None,
+        in_place=True,
+        settings={},
+        tool_version="test",
+    )
+    sink = Collect()
+    bus = EventBus("RUN", [sink])
+    runtime = Runtime(
+        run_id="RUN",
+        repo=cast(GitRepo, None),  # no recorder: the walk makes no git call
+        graph=graph,
+        manifest=manifest,
+        checkpoint=Checkpoint(status="running", started_at="", timestamp=""),
+        emit_event=make_emitter(bus),
+        recorder=None,
+        scratch=tmp_path / "scratch",
+        worktree=worktree,
+        interviewer=interviewer
+        or make_interviewer(auto_approve=False, answers=[], interactive=False),
+        options=Options(dry_run=dry_run, in_place=True),
+        handlers=handlers,
+    )
+    clock = trio.testing.MockClock(autojump_threshold=0) if mock_clock else None
+    status: str | None = None
+    error: str | None = None
+
+    async def walk_main() -> None:
+        nonlocal status, error
+        try:
+            status = await runtime.run_main(runtime.main_scope())
+        except RunFailed as exc:
+            status, error = "failed", str(exc)
+
+    async def main() -> None:
+        nonlocal status, error
+        if stall is None:
+            await walk_main()
+            return
+        async with trio.open_nursery() as nursery:
+
+            def stalled(idle: float) -> None:
+                nonlocal status, error
+                status, error = "failed", f"stalled after {idle:g}s"
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(watch_for_stall, runtime, stall, stalled)
+            await walk_main()
+            nursery.cancel_scope.cancel()
+
+    trio.run(main, clock=clock)
+    seconds = clock.current_time() if clock else 0.0
+    return Walked(status, error, sink.events, runtime, seconds, worktree, sink.times)
