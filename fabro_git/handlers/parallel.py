@@ -82,6 +82,7 @@ async def _walk_branch(req: StageRequest, scope: Scope, start: str) -> tuple[str
 def _commit_branch_stage(req: StageRequest, scope: Scope, node_id: str, status: str) -> str | None:
     """Commit the branch stage's worktree on the branch's ref; the error when git could
     not, which fails the branch (its work must not go missing from the fan-in)."""
+    from fabro_git.store import runs as runrefs
     from fabro_git.store import worktree as wt
 
     runtime = req.runtime
@@ -90,8 +91,7 @@ def _commit_branch_stage(req: StageRequest, scope: Scope, node_id: str, status: 
     try:
         tree = wt.snapshot_tree(scope.worktree, exclude_globs=runtime.recorder.exclude_globs)
         message = runtime.recorder.redactor.mask_text(
-            f"fabro({runtime.run_id}): {node_id} ({status})\n\n"
-            f"Fabro-Run: {runtime.run_id}\nFabro-Branch: {scope.prefix.rstrip('/') or node_id}\n"
+            runrefs.branch_commit_message(runtime.run_id, node_id, status, scope.prefix.rstrip("/") or node_id)
         )
         sha = runtime.repo.write_commit(tree=tree, parents=[scope.tip], message=message)
         runtime.repo.update_ref(scope.ref, sha, old=scope.tip, message=f"fabro: branch stage {node_id}")
@@ -152,9 +152,7 @@ async def fan_out(req: StageRequest) -> Outcome:
             base_sha = runtime.repo.write_commit(
                 tree=tree,
                 parents=[base_sha],
-                message=recorder.redactor.mask_text(
-                    f"fabro({runtime.run_id}): {node.id} fan-out base\n\nFabro-Run: {runtime.run_id}\n"
-                ),
+                message=recorder.redactor.mask_text(runrefs.fan_out_base_message(runtime.run_id, node.id)),
             )
     refs_name = _fresh_refs_name(runtime, node.id, req.visit) if recorder is not None else ""
     base_context = dict(req.context)
