@@ -37,6 +37,7 @@ from fabro_git.store import worktree as wt
 from fabro_git.store.repo import GitRepo
 from fabro_git.store.runs import MetaSummary, run_commit_message, segment_path
 from fabro_git.store.snapshot import MetaSnapshotter
+from fabro_git.store.staging import Stager
 
 # The layout lives in `store.runs`; these names stay importable from here.
 __all__ = ["MetaSummary", "Recorder", "run_commit_message", "segment_path"]
@@ -74,6 +75,7 @@ class Recorder:
         self.redactor = redact.for_process()
         # The tree git last wrote from the worktree, and the index file's stamp then.
         self._last_scan: tuple[str, tuple[int, int] | None] | None = None
+        self._staging: Stager | None = None
 
     # -- snapshots -----------------------------------------------------------------
 
@@ -174,10 +176,11 @@ class Recorder:
             return None
         try:
             self._adopt_stage_commits(node_id)
-            if self._last_scan is not None and statcheck.unchanged(
-                self.worktree, self._last_scan[1]
-            ):
-                return self._last_scan[0]
+            if self._last_scan is not None:
+                staged = self._stager().stage(*self._last_scan)
+                if staged is not None:
+                    self._last_scan = staged
+                    return staged[0]
             tree = wt.snapshot_tree(
                 self.worktree, exclude_globs=self.exclude_globs, changed_paths=changed_paths
             )
@@ -189,6 +192,12 @@ class Recorder:
             raise StoreError(message) from err
         self._last_scan = (tree, statcheck.index_stamp(self.worktree))
         return tree
+
+    def _stager(self) -> Stager:
+        assert self.worktree is not None
+        if self._staging is None or self._staging.worktree != self.worktree:
+            self._staging = Stager(self.repo, self.worktree)
+        return self._staging
 
     def _adopt_stage_commits(self, node_id: str) -> None:
         """Agent CLIs commit in their worktree, which moves the run branch: commits that
