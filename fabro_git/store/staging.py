@@ -27,9 +27,11 @@ Like git by default, the index is not fsync'ed: it is a cache of the worktree.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
+import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -75,6 +77,7 @@ class Stager:
         self.repo = repo
         self.worktree = Path(worktree)
         self._settings: tuple[tuple[object, ...], _Settings] | None = None
+        self._encoded: dict[bytes, tuple[IndexEntry, bytes, bytes]] = {}
 
     def stage(
         self, base_tree: str, stamp: tuple[int, int] | None
@@ -148,16 +151,16 @@ class Stager:
         self, old: statcheck.IndexState, entries: dict[bytes, IndexEntry]
     ) -> tuple[int, int] | None:
         from dulwich.file import GitFile
-        from dulwich.index import IndexChecksumWriter, write_index_dict
 
         path = statcheck.index_path(self.worktree)
         if path is None:
             raise _Conflict
+        data = self._encode_index(entries, old.version)
         f = GitFile(str(path), "wb", fsync=False)  # index.lock: git's own lock
         try:
-            writer = IndexChecksumWriter(f)
-            write_index_dict(writer, entries, version=old.version, extensions=[])
-            writer.close()
+            f.write(data)
+            f.write(hashlib.sha1(data).digest())
+            f.close()
         except BaseException:
             f.abort()
             raise
@@ -166,6 +169,33 @@ class Stager:
             state = statcheck.IndexState(entries, old.version, ())
             statcheck.remember_index(path, stamp, state)
         return stamp
+
+    def _encode_index(self, entries: dict[bytes, IndexEntry], version: int) -> bytes:
+        """The index file's bytes, before its checksum. An entry's encoding is kept
+        between writes and reused while the entry, and the path before it (which v4
+        compresses against), are the same: the cost follows the change."""
+        import io
+
+        from dulwich.index import Stage, write_cache_entry
+
+        cache, fresh = self._encoded, {}
+        parts = [b"DIRC", struct.pack(">LL", version, len(entries))]
+        previous = b""
+        for name in sorted(entries):
+            entry = entries[name]
+            known = cache.get(name)
+            if known is not None and known[0] is entry and known[1] == previous:
+                encoded = known[2]
+            else:
+                buffer = io.BytesIO()
+                serialized = entry.serialize(name, Stage.NORMAL)
+                write_cache_entry(buffer, serialized, version=version, previous_path=previous)
+                encoded = buffer.getvalue()
+            fresh[name] = (entry, previous, encoded)
+            parts.append(encoded)
+            previous = name
+        self._encoded = fresh
+        return b"".join(parts)
 
     def _current_settings(self) -> _Settings:
         key = tuple(_stamp(p) for p in self._config_files())
