@@ -46,6 +46,8 @@ _tmp_counter = itertools.count()
 _SMALL_DIFF_FILES = 20
 _SMALL_DIFF_BYTES = 256 * 1024
 _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
+# One side of a file change: (path, mode, sha), all None for a side that does not exist.
+_Side = tuple[bytes | None, int | None, ObjectID | None]
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
 
 
@@ -367,37 +369,91 @@ class GitRepo:
         """
         import io
 
-        from dulwich.diff_tree import tree_changes
-        from dulwich.patch import write_tree_diff
+        from dulwich.patch import write_object_diff
 
         store = self._repo.object_store
+        changes = list(self._tree_changes(old_tree, new_tree, b"", limit=_SMALL_DIFF_FILES))
+        if len(changes) > _SMALL_DIFF_FILES:
+            return None
         total = 0
-        old_id, new_id = ObjectID(old_tree.encode()), ObjectID(new_tree.encode())
-        for count, change in enumerate(tree_changes(store, old_id, new_id), start=1):
-            if count > _SMALL_DIFF_FILES:
-                return None
-            for side in (change.old, change.new):
-                if side is None or side.sha is None or side.mode is None:
+        for change in changes:
+            for _, mode, sha in change:
+                if sha is None or mode is None:
                     continue
-                if side.mode & 0o170000 == 0o160000:
+                if mode & 0o170000 == 0o160000:
                     return None  # a submodule: leave it to git
-                total += len(store.get_raw(side.sha)[1])
+                total += len(store.get_raw(sha)[1])
                 if total > _SMALL_DIFF_BYTES:
                     return None
         out = io.BytesIO()
-        write_tree_diff(out, store, old_id, new_id)
+        for old_side, new_side in changes:
+            write_object_diff(out, store, old_side, new_side)
         data = out.getvalue()
         if len(data) > max_bytes:
             cut = data.rfind(b"\n", 0, max_bytes) + 1 or max_bytes
             return data[:cut].decode("utf-8", "replace") + f"[diff truncated at {cut} bytes]\n"
         return data.decode("utf-8", "replace")
 
+    def _tree_changes(
+        self, old_tree: str | None, new_tree: str | None, prefix: bytes, *, limit: int
+    ) -> Iterator[tuple[_Side, _Side]]:
+        """The files that differ between two trees, in path order, descending only into
+        subtrees whose ids differ (so the cost follows the change, not the tree); at
+        most `limit` + 1 of them."""
+        if old_tree == new_tree:
+            return
+        old = {e.path: (e.mode, e.sha) for e in self.tree(old_tree).iteritems()} if old_tree else {}
+        new = {e.path: (e.mode, e.sha) for e in self.tree(new_tree).iteritems()} if new_tree else {}
+        names = {n for n, v in new.items() if old.get(n) != v} | {n for n in old if n not in new}
+        emitted = 0
+
+        def order(name: bytes) -> bytes:
+            entry = new.get(name) or old[name]
+            return name + b"/" if entry[0] & 0o170000 == 0o040000 else name
+
+        for name in sorted(names, key=order):
+            path = prefix + name
+            before, after = old.get(name), new.get(name)
+            before_dir = before is not None and before[0] & 0o170000 == 0o040000
+            after_dir = after is not None and after[0] & 0o170000 == 0o040000
+            sides: list[tuple[_Side, _Side]] = []
+            if before is not None and not before_dir:
+                if after is not None and not after_dir:
+                    sides.append(((path, before[0], before[1]), (path, after[0], after[1])))
+                else:
+                    sides.append(((path, before[0], before[1]), (None, None, None)))
+            elif after is not None and not after_dir and before is None:
+                sides.append(((None, None, None), (path, after[0], after[1])))
+            for side in sides:
+                yield side
+                emitted += 1
+                if emitted > limit:
+                    return
+            if before_dir or after_dir:
+                for side in self._tree_changes(
+                    before[1].decode() if before_dir and before else None,
+                    after[1].decode() if after_dir and after else None,
+                    path + b"/",
+                    limit=limit - emitted,
+                ):
+                    yield side
+                    emitted += 1
+                    if emitted > limit:
+                        return
+            if after is not None and not after_dir and before_dir:
+                yield (None, None, None), (path, after[0], after[1])
+                emitted += 1
+                if emitted > limit:
+                    return
+
     def change_summary(self, base: str, tip: str) -> tuple[int, int]:
         """(commits, files changed) from `base` to `tip`, as `git log`/`git diff` count."""
         from fabro_git.store._gitcli import out, run_git
 
         commits = out(run_git(["rev-list", "--count", f"{base}..{tip}"], cwd=self.root))
-        names = out(run_git(["diff", "--no-renames", "--name-only", "-z", base, tip], cwd=self.root))
+        names = out(
+            run_git(["diff", "--no-renames", "--name-only", "-z", base, tip], cwd=self.root)
+        )
         return int(commits.strip() or 0), len([n for n in names.split("\0") if n])
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
