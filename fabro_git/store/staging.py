@@ -306,10 +306,9 @@ def _apply(repo: GitRepo, tree_sha: str | None, changes: _Changes) -> str | None
     """`tree_sha` with `changes` applied, writing only the trees that change; None when
     the result is empty (git leaves empty directories out)."""
     old = repo.tree(tree_sha) if tree_sha is not None else None
-    tree = Tree()
-    if old is not None:
-        for entry in old.iteritems():
-            tree.add(entry.path, entry.mode, entry.sha)
+    # A copy parsed from the old tree's bytes (in C), not rebuilt entry by entry.
+    tree = old.copy() if old is not None else Tree()
+    assert isinstance(tree, Tree)
     for name, change in changes.items():
         try:
             current: tuple[int, ObjectID] | None = tree[name]

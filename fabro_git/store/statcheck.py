@@ -189,7 +189,7 @@ def scan(worktree: Path, stamp: tuple[int, int] | None, *, limit: int) -> Worktr
                 result.added[relpath] = st
             else:
                 seen += 1
-                if _differs(entry, st, index_mtime):
+                if _differs(relpath, entry, st, index_mtime):
                     result.changed[relpath] = st
             if result.count > limit:
                 return None
@@ -204,22 +204,42 @@ def scan(worktree: Path, stamp: tuple[int, int] | None, *, limit: int) -> Worktr
     return result
 
 
-def _differs(entry: IndexEntry, st: os.stat_result, index_mtime: int) -> bool:
+# What the index says of each path, in the form an `lstat` is compared with, kept per
+# entry object: entries that did not change between two index writes are the same
+# objects, so a scan converts only the entries that did.
+_keys: dict[bytes, tuple[object, tuple[int, int, int, int], int]] = {}
+
+
+def _entry_key(path: bytes, entry: IndexEntry) -> tuple[tuple[int, int, int, int], int]:
+    cached = _keys.get(path)
+    if cached is not None and cached[0] is entry:
+        return cached[1], cached[2]
+    mode = entry.mode
+    kind = 2 if stat.S_ISLNK(mode) else (1 if mode & 0o100 else 0)
+    if mode == 0o160000:
+        kind = -1  # a gitlink never matches a file
+    mtime, ctime = _ns(entry.mtime), _ns(entry.ctime)
+    key = (
+        entry.size,
+        -1 if mtime is None else mtime // 1000,
+        -1 if ctime is None else ctime // 1000,
+        kind,
+    )
+    if len(_keys) > 2 * MAX_ENTRIES:
+        _keys.clear()
+    _keys[path] = (entry, key, entry.ino)
+    return key, entry.ino
+
+
+def _differs(path: bytes, entry: IndexEntry, st: os.stat_result, index_mtime: int) -> bool:
     """True unless the stat data certainly matches what git recorded (git's own rules,
     "racily clean" included: an mtime not older than the index proves nothing)."""
-    mode = entry.mode
-    if stat.S_ISLNK(st.st_mode) != stat.S_ISLNK(mode) or mode == 0o160000:
-        return True
-    if not stat.S_ISLNK(st.st_mode) and bool(st.st_mode & 0o100) != bool(mode & 0o100):
-        return True
-    mtime = _ns(entry.mtime)
-    ctime = _ns(entry.ctime)
+    key, ino = _entry_key(path, entry)
+    mode = st.st_mode
+    kind = 2 if stat.S_ISLNK(mode) else (1 if mode & 0o100 else 0)
     return (
-        entry.size != (st.st_size & 0xFFFFFFFF)
-        or mtime is None
-        or mtime // 1000 != st.st_mtime_ns // 1000
-        or (ctime is not None and ctime // 1000 != st.st_ctime_ns // 1000)
-        or (entry.ino and entry.ino != (st.st_ino & 0xFFFFFFFF))
+        key != (st.st_size & 0xFFFFFFFF, st.st_mtime_ns // 1000, st.st_ctime_ns // 1000, kind)
+        or (ino != 0 and ino != (st.st_ino & 0xFFFFFFFF))
         or st.st_mtime_ns >= index_mtime
     )
 
