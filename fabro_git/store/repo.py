@@ -5,10 +5,13 @@ moving. Refs move only by compare-and-swap against the value the caller last saw
 each move leaves a reflog line, so `git reflog show refs/fabro/meta/<id>` tells the
 run's story and a lost race surfaces as `RefRaceError` instead of a silent overwrite.
 
-Objects are written as loose objects via a temporary file and a hard link, the way git
-itself does it. dulwich's own writer takes a `.lock` file per object, which fails when
-two runs write the same blob at the same moment and sticks forever if a process dies
-holding it; a link into place is atomic, and a lost race leaves an identical file.
+Objects are written as loose objects via a temporary file renamed into place. dulwich's
+own writer takes a `.lock` file per object, which fails when two runs write the same
+blob at the same moment and sticks forever if a process dies holding it; a rename is
+atomic, and a lost race leaves an identical file (objects are named by their content).
+A small object is written without first asking whether it exists: a checkpoint's
+objects are nearly all new, and the question costs a system call each; writing an
+existing one again also freshens it against `git gc`, as git does.
 
 Discovery uses `git rev-parse` once, so GIT_CEILING_DIRECTORIES, safe.directory and
 gitdir files mean what they mean to git. Inside one of our own run worktrees it
@@ -46,6 +49,7 @@ _tmp_counter = itertools.count()
 _SMALL_DIFF_FILES = 20
 _SMALL_DIFF_BYTES = 256 * 1024
 _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
+_ASK_FIRST_BYTES = 64 * 1024  # larger objects are looked for before they are written
 # One side of a file change: (path, mode, sha), all None for a side that does not exist.
 _Side = tuple[bytes | None, int | None, ObjectID | None]
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
@@ -534,35 +538,34 @@ class GitRepo:
         return self.store_object(commit)
 
     def store_object(self, obj: ShaFile) -> str:
-        """Write `obj` as a loose object unless present; safe against concurrent writers."""
+        """Write `obj` as a loose object unless packed; safe against concurrent writers."""
         sha = obj.id.decode()
         path = self._objects_dir / sha[:2] / sha[2:]
-        try:
-            # Freshen the mtime so a concurrent `git gc` does not prune it before a ref
-            # points at it, as git does.
-            os.utime(path)
-            return sha
-        except FileNotFoundError:
-            pass
-        except PermissionError:
-            return sha  # owned by another user in a shared repository; it exists
+        data = obj.as_legacy_object(compression_level=_LOOSE_COMPRESSION)
+        if len(data) > _ASK_FIRST_BYTES:
+            try:
+                # Freshen the mtime so a concurrent `git gc` does not prune it before a
+                # ref points at it, as git does.
+                os.utime(path)
+                return sha
+            except FileNotFoundError:
+                pass
+            except PermissionError:
+                return sha  # owned by another user in a shared repository; it exists
         if self._repo.object_store.contains_packed(obj.id):
             return sha
-        data = obj.as_legacy_object(compression_level=_LOOSE_COMPRESSION)
         try:
             fd, tmp = self._open_temp(path.parent, sha[:2])
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    pass  # another process wrote the same object: same bytes
-                except OSError:
-                    os.replace(tmp, path)  # filesystems without hard links
-            finally:
+                os.replace(tmp, path)
+            except BaseException as err:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
+                if isinstance(err, OSError) and path.exists():
+                    return sha  # another user's identical object is as good
+                raise
         except OSError as err:
             raise StoreError(f"cannot write object {sha} to {self._objects_dir}: {err}") from err
         return sha
