@@ -17,8 +17,8 @@ caller falls back to `git add -A` when any of it is in play:
 - `core.fileMode=false`, `core.symlinks=false`, `core.ignoreCase`, split or sparse
   indexes, gitlinks and nested repositories, special files, and an index that moved.
 
-The index is written the way git writes it (a `index.lock`, renamed into place), in the
-version it had, without its cache extensions: git rebuilds its cache-tree and untracked
+The index is written to a temporary file renamed into place, in the version it had,
+without its cache extensions: git rebuilds its cache-tree and untracked
 cache on its next write, and a stale one would mislead it. Entries keep git's "racily
 clean" rule: an entry whose mtime is not older than the index is hashed again by the
 next reader, here and in git, so a file rewritten in the same tick is never missed.
@@ -150,19 +150,25 @@ class Stager:
     def _write_index(
         self, old: statcheck.IndexState, entries: dict[bytes, IndexEntry]
     ) -> tuple[int, int] | None:
-        from dulwich.file import GitFile
-
         path = statcheck.index_path(self.worktree)
         if path is None:
             raise _Conflict
         data = self._encode_index(entries, old.version)
-        f = GitFile(str(path), "wb", fsync=False)  # index.lock: git's own lock
+        data += hashlib.sha1(data).digest()
+        # Not through `index.lock`: a kill -9 while holding it would leave a lock that
+        # blocks every git command in the worktree, resume's reset included. A private
+        # temporary file renamed over the index is as atomic; a git process writing the
+        # index at the same moment wins or loses the rename, and either way the next
+        # scan sees an index it did not write and asks git.
+        tmp = path.with_name(f"index.fabro-{os.getpid()}")
+        if path.with_name("index.lock").exists():
+            raise _Conflict  # git is writing the index right now
         try:
-            f.write(data)
-            f.write(hashlib.sha1(data).digest())
-            f.close()
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
         except BaseException:
-            f.abort()
+            tmp.unlink(missing_ok=True)
             raise
         stamp = statcheck.index_stamp(self.worktree)
         if stamp is not None:

@@ -174,3 +174,22 @@ def test_an_ignored_new_file_is_left_to_git(repo: Path) -> None:
     (repo / "noise.log").write_text("ignored\n")
     assert Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo)) is None
     grepo.close()
+
+
+def test_staging_leaves_no_lock_and_waits_its_turn_behind_git(repo: Path) -> None:
+    (repo / "a").write_text("one\n")
+    git(repo, "add", "-A")
+    tree = git(repo, "write-tree").strip()
+    grepo = GitRepo.discover(repo)
+    stager = Stager(grepo, repo)
+    (repo / "a").write_text("two\n")
+    staged = stager.stage(tree, statcheck.index_stamp(repo))
+    assert staged is not None
+    # Nothing is left behind in the git dir that could block a later git command.
+    assert sorted(p.name for p in (repo / ".git").glob("index*")) == ["index"]
+    # While git holds the index lock, the index is git's to write.
+    (repo / ".git" / "index.lock").write_bytes(b"")
+    (repo / "a").write_text("three\n")
+    assert stager.stage(staged[0], staged[1]) is None
+    (repo / ".git" / "index.lock").unlink()
+    grepo.close()
