@@ -26,6 +26,7 @@ import itertools
 import os
 import re
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -541,7 +542,10 @@ class GitRepo:
         """Write `obj` as a loose object unless packed; safe against concurrent writers."""
         sha = obj.id.decode()
         path = self._objects_dir / sha[:2] / sha[2:]
-        data = obj.as_legacy_object(compression_level=_LOOSE_COMPRESSION)
+        raw = obj.as_raw_string()
+        # One zlib call for the whole object: dulwich compresses chunk by chunk, which
+        # for a tree is once per entry.
+        data = zlib.compress(b"%s %d\0%s" % (obj.type_name, len(raw), raw), _LOOSE_COMPRESSION)
         if len(data) > _ASK_FIRST_BYTES:
             try:
                 # Freshen the mtime so a concurrent `git gc` does not prune it before a
