@@ -12,8 +12,9 @@ caller falls back to `git add -A` when any of it is in play:
 - content conversion: a `.gitattributes` (in the worktree, `info/attributes` or the
   user's attributes file) that sets `filter`, `text`, `eol`, `ident`, `crlf`,
   `working-tree-encoding` or `binary`, or defines a macro; `core.autocrlf`;
-- ignore rules, for files the index does not know yet: any `.gitignore`, a non-empty
-  `info/exclude` or the user's excludes file (tracked files are staged whatever they say);
+- ignore rules, for files the index does not know yet: a file that any pattern of any
+  `.gitignore`, `info/exclude` or the user's excludes file might match, read widely
+  (tracked files are staged whatever those say);
 - `core.fileMode=false`, `core.symlinks=false`, `core.ignoreCase`, split or sparse
   indexes, gitlinks and nested repositories, special files, and an index that moved.
 
@@ -100,8 +101,11 @@ class Stager:
         settings = self._current_settings()
         if not settings.supported:
             return None
-        if changes.added and (changes.ignore_files or _any_patterns(settings.ignore_files)):
-            return None
+        if changes.added:
+            sources = [*settings.ignore_files]
+            sources += [self.worktree / os.fsdecode(p) for p in changes.ignore_files]
+            if _may_be_ignored(list(changes.added), _ignore_patterns(sources)):
+                return None
         to_hash = {**changes.changed, **changes.added}
         if any(len(path) >= _NAME_MASK for path in to_hash):
             return None
@@ -279,8 +283,46 @@ def _lines(path: Path) -> list[bytes]:
     ]
 
 
-def _any_patterns(paths: tuple[Path, ...]) -> bool:
-    return any(_lines(p) for p in paths)
+def _ignore_patterns(paths: list[Path]) -> list[re.Pattern[bytes]] | None:
+    """Every positive ignore pattern of `paths`, widened so that it matches at least
+    what git's would (`*` and `?` also cross `/`, `**` is `*`, anchors and the
+    directory-only slash are dropped); None when a pattern cannot be widened safely."""
+    import fnmatch
+
+    found = []
+    for path in paths:
+        for line in _lines(path):
+            pattern = line.strip()
+            if pattern.startswith(b"!"):
+                continue  # a negation can only un-ignore
+            if b"\\" in pattern or b"[" in pattern:
+                return None
+            pattern = pattern.replace(b"**", b"*").strip(b"/")
+            if pattern:
+                regex = fnmatch.translate(os.fsdecode(pattern))
+                found.append(re.compile(regex.encode("utf-8", "surrogateescape")))
+    return found
+
+
+def _may_be_ignored(paths: list[bytes], patterns: list[re.Pattern[bytes]] | None) -> bool:
+    """False only when no ignore pattern can match a path or one of its directories,
+    which is when git certainly adds it. Git ignores a path when the last pattern that
+    matches it (or a directory above it) is positive, so if no positive pattern matches
+    any part of it, wherever the pattern's file lives, nothing ignores it."""
+    if patterns is None:
+        return True
+    if not patterns:
+        return False
+    for path in paths:
+        parts = path.split(b"/")
+        pieces = [
+            b"/".join(parts[start:end])
+            for start in range(len(parts))
+            for end in range(start + 1, len(parts) + 1)
+        ]
+        if any(p.match(piece) for p in patterns for piece in pieces):
+            return True
+    return False
 
 
 def _sets_conversion(paths: list[Path]) -> bool:
