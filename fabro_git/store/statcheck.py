@@ -5,6 +5,9 @@ a stage touched nothing, and many stages touch nothing. For a worktree whose ind
 small, one `lstat` per file against the stat data git itself recorded in the index
 answers the question in well under a millisecond.
 
+`scan` goes one step further and lists what differs (files whose stat data changed,
+files the index does not know, files gone), for `staging` to record in process.
+
 The check only ever says "unchanged" when that is certain; every doubt sends the caller
 back to git: a path the index does not know (even an ignored one), a missing path, a
 size, mode, inode or mtime that differs, an mtime not older than the index itself (git's
