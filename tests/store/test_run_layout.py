@@ -157,3 +157,22 @@ def test_a_run_kept_in_the_flat_layout_shows_its_log_and_resumes(
     listing = git(repo, "ls-tree", "-r", "--name-only", f"{meta}", "events/").split()
     assert any(path.count("/") == 2 for path in listing)
     assert any(path.count("/") == 1 for path in listing)
+
+
+def test_a_new_segment_leaves_full_shards_untouched(repo: Path) -> None:
+    grepo = GitRepo.discover(repo)
+    snapshots = MetaSnapshotter(grepo, "refs/fabro/meta/SHARDS")
+    first = {runs.segment_path(n): b'{"n": %d}\n' % n for n in range(1, 1001)}
+    tip = snapshots.write(first, "init", expected_tip=None).commit_sha
+    full = git(repo, "rev-parse", f"{tip}:events/000")
+    next_tip = snapshots.write(
+        {runs.segment_path(1001): b'{"n": 1001}\n'}, "checkpoint", expected_tip=tip
+    ).commit_sha
+    # The full shard is the same tree object; the new segment went to a shard of its own.
+    assert git(repo, "rev-parse", f"{next_tip}:events/000") == full
+    assert git(repo, "ls-tree", "--name-only", f"{next_tip}:events").split() == ["000", "001"]
+    assert git(repo, "ls-tree", "--name-only", f"{next_tip}:events/001").split() == [
+        "001000.jsonl",
+        "001001.jsonl",
+    ]
+    grepo.close()
