@@ -93,19 +93,18 @@ class Stage:
         tree = wt.snapshot_tree(self.worktree, exclude_globs=EXCLUDES, changed_paths=paths)
         snap = self.meta.write(
             {
-                "checkpoint.json": b'{"current_node": "work", "seq": %d}' % seq,
-                f"events/{seq:06d}.jsonl": b'{"event": "stage.completed"}\n' * 20,
+                runs.CHECKPOINT: b'{"current_node": "work", "seq": %d}' % seq,
+                runs.segment_path(seq): b'{"event": "stage.completed"}\n' * 20,
                 f"nodes/work-{seq}/status.json": b'{"status": "success"}',
             },
-            f"checkpoint work@{seq}",
+            runs.snapshot_subject_checkpoint("work", seq),
             expected_tip=self.meta_tip,
         )
         self.meta_tip = snap.commit_sha
         sha = self.repo.write_commit(
             tree=tree,
             parents=[self.run_tip],
-            message=f"fabro({self.run_id}): work (succeeded)\n\nFabro-Run: {self.run_id}\n"
-            f"Fabro-Checkpoint: {snap.commit_sha}\n",
+            message=runs.run_commit_message(self.run_id, "work", "succeeded", seq, snap.commit_sha),
         )
         self.repo.update_ref(
             runs.run_branch_ref(self.run_id), sha, old=self.run_tip, message="fabro: checkpoint"

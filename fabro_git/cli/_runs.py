@@ -51,26 +51,21 @@ def _parse_ts(value: str) -> datetime | None:
 
 def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
     from fabro_git.engine.lock import is_live
+    from fabro_git.store.runs import MetaSummary
 
-    info = repo.commit_info(meta_sha)
-    t = info.trailers
+    trailers = repo.commit_info(meta_sha).trailers
+    summary = MetaSummary.from_trailers(trailers)
     live = is_live(Path(repo.git_dir), run_id)
-    recorded = t.get("Fabro-Status", "unknown")
-    status = effective_status(recorded, live, superseded=bool(t.get("Fabro-Superseded-By")))
-    node = t.get("Fabro-Next") if status in ("running", "interrupted", "failed") else t.get("Fabro-Node")
+    status = effective_status(summary.status, live, superseded=bool(trailers.get("Fabro-Superseded-By")))
+    node = summary.next_node if status in ("running", "interrupted", "failed") else summary.node
     if status == "running" or status == "interrupted":
-        node = t.get("Fabro-Next") or t.get("Fabro-Node")
-    started = t.get("Fabro-Started", "")
-    duration: int | None
-    try:
-        duration = int(t.get("Fabro-Active-Ms", ""))
-    except ValueError:
-        duration = None
+        node = summary.next_node or summary.node
+    duration = summary.active_ms
     if live:
-        begin = _parse_ts(started)
+        begin = _parse_ts(summary.started)
         if begin is not None:
             duration = int((datetime.now(begin.tzinfo) - begin).total_seconds() * 1000)
-    return RunRow(run_id, t.get("Fabro-Workflow", "?"), status, node, started, duration, live, meta_sha)
+    return RunRow(run_id, summary.workflow, status, node, summary.started, duration, live, meta_sha)
 
 
 def run_labels(repo: Any, meta_sha: str) -> dict[str, str]:
@@ -95,8 +90,8 @@ def all_rows(repo: Any, *, warn: bool = True) -> list[RunRow]:
     import sys
 
     from fabro_git.errors import StoreError
+    from fabro_git.store.runs import META_PREFIX as prefix
 
-    prefix = "refs/fabro/meta/"
     rows = []
     for name, sha in repo.list_refs(prefix).items():
         try:

@@ -17,13 +17,10 @@ from fabro_git.cli._runs import tail_path
 
 
 def durable_events(repo: Any, meta_sha: str) -> bytes:
-    names = repo.list_dir(meta_sha, "events") or []
-    parts = []
-    for name in sorted(names):
-        data = repo.read_file(meta_sha, f"events/{name}")
-        if data:
-            parts.append(data if data.endswith(b"\n") else data + b"\n")
-    return b"".join(parts)
+    """Every event the snapshot holds, in order (sharded and old flat layouts alike)."""
+    from fabro_git.store import runs as runrefs
+
+    return runrefs.read_events(repo, meta_sha)
 
 
 # Events that record how the run was kept, not what it did: `--pretty` shows them only
@@ -95,9 +92,7 @@ def since_timestamp(value: str | None) -> str | None:
     except ValueError:
         amount = float("nan")
     if not amount >= 0:
-        raise ConfigError(
-            f"--since expects a duration such as 30s, 10m, 2h or 1d, not {value!r}"
-        )
+        raise ConfigError(f"--since expects a duration such as 30s, 10m, 2h or 1d, not {value!r}")
     moment = datetime.now(UTC) - timedelta(seconds=amount * units[text[-1]])
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 

@@ -33,6 +33,7 @@ from fabro_git.events.catalogue import (
     ParallelBranchCompleted,
     ParallelBranchStarted,
 )
+from fabro_git.store import runs as runrefs
 
 if TYPE_CHECKING:
     from fabro_git.engine.runner import Runtime, Scope
@@ -204,8 +205,9 @@ def commit_branch_stage(runtime: Runtime, scope: Scope, node_id: str, status: st
     try:
         tree = wt.snapshot_tree(scope.worktree, exclude_globs=recorder.exclude_globs)
         message = recorder.redactor.mask_text(
-            f"fabro({runtime.run_id}): {qid} ({status})\n\n"
-            f"Fabro-Run: {runtime.run_id}\nFabro-Branch: {scope.prefix.rstrip('/') or node_id}\n"
+            runrefs.branch_commit_message(
+                runtime.run_id, qid, status, scope.prefix.rstrip("/") or node_id
+            )
         )
         parents = [scope.tip, *scope.merge_parents]
         sha = runtime.repo.write_commit(tree=tree, parents=parents, message=message)
@@ -249,9 +251,7 @@ def _fan_out_base(runtime: Runtime, parent: Scope, qid: str) -> str:
     return runtime.repo.write_commit(
         tree=tree,
         parents=[parent.tip],
-        message=recorder.redactor.mask_text(
-            f"fabro({runtime.run_id}): {qid} fan-out base\n\nFabro-Run: {runtime.run_id}\n"
-        ),
+        message=recorder.redactor.mask_text(runrefs.fan_out_base_message(runtime.run_id, qid)),
     )
 
 

@@ -23,9 +23,9 @@ import msgspec
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint
 from fabro_git.engine.emit import Emit
-from fabro_git.engine.recorder import segment_path
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import tail_after
+from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
 
 INTERRUPTED = "interrupted: the run stopped before this attempt finished"
@@ -104,7 +104,7 @@ def since_checkpoint(repo: GitRepo | None, meta: str | None, cp: Checkpoint, tai
     """The last durable event segment, then the live tail's lines no snapshot holds."""
     durable = b""
     if repo is not None and meta is not None and cp.event_segments:
-        durable = repo.read_file(meta, segment_path(cp.event_segments)) or b""
+        durable = runrefs.read_segment(repo, meta, cp.event_segments) or b""
         if durable and not durable.endswith(b"\n"):
             durable += b"\n"
     pending = tail_after(tail.read_bytes(), cp.last_event_id) if tail.exists() else b""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,53 +35,14 @@ from fabro_git.store import runs as runrefs
 from fabro_git.store import statcheck
 from fabro_git.store import worktree as wt
 from fabro_git.store.repo import GitRepo
+from fabro_git.store.runs import MetaSummary, run_commit_message, segment_path
 from fabro_git.store.snapshot import MetaSnapshotter
+from fabro_git.store.staging import Stager
+
+# The layout lives in `store.runs`; these names stay importable from here.
+__all__ = ["MetaSummary", "Recorder", "run_commit_message", "segment_path"]
 
 Emit = Callable[..., Any]
-
-
-def run_commit_message(run_id: str, node_id: str, status: str, completed: int, meta_sha: str) -> str:
-    return (
-        f"fabro({run_id}): {node_id} ({status})\n\n"
-        f"Fabro-Run: {run_id}\n"
-        f"Fabro-Completed: {completed}\n"
-        f"Fabro-Checkpoint: {meta_sha}\n"
-    )
-
-
-def segment_path(number: int) -> str:
-    """Where the `number`th event segment lives in the metadata tree."""
-    return f"events/{number:06d}.jsonl"
-
-
-@dataclass
-class MetaSummary:
-    """What `ps` reads from a meta commit's trailers without opening any blob."""
-
-    status: str
-    workflow: str
-    node: str | None
-    next_node: str | None
-    started: str
-    updated: str
-    active_ms: int
-
-    def trailers(self, run_id: str) -> str:
-        lines = [
-            f"Fabro-Run: {run_id}",
-            f"Fabro-Status: {self.status}",
-            f"Fabro-Workflow: {self.workflow}",
-        ]
-        if self.node:
-            lines.append(f"Fabro-Node: {self.node}")
-        if self.next_node:
-            lines.append(f"Fabro-Next: {self.next_node}")
-        lines += [
-            f"Fabro-Started: {self.started}",
-            f"Fabro-Updated: {self.updated}",
-            f"Fabro-Active-Ms: {self.active_ms}",
-        ]
-        return "\n".join(lines) + "\n"
 
 
 class Recorder:
@@ -118,6 +78,7 @@ class Recorder:
         self.redactor = redact.for_process()
         # The tree git last wrote from the worktree, and the index file's stamp then.
         self._last_scan: tuple[str, tuple[int, int] | None] | None = None
+        self._staging: Stager | None = None
 
     # -- snapshots -----------------------------------------------------------------
 
@@ -143,7 +104,7 @@ class Recorder:
             cp.event_segments += 1
             all_files[segment_path(cp.event_segments)] = segment
             cp.last_event_id = last_event_id(segment) or cp.last_event_id
-        all_files["checkpoint.json"] = mask(encode(cp))
+        all_files[runrefs.CHECKPOINT] = mask(encode(cp))
         summary = MetaSummary(
             status=cp.status,
             workflow=self.workflow_slug,
@@ -197,7 +158,7 @@ class Recorder:
         """The checkpoint of the last snapshot git holds."""
         if self.meta_tip is None:
             return None
-        data = self.repo.read_file(self.meta_tip, "checkpoint.json")
+        data = self.repo.read_file(self.meta_tip, runrefs.CHECKPOINT)
         return decode_checkpoint(data) if data is not None else None
 
     def _requeue(self, segment: bytes) -> None:
@@ -217,10 +178,11 @@ class Recorder:
             return None
         try:
             self._adopt_stage_commits(node_id)
-            if self._last_scan is not None and statcheck.unchanged(
-                self.worktree, self._last_scan[1]
-            ):
-                return self._last_scan[0]
+            if self._last_scan is not None:
+                staged = self._stager().stage(*self._last_scan)
+                if staged is not None:
+                    self._last_scan = staged
+                    return staged[0]
             tree = wt.snapshot_tree(
                 self.worktree, exclude_globs=self.exclude_globs, changed_paths=changed_paths
             )
@@ -232,6 +194,12 @@ class Recorder:
             raise StoreError(message) from err
         self._last_scan = (tree, statcheck.index_stamp(self.worktree))
         return tree
+
+    def _stager(self) -> Stager:
+        assert self.worktree is not None
+        if self._staging is None or self._staging.worktree != self.worktree:
+            self._staging = Stager(self.repo, self.worktree)
+        return self._staging
 
     def _adopt_stage_commits(self, node_id: str) -> None:
         """Agent CLIs commit in their worktree, which moves the run branch: commits that
@@ -280,7 +248,9 @@ class Recorder:
         if pending is None or self.meta_tip is None:
             return None
         message = self.redactor.mask_text(
-            run_commit_message(self.run_id, pending.node_id, pending.status, pending.completed, self.meta_tip)
+            run_commit_message(
+                self.run_id, pending.node_id, pending.status, pending.completed, self.meta_tip
+            )
         )
         try:
             parents = [pending.parent, *pending.extra_parents]
@@ -308,7 +278,12 @@ class Recorder:
         self.emit("run.notice", level="error", code="checkpoint_git_failed", message=message)
 
     def plan_commit(
-        self, cp: Checkpoint, node_id: str, status: str, tree: str | None, extra_parents: list[str] | None = None
+        self,
+        cp: Checkpoint,
+        node_id: str,
+        status: str,
+        tree: str | None,
+        extra_parents: list[str] | None = None,
     ) -> None:
         if tree is None or self.run_tip is None:
             cp.pending_commit = None
@@ -379,10 +354,8 @@ class Recorder:
         for count, info in enumerate(self.repo.iter_log(self.run_tip)):
             if info.sha == pending.parent or count > _RECONCILE_WALK_LIMIT:
                 return None
-            if (
-                info.parents[:1] == (pending.parent,)
-                and info.trailers.get("Fabro-Run") == self.run_id
-                and info.trailers.get("Fabro-Completed") == str(pending.completed)
+            if info.parents[:1] == (pending.parent,) and runrefs.is_run_commit_for(
+                info.trailers, self.run_id, pending.completed
             ):
                 return info.sha
         return None

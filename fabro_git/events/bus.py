@@ -2,7 +2,7 @@
 
 Every event goes three places: the live tail file (so `logs -f` can follow a running
 run), the terminal renderer, and — at the next metadata snapshot — the append-only
-segment `events/<NNNNNN>.jsonl` on the meta ref. The bus encodes each event once and
+segment `events/<NNN>/<NNNNNN>.jsonl` on the meta ref (`store.runs.segment_path`). The bus encodes each event once and
 hands the same bytes to all of them, so the tail and the durable log agree byte for byte.
 
 `emit` is synchronous and does no awaiting: trio tasks (parallel branches included)

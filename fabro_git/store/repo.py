@@ -5,10 +5,13 @@ moving. Refs move only by compare-and-swap against the value the caller last saw
 each move leaves a reflog line, so `git reflog show refs/fabro/meta/<id>` tells the
 run's story and a lost race surfaces as `RefRaceError` instead of a silent overwrite.
 
-Objects are written as loose objects via a temporary file and a hard link, the way git
-itself does it. dulwich's own writer takes a `.lock` file per object, which fails when
-two runs write the same blob at the same moment and sticks forever if a process dies
-holding it; a link into place is atomic, and a lost race leaves an identical file.
+Objects are written as loose objects via a temporary file renamed into place. dulwich's
+own writer takes a `.lock` file per object, which fails when two runs write the same
+blob at the same moment and sticks forever if a process dies holding it; a rename is
+atomic, and a lost race leaves an identical file (objects are named by their content).
+A small object is written without first asking whether it exists: a checkpoint's
+objects are nearly all new, and the question costs a system call each; writing an
+existing one again also freshens it against `git gc`, as git does.
 
 Discovery uses `git rev-parse` once, so GIT_CEILING_DIRECTORIES, safe.directory and
 gitdir files mean what they mean to git. Inside one of our own run worktrees it
@@ -23,6 +26,7 @@ import itertools
 import os
 import re
 import time
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +50,9 @@ _tmp_counter = itertools.count()
 _SMALL_DIFF_FILES = 20
 _SMALL_DIFF_BYTES = 256 * 1024
 _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
+_ASK_FIRST_BYTES = 64 * 1024  # larger objects are looked for before they are written
+# One side of a file change: (path, mode, sha), all None for a side that does not exist.
+_Side = tuple[bytes | None, int | None, ObjectID | None]
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
 
 
@@ -367,37 +374,91 @@ class GitRepo:
         """
         import io
 
-        from dulwich.diff_tree import tree_changes
-        from dulwich.patch import write_tree_diff
+        from dulwich.patch import write_object_diff
 
         store = self._repo.object_store
+        changes = list(self._tree_changes(old_tree, new_tree, b"", limit=_SMALL_DIFF_FILES))
+        if len(changes) > _SMALL_DIFF_FILES:
+            return None
         total = 0
-        old_id, new_id = ObjectID(old_tree.encode()), ObjectID(new_tree.encode())
-        for count, change in enumerate(tree_changes(store, old_id, new_id), start=1):
-            if count > _SMALL_DIFF_FILES:
-                return None
-            for side in (change.old, change.new):
-                if side is None or side.sha is None or side.mode is None:
+        for change in changes:
+            for _, mode, sha in change:
+                if sha is None or mode is None:
                     continue
-                if side.mode & 0o170000 == 0o160000:
+                if mode & 0o170000 == 0o160000:
                     return None  # a submodule: leave it to git
-                total += len(store.get_raw(side.sha)[1])
+                total += len(store.get_raw(sha)[1])
                 if total > _SMALL_DIFF_BYTES:
                     return None
         out = io.BytesIO()
-        write_tree_diff(out, store, old_id, new_id)
+        for old_side, new_side in changes:
+            write_object_diff(out, store, old_side, new_side)
         data = out.getvalue()
         if len(data) > max_bytes:
             cut = data.rfind(b"\n", 0, max_bytes) + 1 or max_bytes
             return data[:cut].decode("utf-8", "replace") + f"[diff truncated at {cut} bytes]\n"
         return data.decode("utf-8", "replace")
 
+    def _tree_changes(
+        self, old_tree: str | None, new_tree: str | None, prefix: bytes, *, limit: int
+    ) -> Iterator[tuple[_Side, _Side]]:
+        """The files that differ between two trees, in path order, descending only into
+        subtrees whose ids differ (so the cost follows the change, not the tree); at
+        most `limit` + 1 of them."""
+        if old_tree == new_tree:
+            return
+        old = {e.path: (e.mode, e.sha) for e in self.tree(old_tree).iteritems()} if old_tree else {}
+        new = {e.path: (e.mode, e.sha) for e in self.tree(new_tree).iteritems()} if new_tree else {}
+        names = {n for n, v in new.items() if old.get(n) != v} | {n for n in old if n not in new}
+        emitted = 0
+
+        def order(name: bytes) -> bytes:
+            entry = new.get(name) or old[name]
+            return name + b"/" if entry[0] & 0o170000 == 0o040000 else name
+
+        for name in sorted(names, key=order):
+            path = prefix + name
+            before, after = old.get(name), new.get(name)
+            before_dir = before is not None and before[0] & 0o170000 == 0o040000
+            after_dir = after is not None and after[0] & 0o170000 == 0o040000
+            sides: list[tuple[_Side, _Side]] = []
+            if before is not None and not before_dir:
+                if after is not None and not after_dir:
+                    sides.append(((path, before[0], before[1]), (path, after[0], after[1])))
+                else:
+                    sides.append(((path, before[0], before[1]), (None, None, None)))
+            elif after is not None and not after_dir and before is None:
+                sides.append(((None, None, None), (path, after[0], after[1])))
+            for side in sides:
+                yield side
+                emitted += 1
+                if emitted > limit:
+                    return
+            if before_dir or after_dir:
+                for side in self._tree_changes(
+                    before[1].decode() if before_dir and before else None,
+                    after[1].decode() if after_dir and after else None,
+                    path + b"/",
+                    limit=limit - emitted,
+                ):
+                    yield side
+                    emitted += 1
+                    if emitted > limit:
+                        return
+            if after is not None and not after_dir and before_dir:
+                yield (None, None, None), (path, after[0], after[1])
+                emitted += 1
+                if emitted > limit:
+                    return
+
     def change_summary(self, base: str, tip: str) -> tuple[int, int]:
         """(commits, files changed) from `base` to `tip`, as `git log`/`git diff` count."""
         from fabro_git.store._gitcli import out, run_git
 
         commits = out(run_git(["rev-list", "--count", f"{base}..{tip}"], cwd=self.root))
-        names = out(run_git(["diff", "--no-renames", "--name-only", "-z", base, tip], cwd=self.root))
+        names = out(
+            run_git(["diff", "--no-renames", "--name-only", "-z", base, tip], cwd=self.root)
+        )
         return int(commits.strip() or 0), len([n for n in names.split("\0") if n])
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
@@ -478,35 +539,37 @@ class GitRepo:
         return self.store_object(commit)
 
     def store_object(self, obj: ShaFile) -> str:
-        """Write `obj` as a loose object unless present; safe against concurrent writers."""
+        """Write `obj` as a loose object unless packed; safe against concurrent writers."""
         sha = obj.id.decode()
         path = self._objects_dir / sha[:2] / sha[2:]
-        try:
-            # Freshen the mtime so a concurrent `git gc` does not prune it before a ref
-            # points at it, as git does.
-            os.utime(path)
-            return sha
-        except FileNotFoundError:
-            pass
-        except PermissionError:
-            return sha  # owned by another user in a shared repository; it exists
+        raw = obj.as_raw_string()
+        # One zlib call for the whole object: dulwich compresses chunk by chunk, which
+        # for a tree is once per entry.
+        data = zlib.compress(b"%s %d\0%s" % (obj.type_name, len(raw), raw), _LOOSE_COMPRESSION)
+        if len(data) > _ASK_FIRST_BYTES:
+            try:
+                # Freshen the mtime so a concurrent `git gc` does not prune it before a
+                # ref points at it, as git does.
+                os.utime(path)
+                return sha
+            except FileNotFoundError:
+                pass
+            except PermissionError:
+                return sha  # owned by another user in a shared repository; it exists
         if self._repo.object_store.contains_packed(obj.id):
             return sha
-        data = obj.as_legacy_object(compression_level=_LOOSE_COMPRESSION)
         try:
             fd, tmp = self._open_temp(path.parent, sha[:2])
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
-                try:
-                    os.link(tmp, path)
-                except FileExistsError:
-                    pass  # another process wrote the same object: same bytes
-                except OSError:
-                    os.replace(tmp, path)  # filesystems without hard links
-            finally:
+                os.replace(tmp, path)
+            except BaseException as err:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
+                if isinstance(err, OSError) and path.exists():
+                    return sha  # another user's identical object is as good
+                raise
         except OSError as err:
             raise StoreError(f"cannot write object {sha} to {self._objects_dir}: {err}") from err
         return sha

@@ -5,14 +5,20 @@ runs in order without reading anything else, and any unique prefix names a run. 
 a run's state hangs off refs derived from its id, so listing runs is listing
 `refs/fabro/meta/*`, and a fresh clone (which copies `refs/heads/*` only) can find a
 run on the remote and fetch just that run's refs.
+
+This module is also the one owner of the run layout: ref names, the subjects and
+trailers of run-branch, branch and meta commits, and the paths of the metadata tree.
+Writers and readers both go through the names here, so the two cannot drift.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 from fabro_git.errors import AmbiguousRunId, RunNotFound, StoreError
 from fabro_git.store import remote as _remote
@@ -43,6 +49,210 @@ def parallel_ref(run_id: str, node_id: str, branch_index: int) -> str:
     # Its own namespace, so it can never sit beneath the run branch or the meta ref
     # (git refuses `a/b/c` next to a ref `a/b`).
     return f"{PARALLEL_PREFIX}{run_id}/{node_id}/{branch_index}"
+
+
+# -- the metadata tree ---------------------------------------------------------------
+
+MANIFEST = "manifest.json"
+CHECKPOINT = "checkpoint.json"
+GRAPH = "graph.fabro"
+GRAPHS_DIR = "graphs"
+EVENTS_DIR = "events"
+NODES_DIR = "nodes"
+NODE_STATUS = "status.json"
+# Event segments per shard directory: `events/<NNN>/` holds segments NNN000..NNN999, so a
+# snapshot rewrites one shard tree of at most this many entries, however long the run.
+SEGMENTS_PER_SHARD = 1000
+_SEGMENT_RE = re.compile(r"^(\d{6,})\.jsonl$")
+_SHARD_RE = re.compile(r"^\d{3,}$")
+
+
+def segment_path(number: int) -> str:
+    """Where the `number`th event segment (1-based) lives in the metadata tree."""
+    return f"{EVENTS_DIR}/{number // SEGMENTS_PER_SHARD:03d}/{number:06d}.jsonl"
+
+
+def flat_segment_path(number: int) -> str:
+    """Where runs recorded before the sharded layout kept their `number`th segment."""
+    return f"{EVENTS_DIR}/{number:06d}.jsonl"
+
+
+def segment_number(name: str) -> int | None:
+    """The segment number a file name such as `000042.jsonl` stands for; None otherwise."""
+    match = _SEGMENT_RE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def node_dir(node_dir_name: str) -> str:
+    """The metadata directory of a stage: `nodes/<node>` or `nodes/<node>-<visit>`."""
+    return f"{NODES_DIR}/{node_dir_name}"
+
+
+def node_dir_name(node_id: str, visit: int) -> str:
+    """A repeat visit appends its count to the node's directory name (the first does not)."""
+    return node_id if visit <= 1 else f"{node_id}-{visit}"
+
+
+def graph_path(relative: str) -> str:
+    """Where a child workflow or @file prompt the run read is kept, by its relative path."""
+    return f"{GRAPHS_DIR}/{relative}"
+
+
+def list_segments(repo: GitRepo, meta_sha: str) -> list[str]:
+    """The paths of every event segment of the snapshot `meta_sha`, in order.
+
+    Both layouts are read: the sharded `events/<NNN>/<NNNNNN>.jsonl` and the flat
+    `events/<NNNNNN>.jsonl` of runs recorded before it; a run resumed across the change
+    holds both, and the numbers say the order.
+    """
+    found: list[tuple[int, str]] = []
+    for name in repo.list_dir(meta_sha, EVENTS_DIR) or []:
+        number = segment_number(name)
+        if number is not None:
+            found.append((number, f"{EVENTS_DIR}/{name}"))
+        elif _SHARD_RE.match(name):
+            shard = f"{EVENTS_DIR}/{name}"
+            for inner in repo.list_dir(meta_sha, shard) or []:
+                number = segment_number(inner)
+                if number is not None:
+                    found.append((number, f"{shard}/{inner}"))
+    return [path for _, path in sorted(found)]
+
+
+def read_segment(repo: GitRepo, meta_sha: str, number: int) -> bytes | None:
+    """The `number`th event segment of `meta_sha`, in either layout; None if absent."""
+    data = repo.read_file(meta_sha, segment_path(number))
+    if data is None:
+        data = repo.read_file(meta_sha, flat_segment_path(number))
+    return data
+
+
+def read_events(repo: GitRepo, meta_sha: str) -> bytes:
+    """Every durable event line of the snapshot `meta_sha`, in order, newline-terminated."""
+    parts = []
+    for path in list_segments(repo, meta_sha):
+        data = repo.read_file(meta_sha, path)
+        if data:
+            parts.append(data if data.endswith(b"\n") else data + b"\n")
+    return b"".join(parts)
+
+
+# -- commit messages -------------------------------------------------------------------
+
+TRAILER_RUN = "Fabro-Run"
+TRAILER_COMPLETED = "Fabro-Completed"
+TRAILER_CHECKPOINT = "Fabro-Checkpoint"
+TRAILER_BRANCH = "Fabro-Branch"
+_SNAPSHOT_SUBJECT_RE = re.compile(r"^checkpoint (?P<node>.+)@(?P<visit>\d+)$")
+
+
+def run_commit_message(
+    run_id: str, node_id: str, status: str, completed: int, meta_sha: str
+) -> str:
+    """The message of a stage's commit on the run branch."""
+    return (
+        f"fabro({run_id}): {node_id} ({status})\n\n"
+        f"{TRAILER_RUN}: {run_id}\n"
+        f"{TRAILER_COMPLETED}: {completed}\n"
+        f"{TRAILER_CHECKPOINT}: {meta_sha}\n"
+    )
+
+
+def branch_commit_message(run_id: str, node_id: str, status: str, branch: str) -> str:
+    """The message of a parallel branch stage's commit on its branch ref."""
+    return f"fabro({run_id}): {node_id} ({status})\n\n{TRAILER_RUN}: {run_id}\n{TRAILER_BRANCH}: {branch}\n"
+
+
+def fan_out_base_message(run_id: str, node_id: str) -> str:
+    """The message of the commit a fan-out makes of the worktree its branches start from."""
+    return f"fabro({run_id}): {node_id} fan-out base\n\n{TRAILER_RUN}: {run_id}\n"
+
+
+def is_run_commit_for(trailers: Mapping[str, str], run_id: str, completed: int) -> bool:
+    """True when a commit's trailers mark it as `run_id`'s commit after `completed` stages."""
+    return trailers.get(TRAILER_RUN) == run_id and trailers.get(TRAILER_COMPLETED) == str(completed)
+
+
+def snapshot_subject_checkpoint(node_id: str, visit: int) -> str:
+    """The subject of the meta snapshot taken after a stage: `checkpoint <node>@<visit>`."""
+    return f"checkpoint {node_id}@{visit}"
+
+
+def snapshot_subject_finalize(status: str) -> str:
+    return f"finalize {status}"
+
+
+SNAPSHOT_SUBJECT_INIT = "init"
+
+
+@dataclass(frozen=True)
+class SnapshotSubject:
+    """What a meta snapshot's subject says happened."""
+
+    kind: str  # "init", "checkpoint", "finalize" or "other"
+    node_id: str | None = None
+    visit: int | None = None
+    status: str | None = None
+
+
+def parse_snapshot_subject(subject: str) -> SnapshotSubject:
+    """The inverse of the `snapshot_subject_*` functions, for readers of the meta history."""
+    subject = subject.strip()
+    if subject == SNAPSHOT_SUBJECT_INIT:
+        return SnapshotSubject("init")
+    match = _SNAPSHOT_SUBJECT_RE.match(subject)
+    if match:
+        return SnapshotSubject("checkpoint", node_id=match["node"], visit=int(match["visit"]))
+    if subject.startswith("finalize "):
+        return SnapshotSubject("finalize", status=subject[len("finalize ") :])
+    return SnapshotSubject("other")
+
+
+@dataclass
+class MetaSummary:
+    """What `ps` reads from a meta commit's trailers without opening any blob."""
+
+    status: str
+    workflow: str
+    node: str | None
+    next_node: str | None
+    started: str
+    updated: str
+    active_ms: int | None
+
+    def trailers(self, run_id: str) -> str:
+        lines = [
+            f"{TRAILER_RUN}: {run_id}",
+            f"Fabro-Status: {self.status}",
+            f"Fabro-Workflow: {self.workflow}",
+        ]
+        if self.node:
+            lines.append(f"Fabro-Node: {self.node}")
+        if self.next_node:
+            lines.append(f"Fabro-Next: {self.next_node}")
+        lines += [
+            f"Fabro-Started: {self.started}",
+            f"Fabro-Updated: {self.updated}",
+            f"Fabro-Active-Ms: {self.active_ms if self.active_ms is not None else 0}",
+        ]
+        return "\n".join(lines) + "\n"
+
+    @classmethod
+    def from_trailers(cls, trailers: Mapping[str, str]) -> MetaSummary:
+        """Read back what `trailers` wrote; a missing field reads as unknown."""
+        try:
+            active: int | None = int(trailers.get("Fabro-Active-Ms", ""))
+        except ValueError:
+            active = None
+        return cls(
+            status=trailers.get("Fabro-Status", "unknown"),
+            workflow=trailers.get("Fabro-Workflow", "?"),
+            node=trailers.get("Fabro-Node"),
+            next_node=trailers.get("Fabro-Next"),
+            started=trailers.get("Fabro-Started", ""),
+            updated=trailers.get("Fabro-Updated", ""),
+            active_ms=active,
+        )
 
 
 def check_names_free(repo: GitRepo, run_id: str, *, with_branch: bool) -> None:

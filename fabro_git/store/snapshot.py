@@ -81,10 +81,9 @@ class MetaSnapshotter:
     def _apply(self, tree_sha: str | None, changes: _Changes, where: str) -> str | None:
         """Return the sha of `tree_sha` with `changes` applied; None if it ends up empty."""
         old = self._tree(tree_sha) if tree_sha is not None else None
-        tree = Tree()
-        if old is not None:
-            for entry in old.iteritems():
-                tree.add(entry.path, entry.mode, entry.sha)
+        # A copy parsed from the old tree's bytes (in C), not rebuilt entry by entry.
+        tree = old.copy() if old is not None else Tree()
+        assert isinstance(tree, Tree)
         for name, change in changes.items():
             path = f"{where}{name.decode('utf-8', 'surrogateescape')}"
             try:

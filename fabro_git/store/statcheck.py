@@ -5,6 +5,9 @@ a stage touched nothing, and many stages touch nothing. For a worktree whose ind
 small, one `lstat` per file against the stat data git itself recorded in the index
 answers the question in well under a millisecond.
 
+`scan` goes one step further and lists what differs (files whose stat data changed,
+files the index does not know, files gone), for `staging` to record in process.
+
 The check only ever says "unchanged" when that is certain; every doubt sends the caller
 back to git: a path the index does not know (even an ignored one), a missing path, a
 size, mode, inode or mtime that differs, an mtime not older than the index itself (git's
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -62,45 +66,94 @@ def _ns(value: object) -> int | None:
     return None
 
 
+@dataclass
+class IndexState:
+    """A parsed worktree index: its entries, format version and extension signatures."""
+
+    entries: dict[bytes, IndexEntry]
+    version: int
+    extensions: tuple[bytes, ...]
+
+
 # The index parsed last time, keyed by its file and stamp: between stages that change
 # nothing, git never rewrites it, so it is parsed once and then only stat'ed.
-_parsed: dict[tuple[Path, tuple[int, int]], dict[bytes, IndexEntry]] = {}
+_parsed: dict[tuple[Path, tuple[int, int]], IndexState] = {}
 
 
-def _read_entries(path: Path, stamp: tuple[int, int]) -> dict[bytes, IndexEntry] | None:
+def read_index(path: Path, stamp: tuple[int, int]) -> IndexState | None:
+    """The index at `path` as of `stamp`; None when it cannot be used in process (a
+    conflict, split index, sparse directories, too many entries, unreadable)."""
     cached = _parsed.get((path, stamp))
     if cached is not None:
         return cached
-    from dulwich.index import Index
+    from dulwich.index import IndexChecksumReader, read_index_dict_with_version
     from dulwich.index import IndexEntry as Entry
 
     try:
-        index = Index(str(path))
+        with open(path, "rb") as f:
+            reader = IndexChecksumReader(f)
+            found, version, extensions = read_index_dict_with_version(reader)
+            reader.check_checksum(allow_empty=True)
     except Exception:
         return None
+    if len(found) > MAX_ENTRIES:
+        return None
+    signatures = tuple(ext.signature for ext in extensions)
+    if b"link" in signatures or b"sdir" in signatures:
+        return None
     entries: dict[bytes, IndexEntry] = {}
-    for name, item in index.items():
-        if not isinstance(item, Entry):  # a conflicted entry
+    for name, item in found.items():
+        if not isinstance(item, Entry) or item.extended_flags:  # conflicted, skip-worktree
             return None
         entries[name] = item
-        if len(entries) > MAX_ENTRIES:
-            return None
+    state = IndexState(entries, version, signatures)
     _parsed.clear()
-    _parsed[(path, stamp)] = entries
-    return entries
+    _parsed[(path, stamp)] = state
+    return state
 
 
-def unchanged(worktree: Path, stamp: tuple[int, int] | None) -> bool:
-    """True only when the worktree certainly matches its index, and the index is the one
-    the caller saw (`stamp`, from `index_stamp` right after it last staged)."""
+def remember_index(path: Path, stamp: tuple[int, int], state: IndexState) -> None:
+    """Record an index the caller has just written, so it is not parsed back."""
+    _parsed.clear()
+    _parsed[(path, stamp)] = state
+
+
+@dataclass
+class WorktreeChanges:
+    """How a worktree differs from its index, as far as `lstat` can tell.
+
+    `changed` holds tracked files whose stat data differs (or is racily clean: their
+    content must be hashed to know), `added` files the index does not know, `deleted`
+    index entries with no file. `ignore_files` and `attribute_files` are the
+    `.gitignore` and `.gitattributes` files the walk passed, wherever they are.
+    """
+
+    index: IndexState
+    changed: dict[bytes, os.stat_result] = field(default_factory=dict)
+    added: dict[bytes, os.stat_result] = field(default_factory=dict)
+    deleted: list[bytes] = field(default_factory=list)
+    ignore_files: list[bytes] = field(default_factory=list)
+    attribute_files: list[bytes] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.changed) + len(self.added) + len(self.deleted)
+
+
+def scan(worktree: Path, stamp: tuple[int, int] | None, *, limit: int) -> WorktreeChanges | None:
+    """The worktree's differences from its index, when the index is the one the caller
+    saw (`stamp`). None whenever only git can say: more than `limit` differences, a
+    gitlink or nested repository, a special file, an index that cannot be read here."""
     if stamp is None:
-        return False
+        return None
     path = index_path(worktree)
     if path is None or index_stamp(worktree) != stamp:
-        return False
-    entries = _read_entries(path, stamp)
-    if entries is None:
-        return False
+        return None
+    index = read_index(path, stamp)
+    if index is None:
+        return None
+    entries = index.entries
+    result = WorktreeChanges(index)
     index_mtime = stamp[0]
     seen = 0
     stack = [b""]
@@ -111,35 +164,91 @@ def unchanged(worktree: Path, stamp: tuple[int, int] | None) -> bool:
             with os.scandir(os.path.join(root, rel) if rel else root) as it:
                 dir_entries = list(it)
         except OSError:
-            return False
+            return None
         for found in dir_entries:
             name = found.name if isinstance(found.name, bytes) else os.fsencode(found.name)
-            if not rel and name == b".git":
-                continue
+            if name == b".git":
+                if not rel:
+                    continue
+                return None  # a nested repository: git decides whether it is a gitlink
             relpath = rel + b"/" + name if rel else name
             try:
                 st = found.stat(follow_symlinks=False)
             except OSError:
-                return False
+                return None
             if stat.S_ISDIR(st.st_mode):
+                if relpath in entries:
+                    return None  # a file or link that became a directory
                 stack.append(relpath)
                 continue
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+                return None
+            if name == b".gitignore":
+                result.ignore_files.append(relpath)
+            elif name == b".gitattributes":
+                result.attribute_files.append(relpath)
             entry = entries.get(relpath)
             if entry is None:
-                return False
-            mode = entry.mode
-            if stat.S_ISLNK(st.st_mode) != stat.S_ISLNK(mode) or mode == 0o160000:
-                return False
-            if not stat.S_ISLNK(st.st_mode) and bool(st.st_mode & 0o100) != bool(mode & 0o100):
-                return False
-            mtime = _ns(entry.mtime)
-            if (
-                entry.size != (st.st_size & 0xFFFFFFFF)
-                or mtime is None
-                or mtime // 1000 != st.st_mtime_ns // 1000
-                or (entry.ino and entry.ino != (st.st_ino & 0xFFFFFFFF))
-                or st.st_mtime_ns >= index_mtime
-            ):
-                return False
-            seen += 1
-    return seen == len(entries)
+                result.added[relpath] = st
+            else:
+                seen += 1
+                if _differs(relpath, entry, st, index_mtime):
+                    result.changed[relpath] = st
+            if result.count > limit:
+                return None
+    if seen != len(entries):
+        for relpath in entries:
+            if not os.path.lexists(os.path.join(root, relpath)):
+                result.deleted.append(relpath)
+                if result.count > limit:
+                    return None
+        if seen + len(result.deleted) != len(entries):
+            return None  # a path both seen and missing: a directory in the way
+    return result
+
+
+# What the index says of each path, in the form an `lstat` is compared with, kept per
+# entry object: entries that did not change between two index writes are the same
+# objects, so a scan converts only the entries that did.
+_keys: dict[bytes, tuple[object, tuple[int, int, int, int], int]] = {}
+
+
+def _entry_key(path: bytes, entry: IndexEntry) -> tuple[tuple[int, int, int, int], int]:
+    cached = _keys.get(path)
+    if cached is not None and cached[0] is entry:
+        return cached[1], cached[2]
+    mode = entry.mode
+    kind = 2 if stat.S_ISLNK(mode) else (1 if mode & 0o100 else 0)
+    if mode == 0o160000:
+        kind = -1  # a gitlink never matches a file
+    mtime, ctime = _ns(entry.mtime), _ns(entry.ctime)
+    key = (
+        entry.size,
+        -1 if mtime is None else mtime // 1000,
+        -1 if ctime is None else ctime // 1000,
+        kind,
+    )
+    if len(_keys) > 2 * MAX_ENTRIES:
+        _keys.clear()
+    _keys[path] = (entry, key, entry.ino)
+    return key, entry.ino
+
+
+def _differs(path: bytes, entry: IndexEntry, st: os.stat_result, index_mtime: int) -> bool:
+    """True unless the stat data certainly matches what git recorded (git's own rules,
+    "racily clean" included: an mtime not older than the index proves nothing)."""
+    key, ino = _entry_key(path, entry)
+    mode = st.st_mode
+    kind = 2 if stat.S_ISLNK(mode) else (1 if mode & 0o100 else 0)
+    return (
+        key != (st.st_size & 0xFFFFFFFF, st.st_mtime_ns // 1000, st.st_ctime_ns // 1000, kind)
+        or (ino != 0 and ino != (st.st_ino & 0xFFFFFFFF))
+        or st.st_mtime_ns >= index_mtime
+    )
+
+
+def unchanged(worktree: Path, stamp: tuple[int, int] | None) -> bool:
+    """True only when the worktree certainly matches its index, and the index is the one
+    the caller saw (`stamp`, from `index_stamp` right after it last staged)."""
+    changes = scan(worktree, stamp, limit=0)
+    return changes is not None and changes.count == 0

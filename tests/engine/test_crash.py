@@ -223,7 +223,7 @@ def _inspect(repo: Path, run_id: str) -> dict:
 
 
 def _segments(repo: Path, run_id: str) -> dict[str, str]:
-    listing = git(repo, "ls-tree", f"refs/fabro/meta/{run_id}", "events/")
+    listing = git(repo, "ls-tree", "-r", f"refs/fabro/meta/{run_id}", "events/")
     return {line.split("\t")[1]: line.split()[2] for line in listing.splitlines()}
 
 

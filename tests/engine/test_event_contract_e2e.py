@@ -346,7 +346,7 @@ def test_every_event_matches_the_seed(
 
         # The durable log on the meta ref is the same bytes as what logs printed.
         meta = f"refs/fabro/meta/{run_id}"
-        segments = git(repo, "ls-tree", "--name-only", f"{meta}:events").split()
-        assert segments == [f"{i:06d}.jsonl" for i in range(1, len(segments) + 1)]
+        segments = git(repo, "ls-tree", "-r", "--name-only", f"{meta}:events").split()
+        assert segments == [f"000/{i:06d}.jsonl" for i in range(1, len(segments) + 1)]
         durable = "".join(git(repo, "show", f"{meta}:events/{s}") for s in segments)
         assert proc.stdout.startswith(durable)

@@ -74,7 +74,7 @@ def test_meta_tree_layout(repo: Path) -> None:
     run_id = result["run_id"]
     files = git(repo, "ls-tree", "-r", "--name-only", f"refs/fabro/meta/{run_id}").split()
     for expected in ("manifest.json", "graph.fabro", "checkpoint.json", "nodes/write/status.json",
-                     "nodes/write/stdout.log", "nodes/check/status.json", "events/000001.jsonl"):
+                     "nodes/write/stdout.log", "nodes/check/status.json", "events/000/000001.jsonl"):
         assert expected in files
     manifest = json.loads(meta_file(repo, run_id, "manifest.json"))
     assert manifest["run_id"] == run_id
@@ -92,7 +92,7 @@ def test_meta_tree_layout(repo: Path) -> None:
     segments = [f for f in files if f.startswith("events/")]
     assert segments == sorted(segments) and len(segments) >= 5
     first = git(repo, "rev-list", "--reverse", f"refs/fabro/meta/{run_id}").split()[1]
-    assert git(repo, "show", f"{first}:events/000001.jsonl") == meta_file(repo, run_id, "events/000001.jsonl")
+    assert git(repo, "show", f"{first}:events/000/000001.jsonl") == meta_file(repo, run_id, "events/000/000001.jsonl")
 
 
 def test_events_cover_the_run(repo: Path) -> None:

@@ -1,0 +1,387 @@
+"""Staging a small change in process, without starting git.
+
+After a stage, `git add -A` and `git write-tree` cost two processes, most of a
+checkpoint when the stage changed a file or two. When an `lstat` walk against the
+worktree's index (`statcheck.scan`) finds a small change set, the changed files are
+hashed here, the index entries for them rewritten with their new stat data, and the new
+tree built from the previous one by replacing only the trees on the way to each change.
+The result is the tree git would write, byte for byte.
+
+Git stays in charge of everything this module does not reproduce exactly, and the
+caller falls back to `git add -A` when any of it is in play:
+- content conversion: a `.gitattributes` (in the worktree, `info/attributes` or the
+  user's attributes file) that sets `filter`, `text`, `eol`, `ident`, `crlf`,
+  `working-tree-encoding` or `binary`, or defines a macro; `core.autocrlf`;
+- ignore rules, for files the index does not know yet: a file that any pattern of any
+  `.gitignore`, `info/exclude` or the user's excludes file might match, read widely
+  (tracked files are staged whatever those say);
+- `core.fileMode=false`, `core.symlinks=false`, `core.ignoreCase`, split or sparse
+  indexes, gitlinks and nested repositories, special files, and an index that moved.
+
+The index is written to a temporary file renamed into place, in the version it had,
+without its cache extensions: git rebuilds its cache-tree and untracked
+cache on its next write, and a stale one would mislead it. Entries keep git's "racily
+clean" rule: an entry whose mtime is not older than the index is hashed again by the
+next reader, here and in git, so a file rewritten in the same tick is never missed.
+Like git by default, the index is not fsync'ed: it is a cache of the worktree.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import stat
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dulwich.objects import Blob, ObjectID, Tree
+
+from fabro_git.errors import FabroError
+from fabro_git.store import statcheck
+from fabro_git.store._gitcli import out, run_git
+from fabro_git.store.repo import GitRepo
+
+if TYPE_CHECKING:
+    from dulwich.index import IndexEntry
+
+MAX_CHANGES = 256
+MAX_BYTES = 32 * 1024 * 1024
+_DIR = 0o040000
+_LINK = 0o120000
+_NAME_MASK = 0xFFF
+_BLOB_CHANGING = re.compile(
+    rb"(?:^|\s)[-!]?(?:filter|text|eol|ident|crlf|working-tree-encoding|binary)(?:[=\s]|$)"
+    rb"|^\s*\[attr\]"
+)
+
+
+@dataclass(frozen=True)
+class _Settings:
+    """The git configuration that decides whether staging here matches git."""
+
+    supported: bool
+    ignore_files: tuple[Path, ...]
+    attribute_files: tuple[Path, ...]
+
+
+class _Conflict(Exception):
+    """A file became a directory or the reverse: left to git."""
+
+
+class Stager:
+    """Stages one worktree's small changes in process (see the module docstring)."""
+
+    def __init__(self, repo: GitRepo, worktree: Path) -> None:
+        self.repo = repo
+        self.worktree = Path(worktree)
+        self._settings: tuple[tuple[object, ...], _Settings] | None = None
+        self._encoded: dict[bytes, tuple[IndexEntry, bytes, bytes]] = {}
+
+    def stage(
+        self, base_tree: str, stamp: tuple[int, int] | None
+    ) -> tuple[str, tuple[int, int] | None] | None:
+        """The worktree's tree, and its index's new stamp, when the index still is the one
+        `stamp` names and `base_tree` was written from it; None when git must do it."""
+        changes = statcheck.scan(self.worktree, stamp, limit=MAX_CHANGES)
+        if changes is None:
+            return None
+        if changes.count == 0:
+            return base_tree, stamp
+        try:
+            return self._stage(base_tree, changes)
+        except (FabroError, OSError, _Conflict):
+            return None  # git will do it, and say what is wrong if anything is
+
+    def _stage(
+        self, base_tree: str, changes: statcheck.WorktreeChanges
+    ) -> tuple[str, tuple[int, int] | None] | None:
+        settings = self._current_settings()
+        if not settings.supported:
+            return None
+        if changes.added:
+            sources = [*settings.ignore_files]
+            sources += [self.worktree / os.fsdecode(p) for p in changes.ignore_files]
+            if _may_be_ignored(list(changes.added), _ignore_patterns(sources)):
+                return None
+        to_hash = {**changes.changed, **changes.added}
+        if any(len(path) >= _NAME_MASK for path in to_hash):
+            return None
+        attribute_files = [*settings.attribute_files]
+        attribute_files += [self.worktree / os.fsdecode(p) for p in changes.attribute_files]
+        if to_hash and _sets_conversion(attribute_files):
+            return None
+        if sum(st.st_size for st in to_hash.values()) > MAX_BYTES:
+            return None
+        from dulwich.index import IndexEntry as Entry
+
+        root = os.fsencode(self.worktree)
+        entries = dict(changes.index.entries)
+        leaves: dict[bytes, tuple[int, str] | None] = {}
+        for path, st in to_hash.items():
+            full = os.path.join(root, path)
+            if stat.S_ISLNK(st.st_mode):
+                data, mode = os.readlink(full), _LINK
+            else:
+                with open(full, "rb") as f:
+                    data = f.read()
+                mode = 0o100755 if st.st_mode & 0o100 else 0o100644
+            after = os.lstat(full)
+            if after.st_mtime_ns != st.st_mtime_ns or after.st_size != len(data):
+                return None  # still being written: let git look
+            sha = self.repo.store_object(Blob.from_string(data))
+            leaves[path] = (mode, sha)
+            entries[path] = Entry(
+                ctime=(st.st_ctime_ns // 1_000_000_000, st.st_ctime_ns % 1_000_000_000),
+                mtime=(st.st_mtime_ns // 1_000_000_000, st.st_mtime_ns % 1_000_000_000),
+                dev=st.st_dev & 0xFFFFFFFF,
+                ino=st.st_ino & 0xFFFFFFFF,
+                mode=mode,
+                uid=st.st_uid & 0xFFFFFFFF,
+                gid=st.st_gid & 0xFFFFFFFF,
+                size=st.st_size & 0xFFFFFFFF,
+                sha=ObjectID(sha.encode()),
+            )
+        for path in changes.deleted:
+            leaves[path] = None
+            del entries[path]
+        tree = _apply(self.repo, base_tree, _nest(leaves)) or self.repo.store_object(Tree())
+        stamp = self._write_index(changes.index, entries)
+        return tree, stamp
+
+    def _write_index(
+        self, old: statcheck.IndexState, entries: dict[bytes, IndexEntry]
+    ) -> tuple[int, int] | None:
+        path = statcheck.index_path(self.worktree)
+        if path is None:
+            raise _Conflict
+        data = self._encode_index(entries, old.version)
+        data += hashlib.sha1(data).digest()
+        # Not through `index.lock`: a kill -9 while holding it would leave a lock that
+        # blocks every git command in the worktree, resume's reset included. A private
+        # temporary file renamed over the index is as atomic; a git process writing the
+        # index at the same moment wins or loses the rename, and either way the next
+        # scan sees an index it did not write and asks git.
+        tmp = path.with_name(f"index.fabro-{os.getpid()}")
+        if path.with_name("index.lock").exists():
+            raise _Conflict  # git is writing the index right now
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        stamp = statcheck.index_stamp(self.worktree)
+        if stamp is not None:
+            state = statcheck.IndexState(entries, old.version, ())
+            statcheck.remember_index(path, stamp, state)
+        return stamp
+
+    def _encode_index(self, entries: dict[bytes, IndexEntry], version: int) -> bytes:
+        """The index file's bytes, before its checksum. An entry's encoding is kept
+        between writes and reused while the entry, and the path before it (which v4
+        compresses against), are the same: the cost follows the change."""
+        import io
+
+        from dulwich.index import Stage, write_cache_entry
+
+        cache, fresh = self._encoded, {}
+        parts = [b"DIRC", struct.pack(">LL", version, len(entries))]
+        previous = b""
+        for name in sorted(entries):
+            entry = entries[name]
+            known = cache.get(name)
+            if known is not None and known[0] is entry and known[1] == previous:
+                encoded = known[2]
+            else:
+                buffer = io.BytesIO()
+                serialized = entry.serialize(name, Stage.NORMAL)
+                write_cache_entry(buffer, serialized, version=version, previous_path=previous)
+                encoded = buffer.getvalue()
+            fresh[name] = (entry, previous, encoded)
+            parts.append(encoded)
+            previous = name
+        self._encoded = fresh
+        return b"".join(parts)
+
+    def _current_settings(self) -> _Settings:
+        key = tuple(_stamp(p) for p in self._config_files())
+        if self._settings is None or self._settings[0] != key:
+            self._settings = (key, self._read_settings())
+        return self._settings[1]
+
+    def _config_files(self) -> list[Path]:
+        home = Path.home()
+        xdg = Path(os.environ.get("XDG_CONFIG_HOME") or home / ".config")
+        index = statcheck.index_path(self.worktree)
+        own = [index.parent / "config.worktree"] if index is not None else []
+        return [
+            Path(self.repo.git_dir) / "config",
+            *own,
+            home / ".gitconfig",
+            xdg / "git" / "config",
+        ]
+
+    def _read_settings(self) -> _Settings:
+        listing = out(run_git(["config", "--list", "-z"], cwd=self.worktree))
+        config: dict[str, str] = {}
+        for item in listing.split("\0"):
+            key, _, value = item.partition("\n")
+            if key:
+                config[key.lower()] = value
+
+        def flag(name: str, default: bool) -> bool:
+            value = config.get(name)
+            if value is None:
+                return default
+            return value.strip().lower() in ("true", "yes", "on", "1", "")
+
+        autocrlf = config.get("core.autocrlf", "false").strip().lower()
+        supported = (
+            autocrlf in ("false", "no", "off", "0")
+            and flag("core.filemode", True)
+            and flag("core.symlinks", True)
+            and not flag("core.ignorecase", False)
+            and not flag("core.splitindex", False)
+            and not flag("core.precomposeunicode", False)
+        )
+        xdg = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "git"
+        git_dir = Path(self.repo.git_dir)
+        excludes = config.get("core.excludesfile")
+        attributes = config.get("core.attributesfile")
+        return _Settings(
+            supported=supported,
+            ignore_files=(
+                git_dir / "info" / "exclude",
+                Path(os.path.expanduser(excludes)) if excludes else xdg / "ignore",
+            ),
+            attribute_files=(
+                git_dir / "info" / "attributes",
+                Path(os.path.expanduser(attributes)) if attributes else xdg / "attributes",
+            ),
+        )
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size
+
+
+def _lines(path: Path) -> list[bytes]:
+    try:
+        data = path.read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return []
+    return [
+        line for line in data.splitlines() if line.strip() and not line.lstrip().startswith(b"#")
+    ]
+
+
+def _ignore_patterns(paths: list[Path]) -> list[re.Pattern[bytes]] | None:
+    """Every positive ignore pattern of `paths`, widened so that it matches at least
+    what git's would (`*` and `?` also cross `/`, `**` is `*`, anchors and the
+    directory-only slash are dropped); None when a pattern cannot be widened safely."""
+    import fnmatch
+
+    found = []
+    for path in paths:
+        for line in _lines(path):
+            pattern = line.strip()
+            if pattern.startswith(b"!"):
+                continue  # a negation can only un-ignore
+            if b"\\" in pattern or b"[" in pattern:
+                return None
+            pattern = pattern.replace(b"**", b"*").strip(b"/")
+            if pattern:
+                regex = fnmatch.translate(os.fsdecode(pattern))
+                found.append(re.compile(regex.encode("utf-8", "surrogateescape")))
+    return found
+
+
+def _may_be_ignored(paths: list[bytes], patterns: list[re.Pattern[bytes]] | None) -> bool:
+    """False only when no ignore pattern can match a path or one of its directories,
+    which is when git certainly adds it. Git ignores a path when the last pattern that
+    matches it (or a directory above it) is positive, so if no positive pattern matches
+    any part of it, wherever the pattern's file lives, nothing ignores it."""
+    if patterns is None:
+        return True
+    if not patterns:
+        return False
+    for path in paths:
+        parts = path.split(b"/")
+        pieces = [
+            b"/".join(parts[start:end])
+            for start in range(len(parts))
+            for end in range(start + 1, len(parts) + 1)
+        ]
+        if any(p.match(piece) for p in patterns for piece in pieces):
+            return True
+    return False
+
+
+def _sets_conversion(paths: list[Path]) -> bool:
+    """True when an attributes file sets anything that can change a blob's bytes."""
+    return any(_BLOB_CHANGING.search(line) for p in paths for line in _lines(p))
+
+
+# A change set shaped like the tree: name -> (mode, sha), None (delete) or a nested dict.
+_Changes = dict[bytes, "tuple[int, str] | _Changes | None"]
+
+
+def _nest(leaves: dict[bytes, tuple[int, str] | None]) -> _Changes:
+    root: _Changes = {}
+    for path, leaf in leaves.items():
+        *dirs, name = path.split(b"/")
+        node = root
+        for part in dirs:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise _Conflict  # `a` deleted or changed, and `a/b` added
+            node = child
+        if isinstance(node.get(name), dict):
+            raise _Conflict
+        node[name] = leaf
+    return root
+
+
+def _apply(repo: GitRepo, tree_sha: str | None, changes: _Changes) -> str | None:
+    """`tree_sha` with `changes` applied, writing only the trees that change; None when
+    the result is empty (git leaves empty directories out)."""
+    old = repo.tree(tree_sha) if tree_sha is not None else None
+    # A copy parsed from the old tree's bytes (in C), not rebuilt entry by entry.
+    tree = old.copy() if old is not None else Tree()
+    assert isinstance(tree, Tree)
+    for name, change in changes.items():
+        try:
+            current: tuple[int, ObjectID] | None = tree[name]
+        except KeyError:
+            current = None
+        if change is None:
+            if current is not None:
+                if current[0] == _DIR:
+                    raise _Conflict
+                del tree[name]
+        elif isinstance(change, tuple):
+            if current is not None and current[0] == _DIR:
+                raise _Conflict
+            tree.add(name, change[0], ObjectID(change[1].encode()))
+        else:
+            if current is not None and current[0] != _DIR:
+                raise _Conflict
+            sub = _apply(repo, current[1].decode() if current is not None else None, change)
+            if sub is None:
+                if current is not None:
+                    del tree[name]
+            else:
+                tree.add(name, _DIR, ObjectID(sub.encode()))
+    if not len(tree):
+        return None
+    if old is not None and tree.id == old.id:
+        return old.id.decode()
+    return repo.store_object(tree)

@@ -1,0 +1,222 @@
+"""In-process staging must write the tree git writes, keep the index git's, and leave
+to git whatever it does not reproduce (clean filters above all)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from conftest import git, run_fabro, write_workflow
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fabro_git.store import statcheck
+from fabro_git.store.repo import GitRepo
+from fabro_git.store.staging import Stager
+
+# Names chosen to exercise git's tree order (a directory sorts as if it ended in "/").
+DIRS = ["", "d1", "d1/d2", "d1.d", "sp ace"]
+FILES = ["a", "d1.txt", "d1-a", "d10", "é", "x y", "Z"]
+
+# Ignore patterns, some of which match the names above (and one that only un-ignores).
+IGNORE_PATTERNS = ["*.txt", "d1/", "/Z", "!d1.txt", "sp ace/", "**/fa", "d1.d/*", "*.log"]
+File = tuple[str, bytes, bool, bool]  # path, content, executable, symlink
+
+
+def _path(dir_name: str, file_name: str) -> str:
+    # Files live under "f"-prefixed names inside directories so that a path is never
+    # both a file and a directory (that case is left to git and tested apart).
+    return f"{dir_name}/f{file_name}" if dir_name else file_name
+
+
+files_strategy = st.dictionaries(
+    st.builds(_path, st.sampled_from(DIRS), st.sampled_from(FILES)),
+    st.tuples(st.binary(max_size=40), st.booleans(), st.booleans()),
+    max_size=12,
+)
+
+
+def _write(root: Path, files: dict[str, tuple[bytes, bool, bool]]) -> None:
+    for rel, (content, executable, symlink) in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_symlink() or path.exists():
+            path.unlink()
+        if symlink:
+            os.symlink(content.decode("latin-1").replace("\0", "") or "target", path)
+        else:
+            path.write_bytes(content)
+            os.chmod(path, 0o755 if executable else 0o644)
+
+
+def _remove_empty_dirs(root: Path) -> None:
+    for dirpath, _, _ in sorted(os.walk(root), key=lambda w: -len(w[0])):
+        if ".git" not in dirpath and Path(dirpath) != root:
+            with contextlib.suppress(OSError):
+                os.rmdir(dirpath)
+
+
+def _git_tree_from_copy(root: Path) -> str:
+    index = root / ".git" / "index"
+    copy = root / ".git" / "index.copy"
+    shutil.copyfile(index, copy)
+    env = {**os.environ, "GIT_INDEX_FILE": str(copy)}
+    subprocess.run(["git", "add", "-A"], cwd=root, env=env, check=True)
+    out = subprocess.run(
+        ["git", "write-tree"], cwd=root, env=env, check=True, capture_output=True, text=True
+    )
+    copy.unlink()
+    return out.stdout.strip()
+
+
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    first=files_strategy,
+    second=files_strategy,
+    deleted=st.lists(st.sampled_from([_path(d, f) for d in DIRS for f in FILES]), max_size=6),
+    third=files_strategy,
+    version=st.sampled_from(["2", "3", "4"]),
+    ignored=st.lists(st.sampled_from(IGNORE_PATTERNS), max_size=3),
+)
+def test_the_tree_is_the_one_git_writes(
+    first: dict[str, tuple[bytes, bool, bool]],
+    second: dict[str, tuple[bytes, bool, bool]],
+    deleted: list[str],
+    third: dict[str, tuple[bytes, bool, bool]],
+    version: str,
+    ignored: list[str],
+) -> None:
+    root = Path(tempfile.mkdtemp(prefix="staging-"))
+    try:
+        git(root, "init", "-q")
+        git(root, "config", "index.version", version)  # v4 compresses paths
+        if ignored:
+            (root / ".gitignore").write_text("\n".join(ignored) + "\n")
+        _write(root, first)
+        git(root, "add", "-A")
+        tree = git(root, "write-tree").strip()
+        stamp = statcheck.index_stamp(root)
+        grepo = GitRepo.discover(root)
+        stager = Stager(grepo, root)
+        for change in (second, third):
+            _write(root, change)
+            for rel in deleted:
+                (root / rel).unlink(missing_ok=True)
+            _remove_empty_dirs(root)
+            staged = stager.stage(tree, stamp)
+            if staged is None:
+                # Left to git (an ignore pattern might match a new file): as the
+                # recorder does, stage with git and go on from its index.
+                assert ignored
+                git(root, "add", "-A")
+                tree, stamp = git(root, "write-tree").strip(), statcheck.index_stamp(root)
+                continue
+            tree, stamp = staged
+            # The index we wrote says what git would: nothing differs from the files...
+            assert git(root, "--no-optional-locks", "diff", "--name-status").strip() == ""
+            others = git(root, "--no-optional-locks", "ls-files", "--others", "--exclude-standard")
+            assert others.strip() == ""
+            # ...nothing git ignores went in...
+            assert git(root, "ls-files", "--cached", "--ignored", "--exclude-standard") == ""
+            # ...and git staging everything (in a copy of that index, so the next round
+            # starts from ours) gives the very same tree.
+            assert _git_tree_from_copy(root) == tree
+            assert statcheck.index_stamp(root) == stamp
+            deleted = deleted[::-1][:2]
+        grepo.close()
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_file_that_becomes_a_directory_is_left_to_git(repo: Path) -> None:
+    (repo / "a").write_text("file\n")
+    git(repo, "add", "-A")
+    tree = git(repo, "write-tree").strip()
+    grepo = GitRepo.discover(repo)
+    (repo / "a").unlink()
+    (repo / "a").mkdir()
+    (repo / "a" / "b").write_text("now a directory\n")
+    assert Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo)) is None
+    grepo.close()
+
+
+def test_a_clean_filter_sends_staging_back_to_git(repo: Path) -> None:
+    (repo / ".gitattributes").write_text("*.txt filter=upper\n")
+    git(repo, "config", "filter.upper.clean", "tr a-z A-Z")
+    git(repo, "config", "filter.upper.smudge", "cat")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "filter")
+    tree = git(repo, "write-tree").strip()
+    grepo = GitRepo.discover(repo)
+    (repo / "shout.txt").write_text("quiet\n")
+    assert Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo)) is None
+    grepo.close()
+    # Through a whole run: the second stage would be staged in process, were it not
+    # for the filter; git stages it, and the filter applies as in the user's commits.
+    write_workflow(
+        repo,
+        """digraph Filtered {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            one [shape=parallelogram, script="echo first > one.txt"]
+            two [shape=parallelogram, script="echo second > two.txt"]
+            start -> one -> two -> exit
+        }""",
+    )
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "workflow")
+    proc = run_fabro("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    (branch,) = git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/fabro/run").split()
+    assert git(repo, "show", f"{branch}:one.txt") == "FIRST\n"
+    assert git(repo, "show", f"{branch}:two.txt") == "SECOND\n"
+
+
+def test_an_ignored_new_file_is_left_to_git(repo: Path) -> None:
+    (repo / ".gitignore").write_text("*.log\n")
+    git(repo, "add", "-A")
+    tree = git(repo, "write-tree").strip()
+    grepo = GitRepo.discover(repo)
+    (repo / "noise.log").write_text("ignored\n")
+    assert Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo)) is None
+    grepo.close()
+
+
+def test_staging_leaves_no_lock_and_waits_its_turn_behind_git(repo: Path) -> None:
+    (repo / "a").write_text("one\n")
+    git(repo, "add", "-A")
+    tree = git(repo, "write-tree").strip()
+    grepo = GitRepo.discover(repo)
+    stager = Stager(grepo, repo)
+    (repo / "a").write_text("two\n")
+    staged = stager.stage(tree, statcheck.index_stamp(repo))
+    assert staged is not None
+    # Nothing is left behind in the git dir that could block a later git command.
+    assert sorted(p.name for p in (repo / ".git").glob("index*")) == ["index"]
+    # While git holds the index lock, the index is git's to write.
+    (repo / ".git" / "index.lock").write_bytes(b"")
+    (repo / "a").write_text("three\n")
+    assert stager.stage(staged[0], staged[1]) is None
+    (repo / ".git" / "index.lock").unlink()
+    grepo.close()
+
+
+def test_a_new_file_no_ignore_pattern_can_match_is_staged_in_process(repo: Path) -> None:
+    (repo / ".gitignore").write_text("*.log\nbuild/\n")
+    git(repo, "add", "-A")
+    tree = git(repo, "write-tree").strip()
+    grepo = GitRepo.discover(repo)
+    (repo / "src").mkdir()
+    (repo / "src" / "main.py").write_text("print('hi')\n")
+    staged = Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo))
+    assert staged is not None
+    assert git(repo, "ls-files", "src") == "src/main.py\n"
+    grepo.close()
