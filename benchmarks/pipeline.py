@@ -51,8 +51,14 @@ def measure(stages: int, reps: int, script: str, label: str) -> tuple[float, flo
     if exe is None:
         raise SystemExit("git-fabro is not on PATH; pip install the project first")
     base = Path(tempfile.mkdtemp(prefix="fabro-bench-"))
-    env = dict(os.environ, FABRO_HOME=str(base / "home"), GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b",
-               GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+    env = dict(
+        os.environ,
+        FABRO_HOME=str(base / "home"),
+        GIT_AUTHOR_NAME="b",
+        GIT_AUTHOR_EMAIL="b@b",
+        GIT_COMMITTER_NAME="b",
+        GIT_COMMITTER_EMAIL="b@b",
+    )
     repo = base / "repo"
     repo.mkdir()
     sh(repo, "git", "init", "-q", "-b", "main", env=env)
@@ -64,19 +70,33 @@ def measure(stages: int, reps: int, script: str, label: str) -> tuple[float, flo
     sh(repo, "git", "commit", "-q", "-m", "init", env=env)
 
     def fabro() -> None:
-        subprocess.run([exe, "run", str(base / "pipeline.fabro")], cwd=repo, env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [exe, "run", str(base / "pipeline.fabro")],
+            cwd=repo,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def fabro_empty() -> None:
-        subprocess.run([exe, "run", str(base / "empty.fabro")], cwd=repo, env=env, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [exe, "run", str(base / "empty.fabro")],
+            cwd=repo,
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def plain_git() -> None:
         for i in range(stages):
             if "stamp" in script:
                 (repo / f"stamp-{i}").write_text(str(time.time()))
             subprocess.run(["git", "add", "-A"], cwd=repo, env=env, check=True)
-            subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, env=env, check=True)
+            subprocess.run(
+                ["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, env=env, check=True
+            )
 
     fabro_times, empty_times, git_times = [], [], []
     fabro()  # warm-up: page cache, pyc files
@@ -89,17 +109,23 @@ def measure(stages: int, reps: int, script: str, label: str) -> tuple[float, flo
     f, e, g = (statistics.median(t) for t in (fabro_times, empty_times, git_times))
     per_stage = (f - e) / stages
     print(f"{label:<28} fabro {f:6.3f}s   git {g:6.3f}s   ratio {f / g:5.2f}x")
-    print(f"{'':<28} per stage: fabro {per_stage * 1000:5.1f}ms (after {e:.3f}s of fixed start-up and"
-          f" finish)   git {g / stages * 1000:5.1f}ms   ratio {per_stage / (g / stages):5.2f}x")
+    print(
+        f"{'':<28} per stage: fabro {per_stage * 1000:5.1f}ms (after {e:.3f}s of fixed start-up and"
+        f" finish)   git {g / stages * 1000:5.1f}ms   ratio {per_stage / (g / stages):5.2f}x"
+    )
     return f, g
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--stages", type=int, default=50)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
-    print(f"{args.stages}-stage linear pipeline, median of {args.reps} (whole process vs git add+commit per stage)")
+    print(
+        f"{args.stages}-stage linear pipeline, median of {args.reps} (whole process vs git add+commit per stage)"
+    )
     measure(args.stages, args.reps, "true", "stages run `true`")
     measure(args.stages, args.reps, "date > stamp-{i}", "each stage writes a file")
 

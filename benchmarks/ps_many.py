@@ -39,7 +39,9 @@ HELLO = """digraph Hello {
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
@@ -47,8 +49,14 @@ def main() -> None:
     if exe is None:
         raise SystemExit("git-fabro is not on PATH; pip install the project first")
     base = Path(tempfile.mkdtemp(prefix="fabro-ps-"))
-    env = dict(os.environ, FABRO_HOME=str(base / "home"), GIT_AUTHOR_NAME="b", GIT_AUTHOR_EMAIL="b@b",
-               GIT_COMMITTER_NAME="b", GIT_COMMITTER_EMAIL="b@b")
+    env = dict(
+        os.environ,
+        FABRO_HOME=str(base / "home"),
+        GIT_AUTHOR_NAME="b",
+        GIT_AUTHOR_EMAIL="b@b",
+        GIT_COMMITTER_NAME="b",
+        GIT_COMMITTER_EMAIL="b@b",
+    )
     os.environ.update(env)
     repo_dir = base / "repo"
     repo_dir.mkdir()
@@ -68,7 +76,13 @@ def main() -> None:
         message = info.message.replace(source_id, run_id)
         commit = repo.write_commit(tree=info.tree, parents=list(info.parents), message=message)
         updates.append(f"create {runs.meta_ref(run_id)} {commit}\n")
-    subprocess.run(["git", "update-ref", "--stdin"], cwd=repo_dir, input="".join(updates), text=True, check=True)
+    subprocess.run(
+        ["git", "update-ref", "--stdin"],
+        cwd=repo_dir,
+        input="".join(updates),
+        text=True,
+        check=True,
+    )
     # Half the refs packed, as after `git gc`, half loose, as in a busy repository.
     half = updates[: len(updates) // 2]
     subprocess.run(["git", "pack-refs", "--all"], cwd=repo_dir, check=True)
@@ -79,7 +93,9 @@ def main() -> None:
 
     def fabro() -> float:
         start = time.perf_counter()
-        proc = subprocess.run([exe, "ps"], cwd=repo_dir, env=env, capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [exe, "ps"], cwd=repo_dir, env=env, capture_output=True, text=True, check=True
+        )
         elapsed = time.perf_counter() - start
         assert proc.stdout.count("\n") == args.runs + 1, "ps did not list every run"
         return elapsed
@@ -88,15 +104,19 @@ def main() -> None:
         start = time.perf_counter()
         subprocess.run(
             ["git", "for-each-ref", "--format=%(refname) %(contents:trailers)", "refs/fabro/meta/"],
-            cwd=repo_dir, capture_output=True, check=True,
+            cwd=repo_dir,
+            capture_output=True,
+            check=True,
         )
         return time.perf_counter() - start
 
     fabro(), plain_git()  # warm-up
     f = statistics.median(fabro() for _ in range(args.reps))
     g = statistics.median(plain_git() for _ in range(args.reps))
-    print(f"ps over {args.runs} runs, median of {args.reps}: fabro {f:.3f}s   git for-each-ref {g:.3f}s"
-          f"   ratio {f / g:.1f}x   (target: fabro under 1 s)")
+    print(
+        f"ps over {args.runs} runs, median of {args.reps}: fabro {f:.3f}s   git for-each-ref {g:.3f}s"
+        f"   ratio {f / g:.1f}x   (target: fabro under 1 s)"
+    )
     shutil.rmtree(base, ignore_errors=True)
 
 

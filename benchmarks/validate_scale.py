@@ -37,7 +37,9 @@ HEADER = """digraph Scale {
 
 def chain(size: int) -> str:
     lines = [HEADER]
-    lines += [f'    n_{i} [shape=parallelogram, script="true", class="heavy"]\n' for i in range(size)]
+    lines += [
+        f'    n_{i} [shape=parallelogram, script="true", class="heavy"]\n' for i in range(size)
+    ]
     lines.append("    start -> n_0\n")
     lines += [f"    n_{i} -> n_{i + 1}\n" for i in range(size - 1)]
     lines.append(f"    n_{size - 1} -> exit\n}}\n")
@@ -64,7 +66,9 @@ def time_validate(path: Path) -> tuple[float, float, int]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--small", type=int, default=10_000)
     parser.add_argument("--large", type=int, default=100_000)
     args = parser.parse_args()
@@ -77,16 +81,27 @@ def main() -> None:
                 path.write_text(make(size))
                 cpu, wall, nodes = time_validate(path)
                 times.append(cpu)
-                print(f"{name:8} {nodes:>7} nodes: parse+validate {cpu:6.2f} s CPU ({wall:6.2f} s wall)", flush=True)
-            print(f"{name:8} {args.large // args.small}x the nodes: {times[1] / times[0]:.1f}x the CPU time   (target: at most 12x)")
+                print(
+                    f"{name:8} {nodes:>7} nodes: parse+validate {cpu:6.2f} s CPU ({wall:6.2f} s wall)",
+                    flush=True,
+                )
+            print(
+                f"{name:8} {args.large // args.small}x the nodes: {times[1] / times[0]:.1f}x the CPU time   (target: at most 12x)"
+            )
         exe = shutil.which("git-fabro")
         if exe is not None:
             path = base / f"chain-{args.large}.fabro"
             started = time.perf_counter()
-            proc = subprocess.run([exe, "validate", str(path)], capture_output=True, text=True, check=False)
+            proc = subprocess.run(
+                [exe, "validate", str(path)], capture_output=True, text=True, check=False
+            )
             elapsed = time.perf_counter() - started
-            verdict = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()
-            print(f"git-fabro validate on the {args.large}-node chain: {elapsed:.2f} s (exit {proc.returncode}): {verdict}")
+            verdict = (
+                proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr.strip()
+            )
+            print(
+                f"git-fabro validate on the {args.large}-node chain: {elapsed:.2f} s (exit {proc.returncode}): {verdict}"
+            )
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -56,9 +56,7 @@ def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> str:
-    proc = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"git {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc.stdout
@@ -117,7 +115,9 @@ def write_workflow(directory: Path, text: str, name: str = "wf.fabro") -> Path:
     return path
 
 
-def run_json(*args: str, cwd: Path, timeout: float = 120, input: str | None = None) -> tuple[subprocess.CompletedProcess[str], dict]:
+def run_json(
+    *args: str, cwd: Path, timeout: float = 120, input: str | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict]:
     """`git fabro ARGS --json`; returns the process and its final JSON object."""
     import json
 

@@ -56,7 +56,9 @@ def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
     trailers = repo.commit_info(meta_sha).trailers
     summary = MetaSummary.from_trailers(trailers)
     live = is_live(Path(repo.git_dir), run_id)
-    status = effective_status(summary.status, live, superseded=bool(trailers.get("Fabro-Superseded-By")))
+    status = effective_status(
+        summary.status, live, superseded=bool(trailers.get("Fabro-Superseded-By"))
+    )
     node = summary.next_node if status in ("running", "interrupted", "failed") else summary.node
     if status == "running" or status == "interrupted":
         node = summary.next_node or summary.node

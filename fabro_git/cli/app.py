@@ -38,11 +38,16 @@ class _Group(typer.core.TyperGroup):
             from fabro_git.suggest import close_names
 
             if args:
-                matches = close_names(args[0], [n for n, c in self.commands.items() if not c.hidden])
+                matches = close_names(
+                    args[0], [n for n, c in self.commands.items() if not c.hidden]
+                )
                 if matches:
-                    exc.message = exc.message.rstrip(".") + ". Did you mean " + " or ".join(
-                        repr(m) for m in matches
-                    ) + "?"
+                    exc.message = (
+                        exc.message.rstrip(".")
+                        + ". Did you mean "
+                        + " or ".join(repr(m) for m in matches)
+                        + "?"
+                    )
                 else:
                     exc.message += " See `git fabro -h` for the commands."
             raise
@@ -73,7 +78,12 @@ def _version_callback(value: bool) -> None:
 def _root(
     version: Annotated[
         bool,
-        typer.Option("--version", callback=_version_callback, is_eager=True, help="Print the version and exit."),
+        typer.Option(
+            "--version",
+            callback=_version_callback,
+            is_eager=True,
+            help="Print the version and exit.",
+        ),
     ] = False,
 ) -> None:
     """git fabro: AI-agent workflows in your repository."""
@@ -81,7 +91,10 @@ def _root(
 
 @command()
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="Workflow files to check.", show_default=False, metavar="FILE...")],
+    files: Annotated[
+        list[Path],
+        typer.Argument(help="Workflow files to check.", show_default=False, metavar="FILE..."),
+    ],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Check workflow files and print their diagnostics."""
@@ -92,10 +105,16 @@ def validate(
 
 @command()
 def graph(
-    file: Annotated[Path, typer.Argument(help="Workflow file to render.", show_default=False, metavar="FILE")],
+    file: Annotated[
+        Path, typer.Argument(help="Workflow file to render.", show_default=False, metavar="FILE")
+    ],
     fmt: Annotated[str, typer.Option("--format", help="svg, png or dot.")] = "svg",
-    output: Annotated[Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")] = None,
-    direction: Annotated[str | None, typer.Option("--direction", help="lr or tb; overrides rankdir.")] = None,
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write here instead of stdout.")
+    ] = None,
+    direction: Annotated[
+        str | None, typer.Option("--direction", help="lr or tb; overrides rankdir.")
+    ] = None,
 ) -> None:
     """Render a workflow graph through Graphviz."""
     from fabro_git.cli import graph as impl
@@ -105,7 +124,14 @@ def graph(
 
 @command()
 def demo(
-    directory: Annotated[Path | None, typer.Argument(help="Where to make it (default: a new temporary directory).", show_default=False, metavar="DIR")] = None,
+    directory: Annotated[
+        Path | None,
+        typer.Argument(
+            help="Where to make it (default: a new temporary directory).",
+            show_default=False,
+            metavar="DIR",
+        ),
+    ] = None,
 ) -> None:
     """Make a scratch repository and run the hello example in it."""
     from fabro_git.cli import demo as impl
@@ -121,21 +147,60 @@ def _examples_epilog() -> str:
 
 @command(epilog=_examples_epilog())
 def run(
-    workflow: Annotated[str, typer.Argument(help="Workflow file, or the name of a shipped example.", show_default=False, metavar="WORKFLOW")],
+    workflow: Annotated[
+        str,
+        typer.Argument(
+            help="Workflow file, or the name of a shipped example.",
+            show_default=False,
+            metavar="WORKFLOW",
+        ),
+    ],
     goal: Annotated[str | None, typer.Option("--goal", help="The run's goal ({{ goal }}).")] = None,
-    goal_file: Annotated[Path | None, typer.Option("--goal-file", help="Read the goal from a file.")] = None,
-    inputs: Annotated[list[str] | None, typer.Option("-V", "--input", help="KEY=VALUE for {{ inputs.KEY }}; repeatable.")] = None,
-    auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")] = False,
-    answers: Annotated[list[str] | None, typer.Option("--answer", help="Queue an answer for the next human gate; repeatable.")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Simulate LLM stages instead of calling a model.")] = False,
-    in_place: Annotated[bool, typer.Option("--in-place", help="Run in this checkout, without a worktree or run-branch commits.")] = False,
-    labels: Annotated[list[str] | None, typer.Option("--label", help="KEY=VALUE run label; repeatable.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Default model for LLM stages.")] = None,
-    provider: Annotated[str | None, typer.Option("--provider", help="Default provider for LLM stages.")] = None,
-    detach: Annotated[bool, typer.Option("-d", "--detach", help="Print the run id and continue in the background.")] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="End with one JSON object describing the run.")] = False,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")] = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")] = False,
+    goal_file: Annotated[
+        Path | None, typer.Option("--goal-file", help="Read the goal from a file.")
+    ] = None,
+    inputs: Annotated[
+        list[str] | None,
+        typer.Option("-V", "--input", help="KEY=VALUE for {{ inputs.KEY }}; repeatable."),
+    ] = None,
+    auto_approve: Annotated[
+        bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")
+    ] = False,
+    answers: Annotated[
+        list[str] | None,
+        typer.Option("--answer", help="Queue an answer for the next human gate; repeatable."),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Simulate LLM stages instead of calling a model.")
+    ] = False,
+    in_place: Annotated[
+        bool,
+        typer.Option(
+            "--in-place", help="Run in this checkout, without a worktree or run-branch commits."
+        ),
+    ] = False,
+    labels: Annotated[
+        list[str] | None, typer.Option("--label", help="KEY=VALUE run label; repeatable.")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option("--model", help="Default model for LLM stages.")
+    ] = None,
+    provider: Annotated[
+        str | None, typer.Option("--provider", help="Default provider for LLM stages.")
+    ] = None,
+    detach: Annotated[
+        bool,
+        typer.Option("-d", "--detach", help="Print the run id and continue in the background."),
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="End with one JSON object describing the run.")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
+    ] = False,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -170,13 +235,28 @@ def _output_mode(quiet: bool, verbose: bool) -> str:
 
 @command()
 def resume(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
-    auto_approve: Annotated[bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")] = False,
-    answers: Annotated[list[str] | None, typer.Option("--answer", help="Queue an answer for the next human gate; repeatable.")] = None,
-    detach: Annotated[bool, typer.Option("-d", "--detach", help="Continue in the background.")] = False,
-    json_output: Annotated[bool, typer.Option("--json", help="End with one JSON object describing the run.")] = False,
-    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")] = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")] = False,
+    run_id: Annotated[
+        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
+    ],
+    auto_approve: Annotated[
+        bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")
+    ] = False,
+    answers: Annotated[
+        list[str] | None,
+        typer.Option("--answer", help="Queue an answer for the next human gate; repeatable."),
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("-d", "--detach", help="Continue in the background.")
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="End with one JSON object describing the run.")
+    ] = False,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
+    ] = False,
     detached_child: Annotated[bool, typer.Option("--detached-child", hidden=True)] = False,
 ) -> None:
     """Continue an interrupted or failed run from its last checkpoint."""
@@ -197,8 +277,17 @@ def resume(
 
 @command()
 def ps(
-    json_output: Annotated[bool, typer.Option("--json", help="Print JSON lines, one run each.")] = False,
-    filters: Annotated[list[str] | None, typer.Option("--filter", help="status=S[,S...], workflow=TEXT or label=NAME=VALUE; repeatable, all must hold.", metavar="KEY=VALUE")] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print JSON lines, one run each.")
+    ] = False,
+    filters: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            help="status=S[,S...], workflow=TEXT or label=NAME=VALUE; repeatable, all must hold.",
+            metavar="KEY=VALUE",
+        ),
+    ] = None,
 ) -> None:
     """List every run in this repository."""
     from fabro_git.cli import ps as impl
@@ -208,22 +297,39 @@ def ps(
 
 @command()
 def logs(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
+    run_id: Annotated[
+        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
+    ],
     pretty: Annotated[bool, typer.Option("--pretty", help="Render events for people.")] = False,
-    follow: Annotated[bool, typer.Option("-f", "--follow", help="Keep printing events of a live run.")] = False,
-    verbose: Annotated[bool, typer.Option("-v", "--verbose", help="With --pretty, show bookkeeping events too.")] = False,
-    tail: Annotated[int | None, typer.Option("-n", "--tail", help="Only the last N events.", metavar="N")] = None,
-    since: Annotated[str | None, typer.Option("--since", help="Only events newer than this (30s, 10m, 2h, 1d).", metavar="DURATION")] = None,
+    follow: Annotated[
+        bool, typer.Option("-f", "--follow", help="Keep printing events of a live run.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="With --pretty, show bookkeeping events too.")
+    ] = False,
+    tail: Annotated[
+        int | None, typer.Option("-n", "--tail", help="Only the last N events.", metavar="N")
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Only events newer than this (30s, 10m, 2h, 1d).", metavar="DURATION"
+        ),
+    ] = None,
 ) -> None:
     """Print a run's events as JSON lines."""
     from fabro_git.cli import logs as impl
 
-    raise typer.Exit(impl.run(run_id, pretty=pretty, follow=follow, verbose=verbose, tail=tail, since=since))
+    raise typer.Exit(
+        impl.run(run_id, pretty=pretty, follow=follow, verbose=verbose, tail=tail, since=since)
+    )
 
 
 @command()
 def inspect(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
+    run_id: Annotated[
+        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
+    ],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Show a run's manifest, checkpoint and status."""
@@ -234,8 +340,17 @@ def inspect(
 
 @command()
 def fetch(
-    remote: Annotated[str, typer.Argument(help="Remote to fetch from.", metavar="REMOTE")] = "origin",
-    run_id: Annotated[str | None, typer.Argument(help="Fetch only this run (an id or a prefix the remote resolves).", show_default=False, metavar="RUN")] = None,
+    remote: Annotated[
+        str, typer.Argument(help="Remote to fetch from.", metavar="REMOTE")
+    ] = "origin",
+    run_id: Annotated[
+        str | None,
+        typer.Argument(
+            help="Fetch only this run (an id or a prefix the remote resolves).",
+            show_default=False,
+            metavar="RUN",
+        ),
+    ] = None,
 ) -> None:
     """Fetch runs' refs (refs/fabro/* and fabro/run/*) from a remote, and say how many came."""
     from fabro_git.cli import sync as impl
@@ -246,7 +361,10 @@ def fetch(
 @command()
 def push(
     remote: Annotated[str, typer.Argument(help="Remote to push to.", metavar="REMOTE")] = "origin",
-    run_ids: Annotated[list[str] | None, typer.Argument(help="Runs to push (default: all).", show_default=False, metavar="RUN...")] = None,
+    run_ids: Annotated[
+        list[str] | None,
+        typer.Argument(help="Runs to push (default: all).", show_default=False, metavar="RUN..."),
+    ] = None,
 ) -> None:
     """Push runs' branches and metadata refs to a remote, never forced."""
     from fabro_git.cli import sync as impl
@@ -256,8 +374,22 @@ def push(
 
 @command()
 def show(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix (or a workflow name: its latest run).", show_default=False, metavar="RUN")],
-    node: Annotated[str | None, typer.Argument(help="One stage: NODE (its latest visit) or NODE@VISIT.", show_default=False, metavar="NODE[@VISIT]")] = None,
+    run_id: Annotated[
+        str,
+        typer.Argument(
+            help="Run id or unique prefix (or a workflow name: its latest run).",
+            show_default=False,
+            metavar="RUN",
+        ),
+    ],
+    node: Annotated[
+        str | None,
+        typer.Argument(
+            help="One stage: NODE (its latest visit) or NODE@VISIT.",
+            show_default=False,
+            metavar="NODE[@VISIT]",
+        ),
+    ] = None,
 ) -> None:
     """Show a run's stages, or what one stage did: its output, prompt and response."""
     from fabro_git.cli import show as impl
@@ -267,8 +399,17 @@ def show(
 
 @command()
 def wait(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
-    timeout: Annotated[str | None, typer.Option("--timeout", help="Give up after this long (30s, 10m, 2h); exit 124.", metavar="DURATION")] = None,
+    run_id: Annotated[
+        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
+    ],
+    timeout: Annotated[
+        str | None,
+        typer.Option(
+            "--timeout",
+            help="Give up after this long (30s, 10m, 2h); exit 124.",
+            metavar="DURATION",
+        ),
+    ] = None,
 ) -> None:
     """Wait for a run to end, and exit as it did (0, 1, or 130 when interrupted)."""
     from fabro_git.cli import wait as impl
@@ -278,9 +419,20 @@ def wait(
 
 @command()
 def fork(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
-    target: Annotated[str | None, typer.Argument(help="Checkpoint: NODE, NODE@VISIT or @N (default: the latest).", show_default=False, metavar="NODE[@VISIT]")] = None,
-    list_only: Annotated[bool, typer.Option("--list", help="List the run's checkpoints instead.")] = False,
+    run_id: Annotated[
+        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
+    ],
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            help="Checkpoint: NODE, NODE@VISIT or @N (default: the latest).",
+            show_default=False,
+            metavar="NODE[@VISIT]",
+        ),
+    ] = None,
+    list_only: Annotated[
+        bool, typer.Option("--list", help="List the run's checkpoints instead.")
+    ] = False,
 ) -> None:
     """Make a new run that starts from a checkpoint of this one."""
     from fabro_git.cli import fork as impl
@@ -290,9 +442,18 @@ def fork(
 
 @command()
 def rewind(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
-    target: Annotated[str | None, typer.Argument(help="Checkpoint: NODE, NODE@VISIT or @N.", show_default=False, metavar="NODE[@VISIT]")] = None,
-    list_only: Annotated[bool, typer.Option("--list", help="List the run's checkpoints instead.")] = False,
+    run_id: Annotated[
+        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
+    ],
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            help="Checkpoint: NODE, NODE@VISIT or @N.", show_default=False, metavar="NODE[@VISIT]"
+        ),
+    ] = None,
+    list_only: Annotated[
+        bool, typer.Option("--list", help="List the run's checkpoints instead.")
+    ] = False,
 ) -> None:
     """Replace a run by a new one from an earlier checkpoint."""
     from fabro_git.cli import rewind as impl
@@ -302,8 +463,19 @@ def rewind(
 
 @command()
 def dump(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
-    output: Annotated[Path, typer.Option("-o", "--output", help="Directory to write (absent or empty).", show_default=False, metavar="DIR")],
+    run_id: Annotated[
+        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
+    ],
+    output: Annotated[
+        Path,
+        typer.Option(
+            "-o",
+            "--output",
+            help="Directory to write (absent or empty).",
+            show_default=False,
+            metavar="DIR",
+        ),
+    ],
 ) -> None:
     """Export a run's recorded state to a directory of plain files."""
     from fabro_git.cli import dump as impl
@@ -313,9 +485,20 @@ def dump(
 
 @command()
 def diff(
-    run_id: Annotated[str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")],
-    node: Annotated[str | None, typer.Argument(help="Only this stage's changes: NODE or NODE@VISIT.", show_default=False, metavar="NODE[@VISIT]")] = None,
-    stat: Annotated[bool, typer.Option("--stat", help="Show a diffstat instead of the patch.")] = False,
+    run_id: Annotated[
+        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
+    ],
+    node: Annotated[
+        str | None,
+        typer.Argument(
+            help="Only this stage's changes: NODE or NODE@VISIT.",
+            show_default=False,
+            metavar="NODE[@VISIT]",
+        ),
+    ] = None,
+    stat: Annotated[
+        bool, typer.Option("--stat", help="Show a diffstat instead of the patch.")
+    ] = False,
 ) -> None:
     """Show what a run, or one of its stages, changed."""
     from fabro_git.cli import diff as impl
@@ -335,7 +518,9 @@ def doctor(
 
 @command()
 def completion(
-    shell: Annotated[str, typer.Argument(help="bash, zsh or fish.", show_default=False, metavar="SHELL")],
+    shell: Annotated[
+        str, typer.Argument(help="bash, zsh or fish.", show_default=False, metavar="SHELL")
+    ],
 ) -> None:
     """Print a shell completion script."""
     from fabro_git.cli import completion as impl
@@ -356,9 +541,14 @@ def complete_words(
 
 @command()
 def rm(
-    run_ids: Annotated[list[str], typer.Argument(help="Run ids or unique prefixes.", show_default=False, metavar="RUN...")],
+    run_ids: Annotated[
+        list[str],
+        typer.Argument(help="Run ids or unique prefixes.", show_default=False, metavar="RUN..."),
+    ],
     yes: Annotated[bool, typer.Option("-y", "--yes", help="Remove without asking.")] = False,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")
+    ] = False,
 ) -> None:
     """Remove runs: their refs, worktrees, scratch dirs and lock files."""
     from fabro_git.cli import rm as impl
@@ -368,16 +558,43 @@ def rm(
 
 @command()
 def prune(
-    older_than: Annotated[str | None, typer.Option("--older-than", help="Only runs started longer ago than this (30m, 24h, 30d).", metavar="DURATION")] = None,
-    status: Annotated[list[str] | None, typer.Option("--status", help="Only runs with these statuses (comma-separated; repeatable).", metavar="STATUS")] = None,
-    workflow: Annotated[str | None, typer.Option("--workflow", help="Only runs of this workflow (exact name).", metavar="NAME")] = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")] = False,
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than",
+            help="Only runs started longer ago than this (30m, 24h, 30d).",
+            metavar="DURATION",
+        ),
+    ] = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--status",
+            help="Only runs with these statuses (comma-separated; repeatable).",
+            metavar="STATUS",
+        ),
+    ] = None,
+    workflow: Annotated[
+        str | None,
+        typer.Option("--workflow", help="Only runs of this workflow (exact name).", metavar="NAME"),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="List what would be removed; remove nothing.")
+    ] = False,
     yes: Annotated[bool, typer.Option("-y", "--yes", help="Remove without asking.")] = False,
 ) -> None:
     """Remove old runs (default: older than 24h) and what gone runs left behind."""
     from fabro_git.cli import prune as impl
 
-    raise typer.Exit(impl.run(older_than=older_than, statuses=status or [], workflow=workflow, dry_run=dry_run, yes=yes))
+    raise typer.Exit(
+        impl.run(
+            older_than=older_than,
+            statuses=status or [],
+            workflow=workflow,
+            dry_run=dry_run,
+            yes=yes,
+        )
+    )
 
 
 model_app = typer.Typer(
@@ -392,7 +609,9 @@ app.add_typer(model_app, name="model")
 
 @model_app.command("list")
 def model_list(
-    provider: Annotated[str | None, typer.Option("--provider", help="Only this provider's models.")] = None,
+    provider: Annotated[
+        str | None, typer.Option("--provider", help="Only this provider's models.")
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Print the model catalogue: ids, aliases, context windows and prices."""
@@ -403,13 +622,20 @@ def model_list(
 
 @model_app.command("test")
 def model_test(
-    provider: Annotated[str | None, typer.Option("--provider", help="Test only this provider.")] = None,
-    model: Annotated[str | None, typer.Option("--model", help="Test this model instead of the provider's default.")] = None,
+    provider: Annotated[
+        str | None, typer.Option("--provider", help="Test only this provider.")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Test this model instead of the provider's default."),
+    ] = None,
 ) -> None:
     """Send a tiny prompt to each configured provider and report the result."""
     from fabro_git.cli import model as impl
 
     raise typer.Exit(impl.run_test(provider=provider, model=model))
+
+
 def _add_hooks() -> None:
     from fabro_git.cli.hooks import app as hooks_app
 

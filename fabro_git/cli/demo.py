@@ -22,7 +22,9 @@ def run(directory: Path | None) -> int:
     else:
         target = directory.expanduser().resolve()
         if target.exists() and (not target.is_dir() or any(target.iterdir())):
-            raise ConfigError(f"{target} is not an empty directory", hint="name a new directory, or leave it out")
+            raise ConfigError(
+                f"{target} is not an empty directory", hint="name a new directory, or leave it out"
+            )
         target.mkdir(parents=True, exist_ok=True)
     _git(target, "init", "-q", "-b", "main")
     for key, value in (("user.name", "git fabro demo"), ("user.email", "demo@localhost")):
@@ -47,7 +49,9 @@ def run(directory: Path | None) -> int:
 
 def _git(cwd: Path, *args: str, check: bool = True) -> str:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_DIR")}
-    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, env=env, check=False
+    )
     if check and proc.returncode != 0:
         raise ConfigError(f"git {args[0]} failed in {cwd}: {proc.stderr.strip()}")
     return proc.stdout

@@ -57,7 +57,8 @@ def run(run_id: str, *, json_output: bool) -> int:
         f"status     {colour.status(status, on)}" + (f": {cp.error}" if cp.error else ""),
         f"goal       {manifest.goal or '-'}",
         f"base       {manifest.base_branch or '-'} @ {manifest.base_sha[:12]}",
-        f"branch     {manifest.run_branch or '(in place)'}" + (f" @ {run_tip[:12]}" if run_tip else ""),
+        f"branch     {manifest.run_branch or '(in place)'}"
+        + (f" @ {run_tip[:12]}" if run_tip else ""),
         f"meta       {runrefs.meta_ref(full_id)} @ {meta[:12]}",
         f"started    {cp.started_at}",
         f"active     {format_ms(cp.active_ms)}",

@@ -72,11 +72,21 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
         if wanted:
             print("no run matches the filters", file=sys.stderr)
         else:
-            print("no runs in this repository; start one with `git fabro run WORKFLOW`", file=sys.stderr)
+            print(
+                "no runs in this repository; start one with `git fabro run WORKFLOW`",
+                file=sys.stderr,
+            )
         return 0
     header: tuple[str, ...] = ("RUN ID", "WORKFLOW", "STATUS", "NODE", "STARTED", "DURATION")
     table: list[tuple[str, ...]] = [header] + [
-        (r.run_id, r.workflow, r.status, r.node or "-", r.started[:19].replace("T", " "), format_ms(r.duration_ms))
+        (
+            r.run_id,
+            r.workflow,
+            r.status,
+            r.node or "-",
+            r.started[:19].replace("T", " "),
+            format_ms(r.duration_ms),
+        )
         for r in rows
     ]
     if any(labels[r.run_id] for r in rows):

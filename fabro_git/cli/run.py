@@ -363,7 +363,9 @@ def _where_the_result_is(repo: Any, run_id: str, branch: str, base: str, tip: st
     if files:
         lines.append(f"  review:   git fabro diff {run_id[:12]}")
         lines.append(f"  take it:  git merge --squash {branch}")
-    lines.append(f"  details:  git fabro logs {run_id[:12]} --pretty   git fabro inspect {run_id[:12]}")
+    lines.append(
+        f"  details:  git fabro logs {run_id[:12]} --pretty   git fabro inspect {run_id[:12]}"
+    )
     print("\n".join(lines), file=sys.stderr)
 
 

@@ -68,7 +68,9 @@ def select_edge(
         e
         for e in edges
         if e.condition
-        and evaluate_condition(e.condition, outcome=status, preferred_label=preferred_label, context=context)
+        and evaluate_condition(
+            e.condition, outcome=status, preferred_label=preferred_label, context=context
+        )
     ]
     if matched:
         return Selection(_pick(matched, node, rng), "condition")

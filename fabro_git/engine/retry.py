@@ -55,7 +55,9 @@ def policy_for(node: Node, graph: Graph) -> RetryPolicy:
                 hint="use one of: " + ", ".join(PRESETS),
             )
         if node.get("max_retries") is not None:
-            return RetryPolicy(policy.name, node.get_int("max_retries", 0) + 1, policy.initial_delay, policy.factor)
+            return RetryPolicy(
+                policy.name, node.get_int("max_retries", 0) + 1, policy.initial_delay, policy.factor
+            )
         return policy
     if node.get("max_retries") is not None:
         retries = node.get_int("max_retries", 0)

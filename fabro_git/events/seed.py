@@ -319,5 +319,7 @@ if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 2:
-        sys.exit("usage: python -m fabro_git.events.seed SEED_FILE > fabro_git/events/contract.json")
+        sys.exit(
+            "usage: python -m fabro_git.events.seed SEED_FILE > fabro_git/events/contract.json"
+        )
     sys.stdout.buffer.write(catalogue_data(load_catalogue(Path(sys.argv[1]))))

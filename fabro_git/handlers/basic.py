@@ -21,7 +21,12 @@ async def conditional(req: StageRequest) -> Outcome:
     # Routing happens in the engine's edge selection; the outcome of the previous stage
     # stays visible to the conditions because a conditional node passes it through.
     previous = req.context.get("outcome")
-    if isinstance(previous, str) and previous in ("succeeded", "failed", "partially_succeeded", "skipped"):
+    if isinstance(previous, str) and previous in (
+        "succeeded",
+        "failed",
+        "partially_succeeded",
+        "skipped",
+    ):
         return Outcome(status=previous, preferred_label=req.context.get("preferred_label"))
     return Outcome.success()
 
@@ -30,7 +35,7 @@ async def wait(req: StageRequest) -> Outcome:
     seconds = req.node.get_duration("duration", None)
     if seconds is None:
         raise WorkflowError(
-            f"wait node {req.node.id!r} needs a duration, e.g. duration=\"30s\"",
+            f'wait node {req.node.id!r} needs a duration, e.g. duration="30s"',
             path=req.graph.path,
             line=req.node.line,
             column=req.node.column,

@@ -22,14 +22,30 @@ def test_version_through_git_and_python_m() -> None:
     proc = run_fabro("--version")
     assert proc.returncode == 0
     assert proc.stdout.strip() == f"git-fabro {__version__}"
-    same = subprocess.run([sys.executable, "-m", "fabro_git", "--version"], capture_output=True, text=True, check=False)
+    same = subprocess.run(
+        [sys.executable, "-m", "fabro_git", "--version"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert same.stdout == proc.stdout
 
 
 def test_short_help_lists_commands() -> None:
     proc = run_fabro("-h")
     assert proc.returncode == 0
-    for command in ("validate", "graph", "run", "resume", "ps", "logs", "inspect", "fetch", "push", "model"):
+    for command in (
+        "validate",
+        "graph",
+        "run",
+        "resume",
+        "ps",
+        "logs",
+        "inspect",
+        "fetch",
+        "push",
+        "model",
+    ):
         assert re.search(rf"^\s+{command}\b", proc.stdout, re.M), command
 
 
@@ -87,10 +103,15 @@ def test_man_page_is_installed_beside_the_package() -> None:
     if not share.exists():
         pytest.skip("editable install: setuptools does not install data files")
     assert share.read_text() == MAN.read_text()
-    if subprocess.run(["sh", "-c", "command -v man"], capture_output=True, check=False).returncode != 0:
+    if (
+        subprocess.run(["sh", "-c", "command -v man"], capture_output=True, check=False).returncode
+        != 0
+    ):
         pytest.skip("man is not installed")
     env = dict(os.environ, MANPAGER="cat", PAGER="cat", MANWIDTH="100")
-    proc = subprocess.run(["git", "fabro", "--help"], capture_output=True, text=True, env=env, check=False)
+    proc = subprocess.run(
+        ["git", "fabro", "--help"], capture_output=True, text=True, env=env, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     assert "run AI-agent workflows" in proc.stdout.replace("\u2010", "-")
 
@@ -153,7 +174,11 @@ def test_usage_lines_help_and_suggestions() -> None:
     assert "Shipped examples, runnable by name: branch-loop, hello, human-gate" in run_help.stdout
     validate_help = run_fabro("validate", "-h")
     assert "Usage: git fabro validate [OPTIONS] FILE...\n" in validate_help.stdout
-    for typo, suggestion in (("valdate", "'validate'"), ("logz", "'logs'"), ("inpsect", "'inspect'")):
+    for typo, suggestion in (
+        ("valdate", "'validate'"),
+        ("logz", "'logs'"),
+        ("inpsect", "'inspect'"),
+    ):
         proc = run_fabro(typo)
         assert proc.returncode == 1 and f"Did you mean {suggestion}?" in proc.stderr, proc.stderr
     unrelated = run_fabro("prune-everything")
@@ -179,7 +204,9 @@ def test_demo_makes_a_repository_and_runs_hello(tmp_path: Path) -> None:
     proc = run_fabro("demo", str(target), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert f"demo repository: {target}" in proc.stderr and f"cd {target}" in proc.stderr
-    (row,) = [_json.loads(line) for line in run_fabro("ps", "--json", cwd=target).stdout.splitlines()]
+    (row,) = [
+        _json.loads(line) for line in run_fabro("ps", "--json", cwd=target).stdout.splitlines()
+    ]
     assert row["workflow"] == "hello" and row["status"] == "succeeded"
     assert "Hello" in git(target, "show", f"fabro/run/{row['run_id']}:hello.txt")
     again = run_fabro("demo", str(target), cwd=tmp_path)

@@ -18,7 +18,9 @@ def _on_a_pty(args: list[str], cwd: Path, *, no_color: bool) -> bytes:
     env.pop("NO_COLOR", None)
     if no_color:
         env["NO_COLOR"] = "1"
-    proc = subprocess.Popen([*fabro_exe(), *args], cwd=cwd, stdout=follower, stderr=follower, env=env)
+    proc = subprocess.Popen(
+        [*fabro_exe(), *args], cwd=cwd, stdout=follower, stderr=follower, env=env
+    )
     os.close(follower)
     out = b""
     try:

@@ -22,13 +22,17 @@ def test_pretty_hides_bookkeeping_unless_verbose(repo: Path) -> None:
     everything = run_fabro("logs", run_id, cwd=repo).stdout.splitlines()
     assert len(loud) == len(everything) > len(quiet)
     for line in quiet:
-        assert "metadata.snapshot" not in line and "sandbox." not in line and "git.commit" not in line
+        assert (
+            "metadata.snapshot" not in line and "sandbox." not in line and "git.commit" not in line
+        )
     assert any("metadata.snapshot.completed" in line for line in loud)
     # The columns line up: every event name starts at one column, every node at another.
     starts = {line.index("stage.") for line in quiet if " stage." in line}
     assert len(starts) == 1
     nodes = {line.index("Write greeting") for line in quiet if "Write greeting" in line}
-    assert len(nodes) == 1 and nodes == {line.index("Show it") for line in quiet if "Show it" in line}
+    assert len(nodes) == 1 and nodes == {
+        line.index("Show it") for line in quiet if "Show it" in line
+    }
 
 
 def test_tail_and_since(repo: Path) -> None:

@@ -35,10 +35,17 @@ def test_ps_filters_and_labels(repo: Path) -> None:
     everything = _ids(run_fabro("ps", "--json", cwd=repo))
     assert set(everything) == {core, web, failed}
     assert _ids(run_fabro("ps", "--json", "--filter", "status=failed", cwd=repo)) == [failed]
-    assert set(_ids(run_fabro("ps", "--json", "--filter", "status=failed,succeeded", cwd=repo))) == {core, web, failed}
+    assert set(
+        _ids(run_fabro("ps", "--json", "--filter", "status=failed,succeeded", cwd=repo))
+    ) == {core, web, failed}
     assert set(_ids(run_fabro("ps", "--json", "--filter", "workflow=hel", cwd=repo))) == {core, web}
-    assert set(_ids(run_fabro("ps", "--json", "--filter", "label=team=core", cwd=repo))) == {core, failed}
-    both = run_fabro("ps", "--json", "--filter", "label.team=core", "--filter", "status=succeeded", cwd=repo)
+    assert set(_ids(run_fabro("ps", "--json", "--filter", "label=team=core", cwd=repo))) == {
+        core,
+        failed,
+    }
+    both = run_fabro(
+        "ps", "--json", "--filter", "label.team=core", "--filter", "status=succeeded", cwd=repo
+    )
     assert _ids(both) == [core]
     row = json.loads(run_fabro("ps", "--json", "--filter", "label=team=web", cwd=repo).stdout)
     assert row["labels"] == {"team": "web"}

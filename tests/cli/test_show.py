@@ -35,7 +35,9 @@ def test_show_lists_stages_and_prints_one_in_full(repo: Path, tmp_path: Path) ->
     first = run_fabro("show", run_id, "count@1", cwd=repo).stdout
     assert "status    failed" in first and "--- stdout (stdout.log)\nlap 1\n" in first
     latest = run_fabro("show", run_id, "count", cwd=repo).stdout
-    assert "stage     count@2" in latest and "lap 2" in latest and "--- script (script.sh)" in latest
+    assert (
+        "stage     count@2" in latest and "lap 2" in latest and "--- script (script.sh)" in latest
+    )
     llm = run_fabro("show", run_id, "ask", cwd=repo).stdout
     assert "--- prompt (prompt.md)" in llm and "Is it done?" in llm
     assert "--- response (response.md)\nyes, done\n" in llm

@@ -89,7 +89,9 @@ def test_sha256_repository_is_refused(tmp_path: Path) -> None:
 
 def test_malformed_workflow_names_file_line_and_column(repo: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.fabro"
-    bad.write_text("digraph X {\n  start [shape=Mdiamond]\n  start -> ;\n  exit [shape=Msquare]\n}\n")
+    bad.write_text(
+        "digraph X {\n  start [shape=Mdiamond]\n  start -> ;\n  exit [shape=Msquare]\n}\n"
+    )
     err = _fails(run_fabro("run", str(bad), cwd=repo))
     assert err.startswith(f"error: {bad}:3:12: "), err
     assert "'->'" in err

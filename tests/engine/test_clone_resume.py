@@ -45,8 +45,6 @@ def _events(repo: Path, run_id: str, env: dict[str, str] | None = None) -> list[
     return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
-
-
 @pytest.fixture
 def failed_run(repo: Path, tmp_path: Path) -> tuple[Path, Path, str]:
     """Repository A with a run failed at `check`, a bare origin, and A pushed to it."""

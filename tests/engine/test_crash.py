@@ -244,8 +244,6 @@ def _lock_files(repo: Path) -> list[str]:
     return found
 
 
-
-
 @pytest.fixture
 def crash_repo(repo: Path, tmp_path: Path) -> tuple[Path, Path]:
     workflow = tmp_path / "crash.fabro"
@@ -408,7 +406,9 @@ def test_resume_clears_lock_files_a_kill_left_inside_ref_updates(
     for lock in planted:
         lock.write_text("0" * 40 + "\n")
     worktree_git = Path(
-        git(run_scratch_dir(git_dir, run_id) / "worktree", "rev-parse", "--absolute-git-dir").strip()
+        git(
+            run_scratch_dir(git_dir, run_id) / "worktree", "rev-parse", "--absolute-git-dir"
+        ).strip()
     )
     (worktree_git / "index.lock").write_bytes(b"")
 

@@ -47,7 +47,9 @@ def test_logs_follow_right_after_detach_sees_the_end(repo: Path, tmp_path: Path)
 
 def test_ps_right_after_detach_does_not_call_it_interrupted(repo: Path, tmp_path: Path) -> None:
     write_workflow(repo, SLOW_START)
-    run_id = run_fabro("run", "wf.fabro", "-d", cwd=repo, env=_slow_interpreter(tmp_path)).stdout.strip()
+    run_id = run_fabro(
+        "run", "wf.fabro", "-d", cwd=repo, env=_slow_interpreter(tmp_path)
+    ).stdout.strip()
     row = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])
     assert row["run_id"] == run_id
     assert row["status"] == "running"

@@ -55,7 +55,10 @@ def test_python_and_legacy_tool_command_nodes(repo: Path) -> None:
     assert git(repo, "show", f"fabro/run/{run_id}:py.txt") == "42"
     assert git(repo, "show", f"fabro/run/{run_id}:legacy.txt") == "legacy\n"
     assert [e["node_id"] for e in run_events(run_id, repo) if e["event"] == "stage.completed"] == [
-        "start", "py", "legacy", "exit",
+        "start",
+        "py",
+        "legacy",
+        "exit",
     ]
 
 
@@ -78,8 +81,15 @@ def test_random_selection_draws_by_weight() -> None:
     node = graph.nodes["pick"]
     rng = random.Random(7)
     picks = Counter(
-        select_edge(graph, node, status="succeeded", preferred_label=None, suggested_next_ids=[],
-                    context={}, rng=rng).edge.target  # type: ignore[union-attr]
+        select_edge(
+            graph,
+            node,
+            status="succeeded",
+            preferred_label=None,
+            suggested_next_ids=[],
+            context={},
+            rng=rng,
+        ).edge.target  # type: ignore[union-attr]
         for _ in range(4000)
     )
     assert set(picks) == {"heavy", "light"}
@@ -90,8 +100,15 @@ def test_deterministic_selection_ignores_the_rng() -> None:
     graph = parse(RANDOM.replace(', selection="random"', ""))
     node = graph.nodes["pick"]
     targets = {
-        select_edge(graph, node, status="succeeded", preferred_label=None, suggested_next_ids=[],
-                    context={}, rng=random.Random(seed)).edge.target  # type: ignore[union-attr]
+        select_edge(
+            graph,
+            node,
+            status="succeeded",
+            preferred_label=None,
+            suggested_next_ids=[],
+            context={},
+            rng=random.Random(seed),
+        ).edge.target  # type: ignore[union-attr]
         for seed in range(50)
     }
     assert targets == {"heavy"}

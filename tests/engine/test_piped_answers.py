@@ -14,12 +14,16 @@ def _run(repo: Path, stdin: bytes | Path | None) -> subprocess.CompletedProcess[
     argv = [*fabro_exe(), "run", "human-gate", "--json"]
     if isinstance(stdin, Path):
         with stdin.open("rb") as fh:
-            return subprocess.run(argv, cwd=repo, stdin=fh, capture_output=True, text=True, timeout=120)
+            return subprocess.run(
+                argv, cwd=repo, stdin=fh, capture_output=True, text=True, timeout=120
+            )
     if stdin is None:
         return subprocess.run(
             argv, cwd=repo, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=120
         )
-    return subprocess.run(argv, cwd=repo, input=stdin.decode(), capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        argv, cwd=repo, input=stdin.decode(), capture_output=True, text=True, timeout=120
+    )
 
 
 def _result(proc: subprocess.CompletedProcess[str]) -> dict:

@@ -17,7 +17,9 @@ from conftest import (
 
 
 def stages(events: list[dict]) -> list[tuple[str, str]]:
-    return [(e["node_id"], e["properties"]["status"]) for e in events if e["event"] == "stage.completed"]
+    return [
+        (e["node_id"], e["properties"]["status"]) for e in events if e["event"] == "stage.completed"
+    ]
 
 
 def test_branch_loop_example_loops_until_the_test_passes(repo: Path) -> None:
@@ -109,7 +111,11 @@ def test_human_gate_takes_queued_answers(repo: Path) -> None:
     checkpoint = json.loads(meta_file(repo, result["run_id"], "checkpoint.json"))
     assert checkpoint["context_values"]["human.gate.selected"] == "R"
     assert checkpoint["context_values"]["human.gate.label"] == "[R] Revise"
-    edge = next(e for e in events if e["event"] == "edge.selected" and e["properties"]["from_node"] == "approve")
+    edge = next(
+        e
+        for e in events
+        if e["event"] == "edge.selected" and e["properties"]["from_node"] == "approve"
+    )
     assert edge["properties"]["reason"] == "preferred_label"
 
 
@@ -245,7 +251,9 @@ def test_goal_gate_sends_the_run_back(repo: Path) -> None:
     events = run_events(result["run_id"], repo)
     nodes = [n for n, _ in stages(events)]
     assert nodes == ["start", "fix", "verify", "fix", "verify", "exit"]
-    assert any(e["event"] == "run.notice" and e["properties"]["code"] == "goal_gate_retry" for e in events)
+    assert any(
+        e["event"] == "run.notice" and e["properties"]["code"] == "goal_gate_retry" for e in events
+    )
 
 
 def test_goal_gate_without_target_fails(repo: Path) -> None:
@@ -395,14 +403,23 @@ def test_parallel_wait_all_merges_the_best_branch(repo: Path) -> None:
     # The first successful branch (a) wins; its files reach the run branch and the
     # fan-in's commit has the branch head as its second parent.
     assert git(repo, "show", f"fabro/run/{run_id}:seen") == "a.txt\n"
-    merge_commit = git(repo, "log", "--format=%H %P %s", f"fabro/run/{run_id}", "--grep", ": merge (").split()
+    merge_commit = git(
+        repo, "log", "--format=%H %P %s", f"fabro/run/{run_id}", "--grep", ": merge ("
+    ).split()
     assert len(merge_commit) >= 4 and merge_commit[3].startswith(f"fabro({run_id})")
     second_parent = merge_commit[2]
-    assert git(repo, "log", "-1", "--format=%s", second_parent).strip() == f"fabro({run_id}): a (succeeded)"
+    assert (
+        git(repo, "log", "-1", "--format=%s", second_parent).strip()
+        == f"fabro({run_id}): a (succeeded)"
+    )
     checkpoint = json.loads(meta_file(repo, run_id, "checkpoint.json"))
     assert checkpoint["context_values"]["parallel.fan_in.best_id"] == "a"
     results = json.loads(meta_file(repo, run_id, "nodes/merge/parallel_results.json"))
-    assert {r["id"]: r["status"] for r in results} == {"a": "succeeded", "b": "succeeded", "c": "failed"}
+    assert {r["id"]: r["status"] for r in results} == {
+        "a": "succeeded",
+        "b": "succeeded",
+        "c": "failed",
+    }
     # Each branch has its own ref, never nested under an existing ref path.
     refs = git(repo, "for-each-ref", "--format=%(refname)", f"refs/fabro/parallel/{run_id}").split()
     assert sorted(refs) == [f"refs/fabro/parallel/{run_id}/fan-1/{i}" for i in range(3)]
@@ -411,7 +428,10 @@ def test_parallel_wait_all_merges_the_best_branch(repo: Path) -> None:
 
 
 def test_parallel_all_failed_fails_the_stage(repo: Path) -> None:
-    write_workflow(repo, (PARALLEL % {"policy": "first_success", "a": "exit 1"}).replace('echo b > b.txt', 'exit 1'))
+    write_workflow(
+        repo,
+        (PARALLEL % {"policy": "first_success", "a": "exit 1"}).replace("echo b > b.txt", "exit 1"),
+    )
     proc, _ = run_json("run", "wf.fabro", cwd=repo)
     assert proc.returncode == 1
     assert "every parallel branch failed" in proc.stderr
@@ -471,7 +491,10 @@ def test_sub_workflow_runs_child_stages(repo: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]
     events = run_events(run_id, repo)
-    assert next(e for e in events if e["event"] == "subgraph.started")["properties"]["start_node"] == "start"
+    assert (
+        next(e for e in events if e["event"] == "subgraph.started")["properties"]["start_node"]
+        == "start"
+    )
     done = next(e for e in events if e["event"] == "subgraph.completed")["properties"]
     assert done["status"] == "succeeded" and done["steps_executed"] == 3
     assert ("sub/inner", "succeeded") in stages(events)
@@ -518,7 +541,9 @@ def test_failing_setup_fails_the_run(repo: Path) -> None:
     )
     proc, result = run_json("run", "wf.fabro", cwd=repo)
     assert proc.returncode == 1
-    failed = next(e["properties"] for e in run_events(result["run_id"], repo) if e["event"] == "setup.failed")
+    failed = next(
+        e["properties"] for e in run_events(result["run_id"], repo) if e["event"] == "setup.failed"
+    )
     assert failed["exit_code"] == 4 and "broken" in failed["stderr"]
 
 

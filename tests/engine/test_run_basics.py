@@ -60,7 +60,9 @@ def test_run_commits_each_stage_with_trailers(repo: Path) -> None:
     checkpoint_sha = trailers["Fabro-Checkpoint"]
     # The trailer names a snapshot on the meta ref.
     meta_history = git(repo, "log", "--format=%H %s", f"refs/fabro/meta/{run_id}").splitlines()
-    assert any(line.startswith(checkpoint_sha) and "checkpoint exit@1" in line for line in meta_history)
+    assert any(
+        line.startswith(checkpoint_sha) and "checkpoint exit@1" in line for line in meta_history
+    )
     assert meta_history[0].endswith("finalize succeeded")
     assert meta_history[-1].endswith("init")
     # `git log fabro/meta/<id>` works through git's ref lookup rules.
@@ -73,8 +75,15 @@ def test_meta_tree_layout(repo: Path) -> None:
     _, result = run_json("run", "wf.fabro", cwd=repo)
     run_id = result["run_id"]
     files = git(repo, "ls-tree", "-r", "--name-only", f"refs/fabro/meta/{run_id}").split()
-    for expected in ("manifest.json", "graph.fabro", "checkpoint.json", "nodes/write/status.json",
-                     "nodes/write/stdout.log", "nodes/check/status.json", "events/000/000001.jsonl"):
+    for expected in (
+        "manifest.json",
+        "graph.fabro",
+        "checkpoint.json",
+        "nodes/write/status.json",
+        "nodes/write/stdout.log",
+        "nodes/check/status.json",
+        "events/000/000001.jsonl",
+    ):
         assert expected in files
     manifest = json.loads(meta_file(repo, run_id, "manifest.json"))
     assert manifest["run_id"] == run_id
@@ -92,7 +101,9 @@ def test_meta_tree_layout(repo: Path) -> None:
     segments = [f for f in files if f.startswith("events/")]
     assert segments == sorted(segments) and len(segments) >= 5
     first = git(repo, "rev-list", "--reverse", f"refs/fabro/meta/{run_id}").split()[1]
-    assert git(repo, "show", f"{first}:events/000/000001.jsonl") == meta_file(repo, run_id, "events/000/000001.jsonl")
+    assert git(repo, "show", f"{first}:events/000/000001.jsonl") == meta_file(
+        repo, run_id, "events/000/000001.jsonl"
+    )
 
 
 def test_events_cover_the_run(repo: Path) -> None:
@@ -106,9 +117,15 @@ def test_events_cover_the_run(repo: Path) -> None:
     ids = [e["id"] for e in events]
     assert len(ids) == len(set(ids))
     assert ids == sorted(ids), "UUID v7 ids are time-ordered"
-    edges = [(e["properties"]["from_node"], e["properties"]["to_node"]) for e in events if e["event"] == "edge.selected"]
+    edges = [
+        (e["properties"]["from_node"], e["properties"]["to_node"])
+        for e in events
+        if e["event"] == "edge.selected"
+    ]
     assert edges == [("start", "write"), ("write", "check"), ("check", "exit")]
-    completed = next(e for e in events if e["event"] == "stage.completed" and e["node_id"] == "write")
+    completed = next(
+        e for e in events if e["event"] == "stage.completed" and e["node_id"] == "write"
+    )
     assert completed["stage_id"] == "write@1"
     assert completed["properties"]["status"] == "succeeded"
     assert completed["properties"]["files_touched"] == []
@@ -189,7 +206,17 @@ def test_inputs_and_goal_reach_commands(repo: Path) -> None:
     assert "Traceback" not in missing.stderr
     goal_file = repo.parent / "goal.txt"
     goal_file.write_text("from a file\n")
-    proc, result = run_json("run", "wf.fabro", "--goal-file", str(goal_file), "-V", "name=Ada", "--label", "team=core", cwd=repo)
+    proc, result = run_json(
+        "run",
+        "wf.fabro",
+        "--goal-file",
+        str(goal_file),
+        "-V",
+        "name=Ada",
+        "--label",
+        "team=core",
+        cwd=repo,
+    )
     assert proc.returncode == 0, proc.stderr
     assert git(repo, "show", f"fabro/run/{result['run_id']}:said.txt") == "from a file / Ada\n"
     manifest = json.loads(meta_file(repo, result["run_id"], "manifest.json"))
@@ -271,7 +298,9 @@ def test_checkpoint_events_carry_the_stage_diff(repo: Path) -> None:
     write_workflow(repo, HELLO)
     _, result = run_json("run", "wf.fabro", cwd=repo)
     events = run_events(result["run_id"], repo)
-    by_node = {e["node_id"]: e["properties"] for e in events if e["event"] == "checkpoint.completed"}
+    by_node = {
+        e["node_id"]: e["properties"] for e in events if e["event"] == "checkpoint.completed"
+    }
     diff = by_node["write"]["diff"]
     assert "diff --git a/greeting.txt b/greeting.txt" in diff
     assert "+hello" in diff

@@ -202,7 +202,7 @@ def test_git_author_holds_in_a_detached_and_a_resumed_run(repo: Path) -> None:
     setup_config(
         repo,
         '[workflow]\ngraph = "say.fabro"\n[run.git.author]\nname = "Fabro Bot"\nemail = "bot@example.org"\n',
-        script='echo one >> made.txt; test -f $HOME/go || exit 1',
+        script="echo one >> made.txt; test -f $HOME/go || exit 1",
     )
     started = run_fabro("run", "runs/run.toml", "-d", cwd=repo)
     assert started.returncode == 0, started.stderr

@@ -60,8 +60,6 @@ def _inspect(repo: Path, run_id: str) -> dict:
     return json.loads(proc.stdout)
 
 
-
-
 def _worktrees(repo: Path) -> list[str]:
     listing = git(repo, "worktree", "list", "--porcelain")
     return [ln.split(" ", 1)[1] for ln in listing.splitlines() if ln.startswith("worktree ")]
@@ -225,7 +223,10 @@ def test_resume_makes_the_branch_of_a_run_cut_off_before_it_existed(repo: Path) 
     )
     proc = run_fabro("run", "wf.fabro", cwd=repo)
     assert proc.returncode == 0
-    (run_id,) = [r.rsplit("/", 1)[1] for r in git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta").split()]
+    (run_id,) = [
+        r.rsplit("/", 1)[1]
+        for r in git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta").split()
+    ]
     # Rebuild the state a kill right after the `init` snapshot leaves: meta ref at init,
     # no run branch, no scratch.
     init = git(repo, "rev-list", "--max-parents=0", f"refs/fabro/meta/{run_id}").strip()
@@ -237,4 +238,7 @@ def test_resume_makes_the_branch_of_a_run_cut_off_before_it_existed(repo: Path) 
     assert result["status"] == "succeeded"
     assert git(repo, "show", f"fabro/run/{run_id}:done.txt") == "done\n"
     base = git(repo, "rev-parse", "main").strip()
-    assert git(repo, "rev-list", "--max-parents=0", f"fabro/run/{run_id}").strip() == git(repo, "rev-list", "--max-parents=0", base).strip()
+    assert (
+        git(repo, "rev-list", "--max-parents=0", f"fabro/run/{run_id}").strip()
+        == git(repo, "rev-list", "--max-parents=0", base).strip()
+    )

@@ -256,7 +256,9 @@ def test_importing_events_does_not_import_rich() -> None:
 
 def _command_stage(renderer: ProgressRenderer, status: str, out: str, err: str = "") -> None:
     bus = EventBus("01JQXYZ", [renderer])
-    bus.emit(StageStarted(index=0, handler_type="start", attempt=1, max_attempts=1), node_id="start")
+    bus.emit(
+        StageStarted(index=0, handler_type="start", attempt=1, max_attempts=1), node_id="start"
+    )
     bus.emit(
         StageCompleted(
             index=0,
@@ -339,7 +341,12 @@ def test_progress_quiet_and_verbose_output() -> None:
     _command_stage(ProgressRenderer(quiet, output="none"), "succeeded", "a\nb\n")
     assert "│" not in quiet.getvalue()
     loud = io.StringIO()
-    _command_stage(ProgressRenderer(loud, output="all"), "succeeded", "".join(f"{i}\n" for i in range(9)), "warn\n")
+    _command_stage(
+        ProgressRenderer(loud, output="all"),
+        "succeeded",
+        "".join(f"{i}\n" for i in range(9)),
+        "warn\n",
+    )
     assert [ln for ln in loud.getvalue().splitlines() if "│" in ln] == [
         *(f"    │ {i}" for i in range(9)),
         "    │ warn",

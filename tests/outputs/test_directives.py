@@ -15,7 +15,7 @@ from fabro_git.outputs.directives import directives_from_status_file, extract_di
 # scanner: braces, brackets, quotes, backslashes, colons, commas.
 PROSE = st.text(alphabet='{}[]":,\\ abxyz\n`0123456789', max_size=80)
 DIRECTIVES = st.fixed_dictionaries(
-    {"preferred_next_label": st.sampled_from(["fix", "ship", "x {y} \"z\""])},
+    {"preferred_next_label": st.sampled_from(["fix", "ship", 'x {y} "z"'])},
     optional={
         "outcome": st.sampled_from(["success", "fail", "partial_success", "retry", "skipped"]),
         "context_updates": st.dictionaries(st.sampled_from(["k", "n"]), st.integers(), max_size=2),
@@ -24,7 +24,9 @@ DIRECTIVES = st.fixed_dictionaries(
 
 
 @given(before=PROSE, directive=DIRECTIVES, after=PROSE)
-def test_a_directive_is_found_whatever_prose_surrounds_it(before: str, directive: dict, after: str) -> None:
+def test_a_directive_is_found_whatever_prose_surrounds_it(
+    before: str, directive: dict, after: str
+) -> None:
     text = before + " " + json.dumps(directive) + " " + after
     assert extract_directives(text) == directive
 
@@ -43,7 +45,10 @@ def test_fenced_inline_nested_and_last_wins() -> None:
     assert extract_directives(nested) == {"suggested_next_ids": ["a", "b"]}
     # A recognised object is taken whole: its own context_updates do not replace it.
     whole = '{"preferred_next_label": "a", "context_updates": {"outcome": "x"}}'
-    assert extract_directives(whole) == {"preferred_next_label": "a", "context_updates": {"outcome": "x"}}
+    assert extract_directives(whole) == {
+        "preferred_next_label": "a",
+        "context_updates": {"outcome": "x"},
+    }
     braces_in_strings = '{"failure_reason": "expected } or {", "outcome": "fail"}'
     assert extract_directives(braces_in_strings)["failure_reason"] == "expected } or {"
 
