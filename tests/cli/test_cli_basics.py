@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_fabro
+from helpers import ROOT, run_fabro
 
 from fabro_git import __version__
 from fabro_git.cli import boundary
@@ -166,7 +166,7 @@ def test_shipped_examples_by_name_in_validate_and_graph(tmp_path: Path) -> None:
 
 
 def test_usage_lines_help_and_suggestions() -> None:
-    from conftest import run_fabro
+    from helpers import run_fabro
 
     run_help = run_fabro("run", "-h")
     assert "Usage: git fabro run [OPTIONS] WORKFLOW\n" in run_help.stdout
@@ -198,7 +198,7 @@ def test_close_names() -> None:
 def test_demo_makes_a_repository_and_runs_hello(tmp_path: Path) -> None:
     import json as _json
 
-    from conftest import git, run_fabro
+    from helpers import git, run_fabro
 
     target = tmp_path / "demo"
     proc = run_fabro("demo", str(target), cwd=tmp_path)

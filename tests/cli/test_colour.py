@@ -9,7 +9,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import fabro_exe, run_fabro
+from helpers import fabro_exe, run_fabro
 
 
 def _on_a_pty(args: list[str], cwd: Path, *, no_color: bool) -> bytes:

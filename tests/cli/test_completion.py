@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import run_fabro, run_json, write_workflow
+from helpers import run_fabro, run_json, write_workflow
 
 GIT_BASH_COMPLETION = Path("/usr/share/bash-completion/completions/git")
 

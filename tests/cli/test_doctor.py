@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import fabro_exe, git, run_fabro, run_json, write_workflow
+from helpers import fabro_exe, git, run_fabro, run_json, write_workflow
 
 FAILS = """\
 digraph Fails {

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_fabro
+from helpers import run_fabro
 
 import fabro_git
 from fabro_git.cli.graph import quote, render_dot

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import (
+from helpers import (
     assert_fsck_clean,
     git,
     meta_file,

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, git, run_fabro, run_json, write_workflow
+from helpers import ROOT, git, run_fabro, run_json, write_workflow
 
 WORKFLOW = """
 digraph H {

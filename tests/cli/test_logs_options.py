@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_fabro
+from helpers import run_fabro
 
 
 def _run_hello(repo: Path) -> str:

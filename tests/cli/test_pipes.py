@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import fabro_exe, run_fabro, write_workflow
+from helpers import fabro_exe, run_fabro, write_workflow
 
 GATED = """\
 digraph Gated {

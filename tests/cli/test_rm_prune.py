@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import os
 import pty
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_fsck_clean, git, run_fabro, write_workflow
+from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, write_workflow
 
 FAILS = """\
 digraph Fails {
@@ -185,16 +183,11 @@ def test_rm_refuses_what_it_must_not_delete(repo: Path, runs: dict[str, str]) ->
         assert "Traceback" not in proc.stderr
 
 
-def _git_fabro() -> list[str]:
-    exe = shutil.which("git-fabro")
-    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
-
-
 def _held_run(repo: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A run that stays live in its `hold` stage until $HOME/go exists."""
     write_workflow(repo, HOLDS, "holds.fabro")
     proc = subprocess.Popen(
-        [*_git_fabro(), "run", "holds.fabro"],
+        [*fabro_exe(), "run", "holds.fabro"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conftest import git, run_fabro, write_workflow
+from helpers import git, run_fabro, write_workflow
 
 LOOP = """\
 digraph L {

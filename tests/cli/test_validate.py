@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_fabro
+from helpers import run_fabro
 
 import fabro_git
 

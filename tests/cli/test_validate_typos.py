@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_events, run_fabro, write_workflow
+from helpers import run_events, run_fabro, write_workflow
 
 TYPOS = """\
 digraph Typos {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from conftest import fabro_exe, run_fabro, write_workflow
+from helpers import fabro_exe, run_fabro, write_workflow
 
 GATED = """\
 digraph G {

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import git, run_fabro
+from helpers import git, run_fabro
 
 GRAPH = """
 digraph C {

@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import assert_fsck_clean, git, run_fabro, run_json, write_workflow
+from helpers import assert_fsck_clean, git, run_fabro, run_json, write_workflow
 
 LONG_ID = "n" * 300
 # The longest id allowed, visited twice and inside a fan-out, so its ref name

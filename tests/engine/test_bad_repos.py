@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import git, run_fabro
+from helpers import git, run_fabro
 
 
 def _fails(proc: subprocess.CompletedProcess[str], *needles: str) -> str:

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_fsck_clean, git, run_fabro
+from helpers import assert_fsck_clean, fabro_exe, git, run_fabro
 
 # `check` fails until $HOME/ok exists: the "fix" a user makes before resuming.
 WORKFLOW = """\
@@ -250,11 +248,6 @@ digraph Fanned {
 """
 
 
-def _git_fabro() -> list[str]:
-    exe = shutil.which("git-fabro")
-    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
-
-
 def _fan_checkpointed(tails: Path) -> bool:
     for tail in tails.glob("*/events.jsonl"):
         for line in tail.read_bytes().split(b"\n")[:-1]:
@@ -269,7 +262,7 @@ def _killed_between_fan_out_and_fan_in(repo: Path, workflow: Path) -> str | None
     Returns the run id, or None if the kill landed outside that window."""
     before = set(_refs(repo, "refs/fabro/meta"))
     proc = subprocess.Popen(
-        [*_git_fabro(), "run", str(workflow)],
+        [*fabro_exe(), "run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from conftest import assert_fsck_clean, git, run_fabro
+from helpers import assert_fsck_clean, fabro_exe, git, run_fabro
 
 # Every run writes the same shared files (the same blobs and trees at about the same
 # moment) and one file of its own.
@@ -34,11 +32,6 @@ digraph Gated {
     start -> wait_for_marker -> exit
 }
 """
-
-
-def _git_fabro() -> list[str]:
-    exe = shutil.which("git-fabro")
-    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
 
 
 def _ps(repo: Path) -> dict[str, dict]:
@@ -173,7 +166,7 @@ def _start_gated(repo: Path, tmp_path: Path) -> tuple[subprocess.Popen, str]:
     workflow = tmp_path / "gated.fabro"
     workflow.write_text(GATED)
     proc = subprocess.Popen(
-        [*_git_fabro(), "run", str(workflow)],
+        [*fabro_exe(), "run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -233,7 +226,7 @@ def test_two_resumes_of_one_interrupted_run_race_and_one_wins(
     assert _ps(repo)[run_id]["status"] == "interrupted"
     resumers = [
         subprocess.Popen(
-            [*_git_fabro(), "resume", run_id],
+            [*fabro_exe(), "resume", run_id],
             cwd=repo,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -27,13 +27,12 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import assert_fsck_clean, git, run_fabro
+from helpers import assert_fsck_clean, fabro_exe, git, run_fabro
 
 from fabro_git.config.locations import run_scratch_dir
 
@@ -131,7 +130,7 @@ def _run_duration(repo: Path, workflow: Path) -> float:
     if not _baseline:
         started = time.monotonic()
         proc = subprocess.run(
-            [*_git_fabro(), "run", str(workflow)],
+            [*fabro_exe(), "run", str(workflow)],
             cwd=repo,
             capture_output=True,
             text=True,
@@ -145,11 +144,6 @@ def _run_duration(repo: Path, workflow: Path) -> float:
         ).split():
             git(repo, "update-ref", "-d", ref)
     return _baseline[0]
-
-
-def _git_fabro() -> list[str]:
-    exe = shutil.which("git-fabro")
-    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
 
 
 def _tail_events(fabro_home: Path) -> list[dict]:
@@ -167,7 +161,7 @@ def _kill_at(point: KillPoint, repo: Path, workflow: Path, fabro_home: Path, log
     err = open(logdir / "run.err", "wb")  # noqa: SIM115
     started = time.monotonic()
     proc = subprocess.Popen(
-        [*_git_fabro(), "run", str(workflow)],
+        [*fabro_exe(), "run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=out,
@@ -428,7 +422,7 @@ def test_run_whose_snapshots_cannot_be_written_does_not_claim_success(
     repo, workflow = crash_repo
     fabro_home = Path(os.environ["FABRO_HOME"])
     proc = subprocess.Popen(
-        [*_git_fabro(), "run", str(workflow)],
+        [*fabro_exe(), "run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_fabro, write_workflow
+from helpers import run_fabro, write_workflow
 
 SLOW_START = """\
 digraph D {

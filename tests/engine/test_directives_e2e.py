@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import run_events, run_json, write_workflow
+from helpers import run_events, run_json, write_workflow
 
 ROUTED = """\
 digraph R {

@@ -13,10 +13,8 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-from conftest import git, run_fabro
+from helpers import fabro_exe, git, run_fabro
 
 from fabro_git.events.contract import check_event, check_jsonl
 from fabro_git.events.seed import Catalogue, load_contract
@@ -133,11 +131,6 @@ def catalogue() -> Catalogue:
     return load_contract()
 
 
-def _git_fabro() -> list[str]:
-    exe = shutil.which("git-fabro")
-    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
-
-
 def _run_json(*args: str, cwd: Path, expect: int = 0) -> str:
     proc = run_fabro(*args, "--json", cwd=cwd)
     assert proc.returncode == expect, proc.stderr
@@ -197,7 +190,7 @@ def _killed_then_resumed(repo: Path, tmp_path: Path, home: Path) -> list[str]:
 def _stopped_then_resumed(repo: Path, tmp_path: Path, home: Path, sig: signal.Signals) -> list[str]:
     (tmp_path / "naps.fabro").write_text(NAPS)
     proc = subprocess.Popen(
-        [*_git_fabro(), "run", str(tmp_path / "naps.fabro")],
+        [*fabro_exe(), "run", str(tmp_path / "naps.fabro")],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

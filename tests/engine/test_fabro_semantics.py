@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, git, meta_file, run_events, run_json, write_workflow
+from helpers import ROOT, git, meta_file, run_events, run_json, write_workflow
 
 from fabro_git.workflow import parse, validate
 

@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from conftest import assert_fsck_clean, git, run_fabro, write_workflow
+from helpers import assert_fsck_clean, git, run_fabro, write_workflow
 
 from fabro_git.config.locations import run_scratch_dir
 

@@ -7,7 +7,7 @@ import random
 from collections import Counter
 from pathlib import Path
 
-from conftest import git, run_events, run_json, write_workflow
+from helpers import git, run_events, run_json, write_workflow
 
 from fabro_git.engine.edges import accelerator_key, normalize_label, select_edge
 from fabro_git.workflow import parse

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import git, meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import git, meta_file, run_events, run_fabro, run_json, write_workflow
 
 ECHO_GOAL = """
 digraph E {

@@ -8,15 +8,13 @@ import json
 import os
 import pty
 import select
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import git, run_fabro
+from helpers import fabro_exe, git, run_fabro
 
 # `nap` sleeps 30 s unless $HOME/quick exists; its child `sleep` is what must not
 # outlive the interrupt.
@@ -30,11 +28,6 @@ digraph Nap {
     start -> one -> nap -> exit
 }
 """
-
-
-def _git_fabro() -> list[str]:
-    exe = shutil.which("git-fabro")
-    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
 
 
 def _stage_pids(run_id: str, node_id: str) -> list[int]:
@@ -115,7 +108,7 @@ def _start_and_reach_nap(
 def test_interrupt_stops_the_stage_checkpoints_and_resumes(
     repo: Path, tmp_path: Path, hermetic_env: Path, how: str, sig: signal.Signals
 ) -> None:
-    argv = ["git", "fabro"] if how == "git-front-end-group" else _git_fabro()
+    argv = ["git", "fabro"] if how == "git-front-end-group" else fabro_exe()
     proc, run_id = _start_and_reach_nap(repo, tmp_path, argv)
     stage = _stage_pids(run_id, "nap")
     sent = time.monotonic()
@@ -200,7 +193,7 @@ def test_ctrl_c_at_a_human_gate_waiting_on_the_terminal(repo: Path, tmp_path: Pa
     )
     leader, follower = pty.openpty()
     proc = subprocess.Popen(
-        [*_git_fabro(), "run", str(workflow)],
+        [*fabro_exe(), "run", str(workflow)],
         cwd=repo,
         stdin=follower,
         stdout=follower,

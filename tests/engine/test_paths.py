@@ -13,7 +13,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import git, meta_file, run_fabro, run_json, write_workflow
+from helpers import git, meta_file, run_fabro, run_json, write_workflow
 
 import fabro_git
 

@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from conftest import fabro_exe, git, run_fabro
+from helpers import fabro_exe, git, run_fabro
 
 
 def _run(repo: Path, stdin: bytes | Path | None) -> subprocess.CompletedProcess[str]:

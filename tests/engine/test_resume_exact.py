@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import fabro_exe, git, run_fabro
+from helpers import fabro_exe, git, run_fabro
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import fabro_exe, git, run_fabro, run_json, write_workflow
+from helpers import fabro_exe, git, run_fabro, run_json, write_workflow
 
 # `hold` waits until $HOME/go exists, and says it has started by touching $HOME/held.
 WORKFLOW = """\

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import (
+from helpers import (
     assert_fsck_clean,
     git,
     meta_file,

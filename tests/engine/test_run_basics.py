@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from conftest import (
+from helpers import (
     assert_fsck_clean,
     git,
     meta_file,

@@ -7,7 +7,7 @@ import json
 import os
 from pathlib import Path
 
-from conftest import git, meta_file, run_fabro, run_json
+from helpers import git, meta_file, run_fabro, run_json
 
 SAY = """
 digraph C {

@@ -8,12 +8,11 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import assert_fsck_clean, git, run_fabro, run_json, write_workflow
+from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, run_json, write_workflow
 
 # `two` reads the file `one` wrote: after the scratch dir is gone, that file can only
 # come from the run branch.
@@ -30,11 +29,6 @@ digraph Scratch {
 """
 WAIT_FOR_GO = 'while [ ! -f \\"$HOME/go\\" ]; do sleep 0.05; done'
 FAIL_WITHOUT_GO = 'test -f \\"$HOME/go\\"'
-
-
-def _git_fabro() -> list[str]:
-    exe = shutil.which("git-fabro")
-    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
 
 
 def _scratch_root() -> Path:
@@ -74,7 +68,7 @@ def _workflow(tmp_path: Path, gate: str) -> Path:
 def _interrupted_run(repo: Path, workflow: Path) -> str:
     """Start the run and kill -9 it while `gate` waits; returns the run id."""
     proc = subprocess.Popen(
-        [*_git_fabro(), "run", str(workflow)],
+        [*fabro_exe(), "run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import assert_fsck_clean, git, run_fabro
+from helpers import assert_fsck_clean, git, run_fabro
 
 WORKFLOW = """\
 digraph Twice {

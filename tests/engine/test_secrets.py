@@ -17,7 +17,7 @@ import string
 import subprocess
 from pathlib import Path
 
-from conftest import git, run_fabro
+from helpers import git, run_fabro
 
 ALNUM = string.ascii_letters + string.digits
 

@@ -14,7 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
-from conftest import assert_fsck_clean, git, meta_file, run_fabro, write_workflow
+from helpers import assert_fsck_clean, git, meta_file, run_fabro, write_workflow
 
 PARENT = """\
 digraph Parent {

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import git, run_events, run_json, write_workflow
+from helpers import git, run_events, run_json, write_workflow
 
 CHILD_FAN_OUT = """
 digraph Child {

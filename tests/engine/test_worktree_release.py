@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
-from conftest import assert_fsck_clean, git, run_fabro, write_workflow
+from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, write_workflow
 
 # `check` fails until $HOME/ok exists; `wait` waits for $HOME/go unless told not to.
 WORKFLOW = """\
@@ -101,11 +99,6 @@ def test_resume_while_the_user_has_the_run_branch_checked_out_says_so(repo: Path
     assert git(repo, "symbolic-ref", "--short", "HEAD").strip() == f"fabro/run/{run_id}"
 
 
-def _git_fabro() -> list[str]:
-    exe = shutil.which("git-fabro")
-    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
-
-
 def _wait_for_stage(repo: Path, proc: subprocess.Popen[bytes], node: str) -> str:
     """The run's id, once its tail says `node` started (the stage then waits for go)."""
     root = Path(os.environ["FABRO_HOME"]) / "runs"
@@ -126,7 +119,7 @@ def test_an_interrupted_run_releases_its_worktree_and_resumes(
 ) -> None:
     _setup(repo, WAIT_FOR_GO)
     proc = subprocess.Popen(
-        [*_git_fabro(), "run", "release.fabro"],
+        [*fabro_exe(), "run", "release.fabro"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

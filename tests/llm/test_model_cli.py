@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 
-from conftest import run_fabro
+from helpers import run_fabro
 from llm_server import LlmServer, Reply, provider_env, server_error, unauthorized
 
 

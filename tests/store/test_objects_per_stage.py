@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import git, run_fabro
+from helpers import git, run_fabro
 
 NOOP_STAGE = 1 + (4 + 5 + 1)
 ONE_FILE_STAGE = 3 + (4 + 5 + 1)

@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import fabro_exe, git, run_fabro
+from helpers import fabro_exe, git, run_fabro
 
 from fabro_git.store import runs
 from fabro_git.store.repo import GitRepo

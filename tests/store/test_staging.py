@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from conftest import git, run_fabro, write_workflow
+from helpers import git, run_fabro, write_workflow
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import git
+from helpers import git
 
 from fabro_git.store import statcheck
 

@@ -9,7 +9,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from conftest import git
+from helpers import git
 
 WRITER = textwrap.dedent(
     """

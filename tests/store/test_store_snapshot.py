@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import git
+from helpers import git
 
 from fabro_git.errors import RefRaceError, StoreError
 from fabro_git.store.repo import GitRepo

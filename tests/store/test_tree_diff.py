@@ -8,9 +8,9 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from conftest import git
 from dulwich.objects import ObjectID
 from dulwich.patch import write_tree_diff
+from helpers import git
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

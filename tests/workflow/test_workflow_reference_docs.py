@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, SHARED
+from helpers import ROOT, SHARED
 
 from fabro_git.workflow import parse, validate
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import run_fabro
+from helpers import run_fabro
 
 from fabro_git.workflow import parse, validate
 from fabro_git.workflow.model import Edge

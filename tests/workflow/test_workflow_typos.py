@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from helpers import ROOT
 
 from fabro_git.workflow import Diagnostic, load, parse, validate
 from fabro_git.workflow import attributes as registry

@@ -1,0 +1,100 @@
+"""Helpers the tests import (`from helpers import run_fabro, git, ...`): the real
+`git fabro` command and real git, run against the repositories the fixtures make."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SHARED = ROOT.parent / "shared"
+
+
+def git(cwd: Path, *args: str, check: bool = True) -> str:
+    proc = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"git {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def fabro_exe() -> list[str]:
+    """The real installed entry point, falling back to `python -m fabro_git`."""
+    exe = shutil.which("git-fabro")
+    return [exe] if exe else [sys.executable, "-m", "fabro_git"]
+
+
+def run_fabro(
+    *args: str,
+    cwd: Path | None = None,
+    input: str | None = None,
+    timeout: float = 120,
+    env: dict[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """Run `git fabro ARGS` through the real git front end and the installed command."""
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    # No input means no stdin at all, as in CI: a human gate must not wait on a pipe
+    # the test runner happens to hold open.
+    stdin = {"input": input} if input is not None else {"stdin": subprocess.DEVNULL}
+    return subprocess.run(
+        ["git", "fabro", *args],
+        cwd=cwd,
+        **stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=full_env,
+        check=False,
+    )
+
+
+def write_workflow(directory: Path, text: str, name: str = "wf.fabro") -> Path:
+    """Write a workflow file and commit it, so runs start from a clean checkout."""
+    path = directory / name
+    path.write_text(text)
+    git(directory, "add", name)
+    git(directory, "commit", "-q", "-m", f"add {name}")
+    return path
+
+
+def run_json(
+    *args: str, cwd: Path, timeout: float = 120, input: str | None = None
+) -> tuple[subprocess.CompletedProcess[str], dict]:
+    """`git fabro ARGS --json`; returns the process and its final JSON object."""
+    import json
+
+    proc = run_fabro(*args, "--json", cwd=cwd, timeout=timeout, input=input)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.strip()]
+    assert lines, f"no JSON on stdout\nstderr:\n{proc.stderr}"
+    return proc, json.loads(lines[-1])
+
+
+def run_events(run_id: str, cwd: Path) -> list[dict]:
+    import json
+
+    proc = run_fabro("logs", run_id, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+
+
+def meta_file(cwd: Path, run_id: str, path: str) -> str:
+    return git(cwd, "show", f"refs/fabro/meta/{run_id}:{path}")
+
+
+def assert_fsck_clean(repo: Path) -> None:
+    """`git fsck --strict` finds nothing wrong (dangling objects are not wrong: a killed
+    or refused write leaves some, and git collects them in time)."""
+    proc = subprocess.run(
+        ["git", "fsck", "--strict", "--no-progress", "--no-dangling"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
+        f"git fsck --strict in {repo} reported:\n{proc.stdout}{proc.stderr}"
+    )
