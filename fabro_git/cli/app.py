@@ -67,6 +67,11 @@ app = typer.Typer(
 
 command = functools.partial(app.command, cls=_Command)
 
+# The argument most commands take: a run id, a unique prefix of one, or a workflow name.
+RunArg = Annotated[
+    str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
+]
+
 
 def _version_callback(value: bool) -> None:
     if value:
@@ -235,9 +240,7 @@ def _output_mode(quiet: bool, verbose: bool) -> str:
 
 @command()
 def resume(
-    run_id: Annotated[
-        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
-    ],
+    run_id: RunArg,
     auto_approve: Annotated[
         bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")
     ] = False,
@@ -297,9 +300,7 @@ def ps(
 
 @command()
 def logs(
-    run_id: Annotated[
-        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
-    ],
+    run_id: RunArg,
     pretty: Annotated[bool, typer.Option("--pretty", help="Render events for people.")] = False,
     follow: Annotated[
         bool, typer.Option("-f", "--follow", help="Keep printing events of a live run.")
@@ -327,9 +328,7 @@ def logs(
 
 @command()
 def inspect(
-    run_id: Annotated[
-        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
-    ],
+    run_id: RunArg,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
     """Show a run's manifest, checkpoint and status."""
@@ -399,9 +398,7 @@ def show(
 
 @command()
 def wait(
-    run_id: Annotated[
-        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
-    ],
+    run_id: RunArg,
     timeout: Annotated[
         str | None,
         typer.Option(
@@ -419,9 +416,7 @@ def wait(
 
 @command()
 def fork(
-    run_id: Annotated[
-        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
-    ],
+    run_id: RunArg,
     target: Annotated[
         str | None,
         typer.Argument(
@@ -442,9 +437,7 @@ def fork(
 
 @command()
 def rewind(
-    run_id: Annotated[
-        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
-    ],
+    run_id: RunArg,
     target: Annotated[
         str | None,
         typer.Argument(
@@ -463,9 +456,7 @@ def rewind(
 
 @command()
 def dump(
-    run_id: Annotated[
-        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
-    ],
+    run_id: RunArg,
     output: Annotated[
         Path,
         typer.Option(
@@ -485,9 +476,7 @@ def dump(
 
 @command()
 def diff(
-    run_id: Annotated[
-        str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
-    ],
+    run_id: RunArg,
     node: Annotated[
         str | None,
         typer.Argument(
