@@ -415,6 +415,30 @@ def wait(
 
 
 @command()
+def interrupt(run_id: RunArg) -> None:
+    """Stop a live run at a checkpoint; `resume` continues it."""
+    from fabro_git.cli import control as impl
+
+    raise typer.Exit(impl.interrupt(run_id))
+
+
+@command()
+def steer(
+    run_id: RunArg,
+    text: Annotated[
+        str,
+        typer.Argument(
+            help="Guidance for the agent in flight.", show_default=False, metavar="TEXT"
+        ),
+    ],
+) -> None:
+    """Send guidance to a live run's agent stage, before its next turn."""
+    from fabro_git.cli import control as impl
+
+    raise typer.Exit(impl.steer(run_id, text))
+
+
+@command()
 def fork(
     run_id: RunArg,
     target: Annotated[

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from fabro_git.events.envelope import EventProps
+from fabro_git.events.envelope import Actor, EventProps
 
 
 class Emit(Protocol):
@@ -18,6 +18,7 @@ class Emit(Protocol):
         stage_id: str | None = None,
         session_id: str | None = None,
         parent_session_id: str | None = None,
+        actor: Actor | None = None,
         **props: Any,
     ) -> None:
         """Emit an event Struct (or, for call sites not moved yet, an event's name and

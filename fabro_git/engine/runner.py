@@ -183,6 +183,14 @@ class Runtime:
         # Attempts a crash cut off, by stage_id: a stage run again after resume counts on
         # from them. Only the stages up to the first checkpoint after resume can use them.
         self.resumed_attempts: dict[str, int] = {}
+        # Agent stages in flight that take steering text (`git fabro steer`).
+        self.steer_targets: list[Callable[[str], None]] = []
+
+    def steer(self, text: str) -> bool:
+        """Hand `text` to every agent stage in flight; False when none is listening."""
+        for target in list(self.steer_targets):
+            target(text)
+        return bool(self.steer_targets)
 
     # -- events ------------------------------------------------------------------------
 

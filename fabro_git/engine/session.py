@@ -24,7 +24,7 @@ import trio
 
 from fabro_git import __version__
 from fabro_git.config.locations import make_private_dir, run_scratch_dir, runs_dir
-from fabro_git.engine import cutoff, process_groups
+from fabro_git.engine import control, cutoff, process_groups
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
     Checkpoint,
@@ -45,7 +45,7 @@ from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, Sink, TailFileSink, tail_after
 from fabro_git.events.catalogue import CATALOGUE
-from fabro_git.events.envelope import EventProps
+from fabro_git.events.envelope import Actor, EventProps
 from fabro_git.store import runs as runrefs
 from fabro_git.store import worktree as wt
 from fabro_git.store.repo import GitRepo
@@ -91,6 +91,7 @@ def make_emitter(bus: EventBus) -> Emit:
         stage_id: str | None = None,
         session_id: str | None = None,
         parent_session_id: str | None = None,
+        actor: Actor | None = None,
         **props: Any,
     ) -> None:
         if isinstance(event, str):
@@ -107,6 +108,7 @@ def make_emitter(bus: EventBus) -> Emit:
             stage_id=stage_id,
             session_id=session_id,
             parent_session_id=parent_session_id,
+            actor=actor,
         )
 
     return emit
@@ -638,7 +640,23 @@ async def _drive(
                 error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
                 main_scope.cancel()
 
+            async def control_request(request: dict[str, Any]) -> dict[str, Any]:
+                nonlocal interrupted
+                actor = _actor(request.get("actor"))
+                if request.get("op") == "interrupt":
+                    emit(ev.RunInterrupt(), actor=actor)
+                    if not interrupted:
+                        interrupted = True
+                        main_scope.cancel()
+                    return {"ok": True}
+                if request.get("op") == "steer" and isinstance(request.get("text"), str):
+                    text = request["text"]
+                    emit(ev.RunSteer(text=text), actor=actor)
+                    return {"ok": True, "delivered": runtime.steer(text)}
+                return {"ok": False, "error": f"unknown request {request.get('op')!r}"}
+
             nursery.start_soon(watch_signals)
+            await nursery.start(control.serve, scratch, control_request)
             if stall > 0:
                 nursery.start_soon(watch_for_stall, runtime, stall, stalled)
             with main_scope:
@@ -666,6 +684,13 @@ async def _drive(
         # What stages left running in the background goes before the worktree does.
         process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
         return _finish(runtime, scope, status, error, announce=not announced)
+
+
+def _actor(value: Any) -> Actor:
+    """Who asked, as the requesting command said; a user of this machine either way."""
+    if isinstance(value, dict) and isinstance(value.get("login"), str):
+        return Actor(kind="user", login=value["login"], auth_method="local")
+    return Actor(kind="user", auth_method="local")
 
 
 def _tail_has(scratch: Path, last_event_id: str | None, event: str) -> bool:

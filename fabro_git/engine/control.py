@@ -1,0 +1,136 @@
+"""A live run's control socket: `git fabro interrupt` and `git fabro steer` talk to it.
+
+The socket is `control.sock` in the run's scratch dir, which is private (0700), and is
+itself 0600; the server also checks the peer's uid (`SO_PEERCRED`) where the platform
+has it. One request a connection, one JSON line each way:
+
+    {"op": "interrupt", "actor": {...}}      -> {"ok": true}
+    {"op": "steer", "text": "...", "actor": {...}} -> {"ok": true, "delivered": false}
+
+A Unix socket path is limited to about 100 bytes, and scratch paths can be longer; on
+Linux the path is reached through `/proc/self/fd/<dir fd>/control.sock`, which the
+kernel resolves through the open directory, so any depth works.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import struct
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import trio
+
+SOCKET_NAME = "control.sock"
+MAX_REQUEST = 64 * 1024
+
+Handle = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def socket_path(scratch: Path) -> Path:
+    return scratch / SOCKET_NAME
+
+
+@contextlib.contextmanager
+def _short_path(path: Path) -> Iterator[str]:
+    """A name for `path` short enough for a Unix socket address."""
+    if len(os.fsencode(str(path))) < 100 or not sys.platform.startswith("linux"):
+        yield str(path)
+        return
+    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        yield f"/proc/self/fd/{fd}/{path.name}"
+    finally:
+        os.close(fd)
+
+
+def _same_user(sock: trio.socket.SocketType) -> bool:
+    if not hasattr(socket, "SO_PEERCRED"):
+        return True  # the 0700 directory and 0600 socket are the guard there
+    creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid == os.getuid()
+
+
+async def serve(
+    scratch: Path, handle: Handle, *, task_status: Any = trio.TASK_STATUS_IGNORED
+) -> None:
+    """Answer control requests until cancelled; the socket file goes with the server."""
+    path = socket_path(scratch)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()  # left by a run that was killed
+    listener = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        with _short_path(path) as address:
+            await listener.bind(address)
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+    listener.listen(8)
+    task_status.started(path)
+    try:
+        async with trio.open_nursery() as nursery:
+            while True:
+                conn, _ = await listener.accept()
+                nursery.start_soon(_answer, conn, handle)
+    finally:
+        listener.close()
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+async def _answer(conn: trio.socket.SocketType, handle: Handle) -> None:
+    with conn:
+        if not _same_user(conn):
+            return
+        data = b""
+        with trio.move_on_after(5):
+            while b"\n" not in data and len(data) < MAX_REQUEST:
+                chunk = await conn.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        try:
+            request = json.loads(data.split(b"\n", 1)[0] or b"null")
+            reply = await handle(request) if isinstance(request, dict) else None
+        except ValueError:
+            reply = None
+        reply = reply or {"ok": False, "error": "not a control request"}
+        out = json.dumps(reply).encode() + b"\n"
+        with contextlib.suppress(OSError):
+            while out:
+                out = out[await conn.send(out) :]
+
+
+def request(
+    scratch: Path, payload: dict[str, Any], *, timeout: float = 10.0
+) -> dict[str, Any] | None:
+    """Send one request to the run's control socket; None when nothing is listening."""
+    path = socket_path(scratch)
+    if not path.exists():
+        return None
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        try:
+            with _short_path(path) as address:
+                sock.connect(address)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return None  # a socket file left by a run that was killed
+        sock.sendall(json.dumps(payload).encode() + b"\n")
+        data = b""
+        while b"\n" not in data:
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            data += chunk
+    try:
+        reply = json.loads(data.split(b"\n", 1)[0])
+    except ValueError:
+        return None
+    return reply if isinstance(reply, dict) else None
