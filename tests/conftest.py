@@ -44,6 +44,9 @@ def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     monkeypatch.setenv("GIT_COMMITTER_NAME", "Test Committer")
     monkeypatch.setenv("GIT_COMMITTER_EMAIL", "committer@example.com")
     monkeypatch.setenv("GIT_EDITOR", "false")
+    # Pinned commit dates: the same commit is the same object in every run of a test.
+    for kind in ("AUTHOR", "COMMITTER"):
+        monkeypatch.setenv(f"GIT_{kind}_DATE", "2026-01-01T00:00:00+00:00")
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
     (home / ".gitconfig").write_text(
