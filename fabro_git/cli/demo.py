@@ -39,8 +39,8 @@ def run(directory: Path | None) -> int:
         print(
             "\nLook around:\n"
             f"  cd {target}\n"
-            "  git log --oneline --all          # the run branch, one commit per stage\n"
-            "  git fabro ps                     # every run here\n"
+            "  git log --oneline --branches     # the run branch: one commit per stage\n"
+            "  git fabro show hello             # its stages; `git fabro show hello show` for one\n"
             "  git fabro logs hello --pretty    # what the run did, event by event",
             file=sys.stderr,
         )
