@@ -1,0 +1,115 @@
+"""Which provider and model an LLM stage calls, and the check a run makes before it exists.
+
+A stage's target comes from, highest first: the node's `model`/`provider` attributes
+(the model stylesheet has already written its choices there), the run's model (the
+`--model`/`--provider` flags merged over `[run.model]`), then the default of the first
+provider whose key is set. `check_stages` resolves every LLM stage of a workflow and its
+children up front, so a misspelt model or a missing key stops the run before it starts
+rather than at its fifth stage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from fabro_git.errors import ConfigError, WorkflowError
+from fabro_git.llm.errors import MissingCredentials, UnknownModel
+from fabro_git.llm.resolve import ModelChoice, fallback_targets, resolve_target
+from fabro_git.llm.types import Target
+from fabro_git.workflow.model import Graph, Node
+
+LLM_TYPES = ("agent", "prompt", "codergen")
+BACKENDS = ("api", "cli")
+
+
+def is_llm(node: Node) -> bool:
+    return node.handler_type in LLM_TYPES
+
+
+def node_choice(node: Node) -> ModelChoice | None:
+    model = node.get("model") or node.get("llm_model")
+    provider = node.get("provider") or node.get("llm_provider")
+    if not (model or provider):
+        return None
+    return ModelChoice(model=model or None, provider=provider or None)
+
+
+def stage_target(
+    node: Node, *, model: str | None, provider: str | None, env: Mapping[str, str]
+) -> Target:
+    """The target of `node`'s stage; `UnknownModel` names the closest catalogue names."""
+    run_choice = ModelChoice(model=model, provider=provider) if (model or provider) else None
+    return resolve_target([node_choice(node), run_choice], env)
+
+
+def stage_fallbacks(entries: Sequence[str] | None) -> list[Target]:
+    return fallback_targets(list(entries or ()))
+
+
+def backend_of(node: Node) -> str:
+    """`api` (the built-in agent loop) unless the node names another backend."""
+    return (node.get("backend") or "api").strip().lower()
+
+
+def check_stages(
+    graphs: Iterable[Graph],
+    *,
+    model: str | None,
+    provider: str | None,
+    fallbacks: Sequence[str] | None,
+    env: Mapping[str, str],
+) -> dict[str, Target]:
+    """Every LLM stage's target, by node id; a `FabroError` for the first stage that
+    cannot run: an unknown model or provider, a backend this version lacks, or a
+    provider whose key is not set."""
+    from fabro_git.llm.providers import connect
+
+    try:
+        stage_fallbacks(fallbacks)
+    except UnknownModel as err:
+        raise UnknownModel(f"[run.model] fallbacks: {err.message}", err.suggestions) from None
+    targets: dict[str, Target] = {}
+    needing: dict[Target, list[str]] = {}
+    for graph in graphs:
+        for node in graph.nodes.values():
+            if not is_llm(node):
+                continue
+            backend = backend_of(node)
+            if node.handler_type != "prompt" and backend not in BACKENDS:
+                raise _node_error(
+                    node, "backend", f"backend={backend!r} is not one of {', '.join(BACKENDS)}"
+                )
+            if node.handler_type != "prompt" and backend == "cli":
+                raise _node_error(node, "backend", cli_unavailable(node))
+            try:
+                target = stage_target(node, model=model, provider=provider, env=env)
+            except UnknownModel as err:
+                key = "model" if node_choice(node) is not None else None
+                if key is None:
+                    raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
+                raise _node_error(node, key, err.message, hint=err.hint) from None
+            targets[node.id] = target
+            needing.setdefault(target, []).append(node.id)
+    for target, nodes in needing.items():
+        try:
+            connect(target, env)
+        except MissingCredentials as err:
+            raise ConfigError(
+                f"{err.message} (needed by {', '.join(nodes)}, which call {target})",
+                hint=err.hint,
+            ) from None
+    return targets
+
+
+def cli_unavailable(node: Node) -> str:
+    return (
+        f"node {node.id!r} asks for backend=cli, which is not available yet in this "
+        "version; remove the attribute to run the built-in agent (backend=api)"
+    )
+
+
+def _node_error(node: Node, key: str, message: str, *, hint: str | None = None) -> WorkflowError:
+    line, column = node.positions.get(key, (node.line, node.column))
+    return WorkflowError(
+        f"node {node.id!r}: {message}", path=node.path, line=line, column=column, hint=hint
+    )
