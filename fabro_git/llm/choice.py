@@ -69,7 +69,6 @@ def check_stages(
     except UnknownModel as err:
         raise UnknownModel(f"[run.model] fallbacks: {err.message}", err.suggestions) from None
     targets: dict[str, Target] = {}
-    needing: dict[Target, list[str]] = {}
     for graph in graphs:
         for node in graph.nodes.values():
             if not is_llm(node):
@@ -84,19 +83,18 @@ def check_stages(
             try:
                 target = stage_target(node, model=model, provider=provider, env=env)
             except UnknownModel as err:
-                key = "model" if node_choice(node) is not None else None
-                if key is None:
+                if node_choice(node) is None:
                     raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
-                raise _node_error(node, key, err.message, hint=err.hint) from None
+                raise _node_error(node, "model", err.message, hint=err.hint) from None
             targets[node.id] = target
-            needing.setdefault(target, []).append(node.id)
-    for target, nodes in needing.items():
+    for name in dict.fromkeys(target.provider for target in targets.values()):
+        nodes = [node for node, target in targets.items() if target.provider == name]
         try:
-            connect(target, env)
+            connect(targets[nodes[0]], env)
         except MissingCredentials as err:
             raise ConfigError(
-                f"{err.message} (needed by {', '.join(nodes)}, which call {target})",
-                hint=err.hint,
+                f"{err.message} (the LLM stages {', '.join(nodes)} call {name})",
+                hint=f"{err.hint}; or run with --dry-run to simulate the LLM stages",
             ) from None
     return targets
 
