@@ -12,7 +12,16 @@ from pathlib import Path
 
 import pytest
 from helpers import git, meta_file, run_events, run_fabro, run_json, write_workflow
-from llm_server import LlmServer, Reply, ToolUse, provider_env, server_error, unauthorized
+from llm_server import (
+    LlmServer,
+    Reply,
+    Stall,
+    ToolUse,
+    provider_env,
+    quota_exhausted,
+    server_error,
+    unauthorized,
+)
 
 from fabro_git.events.contract import check_event
 from fabro_git.events.seed import load_contract
@@ -226,3 +235,79 @@ def test_backend_cli_is_refused_before_the_run(repo: Path, llm_server: LlmServer
     assert "'work'" in proc.stderr and "backend=cli" in proc.stderr
     assert "not available yet" in proc.stderr
     assert llm_server.requests == []
+
+
+def test_a_timeout_cancels_the_model_call(repo: Path, llm_server: LlmServer) -> None:
+    write_workflow(repo, AGENT.replace('prompt="Tidy', 'timeout="5s", prompt="Tidy'))
+    (repo / "notes.txt").write_text("x\n")
+    llm_server.script(
+        Reply(
+            text="",
+            tool_calls=(ToolUse("write_file", {"path": "notes.txt", "content": "y\n"}, id="w"),),
+        ),
+        Stall(seconds=120),
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo, timeout=50)
+    assert proc.returncode != 0
+    events = _events(repo, result["run_id"])
+    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    props = completed["properties"]
+    assert props["status"] == "failed" and props["failure_class"] == "transient_infra"
+    assert "timed out after 5s" in props["error"]
+    assert props["files_touched"] == ["notes.txt"]
+    # The session closed its events although it was cut off mid-call.
+    assert [e["event"] for e in events if e["event"].startswith("agent.session.")][-2:] == [
+        "agent.session.deactivated",
+        "agent.session.ended",
+    ]
+
+
+TWO_PROMPTS = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    first [shape=tab, prompt="One"]
+    second [shape=tab, model="gpt-5.4", prompt="Two"]
+    start -> first -> second -> exit
+}
+"""
+
+
+def _project_model(repo: Path, toml: str) -> None:
+    (repo / ".fabro").mkdir()
+    (repo / ".fabro" / "project.toml").write_text(toml)
+    git(repo, "add", ".fabro")
+
+
+def test_the_node_then_the_flags_then_the_run_config_choose_the_model(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    _project_model(repo, '[run.model]\nname = "gemini-3.1-pro-preview"\n')
+    write_workflow(repo, TWO_PROMPTS)
+    proc, _ = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert [r.body["model"] for r in llm_server.requests] == ["gemini-3.1-pro-preview", "gpt-5.4"]
+
+    llm_server.requests.clear()
+    proc, _ = run_json("run", "wf.fabro", "--goal", "g", "--model", "sonnet", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert [r.body["model"] for r in llm_server.requests] == ["claude-sonnet-4-6", "gpt-5.4"]
+
+
+def test_an_exhausted_quota_fails_over_to_the_configured_fallback(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    _project_model(repo, '[run.model]\nname = "gpt-5.4"\nfallbacks = ["anthropic"]\n')
+    write_workflow(repo, ROUTED % "")
+    llm_server.script_for("responses", quota_exhausted())
+    llm_server.script_for("anthropic", Reply(text='{"preferred_next_label": "fix"}'))
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert [(r.api, r.body["model"]) for r in llm_server.requests] == [
+        ("responses", "gpt-5.4"),
+        ("anthropic", "claude-opus-4-7"),
+    ]
+    run_id = result["run_id"]
+    assert git(repo, "show", f"fabro/run/{run_id}:fixed") == "fixed\n"
+    [failover] = _of(_events(repo, run_id), "agent.failover")
+    assert failover["properties"]["to_provider"] == "anthropic"
