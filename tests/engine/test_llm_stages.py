@@ -7,11 +7,15 @@ Every event of every run here is checked against the events contract.
 from __future__ import annotations
 
 import json
+import re
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import git, meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
 from llm_server import (
     LlmServer,
     Reply,
@@ -311,3 +315,41 @@ def test_an_exhausted_quota_fails_over_to_the_configured_fallback(
     assert git(repo, "show", f"fabro/run/{run_id}:fixed") == "fixed\n"
     [failover] = _of(_events(repo, run_id), "agent.failover")
     assert failover["properties"]["to_provider"] == "anthropic"
+
+
+def test_ctrl_c_cancels_the_call_and_the_run_resumes(repo: Path, llm_server: LlmServer) -> None:
+    write_workflow(repo, AGENT)
+    llm_server.script(
+        Reply(
+            text="",
+            tool_calls=(ToolUse("write_file", {"path": "half.txt", "content": "h\n"}, id="w"),),
+        ),
+        Stall(seconds=120),
+    )
+    proc = subprocess.Popen(
+        [*fabro_exe(), "run", "wf.fabro", "--goal", "g"],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    # The second request is the one the server holds: the agent is mid-call.
+    while len(llm_server.requests) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    stderr = err.decode()
+    run_id = re.findall(r"git fabro resume ([0-9A-Z]{26})", stderr)[-1]
+
+    llm_server.script(Reply(text="Done after all."))
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert meta_file(repo, run_id, "nodes/work/response.md") == "Done after all."
+    events = _events(repo, run_id)
+    names = [e["event"] for e in events]
+    assert names.count("agent.session.started") == 2  # the cut-off session, then the resumed one
+    assert names[-1] == "run.completed" or "run.completed" in names
+    assert len(llm_server.requests) == 3
