@@ -26,12 +26,17 @@ from fabro_git.events.envelope import EventProps
 from fabro_git.handlers.llm import outcome_from_response
 from fabro_git.llm import catalogue
 from fabro_git.llm import types as llm
-from fabro_git.llm.choice import backend_of, cli_unavailable, stage_fallbacks, stage_target
+from fabro_git.llm.choice import (
+    backend_of,
+    cli_unavailable,
+    effort_of,
+    stage_fallbacks,
+    stage_target,
+)
 from fabro_git.llm.errors import LlmError
 
 DEFAULT_PROMPT_MAX_TOKENS = 4096
 DEFAULT_AGENT_MAX_TOKENS = 16384
-EFFORTS = ("low", "medium", "high")
 
 
 def _target(req: StageRequest) -> tuple[llm.Target, list[llm.Target]]:
@@ -41,14 +46,7 @@ def _target(req: StageRequest) -> tuple[llm.Target, list[llm.Target]]:
 
 
 def _effort(req: StageRequest) -> Any:
-    value = (req.node.get("reasoning_effort") or "").strip().lower()
-    if not value:
-        return None
-    if value not in EFFORTS:
-        raise ConfigError(
-            f"node {req.node.id!r}: reasoning_effort={value!r} is not one of {', '.join(EFFORTS)}"
-        )
-    return value
+    return effort_of(req.node)
 
 
 def _usage(model: str, used: llm.Usage, cost: float | None) -> Usage:

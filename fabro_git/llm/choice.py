@@ -10,9 +10,11 @@ rather than at its fifth stage.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Iterable, Mapping, Sequence
 
 from fabro_git.errors import ConfigError, WorkflowError
+from fabro_git.llm import catalogue
 from fabro_git.llm.errors import MissingCredentials, UnknownModel
 from fabro_git.llm.resolve import ModelChoice, fallback_targets, resolve_target
 from fabro_git.llm.types import Target
@@ -20,6 +22,7 @@ from fabro_git.workflow.model import Graph, Node
 
 LLM_TYPES = ("agent", "prompt", "codergen")
 BACKENDS = ("api", "cli")
+EFFORTS = ("low", "medium", "high")
 
 
 def is_llm(node: Node) -> bool:
@@ -46,6 +49,21 @@ def stage_fallbacks(entries: Sequence[str] | None) -> list[Target]:
     return fallback_targets(list(entries or ()))
 
 
+def effort_of(node: Node) -> str | None:
+    """The node's `reasoning_effort`, or None; a `WorkflowError` for a value not in
+    `EFFORTS`."""
+    value = (node.get("reasoning_effort") or "").strip().lower()
+    if not value:
+        return None
+    if value not in EFFORTS:
+        raise _node_error(
+            node,
+            "reasoning_effort",
+            f"reasoning_effort={value!r} is not one of {', '.join(EFFORTS)}",
+        )
+    return value
+
+
 def backend_of(node: Node) -> str:
     """`api` (the built-in agent loop) unless the node names another backend."""
     return (node.get("backend") or "api").strip().lower()
@@ -64,10 +82,14 @@ def check_stages(
     provider whose key is not set."""
     from fabro_git.llm.providers import connect
 
-    try:
-        stage_fallbacks(fallbacks)
-    except UnknownModel as err:
-        raise UnknownModel(f"[run.model] fallbacks: {err.message}", err.suggestions) from None
+    for entry in fallbacks or ():
+        try:
+            stage_fallbacks([entry])
+        except UnknownModel as err:
+            near = difflib.get_close_matches(entry.strip(), list(catalogue.PROVIDERS), n=2)
+            raise UnknownModel(
+                f"[run.model] fallbacks: {err.message}", near + err.suggestions
+            ) from None
     targets: dict[str, Target] = {}
     for graph in graphs:
         for node in graph.nodes.values():
@@ -80,6 +102,7 @@ def check_stages(
                 )
             if node.handler_type != "prompt" and backend == "cli":
                 raise _node_error(node, "backend", cli_unavailable(node))
+            effort_of(node)
             try:
                 target = stage_target(node, model=model, provider=provider, env=env)
             except UnknownModel as err:

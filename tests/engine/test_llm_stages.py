@@ -353,3 +353,21 @@ def test_ctrl_c_cancels_the_call_and_the_run_resumes(repo: Path, llm_server: Llm
     assert names.count("agent.session.started") == 2  # the cut-off session, then the resumed one
     assert names[-1] == "run.completed" or "run.completed" in names
     assert len(llm_server.requests) == 3
+
+
+def test_a_bad_reasoning_effort_or_fallback_is_refused_before_the_run(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, ROUTED % ', reasoning_effort="extreme"')
+    proc = run_fabro("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1
+    assert "wf.fabro:4" in proc.stderr and "reasoning_effort='extreme'" in proc.stderr
+
+    _project_model(repo, '[run.model]\nfallbacks = ["antropic"]\n')
+    write_workflow(repo, ROUTED % "", name="ok.fabro")
+    proc = run_fabro("run", "ok.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1
+    assert "fallbacks" in proc.stderr and "did you mean anthropic" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert llm_server.requests == []
+    assert "refs/fabro" not in git(repo, "for-each-ref")
