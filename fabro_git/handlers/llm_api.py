@@ -20,7 +20,7 @@ from fabro_git.engine import outcome as oc
 from fabro_git.engine.outcome import Outcome, Usage
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
-from fabro_git.events.catalogue import AgentError, StagePrompt
+from fabro_git.events.catalogue import AgentError, AgentMessage, StagePrompt
 from fabro_git.events.contract import UNSCOPED_EVENTS
 from fabro_git.events.envelope import EventProps
 from fabro_git.handlers.llm import outcome_from_response
@@ -132,8 +132,12 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
     req.emit(StagePrompt(text=preamble + body))
     req.files["prompt.md"] = (preamble + body).encode()
     session_id = f"ses_{uuid.uuid4().hex[:16]}"
+    # The model that answered last: after a failover, a fallback's.
+    served = [target.model]
 
     def forward(props: EventProps) -> None:
+        if isinstance(props, AgentMessage):
+            served[0] = props.model
         if props.NAME in UNSCOPED_EVENTS:
             req.emit_session(props, session_id=session_id)
         else:
@@ -159,13 +163,13 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
             f"agent stage {node.id} timed out after {seconds:g}s ({done.turns} model calls)",
             oc.TRANSIENT,
             files_touched=list(done.files_touched),
-            usage=_usage(target.model, done.usage, done.cost),
+            usage=_usage(served[0], done.usage, done.cost),
         )
 
     req.on_timeout(timed_out)
     result = await session.run(body, preamble=preamble)
     req.files["response.md"] = result.text.encode()
-    spent = _usage(target.model, result.usage, result.cost)
+    spent = _usage(served[0], result.usage, result.cost)
     touched = list(result.files_touched)
     if result.status == "failed":
         error = _error_text(result.error or {})

@@ -371,3 +371,19 @@ def test_a_bad_reasoning_effort_or_fallback_is_refused_before_the_run(
     assert "Traceback" not in proc.stderr
     assert llm_server.requests == []
     assert "refs/fabro" not in git(repo, "for-each-ref")
+
+
+def test_an_agent_that_failed_over_reports_the_fallbacks_usage(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    _project_model(repo, '[run.model]\nname = "gpt-5.4"\nfallbacks = ["anthropic"]\n')
+    write_workflow(repo, AGENT)
+    llm_server.script_for("responses", quota_exhausted())
+    llm_server.script_for("anthropic", Reply(text="Done.", input_tokens=7, output_tokens=3))
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    events = _events(repo, result["run_id"])
+    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    usage = completed["properties"]["usage"]
+    assert usage["model"] == "claude-opus-4-7"
+    assert (usage["input_tokens"], usage["output_tokens"]) == (7, 3)
