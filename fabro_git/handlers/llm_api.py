@@ -27,8 +27,8 @@ from fabro_git.handlers.llm import outcome_from_response
 from fabro_git.llm import catalogue
 from fabro_git.llm import types as llm
 from fabro_git.llm.choice import (
+    CLI_UNAVAILABLE,
     backend_of,
-    cli_unavailable,
     effort_of,
     stage_fallbacks,
     stage_target,
@@ -127,7 +127,7 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
 
     node = req.node
     if backend_of(node) == "cli":
-        raise ConfigError(cli_unavailable(node))
+        raise ConfigError(f"node {node.id!r}: {CLI_UNAVAILABLE}")
     target, fallbacks = _target(req)
     req.emit(StagePrompt(text=preamble + body))
     req.files["prompt.md"] = (preamble + body).encode()

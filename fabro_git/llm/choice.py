@@ -23,6 +23,10 @@ from fabro_git.workflow.model import Graph, Node
 LLM_TYPES = ("agent", "prompt", "codergen")
 BACKENDS = ("api", "cli")
 EFFORTS = ("low", "medium", "high")
+CLI_UNAVAILABLE = (
+    "backend=cli (an external coding agent) is not available yet in this version; "
+    "remove the attribute to run the built-in agent (backend=api)"
+)
 
 
 def is_llm(node: Node) -> bool:
@@ -101,14 +105,15 @@ def check_stages(
                     node, "backend", f"backend={backend!r} is not one of {', '.join(BACKENDS)}"
                 )
             if node.handler_type != "prompt" and backend == "cli":
-                raise _node_error(node, "backend", cli_unavailable(node))
+                raise _node_error(node, "backend", CLI_UNAVAILABLE)
             effort_of(node)
             try:
                 target = stage_target(node, model=model, provider=provider, env=env)
             except UnknownModel as err:
                 if node_choice(node) is None:
                     raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
-                raise _node_error(node, "model", err.message, hint=err.hint) from None
+                key = "model" if node.get("model") or node.get("llm_model") else "provider"
+                raise _node_error(node, key, err.message, hint=err.hint) from None
             targets[node.id] = target
     for name in dict.fromkeys(target.provider for target in targets.values()):
         nodes = [node for node, target in targets.items() if target.provider == name]
@@ -120,13 +125,6 @@ def check_stages(
                 hint=f"{err.hint}; or run with --dry-run to simulate the LLM stages",
             ) from None
     return targets
-
-
-def cli_unavailable(node: Node) -> str:
-    return (
-        f"node {node.id!r} asks for backend=cli, which is not available yet in this "
-        "version; remove the attribute to run the built-in agent (backend=api)"
-    )
 
 
 def _node_error(node: Node, key: str, message: str, *, hint: str | None = None) -> WorkflowError:
