@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,7 @@ from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime, Scope, now_iso, walk_finished
 from fabro_git.engine.stage import Handler
 from fabro_git.engine.watchdog import watch_for_stall
-from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
+from fabro_git.errors import FabroError, MissingObject, StoreError
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, Sink, TailFileSink, tail_after
 from fabro_git.events.catalogue import CATALOGUE
@@ -856,12 +856,18 @@ def write_json_result(result: RunResult) -> None:
     sys.stdout.flush()
 
 
-def check_options(options: Options, graph: Graph) -> None:
+def check_options(options: Options, graph: Graph, fallbacks: Sequence[str] | None = None) -> None:
+    """Refuse, before the run exists, a workflow whose LLM stages cannot run: an unknown
+    model or provider, a missing key. With --dry-run nothing is resolved."""
     if options.dry_run:
         return
-    llm = [n.id for n in graph.nodes.values() if n.handler_type in ("agent", "prompt", "codergen")]
-    if llm:
-        raise ConfigError(
-            f"this workflow has LLM stages ({', '.join(llm)}), and this version has no model backend yet",
-            hint="run it with --dry-run to simulate them",
-        )
+    from fabro_git.llm.choice import check_stages
+    from fabro_git.workflow.paths import descendants
+
+    check_stages(
+        [graph, *descendants(graph)],
+        model=options.model,
+        provider=options.provider,
+        fallbacks=fallbacks,
+        env=os.environ,
+    )

@@ -74,6 +74,18 @@ class StageRequest:
         return self._runtime.options.dry_run
 
     @property
+    def run_model(self) -> tuple[str | None, str | None]:
+        """The run's model and provider: `--model`/`--provider` over `[run.model]`."""
+        options = self._runtime.options
+        return options.model, options.provider
+
+    @property
+    def model_fallbacks(self) -> list[str]:
+        """`[run.model] fallbacks` of the run's configuration."""
+        config = self._runtime.manifest.settings.get("config") or {}
+        return list((config.get("model") or {}).get("fallbacks") or [])
+
+    @property
     def completed(self) -> Mapping[str, Mapping[str, Any]]:
         """The outcome records of the stages this walk has completed, by node id."""
         return self._scope.outcomes
@@ -109,6 +121,11 @@ class StageRequest:
             session_id=session_id,
             parent_session_id=parent_session_id,
         )
+
+    def emit_session(self, props: EventProps, *, session_id: str) -> None:
+        """Emit an agent session's lifecycle event, which is not stage-scoped: it carries
+        the session id alone."""
+        self._runtime.emit(props, session_id=session_id)
 
     def on_process_group(self, pgid: int, running: bool) -> None:
         """Hear of a process group the stage started (`running`) or saw end. It stays

@@ -1,9 +1,9 @@
-"""Prompt and agent nodes.
+"""Prompt and agent nodes: the prompt they are given and the outcome their reply makes.
 
-Real providers arrive with the LLM stages; until then the only backend is `--dry-run`'s
-simulator, which is labelled as such everywhere it shows and exercises the whole stage
+Real providers run the stage in `fabro_git.handlers.llm_api`. `--dry-run` swaps in a
+simulator, labelled as such everywhere it shows, that exercises the whole stage
 contract (prompt assembly, `prompt.md`/`response.md`, context keys, routing directives)
-so every workflow can be run end to end.
+without a model, so every workflow can be run end to end offline.
 """
 
 from __future__ import annotations
@@ -13,17 +13,20 @@ from typing import Any
 
 from fabro_git.engine.outcome import Outcome, normalize_status
 from fabro_git.engine.stage import StageRequest
-from fabro_git.errors import ConfigError
 from fabro_git.events.catalogue import StagePrompt
 from fabro_git.outputs.directives import directives_from_status_file, extract_directives
 
 
 def build_prompt(req: StageRequest) -> str:
+    return preamble(req) + prompt_body(req)
+
+
+def prompt_body(req: StageRequest) -> str:
+    """The node's own prompt, rendered (its label when it has none)."""
     from fabro_git.workflow.templates import load_prompt, render
 
     text = load_prompt(req.node, req.graph) or req.node.label
-    body = render(text, goal=req.goal, inputs=req.inputs)
-    return preamble(req) + body
+    return render(text, goal=req.goal, inputs=req.inputs)
 
 
 def preamble(req: StageRequest) -> str:
@@ -82,10 +85,12 @@ def outcome_from_response(node_id: str, response: str, worktree: Path | None = N
 async def execute(req: StageRequest) -> Outcome:
     node = req.node
     if not req.dry_run:
-        raise ConfigError(
-            f"node {node.id!r} is an LLM stage, and this version has no model backend yet",
-            hint="run with --dry-run to simulate LLM stages",
-        )
+        from fabro_git.handlers import llm_api
+
+        body, lead = prompt_body(req), preamble(req)
+        if node.handler_type == "prompt":
+            return await llm_api.run_prompt(req, body, lead)
+        return await llm_api.run_agent(req, body, lead)
     prompt = build_prompt(req)
     req.emit(StagePrompt(text=prompt))
     scripted = node.get("dry_run.response")

@@ -265,7 +265,8 @@ def test_shipped_example_by_name(repo: Path) -> None:
 def test_llm_stage_without_dry_run_is_refused_before_the_run(repo: Path) -> None:
     proc = run_fabro("run", "plan-implement-review", cwd=repo)
     assert proc.returncode == 1
-    assert "--dry-run" in proc.stderr
+    assert "no API key for provider 'anthropic': set ANTHROPIC_API_KEY" in proc.stderr
+    assert "Using a real model" in proc.stderr and "--dry-run" in proc.stderr
     assert git(repo, "for-each-ref", "refs/fabro") == ""
 
 

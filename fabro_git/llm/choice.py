@@ -1,0 +1,134 @@
+"""Which provider and model an LLM stage calls, and the check a run makes before it exists.
+
+A stage's target comes from, highest first: the node's `model`/`provider` attributes
+(the model stylesheet has already written its choices there), the run's model (the
+`--model`/`--provider` flags merged over `[run.model]`), then the default of the first
+provider whose key is set. `check_stages` resolves every LLM stage of a workflow and its
+children up front, so a misspelt model or a missing key stops the run before it starts
+rather than at its fifth stage.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
+
+from fabro_git.errors import ConfigError, WorkflowError
+from fabro_git.llm import catalogue
+from fabro_git.llm.errors import MissingCredentials, UnknownModel
+from fabro_git.llm.resolve import ModelChoice, fallback_targets, resolve_target
+from fabro_git.llm.types import Target
+from fabro_git.workflow.model import Graph, Node
+
+LLM_TYPES = ("agent", "prompt", "codergen")
+BACKENDS = ("api", "cli")
+EFFORTS = ("low", "medium", "high")
+CLI_UNAVAILABLE = (
+    "backend=cli (an external coding agent) is not available yet in this version; "
+    "remove the attribute to run the built-in agent (backend=api)"
+)
+
+
+def is_llm(node: Node) -> bool:
+    return node.handler_type in LLM_TYPES
+
+
+def node_choice(node: Node) -> ModelChoice | None:
+    model = node.get("model") or node.get("llm_model")
+    provider = node.get("provider") or node.get("llm_provider")
+    if not (model or provider):
+        return None
+    return ModelChoice(model=model or None, provider=provider or None)
+
+
+def stage_target(
+    node: Node, *, model: str | None, provider: str | None, env: Mapping[str, str]
+) -> Target:
+    """The target of `node`'s stage; `UnknownModel` names the closest catalogue names."""
+    run_choice = ModelChoice(model=model, provider=provider) if (model or provider) else None
+    return resolve_target([node_choice(node), run_choice], env)
+
+
+def stage_fallbacks(entries: Sequence[str] | None) -> list[Target]:
+    return fallback_targets(list(entries or ()))
+
+
+def effort_of(node: Node) -> str | None:
+    """The node's `reasoning_effort`, or None; a `WorkflowError` for a value not in
+    `EFFORTS`."""
+    value = (node.get("reasoning_effort") or "").strip().lower()
+    if not value:
+        return None
+    if value not in EFFORTS:
+        raise _node_error(
+            node,
+            "reasoning_effort",
+            f"reasoning_effort={value!r} is not one of {', '.join(EFFORTS)}",
+        )
+    return value
+
+
+def backend_of(node: Node) -> str:
+    """`api` (the built-in agent loop) unless the node names another backend."""
+    return (node.get("backend") or "api").strip().lower()
+
+
+def check_stages(
+    graphs: Iterable[Graph],
+    *,
+    model: str | None,
+    provider: str | None,
+    fallbacks: Sequence[str] | None,
+    env: Mapping[str, str],
+) -> dict[str, Target]:
+    """Every LLM stage's target, by node id; a `FabroError` for the first stage that
+    cannot run: an unknown model or provider, a backend this version lacks, or a
+    provider whose key is not set."""
+    from fabro_git.llm.providers import connect
+
+    for entry in fallbacks or ():
+        try:
+            stage_fallbacks([entry])
+        except UnknownModel as err:
+            near = difflib.get_close_matches(entry.strip(), list(catalogue.PROVIDERS), n=2)
+            raise UnknownModel(
+                f"[run.model] fallbacks: {err.message}", near + err.suggestions
+            ) from None
+    targets: dict[str, Target] = {}
+    for graph in graphs:
+        for node in graph.nodes.values():
+            if not is_llm(node):
+                continue
+            backend = backend_of(node)
+            if node.handler_type != "prompt" and backend not in BACKENDS:
+                raise _node_error(
+                    node, "backend", f"backend={backend!r} is not one of {', '.join(BACKENDS)}"
+                )
+            if node.handler_type != "prompt" and backend == "cli":
+                raise _node_error(node, "backend", CLI_UNAVAILABLE)
+            effort_of(node)
+            try:
+                target = stage_target(node, model=model, provider=provider, env=env)
+            except UnknownModel as err:
+                if node_choice(node) is None:
+                    raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
+                key = "model" if node.get("model") or node.get("llm_model") else "provider"
+                raise _node_error(node, key, err.message, hint=err.hint) from None
+            targets[node.id] = target
+    for name in dict.fromkeys(target.provider for target in targets.values()):
+        nodes = [node for node, target in targets.items() if target.provider == name]
+        try:
+            connect(targets[nodes[0]], env)
+        except MissingCredentials as err:
+            raise ConfigError(
+                f"{err.message} (the LLM stages {', '.join(nodes)} call {name})",
+                hint=f"{err.hint}; or run with --dry-run to simulate the LLM stages",
+            ) from None
+    return targets
+
+
+def _node_error(node: Node, key: str, message: str, *, hint: str | None = None) -> WorkflowError:
+    line, column = node.positions.get(key, (node.line, node.column))
+    return WorkflowError(
+        f"node {node.id!r}: {message}", path=node.path, line=line, column=column, hint=hint
+    )

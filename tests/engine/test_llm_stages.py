@@ -1,0 +1,389 @@
+"""Prompt and agent stages on real providers, end to end: `git fabro run` with the real
+SDKs, talking to the local wire-format server through the `*_BASE_URL` variables.
+
+Every event of every run here is checked against the events contract.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
+from llm_server import (
+    LlmServer,
+    Reply,
+    Stall,
+    ToolUse,
+    provider_env,
+    quota_exhausted,
+    server_error,
+    unauthorized,
+)
+
+from fabro_git.events.contract import check_event
+from fabro_git.events.seed import load_contract
+
+ROUTED = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    review [shape=tab, prompt="Review {{ goal }}"%s]
+    fix [shape=parallelogram, script="echo fixed > fixed"]
+    start -> review
+    review -> fix [label="Fix"]
+    review -> exit [label="Approve"]
+    fix -> exit
+}
+"""
+
+AGENT = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=box, prompt="Tidy the notes"]
+    start -> work -> exit
+}
+"""
+
+
+@pytest.fixture
+def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
+    server = LlmServer().start()
+    for var, value in provider_env(server).items():
+        monkeypatch.setenv(var, value)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _events(repo: Path, run_id: str) -> list[dict]:
+    events = run_events(run_id, repo)
+    catalogue = load_contract()
+    problems = [p for event in events for p in check_event(event, catalogue)]
+    assert problems == []
+    return events
+
+
+def _of(events: list[dict], name: str) -> list[dict]:
+    return [event for event in events if event["event"] == name]
+
+
+@pytest.mark.parametrize(
+    ("model", "api"), [("claude-sonnet-4-6", "anthropic"), ("gpt-5.4", "responses")]
+)
+def test_a_prompt_reply_routes_the_run(
+    repo: Path, llm_server: LlmServer, model: str, api: str
+) -> None:
+    write_workflow(repo, ROUTED % f', model="{model}", reasoning_effort="low", max_tokens=900')
+    llm_server.script(
+        Reply(
+            text='Needs work. {"preferred_next_label": "fix", "context_updates": {"score": 40}}',
+            input_tokens=30,
+            output_tokens=9,
+        )
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "the patch", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert git(repo, "show", f"fabro/run/{run_id}:fixed") == "fixed\n"
+
+    [request] = llm_server.requests
+    assert request.api == api and request.body["model"] == model
+    sent = json.dumps(request.body)
+    assert "Review the patch" in sent and "Goal: the patch" in sent
+    assert "tools" not in request.body or not request.body["tools"]
+
+    assert "Review the patch" in meta_file(repo, run_id, "nodes/review/prompt.md")
+    assert "preferred_next_label" in meta_file(repo, run_id, "nodes/review/response.md")
+    checkpoint = json.loads(meta_file(repo, run_id, "checkpoint.json"))
+    assert checkpoint["context_values"]["score"] == 40
+    assert checkpoint["context_values"]["last_stage"] == "review"
+
+    events = _events(repo, run_id)
+    names = [event["event"] for event in events]
+    for name in ("stage.prompt", "agent.output.start", "agent.text.delta", "agent.message"):
+        assert name in names
+    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "review"]
+    usage = completed["properties"]["usage"]
+    assert usage["model"] == model
+    assert (usage["input_tokens"], usage["output_tokens"]) == (30, 9)
+    assert usage["cost"] > 0
+    assert completed["properties"]["preferred_label"] == "fix"
+    deltas = "".join(
+        e["properties"]["delta"]
+        for e in _of(events, "agent.text.delta")
+        if e["node_id"] == "review"
+    )
+    assert "preferred_next_label" in deltas
+
+
+def test_an_agent_reads_edits_and_creates_files(repo: Path, llm_server: LlmServer) -> None:
+    (repo / "notes.txt").write_text("alpha\nbeta\n")
+    git(repo, "add", "notes.txt")
+    write_workflow(repo, AGENT.replace('prompt="Tidy', 'model="sonnet", prompt="Tidy'))
+    llm_server.script(
+        Reply(text="Reading.", tool_calls=(ToolUse("read_file", {"path": "notes.txt"}, id="t1"),)),
+        Reply(
+            text="Editing.",
+            tool_calls=(
+                ToolUse(
+                    "edit_file",
+                    {"path": "notes.txt", "old_string": "beta", "new_string": "BETA"},
+                    id="t2",
+                ),
+                ToolUse("write_file", {"path": "src/new.txt", "content": "fresh\n"}, id="t3"),
+            ),
+        ),
+        Reply(text="Done: notes tidied.", input_tokens=40, output_tokens=6),
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "tidy", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert git(repo, "show", f"fabro/run/{run_id}:notes.txt") == "alpha\nBETA\n"
+    assert git(repo, "show", f"fabro/run/{run_id}:src/new.txt") == "fresh\n"
+    assert len(llm_server.requests) == 3
+    # The model read the file through the tool: its content went back in the next request.
+    assert "alpha" in json.dumps(llm_server.requests[1].body["messages"])
+
+    assert meta_file(repo, run_id, "nodes/work/response.md") == "Done: notes tidied."
+    status = json.loads(meta_file(repo, run_id, "nodes/work/status.json"))
+    assert sorted(status["files_touched"]) == ["notes.txt", "src/new.txt"]
+
+    events = _events(repo, run_id)
+    started = _of(events, "agent.session.started")
+    assert len(started) == 1 and "node_id" not in started[0]
+    session = started[0]["session_id"]
+    tools = _of(events, "agent.tool.completed")
+    assert len(tools) == 3 and {e["session_id"] for e in tools} == {session}
+    assert {e["node_id"] for e in tools} == {"work"}
+    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    assert sorted(completed["properties"]["files_touched"]) == ["notes.txt", "src/new.txt"]
+    usage = completed["properties"]["usage"]
+    assert usage["model"] == "claude-sonnet-4-6"
+    assert usage["input_tokens"] == 12 + 12 + 40 and usage["output_tokens"] == 5 + 5 + 6
+
+
+def test_a_server_error_is_retried_and_the_stage_succeeds(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, ROUTED % ', model="claude-sonnet-4-6"')
+    llm_server.script(server_error(), Reply(text='{"preferred_next_label": "approve"}'))
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert len(llm_server.requests) == 2
+    events = _events(repo, run_id)
+    [retry] = _of(events, "agent.llm.retry")
+    assert retry["node_id"] == "review"
+    assert retry["properties"]["attempt"] == 2
+    assert retry["properties"]["error"]["kind"] == "server_error"
+    path = [e["node_id"] for e in _of(events, "stage.completed")]
+    assert "fix" not in path and "review" in path
+
+
+def test_a_missing_key_is_refused_before_the_run(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_workflow(repo, ROUTED % ', model="gpt-5.4"')
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "set-but-unused")
+    proc = run_fabro("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "OPENAI_API_KEY" in proc.stderr and "Using a real model" in proc.stderr
+    assert "review" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "refs/fabro" not in git(repo, "for-each-ref")
+
+
+def test_an_unknown_model_is_refused_with_the_closest_names(repo: Path) -> None:
+    write_workflow(repo, ROUTED % ', model="claude-sonet-4-6"')
+    proc = run_fabro("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "wf.fabro:4" in proc.stderr and "claude-sonet-4-6" in proc.stderr
+    assert "did you mean claude-sonnet-4-6" in proc.stderr
+    assert "refs/fabro" not in git(repo, "for-each-ref")
+
+
+def test_dry_run_resolves_nothing(repo: Path) -> None:
+    write_workflow(repo, ROUTED % ', model="no-such-model"')
+    proc, result = run_json("run", "wf.fabro", "--dry-run", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "[dry-run]" in meta_file(repo, result["run_id"], "nodes/review/response.md")
+
+
+def test_a_rejected_key_fails_the_stage_as_deterministic(repo: Path, llm_server: LlmServer) -> None:
+    write_workflow(repo, AGENT)
+    llm_server.script(unauthorized())
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode != 0
+    events = _events(repo, result["run_id"])
+    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    props = completed["properties"]
+    assert props["status"] == "failed" and props["failure_class"] == "deterministic"
+    assert "Incorrect API key provided" in props["error"]
+    assert "ANTHROPIC_API_KEY" in props["error"]
+    assert len(llm_server.requests) == 1  # a refused key is not retried
+
+
+def test_backend_cli_is_refused_before_the_run(repo: Path, llm_server: LlmServer) -> None:
+    write_workflow(repo, AGENT.replace('prompt="Tidy', 'backend="cli", prompt="Tidy'))
+    proc = run_fabro("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1
+    assert "'work'" in proc.stderr and "backend=cli" in proc.stderr
+    assert "not available yet" in proc.stderr
+    assert llm_server.requests == []
+
+
+def test_a_timeout_cancels_the_model_call(repo: Path, llm_server: LlmServer) -> None:
+    write_workflow(repo, AGENT.replace('prompt="Tidy', 'timeout="5s", prompt="Tidy'))
+    (repo / "notes.txt").write_text("x\n")
+    llm_server.script(
+        Reply(
+            text="",
+            tool_calls=(ToolUse("write_file", {"path": "notes.txt", "content": "y\n"}, id="w"),),
+        ),
+        Stall(seconds=120),
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo, timeout=50)
+    assert proc.returncode != 0
+    events = _events(repo, result["run_id"])
+    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    props = completed["properties"]
+    assert props["status"] == "failed" and props["failure_class"] == "transient_infra"
+    assert "timed out after 5s" in props["error"]
+    assert props["files_touched"] == ["notes.txt"]
+    # The session closed its events although it was cut off mid-call.
+    assert [e["event"] for e in events if e["event"].startswith("agent.session.")][-2:] == [
+        "agent.session.deactivated",
+        "agent.session.ended",
+    ]
+
+
+TWO_PROMPTS = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    first [shape=tab, prompt="One"]
+    second [shape=tab, model="gpt-5.4", prompt="Two"]
+    start -> first -> second -> exit
+}
+"""
+
+
+def _project_model(repo: Path, toml: str) -> None:
+    (repo / ".fabro").mkdir()
+    (repo / ".fabro" / "project.toml").write_text(toml)
+    git(repo, "add", ".fabro")
+
+
+def test_the_node_then_the_flags_then_the_run_config_choose_the_model(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    _project_model(repo, '[run.model]\nname = "gemini-3.1-pro-preview"\n')
+    write_workflow(repo, TWO_PROMPTS)
+    proc, _ = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert [r.body["model"] for r in llm_server.requests] == ["gemini-3.1-pro-preview", "gpt-5.4"]
+
+    llm_server.requests.clear()
+    proc, _ = run_json("run", "wf.fabro", "--goal", "g", "--model", "sonnet", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert [r.body["model"] for r in llm_server.requests] == ["claude-sonnet-4-6", "gpt-5.4"]
+
+
+def test_an_exhausted_quota_fails_over_to_the_configured_fallback(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    _project_model(repo, '[run.model]\nname = "gpt-5.4"\nfallbacks = ["anthropic"]\n')
+    write_workflow(repo, ROUTED % "")
+    llm_server.script_for("responses", quota_exhausted())
+    llm_server.script_for("anthropic", Reply(text='{"preferred_next_label": "fix"}'))
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert [(r.api, r.body["model"]) for r in llm_server.requests] == [
+        ("responses", "gpt-5.4"),
+        ("anthropic", "claude-opus-4-7"),
+    ]
+    run_id = result["run_id"]
+    assert git(repo, "show", f"fabro/run/{run_id}:fixed") == "fixed\n"
+    [failover] = _of(_events(repo, run_id), "agent.failover")
+    assert failover["properties"]["to_provider"] == "anthropic"
+
+
+def test_ctrl_c_cancels_the_call_and_the_run_resumes(repo: Path, llm_server: LlmServer) -> None:
+    write_workflow(repo, AGENT)
+    llm_server.script(
+        Reply(
+            text="",
+            tool_calls=(ToolUse("write_file", {"path": "half.txt", "content": "h\n"}, id="w"),),
+        ),
+        Stall(seconds=120),
+    )
+    proc = subprocess.Popen(
+        [*fabro_exe(), "run", "wf.fabro", "--goal", "g"],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    # The second request is the one the server holds: the agent is mid-call.
+    while len(llm_server.requests) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    stderr = err.decode()
+    run_id = re.findall(r"git fabro resume ([0-9A-Z]{26})", stderr)[-1]
+
+    llm_server.script(Reply(text="Done after all."))
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert meta_file(repo, run_id, "nodes/work/response.md") == "Done after all."
+    events = _events(repo, run_id)
+    names = [e["event"] for e in events]
+    assert names.count("agent.session.started") == 2  # the cut-off session, then the resumed one
+    assert names[-1] == "run.completed" or "run.completed" in names
+    assert len(llm_server.requests) == 3
+
+
+def test_a_bad_reasoning_effort_or_fallback_is_refused_before_the_run(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, ROUTED % ', reasoning_effort="extreme"')
+    proc = run_fabro("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1
+    assert "wf.fabro:4" in proc.stderr and "reasoning_effort='extreme'" in proc.stderr
+
+    _project_model(repo, '[run.model]\nfallbacks = ["antropic"]\n')
+    write_workflow(repo, ROUTED % "", name="ok.fabro")
+    proc = run_fabro("run", "ok.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1
+    assert "fallbacks" in proc.stderr and "did you mean anthropic" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert llm_server.requests == []
+    assert "refs/fabro" not in git(repo, "for-each-ref")
+
+
+def test_an_agent_that_failed_over_reports_the_fallbacks_usage(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    _project_model(repo, '[run.model]\nname = "gpt-5.4"\nfallbacks = ["anthropic"]\n')
+    write_workflow(repo, AGENT)
+    llm_server.script_for("responses", quota_exhausted())
+    llm_server.script_for("anthropic", Reply(text="Done.", input_tokens=7, output_tokens=3))
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    events = _events(repo, result["run_id"])
+    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    usage = completed["properties"]["usage"]
+    assert usage["model"] == "claude-opus-4-7"
+    assert (usage["input_tokens"], usage["output_tokens"]) == (7, 3)
