@@ -127,12 +127,18 @@ class ArtifactStore:
         self.prune(files)
 
     def repoint(self, values: dict[str, Any]) -> None:
-        """Point every pointer among `values` into this store (a resume in another
-        clone, or another scratch dir, finds pointers into the old one)."""
+        """Point every pointer in `values`, nested ones too, into this store (a resume in
+        another clone, or another scratch dir, finds pointers into the old one)."""
         for key, value in values.items():
-            name = pointer_name(value)
-            if name is not None:
-                values[key] = self.pointer(name)
+            values[key] = self._repointed(value)
+
+    def _repointed(self, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: self._repointed(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self._repointed(v) for v in value]
+        name = pointer_name(value)
+        return value if name is None else self.pointer(name)
 
     def _write(self, name: str, data: bytes) -> bool:
         path = self.path(name)
@@ -151,11 +157,18 @@ class ArtifactStore:
 def referenced_names(
     context_values: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
 ) -> set[str]:
-    """The artifacts a checkpoint points to: from its context and its stage records."""
-    names = {pointer_name(v) for v in context_values.values()}
-    for record in records:
-        updates = record.get("context_updates")
-        if isinstance(updates, Mapping):
-            names.update(pointer_name(v) for v in updates.values())
-    names.discard(None)
-    return {n for n in names if n is not None}
+    """The artifacts a checkpoint points to, from its context and its stage records,
+    nested values included (a fan-in's `parallel.results` holds its branches' updates)."""
+    names: set[str] = set()
+    pending: list[Any] = [dict(context_values), *(r.get("context_updates") for r in records)]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, Mapping):
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+        else:
+            name = pointer_name(value)
+            if name is not None:
+                names.add(name)
+    return names

@@ -212,3 +212,40 @@ def test_resume_in_a_fresh_clone_writes_the_artifacts_into_its_scratch_dir(
     ]
     completed = next(e for e in events if e["event"] == "run.completed")
     assert completed["properties"]["artifact_count"] == 1
+
+
+def test_parallel_branches_offload_the_same_key_to_their_own_files(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph Fan {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            fan [shape=component]
+            a [shape=parallelogram, script="seq 1 30000"]
+            b [shape=parallelogram, script="seq 2 30001"]
+            join [shape=tripleoctagon]
+            start -> fan
+            fan -> a
+            fan -> b
+            a -> join
+            b -> join
+            join -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    checkpoint = json.loads(meta_file(repo, run_id, "checkpoint.json"))
+    results = {r["id"]: r for r in checkpoint["context_values"]["parallel.results"]}
+    pointers = {b: results[b]["context_updates"]["command.output"] for b in ("a", "b")}
+    assert pointers["a"] != pointers["b"]
+    for branch, first in (("a", 1), ("b", 2)):
+        path = pointer_file(pointers[branch])
+        expected = "".join(f"{n}\n" for n in range(first, first + 30_000))
+        assert json.loads(path.read_bytes()) == expected
+        assert path.read_bytes() == meta_bytes(repo, run_id, f"artifacts/{path.name}")
+    events = run_events(run_id, repo)
+    completed = next(e for e in events if e["event"] == "run.completed")
+    assert completed["properties"]["artifact_count"] == 2

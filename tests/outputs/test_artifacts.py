@@ -80,3 +80,17 @@ def test_prune_removes_what_nothing_points_to(tmp_path: Path) -> None:
     assert store.prune(keep) == ["c"]
     assert store.names() == {"a", "b"}
     assert not store.path("c").exists()
+
+
+def test_nested_pointers_are_kept_and_repointed(tmp_path: Path) -> None:
+    """A fan-in's `parallel.results` holds its branches' context updates, pointers and all."""
+    store = ArtifactStore(tmp_path / "new")
+    old = "file:///old/artifacts/values/command.output@fan-1%2F0.json"
+    results = [{"id": "a", "context_updates": {"command.output": old}}]
+    keep = referenced_names({"parallel.results": results}, [])
+    assert keep == {"command.output@fan-1%2F0"}
+    values = {"parallel.results": results}
+    store.repoint(values)
+    assert values["parallel.results"][0]["context_updates"]["command.output"] == store.pointer(
+        "command.output@fan-1%2F0"
+    )
