@@ -147,9 +147,13 @@ class ArtifactStore:
                 return False
         except FileNotFoundError:
             pass
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        from fabro_git.config.locations import make_private_dir, open_private
+
+        make_private_dir(self.root)
         temp = path.with_name(f".{path.name}.tmp")
-        temp.write_bytes(data)
+        fd = open_private(temp, os.O_WRONLY | os.O_TRUNC)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
         os.replace(temp, path)
         return True
 

@@ -94,3 +94,11 @@ def test_nested_pointers_are_kept_and_repointed(tmp_path: Path) -> None:
     assert values["parallel.results"][0]["context_updates"]["command.output"] == store.pointer(
         "command.output@fan-1%2F0"
     )
+
+
+def test_artifacts_are_private(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    store.offload({"secret": "s" * (OFFLOAD_THRESHOLD + 1)})
+    assert store.path("secret").stat().st_mode & 0o777 == 0o600
+    assert store.root.stat().st_mode & 0o777 == 0o700
+    assert (tmp_path / "artifacts").stat().st_mode & 0o777 == 0o700
