@@ -249,3 +249,26 @@ def test_parallel_branches_offload_the_same_key_to_their_own_files(repo: Path) -
     events = run_events(run_id, repo)
     completed = next(e for e in events if e["event"] == "run.completed")
     assert completed["properties"]["artifact_count"] == 2
+
+
+def test_secrets_in_an_offloaded_value_are_masked_on_the_meta_ref(repo: Path) -> None:
+    token = "svc" + "k3Yq9Zt2Wm4R" + '"q\\' + "Xp7Lr2Vn"
+    write_workflow(
+        repo,
+        """
+        digraph S {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            leak [shape=parallelogram, script="echo \\"MY_SERVICE_TOKEN=$MY_SERVICE_TOKEN\\"; head -c 200000 /dev/zero | tr '\\\\0' z; echo"]
+            start -> leak -> exit
+        }
+        """,
+    )
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo, env={"MY_SERVICE_TOKEN": token})
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    stored = meta_bytes(repo, run_id, "artifacts/command.output.json")
+    value = json.loads(stored)
+    assert value.startswith(f"MY_SERVICE_TOKEN=***{token[-4:]}\n")
+    assert token not in value
+    assert json.dumps(token)[1:-1].encode() not in stored
