@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabro_git.engine.outcome import Outcome, normalize_status
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
 from fabro_git.events.catalogue import StagePrompt
 from fabro_git.outputs.directives import directives_from_status_file, extract_directives
+
+if TYPE_CHECKING:
+    from fabro_git.workflow import Graph
 
 
 def build_prompt(req: StageRequest) -> str:
@@ -37,7 +40,7 @@ def preamble(req: StageRequest) -> str:
     if outcomes:
         lines += ["", "## Completed stages"]
         for node_id, record in outcomes.items():
-            lines += _stage_lines(req, node_id, record)
+            lines += stage_summary(req.graph, node_id, record)
     public = {
         k: v
         for k, v in req.context.items()
@@ -59,7 +62,7 @@ PREAMBLE_TAIL_LINES = 20
 PREAMBLE_LINE_LIMIT = 200
 
 
-def _stage_lines(req: StageRequest, node_id: str, record: Mapping[str, Any]) -> list[str]:
+def stage_summary(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list[str]:
     """One completed stage in a preamble: status, model, files, and where its response or
     output is. An offloaded value is named by its path ("See: ..."), never inlined."""
     from fabro_git.outputs.artifacts import pointer_path
@@ -80,7 +83,7 @@ def _stage_lines(req: StageRequest, node_id: str, record: Mapping[str, Any]) -> 
     if response is not None:
         lines.append(f"  - Response: See: {response}")
     if "command.output" in updates:
-        node = req.graph.nodes.get(node_id)
+        node = graph.nodes.get(node_id)
         script = (node.get("script") or node.get("tool_command")) if node is not None else None
         if script:
             lines.append(f"  - Script: `{' '.join(str(script).split())[:200]}`")

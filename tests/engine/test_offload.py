@@ -272,3 +272,38 @@ def test_secrets_in_an_offloaded_value_are_masked_on_the_meta_ref(repo: Path) ->
     assert value.startswith(f"MY_SERVICE_TOKEN=***{token[-4:]}\n")
     assert token not in value
     assert json.dumps(token)[1:-1].encode() not in stored
+
+
+def test_a_stage_summary_follows_the_completed_stages_layout() -> None:
+    from fabro_git.handlers.llm import stage_summary
+    from fabro_git.workflow import parse
+
+    graph = parse(
+        'digraph G { plan [shape=box]; test [shape=parallelogram, script="cargo test 2>&1 || true"] }'
+    )
+    pointer = "file:///logs/artifacts/values/response.plan.json"
+    plan = {
+        "status": "succeeded",
+        "usage": {"model": "claude-sonnet-4-5", "input_tokens": 12_400, "output_tokens": 3_200},
+        "files_touched": ["src/main.rs", "tests/api_test.rs"],
+        "context_updates": {"response.plan": pointer, "last_response": "..."},
+    }
+    output = "file:///logs/artifacts/values/command.output.json"
+    test = {"status": "succeeded", "context_updates": {"command.output": output}}
+    assert stage_summary(graph, "plan", plan) + stage_summary(graph, "test", test) == [
+        "- **plan**: succeeded",
+        "  - Model: claude-sonnet-4-5, 12.4k tokens in / 3.2k out",
+        "  - Files: src/main.rs, tests/api_test.rs",
+        "  - Response: See: /logs/artifacts/values/response.plan.json",
+        "- **test**: succeeded",
+        "  - Script: `cargo test 2>&1 || true`",
+        "  - Stdout: See: /logs/artifacts/values/command.output.json",
+    ]
+    # An inline output shows its first and last lines only.
+    many = "".join(f"line {n}\n" for n in range(100))
+    lines = stage_summary(
+        graph, "test", {"status": "failed", "context_updates": {"command.output": many}}
+    )
+    assert lines[2:4] == ["  - Stdout:", "    line 0"]
+    assert "    [... 70 lines omitted ...]" in lines
+    assert lines[-1] == "    line 99" and len(lines) == 3 + 10 + 1 + 20
