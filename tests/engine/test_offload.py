@@ -307,3 +307,24 @@ def test_a_stage_summary_follows_the_completed_stages_layout() -> None:
     assert lines[2:4] == ["  - Stdout:", "    line 0"]
     assert "    [... 70 lines omitted ...]" in lines
     assert lines[-1] == "    line 99" and len(lines) == 3 + 10 + 1 + 20
+
+
+def test_files_touched_include_what_the_script_committed_itself(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph C {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            commit [shape=parallelogram, script="echo c > committed.txt && git add committed.txt && git commit -qm own && echo u > loose.txt"]
+            start -> commit -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    status = json.loads(meta_file(repo, run_id, "nodes/commit/status.json"))
+    assert status["files_touched"] == ["committed.txt", "loose.txt"]
+    subjects = git(repo, "log", "--format=%s", f"main..fabro/run/{run_id}").splitlines()
+    assert "own" in subjects
