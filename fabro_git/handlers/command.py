@@ -4,10 +4,10 @@ Output streams straight to files in the stage's scratch dir, so a command that p
 gigabyte costs disk, not memory. The meta ref keeps a capped copy (META_LIMIT: the whole
 output when smaller, else its head and tail), and the context gets that same copy: over
 the offload threshold the engine moves it to the artifact store and the context keeps a
-pointer, so a large output is kept once, not in every checkpoint. The command runs in its own process group
-(`fabro_git.engine.process`), so a timeout or Ctrl-C stops everything it started, not
-just the shell. The run's goal and inputs reach
-the script only through its environment (`script_environment`).
+pointer, so a large output is kept once, not in every checkpoint. The command runs in
+its own process group (`fabro_git.engine.process`), so a timeout or Ctrl-C stops
+everything it started, not just the shell. The run's goal and inputs reach the script
+only through its environment (`script_environment`).
 """
 
 from __future__ import annotations
