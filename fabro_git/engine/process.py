@@ -20,7 +20,6 @@ import trio
 from fabro_git.config.locations import open_private
 from fabro_git.engine import process_groups
 
-CONTEXT_LIMIT = 100_000  # bytes of each stream kept in the context
 META_LIMIT = 1_000_000  # bytes of each stream kept on the meta ref
 KILL_GRACE = 2.0
 

@@ -39,6 +39,7 @@ from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.errors import DiskFull, FabroError, disk_full_in
 from fabro_git.events import catalogue as ev
 from fabro_git.events.envelope import EventProps
+from fabro_git.outputs.artifacts import ArtifactStore, referenced_names
 from fabro_git.workflow import Graph, Node
 
 if TYPE_CHECKING:
@@ -172,6 +173,10 @@ class Runtime:
         self.handlers = handlers
         self.rng = random.Random()
         self.pending_files: dict[str, bytes | None] = {}
+        self.artifacts = ArtifactStore(scratch)
+        # The stage tree computed for `files_touched` before stage.completed, by stage
+        # id, for its checkpoint to reuse (or the error computing it, to raise there).
+        self._stage_trees: dict[str, str | FabroError | None] = {}
         # One git call at a time, each on a worker thread (see `store_call`).
         self._store_lock = trio.Lock()
         self._tree_cache: dict[str, str] = {}
@@ -534,6 +539,9 @@ class Runtime:
                 stage_id=stage_id,
             )
         duration_ms = int((time.monotonic() - started) * 1000)
+        if scope.kind == "main" and node.handler_type in TRACKS_TREE and not result.files_touched:
+            result.files_touched = await self._files_touched(stage_id)
+        self._offload(scope, result)
         self._apply(scope, node, result, signature)
         record = result.to_record()
         record.update(
@@ -613,6 +621,65 @@ class Runtime:
             return Outcome.failure(
                 f"handler error in {node.id}: {type(exc).__name__}: {exc}", oc.DETERMINISTIC
             )
+
+    async def _files_touched(self, stage_id: str) -> list[str]:
+        """The paths the stage changed: its worktree's tree against the last checkpoint's.
+
+        The tree is computed here, before stage.completed, and the checkpoint reuses it:
+        computing it writes objects only, so it is as safe to do early as late.
+        """
+        recorder = self.recorder
+        if recorder is None or recorder.run_tip is None or recorder.worktree is None:
+            return []
+        before = recorder.run_tip
+        try:
+            tree = await self.store_call(recorder.stage_tree, stage_id.rpartition("@")[0])
+        except FabroError as err:
+            self._stage_trees[stage_id] = err  # the checkpoint reports it
+            return []
+        self._stage_trees[stage_id] = tree
+        if tree is None:
+            return []
+        old = await self.store_call(self._tip_tree, before)
+        with contextlib.suppress(FabroError):
+            return await self.store_call(
+                partial(self.repo.changed_paths, old, tree, limit=FILES_TOUCHED_LIMIT)
+            )
+        return []
+
+    def _stage_tree(self, node: Node, visit: int) -> str | None:
+        """The stage's tree: the one `_files_touched` computed, else a fresh scan."""
+        assert self.recorder is not None
+        stage_id = f"{node.id}@{visit}"
+        if stage_id not in self._stage_trees:
+            return self.recorder.stage_tree(node.id)
+        early = self._stage_trees.pop(stage_id)
+        if isinstance(early, FabroError):
+            raise early
+        return early
+
+    def _offload(self, scope: Scope, result: Outcome) -> None:
+        """Offload the stage's large context values; the next checkpoint records them."""
+        from fabro_git.store.runs import PARALLEL_PREFIX, artifact_path
+
+        tag = None
+        if scope.kind == "branch" and scope.ref:
+            # Branches may set the same key at once: each keeps its own file.
+            tag = scope.ref.removeprefix(f"{PARALLEL_PREFIX}{self.run_id}/")
+        updates, written = self.artifacts.offload(result.context_updates, tag=tag)
+        result.context_updates = updates
+        for name, data in written.items():
+            self.pending_files[artifact_path(name)] = data
+
+    def _prune_artifacts(self, files: dict[str, bytes | None]) -> None:
+        """Drop the artifacts the checkpoint no longer points to, here and on the meta ref."""
+        from fabro_git.store.runs import artifact_path
+
+        cp = self.cp
+        keep = referenced_names(cp.context_values, cp.node_outcomes.values())
+        for name in self.artifacts.prune(keep):
+            files[artifact_path(name)] = None
+        cp.artifact_count = len(keep & self.artifacts.names())
 
     def _apply(self, scope: Scope, node: Node, result: Outcome, signature: str | None) -> None:
         ctx = scope.context
@@ -806,6 +873,7 @@ class Runtime:
         recorder = self.recorder
         files = self.pending_files
         self.pending_files = {}
+        self._prune_artifacts(files)
         if recorder is None:
             return
         tree: str | None
@@ -818,7 +886,7 @@ class Runtime:
             tree = self._tip_tree(recorder.run_tip)
         else:
             try:
-                tree = recorder.stage_tree(node.id)
+                tree = self._stage_tree(node, visit)
             except DiskFull:
                 self._forget_unrecorded_stage(scope)
                 raise  # the run stops resumable, as for every other full-disk write
@@ -908,6 +976,11 @@ class Runtime:
 _WALK_NAMES = {"main": "the run", "branch": "its parallel branch", "child": "its child workflow"}
 
 NO_WORKTREE_CHANGES = frozenset({"start", "exit", "conditional", "human", "wait"})
+
+# Stages whose files_touched come from their tree diff (an agent's come from its tools).
+TRACKS_TREE = frozenset({"command", "tool"})
+# Paths listed at most in one stage's files_touched.
+FILES_TOUCHED_LIMIT = 1000
 
 
 def walk_finished(cp: Checkpoint, graph: Graph) -> bool:

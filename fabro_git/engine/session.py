@@ -365,6 +365,24 @@ def _load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, met
     return graph
 
 
+def _restore_artifacts(repo: GitRepo, meta: str, cp: Checkpoint, scratch: Path) -> None:
+    """Write the offloaded values the meta ref holds into this scratch dir, and point the
+    checkpoint at them: a resume in another clone (or after the scratch dir was cleaned)
+    finds pointers into a directory that is not there."""
+    from fabro_git.outputs.artifacts import ArtifactStore
+
+    store = ArtifactStore(scratch)
+    files = _read_dir(repo, meta, runrefs.ARTIFACTS_DIR)
+    store.materialise(
+        {name.removesuffix(".json"): data for name, data in files.items() if name.endswith(".json")}
+    )
+    store.repoint(cp.context_values)
+    for record in cp.node_outcomes.values():
+        updates = record.get("context_updates")
+        if isinstance(updates, dict):
+            store.repoint(updates)
+
+
 def _read_dir(repo: GitRepo, commit: str, directory: str) -> dict[str, bytes]:
     """Every file under `directory` of `commit`, by its path inside it."""
     out: dict[str, bytes] = {}
@@ -572,6 +590,8 @@ async def _drive(
         )
     )
     cp.context_values["internal.work_dir"] = str(worktree)
+    if resuming and recorder is not None and recorder.meta_tip is not None:
+        _restore_artifacts(repo, recorder.meta_tip, cp, scratch)
     if resuming:
         emit(
             ev.RunNotice(

@@ -1,11 +1,13 @@
 """Command nodes: run a script in the worktree.
 
 Output streams straight to files in the stage's scratch dir, so a command that prints a
-gigabyte costs disk, not memory; the context gets a bounded excerpt (head and tail) and
-the meta ref a capped copy. The command runs in its own process group
-(`fabro_git.engine.process`), so a timeout or Ctrl-C stops everything it started, not
-just the shell. The run's goal and inputs reach
-the script only through its environment (`script_environment`).
+gigabyte costs disk, not memory. The meta ref keeps a capped copy (META_LIMIT: the whole
+output when smaller, else its head and tail), and the context gets that same copy: over
+the offload threshold the engine moves it to the artifact store and the context keeps a
+pointer, so a large output is kept once, not in every checkpoint. The command runs in
+its own process group (`fabro_git.engine.process`), so a timeout or Ctrl-C stops
+everything it started, not just the shell. The run's goal and inputs reach the script
+only through its environment (`script_environment`).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import time
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.process import (
-    CONTEXT_LIMIT,
     META_LIMIT,
     argv_for,
     excerpt,
@@ -63,10 +64,8 @@ async def execute(req: StageRequest) -> Outcome:
 
     def keep_output() -> dict[str, str]:
         req.files[script_name] = script.encode()
-        req.files["stdout.log"] = excerpt(stdout_path, META_LIMIT)
-        req.files["stderr.log"] = excerpt(stderr_path, META_LIMIT)
-        out = excerpt(stdout_path, CONTEXT_LIMIT)
-        err = excerpt(stderr_path, CONTEXT_LIMIT)
+        out = req.files["stdout.log"] = excerpt(stdout_path, META_LIMIT)
+        err = req.files["stderr.log"] = excerpt(stderr_path, META_LIMIT)
         return {"command.output": _text(out), "command.stderr": _text(err)}
 
     def timed_out(seconds: float) -> Outcome:

@@ -8,13 +8,17 @@ without a model, so every workflow can be run end to end offline.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabro_git.engine.outcome import Outcome, normalize_status
 from fabro_git.engine.stage import StageRequest
 from fabro_git.events.catalogue import StagePrompt
 from fabro_git.outputs.directives import directives_from_status_file, extract_directives
+
+if TYPE_CHECKING:
+    from fabro_git.workflow import Graph
 
 
 def build_prompt(req: StageRequest) -> str:
@@ -39,9 +43,7 @@ def preamble(req: StageRequest) -> str:
     if outcomes:
         lines += ["", "## Completed stages"]
         for node_id, record in outcomes.items():
-            lines.append(f"- **{node_id}**: {record.get('status')}")
-            if record.get("files_touched"):
-                lines.append("  - Files: " + ", ".join(record["files_touched"]))
+            lines += stage_summary(req.graph, node_id, record)
     public = {
         k: v
         for k, v in req.context.items()
@@ -54,6 +56,65 @@ def preamble(req: StageRequest) -> str:
         for key, value in sorted(public.items()):
             lines.append(f"- {key}: {str(value)[:200]}")
     return "\n".join(lines) + "\n\n"
+
+
+# What a preamble shows of an inline command output: its first and last lines, each cut
+# at PREAMBLE_LINE_LIMIT characters.
+PREAMBLE_HEAD_LINES = 10
+PREAMBLE_TAIL_LINES = 20
+PREAMBLE_LINE_LIMIT = 200
+
+
+def stage_summary(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list[str]:
+    """One completed stage in a preamble: status, model, files, and where its response or
+    output is. An offloaded value is named by its path ("See: ..."), never inlined."""
+    from fabro_git.outputs.artifacts import pointer_path
+
+    lines = [f"- **{node_id}**: {record.get('status')}"]
+    usage = record.get("usage")
+    if isinstance(usage, Mapping) and usage.get("model"):
+        lines.append(
+            f"  - Model: {usage['model']}, {_tokens(usage.get('input_tokens'))} tokens in / "
+            f"{_tokens(usage.get('output_tokens'))} out"
+        )
+    if record.get("files_touched"):
+        lines.append("  - Files: " + ", ".join(record["files_touched"]))
+    updates = record.get("context_updates")
+    if not isinstance(updates, Mapping):
+        return lines
+    response = pointer_path(updates.get(f"response.{node_id}"))
+    if response is not None:
+        lines.append(f"  - Response: See: {response}")
+    if "command.output" in updates:
+        node = graph.nodes.get(node_id)
+        script = (node.get("script") or node.get("tool_command")) if node is not None else None
+        if script:
+            lines.append(f"  - Script: `{' '.join(str(script).split())[:200]}`")
+        output = updates["command.output"]
+        path = pointer_path(output)
+        if path is not None:
+            lines.append(f"  - Stdout: See: {path}")
+        elif isinstance(output, str) and output.strip():
+            lines.append("  - Stdout:")
+            lines += ["    " + line for line in _head_and_tail(output).splitlines()]
+    return lines
+
+
+def _tokens(count: object) -> str:
+    n = count if isinstance(count, int) else 0
+    return f"{n / 1000:.1f}k" if n >= 1000 else str(n)
+
+
+def _head_and_tail(text: str) -> str:
+    lines = [line[:PREAMBLE_LINE_LIMIT] for line in text.strip("\n").splitlines()]
+    if len(lines) > PREAMBLE_HEAD_LINES + PREAMBLE_TAIL_LINES:
+        omitted = len(lines) - PREAMBLE_HEAD_LINES - PREAMBLE_TAIL_LINES
+        lines = [
+            *lines[:PREAMBLE_HEAD_LINES],
+            f"[... {omitted} lines omitted ...]",
+            *lines[-PREAMBLE_TAIL_LINES:],
+        ]
+    return "\n".join(lines)
 
 
 def outcome_from_response(node_id: str, response: str, worktree: Path | None = None) -> Outcome:

@@ -399,6 +399,16 @@ class GitRepo:
             return data[:cut].decode("utf-8", "replace") + f"[diff truncated at {cut} bytes]\n"
         return data.decode("utf-8", "replace")
 
+    def changed_paths(self, old_tree: str, new_tree: str, *, limit: int) -> list[str]:
+        """The paths of the files added, changed or removed between two trees, in path
+        order; at most `limit` of them."""
+        paths: list[str] = []
+        for old_side, new_side in self._tree_changes(old_tree, new_tree, b"", limit=limit):
+            path = new_side[0] if new_side[0] is not None else old_side[0]
+            if path is not None and (not paths or paths[-1] != path.decode()):
+                paths.append(path.decode("utf-8", "replace"))
+        return paths[:limit]
+
     def _tree_changes(
         self, old_tree: str | None, new_tree: str | None, prefix: bytes, *, limit: int
     ) -> Iterator[tuple[_Side, _Side]]:

@@ -60,6 +60,7 @@ GRAPHS_DIR = "graphs"
 EVENTS_DIR = "events"
 NODES_DIR = "nodes"
 NODE_STATUS = "status.json"
+ARTIFACTS_DIR = "artifacts"
 # Event segments per shard directory: `events/<NNN>/` holds segments NNN000..NNN999, so a
 # snapshot rewrites one shard tree of at most this many entries, however long the run.
 SEGMENTS_PER_SHARD = 1000
@@ -91,6 +92,11 @@ def node_dir(node_dir_name: str) -> str:
 def node_dir_name(node_id: str, visit: int) -> str:
     """A repeat visit appends its count to the node's directory name (the first does not)."""
     return node_id if visit <= 1 else f"{node_id}-{visit}"
+
+
+def artifact_path(name: str) -> str:
+    """Where an offloaded context value is kept: `artifacts/<name>.json`."""
+    return f"{ARTIFACTS_DIR}/{name}.json"
 
 
 def graph_path(relative: str) -> str:

@@ -335,11 +335,13 @@ touch {marker} {ready}
     assert cp["completed_nodes"] == ["start", "one", "two", "three", "exit"]
 
 
-def test_a_stage_killed_between_its_end_and_its_checkpoint_runs_again_as_a_new_attempt(
+def test_a_stage_killed_while_its_files_are_recorded_runs_again_as_a_new_attempt(
     repo: Path, tmp_path: Path
 ) -> None:
-    """A clean filter holds the checkpoint's `git add` of `*.slow` files, so the kill
-    lands after `stage.completed` and before the checkpoint, every time."""
+    """A clean filter holds the `git add` of `*.slow` files that records the stage's
+    tree, so the kill lands after the script ended and before the checkpoint, every
+    time. A command stage's tree is recorded before `stage.completed` (which lists the
+    files it touched), so the cut-off attempt is closed as interrupted on resume."""
     hold, ready = tmp_path / "hold", tmp_path / "ready"
     hold.touch()
     (repo / ".gitattributes").write_text("*.slow filter=slow\n")
@@ -381,8 +383,10 @@ def test_a_stage_killed_between_its_end_and_its_checkpoint_runs_again_as_a_new_a
     attempts = _attempts(events)
     (first, ended), (second, rerun) = attempts["two@1"]
     assert (first, second) == (1, 2)
-    assert [e["event"] for e in ended] == ["stage.completed"]
+    assert [e["event"] for e in ended] == ["stage.failed"]
+    assert ended[0]["properties"]["failure_class"] == "canceled"
     assert [e["event"] for e in rerun] == ["stage.completed"]
+    assert rerun[0]["properties"]["files_touched"] == ["two.slow"]
     cp = _checkpoint(repo, run_id)
     assert cp["completed_nodes"] == ["start", "one", "two", "three", "exit"]
     branch = f"refs/heads/fabro/run/{run_id}"
