@@ -16,7 +16,8 @@ off registers `on_timeout`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+import contextlib
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -126,6 +127,16 @@ class StageRequest:
         """Emit an agent session's lifecycle event, which is not stage-scoped: it carries
         the session id alone."""
         self._runtime.emit(props, session_id=session_id)
+
+    @contextlib.contextmanager
+    def take_steering(self, receive: Callable[[str], None]) -> Iterator[None]:
+        """While the block runs, text sent with `git fabro steer` goes to `receive`."""
+        targets = self._runtime.steer_targets
+        targets.append(receive)
+        try:
+            yield
+        finally:
+            targets.remove(receive)
 
     def on_process_group(self, pgid: int, running: bool) -> None:
         """Hear of a process group the stage started (`running`) or saw end. It stays

@@ -167,7 +167,8 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         )
 
     req.on_timeout(timed_out)
-    result = await session.run(body, preamble=preamble)
+    with req.take_steering(session.steer):
+        result = await session.run(body, preamble=preamble)
     req.files["response.md"] = result.text.encode()
     spent = _usage(served[0], result.usage, result.cost)
     touched = list(result.files_touched)

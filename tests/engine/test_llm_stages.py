@@ -387,3 +387,44 @@ def test_an_agent_that_failed_over_reports_the_fallbacks_usage(
     usage = completed["properties"]["usage"]
     assert usage["model"] == "claude-opus-4-7"
     assert (usage["input_tokens"], usage["output_tokens"]) == (7, 3)
+
+
+def test_steering_reaches_the_agent_in_flight(
+    repo: Path, llm_server: LlmServer, hermetic_env: Path
+) -> None:
+    """`git fabro steer` while the agent's shell tool holds: the text is in the next
+    request the model gets, and `agent.steering.injected` records it."""
+    write_workflow(repo, AGENT.replace('prompt="Tidy', 'model="sonnet", prompt="Tidy'))
+    wait = 'touch "$HOME/holding"; while [ ! -e "$HOME/go" ]; do sleep 0.02; done'
+    llm_server.script(
+        Reply(text="Waiting.", tool_calls=(ToolUse("shell", {"command": wait}, id="t1"),)),
+        Reply(text="Done, the other way."),
+    )
+    proc = subprocess.Popen(
+        [*fabro_exe(), "run", "wf.fabro", "--json"],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not (hermetic_env / "holding").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]
+        steered = run_fabro("steer", run_id, "use the other approach", cwd=repo)
+        assert steered.returncode == 0, steered.stderr
+        assert "takes it before its next turn" in steered.stderr
+    finally:
+        (hermetic_env / "go").write_text("")
+        out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert len(llm_server.requests) == 2
+    assert "use the other approach" in json.dumps(llm_server.requests[1].body)
+    events = _events(repo, run_id)
+    assert [e["properties"]["text"] for e in _of(events, "run.steer")] == ["use the other approach"]
+    [injected] = _of(events, "agent.steering.injected")
+    assert injected["properties"]["text"] == "use the other approach"
+    assert injected["node_id"] == "work"
