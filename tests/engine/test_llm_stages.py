@@ -419,7 +419,7 @@ def test_steering_reaches_the_agent_in_flight(
         assert "takes it before its next turn" in steered.stderr
     finally:
         (hermetic_env / "go").write_text("")
-        out, err = proc.communicate(timeout=120)
+        _out, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
     assert len(llm_server.requests) == 2
     assert "use the other approach" in json.dumps(llm_server.requests[1].body)
