@@ -881,7 +881,7 @@ def check_options(options: Options, graph: Graph, fallbacks: Sequence[str] | Non
     model or provider, a missing key. With --dry-run nothing is resolved."""
     if options.dry_run:
         return
-    from fabro_git.llm.choice import check_stages
+    from fabro_git.engine.model_choice import check_stages
     from fabro_git.workflow.paths import descendants
 
     check_stages(

@@ -2,7 +2,7 @@
 
 A prompt stage (`shape=tab`) is one model call without tools; an agent stage
 (`shape=box`) runs the agent loop (`fabro_git.agent`) in the stage's worktree. Both
-pick their target with `fabro_git.llm.choice`, stream their `agent.*` events stamped
+pick their target with `fabro_git.engine.model_choice`, stream their `agent.*` events stamped
 with the stage, record `prompt.md`/`response.md`, and end with the outcome the reply's
 routing directives give, with the tokens and cost spent. A model error the provider
 layer could not mend ends the stage failed with its failure class (a rejected key is
@@ -17,6 +17,13 @@ import uuid
 from typing import Any
 
 from fabro_git.engine import outcome as oc
+from fabro_git.engine.model_choice import (
+    CLI_UNAVAILABLE,
+    backend_of,
+    effort_of,
+    stage_fallbacks,
+    stage_target,
+)
 from fabro_git.engine.outcome import Outcome, Usage
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
@@ -26,13 +33,6 @@ from fabro_git.events.envelope import EventProps
 from fabro_git.handlers.llm import outcome_from_response
 from fabro_git.llm import catalogue
 from fabro_git.llm import types as llm
-from fabro_git.llm.choice import (
-    CLI_UNAVAILABLE,
-    backend_of,
-    effort_of,
-    stage_fallbacks,
-    stage_target,
-)
 from fabro_git.llm.errors import LlmError
 
 DEFAULT_PROMPT_MAX_TOKENS = 4096
