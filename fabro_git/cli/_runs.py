@@ -20,6 +20,7 @@ class RunRow:
     duration_ms: int | None
     live: bool
     meta_sha: str = ""
+    cost: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -29,6 +30,7 @@ class RunRow:
             "current_node": self.node,
             "started": self.started,
             "duration_ms": self.duration_ms,
+            "total_cost": self.cost,
         }
 
 
@@ -67,7 +69,17 @@ def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
         begin = _parse_ts(summary.started)
         if begin is not None:
             duration = int((datetime.now(begin.tzinfo) - begin).total_seconds() * 1000)
-    return RunRow(run_id, summary.workflow, status, node, summary.started, duration, live, meta_sha)
+    return RunRow(
+        run_id,
+        summary.workflow,
+        status,
+        node,
+        summary.started,
+        duration,
+        live,
+        meta_sha,
+        summary.cost,
+    )
 
 
 def run_labels(repo: Any, meta_sha: str) -> dict[str, str]:

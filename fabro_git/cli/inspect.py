@@ -62,6 +62,7 @@ def run(run_id: str, *, json_output: bool) -> int:
         f"meta       {runrefs.meta_ref(full_id)} @ {meta[:12]}",
         f"started    {cp.started_at}",
         f"active     {format_ms(cp.active_ms)}",
+        *([f"cost       ${cp.total_cost:.4f}"] if cp.total_cost else []),
         f"last node  {cp.current_node or '-'}",
         f"next node  {cp.next_node_id or '-'}",
         f"completed  {len(cp.completed_nodes)} stage{'' if len(cp.completed_nodes) == 1 else 's'}: {' -> '.join(cp.completed_nodes) or '-'}",

@@ -89,6 +89,11 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
         )
         for r in rows
     ]
+    if any(r.cost for r in rows):
+        table = [(*table[0], "COST")] + [
+            (*line, f"${r.cost:.2f}" if r.cost else "-")
+            for line, r in zip(table[1:], rows, strict=True)
+        ]
     if any(labels[r.run_id] for r in rows):
         table = [table[0] + ("LABELS",)] + [
             (*line, ",".join(f"{k}={v}" for k, v in labels[r.run_id].items()) or "-")

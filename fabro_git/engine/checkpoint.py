@@ -47,6 +47,8 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     finished_at: str | None = None
     active_ms: int = 0
     artifact_count: int = 0
+    # What the run's model calls cost so far, by the catalogue's prices (every scope).
+    total_cost: float = 0.0
 
 
 class Manifest(msgspec.Struct, kw_only=True):

@@ -113,6 +113,7 @@ class Recorder:
             started=cp.started_at,
             updated=cp.timestamp or cp.started_at,
             active_ms=cp.active_ms,
+            cost=cp.total_cost or None,
         )
         message = self.redactor.mask_text(f"{subject}\n\n{summary.trailers(self.run_id)}")
         try:

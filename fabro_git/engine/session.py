@@ -819,6 +819,7 @@ def _finish(
                     duration_ms=cp.active_ms,
                     artifact_count=cp.artifact_count,
                     status=oc.event_status(status),
+                    total_cost=round(cp.total_cost, 6) if cp.total_cost else None,
                     final_git_commit_sha=final_sha,
                 )
             )

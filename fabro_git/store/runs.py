@@ -225,6 +225,7 @@ class MetaSummary:
     started: str
     updated: str
     active_ms: int | None
+    cost: float | None = None
 
     def trailers(self, run_id: str) -> str:
         lines = [
@@ -241,6 +242,8 @@ class MetaSummary:
             f"Fabro-Updated: {self.updated}",
             f"Fabro-Active-Ms: {self.active_ms if self.active_ms is not None else 0}",
         ]
+        if self.cost:
+            lines.append(f"Fabro-Cost: {self.cost:.6f}")
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -250,6 +253,10 @@ class MetaSummary:
             active: int | None = int(trailers.get("Fabro-Active-Ms", ""))
         except ValueError:
             active = None
+        try:
+            cost: float | None = float(trailers.get("Fabro-Cost", ""))
+        except ValueError:
+            cost = None
         return cls(
             status=trailers.get("Fabro-Status", "unknown"),
             workflow=trailers.get("Fabro-Workflow", "?"),
@@ -258,6 +265,7 @@ class MetaSummary:
             started=trailers.get("Fabro-Started", ""),
             updated=trailers.get("Fabro-Updated", ""),
             active_ms=active,
+            cost=cost,
         )
 
 

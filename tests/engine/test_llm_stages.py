@@ -428,3 +428,24 @@ def test_steering_reaches_the_agent_in_flight(
     [injected] = _of(events, "agent.steering.injected")
     assert injected["properties"]["text"] == "use the other approach"
     assert injected["node_id"] == "work"
+
+
+def test_the_runs_cost_is_summed_and_shown(repo: Path, llm_server: LlmServer) -> None:
+    write_workflow(repo, ROUTED % ', model="claude-sonnet-4-6"')
+    llm_server.script(
+        Reply(text='{"preferred_next_label": "approve"}', input_tokens=1000, output_tokens=500)
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "the patch", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    events = _events(repo, run_id)
+    [stage] = [e for e in _of(events, "stage.completed") if e["node_id"] == "review"]
+    cost = stage["properties"]["usage"]["cost"]
+    assert cost > 0
+    [done] = _of(events, "run.completed")
+    assert done["properties"]["total_cost"] == pytest.approx(cost)
+    row = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])
+    assert row["total_cost"] == pytest.approx(cost)
+    table = run_fabro("ps", cwd=repo).stdout.splitlines()
+    assert table[0].split()[-1] == "COST" and table[1].endswith(f"${cost:.2f}")
+    assert f"cost       ${cost:.4f}" in run_fabro("inspect", run_id, cwd=repo).stdout
