@@ -241,3 +241,27 @@ def parse_arguments(raw: str, target: Target, tool: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         return {"value": value}
     return value
+
+
+async def stream_events(
+    events: Any,
+    target: Target,
+    sink: Any,
+    consume: Callable[[Any, Target, Any], Awaitable[Response]],
+) -> Response:
+    """Consume an SDK's open event stream: say output starts, read it to its end, and
+    turn what the SDK raises into an `LlmError` (a dropped stream stays what it is)."""
+    from fabro_git.llm.errors import StreamDropped
+    from fabro_git.llm.types import OutputStart
+
+    await sink(OutputStart(target))
+    try:
+        async with events:
+            return await consume(events, target, sink)
+    except StreamDropped:
+        raise
+    except Exception as exc:
+        translated = translate(exc, target, streaming=True)
+        if translated is None:
+            raise
+        raise translated from exc

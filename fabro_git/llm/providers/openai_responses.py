@@ -9,12 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from fabro_git.llm.errors import LlmError, StreamDropped
-from fabro_git.llm.providers import Connection, from_status, parse_arguments, translate
+from fabro_git.llm.providers import (
+    Connection,
+    from_status,
+    parse_arguments,
+    stream_events,
+)
 from fabro_git.llm.types import (
     Completed,
     EventSink,
     Message,
-    OutputStart,
     ReasoningDelta,
     Request,
     Response,
@@ -96,17 +100,7 @@ async def stream(
     )
     async with client:
         events = await client.responses.create(**request_body(target, request), stream=True)
-        await sink(OutputStart(target))
-        try:
-            async with events:
-                return await _consume(events, target, sink)
-        except StreamDropped:
-            raise
-        except Exception as exc:
-            translated = translate(exc, target, streaming=True)
-            if translated is None:
-                raise
-            raise translated from exc
+        return await stream_events(events, target, sink, _consume)
 
 
 async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
