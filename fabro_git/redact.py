@@ -173,9 +173,20 @@ def remember(named_values: Mapping[str, str]) -> None:
     for_process.cache_clear()
 
 
+_literal: set[str] = set()
+
+
+def remember_values(values: list[str]) -> None:
+    """Count these values as secrets whatever their names (the credentials a run's
+    configuration hands to a server), when they are at least `MIN_SECRET_LENGTH` long."""
+    _literal.update(v for v in values if len(v.strip()) >= MIN_SECRET_LENGTH)
+    for_process.cache_clear()
+
+
 @functools.cache
 def for_process() -> Redactor:
     """The redactor for this process's environment (and remembered values)."""
     named: dict[str, str] = dict(os.environ)
     named.update({f"FABRO_INPUT_{k}": v for k, v in _remembered.items()})
-    return from_environ(named)
+    values = set(secret_values(named)) | _literal
+    return Redactor(sorted(values, key=len, reverse=True))

@@ -24,6 +24,7 @@ thread can store it in a checkpoint and a later visit can carry on from it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import uuid
@@ -37,6 +38,7 @@ import trio
 
 from fabro_git.agent import memory as memory_files
 from fabro_git.agent import skills as skill_files
+from fabro_git.agent.mcp import McpRequiredError, McpServerSpec
 from fabro_git.agent.shell import shell_environment
 from fabro_git.agent.tools import (
     PROFILE_TOOLS,
@@ -256,8 +258,13 @@ class AgentSession:
         retry_policy: RetryPolicy | None = None,
         request_timeout: float | None = 600.0,
         on_process_group: Callable[[int, bool], object] | None = None,
+        mcp_servers: Sequence[McpServerSpec] = (),
+        log_dir: Path | None = None,
     ) -> None:
         self.worktree = Path(worktree)
+        self.mcp_servers = tuple(mcp_servers)
+        # Where MCP servers' stderr logs go (the stage's scratch dir).
+        self.log_dir = log_dir
         self.target = target
         self.fallbacks = tuple(fallbacks)
         self.system_prompt = system_prompt
@@ -295,6 +302,7 @@ class AgentSession:
         self._text = ""
         self._status: Status = "cancelled"
         self._error: LlmError | None = None
+        self._stopped: str | None = None  # why the session could not start
         self._tools: dict[str, Tool] = {}
         self._steering: list[str] = []
         self._signatures: list[str] = []
@@ -311,7 +319,7 @@ class AgentSession:
         Cancellation propagates (after the closing events); `result()` then reports
         status `cancelled` with what was done.
         """
-        self._status = "cancelled"
+        self._status, self._stopped = "cancelled", None
         self._usage, self._cost, self._turns, self._text, self._error = Usage(), None, 0, "", None
         self._emit(AgentSessionStarted(provider=self.target.provider, model=self.target.model))
         try:
@@ -324,22 +332,29 @@ class AgentSession:
                     visit=self.visit,
                 )
             )
-            system = await self._prepare()
-            text, skill = skill_files.expand_slash(prompt, self._context.skills)
-            if skill is not None:
-                self._emit(
-                    AgentSkillActivated(skill_name=skill.name, source="slash", visit=self.visit)
+            async with self._mcp_tools() as mcp_tools:
+                system = await self._prepare()
+                self._tools.update((tool.spec.name, tool) for tool in mcp_tools)
+                text, skill = skill_files.expand_slash(prompt, self._context.skills)
+                if skill is not None:
+                    self._emit(
+                        AgentSkillActivated(skill_name=skill.name, source="slash", visit=self.visit)
+                    )
+                self._close_interrupted_round()
+                self.conversation.messages.append(
+                    Message.user(f"{preamble.rstrip()}\n\n{text}" if preamble.strip() else text)
                 )
-            self._close_interrupted_round()
-            self.conversation.messages.append(
-                Message.user(f"{preamble.rstrip()}\n\n{text}" if preamble.strip() else text)
-            )
-            try:
-                self._status = await self._loop(system)
-            except LlmError as err:
-                self._error = err
-                self._status = "failed"
-                self._emit(AgentError(error=err.to_dict()))
+                try:
+                    self._status = await self._loop(system)
+                except LlmError as err:
+                    self._error = err
+                    self._status = "failed"
+                    self._emit(AgentError(error=err.to_dict()))
+            self._emit(AgentProcessingEnd())
+        except McpRequiredError as err:
+            self._stopped = str(err)
+            self._status = "failed"
+            self._emit(AgentError(error={"kind": "mcp_required", "message": str(err)}))
             self._emit(AgentProcessingEnd())
         finally:
             # Reached on cancellation too; `emit` does not await, so no shield is needed.
@@ -354,6 +369,13 @@ class AgentSession:
             self._steering.append(text)
 
     def result(self) -> AgentResult:
+        error: dict[str, Any] | None = self._error.to_dict() if self._error else None
+        failure_class = self._error.failure_class if self._error else None
+        if self._stopped is not None:
+            error, failure_class = (
+                {"kind": "mcp_required", "message": self._stopped},
+                "deterministic",
+            )
         return AgentResult(
             status=self._status,
             text=self._text,
@@ -361,8 +383,23 @@ class AgentSession:
             cost=self._cost,
             files_touched=list(self._context.touched),
             turns=self._turns,
-            error=self._error.to_dict() if self._error else None,
-            failure_class=self._error.failure_class if self._error else None,
+            error=error,
+            failure_class=failure_class,
+        )
+
+    def _mcp_tools(self) -> contextlib.AbstractAsyncContextManager[list[Tool]]:
+        """The configured MCP servers' tools, while the block runs (none configured:
+        no SDK import, no cost)."""
+        if not self.mcp_servers:
+            return contextlib.nullcontext([])
+        from fabro_git.agent.mcp import open_servers
+
+        return open_servers(
+            self.mcp_servers,
+            emit=self._emit,
+            cwd=self.worktree,
+            log_dir=self.log_dir,
+            visit=self.visit,
         )
 
     # ------------------------------------------------------------------------ setup
@@ -535,7 +572,8 @@ class AgentSession:
                 raise ToolError(
                     f"there is no tool named {call.name!r}; the tools are {', '.join(self._tools)}"
                 )
-            check_arguments(tool, call.arguments)
+            if tool.strict:
+                check_arguments(tool, call.arguments)
             outcome = await tool.run(call.arguments, self._context)
         except ToolError as exc:
             outcome = ToolOutcome(output=str(exc), is_error=True)

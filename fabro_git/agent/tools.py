@@ -68,6 +68,9 @@ Runner = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutcome]]
 class Tool:
     spec: ToolSpec
     run: Runner
+    # Whether `check_arguments` vets a call first; a tool whose schema is another
+    # program's (an MCP server's) checks its own arguments.
+    strict: bool = True
 
 
 def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:

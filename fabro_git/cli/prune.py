@@ -97,7 +97,7 @@ def _statuses(values: list[str]) -> set[str]:
 def _cutoff(older_than: str | None) -> datetime | None:
     if older_than is None:
         return None
-    from fabro_git.workflow.model import parse_duration
+    from fabro_git.durations import parse_duration
 
     seconds = parse_duration(older_than.strip())
     if seconds is None or seconds < 0:

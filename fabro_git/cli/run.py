@@ -254,8 +254,10 @@ def run(
     if detach:
         _warn_unanswerable_gates(spec.graph, options)
     from fabro_git import redact
+    from fabro_git.config.run_config import config_secrets
 
     redact.remember(spec.inputs)
+    redact.remember_values(config_secrets(spec.settings))
     opened = create_run(repo, spec, warn=_warn)
     run_id, manifest = opened.run_id, opened.manifest
     if detach:

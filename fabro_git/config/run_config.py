@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import tomllib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -106,6 +107,35 @@ class HookConfig(_Table):
     sandbox: bool | None = None
 
 
+class McpServerConfig(_Table):
+    """An MCP server whose tools agent stages are offered (`[run.agent.mcps.<name>]`).
+
+    `stdio` servers are started by each agent stage, in its worktree, from `command`
+    (an argv list) or `script` (a shell line); `http` servers are reached at `url`.
+    Strings in `command`, `script`, `env`, `url` and `headers` may hold `{{ env.NAME }}`
+    references, resolved from the host environment when a stage starts the server, so
+    a credential need not be written into the config (nor reach the run's manifest).
+    """
+
+    type: Literal["stdio", "http", "sandbox"]
+    command: list[str] | None = None
+    script: str | None = None
+    url: str | None = None
+    port: int | None = None
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    startup_timeout: str | None = None
+    tool_timeout: str | None = None
+    startup_timeout_secs: float | None = None
+    tool_timeout_secs: float | None = None
+    # A stage whose required server fails to start fails; others go on without it.
+    required: bool = False
+
+
+class AgentConfig(_Table):
+    mcps: dict[str, McpServerConfig] = msgspec.field(default_factory=dict)
+
+
 class GitAuthor(_Table):
     name: str | None = None
     email: str | None = None
@@ -125,6 +155,7 @@ class RunSection(_Table):
     artifacts: ArtifactsConfig | None = None
     hooks: list[HookConfig] = msgspec.field(default_factory=list)
     git: GitConfig | None = None
+    agent: AgentConfig | None = None
 
 
 class WorkflowSection(_Table):
@@ -314,12 +345,106 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
                 re.compile(hook.matcher)
             except re.error as exc:
                 fail([*where, "matcher"], f"not a valid regular expression: {exc}")
+    if run.agent is not None:
+        for name, server in run.agent.mcps.items():
+            _check_mcp_server(name, server, fail)
     author = run.git.author if run.git is not None else None
     if author is not None:
         for field_name in ("name", "email"):
             value = getattr(author, field_name)
             if value is not None and (not value.strip() or any(c in value for c in "<>\n\r\0")):
                 fail(["run", "git", "author", field_name], f"{value!r} cannot be a git identity")
+
+
+MCP_DEFAULT_STARTUP_TIMEOUT = 10.0
+MCP_DEFAULT_TOOL_TIMEOUT = 60.0
+ENV_REFERENCE = re.compile(r"\{\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+_ANY_TEMPLATE = re.compile(r"\{\{(.*?)\}\}")
+
+
+def mcp_timeouts(server: McpServerConfig) -> tuple[float, float]:
+    """The server's startup and tool-call timeouts in seconds (checked at load)."""
+    from fabro_git.durations import parse_duration
+
+    def pick(text: str | None, secs: float | None, default: float) -> float:
+        if text is not None:
+            return parse_duration(text) or default
+        return secs if secs is not None else default
+
+    return (
+        pick(server.startup_timeout, server.startup_timeout_secs, MCP_DEFAULT_STARTUP_TIMEOUT),
+        pick(server.tool_timeout, server.tool_timeout_secs, MCP_DEFAULT_TOOL_TIMEOUT),
+    )
+
+
+def resolve_env_references(text: str, environ: Mapping[str, str], where: str) -> str:
+    """`text` with each `{{ env.NAME }}` replaced by the host's value; a variable that
+    is not set is an error naming the field and the reference."""
+
+    def value(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in environ:
+            raise ConfigError(
+                f"{where}: {match.group(0)} names {name}, which is not set in the environment"
+            )
+        return environ[name]
+
+    return ENV_REFERENCE.sub(value, text)
+
+
+def config_secrets(settings: Mapping[str, Any]) -> list[str]:
+    """Credentials written literally into a run's configuration (`settings` as the
+    manifest keeps it): MCP servers' header values and secret-named env values. The
+    redactor masks them wherever they appear; `{{ env.NAME }}` references are not."""
+    from fabro_git.redact import is_secret_name
+
+    run = msgspec.convert(settings.get("config") or {}, RunSection)
+    found: list[str] = []
+    for server in (run.agent.mcps if run.agent is not None else {}).values():
+        found += list(server.headers.values())
+        found += [v for k, v in server.env.items() if is_secret_name(k)]
+    return [value for value in found if not ENV_REFERENCE.search(value)]
+
+
+def _check_mcp_server(
+    name: str, server: McpServerConfig, fail: Callable[[list[str], str], None]
+) -> None:
+    from fabro_git.durations import parse_duration
+
+    where = ["run", "agent", "mcps", name]
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", name):
+        fail(where, "a server name is 1 to 40 letters, digits, '_', '-' or '.'")
+    if server.type == "sandbox":
+        fail(
+            [*where, "type"],
+            'the sandbox transport needs a remote sandbox; stages run locally here: use type = "stdio"',
+        )
+    if server.type == "stdio" and (server.command is None) == (server.script is None):
+        fail(where, "a stdio server needs exactly one of `command` (an argv list) or `script`")
+    if server.command is not None and not server.command:
+        fail([*where, "command"], "expected a non-empty argv list")
+    if server.type == "http" and not server.url:
+        fail(where, "an http server needs `url`")
+    if server.type != "http" and server.url is not None:
+        fail([*where, "url"], "`url` is for http servers")
+    for key in ("startup_timeout", "tool_timeout"):
+        text = getattr(server, key)
+        if text is not None and not (parse_duration(text) or 0) > 0:
+            fail([*where, key], f'expected a duration such as "10s" or "2m", got {text!r}')
+        secs = getattr(server, key + "_secs")
+        if secs is not None and secs <= 0:
+            fail([*where, key + "_secs"], f"expected a positive number of seconds, got {secs}")
+    strings: list[tuple[list[str], str]] = [([*where, "url"], server.url or "")]
+    strings += [([*where, "script"], server.script or "")]
+    strings += [([*where, "command"], part) for part in server.command or []]
+    strings += [([*where, "env", k], v) for k, v in server.env.items()]
+    strings += [([*where, "headers", k], v) for k, v in server.headers.items()]
+    for keys, text in strings:
+        for match in _ANY_TEMPLATE.finditer(text):
+            if not ENV_REFERENCE.fullmatch(match.group(0)):
+                fail(
+                    keys, f"{match.group(0)!r}: only {{{{ env.NAME }}}} references are allowed here"
+                )
 
 
 _PATH_RE = re.compile(r"^(?P<what>.*) - at `\$(?P<path>[^`]*)`$", re.S)

@@ -87,6 +87,12 @@ class StageRequest:
         return list((config.get("model") or {}).get("fallbacks") or [])
 
     @property
+    def mcp_servers(self) -> dict[str, dict[str, Any]]:
+        """`[run.agent.mcps]` of the run's configuration: server name → its table."""
+        config = self._runtime.manifest.settings.get("config") or {}
+        return dict((config.get("agent") or {}).get("mcps") or {})
+
+    @property
     def completed(self) -> Mapping[str, Mapping[str, Any]]:
         """The outcome records of the stages this walk has completed, by node id."""
         return self._scope.outcomes

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.model_choice import (
@@ -27,13 +27,16 @@ from fabro_git.engine.model_choice import (
 from fabro_git.engine.outcome import Outcome, Usage
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
-from fabro_git.events.catalogue import AgentError, AgentMessage, StagePrompt
+from fabro_git.events.catalogue import AgentError, AgentMcpFailed, AgentMessage, StagePrompt
 from fabro_git.events.contract import UNSCOPED_EVENTS
 from fabro_git.events.envelope import EventProps
 from fabro_git.handlers.llm import outcome_from_response
 from fabro_git.llm import catalogue
 from fabro_git.llm import types as llm
 from fabro_git.llm.errors import LlmError
+
+if TYPE_CHECKING:
+    from fabro_git.agent.mcp import McpServerSpec
 
 DEFAULT_PROMPT_MAX_TOKENS = 4096
 DEFAULT_AGENT_MAX_TOKENS = 16384
@@ -47,6 +50,51 @@ def _target(req: StageRequest) -> tuple[llm.Target, list[llm.Target]]:
 
 def _effort(req: StageRequest) -> Any:
     return effort_of(req.node)
+
+
+def _mcp_specs(req: StageRequest) -> tuple[list[McpServerSpec], list[tuple[str, str, bool]]]:
+    """The run's MCP servers, `{{ env.NAME }}` references resolved; and those that
+    cannot be (server, error, required)."""
+    import msgspec
+
+    from fabro_git.agent.mcp import McpServerSpec
+    from fabro_git.config.run_config import (
+        McpServerConfig,
+        mcp_timeouts,
+        resolve_env_references,
+    )
+
+    specs: list[McpServerSpec] = []
+    broken: list[tuple[str, str, bool]] = []
+    for name, table in sorted(req.mcp_servers.items()):
+        server = msgspec.convert(table, McpServerConfig)
+        where = f"run.agent.mcps.{name}"
+
+        def fill(text: str, key: str, where: str = where) -> str:
+            return resolve_env_references(text, os.environ, f"{where}.{key}")
+
+        try:
+            if server.script is not None:
+                argv = ["/bin/sh", "-c", fill(server.script, "script")]
+            else:
+                argv = [fill(part, "command") for part in server.command or []]
+            startup, tool = mcp_timeouts(server)
+            specs.append(
+                McpServerSpec(
+                    name=name,
+                    transport=server.type,
+                    argv=argv,
+                    env={k: fill(v, f"env.{k}") for k, v in server.env.items()},
+                    url=fill(server.url or "", "url"),
+                    headers={k: fill(v, f"headers.{k}") for k, v in server.headers.items()},
+                    startup_timeout=startup,
+                    tool_timeout=tool,
+                    required=server.required,
+                )
+            )
+        except ConfigError as err:
+            broken.append((name, str(err), server.required))
+    return specs, broken
 
 
 def _usage(model: str, used: llm.Usage, cost: float | None) -> Usage:
@@ -64,6 +112,8 @@ def _usage(model: str, used: llm.Usage, cost: float | None) -> Usage:
 def _error_text(error: dict[str, Any]) -> str:
     """An `LlmError.to_dict()` as the stage's error: who failed and what they said, and
     for a refused key which variable to check."""
+    if error.get("kind") == "mcp_required":
+        return str(error.get("message"))
     status = f" (HTTP {error['status']})" if error.get("status") is not None else ""
     text = f"{error.get('provider')}/{error.get('model')}{status}: {error.get('message')}"
     if error.get("kind") == "authentication":
@@ -143,6 +193,13 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         else:
             req.emit(props, session_id=session_id)
 
+    servers, broken = _mcp_specs(req)
+    for name, error, required in broken:
+        forward(AgentMcpFailed(server_name=name, error=error))
+        if required:
+            return Outcome.failure(
+                f"MCP server {name!r} is required and cannot start: {error}", oc.DETERMINISTIC
+            )
     session = AgentSession(
         req.worktree,
         target=target,
@@ -155,6 +212,8 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         visit=req.visit,
         reasoning_effort=_effort(req),
         on_process_group=req.on_process_group,
+        mcp_servers=servers,
+        log_dir=req.stage_dir,
     )
 
     def timed_out(seconds: float) -> Outcome:

@@ -1,0 +1,255 @@
+"""MCP servers' tools for an agent session, through the official `mcp` SDK.
+
+`open_servers` starts (stdio) or reaches (HTTP) each configured server in turn, does
+the protocol handshake and lists its tools within the server's startup timeout, and
+yields them as agent `Tool`s named `mcp__<server>__<tool>`. A server that cannot be
+started or does not answer is reported (`agent.mcp.failed`) and left out, so the stage
+goes on with the tools it has, unless the server is marked required: then
+`McpRequiredError` ends the stage. Every server that did start is reported with its
+tool count (`agent.mcp.ready`).
+
+Each server lives in a task of its own that owns its transport and session from start
+to close, so its cancel scopes nest properly; the agent's tool calls reach it through
+the session's streams. Leaving the block closes the sessions and stops stdio servers'
+process groups, on cancellation (Ctrl-C, the stage's timeout) too.
+
+A stdio server's environment is the SDK's short list of safe variables (PATH, HOME,
+...) and the server's own `env`: the run's provider keys are not passed on. Its stderr
+goes to a file in the stage's scratch dir, never onto the terminal.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import os
+import re
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from fabro_git.agent.tools import Tool, ToolContext, ToolOutcome
+from fabro_git.agent.workspace import ToolError
+from fabro_git.events.catalogue import AgentMcpFailed, AgentMcpReady, McpToolSummary
+from fabro_git.llm.types import ToolSpec
+
+if TYPE_CHECKING:
+    from mcp.client.session import ClientSession
+
+# Provider tool names are at most 64 characters of [A-Za-z0-9_-].
+MAX_TOOL_NAME = 64
+_UNSAFE = re.compile(r"[^A-Za-z0-9_]")
+
+
+class McpRequiredError(Exception):
+    """A server the configuration marks required did not start."""
+
+
+@dataclass(frozen=True)
+class McpServerSpec:
+    """One server, its configuration resolved (`{{ env.NAME }}` references filled in)."""
+
+    name: str
+    transport: str  # "stdio" or "http"
+    argv: Sequence[str] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    url: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    startup_timeout: float = 10.0
+    tool_timeout: float = 60.0
+    required: bool = False
+
+
+def qualified_name(server: str, tool: str) -> str:
+    """`mcp__<server>__<tool>`, other characters as `_`, cut to the providers' limit
+    (with a hash of the whole, so two long names stay apart)."""
+    name = f"mcp__{_UNSAFE.sub('_', server)}__{_UNSAFE.sub('_', tool)}"
+    if len(name) <= MAX_TOOL_NAME:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{name[: MAX_TOOL_NAME - 9]}_{digest}"
+
+
+def result_text(result: Any) -> str:
+    """A tool result's content blocks as text: text as it is, other media as a marker."""
+    parts: list[str] = []
+    for block in result.content or ():
+        kind = getattr(block, "type", "")
+        if kind == "text":
+            parts.append(block.text)
+        elif kind == "image":
+            parts.append("[image content]")
+        elif kind == "audio":
+            parts.append("[audio content]")
+        else:
+            parts.append("[resource content]")
+    if not parts and result.structured_content is not None:
+        import json
+
+        parts.append(json.dumps(result.structured_content, ensure_ascii=False))
+    return "\n".join(parts)
+
+
+def _error_text(exc: BaseException) -> str:
+    """What went wrong, in one line: the innermost of a group, and its message."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+@dataclass
+class _Server:
+    spec: McpServerSpec
+    session: ClientSession
+    tools: list[Any]
+
+
+async def _serve(
+    spec: McpServerSpec,
+    cwd: Path,
+    errlog: Path | None,
+    *,
+    task_status: trio.TaskStatus[_Server] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Start one server and hold it open until cancelled; `started` hands it over
+    once its tools are listed. A failure before that propagates to `nursery.start`."""
+    from mcp.client.session import ClientSession
+
+    with contextlib.ExitStack() as files, trio.CancelScope() as startup:
+        startup.deadline = trio.current_time() + spec.startup_timeout
+        async with contextlib.AsyncExitStack() as stack:
+            if spec.transport == "stdio":
+                from mcp.client.stdio import StdioServerParameters, stdio_client
+
+                log = files.enter_context(open(errlog or os.devnull, "a", encoding="utf-8"))
+                params = StdioServerParameters(
+                    command=spec.argv[0], args=list(spec.argv[1:]), env=dict(spec.env), cwd=cwd
+                )
+                read, write = await stack.enter_async_context(stdio_client(params, errlog=log))
+            else:
+                import httpx2
+                from mcp.client.streamable_http import streamable_http_client
+
+                # The SDK's advice: a long read timeout, as a server may hold a stream.
+                client = await stack.enter_async_context(
+                    httpx2.AsyncClient(
+                        headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0)
+                    )
+                )
+                read, write = await stack.enter_async_context(
+                    streamable_http_client(spec.url, http_client=client)
+                )
+            session = await stack.enter_async_context(ClientSession(read, write))
+            await session.initialize()
+            tools: list[Any] = []
+            cursor: str | None = None
+            while True:
+                listed = await (
+                    session.list_tools(params=_page(cursor)) if cursor else session.list_tools()
+                )
+                tools += listed.tools
+                cursor = listed.next_cursor
+                if not cursor:
+                    break
+            startup.deadline = math.inf
+            task_status.started(_Server(spec, session, tools))
+            await trio.sleep_forever()
+    if startup.cancelled_caught:
+        raise TimeoutError(f"no answer within {spec.startup_timeout:g}s")
+
+
+def _page(cursor: str) -> Any:
+    from mcp.types import PaginatedRequestParams
+
+    return PaginatedRequestParams(cursor=cursor)
+
+
+def _tool(server: _Server, listed: Any, name: str) -> Tool:
+    original = listed.name
+    timeout = server.spec.tool_timeout
+    schema = dict(listed.input_schema or {})
+    schema.setdefault("type", "object")
+    schema.setdefault("properties", {})
+
+    async def run(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
+        with trio.move_on_after(timeout) as scope:
+            result = await server.session.call_tool(original, arguments)
+        if scope.cancelled_caught:
+            raise ToolError(f"{name}: the MCP server did not answer within {timeout:g}s")
+        return ToolOutcome(output=result_text(result), is_error=bool(result.is_error))
+
+    description = (
+        listed.description or ""
+    ).strip() or f"{original} (MCP server {server.spec.name})"
+    return Tool(ToolSpec(name=name, description=description, parameters=schema), run, strict=False)
+
+
+@contextlib.asynccontextmanager
+async def open_servers(
+    specs: Sequence[McpServerSpec],
+    *,
+    emit: Callable[[Any], object],
+    cwd: Path,
+    log_dir: Path | None,
+    visit: int = 1,
+) -> AsyncIterator[list[Tool]]:
+    """The tools of every server that starts, while the block runs."""
+    try:
+        async with trio.open_nursery() as nursery:
+            tools, refused = await _start_all(nursery, specs, emit, cwd, log_dir, visit)
+            if refused is None:
+                try:
+                    yield tools
+                finally:
+                    nursery.cancel_scope.cancel()
+            else:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The nursery wraps what the block raised; hand it on as it was raised.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    if refused is not None:
+        raise McpRequiredError(refused)
+
+
+async def _start_all(
+    nursery: trio.Nursery,
+    specs: Sequence[McpServerSpec],
+    emit: Callable[[Any], object],
+    cwd: Path,
+    log_dir: Path | None,
+    visit: int,
+) -> tuple[list[Tool], str | None]:
+    """Start the servers one after another: their tools, and why a required one failed."""
+    tools: list[Tool] = []
+    names: set[str] = set()
+    for spec in specs:
+        errlog = log_dir / f"mcp-{_UNSAFE.sub('_', spec.name)}.stderr.log" if log_dir else None
+        try:
+            server = await nursery.start(_serve, spec, cwd, errlog)
+        except Exception as exc:
+            error = _error_text(exc)
+            emit(AgentMcpFailed(server_name=spec.name, error=error))
+            if spec.required:
+                return tools, f"MCP server {spec.name!r} is required and did not start: {error}"
+            continue
+        announced = []
+        for listed in server.tools:
+            name = qualified_name(spec.name, listed.name)
+            if name in names:
+                continue
+            names.add(name)
+            tools.append(_tool(server, listed, name))
+            announced.append(McpToolSummary(name=name, original_name=listed.name))
+        emit(
+            AgentMcpReady(
+                server_name=spec.name, tool_count=len(announced), tools=announced, visit=visit
+            )
+        )
+    return tools, None
