@@ -416,7 +416,16 @@ def ensure_worktree(
             import shutil
 
             shutil.rmtree(path, ignore_errors=True)
-    wt.add_worktree(repo, path, branch=runrefs.run_branch_name(run_id), commit=run_tip)
+    branch = runrefs.run_branch_name(run_id)
+    for other in wt.checkouts_of(repo, branch):
+        if other.resolve() != path.resolve():
+            raise StoreError(
+                f"run {run_id}: its branch {branch} is checked out at {other}, and a branch "
+                "can be checked out in one worktree only",
+                hint=f"switch that worktree away (git -C {other} switch --detach) or remove it "
+                f"(git worktree remove {other}), then run the command again",
+            )
+    wt.add_worktree(repo, path, branch=branch, commit=run_tip)
     return path, True
 
 
@@ -574,7 +583,17 @@ async def _drive(
         worktree = Path(manifest.source_directory)
     else:
         assert recorder is not None and recorder.run_tip is not None
-        worktree, fresh = ensure_worktree(repo, run_id, scratch, recorder.run_tip, emit)
+        try:
+            worktree, fresh = ensure_worktree(repo, run_id, scratch, recorder.run_tip, emit)
+        except FabroError as exc:
+            emit(
+                ev.SandboxFailed(
+                    provider="local",
+                    error=str(exc),
+                    duration_ms=int((time.monotonic() - t0) * 1000),
+                )
+            )
+            raise
         if not fresh:
             # What a cut-off stage left untracked must not leak into its rerun.
             wt.remove_untracked(worktree, exclude_globs=recorder.exclude_globs)

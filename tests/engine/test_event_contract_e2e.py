@@ -125,6 +125,40 @@ digraph Naps {
 }
 """
 
+# A stage that breaks its own worktree: its checkpoint cannot record the files, and the
+# run's end cannot remove the worktree.
+BREAKS_WORKTREE = """\
+digraph Breaks {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    wreck [shape=parallelogram, script="rm .git"]
+    start -> wreck -> exit
+}
+"""
+
+# A stage that leaves its run's meta ref locked, as a crashed git command would (once:
+# its rerun on resume does not).
+LOCKS_META = """\
+digraph Locks {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    lock  [shape=parallelogram,
+           script="test -f \\"$HOME/locked\\" || { touch \\"$HOME/locked\\"; touch \\"$(git rev-parse --git-common-dir)/refs/fabro/meta/$FABRO_RUN_ID.lock\\"; }"]
+    start -> lock -> exit
+}
+"""
+
+# A human gate nobody answers within its own timeout: it takes its default.
+GATE_TIMES_OUT = """\
+digraph Unanswered {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    gate  [shape=hexagon, label="Ship it?", human.timeout="300ms", human.default_choice="exit"]
+    start -> gate
+    gate -> exit [label="[Y] Yes"]
+}
+"""
+
 
 @pytest.fixture(scope="module")
 def catalogue() -> Catalogue:
@@ -212,6 +246,69 @@ def _stopped_then_resumed(repo: Path, tmp_path: Path, home: Path, sig: signal.Si
     return [run_id]
 
 
+def _breaks_worktree(repo: Path, tmp_path: Path, home: Path) -> list[str]:
+    (tmp_path / "breaks.fabro").write_text(BREAKS_WORKTREE)
+    return [_run_json("run", str(tmp_path / "breaks.fabro"), cwd=repo, expect=1)]
+
+
+def _locks_meta(repo: Path, tmp_path: Path, home: Path) -> list[str]:
+    (tmp_path / "locks.fabro").write_text(LOCKS_META)
+    failed = run_fabro("run", str(tmp_path / "locks.fabro"), cwd=repo)
+    assert failed.returncode == 1 and "Traceback" not in failed.stderr
+    assert "delete that file and retry" in failed.stderr
+    match = re.search(r"run (\w+) started", failed.stderr)
+    assert match, failed.stderr
+    run_id = match.group(1)
+    # What `logs` reads must reach git: the lock goes, and resume records the rest.
+    (repo / ".git" / "refs" / "fabro" / "meta" / f"{run_id}.lock").unlink()
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    return [run_id]
+
+
+def _gate_times_out(repo: Path, tmp_path: Path, home: Path) -> list[str]:
+    """Stdin is a pipe that stays open and says nothing: the gate waits for a line
+    until its own timeout, then takes its default."""
+    (tmp_path / "unanswered.fabro").write_text(GATE_TIMES_OUT)
+    out, err = tmp_path / "gate.out", tmp_path / "gate.err"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [*fabro_exe(), "run", str(tmp_path / "unanswered.fabro"), "--json"],
+            cwd=repo,
+            stdin=subprocess.PIPE,
+            stdout=stdout,
+            stderr=stderr,
+        )
+        try:
+            proc.wait(timeout=60)  # stdin stays open, and silent, until the run ends
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            assert proc.stdin is not None
+            proc.stdin.close()
+    assert proc.returncode == 0, err.read_text()
+    assert "timed out" in err.read_text()
+    return [str(json.loads(out.read_text().splitlines()[-1])["run_id"])]
+
+
+def _resume_finds_the_branch_taken(repo: Path, tmp_path: Path, home: Path) -> list[str]:
+    """The user checked the run branch out in a worktree of their own: resume cannot
+    make the run's worktree, says why and what to do, and works once it is freed."""
+    (tmp_path / "fails.fabro").write_text(FAILS_UNTIL_FIXED)
+    run_id = _run_json("run", str(tmp_path / "fails.fabro"), cwd=repo, expect=1)
+    mine = tmp_path / "mine"
+    git(repo, "worktree", "add", "-q", str(mine), f"fabro/run/{run_id}")
+    (home / "fixed").write_text("")
+    refused = run_fabro("resume", run_id, cwd=repo)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr
+    assert f"checked out at {mine}" in refused.stderr
+    assert "switch --detach" in refused.stderr
+    git(repo, "worktree", "remove", str(mine))
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    return [run_id]
+
+
 SCENARIOS = [
     Scenario("hello", _example("hello"), SUCCESS),
     Scenario("branch-loop", _example("branch-loop"), SUCCESS | {"stage.failed"}),
@@ -283,6 +380,30 @@ SCENARIOS = [
         "stall-watchdog",
         _stalls,
         LIFECYCLE | {"watchdog.timeout", "run.failed"},
+    ),
+    Scenario(
+        "breaks-its-worktree",
+        _breaks_worktree,
+        LIFECYCLE
+        | {"checkpoint.failed", "run.failed", "sandbox.cleanup.started", "sandbox.cleanup.failed"},
+        notices={"checkpoint_git_failed"},
+    ),
+    Scenario(
+        "meta-ref-locked",
+        _locks_meta,
+        SUCCESS | {"metadata.snapshot.failed", "run.failed"},
+        notices={"checkpoint_metadata_write_failed", "resumed"},
+    ),
+    Scenario(
+        "gate-times-out",
+        _gate_times_out,
+        SUCCESS | {"interview.started", "interview.timeout"},
+    ),
+    Scenario(
+        "resume-finds-the-branch-taken",
+        _resume_finds_the_branch_taken,
+        SUCCESS | {"sandbox.failed", "run.failed"},
+        notices={"resumed"},
     ),
     Scenario(
         "interrupted-then-resumed",
