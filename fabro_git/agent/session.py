@@ -17,6 +17,9 @@ Around that core:
 - **Cancellation.** Trio cancellation (Ctrl-C, a stage timeout) stops the model's
   stream and kills the running shell's process group; the session's closing events
   are emitted all the same, and `result()` still describes the work done.
+- **Tool sets.** Tools beyond the built-in ones (sub-agents, MCP servers) come from
+  `toolsets`: async context managers entered when a run starts and left when it ends,
+  inside the run's cancel scope, so whatever they start lives and dies with the run.
 
 The conversation is a msgspec value (`Conversation.to_bytes()`), so a stage that keeps a
 thread can store it in a checkpoint and a later visit can carry on from it.
@@ -24,10 +27,12 @@ thread can store it in a checkpoint and a later visit can carry on from it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -92,6 +97,9 @@ from fabro_git.llm.types import (
 )
 
 Emit = Callable[[EventProps], object]
+# A source of extra tools for a session's runs: called with the session when a run
+# starts, entered for the run, left when it ends (see `AgentSession.toolsets`).
+ToolSet = Callable[["AgentSession"], AbstractAsyncContextManager[Mapping[str, Tool]]]
 Status = Literal["completed", "turn_limit", "failed", "cancelled"]
 Profile = Literal["anthropic", "openai", "gemini"]
 
@@ -233,7 +241,8 @@ class AgentSession:
     `env` is the stage's environment: it supplies provider keys and, minus every
     `*_API_KEY` and git location variable, the shell tool's environment.
     `on_process_group(pgid, running)` hears of each shell command's process group, for
-    a stage that records them to kill after a crash.
+    a stage that records them to kill after a crash. Each of `toolsets` adds tools for
+    the length of a run; a tool set may name a built-in tool's name only to replace it.
     """
 
     def __init__(
@@ -256,6 +265,7 @@ class AgentSession:
         retry_policy: RetryPolicy | None = None,
         request_timeout: float | None = 600.0,
         on_process_group: Callable[[int, bool], object] | None = None,
+        toolsets: Sequence[ToolSet] = (),
     ) -> None:
         self.worktree = Path(worktree)
         self.target = target
@@ -278,6 +288,8 @@ class AgentSession:
         self.reasoning_effort = reasoning_effort
         self.retry_policy = retry_policy or RetryPolicy()
         self.request_timeout = request_timeout
+        self.on_process_group = on_process_group
+        self.toolsets = tuple(toolsets)
         self._emit = emit
         self._workspace = Workspace(self.worktree)
         self._context = ToolContext(
@@ -296,6 +308,7 @@ class AgentSession:
         self._status: Status = "cancelled"
         self._error: LlmError | None = None
         self._tools: dict[str, Tool] = {}
+        self._extra_tools: dict[str, Tool] = {}
         self._steering: list[str] = []
         self._signatures: list[str] = []
         # Token count of the conversation as of the last response, and how many
@@ -324,22 +337,26 @@ class AgentSession:
                     visit=self.visit,
                 )
             )
-            system = await self._prepare()
-            text, skill = skill_files.expand_slash(prompt, self._context.skills)
-            if skill is not None:
-                self._emit(
-                    AgentSkillActivated(skill_name=skill.name, source="slash", visit=self.visit)
+            async with contextlib.AsyncExitStack() as stack:
+                self._extra_tools = {}
+                for toolset in self.toolsets:
+                    self._extra_tools.update(await stack.enter_async_context(toolset(self)))
+                system = await self._prepare()
+                text, skill = skill_files.expand_slash(prompt, self._context.skills)
+                if skill is not None:
+                    self._emit(
+                        AgentSkillActivated(skill_name=skill.name, source="slash", visit=self.visit)
+                    )
+                self._close_interrupted_round()
+                self.conversation.messages.append(
+                    Message.user(f"{preamble.rstrip()}\n\n{text}" if preamble.strip() else text)
                 )
-            self._close_interrupted_round()
-            self.conversation.messages.append(
-                Message.user(f"{preamble.rstrip()}\n\n{text}" if preamble.strip() else text)
-            )
-            try:
-                self._status = await self._loop(system)
-            except LlmError as err:
-                self._error = err
-                self._status = "failed"
-                self._emit(AgentError(error=err.to_dict()))
+                try:
+                    self._status = await self._loop(system)
+                except LlmError as err:
+                    self._error = err
+                    self._status = "failed"
+                    self._emit(AgentError(error=err.to_dict()))
             self._emit(AgentProcessingEnd())
         finally:
             # Reached on cancellation too; `emit` does not await, so no shield is needed.
@@ -352,6 +369,24 @@ class AgentSession:
         before the next model call (after the running tool round, never within it)."""
         if text.strip():
             self._steering.append(text)
+
+    def emit(self, props: EventProps) -> None:
+        """Emit an event as this session's (a tool set's own events)."""
+        self._emit(props)
+
+    @property
+    def extra_tools(self) -> Mapping[str, Tool]:
+        """The tools the tool sets added to the running run."""
+        return self._extra_tools
+
+    def include(self, other: AgentResult, *, under: str = "") -> None:
+        """Count another session's spending and files as this run's (a sub-agent's);
+        `under` is its working directory relative to this session's worktree."""
+        self._usage = _add_usage(self._usage, other.usage)
+        if other.cost is not None:
+            self._cost = (self._cost or 0.0) + other.cost
+        for path in other.files_touched:
+            self._context.touched[f"{under.rstrip('/')}/{path}" if under else path] = None
 
     def result(self) -> AgentResult:
         return AgentResult(
@@ -391,7 +426,7 @@ class AgentSession:
             )
         )
         names = list(PROFILE_TOOLS[self.profile]) + (["use_skill"] if skills else [])
-        self._tools = {name: TOOLS[name] for name in names}
+        self._tools = {name: TOOLS[name] for name in names} | self._extra_tools
         sections = [
             _PROFILE_BASE[self.profile],
             "\n".join(
