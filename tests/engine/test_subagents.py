@@ -365,3 +365,56 @@ def test_ctrl_c_closes_sub_agents_and_the_resumed_stage_starts_fresh(
     assert len(again.body["messages"]) == 1
     events = _events(repo, run_id)
     assert len(_of(events, "agent.sub.spawned")) == 1
+
+
+def test_send_input_steers_or_restarts_a_sub_agent_and_close_agent_removes_it(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, AGENT % "")
+    say = ToolUse(
+        "send_input", {"agent_id": "sub_1", "message": "MORE: also check the tests"}, id="i2"
+    )
+    llm_server.script(
+        Reply(
+            text="Delegating.",
+            tool_calls=(
+                _spawn("CHILD-S: check the code", "s1"),
+                # Sent before the child's first model call: it joins that request.
+                ToolUse("send_input", {"agent_id": "sub_1", "message": "STEER: be brief"}, id="i1"),
+                _wait("sub_1", "w1"),
+            ),
+        ),
+        Reply(
+            text="One more thing.",
+            tool_calls=(
+                say,  # to a finished child: it works again, on the same conversation
+                _wait("sub_1", "w2"),
+                ToolUse("close_agent", {"agent_id": "sub_1"}, id="c1"),
+                _wait("sub_1", "w3"),
+            ),
+        ),
+        Reply(text="Done."),
+    )
+    llm_server.script_when(
+        "CHILD-S", Reply(text="FIRST: code is fine"), Reply(text="SECOND: tests are fine")
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    first, second = _asking(llm_server, "CHILD-S")
+    assert "STEER: be brief" in json.dumps(first.body["messages"])
+    sent = json.dumps(second.body["messages"])
+    assert "FIRST: code is fine" in sent and "MORE: also check the tests" in sent
+
+    events = _events(repo, result["run_id"])
+    assert [e["properties"]["turns_used"] for e in _of(events, "agent.sub.completed")] == [1, 1]
+    results = {
+        e["properties"]["tool_call_id"]: e["properties"]
+        for e in _of(events, "agent.tool.completed")
+    }
+    assert "SECOND: tests are fine" in results["w2"]["output"]
+    assert results["c1"]["is_error"] is False
+    assert results["w3"]["is_error"] is True and "was closed" in results["w3"]["output"]
+    # Closed once, by close_agent, before the parent's last model call.
+    names = [e["event"] for e in events]
+    [closed] = [i for i, name in enumerate(names) if name == "agent.sub.closed"]
+    assert closed < max(i for i, name in enumerate(names) if name == "agent.message")
