@@ -153,9 +153,11 @@ class SubAgents:
 
     def toolsets(self) -> list[ToolSet]:
         """The root session's tool sets: none when sub-agents are turned off."""
-        return [self._toolset(0)] if self.max_depth > 0 else []
+        return [self.toolset_at(0)] if self.max_depth > 0 else []
 
-    def _toolset(self, depth: int) -> ToolSet:
+    def toolset_at(self, depth: int) -> ToolSet:
+        """The tool set of a session `depth` levels below the stage's own agent."""
+
         def open_team(
             session: AgentSession,
         ) -> contextlib.AbstractAsyncContextManager[Mapping[str, Tool]]:
@@ -262,7 +264,7 @@ class _Team:
             retry_policy=parent.retry_policy,
             request_timeout=parent.request_timeout,
             on_process_group=parent.on_process_group,
-            toolsets=[_fixed(shared), crew._toolset(self.depth + 1)],
+            toolsets=[_fixed(shared), crew.toolset_at(self.depth + 1)],
         )
         entry = _Child(agent_id, self.depth + 1, child, under)
         self.children[agent_id] = entry

@@ -527,10 +527,12 @@ class ProgressRenderer:
                     )
                 ]
             case "agent.error":
-                return [_Line(f"{node}: agent error: {_short(p.get('error', ''), 200)}", "red")]
+                who = "sub-agent" if event.get("parent_session_id") else "agent"
+                return [_Line(f"{node}: {who} error: {_short(p.get('error', ''), 200)}", "red")]
             case "agent.warning":
+                who = "sub-agent" if event.get("parent_session_id") else "agent"
                 return [
-                    _Line(f"{node}: agent warning: {_short(p.get('message', ''), 200)}", "yellow")
+                    _Line(f"{node}: {who} warning: {_short(p.get('message', ''), 200)}", "yellow")
                 ]
         return []
 

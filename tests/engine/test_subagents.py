@@ -234,6 +234,7 @@ def test_a_failed_sub_agent_is_an_error_result_for_its_parent(
     llm_server.script_when("CHILD-F", unauthorized())
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr  # the parent decides; the stage succeeds
+    assert "work: sub-agent error" in proc.stderr
     events = _events(repo, result["run_id"])
     [failed] = _of(events, "agent.sub.failed")
     props = failed["properties"]
