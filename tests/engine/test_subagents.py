@@ -419,3 +419,13 @@ def test_send_input_steers_or_restarts_a_sub_agent_and_close_agent_removes_it(
     names = [e["event"] for e in events]
     [closed] = [i for i, name in enumerate(names) if name == "agent.sub.closed"]
     assert closed < max(i for i, name in enumerate(names) if name == "agent.message")
+
+
+def test_a_malformed_max_subagent_depth_is_refused_before_the_run(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, AGENT % ', max_subagent_depth="deep"')
+    proc = run_fabro("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1
+    assert "wf.fabro:4" in proc.stderr and "max_subagent_depth" in proc.stderr
+    assert llm_server.requests == []
