@@ -259,6 +259,7 @@ class _Team:
             limits=msgspec.structs.replace(parent.limits, max_turns=max_turns),
             env=parent.env,
             session_id=session_id,
+            visit=parent.visit,
             skill_dirs=parent.skill_dirs,
             reasoning_effort=parent.reasoning_effort,
             retry_policy=parent.retry_policy,
