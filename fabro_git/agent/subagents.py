@@ -134,7 +134,7 @@ SPECS = {
 
 
 class SubAgents:
-    """The sub-agents of one agent stage. `toolset()` is the root session's tool set;
+    """The sub-agents of one agent stage. `toolsets()` are the root session's;
     `max_depth` bounds the nesting (a root's children are at depth 1) and
     `max_running` the children running at once in the whole tree."""
 
