@@ -6,6 +6,9 @@ with text, reasoning, tool calls and usage in the provider's own field names. Ea
 scripts it: a queue of replies and faults (HTTP errors in the provider's error format,
 or a stream cut off mid-response), consumed one per request; with the queue empty it
 answers "ok". It records every request so tests can assert on what the SDK sent.
+Queues can also be kept per protocol (`script_for`) and per conversation
+(`script_when`, matched on the request's first user message), for callers that hold
+several conversations at once; `Together` holds a reply until its partners arrived.
 
 It runs in a thread on 127.0.0.1 with an ephemeral port; the CLI under test reaches it
 through the `*_BASE_URL` variables.
@@ -82,7 +85,23 @@ class Stall:
     reply: Reply = Reply()
 
 
-Scripted = Reply | Fault | Drop | StreamError | Stall
+@dataclass(frozen=True)
+class Together:
+    """Answer with `reply` only once `count` requests scripted with the same `group`
+    have arrived, so that each proves the others were sent while it waited. If they do
+    not all come within `timeout` seconds, answer 400 (`apart`) instead."""
+
+    group: str
+    count: int
+    reply: Reply = Reply()
+    timeout: float = 60.0
+
+
+Scripted = Reply | Fault | Drop | StreamError | Stall | Together
+
+
+def apart(group: str) -> Fault:
+    return Fault(400, "invalid", f"requests of group {group!r} did not arrive together")
 
 
 def rate_limited(retry_after: float | None = None) -> Fault:
@@ -131,6 +150,9 @@ class LlmServer:
     def __init__(self) -> None:
         self._script: deque[Scripted] = deque()
         self._by_api: dict[str, deque[Scripted]] = {}
+        self._by_conversation: list[tuple[str, deque[Scripted]]] = []
+        self._arrived: dict[str, int] = {}
+        self._together = threading.Condition(threading.Lock())
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -168,12 +190,39 @@ class LlmServer:
         with self._lock:
             self._by_api.setdefault(api, deque()).extend(items)
 
-    def next_scripted(self, api: str) -> Scripted:
+    def script_when(self, match: str, *items: Scripted) -> None:
+        """Queue items answered only to requests whose first user message contains
+        `match`: one conversation's replies (a sub-agent's task), whatever the order in
+        which concurrent conversations ask."""
         with self._lock:
+            for known, queue in self._by_conversation:
+                if known == match:
+                    queue.extend(items)
+                    return
+            self._by_conversation.append((match, deque(items)))
+
+    def next_scripted(self, api: str, body: dict[str, Any] | None = None) -> Scripted:
+        with self._lock:
+            first = _first_user_text(body or {})
+            for match, queue in self._by_conversation:
+                if match in first:
+                    if queue:
+                        return queue.popleft()
+                    return Reply()
             own = self._by_api.get(api)
             if own:
                 return own.popleft()
             return self._script.popleft() if self._script else Reply()
+
+    def meet(self, together: Together) -> Reply | Fault:
+        """Wait for the partners of `together`; its reply, or `apart` if they never come."""
+        with self._together:
+            self._arrived[together.group] = self._arrived.get(together.group, 0) + 1
+            self._together.notify_all()
+            met = self._together.wait_for(
+                lambda: self._arrived[together.group] >= together.count, together.timeout
+            )
+        return together.reply if met else apart(together.group)
 
     def record(self, recorded: Recorded) -> None:
         with self._lock:
@@ -181,6 +230,18 @@ class LlmServer:
 
     def next_id(self) -> int:
         return next(self._ids)
+
+
+def _first_user_text(body: dict[str, Any]) -> str:
+    """The first user message of a request in any of the three formats, as JSON text."""
+    messages = body.get("messages") or body.get("input") or []
+    if isinstance(messages, str):
+        return messages
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            return content if isinstance(content, str) else json.dumps(content)
+    return ""
 
 
 def provider_env(server: LlmServer) -> dict[str, str]:
@@ -223,7 +284,9 @@ class _Handler(BaseHTTPRequestHandler):
                 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
             )
             return
-        scripted = self.owner.next_scripted(api)
+        scripted = self.owner.next_scripted(api, body)
+        if isinstance(scripted, Together):
+            scripted = self.owner.meet(scripted)
         if isinstance(scripted, Fault):
             self._send_json(scripted.status, _error_body(api, scripted), scripted.headers)
             return
@@ -284,6 +347,7 @@ def _error_body(api: str, fault: Fault) -> dict[str, Any]:
             "server": "api_error",
             "auth": "authentication_error",
             "quota": "billing_error",
+            "invalid": "invalid_request_error",
         }[fault.kind]
         return {"type": "error", "error": {"type": kind, "message": fault.message}}
     kind, code = {
@@ -291,6 +355,7 @@ def _error_body(api: str, fault: Fault) -> dict[str, Any]:
         "server": ("server_error", None),
         "auth": ("invalid_request_error", "invalid_api_key"),
         "quota": ("insufficient_quota", "insufficient_quota"),
+        "invalid": ("invalid_request_error", None),
     }[fault.kind]
     return {"error": {"message": fault.message, "type": kind, "param": None, "code": code}}
 

@@ -18,8 +18,12 @@ runs, `agent.steer(text)` queues guidance for the next model call, and the optio
 `on_process_group(pgid, running)` hook reports each shell command's process group so
 the stage can record it. After a cancellation, `agent.result()` reports what was done.
 
+Tools beyond the built-in ones come from `toolsets=`, entered for each run; the stage
+passes `subagents.SubAgents(stamp).toolsets()`, the four sub-agent tools.
+
 The modules: `session` (the loop, compaction, loop detection), `tools` (schemas and
-implementations), `workspace` (path confinement), `shell` (process groups and
-timeouts), `patch` (the v4a format), `truncation`, `memory` (AGENTS.md and friends) and
-`skills`. The provider SDKs load only when the first request is sent.
+implementations), `subagents` (child sessions), `workspace` (path confinement), `shell`
+(process groups and timeouts), `patch` (the v4a format), `truncation`, `memory`
+(AGENTS.md and friends) and `skills`. The provider SDKs load only when the first
+request is sent.
 """

@@ -40,6 +40,8 @@ from fabro_git.llm.types import ToolSpec
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
 
+    from fabro_git.agent.session import AgentSession, ToolSet
+
 # Provider tool names are at most 64 characters of [A-Za-z0-9_-].
 MAX_TOOL_NAME = 64
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
@@ -253,3 +255,17 @@ async def _start_all(
             )
         )
     return tools, None
+
+
+def toolset(specs: Sequence[McpServerSpec], *, log_dir: Path | None) -> ToolSet:
+    """The servers as an agent session's tool set: started when a run of the session
+    starts, in its worktree, and stopped when it ends."""
+
+    @contextlib.asynccontextmanager
+    async def open_for(session: AgentSession) -> AsyncIterator[Mapping[str, Tool]]:
+        async with open_servers(
+            specs, emit=session.emit, cwd=session.worktree, log_dir=log_dir, visit=session.visit
+        ) as tools:
+            yield {tool.spec.name: tool for tool in tools}
+
+    return open_for

@@ -17,6 +17,9 @@ Around that core:
 - **Cancellation.** Trio cancellation (Ctrl-C, a stage timeout) stops the model's
   stream and kills the running shell's process group; the session's closing events
   are emitted all the same, and `result()` still describes the work done.
+- **Tool sets.** Tools beyond the built-in ones (sub-agents, MCP servers) come from
+  `toolsets`: async context managers entered when a run starts and left when it ends,
+  inside the run's cancel scope, so whatever they start lives and dies with the run.
 
 The conversation is a msgspec value (`Conversation.to_bytes()`), so a stage that keeps a
 thread can store it in a checkpoint and a later visit can carry on from it.
@@ -29,6 +32,7 @@ import os
 import platform
 import uuid
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -38,7 +42,7 @@ import trio
 
 from fabro_git.agent import memory as memory_files
 from fabro_git.agent import skills as skill_files
-from fabro_git.agent.mcp import McpRequiredError, McpServerSpec
+from fabro_git.agent.mcp import McpRequiredError
 from fabro_git.agent.shell import shell_environment
 from fabro_git.agent.tools import (
     PROFILE_TOOLS,
@@ -94,6 +98,9 @@ from fabro_git.llm.types import (
 )
 
 Emit = Callable[[EventProps], object]
+# A source of extra tools for a session's runs: called with the session when a run
+# starts, entered for the run, left when it ends (see `AgentSession.toolsets`).
+ToolSet = Callable[["AgentSession"], AbstractAsyncContextManager[Mapping[str, Tool]]]
 Status = Literal["completed", "turn_limit", "failed", "cancelled"]
 Profile = Literal["anthropic", "openai", "gemini"]
 
@@ -235,7 +242,8 @@ class AgentSession:
     `env` is the stage's environment: it supplies provider keys and, minus every
     `*_API_KEY` and git location variable, the shell tool's environment.
     `on_process_group(pgid, running)` hears of each shell command's process group, for
-    a stage that records them to kill after a crash.
+    a stage that records them to kill after a crash. Each of `toolsets` adds tools for
+    the length of a run; a tool set may name a built-in tool's name only to replace it.
     """
 
     def __init__(
@@ -258,13 +266,9 @@ class AgentSession:
         retry_policy: RetryPolicy | None = None,
         request_timeout: float | None = 600.0,
         on_process_group: Callable[[int, bool], object] | None = None,
-        mcp_servers: Sequence[McpServerSpec] = (),
-        log_dir: Path | None = None,
+        toolsets: Sequence[ToolSet] = (),
     ) -> None:
         self.worktree = Path(worktree)
-        self.mcp_servers = tuple(mcp_servers)
-        # Where MCP servers' stderr logs go (the stage's scratch dir).
-        self.log_dir = log_dir
         self.target = target
         self.fallbacks = tuple(fallbacks)
         self.system_prompt = system_prompt
@@ -285,6 +289,8 @@ class AgentSession:
         self.reasoning_effort = reasoning_effort
         self.retry_policy = retry_policy or RetryPolicy()
         self.request_timeout = request_timeout
+        self.on_process_group = on_process_group
+        self.toolsets = tuple(toolsets)
         self._emit = emit
         self._workspace = Workspace(self.worktree)
         self._context = ToolContext(
@@ -304,6 +310,7 @@ class AgentSession:
         self._error: LlmError | None = None
         self._stopped: str | None = None  # why the session could not start
         self._tools: dict[str, Tool] = {}
+        self._extra_tools: dict[str, Tool] = {}
         self._steering: list[str] = []
         self._signatures: list[str] = []
         # Token count of the conversation as of the last response, and how many
@@ -332,9 +339,11 @@ class AgentSession:
                     visit=self.visit,
                 )
             )
-            async with self._mcp_tools() as mcp_tools:
+            async with contextlib.AsyncExitStack() as stack:
+                self._extra_tools = {}
+                for toolset in self.toolsets:
+                    self._extra_tools.update(await stack.enter_async_context(toolset(self)))
                 system = await self._prepare()
-                self._tools.update((tool.spec.name, tool) for tool in mcp_tools)
                 text, skill = skill_files.expand_slash(prompt, self._context.skills)
                 if skill is not None:
                     self._emit(
@@ -368,6 +377,24 @@ class AgentSession:
         if text.strip():
             self._steering.append(text)
 
+    def emit(self, props: EventProps) -> None:
+        """Emit an event as this session's (a tool set's own events)."""
+        self._emit(props)
+
+    @property
+    def extra_tools(self) -> Mapping[str, Tool]:
+        """The tools the tool sets added to the running run."""
+        return self._extra_tools
+
+    def include(self, other: AgentResult, *, under: str = "") -> None:
+        """Count another session's spending and files as this run's (a sub-agent's);
+        `under` is its working directory relative to this session's worktree."""
+        self._usage = _add_usage(self._usage, other.usage)
+        if other.cost is not None:
+            self._cost = (self._cost or 0.0) + other.cost
+        for path in other.files_touched:
+            self._context.touched[f"{under.rstrip('/')}/{path}" if under else path] = None
+
     def result(self) -> AgentResult:
         error: dict[str, Any] | None = self._error.to_dict() if self._error else None
         failure_class = self._error.failure_class if self._error else None
@@ -385,21 +412,6 @@ class AgentSession:
             turns=self._turns,
             error=error,
             failure_class=failure_class,
-        )
-
-    def _mcp_tools(self) -> contextlib.AbstractAsyncContextManager[list[Tool]]:
-        """The configured MCP servers' tools, while the block runs (none configured:
-        no SDK import, no cost)."""
-        if not self.mcp_servers:
-            return contextlib.nullcontext([])
-        from fabro_git.agent.mcp import open_servers
-
-        return open_servers(
-            self.mcp_servers,
-            emit=self._emit,
-            cwd=self.worktree,
-            log_dir=self.log_dir,
-            visit=self.visit,
         )
 
     # ------------------------------------------------------------------------ setup
@@ -428,7 +440,7 @@ class AgentSession:
             )
         )
         names = list(PROFILE_TOOLS[self.profile]) + (["use_skill"] if skills else [])
-        self._tools = {name: TOOLS[name] for name in names}
+        self._tools = {name: TOOLS[name] for name in names} | self._extra_tools
         sections = [
             _PROFILE_BASE[self.profile],
             "\n".join(

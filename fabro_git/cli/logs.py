@@ -32,11 +32,17 @@ class Filter:
     """Which events to print: `--pretty`'s noise rule, `--since` and `-n/--tail`."""
 
     def __init__(self, *, pretty: bool, verbose: bool, since_ts: str | None) -> None:
+        from fabro_git.events.render import SessionDepth
+
         self.pretty = pretty
         self.verbose = verbose
         self.since_ts = since_ts
+        # Learnt from every event read, shown or not, so a sub-agent's lines are indented
+        # under its parent's even when the parent's start was filtered out.
+        self.sessions = SessionDepth()
 
     def keep(self, event: dict[str, Any]) -> bool:
+        self.sessions.of(event)
         if self.pretty and not self.verbose and str(event.get("event", "")).startswith(BOOKKEEPING):
             return False
         return self.since_ts is None or str(event.get("ts", "")) >= self.since_ts
@@ -58,15 +64,16 @@ def _select(data: bytes, keep: Filter) -> list[tuple[bytes, dict[str, Any]]]:
     return out
 
 
-def _emit(selected: list[tuple[bytes, dict[str, Any]]], pretty: bool) -> None:
+def _emit(selected: list[tuple[bytes, dict[str, Any]]], keep: Filter) -> None:
     from fabro_git.cli import _colour as colour
     from fabro_git.events.render import format_pretty
 
     out = sys.stdout
+    pretty = keep.pretty
     on = pretty and colour.wanted(out)
     for line, event in selected:
         if pretty:
-            text = format_pretty(event)
+            text = format_pretty(event, keep.sessions.of(event))
             props = event.get("properties") or {}
             style = colour.STATUS_STYLE.get(str(props.get("status", "")))
             if str(event.get("event", "")).endswith((".failed", ".timeout")):
@@ -136,7 +143,7 @@ def run(
         offset = len(data)
         extra = tail_after(data, last)
     selected = _select(durable, keep) + _select(extra, keep)
-    _emit(selected[-tail:] if tail else [] if tail == 0 else selected, pretty)
+    _emit(selected[-tail:] if tail else [] if tail == 0 else selected, keep)
     if not follow:
         return 0
     git_dir = Path(repo.git_dir)
@@ -152,7 +159,7 @@ def run(
                 pending += chunk
                 complete, _, pending = pending.rpartition(b"\n")
                 if complete:
-                    _emit(_select(complete + b"\n", keep), pretty)
+                    _emit(_select(complete + b"\n", keep), keep)
                 idle_checks = 0
                 continue
         if not is_live(git_dir, full_id):

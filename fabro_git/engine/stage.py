@@ -129,10 +129,12 @@ class StageRequest:
             parent_session_id=parent_session_id,
         )
 
-    def emit_session(self, props: EventProps, *, session_id: str) -> None:
+    def emit_session(
+        self, props: EventProps, *, session_id: str, parent_session_id: str | None = None
+    ) -> None:
         """Emit an agent session's lifecycle event, which is not stage-scoped: it carries
-        the session id alone."""
-        self._runtime.emit(props, session_id=session_id)
+        the session ids alone (a sub-agent's names its parent's)."""
+        self._runtime.emit(props, session_id=session_id, parent_session_id=parent_session_id)
 
     @contextlib.contextmanager
     def take_steering(self, receive: Callable[[str], None]) -> Iterator[None]:

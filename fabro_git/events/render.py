@@ -238,11 +238,29 @@ def _generic(p: dict[str, Any]) -> str:
     return " ".join(parts)
 
 
-def format_pretty(env: dict[str, Any]) -> str:
-    """One line for a person: `HH:MM:SS.mmm  event  node  facts` (time is UTC)."""
+class SessionDepth:
+    """How deep in a stage's sub-agent tree each event's agent session is, learnt from
+    the events read so far: a session whose event names a parent is one below it."""
+
+    def __init__(self) -> None:
+        self._depth: dict[str, int] = {}
+
+    def of(self, env: dict[str, Any]) -> int:
+        session, parent = env.get("session_id"), env.get("parent_session_id")
+        if not isinstance(session, str):
+            return 0
+        if session not in self._depth:
+            above = self._depth.get(parent, 0) if isinstance(parent, str) else -1
+            self._depth[session] = above + 1
+        return self._depth[session]
+
+
+def format_pretty(env: dict[str, Any], depth: int = 0) -> str:
+    """One line for a person: `HH:MM:SS.mmm  event  node  facts` (time is UTC). A
+    sub-agent's event (`depth` below the stage's own agent) is indented under it."""
     ts = str(env.get("ts", ""))
     clock = ts[11:23] if len(ts) >= 23 else ts
-    name = str(env.get("event", "?"))
+    name = "  " * max(0, depth) + str(env.get("event", "?"))
     props = env.get("properties")
     facts = _pretty_facts(name, props if isinstance(props, dict) else {})
     node = _node_name(env)
@@ -509,10 +527,12 @@ class ProgressRenderer:
                     )
                 ]
             case "agent.error":
-                return [_Line(f"{node}: agent error: {_short(p.get('error', ''), 200)}", "red")]
+                who = "sub-agent" if event.get("parent_session_id") else "agent"
+                return [_Line(f"{node}: {who} error: {_short(p.get('error', ''), 200)}", "red")]
             case "agent.warning":
+                who = "sub-agent" if event.get("parent_session_id") else "agent"
                 return [
-                    _Line(f"{node}: agent warning: {_short(p.get('message', ''), 200)}", "yellow")
+                    _Line(f"{node}: {who} warning: {_short(p.get('message', ''), 200)}", "yellow")
                 ]
         return []
 

@@ -174,6 +174,7 @@ async def run_prompt(req: StageRequest, body: str, preamble: str) -> Outcome:
 async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
     """The agent loop in the stage's worktree until the model answers in text."""
     from fabro_git.agent.session import AgentLimits, AgentSession
+    from fabro_git.agent.subagents import DEFAULT_MAX_DEPTH, SubAgents
 
     node = req.node
     if backend_of(node) == "cli":
@@ -185,13 +186,20 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
     # The model that answered last: after a failover, a fallback's.
     served = [target.model]
 
+    def stamp(props: EventProps, session: str, parent: str | None = None) -> None:
+        if props.NAME in UNSCOPED_EVENTS:
+            req.emit_session(props, session_id=session, parent_session_id=parent)
+        else:
+            req.emit(props, session_id=session, parent_session_id=parent)
+
     def forward(props: EventProps) -> None:
         if isinstance(props, AgentMessage):
             served[0] = props.model
-        if props.NAME in UNSCOPED_EVENTS:
-            req.emit_session(props, session_id=session_id)
-        else:
-            req.emit(props, session_id=session_id)
+        stamp(props, session_id)
+
+    subagents = SubAgents(
+        stamp, max_depth=max(0, node.get_int("max_subagent_depth", DEFAULT_MAX_DEPTH))
+    )
 
     servers, broken = _mcp_specs(req)
     for name, error, required in broken:
@@ -200,6 +208,11 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
             return Outcome.failure(
                 f"MCP server {name!r} is required and cannot start: {error}", oc.DETERMINISTIC
             )
+    mcp_toolsets = []
+    if servers:
+        from fabro_git.agent.mcp import toolset
+
+        mcp_toolsets.append(toolset(servers, log_dir=req.stage_dir))
     session = AgentSession(
         req.worktree,
         target=target,
@@ -212,8 +225,7 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         visit=req.visit,
         reasoning_effort=_effort(req),
         on_process_group=req.on_process_group,
-        mcp_servers=servers,
-        log_dir=req.stage_dir,
+        toolsets=[*mcp_toolsets, *subagents.toolsets()],
     )
 
     def timed_out(seconds: float) -> Outcome:

@@ -71,6 +71,7 @@ FABRO_NODE: frozenset[str] = frozenset(
         "project_memory",
         "backend",
         "speed",
+        "max_subagent_depth",
         "dry_run.response",
         # Commands.
         "script",

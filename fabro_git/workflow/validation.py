@@ -115,6 +115,7 @@ NODE_INTS: tuple[str, ...] = (
     "max_tokens",
     "max_parallel",
     "manager.max_cycles",
+    "max_subagent_depth",
 )
 NODE_BOOLS: tuple[str, ...] = ("goal_gate", "auto_status", "allow_partial", "project_memory")
 NODE_DURATIONS: tuple[str, ...] = ("timeout", "duration", "manager.poll_interval")
