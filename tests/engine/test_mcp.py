@@ -407,3 +407,40 @@ def test_ctrl_c_during_a_tool_call_stops_the_server(
     assert "Traceback" not in err.decode()
     with pytest.raises(ProcessLookupError):
         os.kill(server_pid, 0)
+
+
+def test_a_sub_agent_uses_the_stages_mcp_servers(
+    repo: Path, llm_server: LlmServer, notes_server: Path
+) -> None:
+    """One server for the stage: the child calls the tool the parent's run started."""
+    write_workflow(repo, AGENT)
+    _run_config(repo, _stdio("notes", notes_server))
+    llm_server.script(
+        Reply(
+            text="Delegating.",
+            tool_calls=(
+                ToolUse("spawn_agent", {"task": "CHILD-M: note it"}, id="s1"),
+                ToolUse("wait", {"agent_id": "sub_1"}, id="w1"),
+            ),
+        ),
+        Reply(text="Done."),
+    )
+    llm_server.script_when(
+        "CHILD-M",
+        Reply(
+            text="Noting.",
+            tool_calls=(ToolUse("mcp__notes__add_note", {"text": "from the child"}, id="c1"),),
+        ),
+        Reply(text="Noted it."),
+    )
+    proc, result = run_json("run", "run.toml", "--goal", "notes", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert git(repo, "show", f"fabro/run/{run_id}:notes.md") == "from the child\n"
+    events = _events(repo, run_id)
+    assert len(_of(events, "agent.mcp.ready")) == 1
+    [call] = [
+        e for e in _of(events, "agent.tool.completed") if e["properties"]["tool_call_id"] == "c1"
+    ]
+    assert call["properties"]["is_error"] is False
+    assert call.get("parent_session_id")  # the child's, not the parent's
