@@ -155,6 +155,7 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         visit=req.visit,
         reasoning_effort=_effort(req),
         on_process_group=req.on_process_group,
+        tool_hooks=req.tool_hooks,
     )
 
     def timed_out(seconds: float) -> Outcome:

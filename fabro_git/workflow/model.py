@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fabro_git.durations import parse_duration as parse_duration
 from fabro_git.errors import WorkflowError
 
 if TYPE_CHECKING:
@@ -74,8 +75,6 @@ DEFAULT_SHAPE = "box"
 NODE_ID_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 NODE_ID_MAX_LENGTH = 100
 
-_DURATION_RE = re.compile(r"^\s*(-?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|h|d)?\s*$")
-_DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _TRUE = frozenset({"true", "yes", "1", "on"})
 _FALSE = frozenset({"false", "no", "0", "off"})
 
@@ -107,14 +106,6 @@ def collector_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
-
-
-def parse_duration(text: str) -> float | None:
-    """Seconds for `250ms`, `30s`, `15m`, `2h`, `1d` or a bare number of seconds."""
-    match = _DURATION_RE.match(text)
-    if not match:
-        return None
-    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
 
 
 def parse_bool(text: str) -> bool | None:

@@ -1,0 +1,17 @@
+"""Durations as a person writes them (`250ms`, `30s`, `15m`, `2h`, `1d`): one parser
+for workflow attributes, run configuration and command options alike."""
+
+from __future__ import annotations
+
+import re
+
+_DURATION_RE = re.compile(r"^\s*(-?(?:\d+(?:\.\d*)?|\.\d+))\s*(ms|s|m|h|d)?\s*$")
+_DURATION_UNITS = {None: 1.0, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds for `250ms`, `30s`, `15m`, `2h`, `1d` or a bare number of seconds."""
+    match = _DURATION_RE.match(text)
+    if not match:
+        return None
+    return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
