@@ -173,6 +173,11 @@ class LifecycleHooks:
         self._nursery: trio.Nursery | None = None
         self._numbers = itertools.count(1)
         self._events = frozenset(hook.event for hook in hooks if hook.kind in RUNNABLE)
+        # Non-blocking hooks started in the worktree and not yet done: the worktree is
+        # removed only once they are (`wait_worktree_free`).
+        self._in_worktree = 0
+        self._worktree_free = trio.Event()
+        self._worktree_free.set()
 
     @classmethod
     def from_settings(
@@ -226,7 +231,11 @@ class LifecycleHooks:
                 continue
             if not hook.blocking:
                 if self._nursery is not None:
-                    self._nursery.start_soon(self._run, hook, payload)
+                    if _in_worktree(hook):  # counted now: the task starts later
+                        if self._in_worktree == 0:
+                            self._worktree_free = trio.Event()
+                        self._in_worktree += 1
+                    self._nursery.start_soon(self._run_beside, hook, payload)
                 else:
                     await self._run(hook, payload)
                 continue
@@ -236,6 +245,19 @@ class LifecycleHooks:
             if decision.action == "block":
                 break
         return decision
+
+    async def wait_worktree_free(self) -> None:
+        """Wait for the non-blocking hooks running in the worktree, before it goes."""
+        await self._worktree_free.wait()
+
+    async def _run_beside(self, hook: Hook, payload: dict[str, Any]) -> None:
+        try:
+            await self._run(hook, payload)
+        finally:
+            if _in_worktree(hook):
+                self._in_worktree -= 1
+                if self._in_worktree == 0:
+                    self._worktree_free.set()
 
     def _payload(self, event: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -388,6 +410,12 @@ class LifecycleHooks:
 
 
 RUNNABLE = frozenset({"command", "http"})
+
+
+def _in_worktree(hook: Hook) -> bool:
+    return hook.kind == "command" and hook.sandbox
+
+
 TOOL_EVENTS = ("pre_tool_use", "post_tool_use", "post_tool_use_failure")
 
 

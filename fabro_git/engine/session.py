@@ -864,6 +864,7 @@ async def _finish(
     # Ignored files in it (build caches) go with it; only a killed run keeps them.
     if recorder is not None and recorder.worktree is not None:
         await runtime.hooks.fire("sandbox_cleanup", status=status)
+        await runtime.hooks.wait_worktree_free()
         emit(ev.SandboxCleanupStarted(provider="local"))
         c0 = time.monotonic()
         try:
