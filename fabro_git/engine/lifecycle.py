@@ -173,11 +173,11 @@ class LifecycleHooks:
         self._nursery: trio.Nursery | None = None
         self._numbers = itertools.count(1)
         self._events = frozenset(hook.event for hook in hooks if hook.kind in RUNNABLE)
-        # Non-blocking hooks started in the worktree and not yet done: the worktree is
-        # removed only once they are (`wait_worktree_free`).
-        self._in_worktree = 0
-        self._worktree_free = trio.Event()
-        self._worktree_free.set()
+        # Non-blocking hooks started and not yet done: all of them (the run's final
+        # record waits for them, so their notices are in it), and those running in the
+        # worktree (which is removed only once they are done).
+        self._beside = _Tally()
+        self._in_worktree = _Tally()
 
     @classmethod
     def from_settings(
@@ -231,10 +231,10 @@ class LifecycleHooks:
                 continue
             if not hook.blocking:
                 if self._nursery is not None:
-                    if _in_worktree(hook):  # counted now: the task starts later
-                        if self._in_worktree == 0:
-                            self._worktree_free = trio.Event()
-                        self._in_worktree += 1
+                    # Counted now: the task starts later.
+                    self._beside.add()
+                    if _in_worktree(hook):
+                        self._in_worktree.add()
                     self._nursery.start_soon(self._run_beside, hook, payload)
                 else:
                     await self._run(hook, payload)
@@ -248,16 +248,19 @@ class LifecycleHooks:
 
     async def wait_worktree_free(self) -> None:
         """Wait for the non-blocking hooks running in the worktree, before it goes."""
-        await self._worktree_free.wait()
+        await self._in_worktree.wait_zero()
+
+    async def wait_all_done(self) -> None:
+        """Wait for every non-blocking hook started so far."""
+        await self._beside.wait_zero()
 
     async def _run_beside(self, hook: Hook, payload: dict[str, Any]) -> None:
         try:
             await self._run(hook, payload)
         finally:
+            self._beside.done()
             if _in_worktree(hook):
-                self._in_worktree -= 1
-                if self._in_worktree == 0:
-                    self._worktree_free.set()
+                self._in_worktree.done()
 
     def _payload(self, event: str, fields: Mapping[str, Any]) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -414,6 +417,28 @@ RUNNABLE = frozenset({"command", "http"})
 
 def _in_worktree(hook: Hook) -> bool:
     return hook.kind == "command" and hook.sandbox
+
+
+class _Tally:
+    """A count of tasks in flight that can be waited down to zero."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._zero = trio.Event()
+        self._zero.set()
+
+    def add(self) -> None:
+        if self.count == 0:
+            self._zero = trio.Event()
+        self.count += 1
+
+    def done(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._zero.set()
+
+    async def wait_zero(self) -> None:
+        await self._zero.wait()
 
 
 TOOL_EVENTS = ("pre_tool_use", "post_tool_use", "post_tool_use_failure")

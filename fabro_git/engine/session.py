@@ -708,7 +708,7 @@ async def _drive(
                     ):
                         await _run_setup(runtime, manifest, worktree)
                         scope.context.set("internal.setup_done", True)
-                    await _start_hooks(hooks, worktree, resuming=resuming)
+                    await _start_hooks(hooks, resuming=resuming)
                     status = await runtime.run_main(scope)
                 except RunFailed as exc:
                     status, error = oc.FAILED, str(exc)
@@ -750,11 +750,11 @@ class _SetupFailed(Exception):
     pass
 
 
-async def _start_hooks(hooks: LifecycleHooks, worktree: Path, *, resuming: bool) -> None:
+async def _start_hooks(hooks: LifecycleHooks, *, resuming: bool) -> None:
     """`sandbox_ready`, then `run_start`: a block from either fails the run before its
     first stage (a skip has no stage to skip, and proceeds)."""
     for event in ("sandbox_ready", "run_start"):
-        decision = await hooks.fire(event, cwd=str(worktree), resumed=resuming or None)
+        decision = await hooks.fire(event, resumed=resuming or None)
         if decision.action == "block":
             raise RunFailed(decision.describe(event))
 
@@ -876,6 +876,8 @@ async def _finish(
             )
         except FabroError as exc:
             emit(ev.SandboxCleanupFailed(provider="local", error=str(exc)))
+    # The run's last record holds what its last hooks said (their notices).
+    await runtime.hooks.wait_all_done()
     if recorder is not None:
         files = dict(runtime.pending_files)
         runtime.pending_files = {}
