@@ -426,7 +426,10 @@ def test_an_http_hook_can_block_with_a_json_decision(repo: Path, webhook: type[_
     proc, result = run_json("run", "run.toml", cwd=repo)
     assert proc.returncode == 1
     assert not branch_has(repo, result["run_id"], "deployed.txt")
-    assert "change freeze" in result.get("error", "") or "change freeze" in proc.stderr
+    events = events_of(repo, result["run_id"])
+    [failed] = [e for e in events if e["event"] == "stage.failed"]
+    assert failed["node_id"] == "deploy"
+    assert "change freeze" in failed["properties"]["error"]
 
 
 def test_a_plain_http_url_needs_tls_off(repo: Path) -> None:
@@ -501,21 +504,124 @@ def test_a_pre_tool_use_hook_blocks_the_agents_shell_and_post_hooks_see_the_rest
     assert shell["properties"]["is_error"] is True
 
 
-def test_pre_tool_use_payload_carries_the_tool_input(
+def test_tool_hook_payloads_carry_the_input_and_the_error(
     repo: Path, tmp_path: Path, log: Path, llm_server: LlmServer
 ) -> None:
     cmd = record_cmd(tmp_path, log)
-    configure(repo, hook("pre_tool_use", cmd), AGENT)
+    configure(
+        repo,
+        hook("pre_tool_use", cmd, matcher="write_file")
+        + hook("post_tool_use_failure", cmd)
+        + hook("post_tool_use", cmd, matcher="^shell$"),
+        AGENT,
+    )
     llm_server.script(
         Reply(
             text="Writing.",
-            tool_calls=(ToolUse("write_file", {"path": "a.txt", "content": "a\n"}, id="w1"),),
+            tool_calls=(
+                ToolUse("write_file", {"path": "a.txt", "content": "a\n"}, id="w1"),
+                ToolUse("read_file", {"path": "missing.txt"}, id="r1"),
+            ),
         ),
         Reply(text="Done."),
     )
     proc, result = run_json("run", "run.toml", "--goal", "tidy", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert git(repo, "show", f"fabro/run/{result['run_id']}:a.txt") == "a\n"
-    [pre] = [r["payload"] for r in records(log)]
-    assert pre["tool_name"] == "write_file"
+    got = {r["payload"]["event"]: r["payload"] for r in records(log)}
+    assert set(got) == {"pre_tool_use", "post_tool_use_failure"}
+    pre = got["pre_tool_use"]
+    assert pre["tool_name"] == "write_file" and pre["node_id"] == "work"
     assert pre["tool_input"] == {"path": "a.txt", "content": "a\n"}
+    failure = got["post_tool_use_failure"]
+    assert failure["tool_name"] == "read_file" and failure["tool_call_id"] == "r1"
+    assert "missing.txt" in failure["error_message"] and "tool_output" not in failure
+
+
+def test_a_failing_hooks_output_reaches_git_only_redacted(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "hooksecret-" + "q7" * 12
+    monkeypatch.setenv("DEPLOY_SERVICE_TOKEN", secret)
+    # On the host, a hook sees the user's environment, and may well print a key.
+    configure(
+        repo,
+        hook("run_complete", 'echo "token was $DEPLOY_SERVICE_TOKEN" >&2; exit 1', sandbox=False),
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    [notice] = notices(events_of(repo, result["run_id"]), "hook_failed")
+    assert "exited with code 1" in notice["properties"]["message"]
+    assert "***" + secret[-4:] in notice["properties"]["message"]
+    objects = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert secret.encode() not in objects
+
+
+FAN_OUT = """\
+digraph P {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    fan   [shape=component]
+    a     [shape=parallelogram, script="echo a > a.txt"]
+    b     [shape=parallelogram, script="exit 1"]
+    join  [shape=tripleoctagon]
+    start -> fan
+    fan -> a
+    fan -> b
+    a -> join
+    b -> join
+    join -> exit
+}
+"""
+
+
+def test_parallel_hooks_fire_around_the_fan_out_and_stage_hooks_in_branches(
+    repo: Path, tmp_path: Path, log: Path
+) -> None:
+    cmd = record_cmd(tmp_path, log)
+    configure(
+        repo,
+        hook("parallel_start", cmd, matcher="ignored")
+        + hook("parallel_complete", cmd)
+        + hook("stage_failed", cmd),
+        FAN_OUT,
+    )
+    proc, _ = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    got = {r["payload"]["event"]: r["payload"] for r in records(log)}
+    assert set(got) == {"parallel_start", "parallel_complete", "stage_failed"}
+    assert got["parallel_start"]["node_id"] == "fan"
+    assert got["parallel_start"]["branch_count"] == 2
+    assert (
+        got["parallel_complete"]["success_count"],
+        got["parallel_complete"]["failure_count"],
+    ) == (1, 1)
+    assert got["stage_failed"]["node_id"] == "b"
+
+
+def test_a_stage_retrying_hook_can_stop_the_retries(repo: Path, tmp_path: Path) -> None:
+    tries, never = tmp_path / "tries", tmp_path / "never-created"
+    # A stage that always times out: a transient failure, which is retried.
+    wait = f"echo x >> {tries}; while [ ! -e {never} ]; do sleep 0.05; done"
+    workflow = PIPELINE.replace(
+        'script="echo built > built.txt"',
+        f'script="{wait}", timeout="300ms", max_retries=2, retry_policy="linear"',
+    )
+    configure(
+        repo,
+        hook("stage_retrying", "echo 'flaky build, giving up' >&2; exit 2", blocking=True),
+        workflow,
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 1
+    assert tries.read_text() == "x\n"  # one attempt, no retry
+    events = events_of(repo, result["run_id"])
+    assert [e for e in events if e["event"] == "stage.retrying"] == []
+    [failed] = [e for e in events if e["event"] == "stage.failed"]
+    assert failed["node_id"] == "build" and failed["properties"]["will_retry"] is False
+    assert "flaky build, giving up" in failed["properties"]["error"]
