@@ -351,7 +351,7 @@ class LifecycleHooks:
             env = {
                 name: value
                 for name, value in env.items()
-                if not is_secret_name(name) and name not in ("GIT_DIR", "GIT_WORK_TREE")
+                if not is_secret_name(name) and name not in GIT_LOCATION_VARIABLES
             }
         env.update(
             FABRO_EVENT=str(payload["event"]),
@@ -413,6 +413,11 @@ class LifecycleHooks:
 
 
 RUNNABLE = frozenset({"command", "http"})
+
+
+# Variables that would point a hook's git commands at another repository than the
+# worktree's own.
+GIT_LOCATION_VARIABLES = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"})
 
 
 def _in_worktree(hook: Hook) -> bool:

@@ -625,3 +625,36 @@ def test_a_stage_retrying_hook_can_stop_the_retries(repo: Path, tmp_path: Path) 
     [failed] = [e for e in events if e["event"] == "stage.failed"]
     assert failed["node_id"] == "build" and failed["properties"]["will_retry"] is False
     assert "flaky build, giving up" in failed["properties"]["error"]
+
+
+def test_prompt_hooks_are_named_as_not_run_and_the_run_goes_on(repo: Path) -> None:
+    configure(
+        repo,
+        '[[run.hooks]]\nname = "guard"\nevent = "stage_start"\ntype = "prompt"\n'
+        'prompt = "Is this safe?"\n',
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    [notice] = notices(events_of(repo, result["run_id"]), "hook_unsupported")
+    assert "guard" in notice["properties"]["message"]
+    assert branch_has(repo, result["run_id"], "deployed.txt")
+
+
+def test_a_resumed_run_fires_the_hooks_its_manifest_recorded(
+    repo: Path, tmp_path: Path, log: Path
+) -> None:
+    ready = tmp_path / "ready"
+    configure(
+        repo,
+        hook("run_start", record_cmd(tmp_path, log)),
+        PIPELINE.replace("echo built > built.txt", f"test -e {ready} && echo built > built.txt"),
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 1
+    # The run config changes after the run started: the resume keeps the recorded hooks.
+    (repo / "run.toml").write_text('[workflow]\ngraph = "wf.fabro"\n')
+    ready.touch()
+    proc = run_fabro("resume", result["run_id"], cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    starts = [r["payload"] for r in records(log)]
+    assert sorted(p.get("resumed", False) for p in starts) == [False, True]
