@@ -308,7 +308,8 @@ class LifecycleHooks:
         assert hook.shell is not None
         logs = make_private_dir(self.scratch / "hooks")
         number = next(self._numbers)
-        stem = logs / f"{number:04d}-{payload['event']}"
+        # The pid keeps a resumed run's hook files apart from the first process's.
+        stem = logs / f"{os.getpid()}-{number:04d}-{payload['event']}"
         context = stem.with_suffix(".json")
         fd = open_private(context, os.O_WRONLY | os.O_TRUNC)
         with open(fd, "wb") as fh:
