@@ -192,7 +192,20 @@ class LifecycleHooks:
     ) -> LifecycleHooks:
         """The hooks the run's manifest records (its effective configuration)."""
         raw = ((settings.get("config") or {}).get("hooks")) or []
-        hooks = [Hook.from_config(entry, i) for i, entry in enumerate(raw)]
+        hooks = []
+        for i, entry in enumerate(raw):
+            try:
+                hooks.append(Hook.from_config(entry, i))
+            except (msgspec.ValidationError, re.error, TypeError) as exc:
+                # Checked when the run was made: only a manifest from another version
+                # gets here, and a hook must not be what stops its run.
+                emit(
+                    ev.RunNotice(
+                        level="warn",
+                        code="hook_unreadable",
+                        message=f"hook {i + 1} of the run's configuration cannot be read ({exc}); it will not fire",
+                    )
+                )
         return cls(
             hooks, run_id=run_id, workflow=workflow, host_dir=host_dir, scratch=scratch, emit=emit
         )
