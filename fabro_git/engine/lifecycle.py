@@ -225,12 +225,19 @@ class LifecycleHooks:
                 f"hook {hook.name}: {hook.kind} hooks are not supported by this version; "
                 "it will not fire (use a command or http hook)",
             )
-        async with trio.open_nursery() as nursery:
-            self._nursery = nursery
-            try:
-                yield
-            finally:
-                self._nursery = None
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                try:
+                    yield
+                finally:
+                    self._nursery = None
+        except BaseExceptionGroup as group:
+            # The hooks' tasks raise nothing of their own: what comes out is the body's
+            # error (a store error, Ctrl-C), which callers expect as it was raised.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
 
     async def fire(self, event: str, **fields: Any) -> HookDecision:
         """Fire `event`: start its non-blocking hooks, run its blocking ones in turn (a
