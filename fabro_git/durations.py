@@ -1,5 +1,5 @@
-"""Durations as people write them in workflows and configs: `250ms`, `30s`, `15m`,
-`2h`, `1d`, or a bare number of seconds."""
+"""Durations as a person writes them (`250ms`, `30s`, `15m`, `2h`, `1d`): one parser
+for workflow attributes, run configuration and command options alike."""
 
 from __future__ import annotations
 

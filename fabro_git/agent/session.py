@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import msgspec
 import trio
@@ -234,6 +234,21 @@ def _chars(message: Message) -> int:
     return size
 
 
+class ToolHooks(Protocol):
+    """Hooks around each tool call (the engine's lifecycle hooks, for one stage)."""
+
+    async def before_tool(
+        self, name: str, call_id: str, arguments: Mapping[str, Any]
+    ) -> str | None:
+        """A reason to refuse the call (the model reads it as the tool's error), or None
+        to run it."""
+        ...
+
+    async def after_tool(self, name: str, call_id: str, output: str, is_error: bool) -> str | None:
+        """A note for the model to read after the tool's output, or None."""
+        ...
+
+
 class AgentSession:
     """One agent stage's session. Create it, `await run(prompt)`, read the result.
 
@@ -244,6 +259,7 @@ class AgentSession:
     `on_process_group(pgid, running)` hears of each shell command's process group, for
     a stage that records them to kill after a crash. Each of `toolsets` adds tools for
     the length of a run; a tool set may name a built-in tool's name only to replace it.
+    `tool_hooks` may refuse a tool call before it runs and add a note to its result.
     """
 
     def __init__(
@@ -267,6 +283,7 @@ class AgentSession:
         request_timeout: float | None = 600.0,
         on_process_group: Callable[[int, bool], object] | None = None,
         toolsets: Sequence[ToolSet] = (),
+        tool_hooks: ToolHooks | None = None,
     ) -> None:
         self.worktree = Path(worktree)
         self.target = target
@@ -292,6 +309,7 @@ class AgentSession:
         self.on_process_group = on_process_group
         self.toolsets = tuple(toolsets)
         self._emit = emit
+        self.tool_hooks = tool_hooks
         self._workspace = Workspace(self.worktree)
         self._context = ToolContext(
             workspace=self._workspace,
@@ -579,6 +597,8 @@ class AgentSession:
             AgentToolStarted(tool_name=call.name, tool_call_id=call.id, arguments=call.arguments)
         )
         tool = self._tools.get(call.name)
+        hooks = self.tool_hooks
+        ran = False
         try:
             if tool is None:
                 raise ToolError(
@@ -586,6 +606,12 @@ class AgentSession:
                 )
             if tool.strict:
                 check_arguments(tool, call.arguments)
+            refusal = None
+            if hooks is not None:
+                refusal = await hooks.before_tool(call.name, call.id, call.arguments)
+            if refusal is not None:
+                raise ToolError(refusal)
+            ran = True
             outcome = await tool.run(call.arguments, self._context)
         except ToolError as exc:
             outcome = ToolOutcome(output=str(exc), is_error=True)
@@ -593,6 +619,12 @@ class AgentSession:
             # The file system said no, or the model sent text no file can hold (a lone
             # surrogate): either way the model hears of it and may try again.
             outcome = ToolOutcome(output=f"{call.name} failed: {exc}", is_error=True)
+        if ran and hooks is not None:
+            note = await hooks.after_tool(call.name, call.id, outcome.output, outcome.is_error)
+            if note is not None:
+                outcome = ToolOutcome(
+                    output=f"{outcome.output}\n\n{note}", is_error=outcome.is_error
+                )
         self._emit(
             AgentToolCompleted(
                 tool_name=call.name,

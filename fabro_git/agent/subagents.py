@@ -265,6 +265,7 @@ class _Team:
             retry_policy=parent.retry_policy,
             request_timeout=parent.request_timeout,
             on_process_group=parent.on_process_group,
+            tool_hooks=parent.tool_hooks,
             toolsets=[_fixed(shared), crew.toolset_at(self.depth + 1)],
         )
         entry = _Child(agent_id, self.depth + 1, child, under)

@@ -87,13 +87,16 @@ class ArtifactsConfig(_Table):
 
 
 class HookConfig(_Table):
-    """A lifecycle hook: parsed and validated now, fired by a later version."""
+    """A lifecycle hook (`fabro_git/hooks/lifecycle.py` fires it). `script` and
+    `command` are one shell line under two names; `timeout` ("30s") and `timeout_ms`
+    say the same thing, `timeout_ms` first."""
 
     event: str
     id: str | None = None
     name: str | None = None
     type: Literal["command", "http", "prompt", "agent"] | None = None
     command: str | None = None
+    script: str | None = None
     url: str | None = None
     headers: dict[str, str] | None = None
     allowed_env_vars: list[str] | None = None
@@ -104,7 +107,18 @@ class HookConfig(_Table):
     matcher: str | None = None
     blocking: bool | None = None
     timeout_ms: int | None = None
+    timeout: str | None = None
     sandbox: bool | None = None
+
+    @property
+    def kind(self) -> str:
+        if self.type is not None:
+            return self.type
+        return "http" if self.url is not None else "command"
+
+    @property
+    def shell(self) -> str | None:
+        return self.command if self.command is not None else self.script
 
 
 class McpServerConfig(_Table):
@@ -281,7 +295,10 @@ def effective_config(layers: list[Layer]) -> EffectiveConfig:
     """Merge `layers` (highest first) into the configuration a run uses."""
     merged: dict[str, Any] = {}
     for layer in reversed(layers):
+        hooks = merge_hooks(_hooks_of(merged), _hooks_of(layer.data))
         merged = merge_tables(merged, layer.data)
+        if hooks:
+            merged["run"] = {**merged.get("run", {}), "hooks": hooks}
     try:
         config = msgspec.convert(merged, RunConfig)
     except msgspec.ValidationError as exc:  # each layer passed alone: a merge mismatch
@@ -293,6 +310,36 @@ def effective_config(layers: list[Layer]) -> EffectiveConfig:
         layer.name + (f" {layer.path}" if layer.path else "") for layer in layers if layer.data
     ]
     return EffectiveConfig(run=config.run, graph=Path(graph) if graph else None, sources=sources)
+
+
+def _hooks_of(data: dict[str, Any]) -> list[Any]:
+    run = data.get("run")
+    hooks = run.get("hooks") if isinstance(run, dict) else None
+    return list(hooks) if isinstance(hooks, list) else []
+
+
+def merge_hooks(lower: list[Any], higher: list[Any]) -> list[Any]:
+    """Hook lists add up across layers: a higher layer's hook with the `id` (else the
+    `name`) of an inherited one replaces it in place; any other is appended."""
+    out = list(lower)
+    for hook in higher:
+        key = _hook_identity(hook)
+        same = [i for i, old in enumerate(out) if key is not None and _hook_identity(old) == key]
+        if same:
+            out[same[0]] = hook
+        else:
+            out.append(hook)
+    return out
+
+
+def _hook_identity(hook: Any) -> tuple[str, str] | None:
+    if not isinstance(hook, dict):
+        return None
+    for field_name in ("id", "name"):
+        value = hook.get(field_name)
+        if isinstance(value, str) and value:
+            return (field_name, value)
+    return None
 
 
 def merge_tables(lower: dict[str, Any], higher: dict[str, Any]) -> dict[str, Any]:
@@ -331,14 +378,31 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
                 [*where, "event"],
                 f"unknown event {hook.event!r}; expected one of {', '.join(HOOK_EVENTS)}",
             )
-        kind = hook.type or ("http" if hook.url is not None else "command")
-        needs = {"command": "command", "http": "url", "prompt": "prompt", "agent": "prompt"}[kind]
-        if getattr(hook, needs) is None:
-            fail(where, f"a {kind} hook needs `{needs}`")
+        kind = hook.kind
+        if kind == "command":
+            if hook.shell is None:
+                fail(where, "a command hook needs `command`")
+            if hook.command is not None and hook.script is not None:
+                fail([*where, "script"], "give `command` or `script`, not both")
+        else:
+            needs = {"http": "url", "prompt": "prompt", "agent": "prompt"}[kind]
+            if getattr(hook, needs) is None:
+                fail(where, f"a {kind} hook needs `{needs}`")
+        if kind == "http" and hook.url is not None:
+            scheme = hook.url.partition(":")[0].lower()
+            if scheme not in ("http", "https"):
+                fail([*where, "url"], f"expected an http:// or https:// URL, got {hook.url!r}")
+            if scheme == "http" and hook.tls != "off":
+                fail([*where, "url"], 'a plain http:// URL needs `tls = "off"`; use https://')
         if hook.timeout_ms is not None and hook.timeout_ms <= 0:
             fail(
                 [*where, "timeout_ms"],
                 f"expected a positive number of milliseconds, got {hook.timeout_ms}",
+            )
+        if hook.timeout is not None and not _positive_duration(hook.timeout):
+            fail(
+                [*where, "timeout"],
+                f"expected a duration such as 500ms, 30s or 2m, got {hook.timeout!r}",
             )
         if hook.matcher is not None:
             try:
@@ -394,7 +458,7 @@ def resolve_env_references(text: str, environ: Mapping[str, str], where: str) ->
 
 def config_secrets(settings: Mapping[str, Any]) -> list[str]:
     """Credentials written literally into a run's configuration (`settings` as the
-    manifest keeps it): MCP servers' header values and secret-named env values. The
+    manifest keeps it): MCP servers' and hooks' header values and secret-named env values. The
     redactor masks them wherever they appear; `{{ env.NAME }}` references are not."""
     from fabro_git.redact import is_secret_name
 
@@ -403,6 +467,8 @@ def config_secrets(settings: Mapping[str, Any]) -> list[str]:
     for server in (run.agent.mcps if run.agent is not None else {}).values():
         found += list(server.headers.values())
         found += [v for k, v in server.env.items() if is_secret_name(k)]
+    # A hook's headers name allowed variables as `$NAME`; what is written out is literal.
+    found += [v for hook in run.hooks for v in (hook.headers or {}).values() if "$" not in v]
     return [value for value in found if not ENV_REFERENCE.search(value)]
 
 
@@ -445,6 +511,13 @@ def _check_mcp_server(
                 fail(
                     keys, f"{match.group(0)!r}: only {{{{ env.NAME }}}} references are allowed here"
                 )
+
+
+def _positive_duration(text: str) -> bool:
+    from fabro_git.durations import parse_duration
+
+    seconds = parse_duration(text.strip())
+    return seconds is not None and seconds > 0
 
 
 _PATH_RE = re.compile(r"^(?P<what>.*) - at `\$(?P<path>[^`]*)`$", re.S)

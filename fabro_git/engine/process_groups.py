@@ -57,12 +57,19 @@ class StageProcess(Protocol):
 
 
 async def start(
-    argv: list[str], *, cwd: Path, stdout: IO[bytes], stderr: IO[bytes], env: dict[str, str]
+    argv: list[str],
+    *,
+    cwd: Path,
+    stdout: IO[bytes],
+    stderr: IO[bytes],
+    env: dict[str, str],
+    stdin: IO[bytes] | None = None,
 ) -> StageProcess:
-    """Start a command as the leader of a new session (and so of a new process group)."""
+    """Start a command as the leader of a new session (and so of a new process group).
+    Its stdin is `stdin`, else nothing."""
     options: dict[str, Any] = dict(
         cwd=str(cwd),
-        stdin=subprocess.DEVNULL,
+        stdin=subprocess.DEVNULL if stdin is None else stdin,
         stdout=stdout,
         stderr=stderr,
         env=env,

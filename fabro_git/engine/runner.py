@@ -32,6 +32,7 @@ from fabro_git.engine.context import Context, context_delta
 from fabro_git.engine.edges import select_edge
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.failures import failure_signature, is_tracked, may_cross_loop_restart
+from fabro_git.engine.lifecycle import LifecycleHooks
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.retry import policy_for
@@ -158,6 +159,7 @@ class Runtime:
         interviewer: Interviewer,
         options: Options,
         handlers: Callable[[str], Handler | None],
+        hooks: LifecycleHooks | None = None,
     ) -> None:
         self.run_id = run_id
         self.repo = repo
@@ -171,6 +173,14 @@ class Runtime:
         self.interviewer = interviewer
         self.options = options
         self.handlers = handlers
+        self.hooks = hooks or LifecycleHooks(
+            [],
+            run_id=run_id,
+            workflow=graph.name,
+            host_dir=worktree,
+            scratch=scratch,
+            emit=emit_event,
+        )
         self.rng = random.Random()
         self.pending_files: dict[str, bytes | None] = {}
         self.artifacts = ArtifactStore(scratch)
@@ -190,6 +200,8 @@ class Runtime:
         self.resumed_attempts: dict[str, int] = {}
         # Agent stages in flight that take steering text (`git fabro steer`).
         self.steer_targets: list[Callable[[str], None]] = []
+        # The edge `route` chose last (from, to, label), for the edge_selected hooks.
+        self._last_edge: tuple[str, str, str | None] | None = None
 
     def steer(self, text: str) -> bool:
         """Hand `text` to every agent stage in flight; False when none is listening."""
@@ -283,20 +295,131 @@ class Runtime:
                     return WalkEnd(final_status(scope), node.id)
             visit = self._enter(scope, node)
             result = await self.execute_stage(scope, node, visit)
-            if node.handler_type == "exit":
+            stopped = await self._stage_end_hooks(scope, node, result)
+            if stopped is not None:
+                decision = stopped
+            elif node.handler_type == "exit":
                 decision = Decision(None)
             else:
+                self._last_edge = None
                 decision = self.route(scope, node, result)
                 if decision.ends_walk:
                     # A stage with no edge to take ends the walk as the exit would, goal
                     # gates included: routing around the exit must not skip them.
                     decision = self._check_goal_gates(scope)
+                elif decision.next_node is not None and self._last_edge is not None:
+                    decision = await self._edge_hooks(scope, decision)
             await self._record(scope, node, visit, result, decision)
+            if scope.kind == "main":
+                await self._checkpoint_hooks(node, result)
             if decision.error is not None:
                 raise RunFailed(decision.error)
             if decision.next_node is None:
                 return WalkEnd(final_status(scope))
             node_id = decision.next_node
+
+    # -- lifecycle hooks at the walk's decision points -----------------------------------
+
+    async def _stage_end_hooks(self, scope: Scope, node: Node, result: Outcome) -> Decision | None:
+        """`stage_complete` or `stage_failed`; a block ends the walk failed there (the
+        stage itself stays recorded as it ended)."""
+        event = "stage_failed" if result.status == oc.FAILED else "stage_complete"
+        if not self.hooks.wants(event):
+            return None
+        decision = await self.hooks.fire(
+            event,
+            node_id=scope.qualified(node.id),
+            node_label=node.label,
+            handler_type=node.handler_type,
+            status=result.status,
+            failure_reason=result.error if result.status == oc.FAILED else None,
+        )
+        return Decision(None, decision.describe(event)) if decision.action == "block" else None
+
+    async def _edge_hooks(self, scope: Scope, decision: Decision) -> Decision:
+        """`edge_selected`: a block ends the walk failed, an override goes to `edge_to`."""
+        if not self.hooks.wants("edge_selected") or self._last_edge is None:
+            return decision
+        edge_from, edge_to, label = self._last_edge
+        said = await self.hooks.fire(
+            "edge_selected", edge_from=edge_from, edge_to=edge_to, edge_label=label
+        )
+        if said.action == "block":
+            return Decision(None, said.describe("edge_selected"))
+        if said.action == "override" and said.edge_to is not None:
+            if said.edge_to not in scope.graph.nodes:
+                return Decision(
+                    None,
+                    f"{said.describe('edge_selected')}, to {said.edge_to!r}, which is no node of the workflow",
+                )
+            self.emit(
+                ev.RunNotice(
+                    level="info",
+                    code="hook_override",
+                    message=f"{said.describe('edge_selected')}: going to {said.edge_to} instead of {edge_to}",
+                )
+            )
+            return Decision(said.edge_to)
+        return decision
+
+    async def _checkpoint_hooks(self, node: Node, result: Outcome) -> None:
+        """`checkpoint_saved`; a block stops the run at the checkpoint just saved."""
+        if not self.hooks.wants("checkpoint_saved"):
+            return
+        said = await self.hooks.fire(
+            "checkpoint_saved",
+            node_id=node.id,
+            node_label=node.label,
+            status=result.status,
+            git_commit_sha=self.recorder.run_tip if self.recorder else None,
+        )
+        if said.action == "block":
+            raise RunFailed(said.describe("checkpoint_saved"))
+
+    async def _stage_start_hooks(
+        self, node: Node, qid: str, attempt: int, max_attempts: int
+    ) -> Outcome | None:
+        """`stage_start`: a block fails the stage (routed as any failure), a skip ends it
+        skipped without running it, an override skips it and jumps to `edge_to`."""
+        said = await self.hooks.fire(
+            "stage_start",
+            node_id=qid,
+            node_label=node.label,
+            handler_type=node.handler_type,
+            attempt=attempt,
+            max_attempts=max_attempts,
+        )
+        if said.action == "block":
+            return Outcome.failure(said.describe("stage_start"), oc.DETERMINISTIC)
+        if said.action in ("skip", "override"):
+            return Outcome(
+                status=oc.SKIPPED,
+                notes=said.describe("stage_start"),
+                jump_to_node=said.edge_to if said.action == "override" else None,
+            )
+        return None
+
+    async def _retry_allowed(
+        self, node: Node, qid: str, result: Outcome, attempt: int, max_attempts: int
+    ) -> bool:
+        """`stage_retrying`: a block ends the stage with its failure instead of a retry."""
+        if not self.hooks.wants("stage_retrying"):
+            return True
+        said = await self.hooks.fire(
+            "stage_retrying",
+            node_id=qid,
+            node_label=node.label,
+            handler_type=node.handler_type,
+            failure_reason=result.error,
+            attempt=attempt,
+            max_attempts=max_attempts,
+        )
+        if said.action != "block":
+            return True
+        result.error = (
+            f"{result.error or 'retry requested'} (no retry: {said.describe('stage_retrying')})"
+        )
+        return False
 
     async def _record(
         self, scope: Scope, node: Node, visit: int, result: Outcome, decision: Decision
@@ -466,7 +589,12 @@ class Runtime:
                 stage_dir=stage_dir,
                 node_dir=node_dir,
             )
-            if handler is None:
+            hooked = None
+            if self.hooks.wants("stage_start"):
+                hooked = await self._stage_start_hooks(node, qid, earlier + attempt, max_attempts)
+            if hooked is not None:
+                result = hooked
+            elif handler is None:
                 result = Outcome.failure(
                     f"no handler for node type {node.handler_type!r}", oc.STRUCTURAL
                 )
@@ -476,7 +604,13 @@ class Runtime:
             retryable = result.status == oc.RETRY or (
                 result.status == oc.FAILED and result.failure_class == oc.TRANSIENT
             )
-            if retryable and attempt < policy.max_attempts:
+            if (
+                retryable
+                and attempt < policy.max_attempts
+                and await self._retry_allowed(
+                    node, qid, result, earlier + attempt + 1, max_attempts
+                )
+            ):
                 self.emit(
                     ev.StageFailed(
                         index=index,
@@ -839,6 +973,7 @@ class Runtime:
         reason: str,
         is_jump: bool,
     ) -> None:
+        self._last_edge = (scope.qualified(node.id), scope.qualified(target), label)
         self.emit(
             ev.EdgeSelected(
                 from_node=scope.qualified(node.id),

@@ -36,6 +36,7 @@ from fabro_git.engine.checkpoint import (
 from fabro_git.engine.context import Context
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.interviewer import make_interviewer
+from fabro_git.engine.lifecycle import LifecycleHooks
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime, Scope, now_iso, walk_finished
@@ -515,9 +516,18 @@ def execute_run(
         emit = make_emitter(bus)
     if renderer is not None:
         bus.add_sink(renderer)
+    hooks = LifecycleHooks.from_settings(
+        manifest.settings,
+        run_id=run_id,
+        workflow=graph.name,
+        host_dir=repo.root,
+        scratch=scratch,
+        emit=emit,
+    )
     try:
         return trio.run(
-            _drive,
+            _drive_hooked,
+            hooks,
             repo,
             run_id,
             manifest,
@@ -536,6 +546,12 @@ def execute_run(
         lock.release()
 
 
+async def _drive_hooked(hooks: LifecycleHooks, *args: Any) -> RunResult:
+    """The drive, with its non-blocking lifecycle hooks allowed to finish after it."""
+    async with hooks.running():
+        return await _drive(*args, hooks=hooks)
+
+
 async def _drive(
     repo: GitRepo,
     run_id: str,
@@ -548,6 +564,8 @@ async def _drive(
     options: Options,
     resuming: bool,
     handlers: Callable[[str], Handler | None],
+    *,
+    hooks: LifecycleHooks,
 ) -> RunResult:
     in_place = manifest.in_place
     cut_off = cutoff.CutOff()
@@ -598,6 +616,7 @@ async def _drive(
             # What a cut-off stage left untracked must not leak into its rerun.
             wt.remove_untracked(worktree, exclude_globs=recorder.exclude_globs)
         recorder.worktree = worktree
+    hooks.worktree = worktree
     emit(
         ev.SandboxReady(
             provider="local", duration_ms=int((time.monotonic() - t0) * 1000), name=str(worktree)
@@ -649,6 +668,7 @@ async def _drive(
         ),
         options=options,
         handlers=handlers,
+        hooks=hooks,
     )
     runtime.resumed_attempts = cut_off.attempts
     scope = runtime.main_scope()
@@ -707,6 +727,7 @@ async def _drive(
                     ):
                         await _run_setup(runtime, manifest, worktree)
                         scope.context.set("internal.setup_done", True)
+                    await _start_hooks(hooks, resuming=resuming)
                     status = await runtime.run_main(scope)
                 except RunFailed as exc:
                     status, error = oc.FAILED, str(exc)
@@ -722,7 +743,7 @@ async def _drive(
 
         # What stages left running in the background goes before the worktree does.
         process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
-        return _finish(runtime, scope, status, error, announce=not announced)
+        return await _finish(runtime, scope, status, error, announce=not announced)
 
 
 def _actor(value: Any) -> Actor:
@@ -746,6 +767,15 @@ def _tail_has(scratch: Path, last_event_id: str | None, event: str) -> bool:
 
 class _SetupFailed(Exception):
     pass
+
+
+async def _start_hooks(hooks: LifecycleHooks, *, resuming: bool) -> None:
+    """`sandbox_ready`, then `run_start`: a block from either fails the run before its
+    first stage (a skip has no stage to skip, and proceeds)."""
+    for event in ("sandbox_ready", "run_start"):
+        decision = await hooks.fire(event, resumed=resuming or None)
+        if decision.action == "block":
+            raise RunFailed(decision.describe(event))
 
 
 async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> None:
@@ -793,7 +823,7 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
     emit(ev.SetupCompleted(duration_ms=int((time.monotonic() - t0) * 1000)))
 
 
-def _finish(
+async def _finish(
     runtime: Runtime, scope: Scope, status: str, error: str | None, *, announce: bool = True
 ) -> RunResult:
     cp = runtime.cp
@@ -830,6 +860,8 @@ def _finish(
                 error=error or "run failed", duration_ms=cp.active_ms, git_commit_sha=final_sha
             )
         )
+        # The run is over: these hooks' decisions have nothing left to decide.
+        await runtime.hooks.fire("run_failed", status=status, failure_reason=error or "run failed")
     else:
         cp.finished_at = cp.timestamp
         if announce:
@@ -842,6 +874,7 @@ def _finish(
                     final_git_commit_sha=final_sha,
                 )
             )
+            await runtime.hooks.fire("run_complete", status=status)
     cp.status = status
     # A pending commit left by a failed run commit stays: the stage is recorded, and
     # resume makes (or finds) its commit before going on.
@@ -849,6 +882,8 @@ def _finish(
     # then free for the user's own `git switch`, and resume checks it out again from git.
     # Ignored files in it (build caches) go with it; only a killed run keeps them.
     if recorder is not None and recorder.worktree is not None:
+        await runtime.hooks.fire("sandbox_cleanup", status=status)
+        await runtime.hooks.wait_worktree_free()
         emit(ev.SandboxCleanupStarted(provider="local"))
         c0 = time.monotonic()
         try:
@@ -860,6 +895,8 @@ def _finish(
             )
         except FabroError as exc:
             emit(ev.SandboxCleanupFailed(provider="local", error=str(exc)))
+    # The run's last record holds what its last hooks said (their notices).
+    await runtime.hooks.wait_all_done()
     if recorder is not None:
         files = dict(runtime.pending_files)
         runtime.pending_files = {}

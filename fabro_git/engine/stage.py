@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from fabro_git.engine.branches import BranchPlan, BranchResult
     from fabro_git.engine.interviewer import Interviewer
+    from fabro_git.engine.lifecycle import HookDecision, StageToolHooks
     from fabro_git.engine.outcome import Outcome
     from fabro_git.engine.runner import ChildResult, Runtime, Scope
     from fabro_git.events.envelope import EventProps
@@ -156,6 +157,27 @@ class StageRequest:
             self._groups[pgid] = process_groups.record(self.process_groups, pgid)
         elif not process_groups.alive(pgid):
             process_groups.forget(self._groups.pop(pgid, None))
+
+    async def fire_hook(self, event: str, **fields: Any) -> HookDecision:
+        """Fire the run's lifecycle hooks for `event`, stamped with this stage's node."""
+        return await self._runtime.hooks.fire(
+            event,
+            node_id=self.node_id,
+            node_label=self.node.label,
+            handler_type=self.node.handler_type,
+            **fields,
+        )
+
+    @property
+    def tool_hooks(self) -> StageToolHooks | None:
+        """The tool-call hooks for an agent session in this stage; None when no hook
+        listens for tool events."""
+        from fabro_git.engine.lifecycle import TOOL_EVENTS, StageToolHooks
+
+        hooks = self._runtime.hooks
+        if not any(hooks.wants(event) for event in TOOL_EVENTS):
+            return None
+        return StageToolHooks(hooks, node_id=self.node_id, node_label=self.node.label)
 
     def on_timeout(self, outcome: Callable[[float], Outcome]) -> None:
         """What the stage ends with if its `timeout` (in seconds, passed in) cuts it off."""

@@ -226,6 +226,7 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         reasoning_effort=_effort(req),
         on_process_group=req.on_process_group,
         toolsets=[*mcp_toolsets, *subagents.toolsets()],
+        tool_hooks=req.tool_hooks,
     )
 
     def timed_out(seconds: float) -> Outcome:

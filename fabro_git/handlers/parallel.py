@@ -47,6 +47,9 @@ async def fan_out(req: StageRequest) -> Outcome:
         )
     started = time.monotonic()
     req.emit(ParallelStarted(visit=req.visit, branch_count=len(edges)))
+    said = await req.fire_hook("parallel_start", branch_count=len(edges))
+    if said.action == "block":
+        return Outcome.failure(said.describe("parallel_start"), oc.DETERMINISTIC)
     plan = BranchPlan(
         [e.target for e in edges], join_policy=policy, max_parallel=node.get_int("max_parallel", 4)
     )
@@ -67,6 +70,9 @@ async def fan_out(req: StageRequest) -> Outcome:
             ],
         )
     )
+    said = await req.fire_hook("parallel_complete", success_count=successes, failure_count=failures)
+    if said.action == "block":
+        return Outcome.failure(said.describe("parallel_complete"), oc.DETERMINISTIC)
     joins = [r.join for r in finished if r.join]
     join = joins[0] if joins else None
     records = [r.record() for r in finished]

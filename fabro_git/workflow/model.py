@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fabro_git.durations import parse_duration
+from fabro_git.durations import parse_duration as parse_duration
 from fabro_git.errors import WorkflowError
 
 if TYPE_CHECKING:

@@ -101,9 +101,9 @@ def test_artifacts_and_hooks_are_parsed_and_recorded(repo: Path) -> None:
         repo,
         '[workflow]\ngraph = "say.fabro"\n[run.inputs]\nx = "1"\n'
         '[run.artifacts]\ninclude = ["test-results/**"]\n'
-        '[[run.hooks]]\nevent = "stage_start"\ncommand = "./check.sh"\nmatcher = "^say$"\n'
+        '[[run.hooks]]\nevent = "stage_start"\ncommand = "true ./check.sh"\nmatcher = "^say$"\n'
         "blocking = true\ntimeout_ms = 3000\n"
-        '[[run.hooks]]\nevent = "run_complete"\ntype = "http"\nurl = "https://hooks.example.com/done"\n',
+        '[[run.hooks]]\nevent = "run_complete"\ntype = "http"\nurl = "https://127.0.0.1:9/done"\n',
     )
     proc, result = run_json("run", "runs/run.toml", cwd=repo)
     assert proc.returncode == 0, proc.stderr
@@ -112,12 +112,12 @@ def test_artifacts_and_hooks_are_parsed_and_recorded(repo: Path) -> None:
     assert config["hooks"] == [
         {
             "event": "stage_start",
-            "command": "./check.sh",
+            "command": "true ./check.sh",
             "matcher": "^say$",
             "blocking": True,
             "timeout_ms": 3000,
         },
-        {"event": "run_complete", "type": "http", "url": "https://hooks.example.com/done"},
+        {"event": "run_complete", "type": "http", "url": "https://127.0.0.1:9/done"},
     ]
 
 

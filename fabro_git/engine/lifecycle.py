@@ -1,0 +1,584 @@
+"""Lifecycle hooks: the user's commands and webhooks, fired at the run's decision points.
+
+A run's `[[run.hooks]]` (from the run config, `.fabro/project.toml` and the user's
+settings, recorded in the manifest so a resume fires the same ones) name an event, an
+optional `matcher` and a kind: `command` runs `sh -c` in the run's worktree (or, with
+`sandbox = false`, in the user's checkout), `http` POSTs the event's JSON.
+
+A *blocking* hook is awaited and may decide: proceed, skip, block, or (for
+`edge_selected`) override the edge. A non-blocking one runs beside the run, in the
+nursery `running()` opens, and only its failures are heard of. The call sites in the
+engine say what each decision means for their event; `fire` only gathers it.
+
+Hooks are the user's code, not the run's: a hook that fails to start, exits with a
+stray status on a non-blocking event, times out, or whose endpoint is down never
+fails the run by itself. Each becomes a `run.notice` (redacted on the bus, as every
+event), and its output stays in the private scratch dir: nothing a hook prints is
+committed. A hook in the worktree gets the environment without secret-named variables,
+so it cannot write a key into files the run commits; a host hook gets the user's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import json
+import os
+import re
+import shutil
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import trio
+
+from fabro_git.config.locations import make_private_dir, open_private
+from fabro_git.engine.emit import Emit
+from fabro_git.events import catalogue as ev
+
+# Decision points: a hook on these events is awaited unless it says `blocking = false`.
+BLOCKING_BY_DEFAULT = frozenset(
+    {"run_start", "stage_start", "edge_selected", "pre_tool_use", "sandbox_ready"}
+)
+
+# The payload fields a matcher is tried against, by event; other events ignore matchers.
+MATCHED_FIELDS: dict[str, tuple[str, ...]] = {
+    "stage_start": ("node_id", "handler_type"),
+    "stage_complete": ("node_id", "handler_type"),
+    "stage_failed": ("node_id", "handler_type"),
+    "stage_retrying": ("node_id", "handler_type"),
+    "edge_selected": ("edge_from", "edge_to"),
+    "pre_tool_use": ("tool_name", "node_id"),
+    "post_tool_use": ("tool_name", "node_id"),
+    "post_tool_use_failure": ("tool_name", "node_id"),
+    "checkpoint_saved": ("node_id",),
+}
+
+DEFAULT_TIMEOUT_MS = {"command": 60_000, "http": 60_000, "prompt": 30_000, "agent": 60_000}
+BLOCK_EXIT = 2
+OUTPUT_EXCERPT = 2000
+
+Action = Literal["proceed", "skip", "block", "override"]
+_RANK: dict[str, int] = {"proceed": 0, "skip": 1, "override": 1, "block": 2}
+
+
+@dataclass(frozen=True)
+class HookDecision:
+    """What the blocking hooks of one firing decided, merged: block over skip or
+    override over proceed. `hook` names the hook that decided."""
+
+    action: Action = "proceed"
+    reason: str | None = None
+    edge_to: str | None = None
+    hook: str | None = None
+
+    @property
+    def proceeds(self) -> bool:
+        return self.action == "proceed"
+
+    def describe(self, event: str) -> str:
+        verb = {"block": "blocked", "skip": "skipped", "override": "redirected"}.get(
+            self.action, "passed"
+        )
+        said = f": {self.reason}" if self.reason else ""
+        return f"{event} hook {self.hook or '(unnamed)'} {verb} it{said}"
+
+
+PROCEED = HookDecision()
+
+
+@dataclass(frozen=True)
+class Hook:
+    """One configured hook, with its defaults filled in."""
+
+    name: str
+    event: str
+    kind: str
+    blocking: bool
+    timeout: float  # seconds
+    sandbox: bool
+    matcher: re.Pattern[str] | None
+    shell: str | None = None
+    url: str | None = None
+    headers: Mapping[str, str] | None = None
+    allowed_env_vars: tuple[str, ...] = ()
+    tls: str = "verify"
+
+    @classmethod
+    def from_config(cls, raw: Mapping[str, Any], index: int) -> Hook:
+        from fabro_git.config.run_config import HookConfig
+        from fabro_git.durations import parse_duration
+
+        config = msgspec.convert(raw, HookConfig)
+        kind = config.kind
+        if config.timeout_ms is not None:
+            timeout = config.timeout_ms / 1000
+        elif config.timeout is not None:
+            timeout = parse_duration(config.timeout.strip()) or 0.0
+        else:
+            timeout = DEFAULT_TIMEOUT_MS[kind] / 1000
+        blocking = (
+            config.blocking if config.blocking is not None else config.event in BLOCKING_BY_DEFAULT
+        )
+        return cls(
+            name=config.name or config.id or f"{config.event}-{kind}-{index + 1}",
+            event=config.event,
+            kind=kind,
+            blocking=blocking,
+            timeout=timeout,
+            sandbox=config.sandbox if config.sandbox is not None else True,
+            matcher=re.compile(config.matcher) if config.matcher else None,
+            shell=config.shell,
+            url=config.url,
+            headers=config.headers,
+            allowed_env_vars=tuple(config.allowed_env_vars or ()),
+            tls=config.tls or "verify",
+        )
+
+    def matches(self, event: str, payload: Mapping[str, Any]) -> bool:
+        if event != self.event:
+            return False
+        fields = MATCHED_FIELDS.get(event)
+        if self.matcher is None or fields is None:
+            return True
+        return any(
+            isinstance(payload.get(name), str) and self.matcher.search(payload[name])
+            for name in fields
+        )
+
+
+class LifecycleHooks:
+    """A run's hooks and what firing them needs. `worktree` is where sandbox hooks run
+    (set once the run's worktree is ready); `host_dir` is the user's checkout."""
+
+    def __init__(
+        self,
+        hooks: list[Hook],
+        *,
+        run_id: str,
+        workflow: str,
+        host_dir: Path,
+        scratch: Path,
+        emit: Emit,
+    ) -> None:
+        self.hooks = hooks
+        self.run_id = run_id
+        self.workflow = workflow
+        self.host_dir = host_dir
+        self.scratch = scratch
+        self.worktree: Path | None = None
+        self._emit = emit
+        self._nursery: trio.Nursery | None = None
+        self._numbers = itertools.count(1)
+        self._events = frozenset(hook.event for hook in hooks if hook.kind in RUNNABLE)
+        # Non-blocking hooks started and not yet done: all of them (the run's final
+        # record waits for them, so their notices are in it), and those running in the
+        # worktree (which is removed only once they are done).
+        self._beside = _Tally()
+        self._in_worktree = _Tally()
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: Mapping[str, Any],
+        *,
+        run_id: str,
+        workflow: str,
+        host_dir: Path,
+        scratch: Path,
+        emit: Emit,
+    ) -> LifecycleHooks:
+        """The hooks the run's manifest records (its effective configuration)."""
+        raw = ((settings.get("config") or {}).get("hooks")) or []
+        hooks = []
+        for i, entry in enumerate(raw):
+            try:
+                hooks.append(Hook.from_config(entry, i))
+            except (msgspec.ValidationError, re.error, TypeError) as exc:
+                # Checked when the run was made: only a manifest from another version
+                # gets here, and a hook must not be what stops its run.
+                emit(
+                    ev.RunNotice(
+                        level="warn",
+                        code="hook_unreadable",
+                        message=f"hook {i + 1} of the run's configuration cannot be read ({exc}); it will not fire",
+                    )
+                )
+        return cls(
+            hooks, run_id=run_id, workflow=workflow, host_dir=host_dir, scratch=scratch, emit=emit
+        )
+
+    def wants(self, event: str) -> bool:
+        """Whether any hook listens for `event`: a caller can skip building its payload."""
+        return event in self._events
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The lifetime of non-blocking hooks: they run in here, and leaving waits for
+        those still running (each is bounded by its timeout)."""
+        unsupported = [hook for hook in self.hooks if hook.kind not in RUNNABLE]
+        for hook in unsupported:
+            self._notice(
+                "hook_unsupported",
+                f"hook {hook.name}: {hook.kind} hooks are not supported by this version; "
+                "it will not fire (use a command or http hook)",
+            )
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                try:
+                    yield
+                finally:
+                    self._nursery = None
+        except BaseExceptionGroup as group:
+            # The hooks' tasks raise nothing of their own: what comes out is the body's
+            # error (a store error, Ctrl-C), which callers expect as it was raised.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+    async def fire(self, event: str, **fields: Any) -> HookDecision:
+        """Fire `event`: start its non-blocking hooks, run its blocking ones in turn (a
+        block ends the turn), and return their merged decision."""
+        if event not in self._events:
+            return PROCEED
+        payload = self._payload(event, fields)
+        decision = PROCEED
+        for hook in self.hooks:
+            if hook.kind not in RUNNABLE or not hook.matches(event, payload):
+                continue
+            if not hook.blocking:
+                if self._nursery is not None:
+                    # Counted now: the task starts later.
+                    self._beside.add()
+                    if _in_worktree(hook):
+                        self._in_worktree.add()
+                    self._nursery.start_soon(self._run_beside, hook, payload)
+                else:
+                    await self._run(hook, payload)
+                continue
+            outcome = await self._run(hook, payload)
+            if _RANK[outcome.action] > _RANK[decision.action]:
+                decision = outcome
+            if decision.action == "block":
+                break
+        return decision
+
+    async def wait_worktree_free(self) -> None:
+        """Wait for the non-blocking hooks running in the worktree, before it goes."""
+        await self._in_worktree.wait_zero()
+
+    async def wait_all_done(self) -> None:
+        """Wait for every non-blocking hook started so far."""
+        await self._beside.wait_zero()
+
+    async def _run_beside(self, hook: Hook, payload: dict[str, Any]) -> None:
+        try:
+            await self._run(hook, payload)
+        finally:
+            self._beside.done()
+            if _in_worktree(hook):
+                self._in_worktree.done()
+
+    def _payload(self, event: str, fields: Mapping[str, Any]) -> dict[str, Any]:
+        payload: dict[str, Any] = {
+            "event": event,
+            "run_id": self.run_id,
+            "workflow_name": self.workflow,
+            "cwd": str(self.worktree or self.host_dir),
+        }
+        payload.update((k, v) for k, v in fields.items() if v is not None)
+        return payload
+
+    # -- running one hook --------------------------------------------------------------
+
+    async def _run(self, hook: Hook, payload: dict[str, Any]) -> HookDecision:
+        """Run `hook` on `payload` within its timeout. A failure is a notice, and the
+        decision the hook's kind says it falls back to."""
+        try:
+            with trio.move_on_after(hook.timeout) as deadline:
+                if hook.kind == "http":
+                    decision = await self._post(hook, payload)
+                else:
+                    decision = await self._command(hook, payload)
+        except trio.Cancelled:
+            raise
+        except Exception as exc:  # a hook must never take the run down
+            self._notice(
+                "hook_failed",
+                f"{payload['event']} hook {hook.name} failed: {type(exc).__name__}: {exc}",
+                payload,
+            )
+            return PROCEED
+        if deadline.cancelled_caught:
+            self._notice(
+                "hook_timeout",
+                f"{payload['event']} hook {hook.name} timed out after {hook.timeout:g}s "
+                "and was stopped; the run goes on",
+                payload,
+            )
+            return PROCEED
+        return decision
+
+    async def _command(self, hook: Hook, payload: dict[str, Any]) -> HookDecision:
+        from fabro_git.engine.process import run_script
+
+        assert hook.shell is not None
+        logs = make_private_dir(self.scratch / "hooks")
+        number = next(self._numbers)
+        # The pid keeps a resumed run's hook files apart from the first process's.
+        stem = logs / f"{os.getpid()}-{number:04d}-{payload['event']}"
+        context = stem.with_suffix(".json")
+        fd = open_private(context, os.O_WRONLY | os.O_TRUNC)
+        with open(fd, "wb") as fh:
+            fh.write(msgspec.json.encode(payload))
+        out, err = Path(f"{stem}.stdout"), Path(f"{stem}.stderr")
+        sandboxed = hook.sandbox and self.worktree is not None and self.worktree.is_dir()
+        cwd = self.worktree if sandboxed and self.worktree is not None else self.host_dir
+        env = self._environment(payload, context, sandboxed=sandboxed)
+        shell = shutil.which("sh") or "/bin/sh"
+        code, timed_out = await run_script(
+            [shell, "-c", hook.shell],
+            cwd=cwd,
+            stdout=out,
+            stderr=err,
+            env=env,
+            timeout=None,  # `_run`'s cancel scope bounds it; cancelling kills the group
+            stdin=context,
+        )
+        assert not timed_out
+        said = _decision_in(_read(out))
+        if code == 0:
+            chosen = said or PROCEED
+            return HookDecision(chosen.action, chosen.reason, chosen.edge_to, hook.name)
+        if code == BLOCK_EXIT:
+            reason = _read(err).strip()[-OUTPUT_EXCERPT:] or f"hook exited with code {code}"
+            chosen = said or HookDecision("block", reason)
+            return HookDecision(chosen.action, chosen.reason, chosen.edge_to, hook.name)
+        detail = _read(err).strip()[-OUTPUT_EXCERPT:]
+        message = f"{payload['event']} hook {hook.name} exited with code {code}"
+        self._notice("hook_failed", message + (f": {detail}" if detail else ""), payload)
+        return HookDecision("block", f"hook exited with code {code}", hook=hook.name)
+
+    def _environment(
+        self, payload: Mapping[str, Any], context: Path, *, sandboxed: bool
+    ) -> dict[str, str]:
+        from fabro_git.redact import is_secret_name
+
+        env = dict(os.environ)
+        if sandboxed:
+            env = {
+                name: value
+                for name, value in env.items()
+                if not is_secret_name(name) and name not in GIT_LOCATION_VARIABLES
+            }
+        env.update(
+            FABRO_EVENT=str(payload["event"]),
+            FABRO_RUN_ID=self.run_id,
+            FABRO_WORKFLOW=self.workflow,
+            FABRO_HOOK_CONTEXT=str(context),
+        )
+        node_id = payload.get("node_id")
+        if isinstance(node_id, str):
+            env["FABRO_NODE_ID"] = node_id
+        else:
+            env.pop("FABRO_NODE_ID", None)
+        return env
+
+    async def _post(self, hook: Hook, payload: dict[str, Any]) -> HookDecision:
+        """POST the payload. HTTP hooks fail open: a refused connection or a non-2xx
+        answer is a notice and a proceed."""
+        assert hook.url is not None
+        headers = {"Content-Type": "application/json", "User-Agent": "git-fabro"}
+        for name, value in (hook.headers or {}).items():
+            headers[name] = _interpolate(value, hook.allowed_env_vars)
+        body = msgspec.json.encode(payload)
+        try:
+            status, answer = await trio.to_thread.run_sync(
+                _post_blocking,
+                hook.url,
+                body,
+                headers,
+                hook.tls,
+                hook.timeout,
+                abandon_on_cancel=True,
+            )
+        except OSError as exc:
+            reason = getattr(exc, "reason", None) or exc
+            self._notice(
+                "hook_failed",
+                f"{payload['event']} hook {hook.name}: POST {hook.url} failed: {reason}",
+                payload,
+            )
+            return PROCEED
+        if not 200 <= status < 300:
+            self._notice(
+                "hook_failed",
+                f"{payload['event']} hook {hook.name}: POST {hook.url} answered {status}",
+                payload,
+            )
+            return PROCEED
+        said = _decision_in(answer)
+        if said is None:
+            return HookDecision(hook=hook.name)
+        return HookDecision(said.action, said.reason, said.edge_to, hook.name)
+
+    def _notice(self, code: str, message: str, payload: Mapping[str, Any] | None = None) -> None:
+        node_id = payload.get("node_id") if payload else None
+        self._emit(
+            ev.RunNotice(level="warn", code=code, message=message),
+            node_id=node_id if isinstance(node_id, str) else None,
+        )
+
+
+RUNNABLE = frozenset({"command", "http"})
+
+
+# Variables that would point a hook's git commands at another repository than the
+# worktree's own.
+GIT_LOCATION_VARIABLES = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"})
+
+
+def _in_worktree(hook: Hook) -> bool:
+    return hook.kind == "command" and hook.sandbox
+
+
+class _Tally:
+    """A count of tasks in flight that can be waited down to zero."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._zero = trio.Event()
+        self._zero.set()
+
+    def add(self) -> None:
+        if self.count == 0:
+            self._zero = trio.Event()
+        self.count += 1
+
+    def done(self) -> None:
+        self.count -= 1
+        if self.count == 0:
+            self._zero.set()
+
+    async def wait_zero(self) -> None:
+        await self._zero.wait()
+
+
+TOOL_EVENTS = ("pre_tool_use", "post_tool_use", "post_tool_use_failure")
+
+
+class StageToolHooks:
+    """The tool events of one agent stage, in the shape the agent loop calls (its
+    `ToolHooks`): a blocking `pre_tool_use` hook that blocks or skips refuses the call,
+    and the model reads why as the tool's error; a block from a `post_tool_use` hook
+    becomes a note after the tool's output."""
+
+    def __init__(self, hooks: LifecycleHooks, *, node_id: str, node_label: str | None) -> None:
+        self.hooks = hooks
+        self.node_id = node_id
+        self.node_label = node_label
+
+    async def before_tool(
+        self, name: str, call_id: str, arguments: Mapping[str, Any]
+    ) -> str | None:
+        said = await self.hooks.fire(
+            "pre_tool_use",
+            node_id=self.node_id,
+            node_label=self.node_label,
+            tool_name=name,
+            tool_call_id=call_id,
+            tool_input=dict(arguments),
+        )
+        if said.proceeds:
+            return None
+        return f"This {name} call was not run: {said.describe('pre_tool_use')}"
+
+    async def after_tool(self, name: str, call_id: str, output: str, is_error: bool) -> str | None:
+        event = "post_tool_use_failure" if is_error else "post_tool_use"
+        said = await self.hooks.fire(
+            event,
+            node_id=self.node_id,
+            node_label=self.node_label,
+            tool_name=name,
+            tool_call_id=call_id,
+            tool_output=None if is_error else output,
+            error_message=output if is_error else None,
+        )
+        if said.action != "block":
+            return None
+        return f"[{said.describe(event)}]"
+
+
+def _read(path: Path) -> str:
+    try:
+        with path.open("rb") as fh:
+            return fh.read(64_000).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _decision_in(text: str) -> HookDecision | None:
+    """A decision a hook printed: a JSON object, the whole output or its last line, with
+    `decision` (proceed, skip, block, override) or Fabro's `ok` form."""
+    text = text.strip()
+    if not text:
+        return None
+    lines = [line for line in text.splitlines() if line.strip()]
+    for candidate in (text, lines[-1]):
+        try:
+            value = json.loads(candidate)
+        except ValueError:
+            continue
+        if not isinstance(value, dict):
+            continue
+        reason = value.get("reason")
+        reason = reason if isinstance(reason, str) else None
+        action = value.get("decision")
+        if action in _RANK:
+            edge_to = value.get("edge_to")
+            if action == "override" and not isinstance(edge_to, str):
+                return HookDecision("block", "override decision without edge_to")
+            return HookDecision(action, reason, edge_to if action == "override" else None)
+        if isinstance(value.get("ok"), bool):
+            return HookDecision("proceed" if value["ok"] else "block", reason)
+    return None
+
+
+_VAR_RE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")
+
+
+def _interpolate(value: str, allowed: tuple[str, ...]) -> str:
+    """`$VAR` and `${VAR}` in a header, for the variables `allowed_env_vars` names;
+    any other stays as written."""
+
+    def sub(match: re.Match[str]) -> str:
+        name = match[1] or match[2]
+        if name in allowed and name in os.environ:
+            return os.environ[name]
+        return match[0]
+
+    return _VAR_RE.sub(sub, value)
+
+
+def _post_blocking(
+    url: str, body: bytes, headers: dict[str, str], tls: str, timeout: float
+) -> tuple[int, str]:
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    context = None
+    if url.lower().startswith("https:"):
+        context = ssl.create_default_context()
+        if tls == "no_verify":
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+            return response.status, response.read(64_000).decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""

@@ -1,0 +1,660 @@
+"""Lifecycle hooks (`[[run.hooks]]`) fired by real runs: `git fabro run run.toml` in a
+real repository, hooks that are shell commands writing what they were given into a
+directory the test reads, and webhooks POSTing to a server the test runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from helpers import git, meta_file, run_events, run_fabro, run_json
+from llm_server import LlmServer, Reply, ToolUse, provider_env
+
+from fabro_git.events.contract import check_event
+from fabro_git.events.seed import load_contract
+
+PIPELINE = """\
+digraph H {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    build [shape=parallelogram, script="echo built > built.txt"]
+    deploy [shape=parallelogram, script="echo deployed > deployed.txt"]
+    start -> build -> deploy -> exit
+}
+"""
+
+# Writes what a hook was given: the payload from stdin, FABRO_* variables, the cwd.
+RECORDER = """\
+d="$1"
+mkdir -p "$d"
+n="$d/$FABRO_EVENT.$$"
+cat > "$n.json.part"
+env | grep '^FABRO_' | sort > "$n.env"
+env | grep -c '^SECRET_HOOK_TOKEN=' > "$n.secret" || true
+pwd -P > "$n.pwd"
+mv "$n.json.part" "$n.json"
+"""
+
+
+@pytest.fixture
+def log(tmp_path: Path) -> Path:
+    directory = tmp_path / "hooklog"
+    directory.mkdir()
+    return directory
+
+
+def record_cmd(tmp_path: Path, log: Path) -> str:
+    script = tmp_path / "record.sh"
+    script.write_text(RECORDER)
+    return f"sh {script} {log}"
+
+
+def configure(repo: Path, hooks: str, workflow: str = PIPELINE) -> None:
+    (repo / "wf.fabro").write_text(workflow)
+    (repo / "run.toml").write_text('[workflow]\ngraph = "wf.fabro"\n' + hooks)
+    git(repo, "add", "wf.fabro", "run.toml")
+    git(repo, "commit", "-q", "-m", "workflow and run config")
+
+
+def hook(event: str, command: str, **extra: object) -> str:
+    lines = ["[[run.hooks]]", f"event = {json.dumps(event)}", f"command = {json.dumps(command)}"]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+def records(log: Path) -> list[dict]:
+    """What each hook firing wrote: its payload, FABRO_* env, cwd."""
+    out = []
+    for payload in sorted(log.glob("*.json")):
+        stem = str(payload)[: -len(".json")]
+        env = dict(
+            line.split("=", 1) for line in Path(stem + ".env").read_text().splitlines() if line
+        )
+        out.append(
+            {
+                "payload": json.loads(payload.read_text()),
+                "env": env,
+                "pwd": Path(stem + ".pwd").read_text().strip(),
+                "secret": Path(stem + ".secret").read_text().strip() == "1",
+            }
+        )
+    return out
+
+
+def events_of(repo: Path, run_id: str) -> list[dict]:
+    events = run_events(run_id, repo)
+    contract = load_contract()
+    assert [p for event in events for p in check_event(event, contract)] == []
+    return events
+
+
+def notices(events: list[dict], code: str) -> list[dict]:
+    return [e for e in events if e["event"] == "run.notice" and e["properties"]["code"] == code]
+
+
+def branch_has(repo: Path, run_id: str, path: str) -> bool:
+    proc = subprocess.run(
+        ["git", "cat-file", "-e", f"fabro/run/{run_id}:{path}"], cwd=repo, check=False
+    )
+    return proc.returncode == 0
+
+
+def test_command_hooks_get_each_run_and_stage_event_with_its_payload_and_env(
+    repo: Path, tmp_path: Path, log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SECRET_HOOK_TOKEN", "s3cr3t-value-for-hooks")
+    cmd = record_cmd(tmp_path, log)
+    events = (
+        "sandbox_ready",
+        "run_start",
+        "stage_start",
+        "stage_complete",
+        "edge_selected",
+        "checkpoint_saved",
+        "run_complete",
+        "sandbox_cleanup",
+    )
+    toml = "".join(hook(event, cmd) for event in events)
+    toml += hook("run_complete", cmd.replace("hooklog", "hostlog"), sandbox=False)
+    configure(repo, toml)
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    got = records(log)
+    by_event: dict[str, list[dict]] = {}
+    for record in got:
+        payload = record["payload"]
+        assert record["env"]["FABRO_EVENT"] == payload["event"]
+        assert record["env"]["FABRO_RUN_ID"] == payload["run_id"] == run_id
+        assert record["env"]["FABRO_WORKFLOW"] == payload["workflow_name"] == "H"
+        assert record["env"]["FABRO_HOOK_CONTEXT"].endswith(".json")
+        assert record["env"].get("FABRO_NODE_ID") == payload.get("node_id")
+        # A hook in the worktree never sees secret-named variables.
+        assert record["secret"] is False
+        assert record["pwd"].endswith("/worktree") and record["pwd"] == payload["cwd"]
+        by_event.setdefault(payload["event"], []).append(payload)
+    assert set(by_event) == set(events)
+    for once in ("sandbox_ready", "run_start", "run_complete", "sandbox_cleanup"):
+        assert len(by_event[once]) == 1, once
+    stages = ["start", "build", "deploy", "exit"]
+    assert sorted(p["node_id"] for p in by_event["stage_start"]) == sorted(stages)
+    build = next(p for p in by_event["stage_start"] if p["node_id"] == "build")
+    assert build["handler_type"] == "command" and build["attempt"] == 1
+    assert "edge_from" not in build  # fields that do not apply are left out
+    assert sorted(p["node_id"] for p in by_event["stage_complete"]) == sorted(stages)
+    assert {p["status"] for p in by_event["stage_complete"]} == {"succeeded"}
+    edges = {(p["edge_from"], p["edge_to"]) for p in by_event["edge_selected"]}
+    assert edges == {("start", "build"), ("build", "deploy"), ("deploy", "exit")}
+    saved = {p["node_id"]: p["git_commit_sha"] for p in by_event["checkpoint_saved"]}
+    assert set(saved) == set(stages)
+    assert saved["exit"] == git(repo, "rev-parse", f"fabro/run/{run_id}").strip()
+    assert by_event["run_complete"][0]["status"] == "succeeded"
+    # A host hook runs in the user's checkout, with the user's environment.
+    [host] = records(tmp_path / "hostlog")
+    assert host["pwd"] == str(repo.resolve()) and host["secret"] is True
+    # Nothing a hook was given or wrote reached git.
+    assert not branch_has(repo, run_id, "hooklog")
+    assert notices(events_of(repo, run_id), "hook_failed") == []
+
+
+def test_stage_failed_and_run_failed_hooks_get_the_failure(
+    repo: Path, tmp_path: Path, log: Path
+) -> None:
+    cmd = record_cmd(tmp_path, log)
+    configure(
+        repo,
+        hook("stage_failed", cmd) + hook("run_failed", cmd) + hook("run_complete", cmd),
+        PIPELINE.replace("echo built > built.txt", "echo broken >&2; exit 3"),
+    )
+    proc, _ = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode != 0
+    got = {r["payload"]["event"]: r["payload"] for r in records(log)}
+    assert set(got) == {"stage_failed", "run_failed"}
+    assert got["stage_failed"]["node_id"] == "build"
+    assert got["stage_failed"]["handler_type"] == "command"
+    assert "status 3" in got["stage_failed"]["failure_reason"]
+    assert "build" in got["run_failed"]["failure_reason"]
+
+
+def test_a_matcher_picks_stages_by_node_id_or_handler_type(
+    repo: Path, tmp_path: Path, log: Path
+) -> None:
+    cmd = record_cmd(tmp_path, log)
+    configure(
+        repo,
+        hook("stage_start", cmd, matcher="^deploy$")
+        + hook("stage_complete", cmd, matcher="^command$")
+        + hook("run_start", cmd, matcher="never-matches-anything"),
+    )
+    proc, _ = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    fired = sorted((r["payload"]["event"], r["payload"].get("node_id")) for r in records(log))
+    # run_start takes no matcher: it fires whatever the matcher says.
+    assert fired == [
+        ("run_start", None),
+        ("stage_complete", "build"),
+        ("stage_complete", "deploy"),
+        ("stage_start", "deploy"),
+    ]
+
+
+def test_a_blocking_stage_start_hook_that_exits_2_fails_the_stage_unrun(repo: Path) -> None:
+    configure(
+        repo,
+        hook("stage_start", "echo 'deploys are frozen' >&2; exit 2", matcher="deploy"),
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 1
+    run_id = result["run_id"]
+    assert result["status"] == "failed"
+    assert branch_has(repo, run_id, "built.txt")
+    assert not branch_has(repo, run_id, "deployed.txt")
+    events = events_of(repo, run_id)
+    [failed] = [e for e in events if e["event"] == "stage.failed"]
+    assert failed["node_id"] == "deploy"
+    assert "deploys are frozen" in failed["properties"]["error"]
+    [run_failed] = [e for e in events if e["event"] == "run.failed"]
+    assert "deploys are frozen" in run_failed["properties"]["error"]
+
+
+def test_a_run_start_hook_that_fails_blocks_the_run_before_any_stage(repo: Path) -> None:
+    configure(repo, hook("run_start", "exit 7"))
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 1
+    events = events_of(repo, result["run_id"])
+    assert [e for e in events if e["event"] == "stage.started"] == []
+    [failed] = [e for e in events if e["event"] == "run.failed"]
+    assert "hook exited with code 7" in failed["properties"]["error"]
+    assert notices(events, "hook_failed")
+
+
+def test_a_skip_decision_skips_the_stage_and_the_run_goes_on(repo: Path) -> None:
+    decide = (
+        'if [ "$FABRO_NODE_ID" = deploy ]; then '
+        'echo \'{"decision": "skip", "reason": "no deploys on Fridays"}\'; fi'
+    )
+    configure(repo, hook("stage_start", decide))
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert branch_has(repo, run_id, "built.txt")
+    assert not branch_has(repo, run_id, "deployed.txt")
+    status = json.loads(meta_file(repo, run_id, "nodes/deploy/status.json"))
+    assert status["status"] == "skipped"
+    assert "no deploys on Fridays" in status["notes"]
+
+
+def test_an_edge_selected_override_redirects_the_walk(repo: Path) -> None:
+    workflow = PIPELINE.replace(
+        "start -> build -> deploy -> exit",
+        'rollback [shape=parallelogram, script="echo rolled > rolled.txt"]\n'
+        "    start -> build -> deploy -> exit\n    rollback -> exit",
+    )
+    decide = (
+        'if [ "$(sed -n \'s/.*"edge_to":"\\([a-z]*\\)".*/\\1/p\')" = deploy ]; then '
+        'echo \'{"decision": "override", "edge_to": "rollback"}\'; fi'
+    )
+    configure(repo, hook("edge_selected", decide), workflow)
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert branch_has(repo, run_id, "rolled.txt")
+    assert not branch_has(repo, run_id, "deployed.txt")
+    assert notices(events_of(repo, run_id), "hook_override")
+
+
+def test_a_hook_that_times_out_is_a_notice_and_the_run_goes_on(repo: Path, tmp_path: Path) -> None:
+    never = tmp_path / "never-created"
+    pid_file = tmp_path / "hook.pid"
+    waiter = f"echo $$ > {pid_file}; while [ ! -e {never} ]; do sleep 0.05; done"
+    configure(repo, hook("stage_start", waiter, matcher="^build$", timeout_ms=500))
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert branch_has(repo, run_id, "built.txt")
+    [notice] = notices(events_of(repo, run_id), "hook_timeout")
+    assert notice["properties"]["level"] == "warn"
+    assert "timed out after 0.5s" in notice["properties"]["message"]
+    # The hook was stopped, not left waiting.
+    pid = int(pid_file.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_non_blocking_hooks_run_beside_the_run_and_are_waited_for_at_its_end(
+    repo: Path, tmp_path: Path
+) -> None:
+    # The build stage's hook waits for a file the deploy stage makes: were it awaited,
+    # deploy could never start and the hook would time out.
+    go, done = tmp_path / "go", tmp_path / "done"
+    waiter = f"while [ ! -e {go} ]; do sleep 0.05; done; echo finished > {done}"
+    configure(
+        repo,
+        hook("stage_complete", waiter, matcher="^build$", timeout_ms=60_000),
+        PIPELINE.replace(
+            "echo deployed > deployed.txt", f"echo deployed > deployed.txt; touch {go}"
+        ),
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert done.read_text() == "finished\n"
+    assert notices(events_of(repo, result["run_id"]), "hook_timeout") == []
+
+
+def test_hooks_merge_by_id_across_user_project_and_run_config(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+
+    def mark(name: str) -> str:
+        return f"touch {marks / name}"
+
+    user = hermetic_env / ".config" / "git-fabro" / "settings.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text(
+        hook("run_start", mark("user-notify"), id="notify") + hook("run_start", mark("user-own"))
+    )
+    (repo / ".fabro").mkdir()
+    (repo / ".fabro" / "project.toml").write_text(
+        hook("run_start", mark("project-notify"), id="notify")
+    )
+    git(repo, "add", ".fabro")
+    configure(repo, hook("run_start", mark("run-config")))
+    proc, _ = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(p.name for p in marks.iterdir()) == ["project-notify", "run-config", "user-own"]
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: list[tuple[str, dict, dict]]
+    status = 200
+    answer = b""
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", "0"))
+        body = json.loads(self.rfile.read(length))
+        self.received.append((self.path, dict(self.headers), body))
+        self.send_response(self.status)
+        self.send_header("Content-Length", str(len(self.answer)))
+        self.end_headers()
+        self.wfile.write(self.answer)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def webhook() -> Iterator[type[_Receiver]]:
+    handler = type("Receiver", (_Receiver,), {"received": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    handler.port = server.server_address[1]  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def http_hook(event: str, url: str, **extra: object) -> str:
+    lines = [
+        "[[run.hooks]]",
+        f"event = {json.dumps(event)}",
+        'type = "http"',
+        f"url = {json.dumps(url)}",
+    ]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items() if key != "headers"]
+    if "headers" in extra:
+        lines.append("[run.hooks.headers]")
+        lines += [f"{k} = {json.dumps(v)}" for k, v in extra["headers"].items()]  # type: ignore[attr-defined]
+    return "\n".join(lines) + "\n"
+
+
+def test_http_hooks_post_the_event_with_allowed_variables_in_headers(
+    repo: Path, webhook: type[_Receiver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HOOK_TOKEN", "tok-12345")
+    monkeypatch.setenv("OTHER_VAR", "not-allowed")
+    url = f"http://127.0.0.1:{webhook.port}/done"  # type: ignore[attr-defined]
+    configure(
+        repo,
+        http_hook(
+            "stage_complete",
+            url,
+            tls="off",
+            allowed_env_vars=["HOOK_TOKEN"],
+            headers={"Authorization": "Bearer $HOOK_TOKEN", "X-Other": "${OTHER_VAR}"},
+        ),
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    nodes = sorted(body["node_id"] for _path, _headers, body in webhook.received)
+    assert nodes == ["build", "deploy", "exit", "start"]
+    path, headers, body = webhook.received[0]
+    assert path == "/done"
+    assert headers["Authorization"] == "Bearer tok-12345"
+    assert headers["X-Other"] == "${OTHER_VAR}"
+    assert body["run_id"] == result["run_id"] and body["event"] == "stage_complete"
+
+
+def test_a_failing_http_hook_is_a_notice_and_fails_open(
+    repo: Path, webhook: type[_Receiver]
+) -> None:
+    webhook.status = 500
+    url = f"http://127.0.0.1:{webhook.port}/gate"  # type: ignore[attr-defined]
+    configure(repo, http_hook("stage_start", url, tls="off", matcher="^build$"))
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert len(webhook.received) == 1
+    assert branch_has(repo, result["run_id"], "built.txt")
+    [notice] = notices(events_of(repo, result["run_id"]), "hook_failed")
+    assert "answered 500" in notice["properties"]["message"]
+
+
+def test_an_http_hook_can_block_with_a_json_decision(repo: Path, webhook: type[_Receiver]) -> None:
+    webhook.answer = b'{"decision": "block", "reason": "change freeze"}'
+    url = f"http://127.0.0.1:{webhook.port}/gate"  # type: ignore[attr-defined]
+    configure(repo, http_hook("stage_start", url, tls="off", matcher="^deploy$"))
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 1
+    assert not branch_has(repo, result["run_id"], "deployed.txt")
+    events = events_of(repo, result["run_id"])
+    [failed] = [e for e in events if e["event"] == "stage.failed"]
+    assert failed["node_id"] == "deploy"
+    assert "change freeze" in failed["properties"]["error"]
+
+
+def test_a_plain_http_url_needs_tls_off(repo: Path) -> None:
+    configure(repo, http_hook("run_complete", "http://127.0.0.1:9/x"))
+    proc = run_fabro("run", "run.toml", cwd=repo)
+    assert proc.returncode == 1
+    assert "run.toml:6: run.hooks[0].url" in proc.stderr and 'tls = "off"' in proc.stderr
+
+
+AGENT = """\
+digraph A {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=box, model="sonnet", prompt="Clean up"]
+    start -> work -> exit
+}
+"""
+
+
+@pytest.fixture
+def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
+    server = LlmServer().start()
+    for var, value in provider_env(server).items():
+        monkeypatch.setenv(var, value)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_pre_tool_use_hook_blocks_the_agents_shell_and_post_hooks_see_the_rest(
+    repo: Path, tmp_path: Path, log: Path, llm_server: LlmServer
+) -> None:
+    cmd = record_cmd(tmp_path, log)
+    configure(
+        repo,
+        hook("pre_tool_use", "echo 'no shell for agents' >&2; exit 2", matcher="^shell$")
+        + hook("post_tool_use", cmd, matcher="write_file|edit_file")
+        + hook("pre_tool_use", cmd, matcher="^shell$"),
+        AGENT,
+    )
+    llm_server.script(
+        Reply(
+            text="Cleaning.",
+            tool_calls=(
+                ToolUse("shell", {"command": "touch pwned.txt"}, id="s1"),
+                ToolUse("write_file", {"path": "clean.txt", "content": "ok\n"}, id="w1"),
+            ),
+        ),
+        Reply(text="Done."),
+    )
+    proc, result = run_json("run", "run.toml", "--goal", "tidy", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert not branch_has(repo, run_id, "pwned.txt")
+    assert git(repo, "show", f"fabro/run/{run_id}:clean.txt") == "ok\n"
+    # The model was told why its call did not run.
+    sent = json.dumps(llm_server.requests[1].body["messages"])
+    assert "not run" in sent and "no shell for agents" in sent
+    # The first pre_tool_use hook blocked: the second never fired. post_tool_use saw the write.
+    fired = [r["payload"] for r in records(log)]
+    assert [p["event"] for p in fired] == ["post_tool_use"]
+    [post] = fired
+    assert post["tool_name"] == "write_file" and post["tool_call_id"] == "w1"
+    assert post["node_id"] == "work" and "tool_output" in post
+    events = events_of(repo, run_id)
+    [shell] = [
+        e
+        for e in events
+        if e["event"] == "agent.tool.completed" and e["properties"]["tool_name"] == "shell"
+    ]
+    assert shell["properties"]["is_error"] is True
+
+
+def test_tool_hook_payloads_carry_the_input_and_the_error(
+    repo: Path, tmp_path: Path, log: Path, llm_server: LlmServer
+) -> None:
+    cmd = record_cmd(tmp_path, log)
+    configure(
+        repo,
+        hook("pre_tool_use", cmd, matcher="write_file")
+        + hook("post_tool_use_failure", cmd)
+        + hook("post_tool_use", cmd, matcher="^shell$"),
+        AGENT,
+    )
+    llm_server.script(
+        Reply(
+            text="Writing.",
+            tool_calls=(
+                ToolUse("write_file", {"path": "a.txt", "content": "a\n"}, id="w1"),
+                ToolUse("read_file", {"path": "missing.txt"}, id="r1"),
+            ),
+        ),
+        Reply(text="Done."),
+    )
+    proc, result = run_json("run", "run.toml", "--goal", "tidy", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert git(repo, "show", f"fabro/run/{result['run_id']}:a.txt") == "a\n"
+    got = {r["payload"]["event"]: r["payload"] for r in records(log)}
+    assert set(got) == {"pre_tool_use", "post_tool_use_failure"}
+    pre = got["pre_tool_use"]
+    assert pre["tool_name"] == "write_file" and pre["node_id"] == "work"
+    assert pre["tool_input"] == {"path": "a.txt", "content": "a\n"}
+    failure = got["post_tool_use_failure"]
+    assert failure["tool_name"] == "read_file" and failure["tool_call_id"] == "r1"
+    assert "missing.txt" in failure["error_message"] and "tool_output" not in failure
+
+
+def test_a_failing_hooks_output_reaches_git_only_redacted(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    secret = "hooksecret-" + "q7" * 12
+    monkeypatch.setenv("DEPLOY_SERVICE_TOKEN", secret)
+    # On the host, a hook sees the user's environment, and may well print a key.
+    configure(
+        repo,
+        hook("run_complete", 'echo "token was $DEPLOY_SERVICE_TOKEN" >&2; exit 1', sandbox=False),
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    [notice] = notices(events_of(repo, result["run_id"]), "hook_failed")
+    assert "exited with code 1" in notice["properties"]["message"]
+    assert "***" + secret[-4:] in notice["properties"]["message"]
+    objects = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout
+    assert secret.encode() not in objects
+
+
+FAN_OUT = """\
+digraph P {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    fan   [shape=component]
+    a     [shape=parallelogram, script="echo a > a.txt"]
+    b     [shape=parallelogram, script="exit 1"]
+    join  [shape=tripleoctagon]
+    start -> fan
+    fan -> a
+    fan -> b
+    a -> join
+    b -> join
+    join -> exit
+}
+"""
+
+
+def test_parallel_hooks_fire_around_the_fan_out_and_stage_hooks_in_branches(
+    repo: Path, tmp_path: Path, log: Path
+) -> None:
+    cmd = record_cmd(tmp_path, log)
+    configure(
+        repo,
+        hook("parallel_start", cmd, matcher="ignored")
+        + hook("parallel_complete", cmd)
+        + hook("stage_failed", cmd),
+        FAN_OUT,
+    )
+    proc, _ = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    got = {r["payload"]["event"]: r["payload"] for r in records(log)}
+    assert set(got) == {"parallel_start", "parallel_complete", "stage_failed"}
+    assert got["parallel_start"]["node_id"] == "fan"
+    assert got["parallel_start"]["branch_count"] == 2
+    assert (
+        got["parallel_complete"]["success_count"],
+        got["parallel_complete"]["failure_count"],
+    ) == (1, 1)
+    assert got["stage_failed"]["node_id"] == "b"
+
+
+def test_a_stage_retrying_hook_can_stop_the_retries(repo: Path, tmp_path: Path) -> None:
+    tries, never = tmp_path / "tries", tmp_path / "never-created"
+    # A stage that always times out: a transient failure, which is retried.
+    wait = f"echo x >> {tries}; while [ ! -e {never} ]; do sleep 0.05; done"
+    workflow = PIPELINE.replace(
+        'script="echo built > built.txt"',
+        f'script="{wait}", timeout="300ms", max_retries=2, retry_policy="linear"',
+    )
+    configure(
+        repo,
+        hook("stage_retrying", "echo 'flaky build, giving up' >&2; exit 2", blocking=True),
+        workflow,
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 1
+    assert tries.read_text() == "x\n"  # one attempt, no retry
+    events = events_of(repo, result["run_id"])
+    assert [e for e in events if e["event"] == "stage.retrying"] == []
+    [failed] = [e for e in events if e["event"] == "stage.failed"]
+    assert failed["node_id"] == "build" and failed["properties"]["will_retry"] is False
+    assert "flaky build, giving up" in failed["properties"]["error"]
+
+
+def test_prompt_hooks_are_named_as_not_run_and_the_run_goes_on(repo: Path) -> None:
+    configure(
+        repo,
+        '[[run.hooks]]\nname = "guard"\nevent = "stage_start"\ntype = "prompt"\n'
+        'prompt = "Is this safe?"\n',
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    [notice] = notices(events_of(repo, result["run_id"]), "hook_unsupported")
+    assert "guard" in notice["properties"]["message"]
+    assert branch_has(repo, result["run_id"], "deployed.txt")
+
+
+def test_a_resumed_run_fires_the_hooks_its_manifest_recorded(
+    repo: Path, tmp_path: Path, log: Path
+) -> None:
+    ready = tmp_path / "ready"
+    configure(
+        repo,
+        hook("run_start", record_cmd(tmp_path, log)),
+        PIPELINE.replace("echo built > built.txt", f"test -e {ready} && echo built > built.txt"),
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 1
+    # The run config changes after the run started: the resume keeps the recorded hooks.
+    (repo / "run.toml").write_text('[workflow]\ngraph = "wf.fabro"\n')
+    ready.touch()
+    proc = run_fabro("resume", result["run_id"], cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    starts = [r["payload"] for r in records(log)]
+    assert sorted(p.get("resumed", False) for p in starts) == [False, True]
