@@ -64,6 +64,7 @@ async def run_script(
     env: dict[str, str],
     timeout: float | None,
     groups: Path | None = None,
+    stdin: Path | None = None,
 ) -> tuple[int | None, bool]:
     """Run to completion; returns (exit code or None when killed, timed out?).
 
@@ -71,15 +72,18 @@ async def run_script(
     exits 126, as in a shell, with the reason in `stderr`. With `groups` (the run's
     record directory), the process group is recorded there while any of it is alive,
     so that the run's end, or a resume after a crash, can kill what the command left
-    running.
+    running. With `stdin`, the program reads that file as its standard input.
     """
     truncate = os.O_WRONLY | os.O_TRUNC
     with (
         open(open_private(stdout, truncate), "wb") as out,
         open(open_private(stderr, truncate), "wb") as err,
+        open(stdin if stdin is not None else os.devnull, "rb") as source,
     ):
         try:
-            process = await process_groups.start(argv, cwd=cwd, stdout=out, stderr=err, env=env)
+            process = await process_groups.start(
+                argv, cwd=cwd, stdout=out, stderr=err, env=env, stdin=source
+            )
         except OSError as exc:
             err.write(f"cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
             return 126, False

@@ -57,12 +57,19 @@ class StageProcess(Protocol):
 
 
 async def start(
-    argv: list[str], *, cwd: Path, stdout: IO[bytes], stderr: IO[bytes], env: dict[str, str]
+    argv: list[str],
+    *,
+    cwd: Path,
+    stdout: IO[bytes],
+    stderr: IO[bytes],
+    env: dict[str, str],
+    stdin: IO[bytes] | None = None,
 ) -> StageProcess:
-    """Start a command as the leader of a new session (and so of a new process group)."""
+    """Start a command as the leader of a new session (and so of a new process group);
+    its standard input is `stdin`, or empty."""
     options: dict[str, Any] = dict(
         cwd=str(cwd),
-        stdin=subprocess.DEVNULL,
+        stdin=stdin if stdin is not None else subprocess.DEVNULL,
         stdout=stdout,
         stderr=stderr,
         env=env,

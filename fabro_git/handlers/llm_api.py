@@ -18,7 +18,6 @@ from typing import Any
 
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.model_choice import (
-    CLI_UNAVAILABLE,
     backend_of,
     effort_of,
     stage_fallbacks,
@@ -26,7 +25,6 @@ from fabro_git.engine.model_choice import (
 )
 from fabro_git.engine.outcome import Outcome, Usage
 from fabro_git.engine.stage import StageRequest
-from fabro_git.errors import ConfigError
 from fabro_git.events.catalogue import AgentError, AgentMessage, StagePrompt
 from fabro_git.events.contract import UNSCOPED_EVENTS
 from fabro_git.events.envelope import EventProps
@@ -49,7 +47,7 @@ def _effort(req: StageRequest) -> Any:
     return effort_of(req.node)
 
 
-def _usage(model: str, used: llm.Usage, cost: float | None) -> Usage:
+def stage_usage(model: str, used: llm.Usage, cost: float | None) -> Usage:
     return Usage(
         model=model,
         input_tokens=used.input_tokens,
@@ -113,7 +111,7 @@ async def run_prompt(req: StageRequest, body: str, preamble: str) -> Outcome:
     req.emit(llm_usage.message_event(response))
     req.files["response.md"] = response.text.encode()
     result = outcome_from_reply(req, response.text)
-    result.usage = _usage(
+    result.usage = stage_usage(
         response.target.model,
         response.usage,
         llm_usage.estimate_cost(response.target.model, response.usage),
@@ -127,7 +125,9 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
 
     node = req.node
     if backend_of(node) == "cli":
-        raise ConfigError(f"node {node.id!r}: {CLI_UNAVAILABLE}")
+        from fabro_git.handlers.llm_cli import run_cli_agent
+
+        return await run_cli_agent(req, body, preamble)
     target, fallbacks = _target(req)
     req.emit(StagePrompt(text=preamble + body))
     req.files["prompt.md"] = (preamble + body).encode()
@@ -163,14 +163,14 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
             f"agent stage {node.id} timed out after {seconds:g}s ({done.turns} model calls)",
             oc.TRANSIENT,
             files_touched=list(done.files_touched),
-            usage=_usage(served[0], done.usage, done.cost),
+            usage=stage_usage(served[0], done.usage, done.cost),
         )
 
     req.on_timeout(timed_out)
     with req.take_steering(session.steer):
         result = await session.run(body, preamble=preamble)
     req.files["response.md"] = result.text.encode()
-    spent = _usage(served[0], result.usage, result.cost)
+    spent = stage_usage(served[0], result.usage, result.cost)
     touched = list(result.files_touched)
     if result.status == "failed":
         error = _error_text(result.error or {})

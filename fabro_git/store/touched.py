@@ -1,0 +1,154 @@
+"""Which files a stage touched, told from two snapshots of its worktree.
+
+An agent CLI edits files with its own tools, so there are no tool events to read the
+paths from. Instead the worktree's dirty set (changed tracked files and untracked,
+non-ignored ones, as `git status` finds them) is snapshotted with each file's stat
+data before the stage, again after it, and the two are diffed. A file that is dirty
+in only one snapshot was touched; one dirty in both was touched when its stat data
+differ, unless its size is equal and its content hash (xxhash, taken only for the few
+dirty files) says the bytes are the same. Files the stage committed itself are clean
+afterwards, so the paths of those commits are added.
+
+Only the dirty set is read, so the cost is one `git status` per snapshot plus an
+`lstat` per dirty file: a 100,000-file worktree with ten changes costs what git's own
+scan costs. The untracked cache is turned on for these scans, so git can skip reading
+directories whose mtime did not move since the last scan.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fabro_git.store._gitcli import out, run_git
+
+# Dirty files up to this size get a content hash in a snapshot; a larger one counts as
+# touched when its stat data changed.
+HASH_LIMIT = 8 * 1024 * 1024
+# An mtime this close to the snapshot (in ns) may hide a later write within the same
+# timestamp tick: such a file is compared by content too (git's "racily clean" rule).
+RACY_NS = 2_000_000_000
+
+_STATUS = (
+    "-c",
+    "core.untrackedCache=true",
+    "-c",
+    "status.relativePaths=false",
+    "status",
+    "--porcelain=v1",
+    "-z",
+    "--no-renames",
+    "--ignore-submodules=all",
+)
+
+
+@dataclass(frozen=True)
+class FileState:
+    size: int
+    mtime_ns: int
+    mode: int
+    digest: str | None  # xxhash of the content; None when absent or too large
+
+    @property
+    def exists(self) -> bool:
+        return self.mode != 0
+
+
+@dataclass
+class WorktreeSnapshot:
+    head: str | None
+    taken_ns: int
+    files: dict[str, FileState] = field(default_factory=dict)
+
+
+def take_snapshot(worktree: Path) -> WorktreeSnapshot:
+    """The worktree's dirty files with their stat data, and the commit HEAD names."""
+    taken = time.time_ns()
+    head_proc = run_git(["rev-parse", "-q", "--verify", "HEAD"], cwd=worktree, check=False)
+    head = out(head_proc).strip() or None
+    listing = run_git(list(_STATUS), cwd=worktree).stdout
+    paths: list[str] = []
+    untracked_dirs: list[str] = []
+    for entry in listing.split(b"\0"):
+        if len(entry) < 4:
+            continue
+        path = entry[3:].decode("utf-8", "surrogateescape")
+        if entry[:2] == b"??" and path.endswith("/"):
+            untracked_dirs.append(path)
+        else:
+            paths.append(path)
+    if untracked_dirs:
+        # `git status` names a wholly untracked directory once; its files are wanted.
+        more = run_git(
+            ["ls-files", "-z", "--others", "--exclude-standard", "--", *untracked_dirs],
+            cwd=worktree,
+        ).stdout
+        paths += [p.decode("utf-8", "surrogateescape") for p in more.split(b"\0") if p]
+    snapshot = WorktreeSnapshot(head=head, taken_ns=taken)
+    for path in paths:
+        snapshot.files[path] = _state(worktree / path, hash_it=True)
+    return snapshot
+
+
+def touched_paths(
+    worktree: Path, before: WorktreeSnapshot, after: WorktreeSnapshot, *, limit: int
+) -> list[str]:
+    """The paths the stage touched between `before` and `after`, sorted, at most `limit`."""
+    found: set[str] = set()
+    for path in before.files.keys() | after.files.keys():
+        old, new = before.files.get(path), after.files.get(path)
+        if old is None or new is None or _differs(old, new, before.taken_ns):
+            found.add(path)
+    if before.head and after.head and before.head != after.head:
+        found.update(_committed(worktree, before.head, after.head))
+    return sorted(found)[:limit]
+
+
+def _differs(old: FileState, new: FileState, taken_ns: int) -> bool:
+    if old.mode != new.mode or old.size != new.size:
+        return True
+    racy = old.mtime_ns >= taken_ns - RACY_NS
+    if old.mtime_ns == new.mtime_ns and not racy:
+        return False
+    if old.digest is None or new.digest is None:
+        return old.mtime_ns != new.mtime_ns or not old.exists
+    return old.digest != new.digest
+
+
+def _committed(worktree: Path, old: str, new: str) -> Iterable[str]:
+    proc = run_git(
+        ["diff", "--name-only", "-z", "--no-renames", old, new], cwd=worktree, check=False
+    )
+    if proc.returncode != 0:
+        return []
+    return [p.decode("utf-8", "surrogateescape") for p in proc.stdout.split(b"\0") if p]
+
+
+def _state(path: Path, *, hash_it: bool) -> FileState:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return FileState(0, 0, 0, None)
+    digest = None
+    if hash_it and stat.S_ISREG(st.st_mode) and st.st_size <= HASH_LIMIT:
+        digest = _hash(path)
+    elif stat.S_ISLNK(st.st_mode):
+        digest = os.readlink(path)
+    return FileState(st.st_size, st.st_mtime_ns, stat.S_IFMT(st.st_mode), digest)
+
+
+def _hash(path: Path) -> str | None:
+    import xxhash
+
+    hasher = xxhash.xxh3_64()
+    try:
+        with path.open("rb") as fh:
+            while chunk := fh.read(1 << 20):
+                hasher.update(chunk)
+    except OSError:
+        return None
+    return hasher.hexdigest()
