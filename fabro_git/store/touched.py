@@ -9,10 +9,10 @@ differ, unless its size is equal and its content hash (xxhash, taken only for th
 dirty files) says the bytes are the same. Files the stage committed itself are clean
 afterwards, so the paths of those commits are added.
 
-Only the dirty set is read, so the cost is one `git status` per snapshot plus an
-`lstat` per dirty file: a 100,000-file worktree with ten changes costs what git's own
-scan costs. The untracked cache is turned on for these scans, so git can skip reading
-directories whose mtime did not move since the last scan.
+Only the dirty set is read, so the cost is one `git status` per snapshot (which also
+names HEAD) plus an `lstat` per dirty file. The untracked cache is turned on for these
+scans: git then skips reading the directories whose mtime has not moved since the last
+scan, which is most of the cost of `git status` beyond the `lstat` of tracked files.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fabro_git.store._gitcli import out, run_git
+from fabro_git.store._gitcli import run_git
 
 # Dirty files up to this size get a content hash in a snapshot; a larger one counts as
 # touched when its stat data changed.
@@ -36,14 +36,16 @@ RACY_NS = 2_000_000_000
 _STATUS = (
     "-c",
     "core.untrackedCache=true",
-    "-c",
-    "status.relativePaths=false",
     "status",
-    "--porcelain=v1",
+    "--porcelain=v2",
+    "--branch",
     "-z",
+    "--untracked-files=all",
     "--no-renames",
     "--ignore-submodules=all",
 )
+# How many space-separated fields come before the path in a porcelain v2 entry.
+_FIELDS_BEFORE_PATH = {"1": 8, "u": 10, "?": 1}
 
 
 @dataclass(frozen=True)
@@ -68,26 +70,20 @@ class WorktreeSnapshot:
 def take_snapshot(worktree: Path) -> WorktreeSnapshot:
     """The worktree's dirty files with their stat data, and the commit HEAD names."""
     taken = time.time_ns()
-    head_proc = run_git(["rev-parse", "-q", "--verify", "HEAD"], cwd=worktree, check=False)
-    head = out(head_proc).strip() or None
     listing = run_git(list(_STATUS), cwd=worktree).stdout
+    head = None
     paths: list[str] = []
-    untracked_dirs: list[str] = []
     for entry in listing.split(b"\0"):
-        if len(entry) < 4:
+        text = entry.decode("utf-8", "surrogateescape")
+        if text.startswith("# branch.oid "):
+            oid = text.removeprefix("# branch.oid ")
+            head = oid if oid != "(initial)" else None
             continue
-        path = entry[3:].decode("utf-8", "surrogateescape")
-        if entry[:2] == b"??" and path.endswith("/"):
-            untracked_dirs.append(path)
-        else:
-            paths.append(path)
-    if untracked_dirs:
-        # `git status` names a wholly untracked directory once; its files are wanted.
-        more = run_git(
-            ["ls-files", "-z", "--others", "--exclude-standard", "--", *untracked_dirs],
-            cwd=worktree,
-        ).stdout
-        paths += [p.decode("utf-8", "surrogateescape") for p in more.split(b"\0") if p]
+        fields = _FIELDS_BEFORE_PATH.get(text[:1])
+        if fields is not None:
+            parts = text.split(" ", fields)
+            if len(parts) > fields:
+                paths.append(parts[fields])
     snapshot = WorktreeSnapshot(head=head, taken_ns=taken)
     for path in paths:
         snapshot.files[path] = _state(worktree / path, hash_it=True)
