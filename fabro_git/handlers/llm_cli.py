@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import uuid
 
+from fabro_git.config.locations import open_private
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.model_choice import CLI_ALTERNATIVES, cli_choice
 from fabro_git.engine.outcome import Outcome
@@ -53,7 +54,8 @@ async def run_cli_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
     req.emit(StagePrompt(text=prompt))
     req.files["prompt.md"] = prompt.encode()
     prompt_path = req.stage_dir / "cli-prompt.md"
-    prompt_path.write_bytes(prompt.encode())
+    with open(open_private(prompt_path, os.O_WRONLY | os.O_TRUNC), "wb") as fh:
+        fh.write(prompt.encode())
     try:
         call = cli.invocation(
             choice.provider,

@@ -61,6 +61,9 @@ for path, text in plan.get("write", {}).items():
         fh.write(text)
 for path in plan.get("delete", []):
     os.remove(path)
+if plan.get("fail"):
+    sys.stderr.write(plan["fail"] + "\n")
+    sys.exit(3)
 if plan.get("commit"):
     subprocess.run(["git", "add", "-A"], check=True)
     subprocess.run(["git", "commit", "-q", "-m", plan["commit"]], check=True)
@@ -290,6 +293,51 @@ def test_a_cli_that_is_not_installed_is_refused_clearly(
     assert 'backend="api"' in proc.stderr and "--dry-run" in proc.stderr
     # Refused before the run exists.
     assert git(repo, "for-each-ref", "refs/fabro/") == ""
+
+
+def test_a_cli_gone_by_the_time_its_stage_runs_fails_the_stage_clearly(
+    repo: Path, agent_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AGENT_BIN", str(agent_bin))
+    write_workflow(
+        repo,
+        """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    uninstall [shape=parallelogram, script="rm \\"$AGENT_BIN/codex\\""]
+    work [shape=box, backend="cli", provider="openai", prompt="Work"]
+    start -> uninstall -> work -> exit
+}
+""",
+    )
+    log = _plan(tmp_path, monkeypatch, reply="never")
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    assert not (agent_bin / "codex").exists() and _calls(log) == []
+    [completed] = _of(_events(repo, result["run_id"]), "stage.completed", "work")
+    props = completed["properties"]
+    assert props["status"] == "failed" and props["failure_class"] == "deterministic"
+    assert "'codex'" in props["error"] and "not installed" in props["error"]
+    assert 'backend="api"' in props["error"]
+
+
+def test_a_cli_that_fails_fails_the_stage_with_its_message(
+    repo: Path, agent_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_workflow(repo, SIMPLE % "")
+    _plan(tmp_path, monkeypatch, fail="error: not logged in, run claude login", reply="")
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1
+    events = _events(repo, result["run_id"])
+    [completed] = _of(events, "stage.completed", "work")
+    props = completed["properties"]
+    assert props["status"] == "failed" and props["failure_class"] == "deterministic"
+    assert "claude exited with status 3: error: not logged in" in props["error"]
+    [error] = _of(events, "agent.error", "work")
+    assert "not logged in" in error["properties"]["error"]["message"]
+    assert "not logged in" in meta_file(repo, result["run_id"], "nodes/work/cli-stderr.log")
 
 
 def test_a_custom_command_template_runs_any_cli(
