@@ -14,6 +14,7 @@ and, where the CLI says, the cost and the model that answered.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,9 +120,8 @@ def invocation(
 
 
 def _fill(item: str, values: Mapping[str, str]) -> str:
-    for name, value in values.items():
-        item = item.replace(name, value)
-    return item
+    # One pass: a value that itself holds "{model}" is left as it is.
+    return re.sub(r"\{[a-z_]+\}", lambda m: values.get(m[0], m[0]), item)
 
 
 @dataclass
