@@ -172,7 +172,8 @@ class StageRequest:
         from fabro_git.store.touched import take_snapshot, touched_paths
 
         def diff() -> list[str]:
-            after = take_snapshot(self.worktree)
+            # The checkpoint rewrites the index next: this scan need not.
+            after = take_snapshot(self.worktree, keep_cache=False)
             return touched_paths(self.worktree, before, after, limit=limit)
 
         return await trio.to_thread.run_sync(diff)

@@ -36,11 +36,14 @@ RACY_NS = 2_000_000_000
 _STATUS = (
     "-c",
     "core.untrackedCache=true",
+    # Every untracked file, not its directory; git serves this mode from the untracked
+    # cache only when it comes from the configuration, not from `--untracked-files`.
+    "-c",
+    "status.showUntrackedFiles=all",
     "status",
     "--porcelain=v2",
     "--branch",
     "-z",
-    "--untracked-files=all",
     "--no-renames",
     "--ignore-submodules=all",
 )
@@ -67,10 +70,15 @@ class WorktreeSnapshot:
     files: dict[str, FileState] = field(default_factory=dict)
 
 
-def take_snapshot(worktree: Path) -> WorktreeSnapshot:
-    """The worktree's dirty files with their stat data, and the commit HEAD names."""
+def take_snapshot(worktree: Path, *, keep_cache: bool = True) -> WorktreeSnapshot:
+    """The worktree's dirty files with their stat data, and the commit HEAD names.
+
+    With `keep_cache`, git may write what it learnt (stat data, the untracked cache)
+    back to the index, so the next scan is cheaper.
+    """
     taken = time.time_ns()
-    listing = run_git(list(_STATUS), cwd=worktree).stdout
+    locks = [] if keep_cache else ["--no-optional-locks"]
+    listing = run_git([*locks, *_STATUS], cwd=worktree).stdout
     head = None
     paths: list[str] = []
     for entry in listing.split(b"\0"):
