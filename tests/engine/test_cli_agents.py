@@ -64,7 +64,8 @@ for path in plan.get("delete", []):
 if plan.get("fail"):
     sys.stderr.write(plan["fail"] + "\n")
     sys.exit(3)
-if plan.get("commit"):
+dirty = subprocess.run(["git", "status", "--porcelain"], capture_output=True).stdout
+if plan.get("commit") and dirty:
     subprocess.run(["git", "add", "-A"], check=True)
     subprocess.run(["git", "commit", "-q", "-m", plan["commit"]], check=True)
 if plan.get("hang"):
@@ -246,8 +247,15 @@ def test_each_profile_runs_its_cli_and_routes_on_the_reply(
 def test_a_cli_that_commits_itself_has_its_commit_adopted(
     repo: Path, agent_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    write_workflow(repo, SIMPLE % "")
-    _plan(
+    write_workflow(
+        repo,
+        SIMPLE.replace(
+            "start -> work -> exit",
+            'review [shape=box, backend="cli", prompt="Review"]\n    start -> work -> review -> exit',
+        )
+        % "",
+    )
+    log = _plan(
         tmp_path,
         monkeypatch,
         write={"feature.py": "print('hi')\n"},
@@ -272,6 +280,9 @@ def test_a_cli_that_commits_itself_has_its_commit_adopted(
     assert completed["properties"]["files_touched"] == ["feature.py"]
     notices = [e["properties"].get("code") for e in _of(events, "run.notice")]
     assert "stage_commits_adopted" in notices
+    # The next stage's preamble lists the files the CLI stage touched.
+    review = _calls(log)[-1]["prompt"]
+    assert "**work**: succeeded" in review and "Files: feature.py" in review
 
 
 def test_a_cli_that_is_not_installed_is_refused_clearly(
@@ -464,4 +475,13 @@ def test_ctrl_c_kills_the_cli_and_everything_it_started(
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert _wait_dead(pids)
-    assert re.search(r"git fabro resume [0-9A-Z]{26}", err.decode())
+    run_id = re.findall(r"git fabro resume ([0-9A-Z]{26})", err.decode())[-1]
+
+    # Resumed, the stage runs its CLI again from the start.
+    log = _plan(tmp_path, monkeypatch, write={"after.txt": "a\n"}, reply="Finished.")
+    log.unlink()
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert [call["name"] for call in _calls(log)] == ["claude"]
+    assert meta_file(repo, run_id, "nodes/work/response.md") == "Finished."
+    assert git(repo, "show", f"fabro/run/{run_id}:after.txt") == "a\n"
