@@ -150,7 +150,8 @@ async def run_cli_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
 
 def _failure(program: str, code: int | None, reply: cli.CliReply, stderr: str) -> str | None:
     if code == 126 and stderr.startswith("cannot start"):
-        return f"{stderr.strip()}; {CLI_ALTERNATIVES}"
+        missing = "No such file" in stderr or "Permission denied" in stderr
+        return stderr.strip() + (f"; {CLI_ALTERNATIVES}" if missing else "")
     if code != 0:
         last = stderr.strip().splitlines()[-1:] or [reply.error or ""]
         detail = f": {last[0][:300]}" if last[0] else ""

@@ -351,6 +351,18 @@ def test_a_cli_that_fails_fails_the_stage_with_its_message(
     assert "not logged in" in meta_file(repo, result["run_id"], "nodes/work/cli-stderr.log")
 
 
+def test_a_provider_without_a_cli_profile_is_refused_at_its_node(
+    repo: Path, agent_bin: Path
+) -> None:
+    write_workflow(repo, SIMPLE % ', provider="kimi"')
+    proc = run_fabro("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert (
+        "wf.fabro:4" in proc.stderr and "no built-in agent CLI for provider 'kimi'" in proc.stderr
+    )
+    assert "cli_command" in proc.stderr
+
+
 def test_a_custom_command_template_runs_any_cli(
     repo: Path, agent_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
