@@ -97,9 +97,20 @@ def cli_choice(
     program is not installed."""
     from fabro_git.llm.cli import PROFILES, program_for
 
-    target = stage_target(node, model=model, provider=provider, env=env)
     chosen = node_choice(node)
     named = (chosen.model if chosen else None) or model
+    try:
+        target = stage_target(node, model=model, provider=provider, env=env)
+    except UnknownModel as err:
+        # A CLI may serve models the catalogue does not list: with the provider named,
+        # the model goes to the CLI as written.
+        named_provider = (chosen.provider if chosen else None) or provider
+        if not (named and named_provider and named_provider.strip() in PROFILES):
+            key = "model" if chosen and chosen.model else "provider"
+            if chosen is None:
+                raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
+            raise _node_error(node, key, err.message, hint=err.hint) from None
+        target = Target(named_provider.strip(), named.strip())
     if not custom and target.provider not in PROFILES:
         raise _node_error(
             node,
@@ -153,6 +164,10 @@ def check_stages(
                     node, "backend", f"backend={backend!r} is not one of {', '.join(BACKENDS)}"
                 )
             effort_of(node)
+            if node.handler_type != "prompt" and backend == "cli":
+                # The CLI brings its own credentials: only that it is installed is checked.
+                cli_choice(node, model=model, provider=provider, env=env, custom=cli_command)
+                continue
             try:
                 target = stage_target(node, model=model, provider=provider, env=env)
             except UnknownModel as err:
@@ -160,10 +175,6 @@ def check_stages(
                     raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
                 key = "model" if node.get("model") or node.get("llm_model") else "provider"
                 raise _node_error(node, key, err.message, hint=err.hint) from None
-            if node.handler_type != "prompt" and backend == "cli":
-                # The CLI brings its own credentials: only that it is installed is checked.
-                cli_choice(node, model=model, provider=provider, env=env, custom=cli_command)
-                continue
             targets[node.id] = target
     for name in dict.fromkeys(target.provider for target in targets.values()):
         nodes = [node for node, target in targets.items() if target.provider == name]

@@ -363,6 +363,26 @@ def test_a_provider_without_a_cli_profile_is_refused_at_its_node(
     assert "cli_command" in proc.stderr
 
 
+def test_the_model_goes_to_the_cli_even_one_the_catalogue_lacks(
+    repo: Path, agent_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_workflow(repo, SIMPLE % ', provider="openai", model="codex-internal-9"')
+    log = _plan(tmp_path, monkeypatch, reply="ok")
+    proc, _ = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    [call] = _calls(log)
+    assert call["argv"][call["argv"].index("--model") + 1] == "codex-internal-9"
+    # An alias resolves through the catalogue; with no provider named, a typo is refused.
+    write_workflow(repo, SIMPLE % ', model="sonnet"', name="alias.fabro")
+    proc, _ = run_json("run", "alias.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    call = _calls(log)[-1]
+    assert call["name"] == "claude" and call["argv"][call["argv"].index("--model") + 1] != "sonnet"
+    write_workflow(repo, SIMPLE % ', model="sonet"', name="typo.fabro")
+    proc = run_fabro("run", "typo.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1 and "typo.fabro:4" in proc.stderr and "sonnet" in proc.stderr
+
+
 def test_a_custom_command_template_runs_any_cli(
     repo: Path, agent_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
