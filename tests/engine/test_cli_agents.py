@@ -517,3 +517,11 @@ def test_ctrl_c_kills_the_cli_and_everything_it_started(
     assert [call["name"] for call in _calls(log)] == ["claude"]
     assert meta_file(repo, run_id, "nodes/work/response.md") == "Finished."
     assert git(repo, "show", f"fabro/run/{run_id}:after.txt") == "a\n"
+
+
+def test_doctor_lists_the_agent_clis_on_path(repo: Path, agent_bin: Path) -> None:
+    proc = run_fabro("doctor", "--json", cwd=repo)
+    [check] = [c for c in json.loads(proc.stdout)["checks"] if c["name"] == "agent CLIs"]
+    assert check["status"] == "ok"
+    for program in ("claude", "codex", "gemini"):
+        assert f"{program} ({agent_bin / program})" in check["message"]
