@@ -37,6 +37,7 @@ from fabro_git.handlers.command import stage_environment
 from fabro_git.handlers.llm import outcome_from_response
 from fabro_git.handlers.llm_api import stage_usage
 from fabro_git.llm import cli
+from fabro_git.llm import types as llm
 
 # Paths listed at most in one stage's files_touched (as for command stages).
 FILES_TOUCHED_LIMIT = 1000
@@ -114,11 +115,14 @@ async def run_cli_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
     if used is not None:
         cost = reply.cost if reply.cost is not None else llm_usage.estimate_cost(served, used)
         spent = stage_usage(served, used, cost)
+    if used is not None or reply.text:
+        # A CLI that reports no usage (plain text output) shows as zero tokens here;
+        # the stage then records no usage at all rather than a false zero.
         req.emit(
             AgentMessage(
                 text=reply.text,
                 model=served,
-                usage=llm_usage.token_usage(used),
+                usage=llm_usage.token_usage(used or llm.Usage()),
                 tool_call_count=reply.tool_calls,
             ),
             session_id=session_id,

@@ -401,8 +401,12 @@ def test_a_custom_command_template_runs_any_cli(
     assert Path(call["argv"][1]).read_text() == call["prompt"]
     run_id = result["run_id"]
     assert meta_file(repo, run_id, "nodes/work/response.md") == "done by myagent"
-    [completed] = _of(_events(repo, run_id), "stage.completed", "work")
+    events = _events(repo, run_id)
+    [completed] = _of(events, "stage.completed", "work")
     assert completed["properties"]["files_touched"] == ["out.txt"]
+    assert completed["properties"].get("usage") is None  # a text CLI reports none
+    [message] = _of(events, "agent.message", "work")
+    assert message["properties"]["text"] == "done by myagent"
 
 
 def test_a_bad_placeholder_in_the_command_template_is_refused(repo: Path, agent_bin: Path) -> None:
