@@ -23,6 +23,7 @@ def main() -> None:
         ["ps_many.py", *(["--reps", "2"] if quick else [])],
         ["checkpoint_cost.py", *(["--files", "20000", "--reps", "3"] if quick else [])],
         ["long_run.py", *(["--stages", "300"] if quick else [])],
+        ["files_touched.py", *(["--files", "20000", "--reps", "3"] if quick else [])],
         ["validate_scale.py", *(["--small", "2000", "--large", "20000"] if quick else [])],
     ]
     for plan in plans:

@@ -31,7 +31,7 @@ class Check:
 
 
 def run(*, json_output: bool) -> int:
-    checks = [_git_version(), _graphviz(), *_providers(os.environ), _scratch()]
+    checks = [_git_version(), _graphviz(), *_providers(os.environ), _agent_clis(), _scratch()]
     repo = _repo()
     if repo is None:
         checks.append(Check("repository", "ok", "not inside a git repository: run checks skipped"))
@@ -134,6 +134,22 @@ def _providers(env: Any) -> list[Check]:
             )
         )
     return checks
+
+
+def _agent_clis() -> Check:
+    """The agent CLIs `backend="cli"` stages can run; none is needed otherwise."""
+    from fabro_git.llm.cli import PROFILES
+
+    found = [(p.program, shutil.which(p.program)) for p in PROFILES.values()]
+    there = [f"{program} ({path})" for program, path in found if path]
+    if there:
+        return Check("agent CLIs", "ok", "on PATH: " + ", ".join(there))
+    names = ", ".join(program for program, _ in found)
+    return Check(
+        "agent CLIs",
+        "ok",
+        f"none of {names} is on PATH: backend=cli stages need one, or [run.agent] cli_command",
+    )
 
 
 def _scratch() -> Check:

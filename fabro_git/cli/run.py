@@ -157,7 +157,12 @@ def _build_spec(
     if run_cfg.model is not None:
         options.model = run_cfg.model.name
         options.provider = run_cfg.model.provider
-    check_options(options, graph, run_cfg.model.fallbacks if run_cfg.model else None)
+    check_options(
+        options,
+        graph,
+        run_cfg.model.fallbacks if run_cfg.model else None,
+        cli_command=run_cfg.agent.cli_command if run_cfg.agent else None,
+    )
     return RunSpec(
         graph=graph,
         # What was validated, not a second read that could see another file.

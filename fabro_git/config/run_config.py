@@ -61,6 +61,10 @@ class ModelConfig(_Table):
     fallbacks: list[str] | None = None
 
 
+# What an item of `[run.agent] cli_command` may name.
+CLI_PLACEHOLDERS = ("{prompt_file}", "{prompt}", "{model}", "{worktree}", "{node_id}")
+
+
 class PrepareStep(_Table):
     script: str | None = None
     command: list[str] | None = None
@@ -147,6 +151,16 @@ class McpServerConfig(_Table):
 
 
 class AgentConfig(_Table):
+    """`[run.agent]`: how agent stages with `backend="cli"` run, and the MCP servers
+    agent stages with `backend="api"` use (`mcps`).
+
+    `cli_command` replaces the built-in profile (`claude -p`, `codex exec`, `gemini -p`)
+    with any program, as an argv list whose items may hold the placeholders in
+    `CLI_PLACEHOLDERS`. The prompt also arrives on the program's standard input.
+    """
+
+    cli_command: list[str] | None = None
+    cli_output: Literal["text", "claude-json", "codex-jsonl", "gemini-json"] | None = None
     mcps: dict[str, McpServerConfig] = msgspec.field(default_factory=dict)
 
 
@@ -164,12 +178,12 @@ class RunSection(_Table):
     inputs: dict[str, str] = msgspec.field(default_factory=dict)
     labels: dict[str, str] = msgspec.field(default_factory=dict)
     model: ModelConfig | None = None
+    agent: AgentConfig | None = None
     prepare: PrepareConfig | None = None
     checkpoint: CheckpointConfig | None = None
     artifacts: ArtifactsConfig | None = None
     hooks: list[HookConfig] = msgspec.field(default_factory=list)
     git: GitConfig | None = None
-    agent: AgentConfig | None = None
 
 
 class WorkflowSection(_Table):
@@ -412,6 +426,17 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
     if run.agent is not None:
         for name, server in run.agent.mcps.items():
             _check_mcp_server(name, server, fail)
+    command = run.agent.cli_command if run.agent is not None else None
+    if command is not None:
+        if not command or not command[0].strip():
+            fail(["run", "agent", "cli_command"], "expected a non-empty argv list")
+        for item in command:
+            for name in re.findall(r"\{[^{}]*\}", item):
+                if name not in CLI_PLACEHOLDERS:
+                    fail(
+                        ["run", "agent", "cli_command"],
+                        f"unknown placeholder {name}; expected one of {', '.join(CLI_PLACEHOLDERS)}",
+                    )
     author = run.git.author if run.git is not None else None
     if author is not None:
         for field_name in ("name", "email"):

@@ -11,7 +11,9 @@ rather than at its fifth stage.
 from __future__ import annotations
 
 import difflib
+import shutil
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from fabro_git.errors import ConfigError, WorkflowError
 from fabro_git.llm import catalogue
@@ -23,9 +25,9 @@ from fabro_git.workflow.model import Graph, Node
 LLM_TYPES = ("agent", "prompt", "codergen")
 BACKENDS = ("api", "cli")
 EFFORTS = ("low", "medium", "high")
-CLI_UNAVAILABLE = (
-    "backend=cli (an external coding agent) is not available yet in this version; "
-    "remove the attribute to run the built-in agent (backend=api)"
+CLI_ALTERNATIVES = (
+    "install it, name another program in the run config ([run.agent] cli_command), "
+    'run the built-in agent with backend="api", or simulate the stage with --dry-run'
 )
 
 
@@ -73,6 +75,62 @@ def backend_of(node: Node) -> str:
     return (node.get("backend") or "api").strip().lower()
 
 
+@dataclass(frozen=True)
+class CliChoice:
+    """What a `backend="cli"` stage runs: the provider whose profile applies, the model
+    to ask for (None leaves the CLI's own default), and the program's path."""
+
+    provider: str
+    model: str | None
+    program: str
+
+
+def cli_choice(
+    node: Node,
+    *,
+    model: str | None,
+    provider: str | None,
+    env: Mapping[str, str],
+    custom: Sequence[str] | None,
+) -> CliChoice:
+    """The CLI of `node`'s stage; a `FabroError` when its provider has no profile or its
+    program is not installed."""
+    from fabro_git.llm.cli import PROFILES, program_for
+
+    chosen = node_choice(node)
+    named = (chosen.model if chosen else None) or model
+    try:
+        target = stage_target(node, model=model, provider=provider, env=env)
+    except UnknownModel as err:
+        # A CLI may serve models the catalogue does not list: with the provider named,
+        # the model goes to the CLI as written.
+        named_provider = (chosen.provider if chosen else None) or provider
+        if not (named and named_provider and named_provider.strip() in PROFILES):
+            key = "model" if chosen and chosen.model else "provider"
+            if chosen is None:
+                raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
+            raise _node_error(node, key, err.message, hint=err.hint) from None
+        target = Target(named_provider.strip(), named.strip())
+    if not custom and target.provider not in PROFILES:
+        raise _node_error(
+            node,
+            "backend",
+            f"backend=cli has no built-in agent CLI for provider {target.provider!r} "
+            f"(built in: {', '.join(f'{p} ({c.program})' for p, c in PROFILES.items())})",
+            hint="name the program in the run config: [run.agent] cli_command = [...]",
+        )
+    program = program_for(target.provider, custom)
+    found = shutil.which(program, path=env.get("PATH"))
+    if found is None:
+        where = "[run.agent] cli_command" if custom else f"the {target.provider} profile"
+        raise ConfigError(
+            f"node {node.id!r}: backend=cli runs {program!r} ({where}), "
+            "which is not installed or not on PATH",
+            hint=CLI_ALTERNATIVES,
+        )
+    return CliChoice(target.provider, target.model if named else None, found)
+
+
 def check_stages(
     graphs: Iterable[Graph],
     *,
@@ -80,10 +138,11 @@ def check_stages(
     provider: str | None,
     fallbacks: Sequence[str] | None,
     env: Mapping[str, str],
+    cli_command: Sequence[str] | None = None,
 ) -> dict[str, Target]:
-    """Every LLM stage's target, by node id; a `FabroError` for the first stage that
-    cannot run: an unknown model or provider, a backend this version lacks, or a
-    provider whose key is not set."""
+    """Every LLM stage's target, by node id (agent CLI stages aside); a `FabroError` for
+    the first stage that cannot run: an unknown model or provider, an unknown backend, a
+    provider whose key is not set, or an agent CLI that is not installed."""
     from fabro_git.llm.providers import connect
 
     for entry in fallbacks or ():
@@ -104,9 +163,11 @@ def check_stages(
                 raise _node_error(
                     node, "backend", f"backend={backend!r} is not one of {', '.join(BACKENDS)}"
                 )
-            if node.handler_type != "prompt" and backend == "cli":
-                raise _node_error(node, "backend", CLI_UNAVAILABLE)
             effort_of(node)
+            if node.handler_type != "prompt" and backend == "cli":
+                # The CLI brings its own credentials: only that it is installed is checked.
+                cli_choice(node, model=model, provider=provider, env=env, custom=cli_command)
+                continue
             try:
                 target = stage_target(node, model=model, provider=provider, env=env)
             except UnknownModel as err:

@@ -933,9 +933,16 @@ def write_json_result(result: RunResult) -> None:
     sys.stdout.flush()
 
 
-def check_options(options: Options, graph: Graph, fallbacks: Sequence[str] | None = None) -> None:
+def check_options(
+    options: Options,
+    graph: Graph,
+    fallbacks: Sequence[str] | None = None,
+    *,
+    cli_command: Sequence[str] | None = None,
+) -> None:
     """Refuse, before the run exists, a workflow whose LLM stages cannot run: an unknown
-    model or provider, a missing key. With --dry-run nothing is resolved."""
+    model or provider, a missing key, an agent CLI not installed. With --dry-run nothing
+    is resolved."""
     if options.dry_run:
         return
     from fabro_git.engine.model_choice import check_stages
@@ -947,4 +954,5 @@ def check_options(options: Options, graph: Graph, fallbacks: Sequence[str] | Non
         provider=options.provider,
         fallbacks=fallbacks,
         env=os.environ,
+        cli_command=cli_command,
     )

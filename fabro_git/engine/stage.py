@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from fabro_git.engine.outcome import Outcome
     from fabro_git.engine.runner import ChildResult, Runtime, Scope
     from fabro_git.events.envelope import EventProps
+    from fabro_git.store.touched import WorktreeSnapshot
     from fabro_git.workflow import Graph, Node
 
 
@@ -92,6 +93,12 @@ class StageRequest:
         """`[run.agent.mcps]` of the run's configuration: server name → its table."""
         config = self._runtime.manifest.settings.get("config") or {}
         return dict((config.get("agent") or {}).get("mcps") or {})
+
+    @property
+    def agent_config(self) -> Mapping[str, Any]:
+        """`[run.agent]` of the run's configuration (how `backend="cli"` stages run)."""
+        config = self._runtime.manifest.settings.get("config") or {}
+        return dict(config.get("agent") or {})
 
     @property
     def completed(self) -> Mapping[str, Mapping[str, Any]]:
@@ -178,6 +185,28 @@ class StageRequest:
         if not any(hooks.wants(event) for event in TOOL_EVENTS):
             return None
         return StageToolHooks(hooks, node_id=self.node_id, node_label=self.node.label)
+
+    async def snapshot_worktree(self) -> WorktreeSnapshot:
+        """The worktree's dirty files and their stat data, for `touched_since`."""
+        import trio
+
+        from fabro_git.store.touched import take_snapshot
+
+        return await trio.to_thread.run_sync(take_snapshot, self.worktree)
+
+    async def touched_since(self, before: WorktreeSnapshot, *, limit: int) -> list[str]:
+        """The paths changed since `before` was taken, commits the stage made included:
+        the `files_touched` of a stage whose program edits files with its own tools."""
+        import trio
+
+        from fabro_git.store.touched import take_snapshot, touched_paths
+
+        def diff() -> list[str]:
+            # The checkpoint rewrites the index next: this scan need not.
+            after = take_snapshot(self.worktree, keep_cache=False)
+            return touched_paths(self.worktree, before, after, limit=limit)
+
+        return await trio.to_thread.run_sync(diff)
 
     def on_timeout(self, outcome: Callable[[float], Outcome]) -> None:
         """What the stage ends with if its `timeout` (in seconds, passed in) cuts it off."""

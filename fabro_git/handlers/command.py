@@ -33,6 +33,20 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
+def stage_environment(req: StageRequest) -> dict[str, str]:
+    """The environment a stage's program runs with (a command's script, an agent CLI):
+    the run's values as FABRO_* variables, and no variable that would point git at
+    another repository than the worktree's."""
+    env = script_environment(
+        os.environ, goal=req.goal, inputs=req.inputs, run_id=req.run_id, node_id=req.node.id
+    )
+    env.update(FABRO_STAGE_ID=req.stage_id, FABRO_WORKTREE=str(req.worktree))
+    env.pop("GIT_DIR", None)
+    env.pop("GIT_WORK_TREE", None)
+    env.pop("GIT_INDEX_FILE", None)
+    return env
+
+
 async def execute(req: StageRequest) -> Outcome:
     node = req.node
     script = node.get("script") or node.get("tool_command")
@@ -53,13 +67,7 @@ async def execute(req: StageRequest) -> Outcome:
         )
     stdout_path = req.stage_dir / "stdout.log"
     stderr_path = req.stage_dir / "stderr.log"
-    env = script_environment(
-        os.environ, goal=req.goal, inputs=req.inputs, run_id=req.run_id, node_id=node.id
-    )
-    env.update(FABRO_STAGE_ID=req.stage_id, FABRO_WORKTREE=str(req.worktree))
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_WORK_TREE", None)
-    env.pop("GIT_INDEX_FILE", None)
+    env = stage_environment(req)
     script_name = "script.sh" if language == "shell" else "script.py"
 
     def keep_output() -> dict[str, str]:

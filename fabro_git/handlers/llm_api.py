@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.model_choice import (
-    CLI_UNAVAILABLE,
     backend_of,
     effort_of,
     stage_fallbacks,
@@ -97,7 +96,7 @@ def _mcp_specs(req: StageRequest) -> tuple[list[McpServerSpec], list[tuple[str, 
     return specs, broken
 
 
-def _usage(model: str, used: llm.Usage, cost: float | None) -> Usage:
+def stage_usage(model: str, used: llm.Usage, cost: float | None) -> Usage:
     return Usage(
         model=model,
         input_tokens=used.input_tokens,
@@ -163,7 +162,7 @@ async def run_prompt(req: StageRequest, body: str, preamble: str) -> Outcome:
     req.emit(llm_usage.message_event(response))
     req.files["response.md"] = response.text.encode()
     result = outcome_from_reply(req, response.text)
-    result.usage = _usage(
+    result.usage = stage_usage(
         response.target.model,
         response.usage,
         llm_usage.estimate_cost(response.target.model, response.usage),
@@ -178,7 +177,9 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
 
     node = req.node
     if backend_of(node) == "cli":
-        raise ConfigError(f"node {node.id!r}: {CLI_UNAVAILABLE}")
+        from fabro_git.handlers.llm_cli import run_cli_agent
+
+        return await run_cli_agent(req, body, preamble)
     target, fallbacks = _target(req)
     req.emit(StagePrompt(text=preamble + body))
     req.files["prompt.md"] = (preamble + body).encode()
@@ -235,14 +236,14 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
             f"agent stage {node.id} timed out after {seconds:g}s ({done.turns} model calls)",
             oc.TRANSIENT,
             files_touched=list(done.files_touched),
-            usage=_usage(served[0], done.usage, done.cost),
+            usage=stage_usage(served[0], done.usage, done.cost),
         )
 
     req.on_timeout(timed_out)
     with req.take_steering(session.steer):
         result = await session.run(body, preamble=preamble)
     req.files["response.md"] = result.text.encode()
-    spent = _usage(served[0], result.usage, result.cost)
+    spent = stage_usage(served[0], result.usage, result.cost)
     touched = list(result.files_touched)
     if result.status == "failed":
         error = _error_text(result.error or {})

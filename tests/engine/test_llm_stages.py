@@ -7,6 +7,7 @@ Every event of every run here is checked against the events contract.
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -232,12 +233,20 @@ def test_a_rejected_key_fails_the_stage_as_deterministic(repo: Path, llm_server:
     assert len(llm_server.requests) == 1  # a refused key is not retried
 
 
-def test_backend_cli_is_refused_before_the_run(repo: Path, llm_server: LlmServer) -> None:
+def test_backend_cli_without_its_cli_is_refused_before_the_run(
+    repo: Path, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(
+        "PATH",
+        os.pathsep.join(
+            p for p in os.environ["PATH"].split(os.pathsep) if not (Path(p) / "claude").exists()
+        ),
+    )
     write_workflow(repo, AGENT.replace('prompt="Tidy', 'backend="cli", prompt="Tidy'))
     proc = run_fabro("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 1
     assert "'work'" in proc.stderr and "backend=cli" in proc.stderr
-    assert "not available yet" in proc.stderr
+    assert "'claude'" in proc.stderr and "not installed" in proc.stderr
     assert llm_server.requests == []
 
 

@@ -1,0 +1,173 @@
+"""Agent stages with `backend="cli"`: an installed coding agent does the work.
+
+The stage writes its prompt (the preamble and the node's rendered prompt, as for the
+built-in agent) to `prompt.md` in its scratch dir and runs the agent CLI the node's
+provider selects (`fabro_git.llm.cli`) in the stage's worktree, through the engine's
+process machinery: its own process group, the stage's environment, the prompt on
+stdin, and its output streamed to files. A timeout or Ctrl-C stops the whole group.
+
+The CLI's reply is read from its machine output and handled exactly as an `api`
+agent's: `response.md`, routing directives, context keys, usage and cost. Which files
+it touched is told from snapshots of the worktree's dirty set before and after
+(`fabro_git.store.touched`), since there are no tool events to read them from.
+Commits the CLI makes on the run branch are adopted by the checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+from fabro_git.config.locations import open_private
+from fabro_git.engine import outcome as oc
+from fabro_git.engine.model_choice import CLI_ALTERNATIVES, cli_choice
+from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.process import META_LIMIT, excerpt, run_script
+from fabro_git.engine.stage import StageRequest
+from fabro_git.errors import ConfigError
+from fabro_git.events.catalogue import (
+    AgentError,
+    AgentMessage,
+    AgentProcessingEnd,
+    AgentSessionEnded,
+    AgentSessionStarted,
+    StagePrompt,
+)
+from fabro_git.handlers.command import stage_environment
+from fabro_git.handlers.llm import outcome_from_response
+from fabro_git.handlers.llm_api import stage_usage
+from fabro_git.llm import cli
+from fabro_git.llm import types as llm
+
+# Paths listed at most in one stage's files_touched (as for command stages).
+FILES_TOUCHED_LIMIT = 1000
+
+
+async def run_cli_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
+    from fabro_git.llm import usage as llm_usage
+
+    node = req.node
+    settings = req.agent_config
+    custom = settings.get("cli_command") or None
+    model, provider = req.run_model
+    choice = cli_choice(node, model=model, provider=provider, env=os.environ, custom=custom)
+    prompt = preamble + body
+    req.emit(StagePrompt(text=prompt))
+    req.files["prompt.md"] = prompt.encode()
+    prompt_path = req.stage_dir / "cli-prompt.md"
+    with open(open_private(prompt_path, os.O_WRONLY | os.O_TRUNC), "wb") as fh:
+        fh.write(prompt.encode())
+    try:
+        call = cli.invocation(
+            choice.provider,
+            model=choice.model,
+            prompt=prompt,
+            prompt_file=str(prompt_path),
+            worktree=str(req.worktree),
+            node_id=node.id,
+            custom=custom,
+            custom_output=settings.get("cli_output"),
+        )
+    except cli.NoProfile as err:  # check_stages refuses this before the run
+        raise ConfigError(f"node {node.id!r}: no agent CLI for provider {err}") from None
+    argv = [choice.program, *call.argv[1:]]
+    stdout_path = req.stage_dir / "cli-stdout.log"
+    stderr_path = req.stage_dir / "cli-stderr.log"
+    session_id = f"ses_{uuid.uuid4().hex[:16]}"
+    label_model = choice.model or call.argv[0]
+    req.emit_session(
+        AgentSessionStarted(provider=choice.provider, model=label_model), session_id=session_id
+    )
+
+    def keep_output() -> str:
+        req.files["cli-command.json"] = _argv_record(call.argv, prompt)
+        req.files["cli-stdout.log"] = excerpt(stdout_path, META_LIMIT)
+        err = req.files["cli-stderr.log"] = excerpt(stderr_path, META_LIMIT)
+        return err.decode("utf-8", "replace")
+
+    before = await req.snapshot_worktree()
+
+    def timed_out(seconds: float) -> Outcome:
+        keep_output()
+        req.emit(AgentProcessingEnd(), session_id=session_id)
+        req.emit_session(AgentSessionEnded(), session_id=session_id)
+        return Outcome.failure(
+            f"agent CLI {call.argv[0]} for {node.id} timed out after {seconds:g}s", oc.TRANSIENT
+        )
+
+    req.on_timeout(timed_out)
+    code, _ = await run_script(
+        argv,
+        cwd=req.worktree,
+        stdout=stdout_path,
+        stderr=stderr_path,
+        env=stage_environment(req),
+        timeout=None,
+        groups=req.process_groups,
+        stdin=prompt_path if call.prompt_on_stdin else None,
+    )
+    files = await req.touched_since(before, limit=FILES_TOUCHED_LIMIT)
+    stderr_text = keep_output()
+    reply = cli.parse_output(call.output, stdout_path.read_bytes())
+    used = reply.usage
+    served = reply.model or label_model
+    spent = None
+    if used is not None:
+        cost = reply.cost if reply.cost is not None else llm_usage.estimate_cost(served, used)
+        spent = stage_usage(served, used, cost)
+    if used is not None or reply.text:
+        # A CLI that reports no usage (plain text output) shows as zero tokens here;
+        # the stage then records no usage at all rather than a false zero.
+        req.emit(
+            AgentMessage(
+                text=reply.text,
+                model=served,
+                usage=llm_usage.token_usage(used or llm.Usage()),
+                tool_call_count=reply.tool_calls,
+            ),
+            session_id=session_id,
+        )
+    req.files["response.md"] = reply.text.encode()
+    req.emit(AgentProcessingEnd(), session_id=session_id)
+    failure = _failure(call.argv[0], code, reply, stderr_text)
+    if failure is not None:
+        req.emit(
+            AgentError(error={"kind": "cli", "command": call.argv[0], "message": failure}),
+            session_id=session_id,
+        )
+    req.emit_session(AgentSessionEnded(), session_id=session_id)
+    if failure is not None:
+        return Outcome.failure(
+            failure,
+            oc.DETERMINISTIC,
+            files_touched=files,
+            usage=spent,
+            response=reply.text or None,
+            notes=f"exit code {code}",
+        )
+    result = outcome_from_response(node.id, reply.text, req.worktree)
+    result.files_touched = files
+    result.usage = spent
+    result.notes = f"{call.argv[0]} exited 0"
+    return result
+
+
+def _failure(program: str, code: int | None, reply: cli.CliReply, stderr: str) -> str | None:
+    if code == 126 and stderr.startswith("cannot start"):
+        missing = "No such file" in stderr or "Permission denied" in stderr
+        return stderr.strip() + (f"; {CLI_ALTERNATIVES}" if missing else "")
+    if code != 0:
+        last = stderr.strip().splitlines()[-1:] or [reply.error or ""]
+        detail = f": {last[0][:300]}" if last[0] else ""
+        return f"agent CLI {program} exited with status {code}{detail}"
+    if reply.error is not None:
+        return reply.error
+    return None
+
+
+def _argv_record(argv: list[str], prompt: str) -> bytes:
+    """The command line as run, for the meta ref; the prompt itself is in prompt.md."""
+    import json
+
+    shown = ["<prompt>" if item == prompt and len(item) > 200 else item for item in argv]
+    return (json.dumps(shown, indent=2) + "\n").encode()
