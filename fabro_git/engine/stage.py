@@ -149,6 +149,20 @@ class StageRequest:
         elif not process_groups.alive(pgid):
             process_groups.forget(self._groups.pop(pgid, None))
 
+    async def load_thread(self, thread_id: str) -> bytes | None:
+        """The conversation of `thread_id` as the last stage of that thread left it
+        (None for a new thread): kept on the meta ref, so a resume finds it."""
+        from fabro_git.engine import threads
+
+        return await threads.load(self._runtime, thread_id)
+
+    def save_thread(self, thread_id: str, data: bytes) -> None:
+        """Keep the conversation of `thread_id` for the next stage of that thread; it is
+        written with this stage's checkpoint."""
+        from fabro_git.engine import threads
+
+        threads.save(self._runtime, thread_id, data)
+
     def on_timeout(self, outcome: Callable[[float], Outcome]) -> None:
         """What the stage ends with if its `timeout` (in seconds, passed in) cuts it off."""
         self.timeout_outcome = outcome

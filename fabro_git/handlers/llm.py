@@ -33,8 +33,20 @@ def prompt_body(req: StageRequest) -> str:
     return render(text, goal=req.goal, inputs=req.inputs)
 
 
+def fidelity_of(req: StageRequest) -> str:
+    """The node's fidelity: its own (or its subgraph's), else the graph's default."""
+    return req.node.get("fidelity") or req.graph.attrs.get("default_fidelity") or "compact"
+
+
+def thread_of(req: StageRequest) -> str | None:
+    """The conversation the stage continues: its `thread_id`, when its fidelity is
+    `full` (validation warns of a thread_id without it, which starts afresh)."""
+    thread = (req.node.get("thread_id") or "").strip()
+    return thread if thread and fidelity_of(req) == "full" else None
+
+
 def preamble(req: StageRequest) -> str:
-    fidelity = req.node.get("fidelity") or req.graph.attrs.get("default_fidelity") or "compact"
+    fidelity = fidelity_of(req)
     goal = req.goal
     lines = [f"Goal: {goal}" if goal else f"Run: {req.run_id}"]
     if fidelity in ("truncate", "full"):

@@ -13,6 +13,7 @@ Writers and readers both go through the names here, so the two cannot drift.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
@@ -61,6 +62,7 @@ EVENTS_DIR = "events"
 NODES_DIR = "nodes"
 NODE_STATUS = "status.json"
 ARTIFACTS_DIR = "artifacts"
+THREADS_DIR = "threads"
 # Event segments per shard directory: `events/<NNN>/` holds segments NNN000..NNN999, so a
 # snapshot rewrites one shard tree of at most this many entries, however long the run.
 SEGMENTS_PER_SHARD = 1000
@@ -97,6 +99,18 @@ def node_dir_name(node_id: str, visit: int) -> str:
 def artifact_path(name: str) -> str:
     """Where an offloaded context value is kept: `artifacts/<name>.json`."""
     return f"{ARTIFACTS_DIR}/{name}.json"
+
+
+_THREAD_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def thread_path(thread_id: str) -> str:
+    """Where a shared conversation (`thread_id`) is kept: `threads/<id>.json`, or under
+    a digest of the id when it is not a plain file name."""
+    name = thread_id
+    if not _THREAD_NAME_RE.match(name) or name.endswith("."):
+        name = "sha256-" + hashlib.sha256(thread_id.encode()).hexdigest()[:32]
+    return f"{THREADS_DIR}/{name}.json"
 
 
 def graph_path(relative: str) -> str:
