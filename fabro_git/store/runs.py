@@ -240,6 +240,8 @@ class MetaSummary:
     updated: str
     active_ms: int | None
     cost: float | None = None
+    # Input and output tokens of the run's model calls so far.
+    tokens: tuple[int, int] = (0, 0)
 
     def trailers(self, run_id: str) -> str:
         lines = [
@@ -258,6 +260,8 @@ class MetaSummary:
         ]
         if self.cost:
             lines.append(f"Fabro-Cost: {self.cost:.6f}")
+        if any(self.tokens):
+            lines.append(f"Fabro-Tokens: {self.tokens[0]} {self.tokens[1]}")
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -271,6 +275,10 @@ class MetaSummary:
             cost: float | None = float(trailers.get("Fabro-Cost", ""))
         except ValueError:
             cost = None
+        try:
+            given, made = (int(part) for part in trailers.get("Fabro-Tokens", "").split())
+        except ValueError:
+            given, made = 0, 0
         return cls(
             status=trailers.get("Fabro-Status", "unknown"),
             workflow=trailers.get("Fabro-Workflow", "?"),
@@ -280,6 +288,7 @@ class MetaSummary:
             updated=trailers.get("Fabro-Updated", ""),
             active_ms=active,
             cost=cost,
+            tokens=(given, made),
         )
 
 
