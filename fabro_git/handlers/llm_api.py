@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 
 DEFAULT_PROMPT_MAX_TOKENS = 4096
 DEFAULT_AGENT_MAX_TOKENS = 16384
+# Model calls an agent stage may make (`max_turns`; 0: no limit).
+DEFAULT_AGENT_MAX_TURNS = 200
 
 
 def _target(req: StageRequest) -> tuple[llm.Target, list[llm.Target]]:
@@ -204,7 +206,10 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         target=target,
         fallbacks=fallbacks,
         emit=forward,
-        limits=AgentLimits(max_tokens=node.get_int("max_tokens", DEFAULT_AGENT_MAX_TOKENS)),
+        limits=AgentLimits(
+            max_tokens=node.get_int("max_tokens", DEFAULT_AGENT_MAX_TOKENS),
+            max_turns=max(0, node.get_int("max_turns", DEFAULT_AGENT_MAX_TURNS)),
+        ),
         env=os.environ,
         session_id=session_id,
         conversation=conversation,
