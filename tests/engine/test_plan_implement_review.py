@@ -10,6 +10,7 @@ on OpenAI (its agents edit with `apply_patch`). Every event passes the contract.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,13 @@ import fabro_git
 from fabro_git.events.contract import check_event
 from fabro_git.events.seed import load_contract
 
+# Read at import, before the hermetic environment clears them: the opt-in real-provider
+# run below uses the caller's own keys.
+REAL_KEYS = {
+    var: os.environ[var] for var in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY") if os.environ.get(var)
+}
+REAL_WANTED = os.environ.get("FABRO_TEST_REAL_MODELS") == "1"
+README = Path(__file__).parents[2] / "README.md"
 EXAMPLE = Path(fabro_git.__file__).parent / "examples" / "plan-implement-review.fabro"
 GOAL = "Make greet say hello to the world and note the change"
 APPROVE = 'The diff does what the goal asks. {"preferred_next_label": "Approve"}'
@@ -142,3 +150,31 @@ def test_the_example_runs_every_stage_on_openai(repo: Path, llm_server: LlmServe
         if e["event"] == "agent.tool.completed" and e["properties"]["tool_name"] == "apply_patch"
     ]
     assert [e["properties"]["is_error"] for e in patched] == [False]
+
+
+def test_the_readme_says_how_to_run_the_example_on_a_real_model() -> None:
+    text = README.read_text()
+    section = text[text.index("## Using a real model") :]
+    section = section[: section.index("\n## ", 1)]
+    assert "export ANTHROPIC_API_KEY=... OPENAI_API_KEY=..." in section
+    assert 'git fabro run plan-implement-review --goal "' in section
+    assert "FABRO_TEST_REAL_MODELS=1" in section
+
+
+@pytest.mark.skipif(
+    not REAL_WANTED or len(REAL_KEYS) < 2,
+    reason="set FABRO_TEST_REAL_MODELS=1 with ANTHROPIC_API_KEY and OPENAI_API_KEY",
+)
+def test_the_shipped_example_on_the_real_providers(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var, value in REAL_KEYS.items():
+        monkeypatch.setenv(var, value)
+    _project(repo)
+    proc, result = run_json("run", "plan-implement-review", "--goal", GOAL, cwd=repo, timeout=1800)
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "Traceback" not in proc.stderr
+    events = run_events(result["run_id"], repo)
+    catalogue = load_contract()
+    assert [p for event in events for p in check_event(event, catalogue)] == []
+    assert any(e["event"] == "agent.message" for e in events)
