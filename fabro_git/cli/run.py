@@ -155,8 +155,13 @@ def _build_spec(
     if setup or any(n.get("script") or n.get("tool_command") for n in graph.nodes.values()):
         check_script_values(goal, merged_inputs)
     if run_cfg.model is not None:
+        from fabro_git.engine.model_choice import flag_provider
+
+        flag_model = options.model if options.provider is None else None
         options.model = run_cfg.model.name
         options.provider = run_cfg.model.provider
+        if flag_model:
+            options.provider = flag_provider(flag_model, options.provider)
     check_options(options, graph, run_cfg.model.fallbacks if run_cfg.model else None)
     return RunSpec(
         graph=graph,
