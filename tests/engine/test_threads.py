@@ -175,3 +175,23 @@ def test_a_thread_survives_an_interrupt_and_a_resume_in_another_clone(
     stored = json.loads(meta_file(clone, run_id, "threads/impl.json"))
     assert [m["role"] for m in stored["messages"]] == ["user", "assistant"] * 2
     _checked_events(clone, run_id)
+
+
+def test_a_fork_carries_the_thread_as_it_stood_at_its_checkpoint(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, THREAD % {"model": "sonnet"})
+    llm_server.script(Reply(text="PLAN-A"), Reply(text="IMPLEMENTED-A"))
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    forked = run_fabro("fork", result["run_id"], "plan", cwd=repo)
+    assert forked.returncode == 0, forked.stderr
+    fork_id = forked.stdout.strip()
+    stored = json.loads(meta_file(repo, fork_id, "threads/impl.json"))
+    assert [m["text"] for m in stored["messages"]][-1] == "PLAN-A"
+
+    llm_server.script(Reply(text="IMPLEMENTED-B"))
+    resumed = run_fabro("resume", fork_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.dumps(llm_server.requests[-1].body)
+    assert "PLAN-A" in again and "IMPLEMENTED-A" not in again
