@@ -92,6 +92,12 @@ class StageRequest:
         return self._scope.outcomes
 
     @property
+    def previous_node(self) -> str | None:
+        """The node whose stage this walk completed last (the one the run came from)."""
+        completed = self._scope.completed
+        return completed[-1] if completed else None
+
+    @property
     def process_groups(self) -> Path:
         """Where a stage records the process groups it starts, so the run's end (or a
         resume after a crash) can kill what they leave running."""

@@ -195,3 +195,52 @@ def test_a_fork_carries_the_thread_as_it_stood_at_its_checkpoint(
     assert resumed.returncode == 0, resumed.stderr
     again = json.dumps(llm_server.requests[-1].body)
     assert "PLAN-A" in again and "IMPLEMENTED-A" not in again
+
+
+EDGE_THREAD = """\
+digraph E {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    plan [shape=box, fidelity="full", thread_id="e", prompt="Plan by edge"]
+    implement [shape=box, prompt="Implement by edge"]
+    check [shape=box, prompt="Check afresh"]
+    start -> plan
+    plan -> implement [fidelity="full", thread_id="e"]
+    implement -> check [fidelity="truncate"]
+    check -> exit
+}
+"""
+
+
+def test_an_edge_sets_the_thread_and_fidelity_into_its_target(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, EDGE_THREAD)
+    llm_server.script(Reply(text="EDGE-PLAN"), Reply(text="EDGE-IMPL"), Reply(text="checked"))
+    proc, result = run_json("run", "wf.fabro", "--goal", "by edge", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    _plan, implement, check = (json.dumps(r.body) for r in llm_server.requests)
+    assert "EDGE-PLAN" in implement and "Plan by edge" in implement
+    assert meta_file(repo, result["run_id"], "nodes/implement/prompt.md") == "Implement by edge"
+    # Into check the edge says truncate: the goal alone, no completed stages.
+    assert "EDGE-IMPL" not in check and "Completed stages" not in check
+    assert "Goal: by edge" in check
+
+
+def test_a_node_thread_needs_no_fidelity_of_its_own_when_every_edge_in_sets_full(
+    repo: Path,
+) -> None:
+    text = EDGE_THREAD.replace(
+        'implement [shape=box, prompt="Implement by edge"]',
+        'implement [shape=box, thread_id="e", prompt="Implement by edge"]',
+    )
+    write_workflow(repo, text)
+    proc = run_fabro("validate", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "thread_id_requires_fidelity_full" not in proc.stdout + proc.stderr
+    write_workflow(
+        repo,
+        text.replace('plan -> implement [fidelity="full", thread_id="e"]', "plan -> implement"),
+    )
+    proc = run_fabro("validate", "wf.fabro", cwd=repo)
+    assert "thread_id_requires_fidelity_full" in proc.stdout + proc.stderr
