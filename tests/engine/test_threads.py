@@ -244,3 +244,32 @@ def test_a_node_thread_needs_no_fidelity_of_its_own_when_every_edge_in_sets_full
     )
     proc = run_fabro("validate", "wf.fabro", cwd=repo)
     assert "thread_id_requires_fidelity_full" in proc.stdout + proc.stderr
+
+
+def test_a_thread_survives_kill_9(repo: Path, llm_server: LlmServer) -> None:
+    write_workflow(repo, THREAD % {"model": "sonnet"})
+    llm_server.script(Reply(text="PLAN-K: the plan."), Stall(seconds=120))
+    proc = subprocess.Popen(
+        [*fabro_exe(), "run", "wf.fabro", "--goal", "g", "--json"],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(llm_server.requests) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    run_id = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta/").strip()
+    assert len(run_id) == 26
+
+    llm_server.script(Reply(text="Implemented PLAN-K."))
+    resumed = run_fabro("resume", run_id, cwd=repo, timeout=90)
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.dumps(llm_server.requests[2].body)
+    assert "PLAN-K: the plan." in again and "Implement the plan" in again
+    assert again.count("Implement the plan") == 1  # the cut-off attempt left nothing behind
+    _checked_events(repo, run_id)
