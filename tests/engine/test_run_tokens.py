@@ -5,11 +5,12 @@ by `ps` and `inspect` (text and `--json`) from git alone, in a clone of the repo
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import git, run_events, run_fabro, run_json, write_workflow
+from helpers import git, run_events, run_fabro, write_workflow
 from llm_server import LlmServer, Reply, ToolUse, provider_env
 
 from fabro_git.events.contract import check_event
@@ -53,9 +54,11 @@ def test_token_totals_are_summed_and_shown_from_git_in_a_clone(
         ),
         Reply(text="worked", input_tokens=2500, output_tokens=50),
     )
-    proc, result = run_json("run", "wf.fabro", "--goal", "count", cwd=repo)
+    proc = run_fabro("run", "wf.fabro", "--goal", "count", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    run_id = result["run_id"]
+    # The end-of-run summary says what the models used.
+    assert "  model:    6,300 tokens (5,800 in / 500 out), about $" in proc.stderr
+    [run_id] = set(re.findall(r"fabro/run/([0-9A-Z]{26})", proc.stderr))
     events = run_events(run_id, repo)
     catalogue = load_contract()
     assert [p for event in events for p in check_event(event, catalogue)] == []
@@ -93,9 +96,11 @@ def test_token_totals_are_summed_and_shown_from_git_in_a_clone(
 
 def test_a_run_without_model_calls_shows_no_tokens(repo: Path) -> None:
     write_workflow(repo, FLOW)
-    proc, result = run_json("run", "wf.fabro", "--dry-run", "--goal", "count", cwd=repo)
+    proc = run_fabro("run", "wf.fabro", "--dry-run", "--goal", "count", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    [done] = [e for e in run_events(result["run_id"], repo) if e["event"] == "run.completed"]
+    assert "Result: branch" in proc.stderr and "model:" not in proc.stderr
+    [run_id] = set(re.findall(r"fabro/run/([0-9A-Z]{26})", proc.stderr))
+    [done] = [e for e in run_events(run_id, repo) if e["event"] == "run.completed"]
     assert done["properties"].get("usage") is None
     assert "TOKENS" not in run_fabro("ps", cwd=repo).stdout
-    assert "tokens" not in run_fabro("inspect", result["run_id"], cwd=repo).stdout
+    assert "tokens" not in run_fabro("inspect", run_id, cwd=repo).stdout
