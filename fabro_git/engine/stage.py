@@ -155,19 +155,32 @@ class StageRequest:
         elif not process_groups.alive(pgid):
             process_groups.forget(self._groups.pop(pgid, None))
 
+    def _branch_thread(self, thread_id: str) -> str | None:
+        """A parallel branch's own copy of a thread: branches running side by side
+        each carry the thread on from the fan-out, never into one another."""
+        scope = self._scope
+        return f"{thread_id}@{scope.ref}" if scope.kind == "branch" and scope.ref else None
+
     async def load_thread(self, thread_id: str) -> bytes | None:
         """The conversation of `thread_id` as the last stage of that thread left it
-        (None for a new thread): kept on the meta ref, so a resume finds it."""
+        (None for a new thread): kept on the meta ref, so a resume finds it. In a
+        parallel branch, the branch's own copy, else the thread as the fan-out left it."""
         from fabro_git.engine import threads
 
+        own = self._branch_thread(thread_id)
+        if own is not None:
+            data = await threads.load(self._runtime, own)
+            if data is not None:
+                return data
         return await threads.load(self._runtime, thread_id)
 
     def save_thread(self, thread_id: str, data: bytes) -> None:
         """Keep the conversation of `thread_id` for the next stage of that thread; it is
-        written with this stage's checkpoint."""
+        written with this stage's checkpoint (in a parallel branch, as the branch's own
+        copy)."""
         from fabro_git.engine import threads
 
-        threads.save(self._runtime, thread_id, data)
+        threads.save(self._runtime, self._branch_thread(thread_id) or thread_id, data)
 
     def on_timeout(self, outcome: Callable[[float], Outcome]) -> None:
         """What the stage ends with if its `timeout` (in seconds, passed in) cuts it off."""

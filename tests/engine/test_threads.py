@@ -273,3 +273,47 @@ def test_a_thread_survives_kill_9(repo: Path, llm_server: LlmServer) -> None:
     assert "PLAN-K: the plan." in again and "Implement the plan" in again
     assert again.count("Implement the plan") == 1  # the cut-off attempt left nothing behind
     _checked_events(repo, run_id)
+
+
+FAN = """\
+digraph F {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    node [fidelity="full", thread_id="t"]
+    plan [shape=box, prompt="Plan the fan"]
+    fan [shape=component, join_policy="wait_all"]
+    left [shape=box, prompt="Left side"]
+    right [shape=box, prompt="Right side"]
+    merge [shape=tripleoctagon]
+    wrap [shape=box, prompt="Wrap up"]
+    start -> plan -> fan
+    fan -> left -> merge
+    fan -> right -> merge
+    merge -> wrap -> exit
+}
+"""
+
+
+def test_parallel_branches_each_carry_the_thread_on_from_the_fan_out(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, FAN)
+    llm_server.script(
+        Reply(text="FAN-PLAN"),
+        Reply(text="BRANCH-REPLY-ONE"),
+        Reply(text="BRANCH-REPLY-TWO"),
+        Reply(text="wrapped"),
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "fan", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    bodies = [json.dumps(r.body) for r in llm_server.requests]
+    assert len(bodies) == 4
+    branches = bodies[1:3]
+    assert sorted("Left side" in b for b in branches) == [False, True]
+    for body in branches:
+        assert "FAN-PLAN" in body and "BRANCH-REPLY" not in body
+    # After the fan-in the thread goes on from where the fan-out left it.
+    assert "FAN-PLAN" in bodies[3] and "BRANCH-REPLY" not in bodies[3]
+    stored = json.loads(meta_file(repo, result["run_id"], "threads/t.json"))
+    assert [m["text"] for m in stored["messages"]][-1] == "wrapped"
+    _checked_events(repo, result["run_id"])
