@@ -64,6 +64,7 @@ from fabro_git.events.catalogue import (
     AgentCompactionStarted,
     AgentError,
     AgentFailover,
+    AgentInput,
     AgentLlmRetry,
     AgentLoopDetected,
     AgentMemoryLoaded,
@@ -368,9 +369,9 @@ class AgentSession:
                         AgentSkillActivated(skill_name=skill.name, source="slash", visit=self.visit)
                     )
                 self._close_interrupted_round()
-                self.conversation.messages.append(
-                    Message.user(f"{preamble.rstrip()}\n\n{text}" if preamble.strip() else text)
-                )
+                given = f"{preamble.rstrip()}\n\n{text}" if preamble.strip() else text
+                self.conversation.messages.append(Message.user(given))
+                self._emit(AgentInput(text=given))
                 try:
                     self._status = await self._loop(system)
                 except LlmError as err:

@@ -21,6 +21,8 @@ class RunRow:
     live: bool
     meta_sha: str = ""
     cost: float | None = None
+    # Input and output tokens of the run's model calls.
+    tokens: tuple[int, int] = (0, 0)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -31,6 +33,11 @@ class RunRow:
             "started": self.started,
             "duration_ms": self.duration_ms,
             "total_cost": self.cost,
+            "usage": {
+                "input_tokens": self.tokens[0],
+                "output_tokens": self.tokens[1],
+                "total_tokens": sum(self.tokens),
+            },
         }
 
 
@@ -79,6 +86,7 @@ def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
         live,
         meta_sha,
         summary.cost,
+        summary.tokens,
     )
 
 
@@ -156,3 +164,12 @@ def format_ms(ms: int | None) -> str:
         return f"{minutes}m{sec:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def format_tokens(count: int) -> str:
+    """A token count for a table: 950, 12.3k, 4.1M."""
+    if count < 1000:
+        return str(count)
+    if count < 1_000_000:
+        return f"{count / 1000:.1f}k"
+    return f"{count / 1_000_000:.1f}M"

@@ -5,8 +5,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
+
+if TYPE_CHECKING:
+    from fabro_git.engine.checkpoint import TokenTotals
 
 
 def run(run_id: str, *, json_output: bool) -> int:
@@ -43,6 +47,15 @@ def run(run_id: str, *, json_output: bool) -> int:
         "run_branch_sha": run_tip,
         "scratch_dir": str(scratch) if scratch.exists() else None,
         "manifest": msgspec.to_builtins(manifest),
+        "usage": {
+            "input_tokens": cp.tokens.input_tokens,
+            "output_tokens": cp.tokens.output_tokens,
+            "total_tokens": cp.tokens.total_tokens,
+            "reasoning_tokens": cp.tokens.reasoning_tokens,
+            "cache_read_tokens": cp.tokens.cache_read_tokens,
+            "cache_write_tokens": cp.tokens.cache_write_tokens,
+        },
+        "total_cost": round(cp.total_cost, 6) if cp.total_cost else None,
         "checkpoint": msgspec.to_builtins(cp),
     }
     if json_output:
@@ -63,6 +76,7 @@ def run(run_id: str, *, json_output: bool) -> int:
         f"started    {cp.started_at}",
         f"active     {format_ms(cp.active_ms)}",
         *([f"cost       ${cp.total_cost:.4f}"] if cp.total_cost else []),
+        *([_tokens_line(cp.tokens)] if cp.tokens.total_tokens else []),
         f"last node  {cp.current_node or '-'}",
         f"next node  {cp.next_node_id or '-'}",
         f"completed  {len(cp.completed_nodes)} stage{'' if len(cp.completed_nodes) == 1 else 's'}: {' -> '.join(cp.completed_nodes) or '-'}",
@@ -79,3 +93,20 @@ def run(run_id: str, *, json_output: bool) -> int:
         lines.append("labels     " + ", ".join(f"{k}={v}" for k, v in manifest.labels.items()))
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _tokens_line(tokens: TokenTotals) -> str:
+    line = (
+        f"tokens     {tokens.input_tokens:,} in / {tokens.output_tokens:,} out "
+        f"({tokens.total_tokens:,} total)"
+    )
+    extra = [
+        f"{count:,} {name}"
+        for count, name in (
+            (tokens.reasoning_tokens, "reasoning"),
+            (tokens.cache_read_tokens, "cache read"),
+            (tokens.cache_write_tokens, "cache write"),
+        )
+        if count
+    ]
+    return line + (f"; {', '.join(extra)}" if extra else "")

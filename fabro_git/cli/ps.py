@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from fabro_git.cli import _colour as colour
-from fabro_git.cli._runs import RunRow, all_rows, format_ms, run_labels
+from fabro_git.cli._runs import RunRow, all_rows, format_ms, format_tokens, run_labels
 
 FILTER_KEYS = ("status", "workflow", "label")
 
@@ -89,6 +89,11 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
         )
         for r in rows
     ]
+    if any(any(r.tokens) for r in rows):
+        table = [(*table[0], "TOKENS")] + [
+            (*line, format_tokens(sum(r.tokens)) if any(r.tokens) else "-")
+            for line, r in zip(table[1:], rows, strict=True)
+        ]
     if any(r.cost for r in rows):
         table = [(*table[0], "COST")] + [
             (*line, f"${r.cost:.2f}" if r.cost else "-")

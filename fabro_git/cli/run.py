@@ -155,8 +155,13 @@ def _build_spec(
     if setup or any(n.get("script") or n.get("tool_command") for n in graph.nodes.values()):
         check_script_values(goal, merged_inputs)
     if run_cfg.model is not None:
+        from fabro_git.engine.model_choice import flag_provider
+
+        flag_model = options.model if options.provider is None else None
         options.model = run_cfg.model.name
         options.provider = run_cfg.model.provider
+        if flag_model:
+            options.provider = flag_provider(flag_model, options.provider)
     check_options(
         options,
         graph,
@@ -370,10 +375,37 @@ def _where_the_result_is(repo: Any, run_id: str, branch: str, base: str, tip: st
     if files:
         lines.append(f"  review:   git fabro diff {run_id[:12]}")
         lines.append(f"  take it:  git merge --squash {branch}")
+    spent = _model_use(repo, run_id)
+    if spent:
+        lines.append(f"  model:    {spent}")
     lines.append(
         f"  details:  git fabro logs {run_id[:12]} --pretty   git fabro inspect {run_id[:12]}"
     )
     print("\n".join(lines), file=sys.stderr)
+
+
+def _model_use(repo: Any, run_id: str) -> str | None:
+    """The run's tokens and cost as its last checkpoint records them, or None when it
+    called no model."""
+    import msgspec
+
+    from fabro_git.engine.checkpoint import Checkpoint
+    from fabro_git.store import runs as runrefs
+
+    try:
+        tip = repo.read_ref(runrefs.meta_ref(run_id))
+        data = repo.read_file(tip, runrefs.CHECKPOINT) if tip else None
+        cp = msgspec.json.decode(data, type=Checkpoint) if data else None
+    except (FabroError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if cp is None or not cp.tokens.total_tokens:
+        return None
+    tokens = cp.tokens
+    text = (
+        f"{tokens.total_tokens:,} tokens ({tokens.input_tokens:,} in / "
+        f"{tokens.output_tokens:,} out)"
+    )
+    return text + (f", about ${cp.total_cost:.4f}" if cp.total_cost else "")
 
 
 def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:

@@ -24,6 +24,28 @@ class PendingCommit(msgspec.Struct, kw_only=True):
     extra_parents: list[str] = msgspec.field(default_factory=list)
 
 
+class TokenTotals(msgspec.Struct, kw_only=True):
+    """The tokens a run's model calls used, summed over every stage (every scope)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, usage: Any) -> None:
+        """Add a stage's usage (`engine.outcome.Usage`: counts that may be None)."""
+        self.input_tokens += usage.input_tokens or 0
+        self.output_tokens += usage.output_tokens or 0
+        self.reasoning_tokens += usage.reasoning_tokens or 0
+        self.cache_read_tokens += usage.cache_read_tokens or 0
+        self.cache_write_tokens += usage.cache_write_tokens or 0
+
+
 class Checkpoint(msgspec.Struct, kw_only=True):
     format_version: int = FORMAT_VERSION
     status: str = "running"
@@ -49,6 +71,7 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     artifact_count: int = 0
     # What the run's model calls cost so far, by the catalogue's prices (every scope).
     total_cost: float = 0.0
+    tokens: TokenTotals = msgspec.field(default_factory=TokenTotals)
 
 
 class Manifest(msgspec.Struct, kw_only=True):

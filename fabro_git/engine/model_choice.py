@@ -51,6 +51,24 @@ def stage_target(
     return resolve_target([node_choice(node), run_choice], env)
 
 
+def flag_provider(flag_model: str, merged_provider: str | None) -> str | None:
+    """The run's provider once `--model` alone was given over configuration that names a
+    provider: a model the catalogue puts with another provider (or a `provider/model`
+    naming another) takes that provider, since the flag names the model as a whole and a
+    lower layer's provider must not pair with it; any other model keeps the provider (a
+    local server's models are not in the catalogue)."""
+    if merged_provider is None:
+        return None
+    model = flag_model.strip()
+    head, _, rest = model.partition("/")
+    if rest and head in catalogue.PROVIDERS:
+        return None if head != merged_provider.strip() else merged_provider
+    info = catalogue.lookup(model)
+    if info is not None and info.provider != merged_provider.strip():
+        return None
+    return merged_provider
+
+
 def stage_fallbacks(entries: Sequence[str] | None) -> list[Target]:
     return fallback_targets(list(entries or ()))
 

@@ -114,6 +114,7 @@ class Recorder:
             updated=cp.timestamp or cp.started_at,
             active_ms=cp.active_ms,
             cost=cp.total_cost or None,
+            tokens=(cp.tokens.input_tokens, cp.tokens.output_tokens),
         )
         message = self.redactor.mask_text(f"{subject}\n\n{summary.trailers(self.run_id)}")
         try:

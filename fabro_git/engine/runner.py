@@ -699,6 +699,7 @@ class Runtime:
         if result.usage is not None:
             usage = ev.StageUsage(**{k: v for k, v in vars(result.usage).items() if v is not None})
             self.cp.total_cost += result.usage.cost or 0.0
+            self.cp.tokens.add(result.usage)
         completed = ev.StageCompleted(
             index=index,
             duration_ms=duration_ms,

@@ -872,6 +872,7 @@ async def _finish(
                     status=oc.event_status(status),
                     total_cost=round(cp.total_cost, 6) if cp.total_cost else None,
                     final_git_commit_sha=final_sha,
+                    usage=_run_usage(cp),
                 )
             )
             await runtime.hooks.fire("run_complete", status=status)
@@ -914,6 +915,21 @@ async def _finish(
         manifest.meta_ref,
         final_sha,
         error,
+    )
+
+
+def _run_usage(cp: Checkpoint) -> ev.TokenUsage | None:
+    """The run's tokens for `run.completed.usage`; None when no model was called."""
+    tokens = cp.tokens
+    if not tokens.total_tokens:
+        return None
+    return ev.TokenUsage(
+        input_tokens=tokens.input_tokens,
+        output_tokens=tokens.output_tokens,
+        total_tokens=tokens.total_tokens,
+        reasoning_tokens=tokens.reasoning_tokens or None,
+        cache_read_tokens=tokens.cache_read_tokens or None,
+        cache_write_tokens=tokens.cache_write_tokens or None,
     )
 
 

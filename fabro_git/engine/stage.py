@@ -106,6 +106,12 @@ class StageRequest:
         return self._scope.outcomes
 
     @property
+    def previous_node(self) -> str | None:
+        """The node whose stage this walk completed last (the one the run came from)."""
+        completed = self._scope.completed
+        return completed[-1] if completed else None
+
+    @property
     def process_groups(self) -> Path:
         """Where a stage records the process groups it starts, so the run's end (or a
         resume after a crash) can kill what they leave running."""
@@ -207,6 +213,33 @@ class StageRequest:
             return touched_paths(self.worktree, before, after, limit=limit)
 
         return await trio.to_thread.run_sync(diff)
+
+    def _branch_thread(self, thread_id: str) -> str | None:
+        """A parallel branch's own copy of a thread: branches running side by side
+        each carry the thread on from the fan-out, never into one another."""
+        scope = self._scope
+        return f"{thread_id}@{scope.ref}" if scope.kind == "branch" and scope.ref else None
+
+    async def load_thread(self, thread_id: str) -> bytes | None:
+        """The conversation of `thread_id` as the last stage of that thread left it
+        (None for a new thread): kept on the meta ref, so a resume finds it. In a
+        parallel branch, the branch's own copy, else the thread as the fan-out left it."""
+        from fabro_git.engine import threads
+
+        own = self._branch_thread(thread_id)
+        if own is not None:
+            data = await threads.load(self._runtime, own)
+            if data is not None:
+                return data
+        return await threads.load(self._runtime, thread_id)
+
+    def save_thread(self, thread_id: str, data: bytes) -> None:
+        """Keep the conversation of `thread_id` for the next stage of that thread; it is
+        written with this stage's checkpoint (in a parallel branch, as the branch's own
+        copy)."""
+        from fabro_git.engine import threads
+
+        threads.save(self._runtime, self._branch_thread(thread_id) or thread_id, data)
 
     def on_timeout(self, outcome: Callable[[float], Outcome]) -> None:
         """What the stage ends with if its `timeout` (in seconds, passed in) cuts it off."""

@@ -33,8 +33,41 @@ def prompt_body(req: StageRequest) -> str:
     return render(text, goal=req.goal, inputs=req.inputs)
 
 
+def _edge_attr(req: StageRequest, key: str) -> str | None:
+    """`key` of the edge the run came in by: the edges from the stage completed last to
+    this node, when they all say the same (with none, or edges that disagree, None)."""
+    previous = req.previous_node
+    if previous is None:
+        return None
+    values = {
+        (edge.attrs.get(key) or "").strip()
+        for edge in req.graph.outgoing(previous)
+        if edge.target == req.node.id
+    }
+    return (values.pop() or None) if len(values) == 1 else None
+
+
+def fidelity_of(req: StageRequest) -> str:
+    """The stage's fidelity: the incoming edge's, the node's own (or its subgraph's),
+    else the graph's default."""
+    return (
+        _edge_attr(req, "fidelity")
+        or req.node.get("fidelity")
+        or req.graph.attrs.get("default_fidelity")
+        or "compact"
+    )
+
+
+def thread_of(req: StageRequest) -> str | None:
+    """The conversation the stage continues: its `thread_id` (the incoming edge's, else
+    the node's), when its fidelity is `full` (validation warns of a thread_id without
+    it, which starts afresh)."""
+    thread = (_edge_attr(req, "thread_id") or req.node.get("thread_id") or "").strip()
+    return thread if thread and fidelity_of(req) == "full" else None
+
+
 def preamble(req: StageRequest) -> str:
-    fidelity = req.node.get("fidelity") or req.graph.attrs.get("default_fidelity") or "compact"
+    fidelity = fidelity_of(req)
     goal = req.goal
     lines = [f"Goal: {goal}" if goal else f"Run: {req.run_id}"]
     if fidelity in ("truncate", "full"):

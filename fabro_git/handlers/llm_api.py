@@ -12,6 +12,7 @@ Cancellation (Ctrl-C, the node's `timeout`) is trio's and passes through untouch
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -29,16 +30,19 @@ from fabro_git.errors import ConfigError
 from fabro_git.events.catalogue import AgentError, AgentMcpFailed, AgentMessage, StagePrompt
 from fabro_git.events.contract import UNSCOPED_EVENTS
 from fabro_git.events.envelope import EventProps
-from fabro_git.handlers.llm import outcome_from_response
+from fabro_git.handlers.llm import outcome_from_response, thread_of
 from fabro_git.llm import catalogue
 from fabro_git.llm import types as llm
 from fabro_git.llm.errors import LlmError
 
 if TYPE_CHECKING:
     from fabro_git.agent.mcp import McpServerSpec
+    from fabro_git.agent.session import Conversation
 
 DEFAULT_PROMPT_MAX_TOKENS = 4096
 DEFAULT_AGENT_MAX_TOKENS = 16384
+# Model calls an agent stage may make (`max_turns`; 0: no limit).
+DEFAULT_AGENT_MAX_TURNS = 200
 
 
 def _target(req: StageRequest) -> tuple[llm.Target, list[llm.Target]]:
@@ -122,18 +126,62 @@ def _error_text(error: dict[str, Any]) -> str:
     return text
 
 
+async def _conversation(req: StageRequest, thread: str | None) -> Conversation:
+    """The conversation the stage carries on: its thread's, or a new one."""
+    import msgspec
+
+    from fabro_git.agent.session import Conversation
+
+    data = await req.load_thread(thread) if thread else None
+    if data is None:
+        return Conversation()
+    try:
+        return Conversation.from_bytes(data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ConfigError(
+            f"node {req.node.id!r}: the conversation of thread {thread!r} on the run's "
+            f"metadata cannot be read ({exc}); give the node another thread_id to start afresh"
+        ) from exc
+
+
+def _without_tool_rounds(messages: list[llm.Message]) -> list[llm.Message]:
+    """A thread's history for a call without tools: tool calls and their results become
+    text, since some providers refuse tool turns in a request that offers no tools."""
+    out: list[llm.Message] = []
+    for message in messages:
+        if message.tool_calls:
+            calls = "\n".join(
+                f"[called {call.name} {json.dumps(call.arguments)[:2000]}]"
+                for call in message.tool_calls
+            )
+            text = f"{message.text}\n\n{calls}" if message.text else calls
+            out.append(llm.Message(role="assistant", text=text))
+        elif message.role == "tool":
+            results = "\n\n".join(
+                f"[result{' (error)' if result.is_error else ''}]\n{result.content}"
+                for result in message.tool_results
+            )
+            out.append(llm.Message.user(results))
+        else:
+            out.append(message)
+    return out
+
+
 async def run_prompt(req: StageRequest, body: str, preamble: str) -> Outcome:
-    """One call, no tools: the preamble and the node's prompt in, the reply out."""
+    """One call, no tools: the preamble and the node's prompt in, the reply out. A node
+    on a thread sends the thread's history first (and no preamble once it has one)."""
     from fabro_git.llm import usage as llm_usage
     from fabro_git.llm.client import complete
 
     node = req.node
     target, fallbacks = _target(req)
-    prompt = preamble + body
+    thread = thread_of(req)
+    history = await _conversation(req, thread)
+    prompt = body if history.messages else preamble + body
     req.emit(StagePrompt(text=prompt))
     req.files["prompt.md"] = prompt.encode()
     request = llm.Request(
-        messages=(llm.Message.user(prompt),),
+        messages=(*_without_tool_rounds(history.messages), llm.Message.user(prompt)),
         max_tokens=node.get_int("max_tokens", DEFAULT_PROMPT_MAX_TOKENS),
         reasoning_effort=_effort(req),
     )
@@ -161,6 +209,10 @@ async def run_prompt(req: StageRequest, body: str, preamble: str) -> Outcome:
         return Outcome.failure(_error_text(err.to_dict()), err.failure_class)
     req.emit(llm_usage.message_event(response))
     req.files["response.md"] = response.text.encode()
+    if thread:
+        history.messages += [llm.Message.user(prompt), response.as_message()]
+        history.turns += 1
+        req.save_thread(thread, history.to_bytes())
     result = outcome_from_reply(req, response.text)
     result.usage = stage_usage(
         response.target.model,
@@ -181,6 +233,10 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
 
         return await run_cli_agent(req, body, preamble)
     target, fallbacks = _target(req)
+    thread = thread_of(req)
+    conversation = await _conversation(req, thread)
+    if conversation.messages:
+        preamble = ""  # the thread's history already holds what a preamble would say
     req.emit(StagePrompt(text=preamble + body))
     req.files["prompt.md"] = (preamble + body).encode()
     session_id = f"ses_{uuid.uuid4().hex[:16]}"
@@ -219,10 +275,14 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         target=target,
         fallbacks=fallbacks,
         emit=forward,
-        limits=AgentLimits(max_tokens=node.get_int("max_tokens", DEFAULT_AGENT_MAX_TOKENS)),
+        limits=AgentLimits(
+            max_tokens=node.get_int("max_tokens", DEFAULT_AGENT_MAX_TOKENS),
+            max_turns=max(0, node.get_int("max_turns", DEFAULT_AGENT_MAX_TURNS)),
+        ),
         env=os.environ,
         session_id=session_id,
-        thread_id=node.get("thread_id"),
+        conversation=conversation,
+        thread_id=thread,
         visit=req.visit,
         reasoning_effort=_effort(req),
         on_process_group=req.on_process_group,
@@ -243,6 +303,8 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
     with req.take_steering(session.steer):
         result = await session.run(body, preamble=preamble)
     req.files["response.md"] = result.text.encode()
+    if thread and result.status in ("completed", "turn_limit"):
+        req.save_thread(thread, session.conversation.to_bytes())
     spent = stage_usage(served[0], result.usage, result.cost)
     touched = list(result.files_touched)
     if result.status == "failed":

@@ -20,7 +20,17 @@ import trio
 
 from fabro_git.events.catalogue import AgentFailover, AgentLlmRetry
 from fabro_git.llm.errors import LlmError, MissingCredentials
-from fabro_git.llm.types import EventSink, Request, Response, Target, discard
+from fabro_git.llm.types import (
+    EventSink,
+    OutputReplace,
+    ReasoningDelta,
+    Request,
+    Response,
+    StreamEvent,
+    Target,
+    TextDelta,
+    discard,
+)
 
 RetryHook = Callable[[AgentLlmRetry], Awaitable[None]]
 FailoverHook = Callable[[AgentFailover], Awaitable[None]]
@@ -68,6 +78,7 @@ async def complete(
 
     env = os.environ if env is None else env
     rng = rng or random.Random()
+    voiding = _Voiding(sink)
     chain = [target]
     for fallback in fallbacks:
         try:
@@ -79,12 +90,13 @@ async def complete(
     for position, current in enumerate(chain):
         try:
             return await _with_retries(
-                request, current, env=env, sink=sink, policy=policy, on_retry=on_retry, rng=rng
+                request, current, env=env, sink=voiding, policy=policy, on_retry=on_retry, rng=rng
             )
         except LlmError as err:
             if not err.failover or position + 1 == len(chain):
                 raise
             following = chain[position + 1]
+            await voiding.void()
             await on_failover(
                 AgentFailover(
                     from_provider=current.provider,
@@ -95,6 +107,25 @@ async def complete(
                 )
             )
     raise AssertionError("unreachable: the chain always holds the target")
+
+
+class _Voiding:
+    """A sink that knows whether output has been streamed since the attempt began, so a
+    retry or a failover after it can say the partial output is void."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self._sink = sink
+        self._streamed = False
+
+    async def __call__(self, event: StreamEvent) -> None:
+        if isinstance(event, TextDelta | ReasoningDelta):
+            self._streamed = True
+        await self._sink(event)
+
+    async def void(self) -> None:
+        if self._streamed:
+            self._streamed = False
+            await self._sink(OutputReplace())
 
 
 async def _with_retries(
@@ -121,6 +152,8 @@ async def _with_retries(
             if err.retry_after is not None and err.retry_after > policy.max_delay:
                 raise
             retry += 1
+            if isinstance(sink, _Voiding):
+                await sink.void()
             delay = err.retry_after if err.retry_after is not None else policy.delay(retry, rng)
             await on_retry(
                 AgentLlmRetry(

@@ -147,6 +147,15 @@ class ReasoningDelta(msgspec.Struct, frozen=True, tag="reasoning_delta"):
     delta: str
 
 
+class OutputReplace(msgspec.Struct, frozen=True, tag="output_replace"):
+    """What was streamed so far is void: an attempt broke off after output began, and
+    the call goes on with another (a retry or a failover). The text and reasoning that
+    stand from now on replace the buffers; empty until the new attempt streams."""
+
+    text: str = ""
+    reasoning: str | None = None
+
+
 class ToolCallReady(msgspec.Struct, frozen=True, tag="tool_call"):
     """A tool call whose arguments have fully arrived."""
 
@@ -157,7 +166,7 @@ class Completed(msgspec.Struct, frozen=True, tag="completed"):
     response: Response
 
 
-StreamEvent = OutputStart | TextDelta | ReasoningDelta | ToolCallReady | Completed
+StreamEvent = OutputStart | TextDelta | ReasoningDelta | OutputReplace | ToolCallReady | Completed
 EventSink = Callable[[StreamEvent], Awaitable[None]]
 
 

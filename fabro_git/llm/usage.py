@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fabro_git.events.catalogue import (
     AgentMessage,
+    AgentOutputReplace,
     AgentOutputStart,
     AgentReasoningDelta,
     AgentTextDelta,
@@ -16,7 +17,15 @@ from fabro_git.events.catalogue import (
     TokenUsage,
 )
 from fabro_git.llm import catalogue
-from fabro_git.llm.types import OutputStart, ReasoningDelta, Response, StreamEvent, TextDelta, Usage
+from fabro_git.llm.types import (
+    OutputReplace,
+    OutputStart,
+    ReasoningDelta,
+    Response,
+    StreamEvent,
+    TextDelta,
+    Usage,
+)
 
 CACHE_READ_FACTOR = 0.1
 CACHE_WRITE_FACTOR = 1.25
@@ -60,7 +69,7 @@ def message_event(response: Response) -> AgentMessage:
 
 def stream_event(
     event: StreamEvent,
-) -> AgentOutputStart | AgentTextDelta | AgentReasoningDelta | None:
+) -> AgentOutputStart | AgentTextDelta | AgentReasoningDelta | AgentOutputReplace | None:
     """The `agent.*` event a stream event is recorded as, if any (tool calls and the
     final message have their own events, emitted by the caller)."""
     if isinstance(event, OutputStart):
@@ -69,6 +78,8 @@ def stream_event(
         return AgentTextDelta(delta=event.delta)
     if isinstance(event, ReasoningDelta):
         return AgentReasoningDelta(delta=event.delta)
+    if isinstance(event, OutputReplace):
+        return AgentOutputReplace(text=event.text, reasoning=event.reasoning)
     return None
 
 

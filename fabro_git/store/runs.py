@@ -13,6 +13,7 @@ Writers and readers both go through the names here, so the two cannot drift.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import threading
@@ -61,6 +62,7 @@ EVENTS_DIR = "events"
 NODES_DIR = "nodes"
 NODE_STATUS = "status.json"
 ARTIFACTS_DIR = "artifacts"
+THREADS_DIR = "threads"
 # Event segments per shard directory: `events/<NNN>/` holds segments NNN000..NNN999, so a
 # snapshot rewrites one shard tree of at most this many entries, however long the run.
 SEGMENTS_PER_SHARD = 1000
@@ -97,6 +99,18 @@ def node_dir_name(node_id: str, visit: int) -> str:
 def artifact_path(name: str) -> str:
     """Where an offloaded context value is kept: `artifacts/<name>.json`."""
     return f"{ARTIFACTS_DIR}/{name}.json"
+
+
+_THREAD_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def thread_path(thread_id: str) -> str:
+    """Where a shared conversation (`thread_id`) is kept: `threads/<id>.json`, or under
+    a digest of the id when it is not a plain file name."""
+    name = thread_id
+    if not _THREAD_NAME_RE.match(name) or name.endswith("."):
+        name = "sha256-" + hashlib.sha256(thread_id.encode()).hexdigest()[:32]
+    return f"{THREADS_DIR}/{name}.json"
 
 
 def graph_path(relative: str) -> str:
@@ -226,6 +240,8 @@ class MetaSummary:
     updated: str
     active_ms: int | None
     cost: float | None = None
+    # Input and output tokens of the run's model calls so far.
+    tokens: tuple[int, int] = (0, 0)
 
     def trailers(self, run_id: str) -> str:
         lines = [
@@ -244,6 +260,8 @@ class MetaSummary:
         ]
         if self.cost:
             lines.append(f"Fabro-Cost: {self.cost:.6f}")
+        if any(self.tokens):
+            lines.append(f"Fabro-Tokens: {self.tokens[0]} {self.tokens[1]}")
         return "\n".join(lines) + "\n"
 
     @classmethod
@@ -257,6 +275,10 @@ class MetaSummary:
             cost: float | None = float(trailers.get("Fabro-Cost", ""))
         except ValueError:
             cost = None
+        try:
+            given, made = (int(part) for part in trailers.get("Fabro-Tokens", "").split())
+        except ValueError:
+            given, made = 0, 0
         return cls(
             status=trailers.get("Fabro-Status", "unknown"),
             workflow=trailers.get("Fabro-Workflow", "?"),
@@ -266,6 +288,7 @@ class MetaSummary:
             updated=trailers.get("Fabro-Updated", ""),
             active_ms=active,
             cost=cost,
+            tokens=(given, made),
         )
 
 

@@ -62,6 +62,7 @@ FABRO_NODE: frozenset[str] = frozenset(
         "prompt",
         "reasoning_effort",
         "max_tokens",
+        "max_turns",
         "fidelity",
         "thread_id",
         "model",

@@ -1234,6 +1234,9 @@ def _thread_id_requires_fidelity_full(check: _Check) -> Iterator[Diagnostic]:
         if not node.attrs.get("thread_id", "").strip():
             continue
         fidelity = node.attrs.get("fidelity", "").strip() or default or "compact"
+        incoming = graph.incoming(node.id)
+        if incoming and all(e.attrs.get("fidelity", "").strip() == "full" for e in incoming):
+            fidelity = "full"  # every way in sets it
         if fidelity != "full":
             yield check.on_node(
                 "thread_id_requires_fidelity_full",

@@ -82,13 +82,15 @@ def test_anthropic_agent_reads_edits_and_creates_files(agent: Harness, worktree:
     assert edit["content"] == "edited a.txt: 1 replacement(s)"
 
     names = agent.names
-    assert names[:5] == [
+    assert names[:6] == [
         "agent.session.started",
         "agent.session.activated",
         "agent.memory.loaded",
         "agent.skills.discovered",
+        "agent.input",
         "agent.output.start",
     ]
+    assert agent.of("agent.input") == [{"text": "Change beta to BETA and add src/new.txt"}]
     assert names[-3:] == [
         "agent.processing.end",
         "agent.session.deactivated",

@@ -1,0 +1,35 @@
+"""Shared conversations: the message history of a `thread_id`, kept on the meta ref.
+
+Stages whose node sets `thread_id` with `fidelity="full"` carry one conversation on:
+each reads the thread as the last stage of that thread left it, and writes it back when
+it ends. The write joins the stage's checkpoint (`threads/<id>.json` on the meta ref),
+so the conversation survives a crash, an interrupt and a resume in another clone; a
+stage cut off before its checkpoint leaves the thread as it was before that stage.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fabro_git.store.runs import thread_path
+
+if TYPE_CHECKING:
+    from fabro_git.engine.runner import Runtime
+
+
+async def load(runtime: Runtime, thread_id: str) -> bytes | None:
+    """The thread's saved conversation: one written since the last checkpoint, else the
+    one the meta ref holds, else None (a new thread)."""
+    path = thread_path(thread_id)
+    if path in runtime.pending_files:
+        return runtime.pending_files[path]
+    recorder = runtime.recorder
+    if recorder is None or recorder.meta_tip is None:
+        return None
+    tip = recorder.meta_tip
+    return await runtime.store_call(runtime.repo.read_file, tip, path)
+
+
+def save(runtime: Runtime, thread_id: str, data: bytes) -> None:
+    """Keep the thread's conversation; the next checkpoint writes it to the meta ref."""
+    runtime.pending_files[thread_path(thread_id)] = data
