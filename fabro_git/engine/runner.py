@@ -44,6 +44,7 @@ from fabro_git.workflow import Graph, Node
 
 if TYPE_CHECKING:
     from fabro_git.engine.interviewer import Interviewer
+    from fabro_git.outputs.assets import Snapshot
     from fabro_git.store.repo import GitRepo
 
 T = TypeVar("T")
@@ -471,7 +472,10 @@ class Runtime:
                     f"no handler for node type {node.handler_type!r}", oc.STRUCTURAL
                 )
             else:
+                assets = await self._asset_baseline(node, scope)
                 result = await self._call_handler(handler, request, node)
+                if assets is not None:
+                    await self._capture_assets(request, assets)
             files = request.files
             retryable = result.status == oc.RETRY or (
                 result.status == oc.FAILED and result.failure_class == oc.TRANSIENT
@@ -621,6 +625,40 @@ class Runtime:
             request.files["handler-error.txt"] = "".join(traceback.format_exception(exc)).encode()
             return Outcome.failure(
                 f"handler error in {node.id}: {type(exc).__name__}: {exc}", oc.DETERMINISTIC
+            )
+
+    async def _asset_baseline(self, node: Node, scope: Scope) -> Snapshot | None:
+        """The asset files before a stage that runs commands (None for other stages)."""
+        if node.handler_type not in RUNS_COMMANDS:
+            return None
+        from fabro_git.outputs import assets
+
+        return await trio.to_thread.run_sync(assets.baseline, scope.worktree)
+
+    async def _capture_assets(self, request: StageRequest, before: Snapshot) -> None:
+        """Copy the assets the attempt wrote to scratch and, at the next checkpoint, the
+        meta ref; one `asset.captured` per file."""
+        from fabro_git.outputs import assets
+        from fabro_git.store.runs import asset_dir, node_slug
+
+        found = await trio.to_thread.run_sync(assets.capture, request.worktree, before)
+        if found.empty:
+            return
+        slug = node_slug(request.node_dir)
+        directory = asset_dir(slug, request.attempt)
+        kept = await trio.to_thread.run_sync(assets.keep, self.scratch, directory, found)
+        self.pending_files.update(kept)
+        for item in found.files:
+            request.emit(
+                ev.AssetCaptured(
+                    attempt=request.attempt,
+                    node_slug=slug,
+                    path=item.path,
+                    mime=item.mime,
+                    content_md5=item.md5,
+                    content_sha256=item.sha256,
+                    bytes=len(item.data),
+                )
             )
 
     async def _files_touched(self, stage_id: str) -> list[str]:
@@ -980,6 +1018,8 @@ NO_WORKTREE_CHANGES = frozenset({"start", "exit", "conditional", "human", "wait"
 
 # Stages whose files_touched come from their tree diff (an agent's come from its tools).
 TRACKS_TREE = frozenset({"command", "tool"})
+# Stages that run commands in the worktree: their test assets are captured.
+RUNS_COMMANDS = frozenset({"command", "tool", "agent", "codergen"})
 # Paths listed at most in one stage's files_touched.
 FILES_TOUCHED_LIMIT = 1000
 

@@ -61,6 +61,7 @@ EVENTS_DIR = "events"
 NODES_DIR = "nodes"
 NODE_STATUS = "status.json"
 ARTIFACTS_DIR = "artifacts"
+ASSETS_DIR = "assets"
 # Event segments per shard directory: `events/<NNN>/` holds segments NNN000..NNN999, so a
 # snapshot rewrites one shard tree of at most this many entries, however long the run.
 SEGMENTS_PER_SHARD = 1000
@@ -97,6 +98,18 @@ def node_dir_name(node_id: str, visit: int) -> str:
 def artifact_path(name: str) -> str:
     """Where an offloaded context value is kept: `artifacts/<name>.json`."""
     return f"{ARTIFACTS_DIR}/{name}.json"
+
+
+def node_slug(node_dir_name: str) -> str:
+    """A stage's directory name as one path component: a child workflow's stage
+    `parent/nodes/child-2` is `parent.child-2` (node ids hold neither `.` nor `-`)."""
+    return node_dir_name.replace(f"/{NODES_DIR}/", ".")
+
+
+def asset_dir(slug: str, attempt: int) -> str:
+    """Where the assets one attempt of a stage captured are kept:
+    `assets/<node_slug>/retry_<attempt>` (the first attempt is `retry_1`)."""
+    return f"{ASSETS_DIR}/{slug}/retry_{attempt}"
 
 
 def graph_path(relative: str) -> str:
