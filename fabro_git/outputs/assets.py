@@ -12,8 +12,10 @@ or `test-results`, or under `cypress/videos` or `cypress/screenshots`, and any f
 named `junit*.xml` or `*.trace.zip`, wherever they sit (a monorepo keeps them per
 package). The scan is one `os.scandir` walk that never enters dependency directories
 and tool caches (SKIP_DIRS) nor follows symlinks; a symlinked file is never copied, so
-a link cannot pull a file from outside the worktree into git. On a 100,000-file tree the
-walk takes about 0.14 s, less than `git status` on the same tree.
+a link cannot pull a file from outside the worktree into git. On a 100,000-file tree
+(plus 5,000 files in `node_modules`) one scan takes about 0.05 s with a warm cache, where
+`git status --porcelain` takes 0.15-0.3 s on the same tree (this 2-core machine,
+loaded).
 
 A file is new when the baseline lacks it, changed when its size or mtime differs. When
 size and mtime match but the file was replaced or rewritten (its inode or ctime moved,
@@ -120,10 +122,14 @@ class Capture:
 
 def is_asset(parts: tuple[str, ...]) -> bool:
     """Whether a worktree path (its components) is a known asset path."""
-    name = parts[-1]
-    if any(fnmatch.fnmatchcase(name, pattern) for pattern in ASSET_PATTERNS):
-        return True
-    dirs = parts[:-1]
+    return _in_asset_dir(parts[:-1]) or _asset_name(parts[-1])
+
+
+def _asset_name(name: str) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in ASSET_PATTERNS)
+
+
+def _in_asset_dir(dirs: tuple[str, ...]) -> bool:
     if any(d in ASSET_DIRS for d in dirs):
         return True
     return any(
@@ -134,32 +140,36 @@ def is_asset(parts: tuple[str, ...]) -> bool:
 
 
 def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
-    """Every asset file under `root`: its relative path and lstat."""
+    """Every asset file under `root`: its relative path and lstat. Whether a directory
+    is inside an asset directory is decided once per directory, and a file name outside
+    one is checked by its ends before any pattern matching: the walk stays close to
+    the speed of listing the tree."""
     found: list[tuple[str, os.stat_result]] = []
-    pending: list[tuple[str, tuple[str, ...]]] = [(str(root), ())]
+    pending: list[tuple[str, tuple[str, ...], bool]] = [(str(root), (), False)]
     while pending:
-        directory, prefix = pending.pop()
+        directory, prefix, inside = pending.pop()
         try:
             entries = list(os.scandir(directory))
         except OSError:
             continue
         for entry in entries:
+            name = entry.name
             try:
                 if entry.is_dir(follow_symlinks=False):
-                    if entry.name not in SKIP_DIRS:
-                        pending.append((entry.path, (*prefix, entry.name)))
+                    if name not in SKIP_DIRS:
+                        parts = (*prefix, name)
+                        pending.append((entry.path, parts, inside or _in_asset_dir(parts[-2:])))
                     continue
             except OSError:
                 continue
-            parts = (*prefix, entry.name)
-            if not is_asset(parts):
+            if not inside and not (name.endswith((".xml", ".zip")) and _asset_name(name)):
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)
             except OSError:
                 continue
             if stat.S_ISREG(info.st_mode):
-                found.append(("/".join(parts), info))
+                found.append(("/".join((*prefix, name)), info))
     return found
 
 
