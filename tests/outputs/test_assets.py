@@ -365,3 +365,24 @@ def test_each_attempt_of_an_agent_stage_keeps_its_own_retry_directory(
     assert (dest / "work" / "retry_1" / "test-results" / "a.png").read_text() == "one"
     assert (dest / "work" / "retry_2" / "test-results" / "b.png").read_text() == "two"
     assert not (dest / "work" / "retry_2" / "test-results" / "a.png").exists()
+
+
+def test_a_fork_carries_the_assets_of_the_stages_it_keeps(repo: Path) -> None:
+    write_workflow(
+        repo,
+        r"""
+        digraph Fork {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            one [shape=parallelogram, script="mkdir -p test-results && printf 1 > test-results/one.png"]
+            two [shape=parallelogram, script="printf 2 > junit-two.xml"]
+            start -> one -> two -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    forked = run_fabro("fork", result["run_id"], "one", cwd=repo)
+    assert forked.returncode == 0, forked.stderr
+    items = artifact_list(repo, {}, forked.stdout.strip())
+    assert [i["path"] for i in items] == ["one/retry_1/test-results/one.png"]
