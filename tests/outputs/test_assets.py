@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -63,8 +64,6 @@ EXPECTED = {
 
 
 def meta_bytes(repo: Path, run_id: str, path: str) -> bytes:
-    import subprocess
-
     return subprocess.run(
         ["git", "show", f"refs/fabro/meta/{run_id}:{path}"],
         cwd=repo,
@@ -386,3 +385,30 @@ def test_a_fork_carries_the_assets_of_the_stages_it_keeps(repo: Path) -> None:
     assert forked.returncode == 0, forked.stderr
     items = artifact_list(repo, {}, forked.stdout.strip())
     assert [i["path"] for i in items] == ["one/retry_1/test-results/one.png"]
+
+
+def test_a_secret_in_an_asset_never_reaches_git(repo: Path) -> None:
+    token = "svc" + "Zt2Wm4Rk3Yq9" + "Xp7Lr2Vn"
+    write_workflow(
+        repo,
+        r"""
+        digraph Leak {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            test [shape=parallelogram, script="mkdir -p test-results && echo \"token=$MY_SERVICE_TOKEN\" > test-results/log.txt"]
+            start -> test -> exit
+        }
+        """,
+    )
+    (repo / ".gitignore").write_text("test-results/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore")
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo, env={"MY_SERVICE_TOKEN": token})
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    stored = meta_file(repo, run_id, "assets/test/retry_1/test-results/log.txt")
+    assert stored == f"token=***{token[-4:]}\n"
+    every_object = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo, capture_output=True
+    ).stdout
+    assert token.encode() not in every_object
