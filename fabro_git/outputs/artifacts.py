@@ -57,6 +57,12 @@ def encode_value(value: Any) -> bytes:
     return msgspec.json.encode(value, enc_hook=str)
 
 
+def _large(value: Any) -> bytes | None:
+    """A value's JSON form when it is over the threshold (to offload), else None."""
+    data = encode_value(value)
+    return data if len(data) > OFFLOAD_THRESHOLD else None
+
+
 def pointer_name(value: Any) -> str | None:
     """The artifact name a `file://` pointer names (`<key>` or `<node_slug>/<key>`),
     whichever scratch dir it points into; None for any other value."""
@@ -110,8 +116,8 @@ class ArtifactStore:
         kept: dict[str, Any] = {}
         written: dict[str, bytes] = {}
         for key, value in updates.items():
-            data = encode_value(value)
-            if len(data) <= OFFLOAD_THRESHOLD:
+            data = _large(value)
+            if data is None:
                 kept[key] = value
                 continue
             name = artifact_name(key, tag)
@@ -127,8 +133,8 @@ class ArtifactStore:
         the context to the key's current one (see the module docstring)."""
         result = Offloaded({}, {}, {})
         for key, value in updates.items():
-            data = encode_value(value)
-            if len(data) <= OFFLOAD_THRESHOLD:
+            data = _large(value)
+            if data is None:
                 result.record[key] = result.context[key] = value
                 continue
             current = artifact_name(key, tag)
