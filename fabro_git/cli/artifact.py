@@ -156,7 +156,8 @@ def run_list(run_id: str, node: str | None, retry: int | None, json_output: bool
         sys.stderr.write(f"no assets or offloaded values in run {full_id[:12]}")
         sys.stderr.write(" for that filter\n" if node or retry is not None else "\n")
         return 0
-    width = max(len(i.stage) for i in items)
+    width = max(len("STAGE"), *(len(i.stage) for i in items))
+    out.write(f"{'KIND':<5}  {'STAGE':<{width}}  {'RETRY':>5}  {'SIZE':>9}  PATH\n")
     for item in items:
         retry_text = str(item.retry) if item.retry is not None else "-"
         out.write(

@@ -74,7 +74,8 @@ def test_a_later_stage_setting_the_same_key_keeps_the_earlier_value(
 
     listed = run_fabro("artifact", "list", run_id, cwd=clone, env=env)
     assert listed.returncode == 0, listed.stderr
-    lines = listed.stdout.splitlines()
+    header, *lines = listed.stdout.splitlines()
+    assert header.split() == ["KIND", "STAGE", "RETRY", "SIZE", "PATH"]
     assert lines[0].split() == [
         "value",
         "first@1",

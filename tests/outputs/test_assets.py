@@ -413,3 +413,32 @@ def test_a_secret_in_an_asset_never_reaches_git(repo: Path) -> None:
         ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo, capture_output=True
     ).stdout
     assert token.encode() not in every_object
+
+
+def test_parallel_branches_capture_in_their_own_worktrees(repo: Path) -> None:
+    write_workflow(
+        repo,
+        r"""
+        digraph Fan {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            fan [shape=component]
+            a [shape=parallelogram, script="mkdir -p test-results && printf A > test-results/shot.png"]
+            b [shape=parallelogram, script="mkdir -p test-results && printf BB > test-results/shot.png"]
+            join [shape=tripleoctagon]
+            start -> fan
+            fan -> a
+            fan -> b
+            a -> join
+            b -> join
+            join -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert meta_file(repo, run_id, "assets/a/retry_1/test-results/shot.png") == "A"
+    assert meta_file(repo, run_id, "assets/b/retry_1/test-results/shot.png") == "BB"
+    events = captured(run_events(run_id, repo))
+    assert sorted((e["node_id"], e["properties"]["bytes"]) for e in events) == [("a", 1), ("b", 2)]
