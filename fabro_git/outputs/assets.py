@@ -213,6 +213,16 @@ def _changed(path: Path, info: os.stat_result, before: Fingerprint | None) -> bo
     return before.digest is None or _xxhash(path) != before.digest
 
 
+def _utf8(path: str) -> bool:
+    """Whether a path can be named in git and JSON (a file name that is not UTF-8 is
+    skipped)."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def mime_type(path: str) -> str:
     suffix = Path(path).suffix.lower()
     if suffix in _EXTRA_TYPES:
@@ -235,7 +245,7 @@ def capture(worktree: Path, before: Snapshot) -> Capture:
         source = worktree / path
         if not _changed(source, info, before.get(path)):
             continue
-        if stopped or info.st_size > FILE_LIMIT:
+        if stopped or info.st_size > FILE_LIMIT or not _utf8(path):
             manifest.files_skipped += 1
             continue
         if manifest.total_bytes + info.st_size > TOTAL_LIMIT:

@@ -442,3 +442,25 @@ def test_parallel_branches_capture_in_their_own_worktrees(repo: Path) -> None:
     assert meta_file(repo, run_id, "assets/b/retry_1/test-results/shot.png") == "BB"
     events = captured(run_events(run_id, repo))
     assert sorted((e["node_id"], e["properties"]["bytes"]) for e in events) == [("a", 1), ("b", 2)]
+
+
+def test_a_file_name_git_cannot_hold_is_skipped_not_fatal(repo: Path) -> None:
+    (repo / ".gitignore").write_text("test-results/\n")
+    git(repo, "add", ".gitignore")
+    git(repo, "commit", "-q", "-m", "ignore")
+    write_workflow(
+        repo,
+        r"""
+        digraph Odd {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            test [shape=parallelogram, script="mkdir -p test-results && printf x > \"$(printf 'test-results/bad-\\377.png')\" && printf y > test-results/ok.png"]
+            start -> test -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    manifest = json.loads(meta_file(repo, result["run_id"], "assets/test/retry_1/manifest.json"))
+    assert manifest["copied_paths"] == ["test-results/ok.png"]
+    assert manifest["files_skipped"] == 1
