@@ -675,7 +675,7 @@ def artifact_list(
     retry: _ArtifactRetry = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
 ) -> None:
-    """List a run's assets and offloaded values, read from git (a clone sees them too)."""
+    """List a run's assets and offloaded values, read from git."""
     from fabro_git.cli import artifact as impl
 
     raise typer.Exit(impl.run_list(run_id, node, retry, json_output))
