@@ -649,6 +649,66 @@ def model_test(
     raise typer.Exit(impl.run_test(provider=provider, model=model))
 
 
+artifact_app = typer.Typer(
+    name="artifact",
+    help="List and copy a run's captured test assets and offloaded values.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+app.add_typer(artifact_app, name="artifact")
+
+_ArtifactNode = Annotated[
+    str | None,
+    typer.Option("--node", help="Only this stage's: NODE or NODE@VISIT.", metavar="NODE"),
+]
+_ArtifactRetry = Annotated[
+    int | None,
+    typer.Option("--retry", help="Only assets of this attempt (1 is the first).", metavar="N"),
+]
+
+
+@artifact_app.command("list", cls=_Command)
+def artifact_list(
+    run_id: RunArg,
+    node: _ArtifactNode = None,
+    retry: _ArtifactRetry = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """List a run's assets and offloaded values, read from git."""
+    from fabro_git.cli import artifact as impl
+
+    raise typer.Exit(impl.run_list(run_id, node, retry, json_output))
+
+
+@artifact_app.command("cp", cls=_Command)
+def artifact_cp(
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="RUN (all its files) or RUN:PATH (a path `artifact list` shows, or a dir).",
+            show_default=False,
+            metavar="RUN[:PATH]",
+        ),
+    ],
+    dest: Annotated[Path, typer.Argument(help="Directory to copy into.", metavar="DEST")] = Path(
+        "."
+    ),
+    node: _ArtifactNode = None,
+    retry: _ArtifactRetry = None,
+    tree: Annotated[
+        bool,
+        typer.Option(
+            "--tree", help="Keep the NODE_SLUG/retry_N/ layout (and each attempt's manifest)."
+        ),
+    ] = False,
+) -> None:
+    """Copy a run's assets and offloaded values out of git into DEST."""
+    from fabro_git.cli import artifact as impl
+
+    raise typer.Exit(impl.run_cp(source, dest, node, retry, tree))
+
+
 def _add_hooks() -> None:
     from fabro_git.cli.hooks import app as hooks_app
 

@@ -148,7 +148,14 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
         "manifest.json": encode(new_manifest),
         "graph.fabro": source_text,
     }
-    for directory in ("graphs", "nodes", "prompts", runrefs.ARTIFACTS_DIR, runrefs.THREADS_DIR):
+    for directory in (
+        "graphs",
+        "nodes",
+        "prompts",
+        runrefs.ARTIFACTS_DIR,
+        runrefs.THREADS_DIR,
+        runrefs.ASSETS_DIR,
+    ):
         for relpath, data in _read_dir(repo, at, directory).items():
             files[f"{directory}/{relpath}"] = data
     try:

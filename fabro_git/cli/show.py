@@ -108,6 +108,7 @@ def run(run_id: str, node: str | None) -> int:
     out.write(f"files     {', '.join(files) if files else '-'}\n")
     if record.get("notes"):
         out.write(f"notes     {record['notes']}\n")
+    _artifacts(repo, meta, full_id, stage)
     for file_name, title in SECTIONS:
         data = repo.read_file(meta, f"{stage.path}/{file_name}")
         if not data:
@@ -116,3 +117,22 @@ def run(run_id: str, node: str | None) -> int:
         out.write(f"\n--- {title} ({file_name})\n")
         out.write(text if text.endswith("\n") or not text else text + "\n")
     return 0
+
+
+def _artifacts(repo: Any, meta: str, run_id: str, stage: Stage) -> None:
+    """The stage's offloaded values and captured assets, each with the command that
+    copies it out of git."""
+    from fabro_git.cli.artifact import collect, human_size
+
+    items = [i for i in collect(repo, meta) if i.stage == stage.label and i.node == stage.name]
+    if not items:
+        return
+    out = sys.stdout
+    out.write(f"\n--- offloaded values and assets ({len(items)})\n")
+    for item in items:
+        attempt = f", attempt {item.retry}" if item.retry is not None else ""
+        out.write(f"{item.kind} {item.name} ({human_size(item.size)}{attempt})\n")
+        out.write(f"  git fabro artifact cp {run_id[:12]}:{item.tree_path} .\n")
+    out.write(
+        f"all of them: git fabro artifact cp {run_id[:12]} DEST --node {stage.label} --tree\n"
+    )

@@ -40,11 +40,12 @@ from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.errors import DiskFull, FabroError, disk_full_in
 from fabro_git.events import catalogue as ev
 from fabro_git.events.envelope import EventProps
-from fabro_git.outputs.artifacts import ArtifactStore, referenced_names
+from fabro_git.outputs.artifacts import ArtifactStore, ResolvedContext, referenced_names
 from fabro_git.workflow import Graph, Node
 
 if TYPE_CHECKING:
     from fabro_git.engine.interviewer import Interviewer
+    from fabro_git.outputs.assets import Snapshot
     from fabro_git.store.repo import GitRepo
 
 T = TypeVar("T")
@@ -599,7 +600,10 @@ class Runtime:
                     f"no handler for node type {node.handler_type!r}", oc.STRUCTURAL
                 )
             else:
+                assets = await self._asset_baseline(node, scope)
                 result = await self._call_handler(handler, request, node)
+                if assets is not None:
+                    await self._capture_assets(request, assets)
             files = request.files
             retryable = result.status == oc.RETRY or (
                 result.status == oc.FAILED and result.failure_class == oc.TRANSIENT
@@ -675,8 +679,8 @@ class Runtime:
         duration_ms = int((time.monotonic() - started) * 1000)
         if scope.kind == "main" and node.handler_type in TRACKS_TREE and not result.files_touched:
             result.files_touched = await self._files_touched(stage_id)
-        self._offload(scope, result)
-        self._apply(scope, node, result, signature)
+        updates = self._offload(scope, result, node_dir)
+        self._apply(scope, node, result, signature, updates)
         record = result.to_record()
         record.update(
             node_id=qid,
@@ -758,6 +762,40 @@ class Runtime:
                 f"handler error in {node.id}: {type(exc).__name__}: {exc}", oc.DETERMINISTIC
             )
 
+    async def _asset_baseline(self, node: Node, scope: Scope) -> Snapshot | None:
+        """The asset files before a stage that runs commands (None for other stages)."""
+        if node.handler_type not in RUNS_COMMANDS:
+            return None
+        from fabro_git.outputs import assets
+
+        return await trio.to_thread.run_sync(assets.baseline, scope.worktree)
+
+    async def _capture_assets(self, request: StageRequest, before: Snapshot) -> None:
+        """Copy the assets the attempt wrote to scratch and, at the next checkpoint, the
+        meta ref; one `asset.captured` per file."""
+        from fabro_git.outputs import assets
+        from fabro_git.store.runs import asset_dir, node_slug
+
+        found = await trio.to_thread.run_sync(assets.capture, request.worktree, before)
+        if found.empty:
+            return
+        slug = node_slug(request.node_dir)
+        directory = asset_dir(slug, request.attempt)
+        kept = await trio.to_thread.run_sync(assets.keep, self.scratch, directory, found)
+        self.pending_files.update(kept)
+        for item in found.files:
+            request.emit(
+                ev.AssetCaptured(
+                    attempt=request.attempt,
+                    node_slug=slug,
+                    path=item.path,
+                    mime=item.mime,
+                    content_md5=item.md5,
+                    content_sha256=item.sha256,
+                    bytes=len(item.data),
+                )
+            )
+
     async def _files_touched(self, stage_id: str) -> list[str]:
         """The paths the stage changed: its worktree's tree against the last checkpoint's.
 
@@ -794,32 +832,45 @@ class Runtime:
             raise early
         return early
 
-    def _offload(self, scope: Scope, result: Outcome) -> None:
-        """Offload the stage's large context values; the next checkpoint records them."""
-        from fabro_git.store.runs import PARALLEL_PREFIX, artifact_path
+    def _offload(self, scope: Scope, result: Outcome, node_dir: str) -> dict[str, Any]:
+        """Offload the stage's large context values; the next checkpoint records them.
+        The record keeps pointers to the visit's own files; returns the updates as the
+        context takes them (pointers to each key's current file)."""
+        from fabro_git.store.runs import PARALLEL_PREFIX, artifact_path, node_slug
 
         tag = None
         if scope.kind == "branch" and scope.ref:
             # Branches may set the same key at once: each keeps its own file.
             tag = scope.ref.removeprefix(f"{PARALLEL_PREFIX}{self.run_id}/")
-        updates, written = self.artifacts.offload(result.context_updates, tag=tag)
-        result.context_updates = updates
-        for name, data in written.items():
+        offloaded = self.artifacts.offload_stage(
+            result.context_updates, node_slug(node_dir), tag=tag
+        )
+        result.context_updates = offloaded.record
+        for name, data in offloaded.written.items():
             self.pending_files[artifact_path(name)] = data
+        return offloaded.context
 
     def _prune_artifacts(self, files: dict[str, bytes | None]) -> None:
-        """Drop the artifacts the checkpoint no longer points to, here and on the meta ref."""
+        """Drop the current-value artifacts the checkpoint no longer points to, here and
+        on the meta ref; count the values offloaded over the run."""
         from fabro_git.store.runs import artifact_path
 
         cp = self.cp
         keep = referenced_names(cp.context_values, cp.node_outcomes.values())
         for name in self.artifacts.prune(keep):
             files[artifact_path(name)] = None
-        cp.artifact_count = len(keep & self.artifacts.names())
+        cp.artifact_count = sum("/" in name for name in self.artifacts.names())
 
-    def _apply(self, scope: Scope, node: Node, result: Outcome, signature: str | None) -> None:
+    def _apply(
+        self,
+        scope: Scope,
+        node: Node,
+        result: Outcome,
+        signature: str | None,
+        updates: dict[str, Any],
+    ) -> None:
         ctx = scope.context
-        ctx.update(result.context_updates)
+        ctx.update(updates)
         ctx.set("outcome", result.status)
         if result.preferred_label:
             ctx.set("preferred_label", result.preferred_label)
@@ -870,7 +921,8 @@ class Runtime:
                 status=result.status,
                 preferred_label=result.preferred_label,
                 suggested_next_ids=result.suggested_next_ids,
-                context=scope.context,
+                # A condition on an offloaded key sees its value, not the pointer.
+                context=ResolvedContext(scope.context),
                 rng=self.rng,
             )
         if (
@@ -1116,6 +1168,8 @@ NO_WORKTREE_CHANGES = frozenset({"start", "exit", "conditional", "human", "wait"
 
 # Stages whose files_touched come from their tree diff (an agent's come from its tools).
 TRACKS_TREE = frozenset({"command", "tool"})
+# Stages that run commands in the worktree: their test assets are captured.
+RUNS_COMMANDS = frozenset({"command", "tool", "agent", "codergen"})
 # Paths listed at most in one stage's files_touched.
 FILES_TOUCHED_LIMIT = 1000
 

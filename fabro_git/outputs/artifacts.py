@@ -2,21 +2,30 @@
 
 A value whose JSON form is over OFFLOAD_THRESHOLD bytes would be copied into every
 checkpoint that follows, every `stage.completed` event and every preamble; instead it is
-written once to the run's artifact store and the context holds
-`file://<scratch>/artifacts/values/<key>.json`. The scratch copy is the live one that
-stages and people read; the durable copy is `artifacts/<key>.json` on the meta ref,
+written once to the run's artifact store and a pointer takes its place. The scratch copy
+is the live one that stages and people read; the durable copy is on the meta ref,
 written by the checkpoint after the stage. A resume (in this clone or another) writes
 the meta ref's copies back into its own scratch dir and points the context at them.
 
-The store holds one file per key, its current value: a later stage that sets the same
-key replaces the file, and a file no context value or stage record points to any more is
-removed at the next checkpoint.
+Two files per offloaded value, one blob in git (same bytes, and a hard link in scratch):
+- `artifacts/values/<node_slug>/<key>.json` (meta ref: `artifacts/<node_slug>/<key>.json`)
+  is the value one stage visit set. The stage's record (`status.json`, `stage.completed`,
+  the preamble's "See:" line) points here. Nothing overwrites it: a later stage setting
+  the same key (every command sets `command.output`) writes its own, so no earlier
+  value is lost. `artifact_count` counts these.
+- `artifacts/values/<key>.json` (meta ref: `artifacts/<key>.json`) is the key's current
+  value, the one the context points to: the layout the outputs spec shows. A later
+  stage setting the key replaces it, and one nothing points to any more is removed at
+  the next checkpoint.
+Parallel branches may set the same key at once: their file names carry the branch
+(`<key>@<branch>`).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -48,15 +57,25 @@ def encode_value(value: Any) -> bytes:
     return msgspec.json.encode(value, enc_hook=str)
 
 
+def _large(value: Any) -> bytes | None:
+    """A value's JSON form when it is over the threshold (to offload), else None."""
+    data = encode_value(value)
+    return data if len(data) > OFFLOAD_THRESHOLD else None
+
+
 def pointer_name(value: Any) -> str | None:
-    """The artifact name a `file://` pointer names, whichever scratch dir it points
-    into; None for any other value."""
+    """The artifact name a `file://` pointer names (`<key>` or `<node_slug>/<key>`),
+    whichever scratch dir it points into; None for any other value."""
     if not isinstance(value, str) or not value.startswith(POINTER_PREFIX):
         return None
     path = Path(value[len(POINTER_PREFIX) :])
-    if path.suffix != ".json" or path.parent.parts[-2:] != _VALUES:
+    if path.suffix != ".json":
         return None
-    return path.stem
+    parts = path.parts
+    for depth in (1, 2):  # the values dir, then maybe a stage's dir, then the file
+        if parts[-depth - 2 : -depth] == _VALUES:
+            return "/".join((*parts[-depth:-1], path.stem))
+    return None
 
 
 def pointer_path(value: Any) -> Path | None:
@@ -64,6 +83,16 @@ def pointer_path(value: Any) -> Path | None:
     if pointer_name(value) is None:
         return None
     return Path(str(value)[len(POINTER_PREFIX) :])
+
+
+@dataclass
+class Offloaded:
+    """One stage visit's updates after offloading: as its record keeps them, as the
+    context takes them, and the files written, by artifact name."""
+
+    record: dict[str, Any]
+    context: dict[str, Any]
+    written: dict[str, bytes]
 
 
 class ArtifactStore:
@@ -81,14 +110,14 @@ class ArtifactStore:
     def offload(
         self, updates: Mapping[str, Any], *, tag: str | None = None
     ) -> tuple[dict[str, Any], dict[str, bytes]]:
-        """`updates` with every value over the threshold replaced by a pointer, and the
-        files written for them, by name (a file whose bytes did not change is left alone
-        and not returned)."""
+        """`updates` with every value over the threshold replaced by a pointer to
+        `<key>.json`, and the files written for them, by name (a file whose bytes did
+        not change is left alone and not returned)."""
         kept: dict[str, Any] = {}
         written: dict[str, bytes] = {}
         for key, value in updates.items():
-            data = encode_value(value)
-            if len(data) <= OFFLOAD_THRESHOLD:
+            data = _large(value)
+            if data is None:
                 kept[key] = value
                 continue
             name = artifact_name(key, tag)
@@ -96,6 +125,27 @@ class ArtifactStore:
                 written[name] = data
             kept[key] = self.pointer(name)
         return kept, written
+
+    def offload_stage(
+        self, updates: Mapping[str, Any], slug: str, *, tag: str | None = None
+    ) -> Offloaded:
+        """Offload one stage visit's updates: the record points to the visit's own file,
+        the context to the key's current one (see the module docstring)."""
+        result = Offloaded({}, {}, {})
+        for key, value in updates.items():
+            data = _large(value)
+            if data is None:
+                result.record[key] = result.context[key] = value
+                continue
+            current = artifact_name(key, tag)
+            visit = f"{slug}/{current}"
+            if self._write(visit, data):
+                result.written[visit] = data
+            if self._link(visit, current, data):
+                result.written[current] = data
+            result.record[key] = self.pointer(visit)
+            result.context[key] = self.pointer(current)
+        return result
 
     def read(self, pointer: str) -> Any:
         """The value a pointer stands for. FileNotFoundError when it is gone."""
@@ -105,16 +155,22 @@ class ArtifactStore:
         return msgspec.json.decode(path.read_bytes())
 
     def names(self) -> set[str]:
+        """Every artifact held: `<key>` names and `<node_slug>/<key>` ones."""
         if not self.root.is_dir():
             return set()
-        return {p.stem for p in self.root.glob("*.json")}
+        return {
+            p.relative_to(self.root).with_suffix("").as_posix()
+            for p in self.root.glob("**/*.json")
+            if not p.name.startswith(".")
+        }
 
     def remove(self, name: str) -> None:
         self.path(name).unlink(missing_ok=True)
 
     def prune(self, keep: Iterable[str]) -> list[str]:
-        """Remove the files not named in `keep`; returns the names removed."""
-        gone = sorted(self.names() - set(keep))
+        """Remove the current-value files not named in `keep`; returns the names removed.
+        A stage visit's own files stay: they are its record, as its status.json is."""
+        gone = sorted(n for n in self.names() - set(keep) if "/" not in n)
         for name in gone:
             self.remove(name)
         return gone
@@ -124,7 +180,8 @@ class ArtifactStore:
         on resume: what git holds is the truth, whatever a cut-off stage left here."""
         for name, data in files.items():
             self._write(name, data)
-        self.prune(files)
+        for name in self.names() - set(files):
+            self.remove(name)
 
     def repoint(self, values: dict[str, Any]) -> None:
         """Point every pointer in `values`, nested ones too, into this store (a resume in
@@ -140,6 +197,23 @@ class ArtifactStore:
         name = pointer_name(value)
         return value if name is None else self.pointer(name)
 
+    def _link(self, source: str, name: str, data: bytes) -> bool:
+        """Make `name` hold `source`'s bytes (`data`), as a hard link where it can."""
+        path = self.path(name)
+        try:
+            if path.read_bytes() == data:
+                return False
+        except FileNotFoundError:
+            pass
+        temp = path.with_name(f".{path.name}.tmp")
+        try:
+            temp.unlink(missing_ok=True)
+            os.link(self.path(source), temp)
+        except OSError:
+            return self._write(name, data)
+        os.replace(temp, path)
+        return True
+
     def _write(self, name: str, data: bytes) -> bool:
         path = self.path(name)
         try:
@@ -149,7 +223,7 @@ class ArtifactStore:
             pass
         from fabro_git.config.locations import make_private_dir, open_private
 
-        make_private_dir(self.root)
+        make_private_dir(path.parent)
         temp = path.with_name(f".{path.name}.tmp")
         fd = open_private(temp, os.O_WRONLY | os.O_TRUNC)
         with os.fdopen(fd, "wb") as out:
@@ -176,3 +250,28 @@ def referenced_names(
             if name is not None:
                 names.add(name)
     return names
+
+
+class ResolvedContext(Mapping[str, Any]):
+    """A read-only view of the context in which a pointer reads as the value it stands
+    for, so an edge condition on an offloaded key compares the real value. A value is
+    read from its file only when a condition asks for its key."""
+
+    def __init__(self, values: Mapping[str, Any]) -> None:
+        self._values = values
+
+    def __getitem__(self, key: str) -> Any:
+        value = self._values[key]
+        path = pointer_path(value)
+        if path is None:
+            return value
+        try:
+            return msgspec.json.decode(path.read_bytes())
+        except (OSError, msgspec.DecodeError):
+            return value  # a file gone missing: the pointer is all there is
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)

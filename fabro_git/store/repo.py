@@ -358,6 +358,24 @@ class GitRepo:
         tree = self.tree(entry[1].decode())
         return sorted(e.path.decode("utf-8", "surrogateescape") for e in tree.iteritems())
 
+    def list_files(self, commit: str, path: str) -> list[tuple[str, int]]:
+        """Every file under the directory `path` of `commit`, recursively: its path below
+        `path` and its size, without reading the blobs. Empty when there is no such
+        directory."""
+        if self.list_dir(commit, path) is None:
+            return []
+        proc = run_git(["ls-tree", "-r", "-l", "-z", commit, "--", path], cwd=self.root)
+        prefix = path.strip("/") + "/"
+        found: list[tuple[str, int]] = []
+        for line in proc.stdout.split(b"\0"):
+            header, tab, name = line.partition(b"\t")
+            fields = header.split()
+            if not tab or len(fields) != 4 or fields[1] != b"blob":
+                continue
+            relpath = name.decode("utf-8", "surrogateescape").removeprefix(prefix)
+            found.append((relpath, int(fields[3])))
+        return found
+
     def iter_log(self, sha: str) -> Iterator[CommitInfo]:
         next_sha: str | None = sha
         while next_sha is not None:

@@ -63,6 +63,7 @@ NODES_DIR = "nodes"
 NODE_STATUS = "status.json"
 ARTIFACTS_DIR = "artifacts"
 THREADS_DIR = "threads"
+ASSETS_DIR = "assets"
 # Event segments per shard directory: `events/<NNN>/` holds segments NNN000..NNN999, so a
 # snapshot rewrites one shard tree of at most this many entries, however long the run.
 SEGMENTS_PER_SHARD = 1000
@@ -111,6 +112,18 @@ def thread_path(thread_id: str) -> str:
     if not _THREAD_NAME_RE.match(name) or name.endswith("."):
         name = "sha256-" + hashlib.sha256(thread_id.encode()).hexdigest()[:32]
     return f"{THREADS_DIR}/{name}.json"
+
+
+def node_slug(node_dir_name: str) -> str:
+    """A stage's directory name as one path component: a child workflow's stage
+    `parent/nodes/child-2` is `parent.child-2` (node ids hold neither `.` nor `-`)."""
+    return node_dir_name.replace(f"/{NODES_DIR}/", ".")
+
+
+def asset_dir(slug: str, attempt: int) -> str:
+    """Where the assets one attempt of a stage captured are kept:
+    `assets/<node_slug>/retry_<attempt>` (the first attempt is `retry_1`)."""
+    return f"{ASSETS_DIR}/{slug}/retry_{attempt}"
 
 
 def graph_path(relative: str) -> str:

@@ -65,13 +65,17 @@ def test_a_large_command_output_is_offloaded_to_the_meta_ref_and_the_scratch_dir
     assert output == "x" * 300_000 + "\ndone\n"
     assert json.loads(stored) == output
     assert path.read_bytes() == stored
-    # The checkpoint, the stage record and the event carry the pointer, not the output.
+    # The checkpoint, the stage record and the event carry a pointer, not the output:
+    # the record's names the stage visit's own copy, which no later stage replaces.
     assert len(meta_bytes(repo, run_id, "checkpoint.json")) < 20_000
     status = json.loads(meta_file(repo, run_id, "nodes/big/status.json"))
-    assert status["context_updates"]["command.output"] == pointer
+    visit_pointer = status["context_updates"]["command.output"]
+    assert pointer_file(visit_pointer) == path.parent / "big" / "command.output.json"
+    assert pointer_file(visit_pointer).read_bytes() == stored
+    assert meta_bytes(repo, run_id, "artifacts/big/command.output.json") == stored
     events = run_events(run_id, repo)
     done = next(e for e in events if e["event"] == "stage.completed" and e["node_id"] == "big")
-    assert done["properties"]["context_updates"]["command.output"] == pointer
+    assert done["properties"]["context_updates"]["command.output"] == visit_pointer
     completed = next(e for e in events if e["event"] == "run.completed")
     assert completed["properties"]["artifact_count"] == 1
     assert_fsck_clean(repo)
@@ -113,11 +117,13 @@ def test_a_large_response_is_offloaded_and_a_later_preamble_points_to_it(repo: P
     assert json.loads(meta_bytes(repo, run_id, "artifacts/response.plan.json")) == response
     assert json.loads(path.read_bytes()) == response
     plan = json.loads(meta_file(repo, run_id, "nodes/plan/status.json"))
-    assert plan["context_updates"]["response.plan"] == pointer
+    visit_path = pointer_file(plan["context_updates"]["response.plan"])
+    assert visit_path == path.parent / "plan" / "response.plan.json"
+    assert visit_path.read_bytes() == path.read_bytes()
     assert plan["context_updates"]["last_response"] == response[:200]
 
     prompt = meta_file(repo, run_id, "nodes/review/prompt.md")
-    assert f"- **plan**: succeeded\n  - Response: See: {path}\n" in prompt
+    assert f"- **plan**: succeeded\n  - Response: See: {visit_path}\n" in prompt
     # Only the context's 200-character `last_response` preview, not the response.
     assert prompt.count("plan line") < 30
     # The command stage: its files, its script, and its (small) output inline.
@@ -205,7 +211,7 @@ def test_resume_in_a_fresh_clone_writes_the_artifacts_into_its_scratch_dir(
     assert not path.is_relative_to(old_scratch)
     assert path.is_file()
     assert json.loads(path.read_bytes()) == "y" * 300_000 + "\n"
-    assert path.read_bytes() == meta_bytes(clone, run_id, "artifacts/command.output.json")
+    assert path.read_bytes() == meta_bytes(clone, run_id, "artifacts/big/command.output.json")
     events = [
         json.loads(line)
         for line in run_fabro("logs", run_id, cwd=clone, env=env).stdout.splitlines()
@@ -245,7 +251,7 @@ def test_parallel_branches_offload_the_same_key_to_their_own_files(repo: Path) -
         path = pointer_file(pointers[branch])
         expected = "".join(f"{n}\n" for n in range(first, first + 30_000))
         assert json.loads(path.read_bytes()) == expected
-        assert path.read_bytes() == meta_bytes(repo, run_id, f"artifacts/{path.name}")
+        assert path.read_bytes() == meta_bytes(repo, run_id, f"artifacts/{branch}/{path.name}")
     events = run_events(run_id, repo)
     completed = next(e for e in events if e["event"] == "run.completed")
     assert completed["properties"]["artifact_count"] == 2
