@@ -100,6 +100,7 @@ def _build_spec(
             labels=_pairs(labels, "--label"),
             model=options.model,
             provider=options.provider,
+            push_remote=options.push_remote,
         )
     ]
     if path.suffix == ".toml":
@@ -119,6 +120,7 @@ def _build_spec(
             )
         path = config.graph
     run_cfg = config.run
+    options.push_remote = run_cfg.git.push_remote if run_cfg.git else None
     graph = load(path)
     diagnostics = validate(graph)
     _print_warnings(path, diagnostics)
@@ -221,6 +223,7 @@ def run(
     detach: bool,
     json_output: bool,
     output: str = "tail",
+    push_remote: str | None = None,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -237,6 +240,7 @@ def run(
         model=model,
         provider=provider,
         interactive=stdin_answers() and not detach,
+        push_remote=check_push_remote(push_remote),
     )
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
@@ -283,6 +287,16 @@ def run(
             prepared=opened,
         )
     return _report(result, json_output, repo, manifest.base_sha, shown=True)
+
+
+def check_push_remote(remote: str | None) -> str | None:
+    """`--push REMOTE` names a remote (or a URL) as `git push` takes it."""
+    if remote is not None and (not remote.strip() or remote.startswith("-") or "\n" in remote):
+        raise ConfigError(
+            f"--push {remote!r} cannot name a git remote",
+            hint="pass a remote name such as origin (see `git remote -v`)",
+        )
+    return remote
 
 
 def check_answers(graph: Any, answers: list[str]) -> None:
@@ -378,6 +392,8 @@ def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
         argv.append("--auto-approve")
     for answer in options.answers:
         argv += ["--answer", answer]
+    if options.push_remote:
+        argv += ["--push", options.push_remote]
     log = make_private_dir(run_scratch_dir(Path(repo.git_dir), run_id)) / "detached.log"
     with open(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         child = subprocess.Popen(
@@ -401,9 +417,11 @@ def resume(
     json_output: bool,
     output: str = "tail",
     detached_child: bool = False,
+    push_remote: str | None = None,
 ) -> int:
     from fabro_git.cli._runs import resolve_run
     from fabro_git.cli._streams import outlive_readers
+    from fabro_git.engine.replication import push_remote_of
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import execute_run, load_run
     from fabro_git.handlers import handler_for
@@ -431,6 +449,7 @@ def resume(
         model=manifest.settings.get("model"),
         provider=manifest.settings.get("provider"),
         interactive=stdin_answers() and not detach and not detached_child,
+        push_remote=check_push_remote(push_remote) or push_remote_of(manifest.settings),
     )
     if detach:
         _spawn_detached(repo, full_id, options)

@@ -67,6 +67,8 @@ class Options:
     model: str | None = None
     provider: str | None = None
     interactive: bool = False
+    # Live replication: the remote the run pushes its refs to after every checkpoint.
+    push_remote: str | None = None
 
 
 # The run itself, a parallel branch, or a child workflow.

@@ -38,6 +38,7 @@ from fabro_git.engine.emit import Emit
 from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
+from fabro_git.engine.replication import LivePush
 from fabro_git.engine.runner import Options, RunFailed, Runtime, Scope, now_iso, walk_finished
 from fabro_git.engine.stage import Handler
 from fabro_git.engine.watchdog import watch_for_stall
@@ -603,6 +604,7 @@ async def _drive(
     cutoff.close_cut_off(cut_off, emit)
     cp.status = "running"
     cp.error = None
+    pusher = LivePush(repo, run_id, options.push_remote, emit) if options.push_remote else None
     emit(
         ev.RunStarted(
             name=graph.name,
@@ -619,7 +621,7 @@ async def _drive(
         graph=graph,
         manifest=manifest,
         checkpoint=cp,
-        emit_event=emit,
+        emit_event=pusher.watching(emit) if pusher else emit,
         recorder=recorder,
         scratch=scratch,
         worktree=worktree,
@@ -677,6 +679,8 @@ async def _drive(
 
             nursery.start_soon(watch_signals)
             await nursery.start(control.serve, scratch, control_request)
+            if pusher is not None:
+                await nursery.start(pusher.serve)
             if stall > 0:
                 nursery.start_soon(watch_for_stall, runtime, stall, stalled)
             with main_scope:
@@ -703,7 +707,10 @@ async def _drive(
 
         # What stages left running in the background goes before the worktree does.
         process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
-        return _finish(runtime, scope, status, error, announce=not announced)
+        result = _finish(runtime, scope, status, error, announce=not announced)
+        if pusher is not None:
+            await pusher.finish()
+        return result
 
 
 def _actor(value: Any) -> Actor:

@@ -1,0 +1,149 @@
+"""Live replication: a run that names a `push_remote` pushes its refs after every
+checkpoint, so a teammate can follow it with `fetch`/`logs` and take it over with
+`resume` if this machine dies.
+
+The push runs beside the stages, never in front of them: a checkpoint only asks for a
+push, and one task pushes whatever the refs hold when it gets to it. Asks that arrive
+while a push is in flight coalesce into the next one, and since each push reads the
+refs when it starts, a later checkpoint can never be overtaken by an earlier one. The
+pushes are never forced: a remote that moved on (someone resumed the run elsewhere)
+rejects them, which is a warning, as any other failure to push is; replication never
+fails a run. The final push, after the run's last snapshot, is waited for, within a
+bound the caller sets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import trio
+
+from fabro_git.engine.emit import Emit
+from fabro_git.errors import FabroError
+from fabro_git.events import catalogue as ev
+from fabro_git.store import remote as rem
+from fabro_git.store import runs as runrefs
+from fabro_git.store.repo import GitRepo
+
+# How long a run's end waits for its final push.
+FINAL_PUSH_SECONDS = 60.0
+# A remote asking for a password would wait forever on nobody: a live push never prompts.
+_NO_PROMPT = {"GIT_TERMINAL_PROMPT": "0"}
+
+
+def push_remote_of(settings: dict[str, Any]) -> str | None:
+    """The `[run.git] push_remote` a run's recorded configuration names, if any."""
+    git = (settings.get("config") or {}).get("git") or {}
+    remote = git.get("push_remote")
+    return remote if isinstance(remote, str) and remote else None
+
+
+class LivePush:
+    """Pushes one run's refs to `remote` whenever asked, one push at a time."""
+
+    def __init__(self, repo: GitRepo, run_id: str, remote: str, emit: Emit) -> None:
+        self.repo = repo
+        self.run_id = run_id
+        self.remote = remote
+        self.emit = emit
+        self._asked = 0  # pushes asked for
+        self._wake = trio.Event()
+        self._token: trio.lowlevel.TrioToken | None = None
+        self._failing = False  # the last push failed: say so once, not at every checkpoint
+        # Set while no push is in flight. A push cut off by the run's end goes on in its
+        # thread; the final push waits for it, as two pushes of one ref collide.
+        self._idle = trio.Event()
+        self._idle.set()
+
+    # -- asking (any thread) ---------------------------------------------------------
+
+    def watching(self, emit: Emit) -> Emit:
+        """`emit`, which also asks for a push after every checkpoint. Checkpoints are
+        taken on a worker thread, so the ask reaches the trio loop through its token."""
+
+        def emit_and_ask(event: Any, /, **kwargs: Any) -> None:
+            emit(event, **kwargs)
+            name = event if isinstance(event, str) else event.NAME
+            if name == ev.CheckpointCompleted.NAME and self._token is not None:
+                self._token.run_sync_soon(self._ask)
+
+        return emit_and_ask
+
+    def _ask(self) -> None:
+        self._asked += 1
+        self._wake.set()
+
+    # -- pushing (the trio loop) -----------------------------------------------------
+
+    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Push at once (the run as it starts), then after each ask until cancelled;
+        asks made during a push coalesce into the next."""
+        self._token = trio.lowlevel.current_trio_token()
+        task_status.started()
+        self._ask()
+        done = 0
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            if self._asked == done:
+                continue
+            done = self._asked
+            await self.push_now()
+
+    async def finish(self, seconds: float = FINAL_PUSH_SECONDS) -> None:
+        """The push after the run's last snapshot, waited for up to `seconds`."""
+        with trio.move_on_after(seconds) as bound:
+            await self._idle.wait()
+            await self.push_now()
+        if bound.cancelled_caught:
+            self.emit(
+                ev.RunNotice(
+                    level="warn",
+                    code="push_failed",
+                    message=f"the final push to {self.remote} did not finish within"
+                    f" {seconds:g}s; push the run with `git fabro push {self.remote} {self.run_id}`",
+                )
+            )
+
+    async def push_now(self) -> bool:
+        """Push the run's refs as they are now; report the outcome as events."""
+        refs = sorted(runrefs.run_refs(self.repo, self.run_id))
+        self._idle = idle = trio.Event()
+        token = trio.lowlevel.current_trio_token()
+
+        def push() -> rem.PushReport:
+            try:
+                return rem.push(self.repo, self.remote, refs, env=_NO_PROMPT)
+            finally:
+                with contextlib.suppress(trio.RunFinishedError):
+                    token.run_sync_soon(idle.set)
+
+        try:
+            report = await trio.to_thread.run_sync(push, abandon_on_cancel=True)
+            rejected = [(ref, why) for ref, ok, why in report.refs if not ok]
+            problem = "; ".join(f"{ref} rejected ({why})" for ref, why in rejected)
+        except FabroError as exc:
+            problem = str(exc)
+        branch = (
+            runrefs.run_branch_name(self.run_id)
+            if runrefs.run_branch_ref(self.run_id) in refs
+            else runrefs.meta_ref(self.run_id)
+        )
+        self.emit(ev.GitPush(branch=branch, success=not problem))
+        if problem and not self._failing:
+            self.emit(
+                ev.RunNotice(
+                    level="warn",
+                    code="push_failed",
+                    message=f"could not push the run to {self.remote} (the run goes on): {problem}",
+                )
+            )
+        elif not problem and self._failing:
+            self.emit(
+                ev.RunNotice(
+                    level="info", code="push_recovered", message=f"pushing to {self.remote} again"
+                )
+            )
+        self._failing = bool(problem)
+        return not problem
