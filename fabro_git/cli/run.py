@@ -408,6 +408,12 @@ def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
     mark_starting(Path(repo.git_dir), run_id, child.pid)
 
 
+def _run_branch_name(manifest: Any) -> str:
+    from fabro_git.store import runs as runrefs
+
+    return manifest.run_branch or runrefs.meta_ref(manifest.run_id)
+
+
 def resume(
     run_id: str,
     *,
@@ -424,13 +430,20 @@ def resume(
     from fabro_git.engine.replication import push_remote_of
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import execute_run, load_run
+    from fabro_git.events import catalogue as ev
     from fabro_git.handlers import handler_for
+    from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
     outlive_readers()
     repo = GitRepo.discover(Path.cwd())
+    known = set(runrefs.list_run_ids(repo))
     full_id = resolve_run(repo, run_id)
     manifest, cp, _meta, _source = load_run(repo, full_id)
+    # A run this repository did not have was found on origin and fetched on demand.
+    fetched = (
+        [] if full_id in known else [ev.GitFetch(branch=_run_branch_name(manifest), success=True)]
+    )
     if manifest.superseded_by:
         from fabro_git.errors import FabroError
 
@@ -466,5 +479,6 @@ def resume(
             renderer=None if detached_child else _renderer(output),
             resuming=True,
             handlers=handler_for,
+            before=fetched,
         )
     return _report(result, json_output, repo, manifest.base_sha, shown=not detached_child)

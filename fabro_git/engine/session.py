@@ -449,7 +449,10 @@ def execute_run(
     resuming: bool,
     handlers: Callable[[str], Handler | None],
     prepared: OpenRun | None = None,
+    before: Sequence[EventProps] = (),
 ) -> RunResult:
+    """Drive the run to its end. `before` are events about how the run got here (resume
+    fetched it from a remote), emitted first."""
     if prepared is None:
         lock = RunLock(repo, run_id)
         lock.acquire()
@@ -505,6 +508,8 @@ def execute_run(
         )
         scratch, lock, graph = prepared.scratch, prepared.lock, prepared.graph
         emit = make_emitter(bus)
+    for event in before:
+        emit(event)
     if renderer is not None:
         bus.add_sink(renderer)
     try:
