@@ -433,6 +433,22 @@ def wait(
 
 
 @command()
+def attach(
+    run_id: RunArg,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
+    ] = False,
+) -> None:
+    """Follow a live run's progress and answer its human gates from this terminal."""
+    from fabro_git.cli import attach as impl
+
+    raise typer.Exit(impl.run(run_id, output=_output_mode(quiet, verbose)))
+
+
+@command()
 def interrupt(run_id: RunArg) -> None:
     """Stop a live run at a checkpoint; `resume` continues it."""
     from fabro_git.cli import control as impl

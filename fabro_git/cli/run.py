@@ -333,8 +333,8 @@ def _warn_unanswerable_gates(graph: Any, options: Any) -> None:
     if len(gates) > len(options.answers):
         _warn(
             f"this workflow has human gates ({', '.join(gates)}) and a detached run cannot ask"
-            " at a terminal; each gate with no --answer left fails closed"
-            " (queue answers with --answer TEXT, or pass --auto-approve)"
+            " at a terminal; each gate with no --answer left waits for an answer from"
+            " `git fabro attach RUN` (or queue answers with --answer TEXT, or pass --auto-approve)"
         )
 
 
@@ -462,6 +462,7 @@ def resume(
         model=manifest.settings.get("model"),
         provider=manifest.settings.get("provider"),
         interactive=stdin_answers() and not detach and not detached_child,
+        detached=detached_child,
         push_remote=check_push_remote(push_remote) or push_remote_of(manifest.settings),
     )
     if detach:

@@ -64,27 +64,28 @@ class QueueInterviewer:
 DETAIL_LINES = 20
 
 
+def format_question(question: Question) -> str:
+    """A question as a person reads it: what it is about, the question, its choices."""
+    from fabro_git.events.render import printable
+
+    lines = [""]
+    if question.details.strip():
+        shown = question.details.rstrip("\n").splitlines()[-DETAIL_LINES:]
+        lines += [f"  │ {printable(line)}" for line in shown]
+    lines.append(f"? {question.text}")
+    for choice in question.choices:
+        key = f"[{choice.key}] " if choice.key and not choice.label.lstrip().startswith("[") else ""
+        lines.append(f"  {key}{choice.label}{'  (free text)' if choice.freeform else ''}")
+    if question.default is not None:
+        lines.append(f"  default: {question.default.label}")
+    return "\n".join(lines) + "\n"
+
+
 class ConsoleInterviewer:
     kind = "console"
 
     async def ask(self, question: Question) -> str | None:
-        from fabro_git.events.render import printable
-
-        lines = [""]
-        if question.details.strip():
-            shown = question.details.rstrip("\n").splitlines()[-DETAIL_LINES:]
-            lines += [f"  │ {printable(line)}" for line in shown]
-        lines.append(f"? {question.text}")
-        for choice in question.choices:
-            key = (
-                f"[{choice.key}] "
-                if choice.key and not choice.label.lstrip().startswith("[")
-                else ""
-            )
-            lines.append(f"  {key}{choice.label}{'  (free text)' if choice.freeform else ''}")
-        if question.default is not None:
-            lines.append(f"  default: {question.default.label}")
-        sys.stderr.write("\n".join(lines) + "\n> ")
+        sys.stderr.write(format_question(question) + "> ")
         sys.stderr.flush()
         line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
         if not line:

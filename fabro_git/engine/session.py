@@ -35,6 +35,7 @@ from fabro_git.engine.checkpoint import (
 )
 from fabro_git.engine.context import Context
 from fabro_git.engine.emit import Emit
+from fabro_git.engine.gates import GateDesk, SharedInterviewer
 from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
@@ -610,6 +611,7 @@ async def _drive(
     cp.status = "running"
     cp.error = None
     pusher = LivePush(repo, run_id, options.push_remote, emit) if options.push_remote else None
+    desk = GateDesk()  # the gates `git fabro attach` sees and answers
     emit(
         ev.RunStarted(
             name=graph.name,
@@ -630,10 +632,14 @@ async def _drive(
         recorder=recorder,
         scratch=scratch,
         worktree=worktree,
-        interviewer=make_interviewer(
-            auto_approve=options.auto_approve,
-            answers=options.answers,
-            interactive=options.interactive,
+        interviewer=SharedInterviewer(
+            make_interviewer(
+                auto_approve=options.auto_approve,
+                answers=options.answers,
+                interactive=options.interactive,
+            ),
+            desk,
+            detached=options.detached,
         ),
         options=options,
         handlers=handlers,
@@ -667,7 +673,7 @@ async def _drive(
                 error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
                 main_scope.cancel()
 
-            async def control_request(request: dict[str, Any]) -> dict[str, Any]:
+            async def control_request(request: dict[str, Any]) -> dict[str, Any] | control.Stream:
                 nonlocal interrupted
                 actor = _actor(request.get("actor"))
                 if request.get("op") == "interrupt":
@@ -680,6 +686,12 @@ async def _drive(
                     text = request["text"]
                     emit(ev.RunSteer(text=text), actor=actor)
                     return {"ok": True, "delivered": runtime.steer(text)}
+                if request.get("op") == "attach":
+                    return control.Stream(desk.follow)
+                if request.get("op") == "answer" and isinstance(request.get("text"), str):
+                    gate = request.get("id")
+                    accepted = isinstance(gate, int) and desk.answer(gate, request["text"])
+                    return {"ok": True, "accepted": accepted}
                 return {"ok": False, "error": f"unknown request {request.get('op')!r}"}
 
             nursery.start_soon(watch_signals)
