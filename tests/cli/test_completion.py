@@ -142,7 +142,10 @@ def test_every_visible_command_is_in_the_scripts(tmp_path: Path) -> None:
     for shell in ("bash", "zsh", "fish"):
         text = _script(shell, tmp_path).read_text()
         for name in visible:
-            assert f" {name} " in text or f" {name}'" in text, (shell, name)
+            assert any(f"{before}{name}{after}" in text for before in " \"'" for after in " '"), (
+                shell,
+                name,
+            )
         assert "__complete runs" in text
 
 
