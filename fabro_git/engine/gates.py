@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -58,6 +58,32 @@ def question_from_record(record: dict[str, Any]) -> Question:
 
 
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+class Lively(Protocol):
+    @property
+    def activity(self) -> int: ...
+
+    @property
+    def store_busy(self) -> int: ...
+
+
+@dataclass
+class AttendedRun:
+    """A run's signs of life for the stall watchdog, where a gate waiting on a person
+    counts as work in flight: waiting for a human is not a stall (the gate's own
+    `timeout` and `human.timeout` bound it)."""
+
+    run: Lively
+    desk: GateDesk
+
+    @property
+    def activity(self) -> int:
+        return self.run.activity
+
+    @property
+    def store_busy(self) -> int:
+        return self.run.store_busy + len(self.desk.open)
 
 
 class GateDesk:

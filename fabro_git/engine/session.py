@@ -35,7 +35,7 @@ from fabro_git.engine.checkpoint import (
 )
 from fabro_git.engine.context import Context
 from fabro_git.engine.emit import Emit
-from fabro_git.engine.gates import GateDesk, SharedInterviewer
+from fabro_git.engine.gates import AttendedRun, GateDesk, SharedInterviewer
 from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
@@ -699,7 +699,7 @@ async def _drive(
             if pusher is not None:
                 await nursery.start(pusher.serve)
             if stall > 0:
-                nursery.start_soon(watch_for_stall, runtime, stall, stalled)
+                nursery.start_soon(watch_for_stall, AttendedRun(runtime, desk), stall, stalled)
             with main_scope:
                 try:
                     if (

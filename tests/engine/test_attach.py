@@ -21,9 +21,11 @@ from helpers import fabro_exe, git, run_events, run_fabro, write_workflow
 ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
-def _read_until(fd: int, marker: bytes, seen: bytes = b"", limit: float = 90) -> bytes:
+def _read_until(
+    fd: int, marker: bytes, seen: bytes = b"", limit: float = 90, count: int = 1
+) -> bytes:
     deadline = time.monotonic() + limit
-    while marker not in ESCAPES.sub(b"", seen):
+    while ESCAPES.sub(b"", seen).count(marker) < count:
         assert time.monotonic() < deadline, seen.decode(errors="replace")
         if select.select([fd], [], [], 0.1)[0]:
             try:
@@ -33,6 +35,7 @@ def _read_until(fd: int, marker: bytes, seen: bytes = b"", limit: float = 90) ->
             if not chunk:
                 break
             seen += chunk
+    assert ESCAPES.sub(b"", seen).count(marker) >= count, seen.decode(errors="replace")
     return seen
 
 
@@ -56,8 +59,8 @@ class _Terminal:
         os.close(follower)
         self.seen = b""
 
-    def read_until(self, marker: bytes) -> str:
-        self.seen = _read_until(self.leader, marker, self.seen)
+    def read_until(self, marker: bytes, count: int = 1) -> str:
+        self.seen = _read_until(self.leader, marker, self.seen, count=count)
         return ESCAPES.sub(b"", self.seen).decode(errors="replace")
 
     def type(self, text: str) -> None:
@@ -124,33 +127,58 @@ def test_attach_to_an_ended_or_unknown_run(repo: Path) -> None:
     assert "Traceback" not in unknown.stderr
 
 
-def test_first_answer_wins_between_the_runs_terminal_and_attach(repo: Path) -> None:
-    """A run asking at its own terminal can be answered from an attached one too."""
+def test_first_answer_wins_between_the_runs_terminal_and_attach(repo: Path, tmp_path: Path) -> None:
+    """A run asking at its own terminal can be answered from an attached one too, and
+    its terminal still answers the next gate."""
     run_term = _Terminal([*fabro_exe(), "run", "human-gate"], repo)
+    attach = None
     try:
         run_term.read_until(b"\n> ")
         (row,) = [
             json.loads(line) for line in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()
         ]
-        attached = run_fabro("attach", row["run_id"], cwd=repo, input="R\nA\n")
-        assert attached.returncode == 0, attached.stderr
+        attach_log = tmp_path / "attach.log"
+        with attach_log.open("w") as log:
+            attach = subprocess.Popen(
+                [*fabro_exe(), "attach", row["run_id"]],
+                cwd=repo,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=log,
+                text=True,
+            )
+        assert attach.stdin is not None
+        attach.stdin.write("R\n")
+        attach.stdin.close()
+        text = run_term.read_until(b"answered from git fabro attach: R")
+        # Asked again after the revision: this time at the run's own terminal.
+        run_term.read_until(b"- Revised.", count=2)  # the revise stage's, the question's
+        run_term.read_until(b"\n> ", count=2)
+        run_term.type("A\n")
         text = run_term.read_until(b"Result: branch")
         code = run_term.close()
+        attach.wait(timeout=90)
+        attach_err = attach_log.read_text()
     finally:
         if run_term.proc.poll() is None:
             run_term.close()
+        if attach is not None and attach.poll() is None:
+            attach.kill()
+            attach.wait()
     assert code == 0, text
-    assert "answered from git fabro attach: R" in text
+    assert attach.returncode == 0, attach_err
+    assert "answered at the run's terminal: A" in attach_err
     notes = git(repo, "show", f"fabro/run/{row['run_id']}:RELEASE.md")
-    assert notes.count("- Revised.") == 1  # R from attach, then A from attach
+    assert notes.count("- Revised.") == 1  # R from attach, then A at the terminal
 
 
 def test_a_detached_gate_keeps_its_timeout(repo: Path) -> None:
-    """Nobody attaches: the gate's own timeout still ends the wait, with its default."""
+    """Nobody attaches: the gate's own timeout still ends the wait, with its default; and
+    waiting on a person is not a stall (the watchdog's 1s is shorter than the gate's 3s)."""
     write_workflow(
         repo,
-        "digraph T { start [shape=Mdiamond] exit [shape=Msquare]\n"
-        '  ask [shape=hexagon, label="Ship?", human.timeout="1s", human.default_choice="hold"]\n'
+        'digraph T { graph [stall_timeout="1s"] start [shape=Mdiamond] exit [shape=Msquare]\n'
+        '  ask [shape=hexagon, label="Ship?", human.timeout="3s", human.default_choice="hold"]\n'
         '  hold [shape=parallelogram, script="echo held > held.txt"]\n'
         '  start -> ask\n  ask -> exit [label="[S] Ship"]\n  ask -> hold [label="[H] Hold"]\n'
         "  hold -> exit }\n",
@@ -161,5 +189,5 @@ def test_a_detached_gate_keeps_its_timeout(repo: Path) -> None:
     waited = run_fabro("wait", run_id, cwd=repo, timeout=120)
     assert waited.returncode == 0, waited.stderr
     names = [e["event"] for e in run_events(run_id, repo)]
-    assert "interview.timeout" in names
+    assert "interview.timeout" in names and "watchdog.timeout" not in names
     assert git(repo, "show", f"fabro/run/{run_id}:held.txt").strip() == "held"
