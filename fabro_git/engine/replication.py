@@ -55,6 +55,11 @@ class LivePush:
         # thread; the final push waits for it, as two pushes of one ref collide.
         self._idle = trio.Event()
         self._idle.set()
+        self._patterns = [
+            runrefs.run_branch_ref(run_id),
+            runrefs.meta_ref(run_id),
+            f"{runrefs.PARALLEL_PREFIX}{run_id}",
+        ]
 
     # -- asking (any thread) ---------------------------------------------------------
 
@@ -108,12 +113,15 @@ class LivePush:
 
     async def push_now(self) -> bool:
         """Push the run's refs as they are now; report the outcome as events."""
-        refs = sorted(runrefs.run_refs(self.repo, self.run_id))
         self._idle = idle = trio.Event()
         token = trio.lowlevel.current_trio_token()
+        refs: list[str] = []
 
         def push() -> rem.PushReport:
             try:
+                # Listed here, on the worker thread and by git itself: the refs as they
+                # are when this push starts, read beside the checkpoints' writes.
+                refs.extend(rem.local_refs(self.repo, self._patterns))
                 return rem.push(self.repo, self.remote, refs, env=_NO_PROMPT)
             finally:
                 with contextlib.suppress(trio.RunFinishedError):

@@ -27,6 +27,13 @@ def ls_remote(repo: GitRepo, remote: str, patterns: Sequence[str]) -> dict[str, 
     return refs
 
 
+def local_refs(repo: GitRepo, patterns: Sequence[str]) -> list[str]:
+    """This repository's refs under `patterns` (exact names or prefixes), as git lists
+    them: a separate process, so safe beside writes from another thread."""
+    proc = run_git(["for-each-ref", "--format=%(refname)", "--", *patterns], cwd=repo.root)
+    return sorted(line for line in out(proc).splitlines() if line)
+
+
 def fetch(repo: GitRepo, remote: str, refspecs: Sequence[str]) -> None:
     """`git fetch` the refspecs from `remote`; StoreError with git's message on failure."""
     if not refspecs:

@@ -164,3 +164,40 @@ def test_push_remote_from_the_run_config(repo: Path, tmp_path: Path) -> None:
     assert "bad.toml" in bad.stderr and "run.git.push_remote" in bad.stderr
     flag = run_fabro("run", "wf.fabro", "--push", "--force", cwd=repo)
     assert flag.returncode == 1 and "cannot name a git remote" in flag.stderr
+
+
+FAN_OUT = """
+digraph Fan {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    fan   [shape=component]
+    a     [shape=parallelogram, script="echo a > a.txt"]
+    b     [shape=parallelogram, script="echo b > b.txt"]
+    join  [shape=tripleoctagon]
+    start -> fan
+    fan -> a
+    fan -> b
+    a -> join
+    b -> join
+    join -> exit
+}
+"""
+
+
+def test_parallel_refs_are_replicated_too(repo: Path, tmp_path: Path) -> None:
+    bare = _remote(tmp_path, repo)
+    write_workflow(repo, FAN_OUT)
+    proc = run_fabro("run", "wf.fabro", "--push", "origin", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    local = {
+        ref: sha
+        for ref, sha in (
+            line.split()
+            for line in git(repo, "for-each-ref", "--format=%(refname) %(objectname)").splitlines()
+        )
+        if run_id in ref and not ref.startswith("refs/remotes/")
+    }
+    assert any(ref.startswith(f"refs/fabro/parallel/{run_id}/") for ref in local), local
+    remote = {ref: sha for ref, sha in _remote_refs(bare).items() if run_id in ref}
+    assert remote == local
