@@ -201,3 +201,38 @@ def test_parallel_refs_are_replicated_too(repo: Path, tmp_path: Path) -> None:
     assert any(ref.startswith(f"refs/fabro/parallel/{run_id}/") for ref in local), local
     remote = {ref: sha for ref, sha in _remote_refs(bare).items() if run_id in ref}
     assert remote == local
+
+
+def test_a_slow_remote_does_not_hold_the_stages_and_pushes_coalesce(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    """The remote takes no push until the last stage has run: the stages go on meanwhile,
+    the checkpoints' asks pile up into one push, and the end pushes the final state."""
+    bare = _remote(tmp_path, repo)
+    hook = bare / "hooks" / "pre-receive"
+    hook.write_text(
+        '#!/bin/sh\nwhile [ ! -e "$HOME/release" ]; do sleep 0.05; done\ncat >/dev/null\n'
+    )
+    hook.chmod(0o755)
+    stages = "".join(
+        f'    s{i} [shape=parallelogram, script="echo {i} > s{i}.txt"]\n' for i in range(4)
+    )
+    write_workflow(
+        repo,
+        "digraph Slow {\n    start [shape=Mdiamond]\n    exit [shape=Msquare]\n"
+        + stages
+        + '    last [shape=parallelogram, script="touch \\"$HOME/release\\""]\n'
+        + "    start -> s0 -> s1 -> s2 -> s3 -> last -> exit\n}\n",
+    )
+    proc = run_fabro("run", "wf.fabro", "--push", "origin", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    events = _events(repo, run_id)
+    checkpoints = [e for e in events if e["event"] == "checkpoint.completed"]
+    pushes = [e["properties"]["success"] for e in events if e["event"] == "git.push"]
+    assert len(checkpoints) == 7
+    # The first push, blocked until `last`, then at most: the asks of start..last in one,
+    # the exit's, and the final push.
+    assert 2 <= len(pushes) <= 4 and all(pushes), pushes
+    meta = f"refs/fabro/meta/{run_id}"
+    assert _remote_refs(bare)[meta] == git(repo, "rev-parse", meta).strip()
