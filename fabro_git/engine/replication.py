@@ -15,6 +15,7 @@ bound the caller sets.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import AsyncIterable
 from typing import Any
 
 import trio
@@ -96,18 +97,34 @@ class LivePush:
             done = self._asked
             await self.push_now()
 
-    async def finish(self, seconds: float = FINAL_PUSH_SECONDS) -> None:
-        """The push after the run's last snapshot, waited for up to `seconds`."""
-        with trio.move_on_after(seconds) as bound:
-            await self._idle.wait()
-            await self.push_now()
-        if bound.cancelled_caught:
+    async def finish(
+        self, interrupts: AsyncIterable[object] | None = None, seconds: float = FINAL_PUSH_SECONDS
+    ) -> None:
+        """The push after the run's last snapshot, waited for up to `seconds`, or until
+        the next of `interrupts` (Ctrl-C): the run's record is safe in git by then."""
+        pushed = False
+        async with trio.open_nursery() as nursery:
+
+            async def stop_at_interrupt() -> None:
+                assert interrupts is not None
+                async for _ in interrupts:
+                    nursery.cancel_scope.cancel()
+                    return
+
+            if interrupts is not None:
+                nursery.start_soon(stop_at_interrupt)
+            with trio.move_on_after(seconds):
+                await self._idle.wait()
+                await self.push_now()
+                pushed = True
+            nursery.cancel_scope.cancel()
+        if not pushed:
             self.emit(
                 ev.RunNotice(
                     level="warn",
                     code="push_failed",
-                    message=f"the final push to {self.remote} did not finish within"
-                    f" {seconds:g}s; push the run with `git fabro push {self.remote} {self.run_id}`",
+                    message=f"the final push to {self.remote} did not finish; push the run"
+                    f" with `git fabro push {self.remote} {self.run_id}`",
                 )
             )
 

@@ -726,7 +726,7 @@ async def _drive(
         process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
         result = _finish(runtime, scope, status, error, announce=not announced)
         if pusher is not None:
-            await pusher.finish()
+            await pusher.finish(signals)
         return result
 
 
