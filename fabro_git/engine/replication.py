@@ -15,6 +15,7 @@ bound the caller sets.
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import AsyncIterable
 from typing import Any
 
@@ -133,8 +134,15 @@ class LivePush:
         self._idle = idle = trio.Event()
         token = trio.lowlevel.current_trio_token()
         refs: list[str] = []
+        # "waiting" until the thread starts; a cancel before that means it never will.
+        state = ["waiting"]
+        guard = threading.Lock()
 
-        def push() -> rem.PushReport:
+        def push() -> rem.PushReport | None:
+            with guard:
+                if state[0] == "cancelled":
+                    return None
+                state[0] = "running"
             try:
                 # Listed here, on the worker thread and by git itself: the refs as they
                 # are when this push starts, read beside the checkpoints' writes.
@@ -146,10 +154,19 @@ class LivePush:
 
         try:
             report = await trio.to_thread.run_sync(push, abandon_on_cancel=True)
-            rejected = [(ref, why) for ref, ok, why in report.refs if not ok]
-            problem = "; ".join(f"{ref} rejected ({why})" for ref, why in rejected)
+        except trio.Cancelled:
+            with guard:
+                if state[0] == "waiting":
+                    state[0] = "cancelled"
+                    idle.set()
+            raise
         except FabroError as exc:
             problem = str(exc)
+        else:
+            if report is None:
+                return False
+            rejected = [(ref, why) for ref, ok, why in report.refs if not ok]
+            problem = "; ".join(f"{ref} rejected ({why})" for ref, why in rejected)
         branch = (
             runrefs.run_branch_name(self.run_id)
             if runrefs.run_branch_ref(self.run_id) in refs

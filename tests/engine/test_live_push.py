@@ -134,9 +134,11 @@ def test_a_remote_that_refuses_is_a_warning_and_the_run_succeeds(
     events = _events(repo, run_id)
     pushes = [e["properties"]["success"] for e in events if e["event"] == "git.push"]
     assert pushes and not any(pushes)
-    (notice,) = [
+    notices = [
         e for e in events if e["event"] == "run.notice" and e["properties"]["code"] == "push_failed"
     ]
+    assert len(notices) == 1, notices
+    notice = notices[0]
     assert notice["properties"]["level"] == "warn"
     assert events[-1]["event"] in ("git.push", "run.completed")
     assert [e for e in events if e["event"] == "run.completed"]
@@ -231,8 +233,9 @@ def test_a_slow_remote_does_not_hold_the_stages_and_pushes_coalesce(
     checkpoints = [e for e in events if e["event"] == "checkpoint.completed"]
     pushes = [e["properties"]["success"] for e in events if e["event"] == "git.push"]
     assert len(checkpoints) == 7
-    # The first push, blocked until `last`, then at most: the asks of start..last in one,
-    # the exit's, and the final push.
-    assert 2 <= len(pushes) <= 4 and all(pushes), pushes
+    # Eight asks (the start and seven checkpoints), but at most four pushes: the first,
+    # blocked until `last`; the asks of start..last in one; the exit's; the final push.
+    # (A push still in flight when the run ends is overtaken by the final one, unreported.)
+    assert 1 <= len(pushes) <= 4 and all(pushes), pushes
     meta = f"refs/fabro/meta/{run_id}"
     assert _remote_refs(bare)[meta] == git(repo, "rev-parse", meta).strip()
