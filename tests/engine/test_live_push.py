@@ -239,3 +239,25 @@ def test_a_slow_remote_does_not_hold_the_stages_and_pushes_coalesce(
     assert 1 <= len(pushes) <= 4 and all(pushes), pushes
     meta = f"refs/fabro/meta/{run_id}"
     assert _remote_refs(bare)[meta] == git(repo, "rev-parse", meta).strip()
+
+
+def test_resume_push_replicates_a_run_that_did_not(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    bare = _remote(tmp_path, repo)
+    write_workflow(
+        repo,
+        "digraph R { start [shape=Mdiamond] exit [shape=Msquare]\n"
+        '  check [shape=parallelogram, script="test -f \\"$HOME/ok\\""]\n'
+        "  start -> check -> exit }\n",
+    )
+    failed = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert failed.returncode == 1
+    run_id = json.loads(failed.stdout.splitlines()[-1])["run_id"]
+    meta = f"refs/fabro/meta/{run_id}"
+    assert meta not in _remote_refs(bare)
+    (hermetic_env / "ok").write_text("")
+    resumed = run_fabro("resume", run_id, "--push", "origin", cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert _remote_refs(bare)[meta] == git(repo, "rev-parse", meta).strip()
+    assert "Fabro-Status: succeeded" in git(bare, "log", "-1", "--format=%B", meta)
