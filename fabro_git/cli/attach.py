@@ -206,7 +206,10 @@ class _Gates:
             answer = line.strip()
             if not answer and question.default is not None:
                 answer = question.default.label
-            if not answer:
+            if not answer or not _takes(question, answer):
+                if answer:
+                    labels = ", ".join(c.label for c in question.choices)
+                    sys.stderr.write(f"({answer!r} is none of: {labels})\n")
                 sys.stderr.write("> ")
                 sys.stderr.flush()
                 continue
@@ -215,6 +218,16 @@ class _Gates:
             )
             if not reply or not reply.get("accepted"):
                 print("(that question was already answered)", file=sys.stderr)
+
+
+def _takes(question: Question, answer: str) -> bool:
+    """Whether the gate can route on `answer`: a choice's key, label or target, or any
+    text when it has a free-text choice. Checked here, so a typo is asked again instead
+    of failing the gate."""
+    from fabro_git.handlers.human import match
+
+    choices = list(question.choices)
+    return any(c.freeform for c in choices) or match(answer, choices) is not None
 
 
 async def _stdin_lines() -> Any:
