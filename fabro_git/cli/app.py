@@ -206,6 +206,14 @@ def run(
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
     ] = False,
+    push_remote: Annotated[
+        str | None,
+        typer.Option(
+            "--push",
+            help="Push the run's refs to this remote after every checkpoint.",
+            metavar="REMOTE",
+        ),
+    ] = None,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -226,6 +234,7 @@ def run(
             detach=detach,
             json_output=json_output,
             output=_output_mode(quiet, verbose),
+            push_remote=push_remote,
         )
     )
 
@@ -261,6 +270,14 @@ def resume(
         bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
     ] = False,
     detached_child: Annotated[bool, typer.Option("--detached-child", hidden=True)] = False,
+    push_remote: Annotated[
+        str | None,
+        typer.Option(
+            "--push",
+            help="Push the run's refs to this remote after every checkpoint.",
+            metavar="REMOTE",
+        ),
+    ] = None,
 ) -> None:
     """Continue an interrupted or failed run from its last checkpoint."""
     from fabro_git.cli import run as impl
@@ -274,6 +291,7 @@ def resume(
             json_output=json_output,
             output=_output_mode(quiet, verbose),
             detached_child=detached_child,
+            push_remote=push_remote,
         )
     )
 
@@ -412,6 +430,22 @@ def wait(
     from fabro_git.cli import wait as impl
 
     raise typer.Exit(impl.run(run_id, timeout=timeout))
+
+
+@command()
+def attach(
+    run_id: RunArg,
+    quiet: Annotated[
+        bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
+    ] = False,
+    verbose: Annotated[
+        bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
+    ] = False,
+) -> None:
+    """Follow a live run's progress and answer its human gates from this terminal."""
+    from fabro_git.cli import attach as impl
+
+    raise typer.Exit(impl.run(run_id, output=_output_mode(quiet, verbose)))
 
 
 @command()

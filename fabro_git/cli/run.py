@@ -100,6 +100,7 @@ def _build_spec(
             labels=_pairs(labels, "--label"),
             model=options.model,
             provider=options.provider,
+            push_remote=options.push_remote,
         )
     ]
     if path.suffix == ".toml":
@@ -119,6 +120,7 @@ def _build_spec(
             )
         path = config.graph
     run_cfg = config.run
+    options.push_remote = run_cfg.git.push_remote if run_cfg.git else None
     graph = load(path)
     diagnostics = validate(graph)
     _print_warnings(path, diagnostics)
@@ -231,6 +233,7 @@ def run(
     detach: bool,
     json_output: bool,
     output: str = "tail",
+    push_remote: str | None = None,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -247,6 +250,7 @@ def run(
         model=model,
         provider=provider,
         interactive=stdin_answers() and not detach,
+        push_remote=check_push_remote(push_remote),
     )
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
@@ -297,6 +301,16 @@ def run(
     return _report(result, json_output, repo, manifest.base_sha, shown=True)
 
 
+def check_push_remote(remote: str | None) -> str | None:
+    """`--push REMOTE` names a remote (or a URL) as `git push` takes it."""
+    if remote is not None and (not remote.strip() or remote.startswith("-") or "\n" in remote):
+        raise ConfigError(
+            f"--push {remote!r} cannot name a git remote",
+            hint="pass a remote name such as origin (see `git remote -v`)",
+        )
+    return remote
+
+
 def check_answers(graph: Any, answers: list[str]) -> None:
     """Every `--answer` must be one that some gate of the workflow can take: a typo
     would otherwise fail the run at its gate, after all the stages before it ran."""
@@ -331,8 +345,8 @@ def _warn_unanswerable_gates(graph: Any, options: Any) -> None:
     if len(gates) > len(options.answers):
         _warn(
             f"this workflow has human gates ({', '.join(gates)}) and a detached run cannot ask"
-            " at a terminal; each gate with no --answer left fails closed"
-            " (queue answers with --answer TEXT, or pass --auto-approve)"
+            " at a terminal; each gate with no --answer left waits for an answer from"
+            " `git fabro attach RUN` (or queue answers with --answer TEXT, or pass --auto-approve)"
         )
 
 
@@ -417,6 +431,8 @@ def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
         argv.append("--auto-approve")
     for answer in options.answers:
         argv += ["--answer", answer]
+    if options.push_remote:
+        argv += ["--push", options.push_remote]
     log = make_private_dir(run_scratch_dir(Path(repo.git_dir), run_id)) / "detached.log"
     with open(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         child = subprocess.Popen(
@@ -431,6 +447,12 @@ def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
     mark_starting(Path(repo.git_dir), run_id, child.pid)
 
 
+def _run_branch_name(manifest: Any) -> str:
+    from fabro_git.store import runs as runrefs
+
+    return manifest.run_branch or runrefs.meta_ref(manifest.run_id)
+
+
 def resume(
     run_id: str,
     *,
@@ -440,18 +462,27 @@ def resume(
     json_output: bool,
     output: str = "tail",
     detached_child: bool = False,
+    push_remote: str | None = None,
 ) -> int:
     from fabro_git.cli._runs import resolve_run
     from fabro_git.cli._streams import outlive_readers
+    from fabro_git.engine.replication import push_remote_of
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import execute_run, load_run
+    from fabro_git.events import catalogue as ev
     from fabro_git.handlers import handler_for
+    from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
     outlive_readers()
     repo = GitRepo.discover(Path.cwd())
+    known = set(runrefs.list_run_ids(repo))
     full_id = resolve_run(repo, run_id)
     manifest, cp, _meta, _source = load_run(repo, full_id)
+    # A run this repository did not have was found on origin and fetched on demand.
+    fetched = (
+        [] if full_id in known else [ev.GitFetch(branch=_run_branch_name(manifest), success=True)]
+    )
     if manifest.superseded_by:
         from fabro_git.errors import FabroError
 
@@ -470,6 +501,8 @@ def resume(
         model=manifest.settings.get("model"),
         provider=manifest.settings.get("provider"),
         interactive=stdin_answers() and not detach and not detached_child,
+        detached=detached_child,
+        push_remote=check_push_remote(push_remote) or push_remote_of(manifest.settings),
     )
     if detach:
         _spawn_detached(repo, full_id, options)
@@ -486,5 +519,6 @@ def resume(
             renderer=None if detached_child else _renderer(output),
             resuming=True,
             handlers=handler_for,
+            before=fetched,
         )
     return _report(result, json_output, repo, manifest.base_sha, shown=not detached_child)

@@ -171,6 +171,8 @@ class GitAuthor(_Table):
 
 class GitConfig(_Table):
     author: GitAuthor | None = None
+    # Push the run's refs to this remote after every checkpoint (live replication).
+    push_remote: str | None = None
 
 
 class RunSection(_Table):
@@ -282,8 +284,11 @@ def flag_layer(
     labels: dict[str, str] | None = None,
     model: str | None = None,
     provider: str | None = None,
+    push_remote: str | None = None,
 ) -> Layer:
     run: dict[str, Any] = {}
+    if push_remote is not None:
+        run["git"] = {"push_remote": push_remote}
     if goal is not None:
         run["goal"] = goal
     if inputs:
@@ -437,6 +442,9 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
                         ["run", "agent", "cli_command"],
                         f"unknown placeholder {name}; expected one of {', '.join(CLI_PLACEHOLDERS)}",
                     )
+    remote = run.git.push_remote if run.git is not None else None
+    if remote is not None and (not remote.strip() or remote.startswith("-") or "\n" in remote):
+        fail(["run", "git", "push_remote"], f"{remote!r} cannot name a git remote")
     author = run.git.author if run.git is not None else None
     if author is not None:
         for field_name in ("name", "email"):

@@ -6,6 +6,11 @@ has it. One request a connection, one JSON line each way:
 
     {"op": "interrupt", "actor": {...}}      -> {"ok": true}
     {"op": "steer", "text": "...", "actor": {...}} -> {"ok": true, "delivered": false}
+    {"op": "answer", "id": 3, "text": "A"}  -> {"ok": true, "accepted": true}
+
+A few requests are answered by a stream of lines instead, until the run ends or the
+client hangs up: `{"op": "attach"}` is followed by one line per human gate opening or
+closing (`git fabro attach`).
 
 A Unix socket path is limited to about 100 bytes, and scratch paths can be longer; on
 Linux the path is reached through `/proc/self/fd/<dir fd>/control.sock`, which the
@@ -20,7 +25,8 @@ import os
 import socket
 import struct
 import sys
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +35,18 @@ import trio
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 64 * 1024
 
-Handle = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Stream:
+    """A reply that goes on: `run(send)` sends lines until it returns, or until the
+    client hangs up (it is cancelled then)."""
+
+    run: Callable[[Send], Awaitable[None]]
+
+
+Handle = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | Stream]]
 
 
 def socket_path(scratch: Path) -> Path:
@@ -101,11 +118,35 @@ async def _answer(conn: trio.socket.SocketType, handle: Handle) -> None:
             reply = await handle(request) if isinstance(request, dict) else None
         except ValueError:
             reply = None
-        reply = reply or {"ok": False, "error": "not a control request"}
-        out = json.dumps(reply).encode() + b"\n"
+        if isinstance(reply, Stream):
+            await _stream(conn, reply)
+            return
         with contextlib.suppress(OSError):
-            while out:
-                out = out[await conn.send(out) :]
+            await _send_line(conn, reply or {"ok": False, "error": "not a control request"})
+
+
+async def _send_line(conn: trio.socket.SocketType, message: dict[str, Any]) -> None:
+    out = json.dumps(message).encode() + b"\n"
+    while out:
+        out = out[await conn.send(out) :]
+
+
+async def _stream(conn: trio.socket.SocketType, reply: Stream) -> None:
+    async def send(message: dict[str, Any]) -> None:
+        await _send_line(conn, message)
+
+    with contextlib.suppress(OSError):
+        await send({"ok": True})
+        async with trio.open_nursery() as nursery:
+
+            async def until_hangup() -> None:
+                while await conn.recv(4096):
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_hangup)
+            await reply.run(send)
+            nursery.cancel_scope.cancel()
 
 
 def request(
@@ -134,3 +175,29 @@ def request(
     except ValueError:
         return None
     return reply if isinstance(reply, dict) else None
+
+
+async def subscribe(scratch: Path, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """Send a streaming request and yield the run's lines until it hangs up. Yields
+    nothing when nothing is listening."""
+    path = socket_path(scratch)
+    sock = trio.socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    with sock:
+        try:
+            with _short_path(path) as address:
+                await sock.connect(address)
+        except (ConnectionRefusedError, FileNotFoundError):
+            return
+        await _send_line(sock, payload)
+        data = b""
+        while True:
+            chunk = await sock.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+            *lines, data = data.split(b"\n")
+            for line in lines:
+                with contextlib.suppress(ValueError):
+                    message = json.loads(line)
+                    if isinstance(message, dict):
+                        yield message

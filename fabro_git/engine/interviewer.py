@@ -7,8 +7,10 @@ queue ran dry): the gate then fails closed instead of guessing.
 from __future__ import annotations
 
 import sys
+import threading
 from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -64,29 +66,52 @@ class QueueInterviewer:
 DETAIL_LINES = 20
 
 
+def format_question(question: Question) -> str:
+    """A question as a person reads it: what it is about, the question, its choices."""
+    from fabro_git.events.render import printable
+
+    lines = [""]
+    if question.details.strip():
+        shown = question.details.rstrip("\n").splitlines()[-DETAIL_LINES:]
+        lines += [f"  │ {printable(line)}" for line in shown]
+    lines.append(f"? {question.text}")
+    for choice in question.choices:
+        key = f"[{choice.key}] " if choice.key and not choice.label.lstrip().startswith("[") else ""
+        lines.append(f"  {key}{choice.label}{'  (free text)' if choice.freeform else ''}")
+    if question.default is not None:
+        lines.append(f"  default: {question.default.label}")
+    return "\n".join(lines) + "\n"
+
+
 class ConsoleInterviewer:
+    """Asks at the terminal. A question answered elsewhere first (`git fabro attach`)
+    leaves its read of stdin pending, and the next question takes that read over: a
+    second reader would race it, and the line typed would go to a question that is over."""
+
     kind = "console"
 
-    async def ask(self, question: Question) -> str | None:
-        from fabro_git.events.render import printable
+    def __init__(self) -> None:
+        self._pending: Future[str] | None = None
 
-        lines = [""]
-        if question.details.strip():
-            shown = question.details.rstrip("\n").splitlines()[-DETAIL_LINES:]
-            lines += [f"  │ {printable(line)}" for line in shown]
-        lines.append(f"? {question.text}")
-        for choice in question.choices:
-            key = (
-                f"[{choice.key}] "
-                if choice.key and not choice.label.lstrip().startswith("[")
-                else ""
-            )
-            lines.append(f"  {key}{choice.label}{'  (free text)' if choice.freeform else ''}")
-        if question.default is not None:
-            lines.append(f"  default: {question.default.label}")
-        sys.stderr.write("\n".join(lines) + "\n> ")
+    async def _readline(self) -> str:
+        if self._pending is None:
+            self._pending = pending = Future[str]()
+
+            def read() -> None:
+                try:
+                    pending.set_result(sys.stdin.readline())
+                except BaseException as exc:  # handed to the question waiting for it
+                    pending.set_exception(exc)
+
+            threading.Thread(target=read, name="console-answer", daemon=True).start()
+        line = await trio.to_thread.run_sync(self._pending.result, abandon_on_cancel=True)
+        self._pending = None
+        return line
+
+    async def ask(self, question: Question) -> str | None:
+        sys.stderr.write(format_question(question) + "> ")
         sys.stderr.flush()
-        line = await trio.to_thread.run_sync(sys.stdin.readline, abandon_on_cancel=True)
+        line = await self._readline()
         if not line:
             return None  # stdin closed
         answer = line.strip()

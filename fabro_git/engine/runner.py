@@ -69,6 +69,10 @@ class Options:
     model: str | None = None
     provider: str | None = None
     interactive: bool = False
+    # Live replication: the remote the run pushes its refs to after every checkpoint.
+    push_remote: str | None = None
+    # Running in the background (`run -d`): its gates wait for `git fabro attach`.
+    detached: bool = False
 
 
 # The run itself, a parallel branch, or a child workflow.

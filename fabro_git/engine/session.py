@@ -35,10 +35,12 @@ from fabro_git.engine.checkpoint import (
 )
 from fabro_git.engine.context import Context
 from fabro_git.engine.emit import Emit
+from fabro_git.engine.gates import AttendedRun, GateDesk, SharedInterviewer
 from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lifecycle import LifecycleHooks
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
+from fabro_git.engine.replication import LivePush
 from fabro_git.engine.runner import Options, RunFailed, Runtime, Scope, now_iso, walk_finished
 from fabro_git.engine.stage import Handler
 from fabro_git.engine.watchdog import watch_for_stall
@@ -458,7 +460,10 @@ def execute_run(
     resuming: bool,
     handlers: Callable[[str], Handler | None],
     prepared: OpenRun | None = None,
+    before: Sequence[EventProps] = (),
 ) -> RunResult:
+    """Drive the run to its end. `before` are events about how the run got here (resume
+    fetched it from a remote), emitted first."""
     if prepared is None:
         lock = RunLock(repo, run_id)
         lock.acquire()
@@ -514,6 +519,8 @@ def execute_run(
         )
         scratch, lock, graph = prepared.scratch, prepared.lock, prepared.graph
         emit = make_emitter(bus)
+    for event in before:
+        emit(event)
     if renderer is not None:
         bus.add_sink(renderer)
     hooks = LifecycleHooks.from_settings(
@@ -641,6 +648,8 @@ async def _drive(
     cutoff.close_cut_off(cut_off, emit)
     cp.status = "running"
     cp.error = None
+    pusher = LivePush(repo, run_id, options.push_remote, emit) if options.push_remote else None
+    desk = GateDesk()  # the gates `git fabro attach` sees and answers
     emit(
         ev.RunStarted(
             name=graph.name,
@@ -657,14 +666,18 @@ async def _drive(
         graph=graph,
         manifest=manifest,
         checkpoint=cp,
-        emit_event=emit,
+        emit_event=pusher.watching(emit) if pusher else emit,
         recorder=recorder,
         scratch=scratch,
         worktree=worktree,
-        interviewer=make_interviewer(
-            auto_approve=options.auto_approve,
-            answers=options.answers,
-            interactive=options.interactive,
+        interviewer=SharedInterviewer(
+            make_interviewer(
+                auto_approve=options.auto_approve,
+                answers=options.answers,
+                interactive=options.interactive,
+            ),
+            desk,
+            detached=options.detached,
         ),
         options=options,
         handlers=handlers,
@@ -699,7 +712,7 @@ async def _drive(
                 error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={stall:g}s)"
                 main_scope.cancel()
 
-            async def control_request(request: dict[str, Any]) -> dict[str, Any]:
+            async def control_request(request: dict[str, Any]) -> dict[str, Any] | control.Stream:
                 nonlocal interrupted
                 actor = _actor(request.get("actor"))
                 if request.get("op") == "interrupt":
@@ -712,12 +725,20 @@ async def _drive(
                     text = request["text"]
                     emit(ev.RunSteer(text=text), actor=actor)
                     return {"ok": True, "delivered": runtime.steer(text)}
+                if request.get("op") == "attach":
+                    return control.Stream(desk.follow)
+                if request.get("op") == "answer" and isinstance(request.get("text"), str):
+                    gate = request.get("id")
+                    accepted = isinstance(gate, int) and desk.answer(gate, request["text"])
+                    return {"ok": True, "accepted": accepted}
                 return {"ok": False, "error": f"unknown request {request.get('op')!r}"}
 
             nursery.start_soon(watch_signals)
             await nursery.start(control.serve, scratch, control_request)
+            if pusher is not None:
+                await nursery.start(pusher.serve)
             if stall > 0:
-                nursery.start_soon(watch_for_stall, runtime, stall, stalled)
+                nursery.start_soon(watch_for_stall, AttendedRun(runtime, desk), stall, stalled)
             with main_scope:
                 try:
                     if (
@@ -743,7 +764,10 @@ async def _drive(
 
         # What stages left running in the background goes before the worktree does.
         process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
-        return await _finish(runtime, scope, status, error, announce=not announced)
+        result = await _finish(runtime, scope, status, error, announce=not announced)
+        if pusher is not None:
+            await pusher.finish(signals)
+        return result
 
 
 def _actor(value: Any) -> Actor:

@@ -8,7 +8,7 @@ forced and happen only when asked for.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from fabro_git.errors import StoreError
@@ -27,6 +27,13 @@ def ls_remote(repo: GitRepo, remote: str, patterns: Sequence[str]) -> dict[str, 
     return refs
 
 
+def local_refs(repo: GitRepo, patterns: Sequence[str]) -> list[str]:
+    """This repository's refs under `patterns` (exact names or prefixes), as git lists
+    them: a separate process, so safe beside writes from another thread."""
+    proc = run_git(["for-each-ref", "--format=%(refname)", "--", *patterns], cwd=repo.root)
+    return sorted(line for line in out(proc).splitlines() if line)
+
+
 def fetch(repo: GitRepo, remote: str, refspecs: Sequence[str]) -> None:
     """`git fetch` the refspecs from `remote`; StoreError with git's message on failure."""
     if not refspecs:
@@ -42,7 +49,9 @@ class PushReport:
     stderr: str  # what git said besides, e.g. why the remote refused
 
 
-def push(repo: GitRepo, remote: str, refs: Sequence[str]) -> PushReport:
+def push(
+    repo: GitRepo, remote: str, refs: Sequence[str], *, env: Mapping[str, str] | None = None
+) -> PushReport:
     """Push each full ref name to the same name on `remote`, never forced.
 
     A rejected ref does not stop the others. StoreError when git fails before reporting
@@ -51,7 +60,7 @@ def push(repo: GitRepo, remote: str, refs: Sequence[str]) -> PushReport:
     if not refs:
         return PushReport([], "")
     specs = [f"{ref}:{ref}" for ref in refs]
-    proc = run_git(["push", "--porcelain", remote, *specs], cwd=repo.root, check=False)
+    proc = run_git(["push", "--porcelain", remote, *specs], cwd=repo.root, check=False, env=env)
     results: dict[str, tuple[str, bool, str]] = {}
     for line in out(proc).splitlines():
         parts = line.split("\t")

@@ -60,7 +60,10 @@ def test_detach_warns_about_gates_it_cannot_ask(repo: Path) -> None:
     proc = run_fabro("run", "human-gate", "-d", cwd=repo)
     assert proc.returncode == 0
     assert "human gates (review)" in proc.stderr and "--auto-approve" in proc.stderr
-    run_fabro("logs", proc.stdout.strip(), "-f", cwd=repo, timeout=120)
+    assert "git fabro attach" in proc.stderr
+    # The gate waits for an attached answer (here piped in).
+    attached = run_fabro("attach", proc.stdout.strip(), cwd=repo, input="A\n", timeout=120)
+    assert attached.returncode == 0, attached.stderr
     quiet = run_fabro("run", "human-gate", "-d", "--auto-approve", cwd=repo)
     assert "human gates" not in quiet.stderr
     run_fabro("logs", quiet.stdout.strip(), "-f", cwd=repo, timeout=120)

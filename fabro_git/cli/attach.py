@@ -1,0 +1,247 @@
+"""`git fabro attach`: follow a live run from another terminal and answer its gates.
+
+Progress comes from the run's events (what git holds, then the live tail), drawn by the
+same renderer `run` uses. Questions come over the run's control socket: the run lists
+its open gates to an attached client as they open and close, and takes the first answer
+given, here or at its own terminal. A run that has ended prints its result instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from fabro_git.engine.interviewer import Question
+
+EXIT_BY_STATUS = {"succeeded": 0, "partially_succeeded": 0, "failed": 1, "interrupted": 130}
+
+
+def run(run_id: str, *, output: str = "tail") -> int:
+    from fabro_git.cli._runs import resolve_run
+    from fabro_git.cli._streams import outlive_readers
+    from fabro_git.engine.lock import is_live
+    from fabro_git.store.repo import GitRepo
+
+    outlive_readers()
+    repo = GitRepo.discover(Path.cwd())
+    full_id = resolve_run(repo, run_id)
+    if is_live(Path(repo.git_dir), full_id):
+        print(f"attached to run {full_id} (Ctrl-C detaches; the run goes on)", file=sys.stderr)
+        try:
+            trio.run(_attached, repo, full_id, output)
+        except KeyboardInterrupt:
+            print(f"\ndetached from run {full_id}; it goes on", file=sys.stderr)
+            return 130
+    return _result(repo, full_id)
+
+
+def _result(repo: Any, run_id: str) -> int:
+    """Say how the run ended (or stands) and exit as it did."""
+    from fabro_git.cli._runs import read_row
+    from fabro_git.cli.run import _where_the_result_is
+    from fabro_git.engine.session import load_run
+    from fabro_git.store import runs as runrefs
+
+    manifest, checkpoint, meta, _source = load_run(repo, run_id)
+    status = read_row(repo, run_id, meta).status
+    print(f"run {run_id} {status.replace('_', ' ')}", file=sys.stderr)
+    if status == "failed" and checkpoint.error:
+        from fabro_git import redact
+
+        print(f"error: {redact.for_process().mask_text(checkpoint.error)}", file=sys.stderr)
+    if status in ("failed", "interrupted"):
+        print(
+            f"hint: see what happened with `git fabro logs {run_id} --pretty`;"
+            f" continue it with `git fabro resume {run_id}`",
+            file=sys.stderr,
+        )
+    tip = repo.read_ref(runrefs.run_branch_ref(run_id))
+    if status in EXIT_BY_STATUS and EXIT_BY_STATUS[status] == 0 and manifest.run_branch and tip:
+        _where_the_result_is(repo, run_id, manifest.run_branch, manifest.base_sha, tip)
+    return EXIT_BY_STATUS.get(status, 1)
+
+
+async def _attached(repo: Any, run_id: str, output: str) -> None:
+    async with trio.open_nursery() as nursery:
+        gates = _Gates(repo, run_id)
+        nursery.start_soon(gates.follow)
+        await _follow_events(repo, run_id, output)
+        nursery.cancel_scope.cancel()
+
+
+async def _follow_events(repo: Any, run_id: str, output: str) -> None:
+    """Render the run's events until it ends and its last lines are drawn."""
+    from fabro_git.cli._runs import tail_path
+    from fabro_git.cli.logs import durable_events
+    from fabro_git.engine.lock import is_live
+    from fabro_git.events.bus import last_event_id, tail_after
+    from fabro_git.events.render import ProgressRenderer
+    from fabro_git.store import runs as runrefs
+
+    renderer = ProgressRenderer(stream=sys.stderr, output=output)
+    meta = repo.read_ref(runrefs.meta_ref(run_id))
+    durable = durable_events(repo, meta) if meta else b""
+    tail = tail_path(repo, run_id)
+    offset = 0
+    backlog = durable
+    if tail.exists():
+        data = tail.read_bytes()
+        offset = len(data)
+        backlog += tail_after(data, last_event_id(durable))
+    _render(renderer, backlog)
+    pending = b""
+    idle_checks = 0
+    git_dir = Path(repo.git_dir)
+    try:
+        while True:
+            chunk = b""
+            if tail.exists():
+                with tail.open("rb") as fh:
+                    fh.seek(offset)
+                    chunk = fh.read()
+            if chunk:
+                offset += len(chunk)
+                complete, _, pending = (pending + chunk).rpartition(b"\n")
+                _render(renderer, complete)
+                idle_checks = 0
+                continue
+            if not is_live(git_dir, run_id):
+                idle_checks += 1
+                if idle_checks >= 3:  # let the final lines land before stopping
+                    return
+            await trio.sleep(0.1)
+    finally:
+        renderer.close()
+
+
+def _render(renderer: Any, data: bytes) -> None:
+    from fabro_git.events.render import _QUIET_PREFIXES
+
+    for line in data.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(event, dict) and not str(event.get("event", "")).startswith(_QUIET_PREFIXES):
+            renderer.handle_dict(event)
+
+
+class _Gates:
+    """The run's open gates, shown as they open; a line typed here answers the first."""
+
+    def __init__(self, repo: Any, run_id: str) -> None:
+        from fabro_git.cli.run import stdin_answers
+        from fabro_git.config.locations import run_scratch_dir
+        from fabro_git.engine.lock import is_live
+
+        self.run_id = run_id
+        self.scratch = run_scratch_dir(Path(repo.git_dir), run_id)
+        self.live: Callable[[], bool] = lambda: is_live(Path(repo.git_dir), run_id)
+        self.can_answer = stdin_answers()
+        self.open: dict[int, Question] = {}
+        self._opened = trio.Event()  # set while a question is open
+
+    async def follow(self) -> None:
+        from fabro_git.engine import control
+
+        async with trio.open_nursery() as nursery:
+            if self.can_answer:
+                nursery.start_soon(self._read_answers)
+            # A run just started with `run -d` may not listen yet: try until it does.
+            while self.live():
+                async for message in control.subscribe(self.scratch, {"op": "attach"}):
+                    self._take(message)
+                await trio.sleep(0.2)
+            nursery.cancel_scope.cancel()
+
+    def _take(self, message: dict[str, Any]) -> None:
+        from fabro_git.engine.gates import question_from_record
+
+        if isinstance(message.get("question"), dict) and isinstance(message.get("id"), int):
+            first = not self.open
+            self.open[message["id"]] = question_from_record(message["question"])
+            self._opened.set()
+            if first:
+                self._show(message["id"])
+        elif isinstance(message.get("closed"), int):
+            gate_id = message["closed"]
+            was_first = bool(self.open) and next(iter(self.open)) == gate_id
+            self.open.pop(gate_id, None)
+            if message.get("by") == "terminal":
+                print(
+                    f"\n(answered at the run's terminal: {message.get('answer')})", file=sys.stderr
+                )
+            if was_first and self.open:
+                self._show(next(iter(self.open)))
+            if not self.open:
+                self._opened = trio.Event()
+
+    def _show(self, gate_id: int) -> None:
+        from fabro_git.engine.interviewer import format_question
+
+        text = format_question(self.open[gate_id])
+        if not self.can_answer:
+            text += "(this terminal cannot answer: attach from one whose stdin is a terminal)\n"
+        else:
+            text += "> "
+        sys.stderr.write(text)
+        sys.stderr.flush()
+
+    async def _read_answers(self) -> None:
+        from fabro_git.engine import control
+
+        # A line typed (or piped) ahead answers the next question, as at the run's own
+        # terminal.
+        async for line in _stdin_lines():
+            while not self.open:
+                await self._opened.wait()
+            gate_id = next(iter(self.open))
+            question = self.open[gate_id]
+            answer = line.strip()
+            if not answer and question.default is not None:
+                answer = question.default.label
+            if not answer or not _takes(question, answer):
+                if answer:
+                    labels = ", ".join(c.label for c in question.choices)
+                    sys.stderr.write(f"({answer!r} is none of: {labels})\n")
+                sys.stderr.write("> ")
+                sys.stderr.flush()
+                continue
+            reply = await trio.to_thread.run_sync(
+                control.request, self.scratch, {"op": "answer", "id": gate_id, "text": answer}
+            )
+            if not reply or not reply.get("accepted"):
+                print("(that question was already answered)", file=sys.stderr)
+
+
+def _takes(question: Question, answer: str) -> bool:
+    """Whether the gate can route on `answer`: a choice's key, label or target, or any
+    text when it has a free-text choice. Checked here, so a typo is asked again instead
+    of failing the gate."""
+    from fabro_git.handlers.human import match
+
+    choices = list(question.choices)
+    return any(c.freeform for c in choices) or match(answer, choices) is not None
+
+
+async def _stdin_lines() -> Any:
+    """Lines of stdin as they come. One read in flight at a time, never abandoned
+    between questions, so no line typed is lost to a read nobody waits for."""
+    fd = sys.stdin.fileno()
+    pending = b""
+    while True:
+        chunk = await trio.to_thread.run_sync(os.read, fd, 4096, abandon_on_cancel=True)
+        if not chunk:
+            if pending:
+                yield pending.decode("utf-8", "replace")
+            return
+        pending += chunk
+        *lines, pending = pending.split(b"\n")
+        for line in lines:
+            yield line.decode("utf-8", "replace")
