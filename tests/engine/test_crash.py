@@ -5,9 +5,11 @@ file (one of them deletes a file an earlier stage wrote). The `git-fabro` proces
 Python process itself, not git's front end) is killed with SIGKILL either right after a
 given event reaches the live tail (so the kill lands inside a known part of the
 checkpoint cycle: objects being written, the meta ref about to move, the run commit
-about to be made, the worktree being created or removed, the final snapshot) or after
-a plain delay. Half of the kills take the whole process group, so a `git add` or `git
-worktree` child dies with it and may leave its own lock files behind.
+about to be made, the worktree being created or removed, the final snapshot), or a few
+milliseconds after it, inside a stage's command. No kill point is a fraction of a
+measured run time: that would depend on how busy the machine is. Half of the kills take
+the whole process group, so a `git add` or `git worktree` child dies with it and may
+leave its own lock files behind.
 
 After each kill, the resumed run must:
 - exit 0, with no traceback;
@@ -24,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -71,20 +72,17 @@ ABSENT_FILES = ["out/gone.txt"]
 
 @dataclass(frozen=True)
 class KillPoint:
-    """Kill after the `nth` event named `event` reaches the tail (plus `extra` s), or
-    after `delay` seconds; `group` kills the whole process group."""
+    """Kill after the `nth` event named `event` reaches the tail (plus `extra` s);
+    `group` kills the whole process group."""
 
-    event: str | None = None
+    event: str
     nth: int = 1
     extra: float = 0.0
-    delay: float = 0.0
     group: bool = False
 
     @property
     def label(self) -> str:
         how = "pg" if self.group else "pid"
-        if self.event is None:
-            return f"at{int(self.delay * 100)}%-{how}"
         return f"{self.event}#{self.nth}+{int(self.extra * 1000)}ms-{how}"
 
 
@@ -115,35 +113,13 @@ POINTS = [
     KillPoint("run.completed", 1),
     KillPoint("sandbox.cleanup.started", 1, group=True),
     KillPoint("sandbox.cleanup.completed", 1),
-    # Plain delays spread over the run, as fractions of how long an unkilled run of the
-    # same workflow takes on this machine (startup included). The baseline run is the
-    # first, with cold caches, so later runs are faster: the fractions stop well short
-    # of the end, which the event-triggered points above already cover.
-    *(KillPoint(delay=f, group=bool(i % 2)) for i, f in enumerate((0.3, 0.45, 0.55, 0.65))),
+    # Later in the run: inside a command (each sleeps 50 ms), between routing and the
+    # next stage, right after a checkpoint, and between a stage's end and its snapshot.
+    KillPoint("stage.started", 6, 0.02, group=True),
+    KillPoint("edge.selected", 5),
+    KillPoint("checkpoint.completed", 6, group=True),
+    KillPoint("stage.completed", 7, 0.001),
 ]
-
-_baseline: list[float] = []
-
-
-def _run_duration(repo: Path, workflow: Path) -> float:
-    """Wall time of one unkilled run of the workflow, measured once per session."""
-    if not _baseline:
-        started = time.monotonic()
-        proc = subprocess.run(
-            [*fabro_exe(), "run", str(workflow)],
-            cwd=repo,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert proc.returncode == 0, proc.stderr
-        _baseline.append(time.monotonic() - started)
-        for ref in git(
-            repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta", "refs/heads/fabro"
-        ).split():
-            git(repo, "update-ref", "-d", ref)
-    return _baseline[0]
 
 
 def _tail_events(fabro_home: Path) -> list[dict]:
@@ -169,22 +145,19 @@ def _kill_at(point: KillPoint, repo: Path, workflow: Path, fabro_home: Path, log
         start_new_session=True,
     )
     try:
-        if point.event is None:
-            time.sleep(max(0.0, point.delay - (time.monotonic() - started)))
-        else:
-            deadline = started + 30
-            while True:
-                seen = sum(1 for e in _tail_events(fabro_home) if e.get("event") == point.event)
-                if seen >= point.nth:
-                    break
-                assert proc.poll() is None, (
-                    f"the run ended (exit {proc.returncode}) before the {point.nth}th {point.event}:\n"
-                    + (logdir / "run.err").read_text()
-                )
-                assert time.monotonic() < deadline, f"no {point.event} #{point.nth} after 30s"
-                time.sleep(0.0005)
-            if point.extra:
-                time.sleep(point.extra)
+        deadline = started + 30
+        while True:
+            seen = sum(1 for e in _tail_events(fabro_home) if e.get("event") == point.event)
+            if seen >= point.nth:
+                break
+            assert proc.poll() is None, (
+                f"the run ended (exit {proc.returncode}) before the {point.nth}th {point.event}:\n"
+                + (logdir / "run.err").read_text()
+            )
+            assert time.monotonic() < deadline, f"no {point.event} #{point.nth} after 30s"
+            time.sleep(0.0005)
+        if point.extra:
+            time.sleep(point.extra)
         assert proc.poll() is None, f"the run finished before the kill point {point.label}"
         if point.group:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -246,7 +219,7 @@ def crash_repo(repo: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_workflow_runs_to_completion_without_a_kill(crash_repo: tuple[Path, Path]) -> None:
-    """The baseline the kills are measured against."""
+    """The workflow the kills interrupt, run without one."""
     repo, workflow = crash_repo
     proc = run_fabro("run", str(workflow), cwd=repo, timeout=60)
     assert proc.returncode == 0, proc.stderr
@@ -263,9 +236,6 @@ def test_kill_9_then_resume(
 ) -> None:
     repo, workflow = crash_repo
     fabro_home = Path(os.environ["FABRO_HOME"])
-    if point.event is None:
-        point = KillPoint(delay=point.delay * _run_duration(repo, workflow), group=point.group)
-        shutil.rmtree(fabro_home, ignore_errors=True)
     _kill_at(point, repo, workflow, fabro_home, tmp_path)
 
     metas = git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta").split()
