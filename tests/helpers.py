@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -74,11 +76,30 @@ def run_json(
 
 
 def run_events(run_id: str, cwd: Path) -> list[dict]:
+    """The run's events as `git fabro logs` prints them, each one checked against the
+    events contract: every test that reads a run's events checks what it reads."""
     import json
 
     proc = run_fabro("logs", run_id, cwd=cwd)
     assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    problems = [problem for event in events for problem in contract_problems(event)]
+    assert problems == [], "events break the contract:\n" + "\n".join(problems[:20])
+    return events
+
+
+@functools.cache
+def _contract() -> Any:
+    from fabro_git.events.seed import load_contract
+
+    return load_contract()
+
+
+def contract_problems(event: dict) -> list[str]:
+    """What is wrong with `event` by the events contract (nothing: an empty list)."""
+    from fabro_git.events.contract import check_event
+
+    return check_event(event, _contract())
 
 
 def meta_file(cwd: Path, run_id: str, path: str) -> str:

@@ -2,9 +2,10 @@
 
 Real runs: `git fabro run` with the real SDKs against the local wire-format server, no
 `--dry-run`. Each scenario drives one stretch of the agent's path and checks what it
-emits; together they must emit exactly the contract's `agent.*` events, less the ones
-this tool does not have (sub-agents, MCP), steering (tested with `git fabro steer` in
-test_llm_stages) and the legacy `agent.skill.expanded`.
+emits; together they must emit exactly the contract's `agent.*` events, less those shown
+by their own tests (sub-agents in test_subagents, MCP servers in test_mcp, steering with
+`git fabro steer` in test_llm_stages) and the legacy `agent.skill.expanded`
+(`tests/events/test_event_coverage.py` checks the whole catalogue).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from llm_server import Drop, LlmServer, Reply, ToolUse, provider_env, quota_exha
 from fabro_git.events.contract import check_event
 from fabro_git.events.seed import load_contract
 
-NOT_EMITTED = ("agent.sub.", "agent.mcp.")
+NOT_EMITTED = ("agent.sub.", "agent.mcp.")  # shown by test_subagents and test_mcp
 NOT_HERE = {"agent.steering.injected", "agent.skill.expanded"}
 
 AGENT = """\

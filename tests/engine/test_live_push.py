@@ -14,7 +14,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, write_workflow
+from helpers import assert_fsck_clean, fabro_exe, git, run_events, run_fabro, write_workflow
 
 # `hold` waits (inside the run) until the remote holds the checkpoint after `one`, then
 # says so with $HOME/holding and waits for $HOME/go: the test looks at the remote while
@@ -45,9 +45,7 @@ def _remote_refs(bare: Path) -> dict[str, str]:
 
 
 def _events(cwd: Path, run_id: str) -> list[dict]:
-    proc = run_fabro("logs", run_id, cwd=cwd)
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    return run_events(run_id, cwd)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
