@@ -1,11 +1,20 @@
 """The checkpoint: everything `resume` needs, stored as `checkpoint.json` on the meta ref.
 
-It is rewritten at every snapshot (it is small); history lives in the event segments and
-the per-node directories, which are only ever added.
+History lives in the event segments and the per-node directories, which are only ever
+added. The checkpoint itself holds per-node maps (visits, outcomes) and the context,
+which grow with the run; writing them whole at every stage would make stage 1,000 cost
+more than stage 10. So most stage checkpoints are written as a delta (`CheckpointDelta`):
+the scalar fields whole, and of the maps only the entries that changed since a complete
+checkpoint, which the delta names by its meta commit (an ancestor on the same ref). A
+complete one is written at least every `FULL_EVERY` stages, at the start of each process
+and for every snapshot other than a stage checkpoint (`init`, `finalize`), so a finished
+run's `checkpoint.json` is always complete. `read_checkpoint` is the one reader: it puts
+a delta back together with its base.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -88,7 +97,128 @@ def encode(obj: Any) -> bytes:
 
 
 def decode_checkpoint(data: bytes) -> Checkpoint:
+    """A complete checkpoint's bytes; `read_checkpoint` reads any checkpoint.json."""
+    if is_delta(data):
+        raise msgspec.DecodeError("a checkpoint delta read as a complete checkpoint")
     return msgspec.json.decode(data, type=Checkpoint)
+
+
+# The checkpoint's maps that a delta carries entry by entry.
+DELTA_MAPS = (
+    "node_visits",
+    "node_retries",
+    "node_outcomes",
+    "context_values",
+    "loop_failure_signatures",
+    "restart_failure_signatures",
+)
+# A complete checkpoint at least this often, so a reader applies one delta to one base.
+FULL_EVERY = 50
+
+
+class CheckpointDelta(Checkpoint, kw_only=True):
+    """A stage checkpoint written as the change from a complete one: the scalar fields
+    whole (where a complete checkpoint has them), of the maps only the entries that
+    changed, of completed_nodes only the ones after the base's."""
+
+    # The meta commit whose checkpoint.json is complete and is the base of this one.
+    delta_of: str
+    # Keys of each map (by field name) that the base has and this checkpoint no longer has.
+    removed: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
+class _Probe(msgspec.Struct):
+    delta_of: str | None = None
+
+
+def is_delta(data: bytes) -> bool:
+    return msgspec.json.decode(data, type=_Probe).delta_of is not None
+
+
+def apply_delta(base: Checkpoint, delta: CheckpointDelta) -> Checkpoint:
+    """The complete checkpoint that `delta` stands for."""
+    fields = {name: getattr(delta, name) for name in Checkpoint.__struct_fields__}
+    for name in DELTA_MAPS:
+        merged = dict(getattr(base, name))
+        for key in delta.removed.get(name, ()):
+            merged.pop(key, None)
+        merged.update(fields[name])
+        fields[name] = merged
+    fields["completed_nodes"] = [*base.completed_nodes, *delta.completed_nodes]
+    return Checkpoint(**fields)
+
+
+def read_checkpoint(
+    read_file: Callable[[str, str], bytes | None], meta_sha: str
+) -> Checkpoint | None:
+    """The complete checkpoint of the meta snapshot `meta_sha` (None if it has none).
+
+    `read_file(commit, path)` reads a file of a meta commit. msgspec.DecodeError when a
+    file is not a checkpoint.
+    """
+    data = read_file(meta_sha, "checkpoint.json")
+    if data is None:
+        return None
+    if not is_delta(data):
+        return msgspec.json.decode(data, type=Checkpoint)
+    delta = msgspec.json.decode(data, type=CheckpointDelta)
+    base_data = read_file(delta.delta_of, "checkpoint.json")
+    if base_data is None or is_delta(base_data):
+        raise msgspec.DecodeError(
+            f"the checkpoint of {meta_sha[:12]} is a delta on {delta.delta_of[:12]}, "
+            "which holds no complete checkpoint"
+        )
+    return apply_delta(decode_checkpoint(base_data), delta)
+
+
+class DeltaWriter:
+    """Decides, for each stage checkpoint, whether to write it whole or as a delta, and
+    makes the delta: entries are compared by their encoded bytes, so putting a delta back
+    together gives exactly the checkpoint that was meant (no `1 == 1.0 == True`)."""
+
+    def __init__(self, full_every: int = FULL_EVERY) -> None:
+        self.full_every = full_every
+        self._base_sha: str | None = None
+        self._base_entries: dict[str, dict[str, bytes]] = {}
+        self._base_completed: list[str] = []
+        self._since_base = 0
+
+    def delta(self, cp: Checkpoint) -> CheckpointDelta | None:
+        """`cp` as a delta on the last complete checkpoint; None when it is to be whole."""
+        if self._base_sha is None or self._since_base + 1 >= self.full_every:
+            return None
+        done = len(self._base_completed)
+        if cp.completed_nodes[:done] != self._base_completed:
+            return None  # the walk went back (a checkpoint git refused): start afresh
+        enc = _entry_encoder.encode
+        changed: dict[str, dict[str, Any]] = {}
+        removed: dict[str, list[str]] = {}
+        for name in DELTA_MAPS:
+            current: dict[str, Any] = getattr(cp, name)
+            base = self._base_entries[name]
+            changed[name] = {k: v for k, v in current.items() if base.get(k) != enc(v)}
+            gone = base.keys() - current.keys()
+            if gone:
+                removed[name] = sorted(gone)
+        fields = {name: getattr(cp, name) for name in Checkpoint.__struct_fields__}
+        fields.update(changed, completed_nodes=cp.completed_nodes[done:])
+        return CheckpointDelta(**fields, delta_of=self._base_sha, removed=removed)
+
+    def written(self, cp: Checkpoint, meta_sha: str, *, whole: bool) -> None:
+        """A snapshot holding `cp` is now in git as `meta_sha`."""
+        if not whole:
+            self._since_base += 1
+            return
+        enc = _entry_encoder.encode
+        self._base_sha = meta_sha
+        self._base_entries = {
+            name: {k: enc(v) for k, v in getattr(cp, name).items()} for name in DELTA_MAPS
+        }
+        self._base_completed = list(cp.completed_nodes)
+        self._since_base = 0
+
+
+_entry_encoder = msgspec.json.Encoder(order="deterministic")
 
 
 def decode_manifest(data: bytes) -> Manifest:

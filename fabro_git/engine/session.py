@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import trio
@@ -29,9 +29,9 @@ from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
     Checkpoint,
     Manifest,
-    decode_checkpoint,
     decode_manifest,
     encode,
+    read_checkpoint,
 )
 from fabro_git.engine.context import Context
 from fabro_git.engine.emit import Emit
@@ -295,27 +295,37 @@ def graph_slug(graph: Graph, path: Path | None) -> str:
 # -- running -----------------------------------------------------------------------------------
 
 
-def load_run(repo: GitRepo, run_id: str) -> tuple[Manifest, Checkpoint, str, str]:
+class StoredRun(NamedTuple):
+    """A run as its meta ref's tip holds it."""
+
+    manifest: Manifest
+    checkpoint: Checkpoint  # complete, with a delta put back together
+    meta_sha: str
+    source: str  # the workflow source as it ran
+
+
+def load_run(repo: GitRepo, run_id: str) -> StoredRun:
     meta = repo.read_ref(runrefs.meta_ref(run_id))
     if meta is None:
         raise FabroError(f"run {run_id} has no metadata ref {runrefs.meta_ref(run_id)}")
     try:
         manifest_data = repo.read_file(meta, "manifest.json")
-        cp_data = repo.read_file(meta, "checkpoint.json")
         source = repo.read_file(meta, "graph.fabro")
+        cp = read_checkpoint(repo.read_file, meta)
     except StoreError as exc:
         raise unreadable_meta(run_id, meta, exc) from exc
-    if manifest_data is None or cp_data is None or source is None:
+    except msgspec.DecodeError as exc:
+        raise FabroError(f"run {run_id}: cannot read its metadata ({exc})") from exc
+    if manifest_data is None or cp is None or source is None:
         raise FabroError(
             f"run {run_id}: the metadata snapshot {meta[:12]} is incomplete",
             hint=f"inspect it with `git show {meta}`",
         )
     try:
         manifest = decode_manifest(manifest_data)
-        cp = decode_checkpoint(cp_data)
     except msgspec.DecodeError as exc:
         raise FabroError(f"run {run_id}: cannot read its metadata ({exc})") from exc
-    return manifest, cp, meta, source.decode("utf-8")
+    return StoredRun(manifest, cp, meta, source.decode("utf-8"))
 
 
 def unreadable_meta(run_id: str, meta: str, exc: StoreError) -> FabroError:
