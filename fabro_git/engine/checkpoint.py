@@ -15,7 +15,7 @@ a delta back together with its base.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -171,15 +171,28 @@ def read_checkpoint(
     return apply_delta(decode_checkpoint(base_data), delta)
 
 
+class _BaseEntry(NamedTuple):
+    value: Any  # the object the checkpoint held when the base was written
+    copy: Any  # what git holds for it, decoded: compared against to catch changes in place
+    encoded: bytes
+
+
 class DeltaWriter:
     """Decides, for each stage checkpoint, whether to write it whole or as a delta, and
-    makes the delta: entries are compared by their encoded bytes, so putting a delta back
-    together gives exactly the checkpoint that was meant (no `1 == 1.0 == True`)."""
+    makes the delta.
+
+    An entry counts as unchanged only when it would encode to the same bytes as in the
+    base, so putting a delta back together gives exactly the checkpoint that was meant
+    (`1 == 1.0 == True` in Python, not in JSON). Encoding every entry at every stage would
+    cost what writing the whole checkpoint did, so the cheap cases are decided first: a
+    string, int or bool equal to the base's and of the same type, or the very object the
+    base held (a stage record) still equal to its copy. Anything else is encoded.
+    """
 
     def __init__(self, full_every: int = FULL_EVERY) -> None:
         self.full_every = full_every
         self._base_sha: str | None = None
-        self._base_entries: dict[str, dict[str, bytes]] = {}
+        self._base_entries: dict[str, dict[str, _BaseEntry]] = {}
         self._base_completed: list[str] = []
         self._since_base = 0
 
@@ -190,13 +203,12 @@ class DeltaWriter:
         done = len(self._base_completed)
         if cp.completed_nodes[:done] != self._base_completed:
             return None  # the walk went back (a checkpoint git refused): start afresh
-        enc = _entry_encoder.encode
         changed: dict[str, dict[str, Any]] = {}
         removed: dict[str, list[str]] = {}
         for name in DELTA_MAPS:
             current: dict[str, Any] = getattr(cp, name)
             base = self._base_entries[name]
-            changed[name] = {k: v for k, v in current.items() if base.get(k) != enc(v)}
+            changed[name] = {k: v for k, v in current.items() if not _unchanged(v, base.get(k))}
             gone = base.keys() - current.keys()
             if gone:
                 removed[name] = sorted(gone)
@@ -209,13 +221,32 @@ class DeltaWriter:
         if not whole:
             self._since_base += 1
             return
-        enc = _entry_encoder.encode
         self._base_sha = meta_sha
         self._base_entries = {
-            name: {k: enc(v) for k, v in getattr(cp, name).items()} for name in DELTA_MAPS
+            name: {k: _base_entry(v) for k, v in getattr(cp, name).items()} for name in DELTA_MAPS
         }
         self._base_completed = list(cp.completed_nodes)
         self._since_base = 0
+
+
+_SCALARS = (str, int, bool)
+
+
+def _base_entry(value: Any) -> _BaseEntry:
+    encoded = _entry_encoder.encode(value)
+    return _BaseEntry(value, msgspec.json.decode(encoded), encoded)
+
+
+def _unchanged(value: Any, base: _BaseEntry | None) -> bool:
+    if base is None:
+        return False
+    kind = type(value)
+    if kind in _SCALARS or value is None:
+        # Floats are left to the bytes: -0.0 == 0.0.
+        return type(base.copy) is kind and base.copy == value
+    if value is base.value and value == base.copy:
+        return True
+    return _entry_encoder.encode(value) == base.encoded
 
 
 _entry_encoder = msgspec.json.Encoder(order="deterministic")
