@@ -50,7 +50,6 @@ _tmp_counter = itertools.count()
 _SMALL_DIFF_FILES = 20
 _SMALL_DIFF_BYTES = 256 * 1024
 _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
-_ASK_FIRST_BYTES = 64 * 1024  # larger objects are looked for before they are written
 # One side of a file change: (path, mode, sha), all None for a side that does not exist.
 _Side = tuple[bytes | None, int | None, ObjectID | None]
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
@@ -552,22 +551,23 @@ class GitRepo:
         """Write `obj` as a loose object unless packed; safe against concurrent writers."""
         sha = obj.id.decode()
         path = self._objects_dir / sha[:2] / sha[2:]
+        # Looked for first, whatever its size: one syscall against a file written and
+        # renamed (a stage's empty log, an unchanged file, is written at every stage).
+        try:
+            # Freshen the mtime so a concurrent `git gc` does not prune it before a
+            # ref points at it, as git does.
+            os.utime(path)
+            return sha
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            return sha  # owned by another user in a shared repository; it exists
+        if self._repo.object_store.contains_packed(obj.id):
+            return sha
         raw = obj.as_raw_string()
         # One zlib call for the whole object: dulwich compresses chunk by chunk, which
         # for a tree is once per entry.
         data = zlib.compress(b"%s %d\0%s" % (obj.type_name, len(raw), raw), _LOOSE_COMPRESSION)
-        if len(data) > _ASK_FIRST_BYTES:
-            try:
-                # Freshen the mtime so a concurrent `git gc` does not prune it before a
-                # ref points at it, as git does.
-                os.utime(path)
-                return sha
-            except FileNotFoundError:
-                pass
-            except PermissionError:
-                return sha  # owned by another user in a shared repository; it exists
-        if self._repo.object_store.contains_packed(obj.id):
-            return sha
         try:
             fd, tmp = self._open_temp(path.parent, sha[:2])
             try:
