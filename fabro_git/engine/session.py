@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -556,9 +557,13 @@ async def _drive(
         meta = recorder.meta_tip if recorder else None
         tail = scratch / "events.jsonl"
         cut_off = cutoff.find_cut_off(cutoff.since_checkpoint(repo, meta, cp, tail))
+    # The start-up's git calls run on a worker thread, as every git call from the trio
+    # loop does: nothing else runs yet, but the loop is never the one that blocks.
     if recorder is not None and resuming:
         try:
-            recorder.reconcile(cp, base_sha=manifest.base_sha)
+            await trio.to_thread.run_sync(
+                partial(recorder.reconcile, cp, base_sha=manifest.base_sha)
+            )
         except MissingObject as exc:
             raise missing_object_error(
                 run_id, recorder.run_ref, recorder.run_tip or "", exc
@@ -584,10 +589,14 @@ async def _drive(
         worktree = Path(manifest.source_directory)
     else:
         assert recorder is not None and recorder.run_tip is not None
-        worktree, fresh = ensure_worktree(repo, run_id, scratch, recorder.run_tip, emit)
+        worktree, fresh = await trio.to_thread.run_sync(
+            ensure_worktree, repo, run_id, scratch, recorder.run_tip, emit
+        )
         if not fresh:
             # What a cut-off stage left untracked must not leak into its rerun.
-            wt.remove_untracked(worktree, exclude_globs=recorder.exclude_globs)
+            await trio.to_thread.run_sync(
+                partial(wt.remove_untracked, worktree, exclude_globs=recorder.exclude_globs)
+            )
         recorder.worktree = worktree
     emit(
         ev.SandboxReady(
@@ -601,7 +610,7 @@ async def _drive(
     )
     cp.context_values["internal.work_dir"] = str(worktree)
     if resuming and recorder is not None and recorder.meta_tip is not None:
-        _restore_artifacts(repo, recorder.meta_tip, cp, scratch)
+        await trio.to_thread.run_sync(_restore_artifacts, repo, recorder.meta_tip, cp, scratch)
     if resuming:
         emit(
             ev.RunNotice(
