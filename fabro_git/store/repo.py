@@ -94,6 +94,7 @@ class GitRepo:
         self._objects_dir = git_dir / "objects"
         self._ident_cache: dict[tuple[str, str], tuple[str, str]] = {}
         self._fanout_dirs: set[str] = set()
+        self._last_changes: tuple[tuple[str, str], int, list[tuple[_Side, _Side]]] | None = None
         try:
             self._repo = Repo(controldir=str(head_dir), commondir=str(git_dir), worktree=str(root))
         except (NotGitRepository, UnsupportedExtension, UnsupportedVersion) as err:
@@ -376,7 +377,7 @@ class GitRepo:
         from dulwich.patch import write_object_diff
 
         store = self._repo.object_store
-        changes = list(self._tree_changes(old_tree, new_tree, b"", limit=_SMALL_DIFF_FILES))
+        changes = self._changes(old_tree, new_tree, _SMALL_DIFF_FILES)
         if len(changes) > _SMALL_DIFF_FILES:
             return None
         total = 0
@@ -402,11 +403,21 @@ class GitRepo:
         """The paths of the files added, changed or removed between two trees, in path
         order; at most `limit` of them."""
         paths: list[str] = []
-        for old_side, new_side in self._tree_changes(old_tree, new_tree, b"", limit=limit):
+        for old_side, new_side in self._changes(old_tree, new_tree, limit):
             path = new_side[0] if new_side[0] is not None else old_side[0]
             if path is not None and (not paths or paths[-1] != path.decode()):
                 paths.append(path.decode("utf-8", "replace"))
         return paths[:limit]
+
+    def _changes(self, old_tree: str, new_tree: str, limit: int) -> list[tuple[_Side, _Side]]:
+        """`_tree_changes` as a list, remembered for the last pair of trees: a stage's
+        checkpoint asks for its files and then its diff, of the same two trees."""
+        last = self._last_changes
+        if last is not None and last[0] == (old_tree, new_tree) and last[1] >= limit:
+            return last[2][: limit + 1]
+        changes = list(self._tree_changes(old_tree, new_tree, b"", limit=limit))
+        self._last_changes = ((old_tree, new_tree), limit, changes)
+        return changes
 
     def _tree_changes(
         self, old_tree: str | None, new_tree: str | None, prefix: bytes, *, limit: int
