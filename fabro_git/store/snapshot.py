@@ -47,6 +47,8 @@ class MetaSnapshotter:
         self.repo = repo
         self.ref = ref
         self._listings: dict[str, _Listing] = {}
+        # The listings this write looked at or made: the trees of the new tip.
+        self._fresh: dict[str, _Listing] = {}
 
     def write(
         self,
@@ -62,6 +64,7 @@ class MetaSnapshotter:
         longer at `expected_tip`; nothing is overwritten then.
         """
         changes = _nest(files)
+        self._fresh = {}
         base_tree: str | None = None
         if expected_tip is not None:
             base_tree = self.repo.commit_info(expected_tip).tree
@@ -75,6 +78,9 @@ class MetaSnapshotter:
         )
         subject = message.strip().split("\n", 1)[0]
         self.repo.update_ref(self.ref, commit, old=expected_tip, message=f"fabro: {subject}")
+        # Only the new tip's trees are built on next: older listings would only grow the
+        # heap (a thousand-entry nodes/ per stage) for the garbage collector to walk.
+        self._listings = self._fresh
         written = [v for v in files.values() if v is not None]
         return SnapshotResult(
             commit_sha=commit, entry_count=len(written), bytes=sum(len(v) for v in written)
@@ -125,7 +131,9 @@ class MetaSnapshotter:
 
     def _listing(self, sha: str) -> _Listing:
         listing = self._listings.get(sha)
-        if listing is None:
+        if listing is not None:
+            self._fresh[sha] = listing
+        else:
             listing = _Listing([], {}, {})
             for entry in self.repo.tree(sha).iteritems():
                 listing.put(entry.path, entry.mode, entry.sha.decode())
@@ -136,6 +144,7 @@ class MetaSnapshotter:
         if len(self._listings) >= _CACHE_LIMIT:
             self._listings.clear()
         self._listings[sha] = listing
+        self._fresh[sha] = listing
 
 
 class _Listing:
