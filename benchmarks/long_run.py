@@ -110,6 +110,7 @@ def measure(stages: int, w: int, workload: str) -> None:
         GIT_COMMITTER_NAME="b",
         GIT_COMMITTER_EMAIL="b@b",
     )
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user runs it: with compiled bytecode
     short = w + 20
     try:
         repo = base / "repo"

@@ -10,12 +10,17 @@ times, interleaved over several repetitions:
 and prints the medians and their ratio (target: at most 2x). A second variant makes every
 stage change a file (`date > stamp-<i>`), so the worktree scan cannot be skipped.
 
-    python benchmarks/pipeline.py [--stages 50] [--reps 5]
+`--against EXE` times a second `git-fabro` (say, an install of an earlier commit) in the
+same rounds, interleaved with the first and with git, so a before/after comparison sees
+the same load.
+
+    python benchmarks/pipeline.py [--stages 50] [--reps 5] [--against OTHER/git-fabro]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import shutil
 import statistics
@@ -46,10 +51,13 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - start
 
 
-def measure(stages: int, reps: int, script: str, label: str) -> tuple[float, float]:
+def measure(
+    stages: int, reps: int, script: str, label: str, against: str | None = None
+) -> tuple[float, float]:
     exe = shutil.which("git-fabro")
     if exe is None:
         raise SystemExit("git-fabro is not on PATH; pip install the project first")
+    exes = [exe, *([against] if against else [])]
     base = Path(tempfile.mkdtemp(prefix="fabro-bench-"))
     env = dict(
         os.environ,
@@ -59,6 +67,9 @@ def measure(stages: int, reps: int, script: str, label: str) -> tuple[float, flo
         GIT_COMMITTER_NAME="b",
         GIT_COMMITTER_EMAIL="b@b",
     )
+    # As a user runs it: with compiled bytecode (an editable install under this variable
+    # would compile every module at every start).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     repo = base / "repo"
     repo.mkdir()
     sh(repo, "git", "init", "-q", "-b", "main", env=env)
@@ -69,19 +80,9 @@ def measure(stages: int, reps: int, script: str, label: str) -> tuple[float, flo
     sh(repo, "git", "add", "-A", env=env)
     sh(repo, "git", "commit", "-q", "-m", "init", env=env)
 
-    def fabro() -> None:
+    def fabro(exe: str, name: str = "pipeline.fabro") -> None:
         subprocess.run(
-            [exe, "run", str(base / "pipeline.fabro")],
-            cwd=repo,
-            env=env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def fabro_empty() -> None:
-        subprocess.run(
-            [exe, "run", str(base / "empty.fabro")],
+            [exe, "run", str(base / name)],
             cwd=repo,
             env=env,
             check=True,
@@ -98,22 +99,31 @@ def measure(stages: int, reps: int, script: str, label: str) -> tuple[float, flo
                 ["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, env=env, check=True
             )
 
-    fabro_times, empty_times, git_times = [], [], []
-    fabro()  # warm-up: page cache, pyc files
+    fabro_times: dict[str, list[float]] = {x: [] for x in exes}
+    empty_times: dict[str, list[float]] = {x: [] for x in exes}
+    git_times: list[float] = []
+    for x in exes:
+        fabro(x)  # warm-up: page cache, pyc files
     plain_git()
     for _ in range(reps):
-        fabro_times.append(timed(fabro))
-        empty_times.append(timed(fabro_empty))
+        for x in exes:
+            fabro_times[x].append(timed(functools.partial(fabro, x)))
+            empty_times[x].append(timed(functools.partial(fabro, x, "empty.fabro")))
         git_times.append(timed(plain_git))
     shutil.rmtree(base, ignore_errors=True)
-    f, e, g = (statistics.median(t) for t in (fabro_times, empty_times, git_times))
-    per_stage = (f - e) / stages
-    print(f"{label:<28} fabro {f:6.3f}s   git {g:6.3f}s   ratio {f / g:5.2f}x")
-    print(
-        f"{'':<28} per stage: fabro {per_stage * 1000:5.1f}ms (after {e:.3f}s of fixed start-up and"
-        f" finish)   git {g / stages * 1000:5.1f}ms   ratio {per_stage / (g / stages):5.2f}x"
-    )
-    return f, g
+    g = statistics.median(git_times)
+    f = 0.0
+    for x in exes:
+        f, e = statistics.median(fabro_times[x]), statistics.median(empty_times[x])
+        per_stage = (f - e) / stages
+        name = label if x == exe else f"  ({x})"
+        print(f"{name:<28} fabro {f:6.3f}s   git {g:6.3f}s   ratio {f / g:5.2f}x")
+        print(
+            f"{'':<28} per stage: fabro {per_stage * 1000:5.1f}ms (after {e:.3f}s of fixed"
+            f" start-up and finish)   git {g / stages * 1000:5.1f}ms"
+            f"   ratio {per_stage / (g / stages):5.2f}x"
+        )
+    return statistics.median(fabro_times[exe]), g
 
 
 def main() -> None:
@@ -122,12 +132,13 @@ def main() -> None:
     )
     parser.add_argument("--stages", type=int, default=50)
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--against", help="another git-fabro to time in the same rounds")
     args = parser.parse_args()
     print(
         f"{args.stages}-stage linear pipeline, median of {args.reps} (whole process vs git add+commit per stage)"
     )
-    measure(args.stages, args.reps, "true", "stages run `true`")
-    measure(args.stages, args.reps, "date > stamp-{i}", "each stage writes a file")
+    measure(args.stages, args.reps, "true", "stages run `true`", args.against)
+    measure(args.stages, args.reps, "date > stamp-{i}", "each stage writes a file", args.against)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import shutil
 import subprocess
@@ -104,6 +105,35 @@ def contract_problems(event: dict) -> list[str]:
 
 def meta_file(cwd: Path, run_id: str, path: str) -> str:
     return git(cwd, "show", f"refs/fabro/meta/{run_id}:{path}")
+
+
+# The checkpoint maps a delta carries entry by entry (fabro_git.engine.checkpoint).
+_DELTA_MAPS = (
+    "node_visits",
+    "node_retries",
+    "node_outcomes",
+    "context_values",
+    "loop_failure_signatures",
+    "restart_failure_signatures",
+)
+
+
+def read_checkpoint(cwd: Path, rev: str) -> dict:
+    """The complete checkpoint of the meta commit `rev`, read with git alone: a stage
+    checkpoint git holds as a delta is put back together with the one it names."""
+    data = json.loads(git(cwd, "show", f"{rev}:checkpoint.json"))
+    base_sha = data.pop("delta_of", None)
+    removed = data.pop("removed", {})
+    if base_sha is None:
+        return data
+    base = json.loads(git(cwd, "show", f"{base_sha}:checkpoint.json"))
+    assert "delta_of" not in base, "a delta's base must be a complete checkpoint"
+    for name in _DELTA_MAPS:
+        merged = {k: v for k, v in base[name].items() if k not in removed.get(name, [])}
+        merged.update(data[name])
+        data[name] = merged
+    data["completed_nodes"] = base["completed_nodes"] + data["completed_nodes"]
+    return data
 
 
 def assert_fsck_clean(repo: Path) -> None:

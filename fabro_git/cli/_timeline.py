@@ -34,12 +34,12 @@ class CheckpointEntry:
 
     def stage_status(self, repo: Any) -> str:
         """How the stage ended, as its own checkpoint recorded it."""
-        from fabro_git.engine.checkpoint import decode_checkpoint
+        from fabro_git.engine.checkpoint import read_checkpoint
 
-        data = repo.read_file(self.meta_sha, "checkpoint.json")
-        if data is None:
+        checkpoint = read_checkpoint(repo.read_file, self.meta_sha)
+        if checkpoint is None:
             return "?"
-        outcome = decode_checkpoint(data).node_outcomes.get(self.node) or {}
+        outcome = checkpoint.node_outcomes.get(self.node) or {}
         return str(outcome.get("status", "?"))
 
 

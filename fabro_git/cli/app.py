@@ -144,13 +144,19 @@ def demo(
     raise typer.Exit(impl.run(directory))
 
 
-def _examples_epilog() -> str:
-    from fabro_git.cli._examples import example_names
+class _RunCommand(_Command):
+    """`run -h` lists the shipped examples; the list is made only when help is shown."""
 
-    return "Shipped examples, runnable by name: " + ", ".join(example_names()) + "."
+    def format_epilog(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
+        if self.epilog is None:
+            from fabro_git.cli._examples import example_names
+
+            names = ", ".join(example_names())
+            self.epilog = f"Shipped examples, runnable by name: {names}."
+        super().format_epilog(ctx, formatter)
 
 
-@command(epilog=_examples_epilog())
+@app.command(cls=_RunCommand)
 def run(
     workflow: Annotated[
         str,

@@ -25,6 +25,7 @@ def run(run_arg: str, output: Path) -> int:
     from fabro_git.cli._runs import effective_status, resolve_run, tail_path
     from fabro_git.cli._timeline import timeline
     from fabro_git.cli.logs import durable_events
+    from fabro_git.engine.checkpoint import encode, read_checkpoint
     from fabro_git.engine.lock import is_live
     from fabro_git.engine.session import _read_dir, load_run
     from fabro_git.errors import ConfigError
@@ -45,6 +46,8 @@ def run(run_arg: str, output: Path) -> int:
         if relpath.startswith("events/") or relpath == "manifest.json":
             continue
         files[relpath] = data
+    if "checkpoint.json" in files:
+        files["checkpoint.json"] = encode(cp)  # complete, even when git holds a delta
     import msgspec
 
     doc: dict[str, Any] = msgspec.to_builtins(manifest)
@@ -60,9 +63,11 @@ def run(run_arg: str, output: Path) -> int:
     entries = timeline(repo, run_id, base_sha=manifest.base_sha)
     width = max(3, len(str(len(entries))))
     for entry in entries:
-        recorded = repo.read_file(entry.meta_sha, "checkpoint.json")
+        # Complete, as resume reads it (git holds most stage checkpoints as deltas).
+        recorded = read_checkpoint(repo.read_file, entry.meta_sha)
         if recorded is not None:
-            files[f"checkpoints/{entry.ordinal:0{width}d}-{entry.label}.json"] = recorded
+            name = f"checkpoints/{entry.ordinal:0{width}d}-{entry.label}.json"
+            files[name] = encode(recorded)
     _write_all(target, files)
     print(
         f"dumped run {run_id} to {target} ({len(files)} files, {len(entries)} checkpoints)",

@@ -48,7 +48,7 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
     """Make the new run from `entry` of `source_id`; returns its id."""
     from fabro_git import __version__
     from fabro_git.config.locations import make_private_dir, run_scratch_dir
-    from fabro_git.engine.checkpoint import decode_checkpoint, decode_manifest, encode
+    from fabro_git.engine.checkpoint import decode_manifest, encode, read_checkpoint
     from fabro_git.engine.recorder import Recorder
     from fabro_git.engine.runner import now_iso
     from fabro_git.engine.session import _read_dir, make_emitter
@@ -58,9 +58,9 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
 
     at = entry.meta_sha
     manifest_data = repo.read_file(at, "manifest.json")
-    cp_data = repo.read_file(at, "checkpoint.json")
+    checkpoint = read_checkpoint(repo.read_file, at)
     source_text = repo.read_file(at, "graph.fabro")
-    if manifest_data is None or cp_data is None or source_text is None:
+    if manifest_data is None or checkpoint is None or source_text is None:
         raise FabroError(
             f"run {source_id}: the checkpoint {entry.label} ({at[:12]}) is incomplete",
             hint=f"inspect it with `git show {at}`",
@@ -71,7 +71,7 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
             f"run {source_id} ran in place: it has no run-branch commits to start a new run from",
             hint="fork or rewind runs made in a worktree (without --in-place)",
         )
-    cp = decode_checkpoint(cp_data)
+    cp = checkpoint
     # The run-branch commit of this checkpoint; if a crash kept it from being made,
     # the new run starts at its parent and resume makes it from the pending tree.
     if entry.run_commit is not None:

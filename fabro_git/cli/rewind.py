@@ -71,7 +71,7 @@ def run(run_arg: str, target: str | None, *, list_only: bool) -> int:
 
 
 def mark_superseded(repo: Any, source_id: str, new_id: str, label: str, meta: str) -> None:
-    from fabro_git.engine.checkpoint import decode_checkpoint, decode_manifest, encode
+    from fabro_git.engine.checkpoint import Checkpoint, decode_manifest, encode, read_checkpoint
     from fabro_git.engine.recorder import segment_path
     from fabro_git.engine.session import make_emitter
     from fabro_git.events.bus import EventBus, last_event_id
@@ -79,7 +79,7 @@ def mark_superseded(repo: Any, source_id: str, new_id: str, label: str, meta: st
     from fabro_git.store.snapshot import MetaSnapshotter
 
     manifest = decode_manifest(repo.read_file(meta, "manifest.json") or b"")
-    cp = decode_checkpoint(repo.read_file(meta, "checkpoint.json") or b"")
+    cp = read_checkpoint(repo.read_file, meta) or Checkpoint()
     bus = EventBus(source_id)
     make_emitter(bus)(
         "run.notice",

@@ -1,12 +1,21 @@
 """The checkpoint: everything `resume` needs, stored as `checkpoint.json` on the meta ref.
 
-It is rewritten at every snapshot (it is small); history lives in the event segments and
-the per-node directories, which are only ever added.
+History lives in the event segments and the per-node directories, which are only ever
+added. The checkpoint itself holds per-node maps (visits, outcomes) and the context,
+which grow with the run; writing them whole at every stage would make stage 1,000 cost
+more than stage 10. So most stage checkpoints are written as a delta (`CheckpointDelta`):
+the scalar fields whole, and of the maps only the entries that changed since a complete
+checkpoint, which the delta names by its meta commit (an ancestor on the same ref). A
+complete one is written at least every `FULL_EVERY` stages, at the start of each process
+and for every snapshot other than a stage checkpoint (`init`, `finalize`), so a finished
+run's `checkpoint.json` is always complete. `read_checkpoint` is the one reader: it puts
+a delta back together with its base.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import msgspec
 
@@ -111,7 +120,159 @@ def encode(obj: Any) -> bytes:
 
 
 def decode_checkpoint(data: bytes) -> Checkpoint:
+    """A complete checkpoint's bytes; `read_checkpoint` reads any checkpoint.json."""
+    if is_delta(data):
+        raise msgspec.DecodeError("a checkpoint delta read as a complete checkpoint")
     return msgspec.json.decode(data, type=Checkpoint)
+
+
+# The checkpoint's maps that a delta carries entry by entry.
+DELTA_MAPS = (
+    "node_visits",
+    "node_retries",
+    "node_outcomes",
+    "context_values",
+    "loop_failure_signatures",
+    "restart_failure_signatures",
+)
+# A complete checkpoint at least this often, so a reader applies one delta to one base.
+FULL_EVERY = 50
+
+
+class CheckpointDelta(Checkpoint, kw_only=True):
+    """A stage checkpoint written as the change from a complete one: the scalar fields
+    whole (where a complete checkpoint has them), of the maps only the entries that
+    changed, of completed_nodes only the ones after the base's."""
+
+    # The meta commit whose checkpoint.json is complete and is the base of this one.
+    delta_of: str
+    # Keys of each map (by field name) that the base has and this checkpoint no longer has.
+    removed: dict[str, list[str]] = msgspec.field(default_factory=dict)
+
+
+class _Probe(msgspec.Struct):
+    delta_of: str | None = None
+
+
+def is_delta(data: bytes) -> bool:
+    return msgspec.json.decode(data, type=_Probe).delta_of is not None
+
+
+def apply_delta(base: Checkpoint, delta: CheckpointDelta) -> Checkpoint:
+    """The complete checkpoint that `delta` stands for."""
+    fields = {name: getattr(delta, name) for name in Checkpoint.__struct_fields__}
+    for name in DELTA_MAPS:
+        merged = dict(getattr(base, name))
+        for key in delta.removed.get(name, ()):
+            merged.pop(key, None)
+        merged.update(fields[name])
+        fields[name] = merged
+    fields["completed_nodes"] = [*base.completed_nodes, *delta.completed_nodes]
+    return Checkpoint(**fields)
+
+
+def read_checkpoint(
+    read_file: Callable[[str, str], bytes | None], meta_sha: str
+) -> Checkpoint | None:
+    """The complete checkpoint of the meta snapshot `meta_sha` (None if it has none).
+
+    `read_file(commit, path)` reads a file of a meta commit. msgspec.DecodeError when a
+    file is not a checkpoint.
+    """
+    data = read_file(meta_sha, "checkpoint.json")
+    if data is None:
+        return None
+    if not is_delta(data):
+        return msgspec.json.decode(data, type=Checkpoint)
+    delta = msgspec.json.decode(data, type=CheckpointDelta)
+    base_data = read_file(delta.delta_of, "checkpoint.json")
+    if base_data is None or is_delta(base_data):
+        raise msgspec.DecodeError(
+            f"the checkpoint of {meta_sha[:12]} is a delta on {delta.delta_of[:12]}, "
+            "which holds no complete checkpoint"
+        )
+    return apply_delta(decode_checkpoint(base_data), delta)
+
+
+class _BaseEntry(NamedTuple):
+    value: Any  # the object the checkpoint held when the base was written
+    copy: Any  # what git holds for it, decoded: compared against to catch changes in place
+    encoded: bytes
+
+
+class DeltaWriter:
+    """Decides, for each stage checkpoint, whether to write it whole or as a delta, and
+    makes the delta.
+
+    An entry counts as unchanged only when it would encode to the same bytes as in the
+    base, so putting a delta back together gives exactly the checkpoint that was meant
+    (`1 == 1.0 == True` in Python, not in JSON). Encoding every entry at every stage would
+    cost what writing the whole checkpoint did, so the cheap cases are decided first: a
+    string, int or bool equal to the base's and of the same type, or the very object the
+    base held (a stage record) still equal to its copy. Anything else is encoded.
+    """
+
+    def __init__(self, full_every: int = FULL_EVERY) -> None:
+        self.full_every = full_every
+        self._base_sha: str | None = None
+        self._base_entries: dict[str, dict[str, _BaseEntry]] = {}
+        self._base_completed: list[str] = []
+        self._since_base = 0
+
+    def delta(self, cp: Checkpoint) -> CheckpointDelta | None:
+        """`cp` as a delta on the last complete checkpoint; None when it is to be whole."""
+        if self._base_sha is None or self._since_base + 1 >= self.full_every:
+            return None
+        done = len(self._base_completed)
+        if cp.completed_nodes[:done] != self._base_completed:
+            return None  # the walk went back (a checkpoint git refused): start afresh
+        changed: dict[str, dict[str, Any]] = {}
+        removed: dict[str, list[str]] = {}
+        for name in DELTA_MAPS:
+            current: dict[str, Any] = getattr(cp, name)
+            base = self._base_entries[name]
+            changed[name] = {k: v for k, v in current.items() if not _unchanged(v, base.get(k))}
+            gone = base.keys() - current.keys()
+            if gone:
+                removed[name] = sorted(gone)
+        fields = {name: getattr(cp, name) for name in Checkpoint.__struct_fields__}
+        fields.update(changed, completed_nodes=cp.completed_nodes[done:])
+        return CheckpointDelta(**fields, delta_of=self._base_sha, removed=removed)
+
+    def written(self, cp: Checkpoint, meta_sha: str, *, whole: bool) -> None:
+        """A snapshot holding `cp` is now in git as `meta_sha`."""
+        if not whole:
+            self._since_base += 1
+            return
+        self._base_sha = meta_sha
+        self._base_entries = {
+            name: {k: _base_entry(v) for k, v in getattr(cp, name).items()} for name in DELTA_MAPS
+        }
+        self._base_completed = list(cp.completed_nodes)
+        self._since_base = 0
+
+
+_SCALARS = (str, int, bool)
+
+
+def _base_entry(value: Any) -> _BaseEntry:
+    encoded = _entry_encoder.encode(value)
+    return _BaseEntry(value, msgspec.json.decode(encoded), encoded)
+
+
+def _unchanged(value: Any, base: _BaseEntry | None) -> bool:
+    if base is None:
+        return False
+    kind = type(value)
+    if kind in _SCALARS or value is None:
+        # Floats are left to the bytes: -0.0 == 0.0.
+        return type(base.copy) is kind and base.copy == value
+    if value is base.value and value == base.copy:
+        return True
+    return _entry_encoder.encode(value) == base.encoded
+
+
+_entry_encoder = msgspec.json.Encoder(order="deterministic")
 
 
 def decode_manifest(data: bytes) -> Manifest:

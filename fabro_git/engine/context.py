@@ -50,3 +50,8 @@ class Context(Mapping[str, Any]):
 
     def snapshot(self) -> dict[str, Any]:
         return copy.deepcopy(self._values)
+
+    def shared(self) -> dict[str, Any]:
+        """A new dict holding the same value objects: for a caller that copies or
+        serialises them itself and changes nothing."""
+        return dict(self._values)

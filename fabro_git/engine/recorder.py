@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from fabro_git import redact
-from fabro_git.engine.checkpoint import Checkpoint, PendingCommit, decode_checkpoint, encode
+from fabro_git.engine.checkpoint import (
+    Checkpoint,
+    DeltaWriter,
+    PendingCommit,
+    encode,
+    read_checkpoint,
+)
 from fabro_git.errors import DiskFull, FabroError, RefRaceError, StoreError
 from fabro_git.events.bus import last_event_id
 from fabro_git.store import runs as runrefs
@@ -79,6 +85,8 @@ class Recorder:
         # The tree git last wrote from the worktree, and the index file's stamp then.
         self._last_scan: tuple[str, tuple[int, int] | None] | None = None
         self._staging: Stager | None = None
+        # Stage checkpoints go to git as deltas on the last complete one.
+        self._deltas = DeltaWriter()
 
     # -- snapshots -----------------------------------------------------------------
 
@@ -104,7 +112,8 @@ class Recorder:
             cp.event_segments += 1
             all_files[segment_path(cp.event_segments)] = segment
             cp.last_event_id = last_event_id(segment) or cp.last_event_id
-        all_files[runrefs.CHECKPOINT] = mask(encode(cp))
+        delta = self._deltas.delta(cp) if phase == "checkpoint" else None
+        all_files[runrefs.CHECKPOINT] = mask(encode(cp if delta is None else delta))
         summary = MetaSummary(
             status=cp.status,
             workflow=self.workflow_slug,
@@ -144,6 +153,7 @@ class Recorder:
             )
             return None
         self.meta_tip = result.commit_sha
+        self._deltas.written(cp, result.commit_sha, whole=delta is None)
         self.emit(
             "metadata.snapshot.completed",
             phase=phase,
@@ -160,8 +170,7 @@ class Recorder:
         """The checkpoint of the last snapshot git holds."""
         if self.meta_tip is None:
             return None
-        data = self.repo.read_file(self.meta_tip, runrefs.CHECKPOINT)
-        return decode_checkpoint(data) if data is not None else None
+        return read_checkpoint(self.repo.read_file, self.meta_tip)
 
     def _requeue(self, segment: bytes) -> None:
         if self.requeue is not None:

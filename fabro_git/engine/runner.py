@@ -860,6 +860,10 @@ class Runtime:
         from fabro_git.store.runs import artifact_path
 
         cp = self.cp
+        if not self.artifacts.names():
+            # Nothing offloaded, so nothing to prune: skip the scan of the whole history.
+            cp.artifact_count = 0
+            return
         keep = referenced_names(cp.context_values, cp.node_outcomes.values())
         for name in self.artifacts.prune(keep):
             files[artifact_path(name)] = None
@@ -1060,7 +1064,8 @@ class Runtime:
         self.resumed_attempts.clear()
         cp.current_node = node.id
         cp.next_node_id = next_node
-        cp.context_values = _jsonable(scope.context.snapshot())
+        # _jsonable makes a fresh copy: a deep copy first would only double the work.
+        cp.context_values = _jsonable(scope.context.shared())
         cp.timestamp = now_iso()
         cp.active_ms = self.active_ms()
         recorder = self.recorder

@@ -16,8 +16,9 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 import trio
@@ -29,9 +30,9 @@ from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
     Checkpoint,
     Manifest,
-    decode_checkpoint,
     decode_manifest,
     encode,
+    read_checkpoint,
 )
 from fabro_git.engine.context import Context
 from fabro_git.engine.emit import Emit
@@ -298,27 +299,37 @@ def graph_slug(graph: Graph, path: Path | None) -> str:
 # -- running -----------------------------------------------------------------------------------
 
 
-def load_run(repo: GitRepo, run_id: str) -> tuple[Manifest, Checkpoint, str, str]:
+class StoredRun(NamedTuple):
+    """A run as its meta ref's tip holds it."""
+
+    manifest: Manifest
+    checkpoint: Checkpoint  # complete, with a delta put back together
+    meta_sha: str
+    source: str  # the workflow source as it ran
+
+
+def load_run(repo: GitRepo, run_id: str) -> StoredRun:
     meta = repo.read_ref(runrefs.meta_ref(run_id))
     if meta is None:
         raise FabroError(f"run {run_id} has no metadata ref {runrefs.meta_ref(run_id)}")
     try:
         manifest_data = repo.read_file(meta, "manifest.json")
-        cp_data = repo.read_file(meta, "checkpoint.json")
         source = repo.read_file(meta, "graph.fabro")
+        cp = read_checkpoint(repo.read_file, meta)
     except StoreError as exc:
         raise unreadable_meta(run_id, meta, exc) from exc
-    if manifest_data is None or cp_data is None or source is None:
+    except msgspec.DecodeError as exc:
+        raise FabroError(f"run {run_id}: cannot read its metadata ({exc})") from exc
+    if manifest_data is None or cp is None or source is None:
         raise FabroError(
             f"run {run_id}: the metadata snapshot {meta[:12]} is incomplete",
             hint=f"inspect it with `git show {meta}`",
         )
     try:
         manifest = decode_manifest(manifest_data)
-        cp = decode_checkpoint(cp_data)
     except msgspec.DecodeError as exc:
         raise FabroError(f"run {run_id}: cannot read its metadata ({exc})") from exc
-    return manifest, cp, meta, source.decode("utf-8")
+    return StoredRun(manifest, cp, meta, source.decode("utf-8"))
 
 
 def unreadable_meta(run_id: str, meta: str, exc: StoreError) -> FabroError:
@@ -580,9 +591,13 @@ async def _drive(
         meta = recorder.meta_tip if recorder else None
         tail = scratch / "events.jsonl"
         cut_off = cutoff.find_cut_off(cutoff.since_checkpoint(repo, meta, cp, tail))
+    # The start-up's git calls run on a worker thread, as every git call from the trio
+    # loop does: nothing else runs yet, but the loop is never the one that blocks.
     if recorder is not None and resuming:
         try:
-            recorder.reconcile(cp, base_sha=manifest.base_sha)
+            await trio.to_thread.run_sync(
+                partial(recorder.reconcile, cp, base_sha=manifest.base_sha)
+            )
         except MissingObject as exc:
             raise missing_object_error(
                 run_id, recorder.run_ref, recorder.run_tip or "", exc
@@ -609,7 +624,9 @@ async def _drive(
     else:
         assert recorder is not None and recorder.run_tip is not None
         try:
-            worktree, fresh = ensure_worktree(repo, run_id, scratch, recorder.run_tip, emit)
+            worktree, fresh = await trio.to_thread.run_sync(
+                ensure_worktree, repo, run_id, scratch, recorder.run_tip, emit
+            )
         except FabroError as exc:
             emit(
                 ev.SandboxFailed(
@@ -621,7 +638,9 @@ async def _drive(
             raise
         if not fresh:
             # What a cut-off stage left untracked must not leak into its rerun.
-            wt.remove_untracked(worktree, exclude_globs=recorder.exclude_globs)
+            await trio.to_thread.run_sync(
+                partial(wt.remove_untracked, worktree, exclude_globs=recorder.exclude_globs)
+            )
         recorder.worktree = worktree
     hooks.worktree = worktree
     emit(
@@ -636,7 +655,7 @@ async def _drive(
     )
     cp.context_values["internal.work_dir"] = str(worktree)
     if resuming and recorder is not None and recorder.meta_tip is not None:
-        _restore_artifacts(repo, recorder.meta_tip, cp, scratch)
+        await trio.to_thread.run_sync(_restore_artifacts, repo, recorder.meta_tip, cp, scratch)
     if resuming:
         emit(
             ev.RunNotice(

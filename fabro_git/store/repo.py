@@ -50,7 +50,6 @@ _tmp_counter = itertools.count()
 _SMALL_DIFF_FILES = 20
 _SMALL_DIFF_BYTES = 256 * 1024
 _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
-_ASK_FIRST_BYTES = 64 * 1024  # larger objects are looked for before they are written
 # One side of a file change: (path, mode, sha), all None for a side that does not exist.
 _Side = tuple[bytes | None, int | None, ObjectID | None]
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
@@ -95,6 +94,7 @@ class GitRepo:
         self._objects_dir = git_dir / "objects"
         self._ident_cache: dict[tuple[str, str], tuple[str, str]] = {}
         self._fanout_dirs: set[str] = set()
+        self._last_changes: tuple[tuple[str, str], int, list[tuple[_Side, _Side]]] | None = None
         try:
             self._repo = Repo(controldir=str(head_dir), commondir=str(git_dir), worktree=str(root))
         except (NotGitRepository, UnsupportedExtension, UnsupportedVersion) as err:
@@ -395,7 +395,7 @@ class GitRepo:
         from dulwich.patch import write_object_diff
 
         store = self._repo.object_store
-        changes = list(self._tree_changes(old_tree, new_tree, b"", limit=_SMALL_DIFF_FILES))
+        changes = self._changes(old_tree, new_tree, _SMALL_DIFF_FILES)
         if len(changes) > _SMALL_DIFF_FILES:
             return None
         total = 0
@@ -421,11 +421,21 @@ class GitRepo:
         """The paths of the files added, changed or removed between two trees, in path
         order; at most `limit` of them."""
         paths: list[str] = []
-        for old_side, new_side in self._tree_changes(old_tree, new_tree, b"", limit=limit):
+        for old_side, new_side in self._changes(old_tree, new_tree, limit):
             path = new_side[0] if new_side[0] is not None else old_side[0]
             if path is not None and (not paths or paths[-1] != path.decode()):
                 paths.append(path.decode("utf-8", "replace"))
         return paths[:limit]
+
+    def _changes(self, old_tree: str, new_tree: str, limit: int) -> list[tuple[_Side, _Side]]:
+        """`_tree_changes` as a list, remembered for the last pair of trees: a stage's
+        checkpoint asks for its files and then its diff, of the same two trees."""
+        last = self._last_changes
+        if last is not None and last[0] == (old_tree, new_tree) and last[1] >= limit:
+            return last[2][: limit + 1]
+        changes = list(self._tree_changes(old_tree, new_tree, b"", limit=limit))
+        self._last_changes = ((old_tree, new_tree), limit, changes)
+        return changes
 
     def _tree_changes(
         self, old_tree: str | None, new_tree: str | None, prefix: bytes, *, limit: int
@@ -570,22 +580,23 @@ class GitRepo:
         """Write `obj` as a loose object unless packed; safe against concurrent writers."""
         sha = obj.id.decode()
         path = self._objects_dir / sha[:2] / sha[2:]
+        # Looked for first, whatever its size: one syscall against a file written and
+        # renamed (a stage's empty log, an unchanged file, is written at every stage).
+        try:
+            # Freshen the mtime so a concurrent `git gc` does not prune it before a
+            # ref points at it, as git does.
+            os.utime(path)
+            return sha
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            return sha  # owned by another user in a shared repository; it exists
+        if self._repo.object_store.contains_packed(obj.id):
+            return sha
         raw = obj.as_raw_string()
         # One zlib call for the whole object: dulwich compresses chunk by chunk, which
         # for a tree is once per entry.
         data = zlib.compress(b"%s %d\0%s" % (obj.type_name, len(raw), raw), _LOOSE_COMPRESSION)
-        if len(data) > _ASK_FIRST_BYTES:
-            try:
-                # Freshen the mtime so a concurrent `git gc` does not prune it before a
-                # ref points at it, as git does.
-                os.utime(path)
-                return sha
-            except FileNotFoundError:
-                pass
-            except PermissionError:
-                return sha  # owned by another user in a shared repository; it exists
-        if self._repo.object_store.contains_packed(obj.id):
-            return sha
         try:
             fd, tmp = self._open_temp(path.parent, sha[:2])
             try:

@@ -6,18 +6,20 @@ path are rebuilt; every other entry keeps the object id it already had, so an
 unchanged `nodes/plan/` is the same tree object in every later snapshot and the cost
 of a snapshot grows with what changed, not with the history or the size of the tree.
 
-New trees are kept parsed in memory between snapshots of one run, so the next snapshot
-does not read back from disk the trees the previous one just wrote. All objects are
+The entries of the trees it wrote are kept in memory between snapshots of one run, in
+git's order and already serialised, so the next snapshot neither reads back from disk
+the trees the previous one just wrote nor re-serialises a big `nodes/` entry by entry. All objects are
 written before the ref moves, and the ref moves by compare-and-swap from the tip the
 caller last saw, so a crash at any point leaves either the old snapshot or the new one.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from dulwich.objects import Blob, ObjectID, Tree
+from dulwich.objects import Blob, Tree
 
 from fabro_git.errors import StoreError
 from fabro_git.store.repo import GitRepo
@@ -44,7 +46,9 @@ class MetaSnapshotter:
     def __init__(self, repo: GitRepo, ref: str) -> None:
         self.repo = repo
         self.ref = ref
-        self._trees: dict[str, Tree] = {}
+        self._listings: dict[str, _Listing] = {}
+        # The listings this write looked at or made: the trees of the new tip.
+        self._fresh: dict[str, _Listing] = {}
 
     def write(
         self,
@@ -60,12 +64,13 @@ class MetaSnapshotter:
         longer at `expected_tip`; nothing is overwritten then.
         """
         changes = _nest(files)
+        self._fresh = {}
         base_tree: str | None = None
         if expected_tip is not None:
             base_tree = self.repo.commit_info(expected_tip).tree
         root = self._apply(base_tree, changes, "")
         if root is None:
-            root = self._store_tree(Tree())
+            root = self.repo.store_object(Tree())
         commit = self.repo.write_commit(
             tree=root,
             parents=[expected_tip] if expected_tip is not None else [],
@@ -73,6 +78,9 @@ class MetaSnapshotter:
         )
         subject = message.strip().split("\n", 1)[0]
         self.repo.update_ref(self.ref, commit, old=expected_tip, message=f"fabro: {subject}")
+        # Only the new tip's trees are built on next: older listings would only grow the
+        # heap (a thousand-entry nodes/ per stage) for the garbage collector to walk.
+        self._listings = self._fresh
         written = [v for v in files.values() if v is not None]
         return SnapshotResult(
             commit_sha=commit, entry_count=len(written), bytes=sum(len(v) for v in written)
@@ -80,60 +88,95 @@ class MetaSnapshotter:
 
     def _apply(self, tree_sha: str | None, changes: _Changes, where: str) -> str | None:
         """Return the sha of `tree_sha` with `changes` applied; None if it ends up empty."""
-        old = self._tree(tree_sha) if tree_sha is not None else None
-        # A copy parsed from the old tree's bytes (in C), not rebuilt entry by entry.
-        tree = old.copy() if old is not None else Tree()
-        assert isinstance(tree, Tree)
+        old = self._listing(tree_sha) if tree_sha is not None else _Listing([], {}, {})
+        listing = old.copy()
+        changed = False
         for name, change in changes.items():
             path = f"{where}{name.decode('utf-8', 'surrogateescape')}"
-            try:
-                current: tuple[int, ObjectID] | None = tree[name]
-            except KeyError:
-                current = None
+            current = listing.entries.get(name)
             if change is None:
                 if current is not None:
-                    del tree[name]
+                    listing.remove(name)
+                    changed = True
             elif isinstance(change, bytes):
                 if current is not None and current[0] == _DIR:
                     raise StoreError(
                         f"cannot write file {path} in {self.ref}: a directory of that name exists"
                     )
-                tree.add(
-                    name, _FILE, ObjectID(self.repo.store_object(Blob.from_string(change)).encode())
-                )
+                sha = self.repo.store_object(Blob.from_string(change))
+                if current != (_FILE, sha):
+                    listing.put(name, _FILE, sha)
+                    changed = True
             else:
                 if current is not None and current[0] != _DIR:
                     raise StoreError(f"cannot write under {path}/ in {self.ref}: {path} is a file")
-                sub = self._apply(
-                    current[1].decode() if current is not None else None, change, path + "/"
-                )
+                sub = self._apply(current[1] if current is not None else None, change, path + "/")
                 if sub is None:
                     if current is not None:
-                        del tree[name]
-                else:
-                    tree.add(name, _DIR, ObjectID(sub.encode()))
-        if not len(tree):
+                        listing.remove(name)
+                        changed = True
+                elif current != (_DIR, sub):
+                    listing.put(name, _DIR, sub)
+                    changed = True
+        if not listing.entries:
             return None
-        if old is not None and tree.id == old.id:
-            return old.id.decode()
-        return self._store_tree(tree)
-
-    def _tree(self, sha: str) -> Tree:
-        tree = self._trees.get(sha)
-        if tree is None:
-            tree = self.repo.tree(sha)
-            self._remember(sha, tree)
-        return tree
-
-    def _store_tree(self, tree: Tree) -> str:
+        if tree_sha is not None and not changed:
+            return tree_sha
+        # Parsed from the bytes (in C) rather than built entry by entry: dulwich would
+        # serialise a tree of a thousand nodes in Python at every snapshot.
+        tree = Tree.from_raw_string(Tree.type_num, listing.raw())
         sha = self.repo.store_object(tree)
-        self._remember(sha, tree)
+        self._remember(sha, listing)
         return sha
 
-    def _remember(self, sha: str, tree: Tree) -> None:
-        if len(self._trees) >= _CACHE_LIMIT:
-            self._trees.clear()
-        self._trees[sha] = tree
+    def _listing(self, sha: str) -> _Listing:
+        listing = self._listings.get(sha)
+        if listing is not None:
+            self._fresh[sha] = listing
+        else:
+            listing = _Listing([], {}, {})
+            for entry in self.repo.tree(sha).iteritems():
+                listing.put(entry.path, entry.mode, entry.sha.decode())
+            self._remember(sha, listing)
+        return listing
+
+    def _remember(self, sha: str, listing: _Listing) -> None:
+        if len(self._listings) >= _CACHE_LIMIT:
+            self._listings.clear()
+        self._listings[sha] = listing
+        self._fresh[sha] = listing
+
+
+class _Listing:
+    """A tree's entries, kept in git's order with each entry's bytes ready, so a tree of
+    many entries with one changed is written without re-serialising the others."""
+
+    def __init__(
+        self, keys: list[bytes], raw: dict[bytes, bytes], entries: dict[bytes, tuple[int, str]]
+    ) -> None:
+        self.keys = keys  # sort keys in git's order: a directory sorts as `name/`
+        self._raw = raw  # sort key -> the entry's bytes in the tree object
+        self.entries = entries  # name -> (mode, sha)
+
+    def copy(self) -> _Listing:
+        return _Listing(list(self.keys), dict(self._raw), dict(self.entries))
+
+    def put(self, name: bytes, mode: int, sha: str) -> None:
+        if name in self.entries:
+            self.remove(name)
+        key = name + b"/" if mode == _DIR else name
+        bisect.insort(self.keys, key)
+        self._raw[key] = b"%o %s\0%s" % (mode, name, bytes.fromhex(sha))
+        self.entries[name] = (mode, sha)
+
+    def remove(self, name: bytes) -> None:
+        mode, _sha = self.entries.pop(name)
+        key = name + b"/" if mode == _DIR else name
+        del self.keys[bisect.bisect_left(self.keys, key)]
+        del self._raw[key]
+
+    def raw(self) -> bytes:
+        return b"".join(map(self._raw.__getitem__, self.keys))
 
 
 def _nest(files: Mapping[str, bytes | None]) -> _Changes:

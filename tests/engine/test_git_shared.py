@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from helpers import assert_fsck_clean, git, run_fabro, write_workflow
+from helpers import assert_fsck_clean, git, read_checkpoint, run_fabro, write_workflow
 
 from fabro_git.config.locations import run_scratch_dir
 
@@ -153,7 +153,7 @@ def _run_id(proc: subprocess.CompletedProcess[str]) -> str:
 
 
 def _checkpoint(repo: Path, run_id: str) -> dict:
-    return json.loads(git(repo, "show", f"refs/fabro/meta/{run_id}:checkpoint.json"))
+    return read_checkpoint(repo, f"refs/fabro/meta/{run_id}")
 
 
 def _subjects(repo: Path, run_id: str) -> list[str]:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, run_fabro
+from helpers import fabro_exe, git, read_checkpoint, run_fabro
 
 
 @pytest.fixture(autouse=True)
@@ -105,7 +105,7 @@ def _events(repo: Path, run_id: str) -> list[dict]:
 
 
 def _checkpoint(repo: Path, run_id: str) -> dict:
-    return json.loads(git(repo, "show", f"refs/fabro/meta/{run_id}:checkpoint.json"))
+    return read_checkpoint(repo, f"refs/fabro/meta/{run_id}")
 
 
 def _resume(repo: Path, run_id: str) -> None:
