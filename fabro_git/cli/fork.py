@@ -53,6 +53,7 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
     from fabro_git.engine.runner import now_iso
     from fabro_git.engine.session import _read_dir, make_emitter
     from fabro_git.errors import ConfigError, FabroError
+    from fabro_git.events import catalogue as ev
     from fabro_git.events.bus import EventBus, TailFileSink
     from fabro_git.store import runs as runrefs
 
@@ -125,12 +126,14 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
     created.setdefault("workflow_slug", manifest.workflow_slug)
     created.setdefault("provenance", {"subject": {"kind": "user", "login": _login()}})
     created.setdefault("graph", {})
-    emit("run.created", **{k: v for k, v in created.items() if v is not None})
+    emit(ev.RunCreated(**{k: v for k, v in created.items() if v is not None}))
     emit(
-        "run.notice",
-        level="info",
-        code="forked",
-        message=f"forked from run {source_id} at {entry.label}; continue with `git fabro resume {new_id}`",
+        ev.RunNotice(
+            level="info",
+            code="forked",
+            message=f"forked from run {source_id} at {entry.label}; "
+            f"continue with `git fabro resume {new_id}`",
+        )
     )
 
     recorder = Recorder(

@@ -74,6 +74,7 @@ def mark_superseded(repo: Any, source_id: str, new_id: str, label: str, meta: st
     from fabro_git.engine.checkpoint import Checkpoint, decode_manifest, encode, read_checkpoint
     from fabro_git.engine.recorder import segment_path
     from fabro_git.engine.session import make_emitter
+    from fabro_git.events import catalogue as ev
     from fabro_git.events.bus import EventBus, last_event_id
     from fabro_git.store import runs as runrefs
     from fabro_git.store.snapshot import MetaSnapshotter
@@ -82,10 +83,11 @@ def mark_superseded(repo: Any, source_id: str, new_id: str, label: str, meta: st
     cp = read_checkpoint(repo.read_file, meta) or Checkpoint()
     bus = EventBus(source_id)
     make_emitter(bus)(
-        "run.notice",
-        level="info",
-        code="superseded",
-        message=f"rewound to {label} as run {new_id}; this run is superseded",
+        ev.RunNotice(
+            level="info",
+            code="superseded",
+            message=f"rewound to {label} as run {new_id}; this run is superseded",
+        )
     )
     segment = bus.take_segment()
     cp.event_segments += 1

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Protocol
 
 from fabro_git.events.envelope import Actor, EventProps
 
@@ -10,7 +10,7 @@ from fabro_git.events.envelope import Actor, EventProps
 class Emit(Protocol):
     def __call__(
         self,
-        event: EventProps | str,
+        event: EventProps,
         /,
         *,
         node_id: str | None = None,
@@ -19,7 +19,5 @@ class Emit(Protocol):
         session_id: str | None = None,
         parent_session_id: str | None = None,
         actor: Actor | None = None,
-        **props: Any,
     ) -> None:
-        """Emit an event Struct (or, for call sites not moved yet, an event's name and
-        properties), with the envelope's stage and agent-session fields."""
+        """Emit an event Struct, with the envelope's stage and agent-session fields."""

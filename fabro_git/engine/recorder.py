@@ -35,7 +35,9 @@ from fabro_git.engine.checkpoint import (
     encode,
     read_checkpoint,
 )
+from fabro_git.engine.emit import Emit
 from fabro_git.errors import DiskFull, FabroError, RefRaceError, StoreError
+from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import last_event_id
 from fabro_git.store import runs as runrefs
 from fabro_git.store import statcheck
@@ -47,8 +49,6 @@ from fabro_git.store.staging import Stager
 
 # The layout lives in `store.runs`; these names stay importable from here.
 __all__ = ["MetaSummary", "Recorder", "run_commit_message", "segment_path"]
-
-Emit = Callable[..., Any]
 
 
 class Recorder:
@@ -92,7 +92,7 @@ class Recorder:
 
     def snapshot(
         self,
-        phase: str,
+        phase: ev.SnapshotPhase,
         subject: str,
         cp: Checkpoint,
         files: Mapping[str, bytes | None],
@@ -101,7 +101,7 @@ class Recorder:
     ) -> str | None:
         """Write one meta snapshot. Returns its sha, or None when git refused (reported)."""
         scope = scope or {}
-        self.emit("metadata.snapshot.started", phase=phase, branch=self.meta_ref, **scope)
+        self.emit(ev.MetadataSnapshotStarted(phase=phase, branch=self.meta_ref), **scope)
         started = time.monotonic()
         segment = self.take_segment()
         mask = self.redactor.mask_bytes
@@ -137,31 +137,34 @@ class Recorder:
                 self._requeue(segment)
             self.degraded = True
             self.emit(
-                "metadata.snapshot.failed",
-                phase=phase,
-                branch=self.meta_ref,
-                duration_ms=_ms(started),
-                failure_kind="write",
-                error=str(err),
+                ev.MetadataSnapshotFailed(
+                    phase=phase,
+                    branch=self.meta_ref,
+                    duration_ms=_ms(started),
+                    failure_kind="write",
+                    error=str(err),
+                ),
                 **scope,
             )
             self.emit(
-                "run.notice",
-                level="error",
-                code="checkpoint_metadata_write_failed",
-                message=f"could not write the metadata snapshot to {self.meta_ref}: {err}",
+                ev.RunNotice(
+                    level="error",
+                    code="checkpoint_metadata_write_failed",
+                    message=f"could not write the metadata snapshot to {self.meta_ref}: {err}",
+                )
             )
             return None
         self.meta_tip = result.commit_sha
         self._deltas.written(cp, result.commit_sha, whole=delta is None)
         self.emit(
-            "metadata.snapshot.completed",
-            phase=phase,
-            branch=self.meta_ref,
-            duration_ms=_ms(started),
-            entry_count=result.entry_count,
-            bytes=result.bytes,
-            commit_sha=result.commit_sha,
+            ev.MetadataSnapshotCompleted(
+                phase=phase,
+                branch=self.meta_ref,
+                duration_ms=_ms(started),
+                entry_count=result.entry_count,
+                bytes=result.bytes,
+                commit_sha=result.commit_sha,
+            ),
             **scope,
         )
         return result.commit_sha
@@ -235,11 +238,13 @@ class Recorder:
         if tip is None or not self.repo.is_ancestor(self.run_tip, tip):
             raise self._moved(f"during {node_id}", expected=self.run_tip, found=tip)
         self.emit(
-            "run.notice",
-            level="info",
-            code="stage_commits_adopted",
-            message=f"{node_id} committed on {branch} itself ({self.run_tip[:12]}..{tip[:12]}); "
-            "its commits are kept and the checkpoint commit goes on top",
+            ev.RunNotice(
+                level="info",
+                code="stage_commits_adopted",
+                message=f"{node_id} committed on {branch} itself "
+                f"({self.run_tip[:12]}..{tip[:12]}); "
+                "its commits are kept and the checkpoint commit goes on top",
+            )
         )
         self.run_tip = tip
 
@@ -280,13 +285,13 @@ class Recorder:
         self.run_tip = sha
         cp.git_commit_sha = sha
         cp.pending_commit = None
-        self.emit("git.commit", sha=sha, node_id=pending.node_id, node_label=node_label)
+        self.emit(ev.GitCommit(sha=sha), node_id=pending.node_id, node_label=node_label)
         return sha
 
     def _commit_failed(self, node_id: str, message: str) -> None:
         self.degraded = True
-        self.emit("checkpoint.failed", error=message, node_id=node_id)
-        self.emit("run.notice", level="error", code="checkpoint_git_failed", message=message)
+        self.emit(ev.CheckpointFailed(error=message), node_id=node_id)
+        self.emit(ev.RunNotice(level="error", code="checkpoint_git_failed", message=message))
 
     def plan_commit(
         self,
@@ -346,13 +351,14 @@ class Recorder:
                 message=f"fabro: resume sets aside commits of a cut-off stage ({self.run_tip[:12]})",
             )
             self.emit(
-                "run.notice",
-                level="warn",
-                code="stage_commits_set_aside",
-                message=f"{runrefs.run_branch_name(self.run_id)} held commits of a stage that was "
-                f"cut off ({expected[:12]}..{self.run_tip[:12]}); the stage runs again from its "
-                f"checkpoint, and `git reflog show {runrefs.run_branch_name(self.run_id)}` "
-                "still finds them",
+                ev.RunNotice(
+                    level="warn",
+                    code="stage_commits_set_aside",
+                    message=f"{runrefs.run_branch_name(self.run_id)} held commits of a stage "
+                    f"that was cut off ({expected[:12]}..{self.run_tip[:12]}); the stage runs "
+                    f"again from its checkpoint, and `git reflog show "
+                    f"{runrefs.run_branch_name(self.run_id)}` still finds them",
+                )
             )
             self.run_tip = expected
         if pending is not None:

@@ -218,7 +218,7 @@ class Runtime:
 
     def emit(
         self,
-        event: EventProps | str,
+        event: EventProps,
         /,
         *,
         node_id: str | None = None,
@@ -226,10 +226,9 @@ class Runtime:
         stage_id: str | None = None,
         session_id: str | None = None,
         parent_session_id: str | None = None,
-        **props: Any,
     ) -> None:
-        """Emit an event: its properties Struct (or, for older call sites, its name and
-        properties), with the envelope's stage and agent-session fields."""
+        """Emit an event's properties Struct, with the envelope's stage and
+        agent-session fields."""
         self.activity += 1
         self.emit_event(
             event,
@@ -238,7 +237,6 @@ class Runtime:
             stage_id=stage_id,
             session_id=session_id,
             parent_session_id=parent_session_id,
-            **props,
         )
 
     async def store_call(self, fn: Callable[..., T], *args: Any) -> T:

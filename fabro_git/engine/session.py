@@ -48,7 +48,6 @@ from fabro_git.engine.watchdog import watch_for_stall
 from fabro_git.errors import FabroError, MissingObject, StoreError
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, Sink, TailFileSink, tail_after
-from fabro_git.events.catalogue import CATALOGUE
 from fabro_git.events.envelope import Actor, EventProps
 from fabro_git.store import runs as runrefs
 from fabro_git.store import worktree as wt
@@ -87,7 +86,7 @@ class RunResult:
 
 def make_emitter(bus: EventBus) -> Emit:
     def emit(
-        event: EventProps | str,
+        event: EventProps,
         /,
         *,
         node_id: str | None = None,
@@ -96,15 +95,7 @@ def make_emitter(bus: EventBus) -> Emit:
         session_id: str | None = None,
         parent_session_id: str | None = None,
         actor: Actor | None = None,
-        **props: Any,
     ) -> None:
-        if isinstance(event, str):
-            fields = {k: v for k, v in props.items() if v is not None}
-            event = CATALOGUE[event](**fields)
-        elif props:
-            raise TypeError(
-                f"{type(event).__name__} takes its properties itself, not {sorted(props)}"
-            )
         bus.emit(
             event,
             node_id=node_id,
