@@ -206,6 +206,9 @@ def run(
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
     ] = False,
+    no_retro: Annotated[
+        bool, typer.Option("--no-retro", help="Write no retro (retro.json) at the run's end.")
+    ] = False,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -226,6 +229,7 @@ def run(
             detach=detach,
             json_output=json_output,
             output=_output_mode(quiet, verbose),
+            retro=not no_retro,
         )
     )
 
@@ -260,6 +264,9 @@ def resume(
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
     ] = False,
+    no_retro: Annotated[
+        bool, typer.Option("--no-retro", help="Write no retro at the run's end.")
+    ] = False,
     detached_child: Annotated[bool, typer.Option("--detached-child", hidden=True)] = False,
 ) -> None:
     """Continue an interrupted or failed run from its last checkpoint."""
@@ -274,6 +281,7 @@ def resume(
             json_output=json_output,
             output=_output_mode(quiet, verbose),
             detached_child=detached_child,
+            retro=not no_retro,
         )
     )
 
@@ -330,10 +338,15 @@ def logs(
 def inspect(
     run_id: RunArg,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    retro: Annotated[
+        bool, typer.Option("--retro", help="Show the run's retro: each stage, and the totals.")
+    ] = False,
 ) -> None:
     """Show a run's manifest, checkpoint and status."""
     from fabro_git.cli import inspect as impl
 
+    if retro:
+        raise typer.Exit(impl.show_retro(run_id, json_output=json_output))
     raise typer.Exit(impl.run(run_id, json_output=json_output))
 
 

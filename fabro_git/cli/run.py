@@ -221,6 +221,7 @@ def run(
     detach: bool,
     json_output: bool,
     output: str = "tail",
+    retro: bool = True,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -237,6 +238,7 @@ def run(
         model=model,
         provider=provider,
         interactive=stdin_answers() and not detach,
+        retro=retro,
     )
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
@@ -378,6 +380,8 @@ def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
         argv.append("--auto-approve")
     for answer in options.answers:
         argv += ["--answer", answer]
+    if not options.retro:
+        argv.append("--no-retro")
     log = make_private_dir(run_scratch_dir(Path(repo.git_dir), run_id)) / "detached.log"
     with open(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         child = subprocess.Popen(
@@ -401,6 +405,7 @@ def resume(
     json_output: bool,
     output: str = "tail",
     detached_child: bool = False,
+    retro: bool = True,
 ) -> int:
     from fabro_git.cli._runs import resolve_run
     from fabro_git.cli._streams import outlive_readers
@@ -431,6 +436,8 @@ def resume(
         model=manifest.settings.get("model"),
         provider=manifest.settings.get("provider"),
         interactive=stdin_answers() and not detach and not detached_child,
+        # The run's own choice holds on every resume; --no-retro here adds to it.
+        retro=retro and manifest.settings.get("retro") is not False,
     )
     if detach:
         _spawn_detached(repo, full_id, options)

@@ -155,6 +155,13 @@ class Recorder:
         )
         return result.commit_sha
 
+    def pending_events(self) -> bytes:
+        """The event lines no snapshot holds yet; they stay queued for the next one."""
+        segment = self.take_segment()
+        if segment:
+            self._requeue(segment)
+        return segment
+
     def durable_checkpoint(self) -> Checkpoint | None:
         """The checkpoint of the last snapshot git holds."""
         if self.meta_tip is None:

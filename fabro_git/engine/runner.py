@@ -67,6 +67,8 @@ class Options:
     model: str | None = None
     provider: str | None = None
     interactive: bool = False
+    # Write `retro.json` at the run's end (`run --no-retro` turns it off for the run).
+    retro: bool = True
 
 
 # The run itself, a parallel branch, or a child workflow.

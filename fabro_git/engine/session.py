@@ -189,6 +189,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
         settings={
             "dry_run": spec.options.dry_run,
             "auto_approve": spec.options.auto_approve,
+            "retro": spec.options.retro,
             "model": spec.options.model,
             "provider": spec.options.provider,
             "setup_commands": spec.setup_commands,
@@ -844,6 +845,8 @@ def _finish(
     if recorder is not None:
         files = dict(runtime.pending_files)
         runtime.pending_files = {}
+        if runtime.options.retro:
+            files.update(_retro_files(runtime, status, error if status == oc.FAILED else None))
         if recorder.snapshot("finalize", f"finalize {status}", cp, files) is None:
             # Reported above as run.notice; the exit status must not claim an outcome
             # that git does not hold.
@@ -859,6 +862,36 @@ def _finish(
         final_sha,
         error,
     )
+
+
+def _retro_files(runtime: Runtime, status: str, error: str | None) -> dict[str, bytes]:
+    """`retro.json` for the finalize snapshot, from every event of the run: those git
+    holds and those the snapshot is about to add. A retro that cannot be made is
+    reported and left out; it never changes how the run ended."""
+    from fabro_git.outputs import retro
+
+    recorder = runtime.recorder
+    assert recorder is not None
+    cp, manifest = runtime.cp, runtime.manifest
+    try:
+        events = runrefs.read_events(runtime.repo, recorder.meta_tip) if recorder.meta_tip else b""
+        document = retro.derive(
+            events + recorder.pending_events(),
+            run_id=runtime.run_id,
+            workflow=manifest.workflow_slug,
+            goal=manifest.goal,
+            status=status,
+            error=error,
+            started_at=cp.started_at,
+            finished_at=cp.finished_at,
+            duration_ms=cp.active_ms,
+        )
+    except FabroError as exc:
+        runtime.emit(
+            ev.RunNotice(level="warn", code="retro_failed", message=f"no retro written: {exc}")
+        )
+        return {}
+    return {retro.RETRO_FILE: retro.encode(document)}
 
 
 def _undo_unfinished_visit(cp: Checkpoint, node_id: str) -> None:
