@@ -204,7 +204,10 @@ def run(
         bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
     ] = False,
     verbose: Annotated[
-        bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
+        bool,
+        typer.Option(
+            "-v", "--verbose", help="Show each command stage's output live, line by line."
+        ),
     ] = False,
     no_retro: Annotated[
         bool, typer.Option("--no-retro", help="Write no retro (retro.json) at the run's end.")
@@ -262,7 +265,10 @@ def resume(
         bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
     ] = False,
     verbose: Annotated[
-        bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
+        bool,
+        typer.Option(
+            "-v", "--verbose", help="Show each command stage's output live, line by line."
+        ),
     ] = False,
     no_retro: Annotated[
         bool, typer.Option("--no-retro", help="Write no retro at the run's end.")

@@ -274,12 +274,15 @@ def run(
             print(run_id)
         return 0
     print(f"run {run_id} started", file=sys.stderr)
+    renderer = _renderer(output)
+    if output == "all":
+        options.on_output = renderer.command_line
     with _disk_full_names_the_run(run_id):
         result = execute_run(
             repo,
             run_id,
             options=options,
-            renderer=_renderer(output),
+            renderer=renderer,
             resuming=False,
             handlers=handler_for,
             prepared=opened,
@@ -446,12 +449,15 @@ def resume(
     _use_run_author(repo, manifest.settings)
     if not detached_child:
         print(f"resuming run {full_id}", file=sys.stderr)
+    renderer = None if detached_child else _renderer(output)
+    if renderer is not None and output == "all":
+        options.on_output = renderer.command_line
     with _disk_full_names_the_run(full_id):
         result = execute_run(
             repo,
             full_id,
             options=options,
-            renderer=None if detached_child else _renderer(output),
+            renderer=renderer,
             resuming=True,
             handlers=handler_for,
         )

@@ -69,6 +69,8 @@ class Options:
     interactive: bool = False
     # Write `retro.json` at the run's end (`run --no-retro` turns it off for the run).
     retro: bool = True
+    # Hears each line a command stage prints, as it prints it (`run -v`): (node id, line).
+    on_output: Callable[[str, str], None] | None = None
 
 
 # The run itself, a parallel branch, or a child workflow.

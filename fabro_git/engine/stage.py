@@ -100,6 +100,12 @@ class StageRequest:
         return process_groups.records_dir(self._runtime.scratch)
 
     @property
+    def output_listener(self) -> Callable[[str, str], None] | None:
+        """Who wants a command's output line by line as it is printed (`run -v`): called
+        with the node id and the line; None when nobody does."""
+        return self._runtime.options.on_output
+
+    @property
     def interviewer(self) -> Interviewer:
         return self._runtime.interviewer
 
