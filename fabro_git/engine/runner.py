@@ -176,7 +176,8 @@ class Runtime:
         self.options = options
         self.handlers = handlers
         self.rng = random.Random()
-        self.pending_files: dict[str, bytes | None] = {}
+        # A Path value is a file streamed into git at the checkpoint (a command's whole output).
+        self.pending_files: dict[str, bytes | Path | None] = {}
         self.artifacts = ArtifactStore(scratch)
         # The stage tree computed for `files_touched` before stage.completed, by stage
         # id, for its checkpoint to reuse (or the error computing it, to raise there).
@@ -440,7 +441,7 @@ class Runtime:
         # Attempts cut off by a crash are numbered but do not use up the retry budget.
         earlier = self.resumed_attempts.pop(stage_id, 0)
         max_attempts = policy.max_attempts + earlier
-        files: dict[str, bytes] = {}
+        files: dict[str, bytes | Path] = {}
         while True:
             # A checkpoint per attempt, so Ctrl-C and the watchdog get through even when
             # every handler on the path finishes without awaiting anything.
@@ -676,7 +677,7 @@ class Runtime:
         for name, data in written.items():
             self.pending_files[artifact_path(name)] = data
 
-    def _prune_artifacts(self, files: dict[str, bytes | None]) -> None:
+    def _prune_artifacts(self, files: dict[str, bytes | Path | None]) -> None:
         """Drop the artifacts the checkpoint no longer points to, here and on the meta ref."""
         from fabro_git.store.runs import artifact_path
 

@@ -44,8 +44,9 @@ class StageRequest:
     node_dir: str
     _runtime: Runtime
     _scope: Scope
-    # Files for the stage's `nodes/<dir>/` entry on the meta ref, beyond status.json.
-    files: dict[str, bytes] = field(default_factory=dict)
+    # Files for the stage's `nodes/<dir>/` entry on the meta ref, beyond status.json: their
+    # bytes, or the path of a file in scratch that the checkpoint streams into git.
+    files: dict[str, bytes | Path] = field(default_factory=dict)
     # What the stage ends with when its `timeout` cuts it off (default: a transient failure).
     timeout_outcome: Callable[[float], Outcome] | None = None
     # The record files of the process groups the stage told of, by group id.

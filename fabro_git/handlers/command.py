@@ -1,10 +1,11 @@
 """Command nodes: run a script in the worktree.
 
 Output streams straight to files in the stage's scratch dir, so a command that prints a
-gigabyte costs disk, not memory. The meta ref keeps a capped copy (META_LIMIT: the whole
-output when smaller, else its head and tail), and the context gets that same copy: over
-the offload threshold the engine moves it to the artifact store and the context keeps a
-pointer, so a large output is kept once, not in every checkpoint. The command runs in
+gigabyte costs disk, not memory. The meta ref keeps the whole output, byte for byte (one
+over META_LIMIT is streamed into git from its file at the checkpoint). The context gets
+a capped copy (the whole output when under META_LIMIT, else its head and tail): over the
+offload threshold the engine moves it to the artifact store and the context keeps a
+pointer, so a large output is not copied into every checkpoint. The command runs in
 its own process group (`fabro_git.engine.process`), so a timeout or Ctrl-C stops
 everything it started, not just the shell. The run's goal and inputs reach the script
 only through its environment (`script_environment`).
@@ -118,9 +119,17 @@ async def execute(req: StageRequest) -> Outcome:
 
     def keep_output() -> dict[str, str]:
         req.files[script_name] = script.encode()
-        out = req.files["stdout.log"] = excerpt(stdout_path, META_LIMIT)
-        err = req.files["stderr.log"] = excerpt(stderr_path, META_LIMIT)
-        return {"command.output": _text(out), "command.stderr": _text(err)}
+        updates = {}
+        for name, path, key in (
+            ("stdout.log", stdout_path, "command.output"),
+            ("stderr.log", stderr_path, "command.stderr"),
+        ):
+            kept = excerpt(path, META_LIMIT)
+            # The meta ref keeps the whole output, byte for byte; a large one is streamed
+            # into git from its file at the checkpoint, never held in memory.
+            req.files[name] = path if path.stat().st_size > META_LIMIT else kept
+            updates[key] = _text(kept)
+        return updates
 
     def timed_out(seconds: float) -> Outcome:
         return Outcome.failure(

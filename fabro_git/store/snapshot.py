@@ -34,8 +34,18 @@ class SnapshotResult:
     bytes: int  # total size of the files written
 
 
-# A change set shaped like the tree: name -> new bytes, None (delete) or a nested dict.
-_Changes = dict[bytes, "bytes | _Changes | None"]
+@dataclass(frozen=True)
+class StoredBlob:
+    """A file already written to the object store (`GitRepo.store_file`): a snapshot
+    names it by id instead of holding its bytes."""
+
+    sha: str
+    size: int
+
+
+# A change set shaped like the tree: name -> new bytes or a stored blob, None (delete)
+# or a nested dict.
+_Changes = dict[bytes, "bytes | StoredBlob | _Changes | None"]
 
 
 class MetaSnapshotter:
@@ -48,7 +58,7 @@ class MetaSnapshotter:
 
     def write(
         self,
-        files: Mapping[str, bytes | None],
+        files: Mapping[str, bytes | StoredBlob | None],
         message: str,
         *,
         expected_tip: str | None,
@@ -74,9 +84,8 @@ class MetaSnapshotter:
         subject = message.strip().split("\n", 1)[0]
         self.repo.update_ref(self.ref, commit, old=expected_tip, message=f"fabro: {subject}")
         written = [v for v in files.values() if v is not None]
-        return SnapshotResult(
-            commit_sha=commit, entry_count=len(written), bytes=sum(len(v) for v in written)
-        )
+        size = sum(v.size if isinstance(v, StoredBlob) else len(v) for v in written)
+        return SnapshotResult(commit_sha=commit, entry_count=len(written), bytes=size)
 
     def _apply(self, tree_sha: str | None, changes: _Changes, where: str) -> str | None:
         """Return the sha of `tree_sha` with `changes` applied; None if it ends up empty."""
@@ -93,14 +102,17 @@ class MetaSnapshotter:
             if change is None:
                 if current is not None:
                     del tree[name]
-            elif isinstance(change, bytes):
+            elif isinstance(change, bytes | StoredBlob):
                 if current is not None and current[0] == _DIR:
                     raise StoreError(
                         f"cannot write file {path} in {self.ref}: a directory of that name exists"
                     )
-                tree.add(
-                    name, _FILE, ObjectID(self.repo.store_object(Blob.from_string(change)).encode())
+                sha = (
+                    change.sha
+                    if isinstance(change, StoredBlob)
+                    else self.repo.store_object(Blob.from_string(change))
                 )
+                tree.add(name, _FILE, ObjectID(sha.encode()))
             else:
                 if current is not None and current[0] != _DIR:
                     raise StoreError(f"cannot write under {path}/ in {self.ref}: {path} is a file")
@@ -136,7 +148,7 @@ class MetaSnapshotter:
         self._trees[sha] = tree
 
 
-def _nest(files: Mapping[str, bytes | None]) -> _Changes:
+def _nest(files: Mapping[str, bytes | StoredBlob | None]) -> _Changes:
     root: _Changes = {}
     for path, content in files.items():
         parts = _split(path)
@@ -152,6 +164,9 @@ def _nest(files: Mapping[str, bytes | None]) -> _Changes:
         leaf = parts[-1]
         if isinstance(node.get(leaf), dict):
             raise StoreError(f"snapshot writes both the file {path} and paths beneath it")
+        if isinstance(content, StoredBlob):
+            node[leaf] = content
+            continue
         if content is not None and not isinstance(content, bytes | bytearray | memoryview):
             raise TypeError(
                 f"snapshot content for {path} must be bytes, not {type(content).__name__}"
