@@ -587,7 +587,7 @@ class Runtime:
             node_visits=dict(scope.visits),
             loop_failure_signatures=dict(scope.loop_signatures) or None,
             restart_failure_signatures=dict(scope.restart_signatures) or None,
-            response=result.response,
+            response=_event_response(result),
             notes=result.notes,
             files_touched=list(result.files_touched),
             attempt=earlier + attempt,
@@ -1030,6 +1030,22 @@ def visit_limit(node: Node, graph: Graph, *, dry_run: bool) -> VisitLimit:
         source = f"{DRY_RUN_VISIT_LIMIT} in a dry run; max_node_visits or max_visits changes it"
         return VisitLimit(DRY_RUN_VISIT_LIMIT, source, across_restarts=True)
     return VisitLimit(0, "none")
+
+
+def _event_response(result: Outcome) -> str | None:
+    """The response `stage.completed` carries: a large one is there already as its
+    offloaded context value (`response.<node>`), and the event names it by its
+    `file://` pointer rather than holding the text once more."""
+    from fabro_git.outputs.artifacts import OFFLOAD_THRESHOLD, pointer_name
+
+    response = result.response
+    if response is None or len(response) <= OFFLOAD_THRESHOLD:
+        return response
+    for key, value in result.context_updates.items():
+        if key.startswith("response.") and pointer_name(value) is not None:
+            return str(value)
+    left = len(response) - OFFLOAD_THRESHOLD
+    return f"{response[:OFFLOAD_THRESHOLD]}\n[... {left} more characters, in response.md]"
 
 
 def _jsonable(value: Any) -> Any:
