@@ -109,10 +109,28 @@ def run(run_id: str, node: str | None) -> int:
     if record.get("notes"):
         out.write(f"notes     {record['notes']}\n")
     for file_name, title in SECTIONS:
-        data = repo.read_file(meta, f"{stage.path}/{file_name}")
+        data = _shown(repo, meta, f"{stage.path}/{file_name}")
         if not data:
             continue
         text = data.decode("utf-8", "replace")
         out.write(f"\n--- {title} ({file_name})\n")
         out.write(text if text.endswith("\n") or not text else text + "\n")
     return 0
+
+
+# A file larger than this is shown as its head and tail: the meta ref keeps a command's
+# whole output, which can be hundreds of megabytes.
+SHOW_LIMIT = 1_000_000
+
+
+def _shown(repo: Any, meta: str, path: str) -> bytes | None:
+    size = repo.file_size(meta, path)
+    if size is None or size <= SHOW_LIMIT:
+        return repo.read_file(meta, path) if size else None
+    ends = repo.read_file_ends(meta, path, SHOW_LIMIT // 2)
+    if ends is None:
+        return None
+    head, tail = ends
+    left = size - len(head) - len(tail)
+    note = f"\n[... {left} bytes not shown; the whole file: git show {meta[:12]}:{path}]\n"
+    return head + note.encode() + tail

@@ -371,6 +371,44 @@ class GitRepo:
         blob = self._object(sha.decode(), "blob")
         return blob.as_raw_string() if isinstance(blob, Blob) else None
 
+    def file_size(self, commit: str, path: str) -> int | None:
+        """The size of the file at `path` in `commit`, without reading it; None when it
+        is not a file there."""
+        entry = self._lookup(commit, path)
+        if entry is None or entry[0] & 0o170000 == 0o040000 or entry[0] == 0o160000:
+            return None
+        proc = run_git(["cat-file", "-s", entry[1].decode()], cwd=self.root, check=False)
+        return int(proc.stdout) if proc.returncode == 0 else None
+
+    def read_file_ends(self, commit: str, path: str, keep: int) -> tuple[bytes, bytes] | None:
+        """The first and last `keep` bytes of a file too large to read whole (a command's
+        500 MB output), streamed from git in bounded memory; None when it is no file."""
+        import collections
+        import subprocess
+
+        entry = self._lookup(commit, path)
+        if entry is None or entry[0] & 0o170000 == 0o040000 or entry[0] == 0o160000:
+            return None
+        from fabro_git.store._gitcli import git_env
+
+        with subprocess.Popen(
+            ["git", "cat-file", "blob", entry[1].decode()],
+            cwd=self.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=git_env(),
+        ) as proc:
+            assert proc.stdout is not None
+            head = proc.stdout.read(keep)
+            tail: collections.deque[bytes] = collections.deque()
+            held = 0
+            while block := proc.stdout.read(_FILE_CHUNK):
+                tail.append(block)
+                held += len(block)
+                while held - len(tail[0]) >= keep:
+                    held -= len(tail.popleft())
+        return head, b"".join(tail)[-keep:] if tail else b""
+
     def list_dir(self, commit: str, path: str) -> list[str] | None:
         entry = self._lookup(commit, path)
         if entry is None or entry[0] & 0o170000 != 0o040000:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from helpers import git, run_json, write_workflow
+from helpers import git, run_fabro, run_json, write_workflow
 
 # About 1.9 MB of numbered lines: nearly twice what the context keeps (META_LIMIT).
 LINES = "for i in $(seq 1 40000); do echo 'output line '$i' of a long command stage here'; done"
@@ -53,6 +53,12 @@ digraph Big {{
     pointer = git(repo, "show", f"{meta}:artifacts/command.output.json")
     assert "bytes omitted" in pointer and "output line 40000 " in pointer
     subprocess.run(["git", "fsck", "--strict", "--no-dangling"], cwd=repo, check=True)
+    # `show` prints so large a log as its head and tail, and says how to get it whole.
+    shown = run_fabro("show", run_id, "big", cwd=repo)
+    assert shown.returncode == 0, shown.stderr
+    assert "output line 1 of a long" in shown.stdout and "output line 40000 of" in shown.stdout
+    assert "output line 20000 of" not in shown.stdout
+    assert f"the whole file: git show {git(repo, 'rev-parse', meta).strip()[:12]}:" in shown.stdout
 
 
 def test_a_secret_in_a_large_output_is_masked_in_the_stored_blob(repo: Path) -> None:
