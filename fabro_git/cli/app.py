@@ -212,6 +212,13 @@ def run(
     no_retro: Annotated[
         bool, typer.Option("--no-retro", help="Write no retro (retro.json) at the run's end.")
     ] = False,
+    retro_narrative: Annotated[
+        bool,
+        typer.Option(
+            "--retro-narrative",
+            help="Also ask the run's model for the retro's narrative (one call at the end).",
+        ),
+    ] = False,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -233,6 +240,7 @@ def run(
             json_output=json_output,
             output=_output_mode(quiet, verbose),
             retro=not no_retro,
+            retro_narrative=retro_narrative,
         )
     )
 

@@ -182,6 +182,29 @@ def _render_retro(doc: dict[str, Any]) -> str:
             problems.append(f"  {stage.get('stage_id')} failed: {stage.get('failure_reason')}")
     if problems:
         lines += ["", "failed attempts", *problems]
+    lines += _narrative_lines(doc.get("narrative"))
     from fabro_git.events.render import printable
 
     return printable("\n".join(lines)) + "\n"
+
+
+def _narrative_lines(narrative: Any) -> list[str]:
+    """The model's narrative of the run (`run --retro-narrative`), when there is one."""
+    if not isinstance(narrative, dict):
+        return []
+    lines = ["", f"smoothness {narrative.get('smoothness') or '-'} (by {narrative.get('model')})"]
+    for key in ("intent", "outcome"):
+        if narrative.get(key):
+            lines.append(f"{key:<10} {narrative[key]}")
+    for title, key, kind, text in (
+        ("learnings", "learnings", "category", "text"),
+        ("friction", "friction_points", "kind", "description"),
+        ("open items", "open_items", "kind", "description"),
+    ):
+        items = narrative.get(key) or []
+        if items:
+            lines.append(title)
+            for item in items:
+                where = f" ({item['stage_id']})" if item.get("stage_id") else ""
+                lines.append(f"  [{item.get(kind) or '-'}] {item.get(text)}{where}")
+    return lines

@@ -222,6 +222,7 @@ def run(
     json_output: bool,
     output: str = "tail",
     retro: bool = True,
+    retro_narrative: bool = False,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -239,6 +240,7 @@ def run(
         provider=provider,
         interactive=stdin_answers() and not detach,
         retro=retro,
+        retro_narrative=retro_narrative,
     )
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
@@ -441,6 +443,7 @@ def resume(
         interactive=stdin_answers() and not detach and not detached_child,
         # The run's own choice holds on every resume; --no-retro here adds to it.
         retro=retro and manifest.settings.get("retro") is not False,
+        retro_narrative=bool(manifest.settings.get("retro_narrative")),
     )
     if detach:
         _spawn_detached(repo, full_id, options)

@@ -69,6 +69,8 @@ class Options:
     interactive: bool = False
     # Write `retro.json` at the run's end (`run --no-retro` turns it off for the run).
     retro: bool = True
+    # Ask the run's model for the retro's narrative too (`run --retro-narrative`).
+    retro_narrative: bool = False
     # Hears each line a command stage prints, as it prints it (`run -v`): (node id, line).
     on_output: Callable[[str, str], None] | None = None
 

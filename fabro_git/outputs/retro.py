@@ -8,7 +8,8 @@ events give the same bytes. The events are the source, not the per-node `status.
 files, because they hold every attempt (the failures a retry hid, a stage a kill cut
 off) and every visit, even across a loop restart that reuses a node's directory.
 
-The narrative layer of Fabro's retros (an LLM's reading of the run) is not produced.
+The narrative layer (a model's reading of the run) is added only on request, by
+`engine.retro_narrative`.
 """
 
 from __future__ import annotations

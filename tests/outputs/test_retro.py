@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, meta_file, run_fabro, run_json, write_workflow
+from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
 from llm_server import LlmServer, Reply, provider_env
 
 from fabro_git.outputs import retro
@@ -230,3 +230,75 @@ digraph L {
     assert total["total_cost"] == pytest.approx(checkpoint["total_cost"])
     shown = run_fabro("inspect", run_id, "--retro", cwd=repo).stdout
     assert "(1200 tokens in, 300 out)" in shown
+
+
+NARRATED = """\
+digraph N {
+    graph [goal="greet the world"]
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    hello [shape=parallelogram, script="echo hello > hello.txt"]
+    start -> hello -> exit
+}
+"""
+
+NARRATIVE_REPLY = """Here is the retrospective.
+```json
+{"smoothness": "Smooth", "intent": "Greet the world.", "outcome": "hello.txt was written.",
+ "learnings": [{"category": "workflow", "text": "One stage is enough."}],
+ "friction_points": [{"kind": "retry", "description": "none really", "stage_id": "hello@1"}],
+ "open_items": [{"kind": "test_gap", "description": "Nothing checks hello.txt."},
+                {"kind": "follow_up"}]}
+```"""
+
+
+def test_retro_narrative_asks_the_model_once_and_keeps_its_reading(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, NARRATED)
+    llm_server.script(Reply(text=NARRATIVE_REPLY, input_tokens=900, output_tokens=120))
+    proc, result = run_json(
+        "run", "wf.fabro", "--retro-narrative", "--model", "claude-sonnet-4-6", cwd=repo
+    )
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    [request] = llm_server.requests
+    sent = json.dumps(request.body)
+    assert "greet the world" in sent and "hello@1" in sent and "smoothness" in sent
+    narrative = _retro(repo, run_id)["narrative"]
+    assert narrative["smoothness"] == "smooth" and narrative["model"] == "claude-sonnet-4-6"
+    assert narrative["intent"] == "Greet the world."
+    assert narrative["learnings"] == [{"category": "workflow", "text": "One stage is enough."}]
+    assert narrative["friction_points"][0]["stage_id"] == "hello@1"
+    # An item without its text is dropped.
+    assert narrative["open_items"] == [
+        {"kind": "test_gap", "description": "Nothing checks hello.txt."}
+    ]
+    assert narrative["usage"]["input_tokens"] == 900 and narrative["usage"]["cost"] > 0
+    shown = run_fabro("inspect", run_id, "--retro", cwd=repo).stdout
+    assert "smoothness smooth (by claude-sonnet-4-6)" in shown
+    assert "  [test_gap] Nothing checks hello.txt." in shown
+
+
+def test_without_the_flag_no_model_is_asked(repo: Path, llm_server: LlmServer) -> None:
+    write_workflow(repo, NARRATED)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert llm_server.requests == []
+    assert "narrative" not in _retro(repo, result["run_id"])
+
+
+def test_a_reply_with_no_narrative_leaves_the_retro_without_one(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, NARRATED)
+    llm_server.script(Reply(text="I would rather not."))
+    proc, result = run_json(
+        "run", "wf.fabro", "--retro-narrative", "--model", "claude-sonnet-4-6", cwd=repo
+    )
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    document = _retro(repo, run_id)
+    assert "narrative" not in document and document["status"] == "succeeded"
+    notices = [e["properties"] for e in run_events(run_id, repo) if e["event"] == "run.notice"]
+    assert any(n["code"] == "retro_narrative_failed" for n in notices)
