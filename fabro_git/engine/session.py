@@ -24,7 +24,7 @@ import trio
 
 from fabro_git import __version__
 from fabro_git.config.locations import make_private_dir, run_scratch_dir, runs_dir
-from fabro_git.engine import control, cutoff, process_groups
+from fabro_git.engine import control, cutoff, process_groups, retros
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
     Checkpoint,
@@ -707,7 +707,7 @@ async def _drive(
         process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
         narrative = None
         if options.retro and options.retro_narrative and status != "interrupted":
-            narrative = await _retro_narrative(runtime, status, error)
+            narrative = await retros.narrative_for(runtime, status, error)
         return _finish(runtime, scope, status, error, announce=not announced, narrative=narrative)
 
 
@@ -857,7 +857,7 @@ def _finish(
         runtime.pending_files = {}
         if runtime.options.retro:
             failure = error if status == oc.FAILED else None
-            files.update(_retro_files(runtime, status, failure, narrative))
+            files.update(retros.retro_files(runtime, status, failure, narrative))
         if recorder.snapshot("finalize", f"finalize {status}", cp, files) is None:
             # Reported above as run.notice; the exit status must not claim an outcome
             # that git does not hold.
@@ -873,82 +873,6 @@ def _finish(
         final_sha,
         error,
     )
-
-
-def _retro(runtime: Runtime, status: str, error: str | None) -> dict[str, Any]:
-    """The run's retro, from every event of the run: those git holds and those the next
-    snapshot is about to add."""
-    from fabro_git.outputs import retro
-
-    recorder = runtime.recorder
-    assert recorder is not None
-    cp, manifest = runtime.cp, runtime.manifest
-    events = runrefs.read_events(runtime.repo, recorder.meta_tip) if recorder.meta_tip else b""
-    return retro.derive(
-        events + recorder.pending_events(),
-        run_id=runtime.run_id,
-        workflow=manifest.workflow_slug,
-        goal=manifest.goal,
-        status=status,
-        error=error,
-        started_at=cp.started_at,
-        finished_at=cp.finished_at,
-        duration_ms=cp.active_ms,
-    )
-
-
-def _retro_files(
-    runtime: Runtime, status: str, error: str | None, narrative: dict[str, Any] | None
-) -> dict[str, bytes]:
-    """`retro.json` for the finalize snapshot. A retro that cannot be made is reported
-    and left out; it never changes how the run ended."""
-    from fabro_git.outputs import retro
-
-    try:
-        document = _retro(runtime, status, error)
-    except FabroError as exc:
-        runtime.emit(
-            ev.RunNotice(level="warn", code="retro_failed", message=f"no retro written: {exc}")
-        )
-        return {}
-    if narrative is not None:
-        document["narrative"] = narrative
-    return {retro.RETRO_FILE: retro.encode(document)}
-
-
-# A run's end waits this long at most for its retro's narrative.
-NARRATIVE_TIMEOUT = 300.0
-
-
-async def _retro_narrative(
-    runtime: Runtime, status: str, error: str | None
-) -> dict[str, Any] | None:
-    """The narrative of the run's retro (`run --retro-narrative`), or None, said why."""
-    from fabro_git.engine.retro_narrative import narrate
-
-    why: str | None = "a dry run calls no model"
-    narrative = None
-    if not runtime.options.dry_run and runtime.recorder is not None:
-        try:
-            document = _retro(runtime, status, error if status == oc.FAILED else None)
-        except FabroError as exc:
-            document, why = None, str(exc)
-        if document is not None:
-            with trio.move_on_after(NARRATIVE_TIMEOUT) as deadline:
-                narrative, why = await narrate(
-                    document, model=runtime.options.model, provider=runtime.options.provider
-                )
-            if deadline.cancelled_caught:
-                why = f"the model did not answer within {NARRATIVE_TIMEOUT:g}s"
-    if narrative is None:
-        runtime.emit(
-            ev.RunNotice(
-                level="warn",
-                code="retro_narrative_failed",
-                message=f"the retro has no narrative: {why}",
-            )
-        )
-    return narrative
 
 
 def _undo_unfinished_visit(cp: Checkpoint, node_id: str) -> None:

@@ -9,7 +9,7 @@ files, because they hold every attempt (the failures a retry hid, a stage a kill
 off) and every visit, even across a loop restart that reuses a node's directory.
 
 The narrative layer (a model's reading of the run) is added only on request, by
-`engine.retro_narrative`.
+`engine.retros`.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The retro's narrative: one model call that reads the run's derived retro and says, in
+"""The run's retro at its end: `retro.json` derived from the events, and, on request,
+its narrative.
+
+The narrative is one model call that reads the run's derived retro and says, in
 Fabro's terms, how smoothly it went, what it was for, what came of it, what was learnt,
 where it got stuck and what is left to do.
 
@@ -13,9 +16,18 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import trio
+
+from fabro_git.engine import outcome as oc
 from fabro_git.errors import FabroError
+from fabro_git.events import catalogue as ev
+from fabro_git.outputs import retro
+from fabro_git.store import runs as runrefs
+
+if TYPE_CHECKING:
+    from fabro_git.engine.runner import Runtime
 
 SMOOTHNESS = ("effortless", "smooth", "bumpy", "struggled", "failed")
 LEARNING_CATEGORIES = ("repo", "code", "workflow", "tool")
@@ -124,3 +136,71 @@ def _items(
             item["stage_id"] = _text(entry.get("stage_id"))
         items.append(item)
     return items
+
+
+def retro_document(runtime: Runtime, status: str, error: str | None) -> dict[str, Any]:
+    """The run's retro, from every event of the run: those git holds and those the next
+    snapshot is about to add."""
+    recorder = runtime.recorder
+    assert recorder is not None
+    cp, manifest = runtime.cp, runtime.manifest
+    events = runrefs.read_events(runtime.repo, recorder.meta_tip) if recorder.meta_tip else b""
+    return retro.derive(
+        events + recorder.pending_events(),
+        run_id=runtime.run_id,
+        workflow=manifest.workflow_slug,
+        goal=manifest.goal,
+        status=status,
+        error=error,
+        started_at=cp.started_at,
+        finished_at=cp.finished_at,
+        duration_ms=cp.active_ms,
+    )
+
+
+def retro_files(
+    runtime: Runtime, status: str, error: str | None, narrative: dict[str, Any] | None
+) -> dict[str, bytes]:
+    """`retro.json` for the finalize snapshot. A retro that cannot be made is reported
+    and left out; it never changes how the run ended."""
+    try:
+        document = retro_document(runtime, status, error)
+    except FabroError as exc:
+        runtime.emit(
+            ev.RunNotice(level="warn", code="retro_failed", message=f"no retro written: {exc}")
+        )
+        return {}
+    if narrative is not None:
+        document["narrative"] = narrative
+    return {retro.RETRO_FILE: retro.encode(document)}
+
+
+# A run's end waits this long at most for its retro's narrative.
+NARRATIVE_TIMEOUT = 300.0
+
+
+async def narrative_for(runtime: Runtime, status: str, error: str | None) -> dict[str, Any] | None:
+    """The narrative of the run's retro (`run --retro-narrative`), or None, said why."""
+    why: str | None = "a dry run calls no model"
+    narrative = None
+    if not runtime.options.dry_run and runtime.recorder is not None:
+        try:
+            document = retro_document(runtime, status, error if status == oc.FAILED else None)
+        except FabroError as exc:
+            document, why = None, str(exc)
+        if document is not None:
+            with trio.move_on_after(NARRATIVE_TIMEOUT) as deadline:
+                narrative, why = await narrate(
+                    document, model=runtime.options.model, provider=runtime.options.provider
+                )
+            if deadline.cancelled_caught:
+                why = f"the model did not answer within {NARRATIVE_TIMEOUT:g}s"
+    if narrative is None:
+        runtime.emit(
+            ev.RunNotice(
+                level="warn",
+                code="retro_narrative_failed",
+                message=f"the retro has no narrative: {why}",
+            )
+        )
+    return narrative
