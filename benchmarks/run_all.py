@@ -25,6 +25,8 @@ def main() -> None:
         ["long_run.py", *(["--stages", "300"] if quick else [])],
         ["files_touched.py", *(["--files", "20000", "--reps", "3"] if quick else [])],
         ["validate_scale.py", *(["--small", "2000", "--large", "20000"] if quick else [])],
+        ["big_output.py", *(["--mb", "100"] if quick else [])],
+        ["offload_50mb.py", *(["--mb", "10"] if quick else [])],
     ]
     for plan in plans:
         print(f"== {plan[0]}", flush=True)

@@ -119,6 +119,7 @@ class Redactor:
         source = "|".join(alternatives)
         self._text = re.compile(source, re.DOTALL)
         self._bytes = re.compile(source.encode("utf-8", "surrogateescape"), re.DOTALL)
+        self._quick = _quick_filter(alternatives)
 
     def _replace_text(self, match: re.Match[str]) -> str:
         found = match.group()
@@ -140,10 +141,14 @@ class Redactor:
         return self._text.sub(self._replace_text, text)
 
     def mask_bytes(self, data: bytes) -> bytes:
+        if self._quick is not None and self._quick.search(data) is None:
+            return data
         return self._bytes.sub(self._replace_bytes, data)
 
     def found_in(self, data: bytes) -> bool:
         """Whether `data` may hold a secret (a cheap test before a rewrite)."""
+        if self._quick is not None and self._quick.search(data) is None:
+            return False
         return self._bytes.search(data) is not None
 
     def mask_value(self, value: Any) -> Any:
@@ -155,6 +160,31 @@ class Redactor:
         if isinstance(value, list):
             return [self.mask_value(v) for v in value]
         return value
+
+
+def _quick_filter(alternatives: list[str]) -> Any:
+    """A linear-time RE2 pattern that matches wherever the redaction pattern may: the
+    same alternatives, bytes read as Latin-1 so they match byte for byte, with the
+    private-key block cut to its first line (RE2 bounds repeats at 1000). Python's
+    `re` tries every alternative at every byte (15 ms and more a megabyte); RE2 scans
+    several times faster, so the text with nothing to mask, nearly all of it, costs
+    little. None when RE2 cannot take the pattern: `re` alone is then used."""
+    try:
+        import re2  # google-re2
+    except ImportError:
+        return None
+    pem = r".{0,8000}?-----END [A-Z ]*PRIVATE KEY-----"
+    source = "|".join(alternatives).replace(pem, "")
+    options = re2.Options()
+    options.encoding = re2.Options.Encoding.LATIN1
+    options.dot_nl = True
+    options.never_capture = True
+    options.log_errors = False
+    options.max_mem = 64 << 20
+    try:
+        return re2.compile(source.encode("utf-8", "surrogateescape"), options)
+    except re2.error:
+        return None
 
 
 def from_environ(environ: Mapping[str, str]) -> Redactor:

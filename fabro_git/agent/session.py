@@ -560,8 +560,10 @@ class AgentSession:
         )
 
     async def _ask(self, system: str) -> Response:
+        budget = usage.TextBudget()
+
         async def forward(event: StreamEvent) -> None:
-            props = usage.stream_event(event)
+            props = usage.stream_event(event, budget)
             if props is not None:
                 self._emit(props)
 

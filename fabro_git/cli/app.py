@@ -210,7 +210,20 @@ def run(
         bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
     ] = False,
     verbose: Annotated[
-        bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
+        bool,
+        typer.Option(
+            "-v", "--verbose", help="Show each command stage's output live, line by line."
+        ),
+    ] = False,
+    no_retro: Annotated[
+        bool, typer.Option("--no-retro", help="Write no retro (retro.json) at the run's end.")
+    ] = False,
+    retro_narrative: Annotated[
+        bool,
+        typer.Option(
+            "--retro-narrative",
+            help="Also ask the run's model for the retro's narrative (one call at the end).",
+        ),
     ] = False,
     push_remote: Annotated[
         str | None,
@@ -241,6 +254,8 @@ def run(
             json_output=json_output,
             output=_output_mode(quiet, verbose),
             push_remote=push_remote,
+            retro=not no_retro,
+            retro_narrative=retro_narrative,
         )
     )
 
@@ -273,7 +288,13 @@ def resume(
         bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
     ] = False,
     verbose: Annotated[
-        bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
+        bool,
+        typer.Option(
+            "-v", "--verbose", help="Show each command stage's output live, line by line."
+        ),
+    ] = False,
+    no_retro: Annotated[
+        bool, typer.Option("--no-retro", help="Write no retro at the run's end.")
     ] = False,
     detached_child: Annotated[bool, typer.Option("--detached-child", hidden=True)] = False,
     push_remote: Annotated[
@@ -298,6 +319,7 @@ def resume(
             output=_output_mode(quiet, verbose),
             detached_child=detached_child,
             push_remote=push_remote,
+            retro=not no_retro,
         )
     )
 
@@ -354,10 +376,15 @@ def logs(
 def inspect(
     run_id: RunArg,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    retro: Annotated[
+        bool, typer.Option("--retro", help="Show the run's retro: each stage, and the totals.")
+    ] = False,
 ) -> None:
     """Show a run's manifest, checkpoint and status."""
     from fabro_git.cli import inspect as impl
 
+    if retro:
+        raise typer.Exit(impl.show_retro(run_id, json_output=json_output))
     raise typer.Exit(impl.run(run_id, json_output=json_output))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -110,3 +110,131 @@ def _tokens_line(tokens: TokenTotals) -> str:
         if count
     ]
     return line + (f"; {', '.join(extra)}" if extra else "")
+
+
+def show_retro(run_id: str, *, json_output: bool) -> int:
+    """`inspect --retro`: the retro the run's end wrote to its meta ref."""
+    from fabro_git.cli._runs import effective_status, resolve_run
+    from fabro_git.engine.lock import is_live
+    from fabro_git.engine.session import load_run
+    from fabro_git.errors import FabroError
+    from fabro_git.outputs import retro
+    from fabro_git.store.repo import GitRepo
+
+    repo = GitRepo.discover(Path.cwd())
+    full_id = resolve_run(repo, run_id)
+    manifest, cp, meta, _source = load_run(repo, full_id)
+    data = repo.read_file(meta, retro.RETRO_FILE)
+    if data is None:
+        status = effective_status(cp.status, is_live(Path(repo.git_dir), full_id))
+        if manifest.settings.get("retro") is False:
+            why = "it ran with --no-retro"
+        elif status == "running":
+            why = "it is still running; its retro is written when it ends"
+        else:
+            why = "it was recorded without one"
+        raise FabroError(
+            f"run {full_id} has no retro: {why}",
+            hint=f"see its stages with `git fabro show {full_id[:12]}`",
+        )
+    try:
+        document = retro.decode(data)
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise FabroError(
+            f"run {full_id}: its retro.json cannot be read ({exc})",
+            hint=f"look at it with `git show {meta}:{retro.RETRO_FILE}`",
+        ) from exc
+    if json_output:
+        sys.stdout.write(json.dumps(document, indent=2) + "\n")
+        return 0
+    sys.stdout.write(_render_retro(document))
+    return 0
+
+
+def _render_retro(doc: dict[str, Any]) -> str:
+    from fabro_git.cli import _colour as colour
+    from fabro_git.cli._runs import format_ms
+
+    on = colour.wanted(sys.stdout)
+    agg = doc.get("aggregate") or {}
+    stages = doc.get("stages") or []
+    status = str(doc.get("status") or "-")
+    counts = ", ".join(
+        f"{n} {s.replace('_', ' ')}" for s, n in (agg.get("by_status") or {}).items()
+    )
+    cost = agg.get("total_cost")
+    files = agg.get("files_touched") or []
+    lines = [
+        f"retro      {doc.get('run_id')} ({doc.get('workflow')})",
+        f"status     {colour.status(status, on)}"
+        + (f": {doc['error']}" if doc.get("error") else ""),
+        f"goal       {doc.get('goal') or '-'}",
+        f"duration   {format_ms(doc.get('duration_ms'))}",
+        f"stages     {agg.get('stages', 0)}" + (f" ({counts})" if counts else ""),
+        f"retries    {agg.get('total_retries', 0)}",
+        f"cost       {'$' + format(cost, '.4f') if cost is not None else '-'}"
+        + (
+            f" ({agg.get('input_tokens', 0)} tokens in, {agg.get('output_tokens', 0)} out)"
+            if agg.get("input_tokens") or agg.get("output_tokens")
+            else ""
+        ),
+        f"files      {len(files)} touched" + (": " + ", ".join(files[:20]) if files else ""),
+    ]
+    if len(files) > 20:
+        lines[-1] += f", and {len(files) - 20} more"
+    if stages:
+        rows = [("STAGE", "STATUS", "DURATION", "RETRIES", "COST", "FILES")]
+        for stage in stages:
+            stage_cost = stage.get("cost")
+            rows.append(
+                (
+                    str(stage.get("stage_id")),
+                    str(stage.get("status")),
+                    format_ms(stage.get("duration_ms")),
+                    str(stage.get("retries", 0)),
+                    f"${stage_cost:.4f}" if stage_cost is not None else "-",
+                    str(len(stage.get("files_touched") or [])),
+                )
+            )
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+        lines.append("")
+        for row in rows:
+            lines.append(
+                "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
+            )
+    problems = []
+    for stage in stages:
+        for failure in stage.get("attempt_failures") or []:
+            problems.append(
+                f"  {stage.get('stage_id')} attempt {failure.get('attempt')}: {failure.get('error')}"
+            )
+        if stage.get("status") == "failed":
+            problems.append(f"  {stage.get('stage_id')} failed: {stage.get('failure_reason')}")
+    if problems:
+        lines += ["", "failed attempts", *problems]
+    lines += _narrative_lines(doc.get("narrative"))
+    from fabro_git.events.render import printable
+
+    return printable("\n".join(lines)) + "\n"
+
+
+def _narrative_lines(narrative: Any) -> list[str]:
+    """The model's narrative of the run (`run --retro-narrative`), when there is one."""
+    if not isinstance(narrative, dict):
+        return []
+    lines = ["", f"smoothness {narrative.get('smoothness') or '-'} (by {narrative.get('model')})"]
+    for key in ("intent", "outcome"):
+        if narrative.get(key):
+            lines.append(f"{key:<10} {narrative[key]}")
+    for title, key, kind, text in (
+        ("learnings", "learnings", "category", "text"),
+        ("friction", "friction_points", "kind", "description"),
+        ("open items", "open_items", "kind", "description"),
+    ):
+        items = narrative.get(key) or []
+        if items:
+            lines.append(title)
+            for item in items:
+                where = f" ({item['stage_id']})" if item.get("stage_id") else ""
+                lines.append(f"  [{item.get(kind) or '-'}] {item.get(text)}{where}")
+    return lines

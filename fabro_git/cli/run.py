@@ -234,6 +234,8 @@ def run(
     json_output: bool,
     output: str = "tail",
     push_remote: str | None = None,
+    retro: bool = True,
+    retro_narrative: bool = False,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -251,6 +253,8 @@ def run(
         provider=provider,
         interactive=stdin_answers() and not detach,
         push_remote=check_push_remote(push_remote),
+        retro=retro,
+        retro_narrative=retro_narrative,
     )
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
@@ -288,12 +292,15 @@ def run(
             print(run_id)
         return 0
     print(f"run {run_id} started", file=sys.stderr)
+    renderer = _renderer(output)
+    if output == "all":
+        options.on_output = renderer.command_line
     with _disk_full_names_the_run(run_id):
         result = execute_run(
             repo,
             run_id,
             options=options,
-            renderer=_renderer(output),
+            renderer=renderer,
             resuming=False,
             handlers=handler_for,
             prepared=opened,
@@ -433,6 +440,8 @@ def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
         argv += ["--answer", answer]
     if options.push_remote:
         argv += ["--push", options.push_remote]
+    if not options.retro:
+        argv.append("--no-retro")
     log = make_private_dir(run_scratch_dir(Path(repo.git_dir), run_id)) / "detached.log"
     with open(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         child = subprocess.Popen(
@@ -463,6 +472,7 @@ def resume(
     output: str = "tail",
     detached_child: bool = False,
     push_remote: str | None = None,
+    retro: bool = True,
 ) -> int:
     from fabro_git.cli._runs import resolve_run
     from fabro_git.cli._streams import outlive_readers
@@ -503,6 +513,9 @@ def resume(
         interactive=stdin_answers() and not detach and not detached_child,
         detached=detached_child,
         push_remote=check_push_remote(push_remote) or push_remote_of(manifest.settings),
+        # The run's own choice holds on every resume; --no-retro here adds to it.
+        retro=retro and manifest.settings.get("retro") is not False,
+        retro_narrative=bool(manifest.settings.get("retro_narrative")),
     )
     if detach:
         _spawn_detached(repo, full_id, options)
@@ -511,12 +524,15 @@ def resume(
     _use_run_author(repo, manifest.settings)
     if not detached_child:
         print(f"resuming run {full_id}", file=sys.stderr)
+    renderer = None if detached_child else _renderer(output)
+    if renderer is not None and output == "all":
+        options.on_output = renderer.command_line
     with _disk_full_names_the_run(full_id):
         result = execute_run(
             repo,
             full_id,
             options=options,
-            renderer=None if detached_child else _renderer(output),
+            renderer=renderer,
             resuming=True,
             handlers=handler_for,
             before=fetched,

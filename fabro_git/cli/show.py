@@ -110,7 +110,7 @@ def run(run_id: str, node: str | None) -> int:
         out.write(f"notes     {record['notes']}\n")
     _artifacts(repo, meta, full_id, stage)
     for file_name, title in SECTIONS:
-        data = repo.read_file(meta, f"{stage.path}/{file_name}")
+        data = _shown(repo, meta, f"{stage.path}/{file_name}")
         if not data:
             continue
         text = data.decode("utf-8", "replace")
@@ -136,3 +136,21 @@ def _artifacts(repo: Any, meta: str, run_id: str, stage: Stage) -> None:
     out.write(
         f"all of them: git fabro artifact cp {run_id[:12]} DEST --node {stage.label} --tree\n"
     )
+
+
+# A file larger than this is shown as its head and tail: the meta ref keeps a command's
+# whole output, which can be hundreds of megabytes.
+SHOW_LIMIT = 1_000_000
+
+
+def _shown(repo: Any, meta: str, path: str) -> bytes | None:
+    size = repo.file_size(meta, path)
+    if size is None or size <= SHOW_LIMIT:
+        return repo.read_file(meta, path) if size else None
+    ends = repo.read_file_ends(meta, path, SHOW_LIMIT // 2)
+    if ends is None:
+        return None
+    head, tail = ends
+    left = size - len(head) - len(tail)
+    note = f"\n[... {left} bytes not shown; the whole file: git show {meta[:12]}:{path}]\n"
+    return head + note.encode() + tail

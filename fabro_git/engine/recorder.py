@@ -44,7 +44,7 @@ from fabro_git.store import statcheck
 from fabro_git.store import worktree as wt
 from fabro_git.store.repo import GitRepo
 from fabro_git.store.runs import MetaSummary, run_commit_message, segment_path
-from fabro_git.store.snapshot import MetaSnapshotter
+from fabro_git.store.snapshot import MetaSnapshotter, StoredBlob
 from fabro_git.store.staging import Stager
 
 # The layout lives in `store.runs`; these names stay importable from here.
@@ -95,18 +95,23 @@ class Recorder:
         phase: ev.SnapshotPhase,
         subject: str,
         cp: Checkpoint,
-        files: Mapping[str, bytes | None],
+        files: Mapping[str, bytes | Path | None],
         *,
         scope: dict[str, Any] | None = None,
     ) -> str | None:
-        """Write one meta snapshot. Returns its sha, or None when git refused (reported)."""
+        """Write one meta snapshot. Returns its sha, or None when git refused (reported).
+
+        A file given as a Path (a command's whole output) is streamed into git, masked
+        on the way, rather than read into memory."""
         scope = scope or {}
         self.emit(ev.MetadataSnapshotStarted(phase=phase, branch=self.meta_ref), **scope)
         started = time.monotonic()
         segment = self.take_segment()
         mask = self.redactor.mask_bytes
-        all_files: dict[str, bytes | None] = {
-            path: None if data is None else mask(data) for path, data in files.items()
+        all_files: dict[str, bytes | StoredBlob | None] = {
+            path: None if data is None else mask(data)
+            for path, data in files.items()
+            if not isinstance(data, Path)
         }
         if segment:
             cp.event_segments += 1
@@ -127,6 +132,9 @@ class Recorder:
         )
         message = self.redactor.mask_text(f"{subject}\n\n{summary.trailers(self.run_id)}")
         try:
+            for path, data in files.items():
+                if isinstance(data, Path):
+                    all_files[path] = StoredBlob(*self.repo.store_file(data, mask))
             result = self.meta.write(all_files, message, expected_tip=self.meta_tip)
         except DiskFull:
             raise  # nothing more can be recorded: the run stops at its last checkpoint
@@ -168,6 +176,13 @@ class Recorder:
             **scope,
         )
         return result.commit_sha
+
+    def pending_events(self) -> bytes:
+        """The event lines no snapshot holds yet; they stay queued for the next one."""
+        segment = self.take_segment()
+        if segment:
+            self._requeue(segment)
+        return segment
 
     def durable_checkpoint(self) -> Checkpoint | None:
         """The checkpoint of the last snapshot git holds."""

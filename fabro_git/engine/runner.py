@@ -73,6 +73,12 @@ class Options:
     push_remote: str | None = None
     # Running in the background (`run -d`): its gates wait for `git fabro attach`.
     detached: bool = False
+    # Write `retro.json` at the run's end (`run --no-retro` turns it off for the run).
+    retro: bool = True
+    # Ask the run's model for the retro's narrative too (`run --retro-narrative`).
+    retro_narrative: bool = False
+    # Hears each line a command stage prints, as it prints it (`run -v`): (node id, line).
+    on_output: Callable[[str, str], None] | None = None
 
 
 # The run itself, a parallel branch, or a child workflow.
@@ -187,7 +193,8 @@ class Runtime:
             emit=emit_event,
         )
         self.rng = random.Random()
-        self.pending_files: dict[str, bytes | None] = {}
+        # A Path value is a file streamed into git at the checkpoint (a command's whole output).
+        self.pending_files: dict[str, bytes | Path | None] = {}
         self.artifacts = ArtifactStore(scratch)
         # The stage tree computed for `files_touched` before stage.completed, by stage
         # id, for its checkpoint to reuse (or the error computing it, to raise there).
@@ -562,7 +569,7 @@ class Runtime:
         # Attempts cut off by a crash are numbered but do not use up the retry budget.
         earlier = self.resumed_attempts.pop(stage_id, 0)
         max_attempts = policy.max_attempts + earlier
-        files: dict[str, bytes] = {}
+        files: dict[str, bytes | Path] = {}
         while True:
             # A checkpoint per attempt, so Ctrl-C and the watchdog get through even when
             # every handler on the path finishes without awaiting anything.
@@ -723,7 +730,7 @@ class Runtime:
             node_visits=dict(scope.visits),
             loop_failure_signatures=dict(scope.loop_signatures) or None,
             restart_failure_signatures=dict(scope.restart_signatures) or None,
-            response=result.response,
+            response=_event_response(result),
             notes=result.notes,
             files_touched=list(result.files_touched),
             attempt=earlier + attempt,
@@ -852,7 +859,7 @@ class Runtime:
             self.pending_files[artifact_path(name)] = data
         return offloaded.context
 
-    def _prune_artifacts(self, files: dict[str, bytes | None]) -> None:
+    def _prune_artifacts(self, files: dict[str, bytes | Path | None]) -> None:
         """Drop the current-value artifacts the checkpoint no longer points to, here and
         on the meta ref; count the values offloaded over the run."""
         from fabro_git.store.runs import artifact_path
@@ -1222,6 +1229,22 @@ def visit_limit(node: Node, graph: Graph, *, dry_run: bool) -> VisitLimit:
         source = f"{DRY_RUN_VISIT_LIMIT} in a dry run; max_node_visits or max_visits changes it"
         return VisitLimit(DRY_RUN_VISIT_LIMIT, source, across_restarts=True)
     return VisitLimit(0, "none")
+
+
+def _event_response(result: Outcome) -> str | None:
+    """The response `stage.completed` carries: a large one is there already as its
+    offloaded context value (`response.<node>`), and the event names it by its
+    `file://` pointer rather than holding the text once more."""
+    from fabro_git.outputs.artifacts import OFFLOAD_THRESHOLD, pointer_name
+
+    response = result.response
+    if response is None or len(response) <= OFFLOAD_THRESHOLD:
+        return response
+    for key, value in result.context_updates.items():
+        if key.startswith("response.") and pointer_name(value) is not None:
+            return str(value)
+    left = len(response) - OFFLOAD_THRESHOLD
+    return f"{response[:OFFLOAD_THRESHOLD]}\n[... {left} more characters, in response.md]"
 
 
 def _jsonable(value: Any) -> Any:

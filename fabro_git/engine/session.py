@@ -25,7 +25,7 @@ import trio
 
 from fabro_git import __version__
 from fabro_git.config.locations import make_private_dir, run_scratch_dir, runs_dir
-from fabro_git.engine import control, cutoff, process_groups
+from fabro_git.engine import control, cutoff, process_groups, retros
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
     Checkpoint,
@@ -184,6 +184,8 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
         settings={
             "dry_run": spec.options.dry_run,
             "auto_approve": spec.options.auto_approve,
+            "retro": spec.options.retro,
+            "retro_narrative": spec.options.retro_narrative,
             "model": spec.options.model,
             "provider": spec.options.provider,
             "setup_commands": spec.setup_commands,
@@ -774,7 +776,12 @@ async def _drive(
 
         # What stages left running in the background goes before the worktree does.
         process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
-        result = await _finish(runtime, scope, status, error, announce=not announced)
+        narrative = None
+        if options.retro and options.retro_narrative and status != "interrupted":
+            narrative = await retros.narrative_for(runtime, status, error)
+        result = await _finish(
+            runtime, scope, status, error, announce=not announced, narrative=narrative
+        )
         if pusher is not None:
             await pusher.finish(signals)
         return result
@@ -858,7 +865,13 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
 
 
 async def _finish(
-    runtime: Runtime, scope: Scope, status: str, error: str | None, *, announce: bool = True
+    runtime: Runtime,
+    scope: Scope,
+    status: str,
+    error: str | None,
+    *,
+    announce: bool = True,
+    narrative: dict[str, Any] | None = None,
 ) -> RunResult:
     cp = runtime.cp
     emit = runtime.emit
@@ -935,6 +948,9 @@ async def _finish(
     if recorder is not None:
         files = dict(runtime.pending_files)
         runtime.pending_files = {}
+        if runtime.options.retro:
+            failure = error if status == oc.FAILED else None
+            files.update(retros.retro_files(runtime, status, failure, narrative))
         if recorder.snapshot("finalize", f"finalize {status}", cp, files) is None:
             # Reported above as run.notice; the exit status must not claim an outcome
             # that git does not hold.

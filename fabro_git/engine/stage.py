@@ -46,8 +46,9 @@ class StageRequest:
     node_dir: str
     _runtime: Runtime
     _scope: Scope
-    # Files for the stage's `nodes/<dir>/` entry on the meta ref, beyond status.json.
-    files: dict[str, bytes] = field(default_factory=dict)
+    # Files for the stage's `nodes/<dir>/` entry on the meta ref, beyond status.json: their
+    # bytes, or the path of a file in scratch that the checkpoint streams into git.
+    files: dict[str, bytes | Path] = field(default_factory=dict)
     # What the stage ends with when its `timeout` cuts it off (default: a transient failure).
     timeout_outcome: Callable[[float], Outcome] | None = None
     # The record files of the process groups the stage told of, by group id.
@@ -118,6 +119,12 @@ class StageRequest:
         from fabro_git.engine import process_groups
 
         return process_groups.records_dir(self._runtime.scratch)
+
+    @property
+    def output_listener(self) -> Callable[[str, str], None] | None:
+        """Who wants a command's output line by line as it is printed (`run -v`): called
+        with the node id and the line; None when nobody does."""
+        return self._runtime.options.on_output
 
     @property
     def interviewer(self) -> Interviewer:

@@ -21,8 +21,9 @@ async def load(runtime: Runtime, thread_id: str) -> bytes | None:
     """The thread's saved conversation: one written since the last checkpoint, else the
     one the meta ref holds, else None (a new thread)."""
     path = thread_path(thread_id)
-    if path in runtime.pending_files:
-        return runtime.pending_files[path]
+    pending = runtime.pending_files.get(path)
+    if isinstance(pending, bytes):
+        return pending
     recorder = runtime.recorder
     if recorder is None or recorder.meta_tip is None:
         return None

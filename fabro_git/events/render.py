@@ -313,12 +313,24 @@ class ProgressRenderer:
         self._running: dict[str, tuple[str, float, str]] = {}  # key -> (name, start, doing)
         self._stages_done = 0
         self._display: _LiveDisplay | None = None
+        # Stages whose output was shown line by line as it came (`command_line`).
+        self._streamed: set[str] = set()
 
     # Sink protocol ---------------------------------------------------------------
     def handle(self, env: Envelope, line: bytes) -> None:
         if env.event.startswith(_QUIET_PREFIXES):
             return
         self.handle_dict(msgspec.to_builtins(env))
+
+    def command_line(self, node_id: str, line: str) -> None:
+        """One line a command stage printed, shown as it comes (`run -v`); the stage's
+        end then does not show its output again. With stages running side by side, each
+        line says whose it is."""
+        self._streamed.add(node_id)
+        who = f"{node_id} " if len(self._running) > 1 else ""
+        self._print(_Line(f"    {who}│ {line.rstrip()}", "dim"))
+        if self._display is not None:
+            self._display.refresh()
 
     def close(self) -> None:
         if self._display is not None:
@@ -383,6 +395,9 @@ class ProgressRenderer:
                 if p.get("error"):
                     text += f": {_short(p['error'], 200)}"
                     self._errors_shown.add(str(p["error"]))
+                if self.output == "all" and key in self._streamed:
+                    self._streamed.discard(key)
+                    return [_Line(text, style, mark)]  # its output is on screen already
                 return [_Line(text, style, mark), *self._output_tail(p, failed=status == "failed")]
             case "stage.failed":
                 if not p.get("will_retry"):
@@ -540,9 +555,12 @@ class ProgressRenderer:
         """The end of a command stage's output, dimmed under its line."""
         if self.output == "none":
             return []
+        from fabro_git.outputs.artifacts import resolved
+
         updates = p.get("context_updates") or {}
-        out = str(updates.get("command.output") or "")
-        err = str(updates.get("command.stderr") or "")
+        # An offloaded output is read back from its file: its pointer is no output.
+        out = str(resolved(updates.get("command.output")) or "")
+        err = str(resolved(updates.get("command.stderr")) or "")
         if self.output == "all":
             lines = (out + ("\n" if out and not out.endswith("\n") else "") + err).splitlines()
         else:

@@ -1,10 +1,11 @@
 """Command nodes: run a script in the worktree.
 
 Output streams straight to files in the stage's scratch dir, so a command that prints a
-gigabyte costs disk, not memory. The meta ref keeps a capped copy (META_LIMIT: the whole
-output when smaller, else its head and tail), and the context gets that same copy: over
-the offload threshold the engine moves it to the artifact store and the context keeps a
-pointer, so a large output is kept once, not in every checkpoint. The command runs in
+gigabyte costs disk, not memory. The meta ref keeps the whole output, byte for byte (one
+over META_LIMIT is streamed into git from its file at the checkpoint). The context gets
+a capped copy (the whole output when under META_LIMIT, else its head and tail): over the
+offload threshold the engine moves it to the artifact store and the context keeps a
+pointer, so a large output is not copied into every checkpoint. The command runs in
 its own process group (`fabro_git.engine.process`), so a timeout or Ctrl-C stops
 everything it started, not just the shell. The run's goal and inputs reach the script
 only through its environment (`script_environment`).
@@ -14,6 +15,10 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from pathlib import Path
+
+import trio
 
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.outcome import Outcome
@@ -27,6 +32,56 @@ from fabro_git.engine.process import (
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import DiskFull, WorkflowError
 from fabro_git.workflow.templates import script_environment
+
+
+class OutputFollower:
+    """Hands the lines a command writes to its output files to `line_out` as they
+    appear (`run -v`). The files stay the only capture: this only reads them behind the
+    writer, a bounded chunk at a time, so a huge output costs no memory here either."""
+
+    INTERVAL = 0.05
+    CHUNK = 1 << 16
+
+    def __init__(self, paths: list[Path], line_out: Callable[[str], None]) -> None:
+        self.paths = paths
+        self.line_out = line_out
+        self._offsets = [0] * len(paths)
+        self._partial = [b""] * len(paths)
+
+    async def follow(self) -> None:
+        while True:
+            self.poll()
+            await trio.sleep(self.INTERVAL)
+
+    def poll(self, *, final: bool = False) -> None:
+        for index, path in enumerate(self.paths):
+            try:
+                with path.open("rb") as fh:
+                    fh.seek(self._offsets[index])
+                    # A bounded read per poll keeps the trio loop turning; the last
+                    # poll reads to the end.
+                    for _ in range(1 << 30 if final else 16):
+                        chunk = fh.read(self.CHUNK)
+                        if not chunk:
+                            break
+                        self._offsets[index] += len(chunk)
+                        self._lines(index, chunk)
+            except FileNotFoundError:
+                continue
+            if final and self._partial[index]:
+                self.line_out(_text(self._partial[index]))
+                self._partial[index] = b""
+
+    def _lines(self, index: int, chunk: bytes) -> None:
+        data = self._partial[index] + chunk
+        *complete, rest = data.split(b"\n")
+        for line in complete:
+            self.line_out(_text(line))
+        # A line with no end yet waits for it, unless it is already longer than a chunk.
+        if len(rest) > self.CHUNK:
+            self.line_out(_text(rest))
+            rest = b""
+        self._partial[index] = rest
 
 
 def _text(data: bytes) -> str:
@@ -72,9 +127,17 @@ async def execute(req: StageRequest) -> Outcome:
 
     def keep_output() -> dict[str, str]:
         req.files[script_name] = script.encode()
-        out = req.files["stdout.log"] = excerpt(stdout_path, META_LIMIT)
-        err = req.files["stderr.log"] = excerpt(stderr_path, META_LIMIT)
-        return {"command.output": _text(out), "command.stderr": _text(err)}
+        updates = {}
+        for name, path, key in (
+            ("stdout.log", stdout_path, "command.output"),
+            ("stderr.log", stderr_path, "command.stderr"),
+        ):
+            kept = excerpt(path, META_LIMIT)
+            # The meta ref keeps the whole output, byte for byte; a large one is streamed
+            # into git from its file at the checkpoint, never held in memory.
+            req.files[name] = path if path.stat().st_size > META_LIMIT else kept
+            updates[key] = _text(kept)
+        return updates
 
     def timed_out(seconds: float) -> Outcome:
         return Outcome.failure(
@@ -83,15 +146,27 @@ async def execute(req: StageRequest) -> Outcome:
 
     req.on_timeout(timed_out)
     started = time.monotonic()
-    code, _ = await run_script(
-        argv_for(script, language),
-        cwd=req.worktree,
-        stdout=stdout_path,
-        stderr=stderr_path,
-        env=env,
-        timeout=None,
-        groups=req.process_groups,
-    )
+    listener = req.output_listener
+    follower = None
+    async with trio.open_nursery() as nursery:
+        if listener is not None:
+            node_id = req.node_id
+            follower = OutputFollower(
+                [stdout_path, stderr_path], lambda line: listener(node_id, line)
+            )
+            nursery.start_soon(follower.follow)
+        code, _ = await run_script(
+            argv_for(script, language),
+            cwd=req.worktree,
+            stdout=stdout_path,
+            stderr=stderr_path,
+            env=env,
+            timeout=None,
+            groups=req.process_groups,
+        )
+        nursery.cancel_scope.cancel()
+    if follower is not None:
+        follower.poll(final=True)
     elapsed = time.monotonic() - started
     updates = keep_output()
     out, err = updates["command.output"], updates["command.stderr"]

@@ -41,9 +41,12 @@ def match(answer: str, choices: list[Choice]) -> Choice | None:
 def _what_it_is_about(context: Mapping[str, Any]) -> str:
     """The previous stage's response, or else the latest command output: what a person
     is being asked to approve."""
+    from fabro_git.outputs.artifacts import resolved
+
     last = context.get("last_stage")
     for key in (f"response.{last}" if last else "", "command.output"):
-        value = context.get(key) if key else None
+        # An offloaded value is shown as what it holds, not as its `file://` pointer.
+        value = resolved(context.get(key)) if key else None
         if isinstance(value, str) and value.strip():
             return value
     return ""

@@ -186,8 +186,10 @@ async def run_prompt(req: StageRequest, body: str, preamble: str) -> Outcome:
         reasoning_effort=_effort(req),
     )
 
+    budget = llm_usage.TextBudget()
+
     async def forward(event: llm.StreamEvent) -> None:
-        props = llm_usage.stream_event(event)
+        props = llm_usage.stream_event(event, budget)
         if props is not None:
             req.emit(props)
 

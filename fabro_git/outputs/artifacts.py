@@ -95,6 +95,19 @@ class Offloaded:
     written: dict[str, bytes]
 
 
+def resolved(value: Any) -> Any:
+    """What a context value stands for: an offloaded value read back from the file its
+    `file://` pointer names, any other value as it is. None when that file cannot be
+    read (a pointer from another machine's scratch dir, say)."""
+    path = pointer_path(value)
+    if path is None:
+        return value
+    try:
+        return msgspec.json.decode(path.read_bytes())
+    except (OSError, msgspec.DecodeError):
+        return None
+
+
 class ArtifactStore:
     """One run's offloaded values in its scratch dir: writes, reads and clean-up."""
 

@@ -27,9 +27,10 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked
@@ -53,6 +54,25 @@ _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
 # One side of a file change: (path, mode, sha), all None for a side that does not exist.
 _Side = tuple[bytes | None, int | None, ObjectID | None]
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
+_FILE_CHUNK = 1 << 20  # bytes read at a time when a file is written as a blob
+
+
+def _line_chunks(fh: BinaryIO) -> Iterator[bytes]:
+    """The file's bytes in chunks of about _FILE_CHUNK, each ending at a line end; a
+    line longer than a chunk is cut where the chunk ends."""
+    rest = b""
+    while block := fh.read(_FILE_CHUNK):
+        data = rest + block
+        end = data.rfind(b"\n")
+        if end < 0:
+            rest = b"" if len(data) >= _FILE_CHUNK else data
+            if not rest:
+                yield data
+            continue
+        yield data[: end + 1]
+        rest = data[end + 1 :]
+    if rest:
+        yield rest
 
 
 @dataclass(frozen=True)
@@ -351,6 +371,44 @@ class GitRepo:
         blob = self._object(sha.decode(), "blob")
         return blob.as_raw_string() if isinstance(blob, Blob) else None
 
+    def file_size(self, commit: str, path: str) -> int | None:
+        """The size of the file at `path` in `commit`, without reading it; None when it
+        is not a file there."""
+        entry = self._lookup(commit, path)
+        if entry is None or entry[0] & 0o170000 == 0o040000 or entry[0] == 0o160000:
+            return None
+        proc = run_git(["cat-file", "-s", entry[1].decode()], cwd=self.root, check=False)
+        return int(proc.stdout) if proc.returncode == 0 else None
+
+    def read_file_ends(self, commit: str, path: str, keep: int) -> tuple[bytes, bytes] | None:
+        """The first and last `keep` bytes of a file too large to read whole (a command's
+        500 MB output), streamed from git in bounded memory; None when it is no file."""
+        import collections
+        import subprocess
+
+        entry = self._lookup(commit, path)
+        if entry is None or entry[0] & 0o170000 == 0o040000 or entry[0] == 0o160000:
+            return None
+        from fabro_git.store._gitcli import git_env
+
+        with subprocess.Popen(
+            ["git", "cat-file", "blob", entry[1].decode()],
+            cwd=self.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=git_env(),
+        ) as proc:
+            assert proc.stdout is not None
+            head = proc.stdout.read(keep)
+            tail: collections.deque[bytes] = collections.deque()
+            held = 0
+            while block := proc.stdout.read(_FILE_CHUNK):
+                tail.append(block)
+                held += len(block)
+                while held - len(tail[0]) >= keep:
+                    held -= len(tail.popleft())
+        return head, b"".join(tail)[-keep:] if tail else b""
+
     def list_dir(self, commit: str, path: str) -> list[str] | None:
         entry = self._lookup(commit, path)
         if entry is None or entry[0] & 0o170000 != 0o040000:
@@ -612,6 +670,72 @@ class GitRepo:
         except OSError as err:
             raise StoreError(f"cannot write object {sha} to {self._objects_dir}: {err}") from err
         return sha
+
+    def store_file(self, path: Path, mask: Callable[[bytes], bytes]) -> tuple[str, int]:
+        """Write the file at `path` as a blob, through `mask` (secrets out), a bounded
+        chunk at a time: a 500 MB command output costs no more memory than a small one.
+        Returns the blob's id and size.
+
+        Chunks end at a line end where there is one, so a secret is never cut in two
+        between them. When masking changes nothing, the file is hashed as it is;
+        otherwise the masked bytes go to a temporary copy beside it first, since a loose
+        object's header needs the final size.
+        """
+        import hashlib
+        import tempfile
+
+        source = path
+        masked_copy: Path | None = None
+        try:
+            with path.open("rb") as fh:
+                copy = None
+                offset = 0
+                for chunk in _line_chunks(fh):
+                    clean = mask(chunk)
+                    if copy is None and clean != chunk:
+                        fd, name = tempfile.mkstemp(prefix=".masked-", dir=path.parent)
+                        masked_copy = Path(name)
+                        copy = os.fdopen(fd, "wb")
+                        with path.open("rb") as head:
+                            remaining = offset
+                            while remaining:
+                                block = head.read(min(remaining, _FILE_CHUNK))
+                                copy.write(block)
+                                remaining -= len(block)
+                    if copy is not None:
+                        copy.write(clean)
+                    offset += len(chunk)
+                if copy is not None:
+                    copy.close()
+                    source = masked_copy or path
+            size = source.stat().st_size
+            digest = hashlib.sha1(b"blob %d\0" % size)
+            compressor = zlib.compressobj(_LOOSE_COMPRESSION)
+            fd, tmp = self._open_temp(self._objects_dir, "")
+            try:
+                with os.fdopen(fd, "wb") as out, source.open("rb") as fh:
+                    out.write(compressor.compress(b"blob %d\0" % size))
+                    while block := fh.read(_FILE_CHUNK):
+                        digest.update(block)
+                        out.write(compressor.compress(block))
+                    out.write(compressor.flush())
+                sha = digest.hexdigest()
+                target = self._objects_dir / sha[:2] / sha[2:]
+                target.parent.mkdir(exist_ok=True)
+                os.replace(tmp, target)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+        except OSError as err:
+            full = disk_full_in(err)
+            if full is not None:
+                raise full from err
+            raise StoreError(f"cannot write {path} to {self._objects_dir}: {err}") from err
+        finally:
+            if masked_copy is not None:
+                masked_copy.unlink(missing_ok=True)
+        return sha, size
 
     def _open_temp(self, fanout: Path, prefix: str) -> tuple[int, str]:
         """Create a new temporary object file in `fanout`, read-only from the start."""

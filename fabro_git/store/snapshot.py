@@ -36,8 +36,18 @@ class SnapshotResult:
     bytes: int  # total size of the files written
 
 
-# A change set shaped like the tree: name -> new bytes, None (delete) or a nested dict.
-_Changes = dict[bytes, "bytes | _Changes | None"]
+@dataclass(frozen=True)
+class StoredBlob:
+    """A file already written to the object store (`GitRepo.store_file`): a snapshot
+    names it by id instead of holding its bytes."""
+
+    sha: str
+    size: int
+
+
+# A change set shaped like the tree: name -> new bytes or a stored blob, None (delete)
+# or a nested dict.
+_Changes = dict[bytes, "bytes | StoredBlob | _Changes | None"]
 
 
 class MetaSnapshotter:
@@ -52,7 +62,7 @@ class MetaSnapshotter:
 
     def write(
         self,
-        files: Mapping[str, bytes | None],
+        files: Mapping[str, bytes | StoredBlob | None],
         message: str,
         *,
         expected_tip: str | None,
@@ -82,9 +92,8 @@ class MetaSnapshotter:
         # heap (a thousand-entry nodes/ per stage) for the garbage collector to walk.
         self._listings = self._fresh
         written = [v for v in files.values() if v is not None]
-        return SnapshotResult(
-            commit_sha=commit, entry_count=len(written), bytes=sum(len(v) for v in written)
-        )
+        size = sum(v.size if isinstance(v, StoredBlob) else len(v) for v in written)
+        return SnapshotResult(commit_sha=commit, entry_count=len(written), bytes=size)
 
     def _apply(self, tree_sha: str | None, changes: _Changes, where: str) -> str | None:
         """Return the sha of `tree_sha` with `changes` applied; None if it ends up empty."""
@@ -98,12 +107,16 @@ class MetaSnapshotter:
                 if current is not None:
                     listing.remove(name)
                     changed = True
-            elif isinstance(change, bytes):
+            elif isinstance(change, bytes | StoredBlob):
                 if current is not None and current[0] == _DIR:
                     raise StoreError(
                         f"cannot write file {path} in {self.ref}: a directory of that name exists"
                     )
-                sha = self.repo.store_object(Blob.from_string(change))
+                sha = (
+                    change.sha
+                    if isinstance(change, StoredBlob)
+                    else self.repo.store_object(Blob.from_string(change))
+                )
                 if current != (_FILE, sha):
                     listing.put(name, _FILE, sha)
                     changed = True
@@ -179,7 +192,7 @@ class _Listing:
         return b"".join(map(self._raw.__getitem__, self.keys))
 
 
-def _nest(files: Mapping[str, bytes | None]) -> _Changes:
+def _nest(files: Mapping[str, bytes | StoredBlob | None]) -> _Changes:
     root: _Changes = {}
     for path, content in files.items():
         parts = _split(path)
@@ -195,6 +208,9 @@ def _nest(files: Mapping[str, bytes | None]) -> _Changes:
         leaf = parts[-1]
         if isinstance(node.get(leaf), dict):
             raise StoreError(f"snapshot writes both the file {path} and paths beneath it")
+        if isinstance(content, StoredBlob):
+            node[leaf] = content
+            continue
         if content is not None and not isinstance(content, bytes | bytearray | memoryview):
             raise TypeError(
                 f"snapshot content for {path} must be bytes, not {type(content).__name__}"

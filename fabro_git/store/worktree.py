@@ -113,6 +113,14 @@ def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str)
         (w for w in registered if w not in stale and _same_path(Path(w["worktree"]), path)),
         None,
     )
+    if live is not None and not (path / ".git").exists():
+        # A `git worktree remove` cut off half way (a kill as the run released it): the
+        # directory is there, its link to the repository is not. Finish the removal.
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
+        run_git(["worktree", "prune"], cwd=repo.root)
+        live = None
     if live is not None:
         if (branch is None and "detached" in live) or (
             branch is not None and live.get("branch") == f"refs/heads/{branch}"

@@ -1,0 +1,49 @@
+"""A run killed while its worktree was being removed (the directory still there, its
+`.git` link gone) resumes: the removal is finished and the worktree made afresh."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from helpers import fabro_exe, git, run_fabro, write_workflow
+
+HELD = """\
+digraph H {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    hold  [shape=parallelogram, script="touch \\"$HOME/holding\\"; while [ ! -e \\"$HOME/go\\" ]; do sleep 0.02; done; echo done > done.txt"]
+    start -> hold -> exit
+}
+"""
+
+
+def test_a_worktree_left_without_its_git_link_is_made_again(repo: Path, hermetic_env: Path) -> None:
+    write_workflow(repo, HELD)
+    proc = subprocess.Popen(
+        [*fabro_exe(), "run", "wf.fabro"],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    for _ in range(600):  # the stage says when it is running
+        if (hermetic_env / "holding").exists():
+            break
+        assert proc.poll() is None
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]
+    worktree = next((Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*")) / "worktree"
+    assert str(worktree) in git(repo, "worktree", "list")
+    (worktree / ".git").unlink()  # what a removal cut off after its first step leaves
+    (hermetic_env / "go").write_text("")
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert git(repo, "show", f"fabro/run/{run_id}:done.txt") == "done\n"

@@ -1,0 +1,62 @@
+"""A large model reply is kept whole where the seed puts it (`response.md`, and the
+offloaded `response.<node>`), and only once more in the events: its deltas and
+`agent.message` stop at 100,000 characters, and `stage.completed` names the offloaded
+value by its pointer."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import meta_file, run_events, run_json, write_workflow
+from llm_server import LlmServer, Reply, provider_env
+
+
+@pytest.fixture
+def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
+    server = LlmServer().start()
+    for var, value in provider_env(server).items():
+        monkeypatch.setenv(var, value)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def test_a_large_reply_is_not_copied_into_every_event(repo: Path, llm_server: LlmServer) -> None:
+    write_workflow(
+        repo,
+        """\
+digraph L {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    plan [shape=tab, prompt="Plan it all", model="claude-sonnet-4-6"]
+    start -> plan -> exit
+}
+""",
+    )
+    reply = " ".join(f"step-{i:06d}" for i in range(30_000))  # 359,999 characters
+    llm_server.script(Reply(text=reply))
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert meta_file(repo, run_id, "nodes/plan/response.md") == reply
+    assert json.loads(meta_file(repo, run_id, "artifacts/response.plan.json")) == reply
+    events = run_events(run_id, repo)
+    deltas = "".join(e["properties"]["delta"] for e in events if e["event"] == "agent.text.delta")
+    assert deltas == reply[:100_000]
+    [message] = [e for e in events if e["event"] == "agent.message"]
+    text = message["properties"]["text"]
+    assert text.startswith(reply[:100_000])
+    assert text.endswith(
+        f"[... {len(reply) - 100_000} more characters, in the stage's response.md]"
+    )
+    [completed] = [e for e in events if e["event"] == "stage.completed" and e["node_id"] == "plan"]
+    pointer = completed["properties"]["response"]
+    # The stage's own copy (per visit), which no later stage overwrites.
+    assert pointer.startswith("file://") and pointer.endswith(
+        "/artifacts/values/plan/response.plan.json"
+    )
+    assert completed["properties"]["context_updates"]["response.plan"] == pointer
