@@ -36,12 +36,14 @@ from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked
 from dulwich.graph import can_fast_forward
 from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
-from dulwich.refs import Ref, check_ref_format
+from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion
 
 from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError, disk_full_in
 from fabro_git.store._gitcli import out, run_git
 from fabro_git.store.backoff import DEADLINE_SECONDS, retrying
+from fabro_git.store.durability import durability
+from fabro_git.store.refwrite import swap_ref
 
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
 FALLBACK_NAME = "git fabro"
@@ -241,6 +243,8 @@ class GitRepo:
             raise StoreError(f"cannot point {name} at {new!r}: not an object id")
         ident = self.committer()
         refs = self._repo.refs
+        assert isinstance(refs, DiskRefsContainer)
+        flush = durability(self.root).refs
         log_dir = (self.git_dir / "logs" / name).parent
 
         def attempt() -> bool:
@@ -253,19 +257,12 @@ class GitRepo:
                 if conflict is not None:
                     raise ref_conflict_error(name, conflict) from None
                 raise
-            if old is None:
-                return refs.add_if_new(
-                    ref,
-                    ObjectID(new.encode()),
-                    committer=ident.raw,
-                    timestamp=ident.time,
-                    timezone=ident.tz_offset,
-                    message=_one_line(message),
-                )
-            return refs.set_if_equals(
+            return swap_ref(
+                refs,
                 ref,
-                ObjectID(old.encode()),
+                None if old is None else ObjectID(old.encode()),
                 ObjectID(new.encode()),
+                fsync=flush,
                 committer=ident.raw,
                 timestamp=ident.time,
                 timezone=ident.tz_offset,
@@ -660,6 +657,8 @@ class GitRepo:
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
+                    if durability(self.root).loose_objects:
+                        os.fsync(f.fileno())
                 os.replace(tmp, path)
             except BaseException as err:
                 with contextlib.suppress(FileNotFoundError):
@@ -719,6 +718,9 @@ class GitRepo:
                         digest.update(block)
                         out.write(compressor.compress(block))
                     out.write(compressor.flush())
+                    if durability(self.root).loose_objects:
+                        out.flush()
+                        os.fsync(out.fileno())
                 sha = digest.hexdigest()
                 target = self._objects_dir / sha[:2] / sha[2:]
                 target.parent.mkdir(exist_ok=True)

@@ -23,7 +23,8 @@ without its cache extensions: git rebuilds its cache-tree and untracked
 cache on its next write, and a stale one would mislead it. Entries keep git's "racily
 clean" rule: an entry whose mtime is not older than the index is hashed again by the
 next reader, here and in git, so a file rewritten in the same tick is never missed.
-Like git by default, the index is not fsync'ed: it is a cache of the worktree.
+Like git, the index is fsync'ed only when `core.fsync` names `index` (not by default):
+it is a cache of the worktree.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from dulwich.objects import Blob, ObjectID, Tree
 from fabro_git.errors import FabroError
 from fabro_git.store import statcheck
 from fabro_git.store._gitcli import out, run_git
+from fabro_git.store.durability import durability
 from fabro_git.store.repo import GitRepo
 
 if TYPE_CHECKING:
@@ -170,6 +172,9 @@ class Stager:
         try:
             with open(tmp, "wb") as f:
                 f.write(data)
+                if durability(self.repo.root).index:
+                    f.flush()
+                    os.fsync(f.fileno())
             os.replace(tmp, path)
         except BaseException:
             tmp.unlink(missing_ok=True)
