@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
 import itertools
 import os
 import re
@@ -633,7 +634,17 @@ class GitRepo:
 
     def store_object(self, obj: ShaFile) -> str:
         """Write `obj` as a loose object unless packed; safe against concurrent writers."""
-        sha = obj.id.decode()
+        raw = obj.as_raw_string()
+        return self._store_loose(obj.id.decode(), b"%s %d\0%s" % (obj.type_name, len(raw), raw))
+
+    def store_raw(self, type_name: bytes, raw: bytes) -> str:
+        """Write an object given as its serialised body (`raw`, say a tree's entries):
+        no dulwich object is built, so a big tree is not parsed entry by entry."""
+        data = b"%s %d\0%s" % (type_name, len(raw), raw)
+        return self._store_loose(hashlib.sha1(data).hexdigest(), data)
+
+    def _store_loose(self, sha: str, data: bytes) -> str:
+        """Write `data` (header and body) as the loose object `sha` unless it exists."""
         path = self._objects_dir / sha[:2] / sha[2:]
         # Looked for first, whatever its size: one syscall against a file written and
         # renamed (a stage's empty log, an unchanged file, is written at every stage).
@@ -646,12 +657,11 @@ class GitRepo:
             pass
         except PermissionError:
             return sha  # owned by another user in a shared repository; it exists
-        if self._repo.object_store.contains_packed(obj.id):
+        if self._repo.object_store.contains_packed(ObjectID(sha.encode())):
             return sha
-        raw = obj.as_raw_string()
         # One zlib call for the whole object: dulwich compresses chunk by chunk, which
         # for a tree is once per entry.
-        data = zlib.compress(b"%s %d\0%s" % (obj.type_name, len(raw), raw), _LOOSE_COMPRESSION)
+        data = zlib.compress(data, _LOOSE_COMPRESSION)
         try:
             fd, tmp = self._open_temp(path.parent, sha[:2])
             try:

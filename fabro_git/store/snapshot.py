@@ -135,10 +135,10 @@ class MetaSnapshotter:
             return None
         if tree_sha is not None and not changed:
             return tree_sha
-        # Parsed from the bytes (in C) rather than built entry by entry: dulwich would
-        # serialise a tree of a thousand nodes in Python at every snapshot.
-        tree = Tree.from_raw_string(Tree.type_num, listing.raw())
-        sha = self.repo.store_object(tree)
+        # Hashed and written from the spliced bytes: building a dulwich Tree, even
+        # parsed in C, costs a Python object per entry of a thousand-entry `nodes/` or
+        # events shard at every snapshot.
+        sha = self.repo.store_raw(b"tree", listing.raw())
         self._remember(sha, listing)
         return sha
 
