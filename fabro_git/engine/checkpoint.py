@@ -216,6 +216,8 @@ class DeltaWriter:
         self.full_every = full_every
         self._base_sha: str | None = None
         self._base_entries: dict[str, dict[str, _BaseEntry]] = {}
+        # A map whose values are all of one scalar type: that type and a copy of it.
+        self._base_plain: dict[str, tuple[type, dict[str, Any]]] = {}
         self._base_completed: list[str] = []
         self._since_base = 0
 
@@ -231,7 +233,14 @@ class DeltaWriter:
         for name in DELTA_MAPS:
             current: dict[str, Any] = getattr(cp, name)
             base = self._base_entries[name]
-            changed[name] = {k: v for k, v in current.items() if not _unchanged(v, base.get(k))}
+            plain = self._base_plain.get(name)
+            if plain is not None and set(map(type, current.values())) <= {plain[0]}:
+                # Every value, here and in the base, of one type (int or str): equal
+                # values encode to equal bytes, and the items that differ are found by
+                # a set difference, in C, rather than entry by entry.
+                changed[name] = dict(current.items() - plain[1].items())
+            else:
+                changed[name] = {k: v for k, v in current.items() if not _unchanged(v, base.get(k))}
             gone = base.keys() - current.keys()
             if gone:
                 removed[name] = sorted(gone)
@@ -248,6 +257,12 @@ class DeltaWriter:
         self._base_entries = {
             name: {k: _base_entry(v) for k, v in getattr(cp, name).items()} for name in DELTA_MAPS
         }
+        self._base_plain = {}
+        for name in DELTA_MAPS:
+            values: dict[str, Any] = getattr(cp, name)
+            kinds = set(map(type, values.values()))
+            if len(kinds) == 1 and kinds <= {int, str}:
+                self._base_plain[name] = (kinds.pop(), dict(values))
         self._base_completed = list(cp.completed_nodes)
         self._since_base = 0
 

@@ -1,0 +1,61 @@
+"""Deltas of maps whose values are all ints or all strings (found by a set difference)
+put back together into exactly the checkpoint that was meant."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fabro_git.engine.checkpoint import Checkpoint, DeltaWriter, apply_delta, encode
+
+
+def _base() -> Checkpoint:
+    return Checkpoint(
+        completed_nodes=["a", "b"],
+        node_visits={"a": 1, "b": 2},
+        node_retries={"a": 0},
+        context_values={"x": "1", "y": "two"},
+    )
+
+
+def _round_trip(base: Checkpoint, edit: Any) -> tuple[Checkpoint, Checkpoint, Any]:
+    writer = DeltaWriter()
+    writer.written(base, "f" * 40, whole=True)
+    cp = Checkpoint(**{n: getattr(base, n) for n in Checkpoint.__struct_fields__})
+    for name in ("node_visits", "node_retries", "context_values", "completed_nodes"):
+        setattr(cp, name, type(getattr(base, name))(getattr(base, name)))
+    edit(cp)
+    delta = writer.delta(cp)
+    assert delta is not None
+    return cp, apply_delta(base, delta), delta
+
+
+def test_changed_added_removed_entries() -> None:
+    def edit(cp: Checkpoint) -> None:
+        cp.node_visits["b"] = 3
+        cp.node_visits["c"] = 1
+        del cp.node_retries["a"]
+        cp.context_values["y"] = "three"
+        cp.completed_nodes.append("c")
+
+    cp, back, delta = _round_trip(_base(), edit)
+    assert delta.node_visits == {"b": 3, "c": 1}
+    assert delta.context_values == {"y": "three"}
+    assert delta.removed == {"node_retries": ["a"]}
+    assert encode(back) == encode(cp)
+
+
+def test_equal_value_of_another_type_is_a_change() -> None:
+    def edit(cp: Checkpoint) -> None:
+        cp.node_visits["a"] = True  # == 1 in Python, not in JSON
+        cp.context_values["x"] = 1
+
+    cp, back, delta = _round_trip(_base(), edit)
+    assert delta.node_visits == {"a": True}
+    assert delta.context_values == {"x": 1}
+    assert encode(back) == encode(cp)
+
+
+def test_unchanged_maps_carry_nothing() -> None:
+    cp, back, delta = _round_trip(_base(), lambda cp: None)
+    assert delta.node_visits == {} and delta.context_values == {} and delta.removed == {}
+    assert encode(back) == encode(cp)
