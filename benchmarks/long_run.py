@@ -190,6 +190,9 @@ class _DirectRun:
         wt.attach_head(self.worktree, runs.run_branch_ref(run_id))
         self.cp = Checkpoint(status="running", started_at="2026-01-01T00:00:00.000Z")
         self.events = 0
+        # Events and records carry the run's id, as a real run's do: the two runs timed
+        # side by side must not share their objects, or the second one writes fewer.
+        self.run_id = run_id.encode()
         self.recorder = Recorder(
             self.repo,
             run_id,
@@ -209,7 +212,8 @@ class _DirectRun:
         for _ in range(8):  # about what a command stage emits
             self.events += 1
             lines.append(
-                b'{"id": "%08d", "event": "stage.completed", "properties": {}}' % self.events
+                b'{"id": "%08d", "run_id": "%s", "event": "stage.completed", "properties": {}}'
+                % (self.events, self.run_id)
             )
         return b"\n".join(lines) + b"\n"
 
@@ -228,7 +232,8 @@ class _DirectRun:
         tree = self.recorder.stage_tree(node)
         self.recorder.plan_commit(cp, node, "succeeded", tree)
         files = {
-            f"{runs.node_dir(node)}/{runs.NODE_STATUS}": b'{"status": "succeeded", "n": %d}' % i,
+            f"{runs.node_dir(node)}/{runs.NODE_STATUS}": b'{"status": "succeeded", "n": %d, "run": "%s"}'
+            % (i, self.run_id),
             f"{runs.node_dir(node)}/script.sh": f"echo {i} > {name}\n".encode(),
         }
         self.recorder.snapshot("checkpoint", runs.snapshot_subject_checkpoint(node, 1), cp, files)
