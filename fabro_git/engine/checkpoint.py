@@ -14,6 +14,8 @@ a delta back together with its base.
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -240,7 +242,7 @@ class DeltaWriter:
                 # a set difference, in C, rather than entry by entry.
                 changed[name] = dict(current.items() - plain[1].items())
             else:
-                changed[name] = {k: v for k, v in current.items() if not _unchanged(v, base.get(k))}
+                changed[name] = _changed_entries(current, base)
             gone = base.keys() - current.keys()
             if gone:
                 removed[name] = sorted(gone)
@@ -268,6 +270,34 @@ class DeltaWriter:
 
 
 _SCALARS = (str, int, bool)
+_VALUE = operator.itemgetter(0)
+_COPY = operator.itemgetter(1)
+
+
+def _changed_entries(current: dict[str, Any], base: dict[str, _BaseEntry]) -> dict[str, Any]:
+    """The entries of `current` that would not encode as they did in the base.
+
+    A run's maps mostly grow, so the base's keys usually lead `current` in the same
+    order. Then the cheap test of `_unchanged` (the very object the base held, still
+    equal to its copy) runs over all of them in C, and only the entries it fails are
+    looked at one by one; anything else takes the entry-by-entry path.
+    """
+    n = len(base)
+    keys = list(current)
+    if keys[:n] != list(base):
+        return {k: v for k, v in current.items() if not _unchanged(v, base.get(k))}
+    values = list(current.values())
+    entries = list(base.values())
+    held = map(operator.is_, values, map(_VALUE, entries))
+    equal = map(operator.eq, values, map(_COPY, entries))
+    kept = map(operator.and_, held, equal)
+    changed: dict[str, Any] = {}
+    for i in itertools.compress(range(n), map(operator.not_, kept)):
+        if not _unchanged(values[i], entries[i]):
+            changed[keys[i]] = values[i]
+    for i in range(n, len(keys)):
+        changed[keys[i]] = values[i]
+    return changed
 
 
 def _base_entry(value: Any) -> _BaseEntry:

@@ -59,3 +59,30 @@ def test_unchanged_maps_carry_nothing() -> None:
     cp, back, delta = _round_trip(_base(), lambda cp: None)
     assert delta.node_visits == {} and delta.context_values == {} and delta.removed == {}
     assert encode(back) == encode(cp)
+
+
+def test_records_changed_in_place_or_replaced_are_caught() -> None:
+    base = _base()
+    base.node_outcomes = {f"n{i}": {"status": "success", "visit": 1} for i in range(50)}
+    writer = DeltaWriter()
+    writer.written(base, "f" * 40, whole=True)
+    outcomes = base.node_outcomes  # the same objects, as the engine keeps them
+    outcomes["n3"]["status"] = "fail"  # changed in place
+    outcomes["n7"] = {"status": "success", "visit": 1}  # a new object, equal
+    outcomes["n9"] = {"status": "success", "visit": True}  # equal in Python only
+    outcomes["n60"] = {"status": "success", "visit": 1}  # new key
+    delta = writer.delta(base)
+    assert delta is not None
+    assert set(delta.node_outcomes) == {"n3", "n9", "n60"}
+    assert encode(apply_delta(_decoded_base(writer, base), delta)) == encode(base)
+
+
+def _decoded_base(writer: DeltaWriter, cp: Checkpoint) -> Checkpoint:
+    """The base as git holds it: the copies taken when it was written."""
+    import msgspec
+
+    fields = {n: getattr(cp, n) for n in Checkpoint.__struct_fields__}
+    fields["node_outcomes"] = {
+        k: msgspec.json.decode(e.encoded) for k, e in writer._base_entries["node_outcomes"].items()
+    }
+    return Checkpoint(**fields)

@@ -57,9 +57,9 @@ with GitRepo.discover(Path(sys.argv[1])) as r:
 
 def _fsyncs(repo: Path, tag: str) -> int:
     """fsync calls our process makes for one object write and one ref creation."""
+    trace = ["strace", "-f", "-e", "trace=fsync,fdatasync"]
     proc = subprocess.run(
-        ["strace", "-f", "-e", "trace=fsync,fdatasync", sys.executable, "-c", _SCRIPT, str(repo)]
-        + [tag],
+        [*trace, sys.executable, "-c", _SCRIPT, str(repo), tag],
         capture_output=True,
         text=True,
         check=True,
