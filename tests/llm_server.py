@@ -86,6 +86,16 @@ class Stall:
 
 
 @dataclass(frozen=True)
+class StallMidStream:
+    """Start a streamed reply, then hold the connection after `after` SSE events until
+    the server stops (or `seconds` pass), as a stream that hangs part way through."""
+
+    reply: Reply = Reply(text="this answer stops part way and hangs there")
+    after: int = 3
+    seconds: float = 120.0
+
+
+@dataclass(frozen=True)
 class Together:
     """Answer with `reply` only once `count` requests scripted with the same `group`
     have arrived, so that each proves the others were sent while it waited. If they do
@@ -97,7 +107,7 @@ class Together:
     timeout: float = 60.0
 
 
-Scripted = Reply | Fault | Drop | StreamError | Stall | Together
+Scripted = Reply | Fault | Drop | StreamError | Stall | StallMidStream | Together
 
 
 def apart(group: str) -> Fault:
@@ -153,6 +163,7 @@ class LlmServer:
         self._by_conversation: list[tuple[str, deque[Scripted]]] = []
         self._arrived: dict[str, int] = {}
         self._together = threading.Condition(threading.Lock())
+        self.stopping = threading.Event()
         self.requests: list[Recorded] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -177,6 +188,7 @@ class LlmServer:
         return self
 
     def stop(self) -> None:
+        self.stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -295,7 +307,11 @@ class _Handler(BaseHTTPRequestHandler):
             scripted = scripted.reply
         model = str(body.get("model", "unknown"))
         n = self.owner.next_id()
-        reply = scripted.reply if isinstance(scripted, Drop | StreamError) else scripted
+        reply = (
+            scripted.reply
+            if isinstance(scripted, Drop | StreamError | StallMidStream)
+            else scripted
+        )
         if not body.get("stream"):
             self._send_json(200, _plain(api, reply, model, n))
             return
@@ -312,6 +328,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 self.close_connection = True
                 return
+            if isinstance(scripted, StallMidStream) and index == scripted.after:
+                self.owner.stopping.wait(scripted.seconds)
             if isinstance(scripted, StreamError) and index == scripted.after:
                 event = _stream_error(api)
             payload = event.encode()
