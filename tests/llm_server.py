@@ -31,9 +31,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ToolUse:
+    """A tool call. With a `thought_signature` (Gemini 3 on Chat Completions) the call
+    carries it in `extra_content`, and a later request that sends the call back without
+    it is refused with a 400, as Gemini does."""
+
     name: str
     arguments: dict[str, Any]
     id: str | None = None
+    thought_signature: str | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +170,8 @@ class LlmServer:
         self._together = threading.Condition(threading.Lock())
         self.stopping = threading.Event()
         self.requests: list[Recorded] = []
+        # Thought signatures handed out with tool calls, by call id.
+        self.signatures: dict[str, str] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         server = self
@@ -296,6 +303,11 @@ class _Handler(BaseHTTPRequestHandler):
                 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
             )
             return
+        unsigned = _unsigned_call(body, self.owner.signatures) if api == "chat" else None
+        if unsigned is not None:
+            message = f"Function call `{unsigned}` is missing a thought_signature"
+            self._send_json(400, _error_body(api, Fault(400, "invalid", message)))
+            return
         scripted = self.owner.next_scripted(api, body)
         if isinstance(scripted, Together):
             scripted = self.owner.meet(scripted)
@@ -312,6 +324,9 @@ class _Handler(BaseHTTPRequestHandler):
             if isinstance(scripted, Drop | StreamError | StallMidStream)
             else scripted
         )
+        for i, call in enumerate(reply.tool_calls):
+            if api == "chat" and call.thought_signature is not None:
+                self.owner.signatures[_call_id(call, i, n)] = call.thought_signature
         if not body.get("stream"):
             self._send_json(200, _plain(api, reply, model, n))
             return
@@ -351,6 +366,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(data)
+
+
+def _unsigned_call(body: dict[str, Any], signatures: dict[str, str]) -> str | None:
+    """The name of a tool call sent back without the thought signature it came with."""
+    for message in body.get("messages") or []:
+        for call in message.get("tool_calls") or []:
+            wanted = signatures.get(call.get("id", ""))
+            sent = ((call.get("extra_content") or {}).get("google") or {}).get("thought_signature")
+            if wanted is not None and sent != wanted:
+                return str(call.get("function", {}).get("name"))
+    return None
 
 
 def _wants_usage(body: dict[str, Any]) -> bool:
@@ -767,16 +793,15 @@ def _chat_events(reply: Reply, model: str, n: int, *, include_usage: bool) -> It
     for word in _words(reply.text):
         yield delta(content=word)
     for i, call in enumerate(reply.tool_calls):
-        yield delta(
-            tool_calls=[
-                {
-                    "index": i,
-                    "id": _call_id(call, i, n),
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": ""},
-                }
-            ]
-        )
+        opening: dict[str, Any] = {
+            "index": i,
+            "id": _call_id(call, i, n),
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        if call.thought_signature is not None:
+            opening["extra_content"] = {"google": {"thought_signature": call.thought_signature}}
+        yield delta(tool_calls=[opening])
         encoded = json.dumps(call.arguments)
         half = len(encoded) // 2
         for piece in (encoded[:half], encoded[half:]):
@@ -806,6 +831,11 @@ def _plain(api: str, reply: Reply, model: str, n: int) -> dict[str, Any]:
                 "id": _call_id(call, i, n),
                 "type": "function",
                 "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                **(
+                    {"extra_content": {"google": {"thought_signature": call.thought_signature}}}
+                    if call.thought_signature is not None
+                    else {}
+                ),
             }
             for i, call in enumerate(reply.tool_calls)
         ]

@@ -58,6 +58,8 @@ class Provider:
     # `other`, a provider to fail over to.
     two_words_in: int
     other: str
+    # Gemini 3 signs each tool call and refuses one sent back without its signature.
+    signs_calls: bool = False
 
 
 PROVIDERS = [
@@ -90,6 +92,7 @@ PROVIDERS = [
         "edit_file",
         two_words_in=3,  # the role chunk, 2 deltas
         other="openai",
+        signs_calls=True,
     ),
 ]
 BY_NAME = {p.name: p for p in PROVIDERS}
@@ -181,6 +184,11 @@ def agent_clis(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # ------------------------------------------------------------------------ agent tools
 
 
+def _call(p: Provider, name: str, arguments: dict, id: str) -> ToolUse:
+    """A tool call as `p`'s models make it (signed, for Gemini 3)."""
+    return ToolUse(name, arguments, id=id, thought_signature=f"sig-{id}" if p.signs_calls else None)
+
+
 def _edit_call(p: Provider) -> ToolUse:
     if p.edit_tool == "apply_patch":
         patch = "\n".join(
@@ -194,9 +202,9 @@ def _edit_call(p: Provider) -> ToolUse:
                 "*** End Patch",
             ]
         )
-        return ToolUse("apply_patch", {"patch": patch}, id="t2")
-    return ToolUse(
-        "edit_file", {"path": "notes.txt", "old_string": "beta", "new_string": "BETA"}, id="t2"
+        return _call(p, "apply_patch", {"patch": patch}, id="t2")
+    return _call(
+        p, "edit_file", {"path": "notes.txt", "old_string": "beta", "new_string": "BETA"}, id="t2"
     )
 
 
@@ -217,12 +225,12 @@ def test_an_agent_reads_edits_and_creates_files(
     git(repo, "commit", "-q", "-m", "notes")
     write_workflow(repo, AGENT % f', model="{p.model}"')
     llm_server.script(
-        Reply(text="Reading.", tool_calls=(ToolUse("read_file", {"path": "notes.txt"}, id="t1"),)),
+        Reply(text="Reading.", tool_calls=(_call(p, "read_file", {"path": "notes.txt"}, "t1"),)),
         Reply(
             text="Editing.",
             tool_calls=(
                 _edit_call(p),
-                ToolUse("write_file", {"path": "src/new.txt", "content": "fresh\n"}, id="t3"),
+                _call(p, "write_file", {"path": "src/new.txt", "content": "fresh\n"}, "t3"),
             ),
         ),
         Reply(text="Done: notes tidied.", input_tokens=40, output_tokens=6),
@@ -243,6 +251,12 @@ def test_an_agent_reads_edits_and_creates_files(
     # The file's content went back to the model as the read_file result.
     assert "alpha" in json.dumps(llm_server.requests[1].body)
     assert "alpha" not in json.dumps(llm_server.requests[0].body)
+    # Each call went back with the result it got, paired by its id.
+    assert [call for call, _ in _tool_rounds(p.api, llm_server.requests[2].body)] == [
+        "t1",
+        "t2",
+        "t3",
+    ]
 
     assert meta_file(repo, run_id, "nodes/work/response.md") == "Done: notes tidied."
     events = _events(repo, run_id)
@@ -386,6 +400,94 @@ def test_a_spent_quota_fails_over_to_the_other_provider(
     assert not _of(events, "agent.llm.retry")
     [completed] = _of(events, "stage.completed", "review")
     assert completed["properties"]["usage"]["model"] == DEFAULT_MODEL[other.name]
+
+
+def _tool_rounds(api: str, body: dict) -> list[tuple[str, str]]:
+    """(call id, result text) of each tool call a request sends back, in order; a call
+    without a matching result after it, or a result without its call, fails."""
+    calls: list[str] = []
+    results: dict[str, str] = {}
+    if api == "anthropic":
+        for message in body["messages"]:
+            for block in message["content"] if isinstance(message["content"], list) else []:
+                if block["type"] == "tool_use":
+                    calls.append(block["id"])
+                elif block["type"] == "tool_result":
+                    assert block["tool_use_id"] in calls
+                    results[block["tool_use_id"]] = block["content"]
+    elif api == "responses":
+        for item in body["input"]:
+            if item.get("type") == "function_call":
+                calls.append(item["call_id"])
+            elif item.get("type") == "function_call_output":
+                assert item["call_id"] in calls
+                results[item["call_id"]] = item["output"]
+    else:
+        for message in body["messages"]:
+            calls += [call["id"] for call in message.get("tool_calls") or []]
+            if message["role"] == "tool":
+                assert message["tool_call_id"] in calls
+                results[message["tool_call_id"]] = message["content"]
+    assert sorted(calls) == sorted(results)
+    return [(call, results[call]) for call in calls]
+
+
+@pytest.mark.parametrize(
+    ("first", "then"),
+    [("anthropic", "gemini"), ("openai", "anthropic"), ("gemini", "openai")],
+    ids=["anthropic-to-gemini", "openai-to-anthropic", "gemini-to-openai"],
+)
+def test_an_agent_fails_over_mid_conversation_with_its_tool_history(
+    repo: Path, llm_server: LlmServer, first: str, then: str
+) -> None:
+    p, other = BY_NAME[first], BY_NAME[then]
+    (repo / "notes.txt").write_text("alpha\n")
+    git(repo, "add", "notes.txt")
+    git(repo, "commit", "-q", "-m", "notes")
+    _project_model(repo, f'[run.model]\nname = "{p.model}"\nfallbacks = ["{other.model}"]\n')
+    write_workflow(repo, AGENT % "")
+    llm_server.script_for(
+        p.api,
+        Reply(text="Reading.", tool_calls=(_call(p, "read_file", {"path": "notes.txt"}, "r1"),)),
+        quota_exhausted(),
+    )
+    llm_server.script_for(
+        other.api,
+        Reply(
+            text="",
+            tool_calls=(_call(other, "write_file", {"path": "b.txt", "content": "b\n"}, "w1"),),
+        ),
+        Reply(text="Finished on the fallback."),
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    # The session stays on the fallback: a spent quota is not tried again each turn.
+    assert [(r.api, r.body["model"]) for r in llm_server.requests] == [
+        (p.api, p.model),
+        (p.api, p.model),
+        (other.api, other.model),
+        (other.api, other.model),
+    ]
+    # The fallback got the first provider's tool round in its own format.
+    [(call, output)] = _tool_rounds(other.api, llm_server.requests[2].body)
+    assert call == "r1" and "alpha" in output
+    if other.signs_calls:
+        # A call Gemini did not make goes back with the documented stand-in signature.
+        [turn] = [m for m in llm_server.requests[2].body["messages"] if m.get("tool_calls")]
+        signature = turn["tool_calls"][0]["extra_content"]["google"]["thought_signature"]
+        assert signature == "skip_thought_signature_validator"
+    assert git(repo, "show", f"fabro/run/{run_id}:b.txt") == "b\n"
+    assert meta_file(repo, run_id, "nodes/work/response.md") == "Finished on the fallback."
+    events = _events(repo, run_id)
+    [failover] = _of(events, "agent.failover", "work")
+    props = failover["properties"]
+    assert (props["from_provider"], props["to_provider"]) == (p.name, other.name)
+    tools = _of(events, "agent.tool.completed", "work")
+    assert [(e["properties"]["tool_name"], e["properties"]["is_error"]) for e in tools] == [
+        ("read_file", False),
+        ("write_file", False),
+    ]
 
 
 # ------------------------------------------------------------------------ keys
