@@ -58,6 +58,8 @@ class Provider:
     # `other`, a provider to fail over to.
     two_words_in: int
     other: str
+    # SSE events before the first half of a lone tool call's arguments is out.
+    half_a_call_in: int = 4
     # Gemini 3 signs each tool call and refuses one sent back without its signature.
     signs_calls: bool = False
 
@@ -92,6 +94,7 @@ PROVIDERS = [
         "edit_file",
         two_words_in=3,  # the role chunk, 2 deltas
         other="openai",
+        half_a_call_in=3,  # the role chunk, the call's opening, half its arguments
         signs_calls=True,
     ),
 ]
@@ -370,6 +373,33 @@ def test_a_transient_failure_is_retried_and_the_stage_succeeds(
         assert not _of(events, "agent.output.replace")
 
 
+@each_provider
+def test_an_agent_turn_cut_mid_tool_call_is_retried_and_the_tool_runs_once(
+    repo: Path, llm_server: LlmServer, p: Provider
+) -> None:
+    write_workflow(repo, AGENT % f', model="{p.model}"')
+    append = _call(p, "shell", {"command": "echo once >> ran.txt"}, "s1")
+    llm_server.script(
+        Drop(reply=Reply(text="", tool_calls=(append,)), after=p.half_a_call_in),
+        Reply(text="", tool_calls=(append,)),
+        Reply(text="Ran it."),
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert len(llm_server.requests) == 3
+    # The retried turn sent the same conversation: nothing of the cut call in it.
+    assert llm_server.requests[1].body == llm_server.requests[0].body
+    assert git(repo, "show", f"fabro/run/{run_id}:ran.txt") == "once\n"
+    events = _events(repo, run_id)
+    [retry] = _of(events, "agent.llm.retry", "work")
+    assert retry["properties"]["error"]["kind"] == "stream_dropped"
+    assert [e["properties"]["tool_name"] for e in _of(events, "agent.tool.started", "work")] == [
+        "shell"
+    ]
+    assert meta_file(repo, run_id, "nodes/work/response.md") == "Ran it."
+
+
 # ------------------------------------------------------------------------ failover
 
 
@@ -608,7 +638,7 @@ def _tail_has_delta(node_id: str, text: str) -> bool:
 
 @each_provider
 def test_ctrl_c_mid_stream_then_resume_never_replays_the_half_stream(
-    repo: Path, llm_server: LlmServer, p: Provider
+    repo: Path, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch, p: Provider
 ) -> None:
     write_workflow(repo, AGENT % f', model="{p.model}"')
     half = Reply(text="Halfway words that the interrupt cuts off")
@@ -637,6 +667,17 @@ def test_ctrl_c_mid_stream_then_resume_never_replays_the_half_stream(
     assert proc.returncode == 130, err
     run_id = re.findall(r"git fabro resume ([0-9A-Z]{26})", err.decode())[-1]
     assert len(llm_server.requests) == 2
+
+    # Resumed without the key, the run is refused before anything runs, naming it.
+    for var in p.key_vars:
+        monkeypatch.delenv(var, raising=False)
+    refused = run_fabro("resume", run_id, cwd=repo)
+    assert refused.returncode == 1, refused.stderr
+    assert f"set {' or '.join(p.key_vars)}" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert len(llm_server.requests) == 2
+    assert "run.failed" not in [e["event"] for e in run_events(run_id, repo)]
+    monkeypatch.setenv(p.key_vars[0], f"test-{p.name}-key")
 
     llm_server.script(Reply(text="Done after all."))
     resumed = run_fabro("resume", run_id, cwd=repo)
