@@ -316,6 +316,49 @@ def test_a_prompt_reply_routes_the_run(
     assert deltas == reply
 
 
+def _effort_sent(p: Provider, body: dict) -> object:
+    if p.api == "anthropic":
+        return body["thinking"]["type"], body["max_tokens"] > 900
+    if p.api == "responses":
+        return body["reasoning"]["effort"], body["max_output_tokens"]
+    return body["reasoning_effort"], body["max_tokens"]
+
+
+EFFORT_SENT = {
+    "anthropic": ("enabled", True),  # a thinking budget on top of max_tokens
+    "openai": ("high", 900),
+    "gemini": ("high", 900),
+}
+
+
+@each_provider
+def test_a_prompts_reasoning_effort_reaches_the_wire_and_its_reasoning_is_recorded(
+    repo: Path, llm_server: LlmServer, p: Provider
+) -> None:
+    write_workflow(repo, ROUTED % f', model="{p.model}", reasoning_effort="high", max_tokens=900')
+    llm_server.script(
+        Reply(
+            text=APPROVE,
+            reasoning="weighing the patch carefully",
+            output_tokens=20,
+            reasoning_tokens=8,
+        )
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    [request] = llm_server.requests
+    assert _effort_sent(p, request.body) == EFFORT_SENT[p.name]
+    events = _events(repo, result["run_id"])
+    thought = "".join(
+        e["properties"]["delta"] for e in _of(events, "agent.reasoning.delta", "review")
+    )
+    assert thought == "weighing the patch carefully"
+    # The reasoning is not the answer: routing read the text alone.
+    [completed] = _of(events, "stage.completed", "review")
+    assert completed["properties"]["preferred_label"] == "approve"
+    assert meta_file(repo, result["run_id"], "nodes/review/response.md") == APPROVE
+
+
 # ------------------------------------------------------------------------ retry
 
 
