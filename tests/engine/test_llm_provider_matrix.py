@@ -359,6 +359,41 @@ def test_a_prompts_reasoning_effort_reaches_the_wire_and_its_reasoning_is_record
     assert meta_file(repo, result["run_id"], "nodes/review/response.md") == APPROVE
 
 
+@each_provider
+def test_an_agent_thinking_before_a_tool_call_sends_its_reasoning_back_as_its_api_needs(
+    repo: Path, llm_server: LlmServer, p: Provider
+) -> None:
+    write_workflow(repo, AGENT % f', model="{p.model}", reasoning_effort="low"')
+    llm_server.script(
+        Reply(
+            text="",
+            reasoning="first look at the file",
+            tool_calls=(_call(p, "read_file", {"path": "README.md"}, "r1"),),
+        ),
+        Reply(text="Looked."),
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    follow_up = llm_server.requests[1].body
+    if p.api == "anthropic":
+        # With thinking on, the tool round's assistant turn must open with its thinking
+        # block, signature and all.
+        [turn] = [m for m in follow_up["messages"] if m["role"] == "assistant"]
+        assert turn["content"][0] == {
+            "type": "thinking",
+            "thinking": "first look at the file",
+            "signature": "sig_1",
+        }
+        assert turn["content"][-1]["type"] == "tool_use"
+    [(call, output)] = _tool_rounds(p.api, follow_up)
+    assert call == "r1" and "hello" in output
+    events = _events(repo, result["run_id"])
+    thought = "".join(
+        e["properties"]["delta"] for e in _of(events, "agent.reasoning.delta", "work")
+    )
+    assert thought == "first look at the file"
+
+
 # ------------------------------------------------------------------------ retry
 
 
