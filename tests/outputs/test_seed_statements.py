@@ -32,6 +32,8 @@ Output logging
   appends the visit count to the directory name: test_a_repeat_visit_writes_its_own_node_files
 - a retried stage writes them too (the last attempt's):
   test_a_retried_prompt_stage_writes_its_node_files
+- routing JSON is never asked for unless the prompt asks:
+  test_a_repeat_visit_writes_its_own_node_files
 File tracking
 - API backend (write_file/edit_file confirmed on success, failed calls discarded):
   agent/test_agent_loop.py, engine/test_llm_stages.py::test_an_agent_reads_edits_and_creates_files
@@ -239,6 +241,8 @@ def test_a_repeat_visit_writes_its_own_node_files(repo: Path, tmp_path: Path) ->
     for directory, visit in (("review", 1), ("review-2", 2)):
         prompt = meta_file(clone, run_id, f"nodes/{directory}/prompt.md")
         assert prompt.startswith("Goal: two\n") and "Review round two" in prompt
+        # Nothing asks the model for routing JSON that the prompt did not ask for.
+        assert "preferred_next_label" not in prompt and "json" not in prompt.lower()
         assert meta_file(clone, run_id, f"nodes/{directory}/response.md") == "fine"
         status = json.loads(meta_file(clone, run_id, f"nodes/{directory}/status.json"))
         assert status["visit"] == visit and status["status"] == "succeeded"
