@@ -31,9 +31,14 @@ from typing import Any
 
 @dataclass(frozen=True)
 class ToolUse:
+    """A tool call. With a `thought_signature` (Gemini 3 on Chat Completions) the call
+    carries it in `extra_content`, and a later request that sends the call back without
+    it is refused with a 400, as Gemini does."""
+
     name: str
     arguments: dict[str, Any]
     id: str | None = None
+    thought_signature: str | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,16 @@ class Stall:
 
 
 @dataclass(frozen=True)
+class StallMidStream:
+    """Start a streamed reply, then hold the connection after `after` SSE events until
+    the server stops (or `seconds` pass), as a stream that hangs part way through."""
+
+    reply: Reply = Reply(text="this answer stops part way and hangs there")
+    after: int = 3
+    seconds: float = 120.0
+
+
+@dataclass(frozen=True)
 class Together:
     """Answer with `reply` only once `count` requests scripted with the same `group`
     have arrived, so that each proves the others were sent while it waited. If they do
@@ -97,7 +112,7 @@ class Together:
     timeout: float = 60.0
 
 
-Scripted = Reply | Fault | Drop | StreamError | Stall | Together
+Scripted = Reply | Fault | Drop | StreamError | Stall | StallMidStream | Together
 
 
 def apart(group: str) -> Fault:
@@ -153,7 +168,10 @@ class LlmServer:
         self._by_conversation: list[tuple[str, deque[Scripted]]] = []
         self._arrived: dict[str, int] = {}
         self._together = threading.Condition(threading.Lock())
+        self.stopping = threading.Event()
         self.requests: list[Recorded] = []
+        # Thought signatures handed out with tool calls, by call id.
+        self.signatures: dict[str, str] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
         server = self
@@ -177,6 +195,7 @@ class LlmServer:
         return self
 
     def stop(self) -> None:
+        self.stopping.set()
         self._httpd.shutdown()
         self._httpd.server_close()
 
@@ -284,6 +303,11 @@ class _Handler(BaseHTTPRequestHandler):
                 404, {"error": {"message": f"no route {self.path}", "type": "not_found"}}
             )
             return
+        unsigned = _unsigned_call(body, self.owner.signatures) if api == "chat" else None
+        if unsigned is not None:
+            message = f"Function call `{unsigned}` is missing a thought_signature"
+            self._send_json(400, _error_body(api, Fault(400, "invalid", message)))
+            return
         scripted = self.owner.next_scripted(api, body)
         if isinstance(scripted, Together):
             scripted = self.owner.meet(scripted)
@@ -295,7 +319,14 @@ class _Handler(BaseHTTPRequestHandler):
             scripted = scripted.reply
         model = str(body.get("model", "unknown"))
         n = self.owner.next_id()
-        reply = scripted.reply if isinstance(scripted, Drop | StreamError) else scripted
+        reply = (
+            scripted.reply
+            if isinstance(scripted, Drop | StreamError | StallMidStream)
+            else scripted
+        )
+        for i, call in enumerate(reply.tool_calls):
+            if api == "chat" and call.thought_signature is not None:
+                self.owner.signatures[_call_id(call, i, n)] = call.thought_signature
         if not body.get("stream"):
             self._send_json(200, _plain(api, reply, model, n))
             return
@@ -312,6 +343,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 self.close_connection = True
                 return
+            if isinstance(scripted, StallMidStream) and index == scripted.after:
+                self.owner.stopping.wait(scripted.seconds)
             if isinstance(scripted, StreamError) and index == scripted.after:
                 event = _stream_error(api)
             payload = event.encode()
@@ -333,6 +366,17 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(data)
+
+
+def _unsigned_call(body: dict[str, Any], signatures: dict[str, str]) -> str | None:
+    """The name of a tool call sent back without the thought signature it came with."""
+    for message in body.get("messages") or []:
+        for call in message.get("tool_calls") or []:
+            wanted = signatures.get(call.get("id", ""))
+            sent = ((call.get("extra_content") or {}).get("google") or {}).get("thought_signature")
+            if wanted is not None and sent != wanted:
+                return str(call.get("function", {}).get("name"))
+    return None
 
 
 def _wants_usage(body: dict[str, Any]) -> bool:
@@ -749,16 +793,15 @@ def _chat_events(reply: Reply, model: str, n: int, *, include_usage: bool) -> It
     for word in _words(reply.text):
         yield delta(content=word)
     for i, call in enumerate(reply.tool_calls):
-        yield delta(
-            tool_calls=[
-                {
-                    "index": i,
-                    "id": _call_id(call, i, n),
-                    "type": "function",
-                    "function": {"name": call.name, "arguments": ""},
-                }
-            ]
-        )
+        opening: dict[str, Any] = {
+            "index": i,
+            "id": _call_id(call, i, n),
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        if call.thought_signature is not None:
+            opening["extra_content"] = {"google": {"thought_signature": call.thought_signature}}
+        yield delta(tool_calls=[opening])
         encoded = json.dumps(call.arguments)
         half = len(encoded) // 2
         for piece in (encoded[:half], encoded[half:]):
@@ -788,6 +831,11 @@ def _plain(api: str, reply: Reply, model: str, n: int) -> dict[str, Any]:
                 "id": _call_id(call, i, n),
                 "type": "function",
                 "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+                **(
+                    {"extra_content": {"google": {"thought_signature": call.thought_signature}}}
+                    if call.thought_signature is not None
+                    else {}
+                ),
             }
             for i, call in enumerate(reply.tool_calls)
         ]

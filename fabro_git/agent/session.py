@@ -289,6 +289,10 @@ class AgentSession:
         self.worktree = Path(worktree)
         self.target = target
         self.fallbacks = tuple(fallbacks)
+        # Where the chain starts for the next call: after a failover the session stays
+        # on the target that answered (a spent quota does not come back within a
+        # session), rather than failing over again on every turn.
+        self._chain = (target, *self.fallbacks)
         self.system_prompt = system_prompt
         self.limits = limits or AgentLimits()
         self.env: Mapping[str, str] = os.environ if env is None else env
@@ -569,20 +573,26 @@ class AgentSession:
 
         response = await complete(
             self._request(system, self.conversation.messages),
-            self.target,
-            fallbacks=self.fallbacks,
+            self._chain[0],
+            fallbacks=self._chain[1:],
             env=self.env,
             sink=forward,
             policy=self.retry_policy,
             on_retry=self._emit_async,
             on_failover=self._emit_async,
         )
+        self._stay_on(response.target)
         self._account(response)
         # A stream the client had buffered whole can end without a checkpoint; a
         # cancellation asked for meanwhile takes effect here, before its tools run.
         # (Raising from the sink instead would abandon the SDK's stream generator.)
         await trio.lowlevel.checkpoint()
         return response
+
+    def _stay_on(self, answered: Target) -> None:
+        """Start the next call's chain at the target that answered this one."""
+        if answered in self._chain:
+            self._chain = self._chain[self._chain.index(answered) :]
 
     async def _emit_async(self, props: AgentLlmRetry | AgentFailover) -> None:
         self._emit(props)
@@ -677,14 +687,15 @@ class AgentSession:
         )
         summary = await complete(
             self._request(system, [*older, Message.user(SUMMARY_REQUEST)]),
-            self.target,
-            fallbacks=self.fallbacks,
+            self._chain[0],
+            fallbacks=self._chain[1:],
             env=self.env,
             sink=discard,
             policy=self.retry_policy,
             on_retry=self._emit_async,
             on_failover=self._emit_async,
         )
+        self._stay_on(summary.target)
         self._account(summary)
         task = older[0].text if older and older[0].role == "user" else ""
         files = self.conversation.files_touched

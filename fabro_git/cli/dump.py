@@ -20,6 +20,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+STREAM_AT = 1_000_000
+
 
 def run(run_arg: str, output: Path) -> int:
     from fabro_git.cli._runs import effective_status, resolve_run, tail_path
@@ -27,7 +29,7 @@ def run(run_arg: str, output: Path) -> int:
     from fabro_git.cli.logs import durable_events
     from fabro_git.engine.checkpoint import encode, read_checkpoint
     from fabro_git.engine.lock import is_live
-    from fabro_git.engine.session import _read_dir, load_run
+    from fabro_git.engine.session import load_run
     from fabro_git.errors import ConfigError
     from fabro_git.events.bus import last_event_id, tail_after
     from fabro_git.store.repo import GitRepo
@@ -42,12 +44,18 @@ def run(run_arg: str, output: Path) -> int:
     run_id = resolve_run(repo, run_arg)
     manifest, cp, meta, _source = load_run(repo, run_id)
     files: dict[str, bytes] = {}
-    for relpath, data in _read_dir(repo, meta, "").items():
+    # Files over STREAM_AT (a command's whole output) are copied from git to the dump
+    # as a stream, never held in memory.
+    streamed: list[str] = []
+    for relpath, size in repo.list_files(meta, ""):
         if relpath.startswith("events/") or relpath == "manifest.json":
             continue
-        files[relpath] = data
-    if "checkpoint.json" in files:
-        files["checkpoint.json"] = encode(cp)  # complete, even when git holds a delta
+        if relpath == "checkpoint.json":
+            files[relpath] = encode(cp)  # complete, even when git holds a delta
+        elif size > STREAM_AT:
+            streamed.append(relpath)
+        else:
+            files[relpath] = repo.read_file(meta, relpath) or b""
     import msgspec
 
     doc: dict[str, Any] = msgspec.to_builtins(manifest)
@@ -69,23 +77,34 @@ def run(run_arg: str, output: Path) -> int:
             name = f"checkpoints/{entry.ordinal:0{width}d}-{entry.label}.json"
             files[name] = encode(recorded)
     _write_all(target, files)
+    for relpath in streamed:
+        repo.copy_file(meta, relpath, _inside(target, relpath))
     print(
-        f"dumped run {run_id} to {target} ({len(files)} files, {len(entries)} checkpoints)",
+        f"dumped run {run_id} to {target} ({len(files) + len(streamed)} files, "
+        f"{len(entries)} checkpoints)",
         file=sys.stderr,
     )
     return 0
+
+
+def _inside(target: Path, relpath: str) -> Path:
+    """Where `relpath` goes in the dump, its directory made; never outside `target`."""
+    from fabro_git.errors import FabroError
+
+    root = target.resolve()
+    path = (root / relpath).resolve()
+    if not path.is_relative_to(root) or path == root:
+        raise FabroError(f"the run's metadata holds a path outside the dump: {relpath!r}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _write_all(target: Path, files: dict[str, bytes]) -> None:
     from fabro_git.errors import FabroError
 
     target.mkdir(parents=True, exist_ok=True)
-    root = target.resolve()
     for relpath, data in sorted(files.items()):
-        path = (root / relpath).resolve()
-        if not path.is_relative_to(root) or path == root:
-            raise FabroError(f"the run's metadata holds a path outside the dump: {relpath!r}")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        path = _inside(target, relpath)
         try:
             path.write_bytes(data)
         except OSError as err:

@@ -478,7 +478,7 @@ def resume(
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.replication import push_remote_of
     from fabro_git.engine.runner import Options
-    from fabro_git.engine.session import execute_run, load_run
+    from fabro_git.engine.session import check_resumable, execute_run, load_run
     from fabro_git.events import catalogue as ev
     from fabro_git.handlers import handler_for
     from fabro_git.store import runs as runrefs
@@ -488,7 +488,8 @@ def resume(
     repo = GitRepo.discover(Path.cwd())
     known = set(runrefs.list_run_ids(repo))
     full_id = resolve_run(repo, run_id)
-    manifest, cp, _meta, _source = load_run(repo, full_id)
+    stored = load_run(repo, full_id)
+    manifest, cp, _meta, _source = stored
     # A run this repository did not have was found on origin and fetched on demand.
     fetched = (
         [] if full_id in known else [ev.GitFetch(branch=_run_branch_name(manifest), success=True)]
@@ -517,6 +518,8 @@ def resume(
         retro=retro and manifest.settings.get("retro") is not False,
         retro_narrative=bool(manifest.settings.get("retro_narrative")),
     )
+    if not detached_child:
+        check_resumable(repo, full_id, stored, options)
     if detach:
         _spawn_detached(repo, full_id, options)
         print(full_id)

@@ -189,8 +189,11 @@ async def run_branches(
     return finished
 
 
-def commit_branch_stage(runtime: Runtime, scope: Scope, node_id: str, status: str) -> None:
-    """Commit a branch stage's worktree on the branch's ref (on a worker thread).
+def commit_branch_stage(
+    runtime: Runtime, scope: Scope, node_id: str, status: str, stage_id: str
+) -> None:
+    """Commit a branch stage's worktree on the branch's ref (on a worker thread), with
+    the tree its files_touched came from when there is one.
 
     RunFailed when git cannot, which fails the branch: its work must not go missing
     from the fan-in. A full disk stops the whole run at its last checkpoint instead.
@@ -199,11 +202,12 @@ def commit_branch_stage(runtime: Runtime, scope: Scope, node_id: str, status: st
     from fabro_git.store import worktree as wt
 
     recorder = runtime.recorder
+    early = scope.stage_trees.pop(stage_id, None)
     if recorder is None or scope.ref is None or scope.tip is None:
         return
     qid = scope.qualified(node_id)
     try:
-        tree = wt.snapshot_tree(scope.worktree, exclude_globs=recorder.exclude_globs)
+        tree = early or wt.snapshot_tree(scope.worktree, exclude_globs=recorder.exclude_globs)
         message = recorder.redactor.mask_text(
             runrefs.branch_commit_message(
                 runtime.run_id, qid, status, scope.prefix.rstrip("/") or node_id
@@ -236,16 +240,24 @@ async def adopt_branch(runtime: Runtime, scope: Scope, node: Node, head: str) ->
     runtime.emit(GitReset(sha=head), node_id=scope.qualified(node.id), node_label=node.label)
 
 
-def _fan_out_base(runtime: Runtime, parent: Scope, qid: str) -> str:
-    """The branches' starting commit: the scope's worktree as it is now, on its tip."""
+def worktree_tree(runtime: Runtime, worktree: Path, qid: str) -> str | None:
+    """A scope's worktree as it is now, as a tree (on a worker thread): the run's own
+    worktree through the recorder (which adopts commits a stage made there), a branch's
+    by a scan of its own index."""
     from fabro_git.store import worktree as wt
 
     recorder = runtime.recorder
+    assert recorder is not None
+    if recorder.worktree is not None and Path(worktree) == Path(recorder.worktree):
+        return recorder.stage_tree(qid)
+    return wt.snapshot_tree(worktree, exclude_globs=recorder.exclude_globs)
+
+
+def _fan_out_base(runtime: Runtime, parent: Scope, qid: str) -> str:
+    """The branches' starting commit: the scope's worktree as it is now, on its tip."""
+    recorder = runtime.recorder
     assert recorder is not None and parent.tip is not None
-    if recorder.worktree is not None and Path(parent.worktree) == Path(recorder.worktree):
-        tree = recorder.stage_tree(qid)
-    else:
-        tree = wt.snapshot_tree(parent.worktree, exclude_globs=recorder.exclude_globs)
+    tree = worktree_tree(runtime, parent.worktree, qid)
     if tree is None or tree == runtime.repo.commit_info(parent.tip).tree:
         return parent.tip
     return runtime.repo.write_commit(

@@ -108,11 +108,7 @@ class Recorder:
         started = time.monotonic()
         segment = self.take_segment()
         mask = self.redactor.mask_bytes
-        all_files: dict[str, bytes | StoredBlob | None] = {
-            path: None if data is None else mask(data)
-            for path, data in files.items()
-            if not isinstance(data, Path)
-        }
+        all_files: dict[str, bytes | StoredBlob | None] = _masked_once(mask, files)
         if segment:
             cp.event_segments += 1
             all_files[segment_path(cp.event_segments)] = segment
@@ -398,3 +394,33 @@ _RECONCILE_WALK_LIMIT = 10_000
 
 def _ms(started: float) -> int:
     return int((time.monotonic() - started) * 1000)
+
+
+# Files at least this big are compared with the others of a snapshot before masking.
+_SHARED_MASK_MIN = 64 * 1024
+
+
+def _masked_once(
+    mask: Callable[[bytes], bytes], files: Mapping[str, bytes | Path | None]
+) -> dict[str, bytes | StoredBlob | None]:
+    """Each in-memory file of a snapshot, masked (Paths are left to be streamed).
+
+    An offloaded value is two files with the same bytes (the visit's and the key's
+    current one): a big file equal to one already masked takes that result, the very
+    same object, so a 50 MB value is scanned for secrets once and hashed into a blob once.
+    """
+    masked: dict[str, bytes | StoredBlob | None] = {}
+    seen: dict[int, list[tuple[bytes, bytes]]] = {}  # by length: (original, masked)
+    for path, data in files.items():
+        if isinstance(data, Path):
+            continue
+        if data is None or len(data) < _SHARED_MASK_MIN:
+            masked[path] = None if data is None else mask(data)
+            continue
+        same_length = seen.setdefault(len(data), [])
+        earlier = next((done for original, done in same_length if original == data), None)
+        if earlier is None:
+            earlier = mask(data)
+            same_length.append((data, earlier))
+        masked[path] = earlier
+    return masked

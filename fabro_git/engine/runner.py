@@ -104,6 +104,12 @@ class Scope:
     stop_at: frozenset[str] = frozenset()
     # Heads merged into the scope's next commit (the fan-in's chosen branch).
     merge_parents: list[str] = field(default_factory=list)
+    # Trees of the worktree computed for a stage's files_touched, by stage id: a
+    # branch's commit of the stage reuses its own.
+    stage_trees: dict[str, str] = field(default_factory=dict)
+    # A child workflow makes no commits: the tree after its last stage, which the next
+    # stage's files_touched is diffed against (None: its tip's tree).
+    base_tree: str | None = None
 
     def qualified(self, node_id: str) -> str:
         return f"{self.prefix}{node_id}"
@@ -446,7 +452,11 @@ class Runtime:
         elif scope.kind == "branch":
             from fabro_git.engine.branches import commit_branch_stage
 
-            await self.store_call(commit_branch_stage, self, scope, node.id, result.status)
+            await self.store_call(
+                commit_branch_stage, self, scope, node.id, result.status, f"{node.id}@{visit}"
+            )
+        elif node.handler_type not in NO_WORKTREE_CHANGES:
+            await self._advance_child_tree(scope, f"{node.id}@{visit}")
 
     async def run_child(self, parent: Scope, node: Node, graph: Graph) -> ChildResult:
         """Walk a child workflow inside `node`'s stage: the parent's worktree and tip, a
@@ -686,8 +696,8 @@ class Runtime:
                 stage_id=stage_id,
             )
         duration_ms = int((time.monotonic() - started) * 1000)
-        if scope.kind == "main" and node.handler_type in TRACKS_TREE and not result.files_touched:
-            result.files_touched = await self._files_touched(stage_id)
+        if node.handler_type in TRACKS_TREE and not result.files_touched:
+            result.files_touched = await self._files_touched(scope, stage_id)
         updates = self._offload(scope, result, node_dir)
         self._apply(scope, node, result, signature, updates)
         record = result.to_record()
@@ -805,12 +815,17 @@ class Runtime:
                 )
             )
 
-    async def _files_touched(self, stage_id: str) -> list[str]:
-        """The paths the stage changed: its worktree's tree against the last checkpoint's.
+    async def _files_touched(self, scope: Scope, stage_id: str) -> list[str]:
+        """The paths the stage changed: its worktree's tree against the scope's last
+        recorded one (the main run's checkpoint, a branch's last commit on its ref, the
+        tree after a child workflow's previous stage).
 
-        The tree is computed here, before stage.completed, and the checkpoint reuses it:
-        computing it writes objects only, so it is as safe to do early as late.
+        The tree is computed here, before stage.completed, and the checkpoint or branch
+        commit reuses it: computing it writes objects only, so it is as safe to do early
+        as late.
         """
+        if scope.kind != "main":
+            return await self._scope_files_touched(scope, stage_id)
         recorder = self.recorder
         if recorder is None or recorder.run_tip is None or recorder.worktree is None:
             return []
@@ -829,6 +844,43 @@ class Runtime:
                 partial(self.repo.changed_paths, old, tree, limit=FILES_TOUCHED_LIMIT)
             )
         return []
+
+    async def _scope_files_touched(self, scope: Scope, stage_id: str) -> list[str]:
+        """`_files_touched` in a parallel branch or a child workflow."""
+        from fabro_git.engine.branches import worktree_tree
+
+        tip = scope.tip
+        if self.recorder is None or tip is None:
+            return []
+        qid = scope.qualified(stage_id.rpartition("@")[0])
+        try:
+            tree = await self.store_call(worktree_tree, self, scope.worktree, qid)
+        except FabroError:
+            return []  # a branch's commit meets the same error and fails the branch
+        if tree is None:
+            return []
+        scope.stage_trees[stage_id] = tree
+        old = scope.base_tree
+        if old is None:
+            old = await self.store_call(self._tip_tree, tip)
+        with contextlib.suppress(FabroError):
+            return await self.store_call(
+                partial(self.repo.changed_paths, old, tree, limit=FILES_TOUCHED_LIMIT)
+            )
+        return []
+
+    async def _advance_child_tree(self, scope: Scope, stage_id: str) -> None:
+        """A child workflow's stage is done: its tree becomes the base of the next
+        stage's files_touched (computed now if the stage did not need it itself)."""
+        from fabro_git.engine.branches import worktree_tree
+
+        tree = scope.stage_trees.pop(stage_id, None)
+        if tree is None and self.recorder is not None and scope.tip is not None:
+            with contextlib.suppress(FabroError):
+                qid = scope.qualified(stage_id.rpartition("@")[0])
+                tree = await self.store_call(worktree_tree, self, scope.worktree, qid)
+        if tree is not None:
+            scope.base_tree = tree
 
     def _stage_tree(self, node: Node, visit: int) -> str | None:
         """The stage's tree: the one `_files_touched` computed, else a fresh scan."""
@@ -1180,8 +1232,9 @@ _WALK_NAMES = {"main": "the run", "branch": "its parallel branch", "child": "its
 
 NO_WORKTREE_CHANGES = frozenset({"start", "exit", "conditional", "human", "wait"})
 
-# Stages whose files_touched come from their tree diff (an agent's come from its tools).
-TRACKS_TREE = frozenset({"command", "tool"})
+# Stages whose files_touched come from their tree diff (an agent's come from its tools):
+# commands, a fan-in (the chosen branch's files) and a manager loop (its child's).
+TRACKS_TREE = frozenset({"command", "tool", "parallel.fan_in", "stack.manager_loop"})
 # Stages that run commands in the worktree: their test assets are captured.
 RUNS_COMMANDS = frozenset({"command", "tool", "agent", "codergen"})
 # Paths listed at most in one stage's files_touched.

@@ -999,6 +999,21 @@ def write_json_result(result: RunResult) -> None:
     sys.stdout.flush()
 
 
+def check_resumable(repo: GitRepo, run_id: str, stored: StoredRun, options: Options) -> None:
+    """Refuse, before a resume touches the run, what `check_options` refuses before a
+    run: a key unset since the run started, an agent CLI uninstalled since."""
+    if options.dry_run:
+        return
+    manifest, _cp, meta, source = stored
+    config = manifest.settings.get("config") or {}
+    check_options(
+        options,
+        _load_graph(repo, run_id, manifest, source, meta),
+        (config.get("model") or {}).get("fallbacks"),
+        cli_command=(config.get("agent") or {}).get("cli_command"),
+    )
+
+
 def check_options(
     options: Options,
     graph: Graph,

@@ -39,9 +39,14 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
+    """One call the model asked for. `extra` is the provider's opaque data that must go
+    back with the call on the next turn (Gemini's thought signature, in Chat
+    Completions' `extra_content`), kept as the provider sent it."""
+
     id: str
     name: str
     arguments: dict[str, Any]
+    extra: dict[str, Any] | None = None
 
 
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -378,6 +378,33 @@ class GitRepo:
         proc = run_git(["cat-file", "-s", entry[1].decode()], cwd=self.root, check=False)
         return int(proc.stdout) if proc.returncode == 0 else None
 
+    def copy_file(self, commit: str, path: str, dest: Path) -> bool:
+        """Write the file at `path` in `commit` to `dest`, streamed from git in bounded
+        memory (a command's whole output can be hundreds of megabytes); False when it
+        is not a file there."""
+        import subprocess
+
+        entry = self._lookup(commit, path)
+        if entry is None or entry[0] & 0o170000 == 0o040000 or entry[0] == 0o160000:
+            return False
+        from fabro_git.store._gitcli import git_env
+
+        with dest.open("wb") as out:
+            proc = subprocess.run(
+                ["git", "cat-file", "blob", entry[1].decode()],
+                cwd=self.root,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                env=git_env(),
+                check=False,
+            )
+        if proc.returncode != 0:
+            raise StoreError(
+                f"git cat-file failed for {path} of {commit[:12]}: "
+                + proc.stderr.decode("utf-8", "replace").strip()
+            )
+        return True
+
     def read_file_ends(self, commit: str, path: str, keep: int) -> tuple[bytes, bytes] | None:
         """The first and last `keep` bytes of a file too large to read whole (a command's
         500 MB output), streamed from git in bounded memory; None when it is no file."""
@@ -415,13 +442,15 @@ class GitRepo:
         return sorted(e.path.decode("utf-8", "surrogateescape") for e in tree.iteritems())
 
     def list_files(self, commit: str, path: str) -> list[tuple[str, int]]:
-        """Every file under the directory `path` of `commit`, recursively: its path below
-        `path` and its size, without reading the blobs. Empty when there is no such
-        directory."""
-        if self.list_dir(commit, path) is None:
+        """Every file under the directory `path` of `commit` (`""`: the whole tree),
+        recursively: its path below `path` and its size, without reading the blobs.
+        Empty when there is no such directory."""
+        inside = path.strip("/")
+        if inside and self.list_dir(commit, inside) is None:
             return []
-        proc = run_git(["ls-tree", "-r", "-l", "-z", commit, "--", path], cwd=self.root)
-        prefix = path.strip("/") + "/"
+        spec = ["--", inside] if inside else []
+        proc = run_git(["ls-tree", "-r", "-l", "-z", commit, *spec], cwd=self.root)
+        prefix = inside + "/" if inside else ""
         found: list[tuple[str, int]] = []
         for line in proc.stdout.split(b"\0"):
             header, tab, name = line.partition(b"\t")

@@ -59,6 +59,9 @@ class MetaSnapshotter:
         self._listings: dict[str, _Listing] = {}
         # The listings this write looked at or made: the trees of the new tip.
         self._fresh: dict[str, _Listing] = {}
+        # Within one write, blob ids by the bytes object they were made from: the same
+        # bytes under two paths (an offloaded value's two files) are hashed once.
+        self._blob_ids: dict[int, str] = {}
 
     def write(
         self,
@@ -75,6 +78,7 @@ class MetaSnapshotter:
         """
         changes = _nest(files)
         self._fresh = {}
+        self._blob_ids = {}
         base_tree: str | None = None
         if expected_tip is not None:
             base_tree = self.repo.commit_info(expected_tip).tree
@@ -91,6 +95,7 @@ class MetaSnapshotter:
         # Only the new tip's trees are built on next: older listings would only grow the
         # heap (a thousand-entry nodes/ per stage) for the garbage collector to walk.
         self._listings = self._fresh
+        self._blob_ids = {}
         written = [v for v in files.values() if v is not None]
         size = sum(v.size if isinstance(v, StoredBlob) else len(v) for v in written)
         return SnapshotResult(commit_sha=commit, entry_count=len(written), bytes=size)
@@ -112,11 +117,7 @@ class MetaSnapshotter:
                     raise StoreError(
                         f"cannot write file {path} in {self.ref}: a directory of that name exists"
                     )
-                sha = (
-                    change.sha
-                    if isinstance(change, StoredBlob)
-                    else self.repo.store_object(Blob.from_string(change))
-                )
+                sha = change.sha if isinstance(change, StoredBlob) else self._blob(change)
                 if current != (_FILE, sha):
                     listing.put(name, _FILE, sha)
                     changed = True
@@ -140,6 +141,12 @@ class MetaSnapshotter:
         # events shard at every snapshot.
         sha = self.repo.store_raw(b"tree", listing.raw())
         self._remember(sha, listing)
+        return sha
+
+    def _blob(self, data: bytes) -> str:
+        sha = self._blob_ids.get(id(data))
+        if sha is None:
+            sha = self._blob_ids[id(data)] = self.repo.store_object(Blob.from_string(data))
         return sha
 
     def _listing(self, sha: str) -> _Listing:

@@ -7,11 +7,14 @@ in a clone that fetched the run's refs from a bare remote.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from helpers import (
     assert_fsck_clean,
+    fabro_exe,
     git,
     meta_file,
     run_events,
@@ -368,3 +371,43 @@ def test_diff_on_a_terminal_goes_through_the_users_pager(finished: tuple[Path, s
     assert proc.wait(timeout=60) == 0
     text = b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n")
     assert "PAGED:+two\n" in text, text
+
+
+BIG = """\
+digraph Big {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    big [shape=parallelogram, script="head -c 200000000 /dev/zero | tr '\\\\0' y; echo end"]
+    start -> big -> exit
+}
+"""
+
+
+def test_dump_streams_a_large_output_from_git(repo: Path, tmp_path: Path) -> None:
+    """A command's whole output (here 200 MB) is copied to the dump byte for byte, with
+    the dump's peak memory far below the file's size."""
+    write_workflow(repo, BIG)
+    proc, result = run_json("run", "wf.fabro", cwd=repo, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    out = tmp_path / "dump"
+    measure = (
+        "import resource, subprocess, sys\n"
+        "proc = subprocess.run(sys.argv[1:])\n"
+        "print(proc.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    wrapped = subprocess.run(
+        [sys.executable, "-c", measure, *fabro_exe(), "dump", run_id, "-o", str(out)],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=True,
+    )
+    rc, peak_kib = (int(x) for x in wrapped.stdout.split())
+    assert rc == 0, wrapped.stderr
+    assert peak_kib < 100_000, f"dump peaked at {peak_kib} KiB for a 200 MB file"
+    dumped = out / "nodes" / "big" / "stdout.log"
+    assert dumped.stat().st_size == 200_000_000 + len("end\n")
+    blob = git(repo, "rev-parse", f"refs/fabro/meta/{run_id}:nodes/big/stdout.log").strip()
+    assert git(repo, "hash-object", str(dumped)).strip() == blob

@@ -46,7 +46,29 @@ _STOP: dict[str, StopReason] = {
 }
 
 
-def wire_messages(system: str | None, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+# Gemini 3 refuses a tool call sent back without the thought signature it came with;
+# one it did not make (a conversation begun on another model) carries the value its
+# documentation gives for that case instead.
+_FOREIGN_CALL = {"google": {"thought_signature": "skip_thought_signature_validator"}}
+
+
+def _wire_call(call: ToolCall, provider: str | None) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
+    }
+    extra = (
+        call.extra if call.extra is not None else _FOREIGN_CALL if provider == "gemini" else None
+    )
+    if extra is not None:
+        wire["extra_content"] = extra
+    return wire
+
+
+def wire_messages(
+    system: str | None, messages: tuple[Message, ...], provider: str | None = None
+) -> list[dict[str, Any]]:
     wire: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
     for message in messages:
         if message.role == "user":
@@ -59,14 +81,7 @@ def wire_messages(system: str | None, messages: tuple[Message, ...]) -> list[dic
         else:
             turn: dict[str, Any] = {"role": "assistant", "content": message.text or None}
             if message.tool_calls:
-                turn["tool_calls"] = [
-                    {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
-                    }
-                    for call in message.tool_calls
-                ]
+                turn["tool_calls"] = [_wire_call(call, provider) for call in message.tool_calls]
             wire.append(turn)
     return wire
 
@@ -74,7 +89,7 @@ def wire_messages(system: str | None, messages: tuple[Message, ...]) -> list[dic
 def request_body(target: Target, request: Request) -> dict[str, Any]:
     body: dict[str, Any] = {
         "model": target.model,
-        "messages": wire_messages(request.system, request.messages),
+        "messages": wire_messages(request.system, request.messages, target.provider),
         "max_tokens": request.max_tokens,
         "stream_options": {"include_usage": True},
     }
@@ -130,6 +145,7 @@ async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -
     text: list[str] = []
     reasoning: list[str] = []
     tools: dict[int, dict[str, str]] = {}
+    extras: dict[int, dict[str, Any]] = {}
     finish: str | None = None
     usage: dict[str, Any] = {}
     response_id: str | None = None
@@ -177,6 +193,8 @@ async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -
                     )
                     if part.get("id"):
                         slot["id"] = part["id"]
+                    if isinstance(part.get("extra_content"), dict):
+                        extras[part.get("index", 0)] = part["extra_content"]
                     function = part.get("function") or {}
                     slot["name"] += function.get("name") or ""
                     slot["arguments"] += function.get("arguments") or ""
@@ -199,6 +217,7 @@ async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -
             id=slot["id"] or f"call_{index}",
             name=slot["name"],
             arguments=parse_arguments(slot["arguments"], target, slot["name"]),
+            extra=extras.get(index),
         )
         calls.append(call)
         await sink(ToolCallReady(call))
