@@ -12,7 +12,6 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +21,6 @@ from llm_server import (
     Reply,
     Stall,
     ToolUse,
-    provider_env,
     quota_exhausted,
     server_error,
     unauthorized,
@@ -52,17 +50,6 @@ digraph D {
     start -> work -> exit
 }
 """
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _events(repo: Path, run_id: str) -> list[dict]:

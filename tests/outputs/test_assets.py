@@ -9,12 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from helpers import git, meta_file, run_events, run_fabro, run_json, write_workflow
-from llm_server import LlmServer, Reply, ToolUse, provider_env
+from llm_server import LlmServer, Reply, ToolUse
 
 from fabro_git.config.locations import run_scratch_dir
 from fabro_git.events.contract import check_event
@@ -307,17 +305,6 @@ def test_a_repeat_visit_has_its_own_node_slug(repo: Path, tmp_path: Path) -> Non
     assert len(both) == 2
     slugs = {e["properties"]["node_slug"] for e in captured(run_events(run_id, repo))}
     assert slugs == {"test", "test-2"}
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_each_attempt_of_an_agent_stage_keeps_its_own_retry_directory(
