@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers import git
+from llm_server import LlmServer, provider_env
 
 from fabro_git.llm.catalogue import PROVIDERS
 
@@ -65,3 +66,16 @@ def repo(tmp_path: Path) -> Iterator[Path]:
     git(path, "add", "README.md")
     git(path, "commit", "-q", "-m", "initial")
     yield path
+
+
+@pytest.fixture
+def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
+    """The local wire-format LLM server, with every provider's base URL and a key
+    pointed at it in the environment the tests' `git fabro` runs inherit."""
+    server = LlmServer().start()
+    for var, value in provider_env(server).items():
+        monkeypatch.setenv(var, value)
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -149,3 +149,30 @@ def assert_fsck_clean(repo: Path) -> None:
     assert proc.returncode == 0 and not proc.stdout.strip() and not proc.stderr.strip(), (
         f"git fsck --strict in {repo} reported:\n{proc.stdout}{proc.stderr}"
     )
+
+
+def meta_bytes(repo: Path, run_id: str, path: str) -> bytes:
+    """A file of the run's meta ref, as bytes."""
+    return subprocess.run(
+        ["git", "show", f"refs/fabro/meta/{run_id}:{path}"],
+        cwd=repo,
+        capture_output=True,
+        check=True,
+    ).stdout
+
+
+def fresh_clone(repo: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A clone of `repo` through a bare remote that has fetched every run, and the
+    environment of another machine (its own FABRO_HOME: no scratch dir of the run)."""
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(repo, "remote", "add", "origin", str(origin))
+    git(repo, "push", "-q", "origin", "main")
+    pushed = run_fabro("push", "origin", cwd=repo)
+    assert pushed.returncode == 0, pushed.stderr
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    env = {"FABRO_HOME": str(tmp_path / "machine-b")}
+    fetched = run_fabro("fetch", "origin", cwd=clone, env=env)
+    assert fetched.returncode == 0, fetched.stderr
+    return clone, env

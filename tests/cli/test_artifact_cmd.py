@@ -4,10 +4,17 @@ reading them back in a fresh clone."""
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
-from helpers import git, meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import (
+    fresh_clone,
+    meta_bytes,
+    meta_file,
+    run_events,
+    run_fabro,
+    run_json,
+    write_workflow,
+)
 
 TWO_OUTPUTS = r"""
 digraph Two {
@@ -22,29 +29,6 @@ digraph Two {
 
 def seq(first: int) -> str:
     return "".join(f"{n}\n" for n in range(first, first + 30_000))
-
-
-def meta_bytes(repo: Path, run_id: str, path: str) -> bytes:
-    return subprocess.run(
-        ["git", "show", f"refs/fabro/meta/{run_id}:{path}"],
-        cwd=repo,
-        capture_output=True,
-        check=True,
-    ).stdout
-
-
-def fresh_clone(repo: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
-    assert run_fabro("push", "origin", cwd=repo).returncode == 0
-    clone = tmp_path / "clone"
-    git(tmp_path, "clone", "-q", str(origin), str(clone))
-    env = {"FABRO_HOME": str(tmp_path / "machine-b")}
-    fetched = run_fabro("fetch", "origin", cwd=clone, env=env)
-    assert fetched.returncode == 0, fetched.stderr
-    return clone, env
 
 
 def test_a_later_stage_setting_the_same_key_keeps_the_earlier_value(

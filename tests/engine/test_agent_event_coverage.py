@@ -10,12 +10,10 @@ by their own tests (sub-agents in test_subagents, MCP servers in test_mcp, steer
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from helpers import git, run_events, run_json, write_workflow
-from llm_server import Drop, LlmServer, Reply, ToolUse, provider_env, quota_exhausted, unauthorized
+from llm_server import Drop, LlmServer, Reply, ToolUse, quota_exhausted, unauthorized
 
 from fabro_git.events.contract import check_event
 from fabro_git.events.seed import load_contract
@@ -31,17 +29,6 @@ digraph D {
     start -> work -> exit
 }
 """
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _expected() -> set[str]:

@@ -476,7 +476,8 @@ def test_a_timeout_kills_the_cli_and_everything_it_started(
     repo: Path, agent_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pidfile = tmp_path / "agent.pids"
-    write_workflow(repo, SIMPLE % ', timeout="3s"')
+    # Long enough for the fake CLI to start and record its pids on a loaded machine.
+    write_workflow(repo, SIMPLE % ', timeout="10s"')
     _plan(tmp_path, monkeypatch, hang=str(pidfile), reply="never")
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode != 0
@@ -485,7 +486,7 @@ def test_a_timeout_kills_the_cli_and_everything_it_started(
     events = _events(repo, result["run_id"])
     [completed] = _of(events, "stage.completed", "work")
     props = completed["properties"]
-    assert props["status"] == "failed" and "timed out after 3s" in props["error"]
+    assert props["status"] == "failed" and "timed out after 10s" in props["error"]
     assert props["failure_class"] == "transient_infra"
 
 

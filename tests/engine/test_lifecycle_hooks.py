@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from helpers import git, meta_file, run_events, run_fabro, run_json
-from llm_server import LlmServer, Reply, ToolUse, provider_env
+from llm_server import LlmServer, Reply, ToolUse
 
 from fabro_git.events.contract import check_event
 from fabro_git.events.seed import load_contract
@@ -447,17 +447,6 @@ digraph A {
     start -> work -> exit
 }
 """
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_a_pre_tool_use_hook_blocks_the_agents_shell_and_post_hooks_see_the_rest(

@@ -16,7 +16,9 @@ from pathlib import Path
 
 from helpers import assert_fsck_clean, fabro_exe, git, run_events, run_fabro, write_workflow
 
-# `hold` waits (inside the run) until the remote holds the checkpoint after `one`, then
+# `hold` waits (inside the run) until the remote holds the checkpoint after `one` (its
+# meta snapshot and its run-branch commit: one push updates the two refs one after the
+# other, so a reader can see the first before the second), then
 # says so with $HOME/holding and waits for $HOME/go: the test looks at the remote while
 # the run is still in flight, with no sleeps and no timing luck.
 WORKFLOW = """\
@@ -24,7 +26,7 @@ digraph Live {{
     start [shape=Mdiamond]
     exit  [shape=Msquare]
     one   [shape=parallelogram, script="echo one > one.txt"]
-    hold  [shape=parallelogram, script="until git --git-dir={remote} log --format=%s refs/fabro/meta/$FABRO_RUN_ID 2>/dev/null | grep -q 'checkpoint one@1'; do sleep 0.05; done; touch \\"$HOME/holding\\"; while [ ! -e \\"$HOME/go\\" ]; do sleep 0.05; done"]
+    hold  [shape=parallelogram, script="until git --git-dir={remote} log --format=%s refs/fabro/meta/$FABRO_RUN_ID 2>/dev/null | grep -q 'checkpoint one@1' && git --git-dir={remote} cat-file -e refs/heads/fabro/run/$FABRO_RUN_ID:one.txt 2>/dev/null; do sleep 0.05; done; touch \\"$HOME/holding\\"; while [ ! -e \\"$HOME/go\\" ]; do sleep 0.05; done"]
     two   [shape=parallelogram, script="echo two > two.txt"]
     start -> one -> hold -> two -> exit
 }}

@@ -20,7 +20,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,7 +33,6 @@ from llm_server import (
     StallMidStream,
     StreamError,
     ToolUse,
-    provider_env,
     quota_exhausted,
     rate_limited,
     server_error,
@@ -133,17 +131,6 @@ digraph D {
 
 FIX = '{"preferred_next_label": "fix"}'
 APPROVE = '{"preferred_next_label": "approve"}'
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _events(repo: Path, run_id: str) -> list[dict]:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
-from llm_server import LlmServer, Reply, ToolUse, provider_env
+from llm_server import LlmServer, Reply, ToolUse
 
 from fabro_git.events.contract import check_event
 from fabro_git.events.seed import load_contract
@@ -76,17 +76,6 @@ digraph D {
     start -> work -> exit
 }
 """
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

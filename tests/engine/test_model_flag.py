@@ -4,12 +4,11 @@ serve; a model the catalogue does not know keeps the configured provider."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import git, run_fabro, run_json, write_workflow
-from llm_server import LlmServer, provider_env
+from llm_server import LlmServer
 
 PROMPT = """\
 digraph D {
@@ -19,17 +18,6 @@ digraph D {
     start -> ask -> exit
 }
 """
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _project(repo: Path, toml: str) -> None:

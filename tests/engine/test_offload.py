@@ -7,12 +7,12 @@ Everything is read back the way a user would: `checkpoint.json`, `artifacts/` an
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 from helpers import (
     assert_fsck_clean,
     git,
+    meta_bytes,
     meta_file,
     run_events,
     run_fabro,
@@ -30,15 +30,6 @@ digraph Big {
     start -> big -> exit
 }
 """
-
-
-def meta_bytes(repo: Path, run_id: str, path: str) -> bytes:
-    return subprocess.run(
-        ["git", "show", f"refs/fabro/meta/{run_id}:{path}"],
-        cwd=repo,
-        capture_output=True,
-        check=True,
-    ).stdout
 
 
 def pointer_file(pointer: str) -> Path:

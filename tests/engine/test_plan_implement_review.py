@@ -12,12 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import git, run_events, run_json
-from llm_server import LlmServer, Reply, ToolUse, provider_env
+from llm_server import LlmServer, Reply, ToolUse
 
 import fabro_git
 from fabro_git.events.contract import check_event
@@ -43,17 +42,6 @@ PATCH = "\n".join(
         "*** End Patch",
     ]
 )
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _project(repo: Path) -> None:

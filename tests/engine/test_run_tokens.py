@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from helpers import git, run_events, run_fabro, write_workflow
-from llm_server import LlmServer, Reply, ToolUse, provider_env
+from llm_server import LlmServer, Reply, ToolUse
 
 from fabro_git.events.contract import check_event
 from fabro_git.events.seed import load_contract
@@ -26,17 +24,6 @@ digraph D {
     start -> ask -> work -> note -> exit
 }
 """
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_token_totals_are_summed_and_shown_from_git_in_a_clone(

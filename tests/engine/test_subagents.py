@@ -11,7 +11,6 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,6 @@ from llm_server import (
     Stall,
     Together,
     ToolUse,
-    provider_env,
     unauthorized,
 )
 
@@ -39,17 +37,6 @@ digraph D {
     start -> work -> exit
 }
 """
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _events(repo: Path, run_id: str) -> list[dict[str, Any]]:

@@ -12,12 +12,11 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
-from llm_server import LlmServer, Reply, Stall, ToolUse, provider_env
+from llm_server import LlmServer, Reply, Stall, ToolUse
 
 from fabro_git.events.contract import check_event
 from fabro_git.events.seed import load_contract
@@ -48,17 +47,6 @@ digraph L {
     other -> exit
 }
 """
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def _checked_events(repo: Path, run_id: str) -> list[dict]:

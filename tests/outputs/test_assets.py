@@ -9,12 +9,19 @@ from __future__ import annotations
 import hashlib
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from helpers import git, meta_file, run_events, run_fabro, run_json, write_workflow
-from llm_server import LlmServer, Reply, ToolUse, provider_env
+from helpers import (
+    fresh_clone,
+    git,
+    meta_bytes,
+    meta_file,
+    run_events,
+    run_fabro,
+    run_json,
+    write_workflow,
+)
+from llm_server import LlmServer, Reply, ToolUse
 
 from fabro_git.config.locations import run_scratch_dir
 from fabro_git.events.contract import check_event
@@ -61,32 +68,6 @@ EXPECTED = {
     "test-results/edit.png": (b"old-pngmore", "image/png"),
     "test-results/shot.png": (b"PNGDATA", "image/png"),
 }
-
-
-def meta_bytes(repo: Path, run_id: str, path: str) -> bytes:
-    return subprocess.run(
-        ["git", "show", f"refs/fabro/meta/{run_id}:{path}"],
-        cwd=repo,
-        capture_output=True,
-        check=True,
-    ).stdout
-
-
-def fresh_clone(repo: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
-    """A clone of `repo` through a bare remote that has fetched every run, and the
-    environment of another machine (its own FABRO_HOME: no scratch dir of the run)."""
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
-    pushed = run_fabro("push", "origin", cwd=repo)
-    assert pushed.returncode == 0, pushed.stderr
-    clone = tmp_path / "clone"
-    git(tmp_path, "clone", "-q", str(origin), str(clone))
-    env = {"FABRO_HOME": str(tmp_path / "machine-b")}
-    fetched = run_fabro("fetch", "origin", cwd=clone, env=env)
-    assert fetched.returncode == 0, fetched.stderr
-    return clone, env
 
 
 def artifact_list(cwd: Path, env: dict[str, str], *args: str) -> list[dict]:
@@ -307,17 +288,6 @@ def test_a_repeat_visit_has_its_own_node_slug(repo: Path, tmp_path: Path) -> Non
     assert len(both) == 2
     slugs = {e["properties"]["node_slug"] for e in captured(run_events(run_id, repo))}
     assert slugs == {"test", "test-2"}
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_each_attempt_of_an_agent_stage_keeps_its_own_retry_directory(

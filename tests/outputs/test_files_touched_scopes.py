@@ -8,8 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import git, meta_file, run_events, run_json, write_workflow
-from test_assets import fresh_clone
+from helpers import fresh_clone, git, meta_file, run_events, run_json, write_workflow
 
 # Branch `a` writes two files over two stages, branch `b` one; the fan-in takes branch
 # `a` (first in order when both succeed). A child workflow then writes two files over

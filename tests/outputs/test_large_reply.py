@@ -6,23 +6,10 @@ value by its pointer."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from helpers import meta_file, run_events, run_json, write_workflow
-from llm_server import LlmServer, Reply, provider_env
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
+from llm_server import LlmServer, Reply
 
 
 def test_a_large_reply_is_not_copied_into_every_event(repo: Path, llm_server: LlmServer) -> None:

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
-from llm_server import LlmServer, Reply, provider_env
+from llm_server import LlmServer, Reply
 
 from fabro_git.outputs import retro
 
@@ -189,17 +188,6 @@ def test_an_interrupted_run_has_a_retro_naming_the_stage_it_stopped_in(
     (hermetic_env / "go").write_text("")
     assert run_fabro("resume", run_id, cwd=repo).returncode == 0
     assert _by_stage(_retro(repo, run_id))["hold@1"]["status"] == "succeeded"
-
-
-@pytest.fixture
-def llm_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[LlmServer]:
-    server = LlmServer().start()
-    for var, value in provider_env(server).items():
-        monkeypatch.setenv(var, value)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_an_llm_stage_brings_its_usage_and_cost(repo: Path, llm_server: LlmServer) -> None:

@@ -84,9 +84,17 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import ROOT, git, meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import (
+    ROOT,
+    fresh_clone,
+    git,
+    meta_file,
+    run_events,
+    run_fabro,
+    run_json,
+    write_workflow,
+)
 from llm_server import LlmServer, Reply, provider_env
-from test_assets import fresh_clone
 
 
 def dot(text: str) -> str:
