@@ -781,13 +781,20 @@ class Runtime:
                 f"handler error in {node.id}: {type(exc).__name__}: {exc}", oc.DETERMINISTIC
             )
 
+    @property
+    def asset_include(self) -> tuple[str, ...]:
+        """`[run.artifacts] include`: the run's own globs of files to capture as assets,
+        beside the known test-report paths."""
+        config = self.manifest.settings.get("config") or {}
+        return tuple((config.get("artifacts") or {}).get("include") or ())
+
     async def _asset_baseline(self, node: Node, scope: Scope) -> Snapshot | None:
         """The asset files before a stage that runs commands (None for other stages)."""
         if node.handler_type not in RUNS_COMMANDS:
             return None
         from fabro_git.outputs import assets
 
-        return await trio.to_thread.run_sync(assets.baseline, scope.worktree)
+        return await trio.to_thread.run_sync(assets.baseline, scope.worktree, self.asset_include)
 
     async def _capture_assets(self, request: StageRequest, before: Snapshot) -> None:
         """Copy the assets the attempt wrote to scratch and, at the next checkpoint, the
@@ -795,7 +802,9 @@ class Runtime:
         from fabro_git.outputs import assets
         from fabro_git.store.runs import asset_dir, node_slug
 
-        found = await trio.to_thread.run_sync(assets.capture, request.worktree, before)
+        found = await trio.to_thread.run_sync(
+            assets.capture, request.worktree, before, self.asset_include
+        )
         if found.empty:
             return
         slug = node_slug(request.node_dir)

@@ -30,6 +30,7 @@ import hashlib
 import mimetypes
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,11 +139,18 @@ def _in_asset_dir(dirs: tuple[str, ...]) -> bool:
     )
 
 
-def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
+def included(path: str, include: Sequence[str]) -> bool:
+    """Whether a worktree path matches one of `[run.artifacts] include`'s globs (`*`
+    and `**` both cross directories: `screenshots/**`, `*.png`)."""
+    return any(fnmatch.fnmatchcase(path, pattern) for pattern in include)
+
+
+def _walk(root: Path, include: Sequence[str] = ()) -> list[tuple[str, os.stat_result]]:
     """Every asset file under `root`: its relative path and lstat. Whether a directory
     is inside an asset directory is decided once per directory, and a file name outside
     one is checked by its ends before any pattern matching: the walk stays close to
-    the speed of listing the tree."""
+    the speed of listing the tree. Files matching `include` (the run's own globs) count
+    too."""
     found: list[tuple[str, os.stat_result]] = []
     pending: list[tuple[str, tuple[str, ...], bool]] = [(str(root), (), False)]
     while pending:
@@ -161,7 +169,11 @@ def _walk(root: Path) -> list[tuple[str, os.stat_result]]:
                     continue
             except OSError:
                 continue
-            if not inside and not (name.endswith((".xml", ".zip")) and _asset_name(name)):
+            if not (
+                inside
+                or (name.endswith((".xml", ".zip")) and _asset_name(name))
+                or (include and included("/".join((*prefix, name)), include))
+            ):
                 continue
             try:
                 info = entry.stat(follow_symlinks=False)
@@ -185,13 +197,13 @@ def _xxhash(path: Path) -> str | None:
     return digest.hexdigest()
 
 
-def baseline(worktree: Path) -> Snapshot:
+def baseline(worktree: Path, include: Sequence[str] = ()) -> Snapshot:
     """The asset files in `worktree` before a command runs. Files the capture could
     copy (within its limits) are hashed, so a rewrite that keeps size and mtime is told
     apart by content."""
     snapshot: Snapshot = {}
     budget = TOTAL_LIMIT
-    for path, info in sorted(_walk(worktree)):
+    for path, info in sorted(_walk(worktree, include)):
         digest = None
         if info.st_size <= FILE_LIMIT and info.st_size <= budget:
             digest = _xxhash(worktree / path)
@@ -234,14 +246,14 @@ def mime_type(path: str) -> str:
 _MIME = mimetypes.MimeTypes()
 
 
-def capture(worktree: Path, before: Snapshot) -> Capture:
+def capture(worktree: Path, before: Snapshot, include: Sequence[str] = ()) -> Capture:
     """What changed among the asset files since `before`: each file's bytes and
     digests, within the size limits, and the manifest counting what was copied, skipped
     or could not be read."""
     result = Capture()
     manifest = result.manifest
     stopped = False
-    for path, info in sorted(_walk(worktree)):
+    for path, info in sorted(_walk(worktree, include)):
         source = worktree / path
         if not _changed(source, info, before.get(path)):
             continue

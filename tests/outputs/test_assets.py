@@ -434,3 +434,41 @@ def test_a_file_name_git_cannot_hold_is_skipped_not_fatal(repo: Path) -> None:
     manifest = json.loads(meta_file(repo, result["run_id"], "assets/test/retry_1/manifest.json"))
     assert manifest["copied_paths"] == ["test-results/ok.png"]
     assert manifest["files_skipped"] == 1
+
+
+INCLUDE = """\
+digraph Shots {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    shoot [shape=parallelogram,
+           script="mkdir -p screenshots/home docs && printf 'PNG1' > screenshots/home/a.png && printf 'notes' > docs/notes.txt && printf 'x' > report.html"]
+    start -> shoot -> exit
+}
+"""
+
+
+def test_run_artifacts_include_adds_the_runs_own_globs(repo: Path) -> None:
+    """`[run.artifacts] include` globs count as asset paths too; other files do not."""
+    write_workflow(repo, INCLUDE)
+    (repo / "run.toml").write_text(
+        '[workflow]\ngraph = "wf.fabro"\n\n[run.artifacts]\ninclude = ["screenshots/**", "*.html"]\n'
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    manifest = json.loads(meta_file(repo, run_id, "assets/shoot/retry_1/manifest.json"))
+    assert manifest["copied_paths"] == ["report.html", "screenshots/home/a.png"]
+    assert meta_bytes(repo, run_id, "assets/shoot/retry_1/screenshots/home/a.png") == b"PNG1"
+    events = checked_events(repo, run_id)
+    assert sorted(e["properties"]["path"] for e in captured(events)) == [
+        "report.html",
+        "screenshots/home/a.png",
+    ]
+
+
+def test_without_include_only_the_known_paths_are_captured(repo: Path) -> None:
+    write_workflow(repo, INCLUDE)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    listed = git(repo, "ls-tree", "-r", "--name-only", f"refs/fabro/meta/{result['run_id']}")
+    assert "assets/" not in listed
