@@ -23,9 +23,6 @@ from pathlib import Path
 import pytest
 from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
 
-from fabro_git.events.contract import check_event
-from fabro_git.events.seed import load_contract
-
 FAKE_AGENT = r"""
 import json, os, subprocess, sys, time
 
@@ -166,11 +163,8 @@ def _calls(log: Path) -> list[dict]:
 
 
 def _events(repo: Path, run_id: str) -> list[dict]:
-    events = run_events(run_id, repo)
-    catalogue = load_contract()
-    problems = [p for event in events for p in check_event(event, catalogue)]
-    assert problems == []
-    return events
+    """The run's events, each checked against the contract by `run_events`."""
+    return run_events(run_id, repo)
 
 
 def _of(events: list[dict], name: str, node: str | None = None) -> list[dict]:

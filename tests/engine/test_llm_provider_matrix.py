@@ -40,8 +40,6 @@ from llm_server import (
 )
 
 from engine.test_cli_agents import FAKE_AGENT, _calls, _plan
-from fabro_git.events.contract import check_event
-from fabro_git.events.seed import load_contract
 
 
 @dataclass(frozen=True)
@@ -134,10 +132,8 @@ APPROVE = '{"preferred_next_label": "approve"}'
 
 
 def _events(repo: Path, run_id: str) -> list[dict]:
-    events = run_events(run_id, repo)
-    catalogue = load_contract()
-    assert [p for event in events for p in check_event(event, catalogue)] == []
-    return events
+    """The run's events, each checked against the contract by `run_events`."""
+    return run_events(run_id, repo)
 
 
 def _of(events: list[dict], name: str, node: str | None = None) -> list[dict]:

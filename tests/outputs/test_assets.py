@@ -24,8 +24,6 @@ from helpers import (
 from llm_server import LlmServer, Reply, ToolUse
 
 from fabro_git.config.locations import run_scratch_dir
-from fabro_git.events.contract import check_event
-from fabro_git.events.seed import load_contract
 
 CAPTURE = r"""
 digraph Capture {
@@ -77,10 +75,8 @@ def artifact_list(cwd: Path, env: dict[str, str], *args: str) -> list[dict]:
 
 
 def checked_events(repo: Path, run_id: str) -> list[dict]:
-    events = run_events(run_id, repo)
-    catalogue = load_contract()
-    assert [p for e in events for p in check_event(e, catalogue)] == []
-    return events
+    """The run's events, each checked against the contract by `run_events`."""
+    return run_events(run_id, repo)
 
 
 def captured(events: list[dict]) -> list[dict]:
