@@ -1,14 +1,20 @@
 """A 50-stage run against git doing the same commits itself, in one process each.
 
-Builds a scratch repository, writes a linear workflow of N `true` command stages, and
-times, interleaved over several repetitions:
+Builds a scratch repository, writes a linear workflow of N command stages, and times,
+interleaved over several repetitions:
 
-  fabro   the whole `git-fabro run pipeline.fabro` process, start to exit (every stage
-          checkpointed: a meta snapshot and a run-branch commit each)
-  git     N x (`git add -A`, `git commit -q --allow-empty -m x`) in the same repository
+  fabro     the whole `git-fabro run pipeline.fabro` process, start to exit (every stage
+            checkpointed: a meta snapshot and a run-branch commit each)
+  git       N x (`bash -c SCRIPT`, `git add -A`, `git commit -q --allow-empty -m x`) in a
+            copy of the repository: the same stage commands, each recorded by git
+  git-only  N x (`git add -A`, `git commit ...`) with the stage's file written by this
+            script rather than by a shell, so only git's recording is timed
 
-and prints the medians and their ratio (target: at most 2x). A second variant makes every
-stage change a file (`date > stamp-<i>`), so the worktree scan cannot be skipped.
+and prints the medians and the ratios (target: fabro at most 2x git). Two workloads:
+every stage runs `true` (nothing to record but the commit), and every stage runs the
+pipeline of the speed target, `echo i > f_i.txt` (a new file a stage). Before each
+round the git copy is put back to its first commit, so both sides add the same files
+to the same tree.
 
 `--against EXE` times a second `git-fabro` (say, an install of an earlier commit) in the
 same rounds, interleaved with the first and with git, so a before/after comparison sees
@@ -57,6 +63,7 @@ def measure(
     exe = shutil.which("git-fabro")
     if exe is None:
         raise SystemExit("git-fabro is not on PATH; pip install the project first")
+    bash = shutil.which("bash") or "/bin/sh"
     exes = [exe, *([against] if against else [])]
     base = Path(tempfile.mkdtemp(prefix="fabro-bench-"))
     env = dict(
@@ -79,6 +86,15 @@ def measure(
     (base / "empty.fabro").write_text(workflow(0, script))
     sh(repo, "git", "add", "-A", env=env)
     sh(repo, "git", "commit", "-q", "-m", "init", env=env)
+    copy = base / "git-copy"
+    sh(base, "git", "clone", "-q", str(repo), str(copy), env=env)
+    first = (
+        subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=copy, env=env, check=True, capture_output=True
+        )
+        .stdout.decode()
+        .strip()
+    )
 
     def fabro(exe: str, name: str = "pipeline.fabro") -> None:
         subprocess.run(
@@ -90,34 +106,50 @@ def measure(
             stderr=subprocess.DEVNULL,
         )
 
-    def plain_git() -> None:
+    def reset_copy() -> None:
+        sh(copy, "git", "reset", "-q", "--hard", first, env=env)
+        sh(copy, "git", "clean", "-q", "-fdx", env=env)
+
+    def plain_git(run_script: bool) -> None:
         for i in range(stages):
-            if "stamp" in script:
-                (repo / f"stamp-{i}").write_text(str(time.time()))
-            subprocess.run(["git", "add", "-A"], cwd=repo, env=env, check=True)
+            if run_script:
+                subprocess.run([bash, "-c", script.format(i=i)], cwd=copy, env=env, check=True)
+            elif "f_" in script:
+                (copy / f"f_{i}.txt").write_text(f"{i}\n")
+            subprocess.run(["git", "add", "-A"], cwd=copy, env=env, check=True)
             subprocess.run(
-                ["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=repo, env=env, check=True
+                ["git", "commit", "-q", "--allow-empty", "-m", "x"], cwd=copy, env=env, check=True
             )
 
     fabro_times: dict[str, list[float]] = {x: [] for x in exes}
     empty_times: dict[str, list[float]] = {x: [] for x in exes}
     git_times: list[float] = []
+    git_only_times: list[float] = []
     for x in exes:
         fabro(x)  # warm-up: page cache, pyc files
-    plain_git()
+    for with_script in (True, False):
+        reset_copy()
+        plain_git(with_script)
     for _ in range(reps):
         for x in exes:
             fabro_times[x].append(timed(functools.partial(fabro, x)))
             empty_times[x].append(timed(functools.partial(fabro, x, "empty.fabro")))
-        git_times.append(timed(plain_git))
+        reset_copy()
+        git_times.append(timed(functools.partial(plain_git, True)))
+        reset_copy()
+        git_only_times.append(timed(functools.partial(plain_git, False)))
     shutil.rmtree(base, ignore_errors=True)
     g = statistics.median(git_times)
+    g_only = statistics.median(git_only_times)
     f = 0.0
     for x in exes:
         f, e = statistics.median(fabro_times[x]), statistics.median(empty_times[x])
         per_stage = (f - e) / stages
         name = label if x == exe else f"  ({x})"
-        print(f"{name:<28} fabro {f:6.3f}s   git {g:6.3f}s   ratio {f / g:5.2f}x")
+        print(
+            f"{name:<28} fabro {f:6.3f}s   git {g:6.3f}s   ratio {f / g:5.2f}x"
+            f"   (git-only {g_only:6.3f}s: {f / g_only:5.2f}x)"
+        )
         print(
             f"{'':<28} per stage: fabro {per_stage * 1000:5.1f}ms (after {e:.3f}s of fixed"
             f" start-up and finish)   git {g / stages * 1000:5.1f}ms"
@@ -138,7 +170,9 @@ def main() -> None:
         f"{args.stages}-stage linear pipeline, median of {args.reps} (whole process vs git add+commit per stage)"
     )
     measure(args.stages, args.reps, "true", "stages run `true`", args.against)
-    measure(args.stages, args.reps, "date > stamp-{i}", "each stage writes a file", args.against)
+    measure(
+        args.stages, args.reps, "echo {i} > f_{i}.txt", "each stage writes a file", args.against
+    )
 
 
 if __name__ == "__main__":

@@ -6,15 +6,19 @@ offer no switch; git flushes a ref update only when `core.fsync` names `referenc
 `<ref>.lock` (O_EXCL, so a held lock surfaces as `FileLocked`), read the ref again
 under it (loose file, then packed-refs), give up if it moved, write the new id, append
 the reflog line, rename the lock into place. The reflog is appended before the rename,
-as dulwich does, and like git it is never flushed.
+as dulwich does, and like git it is never flushed. The line is written here, in git's
+format, rather than by dulwich's reflog writer, which parses the repository's config
+file again at every update (for `core.sharedRepository`): two config parses a stage.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from dulwich.file import GitFile
+from dulwich.file import GitFile, SharedPerm, adjust_shared_perm
 from dulwich.objects import ZERO_SHA, ObjectID
+from dulwich.reflog import format_reflog_line
 from dulwich.refs import DiskRefsContainer, Ref, SymrefLoop
 
 
@@ -25,6 +29,8 @@ def swap_ref(
     new: ObjectID,
     *,
     fsync: bool,
+    logs: Path,
+    shared: SharedPerm | None,
     committer: bytes,
     timestamp: int,
     timezone: int,
@@ -32,7 +38,8 @@ def swap_ref(
 ) -> bool:
     """Point `name` at `new` if it points at `old` (old=None: if it does not exist).
     False when it does not; True also when it already points at `new` (no reflog line
-    then, as with dulwich)."""
+    then, as with dulwich). The reflog line goes under `logs` (the common dir's
+    `logs/`), with `shared` permissions when the repository is shared."""
     try:
         realnames, contents = refs.follow(name)
         realname = realnames[-1]
@@ -66,13 +73,11 @@ def swap_ref(
             f.abort()
             return True
         f.write(new + b"\n")
-        refs._log(  # the repository's reflog writer, as dulwich's own updates call it
-            realname if old is not None else name,
-            old,
-            new,
-            committer=committer,
-            timestamp=timestamp,
-            timezone=timezone,
-            message=message,
-        )
+        logged = realname if old is not None else name
+        line = format_reflog_line(old, new, committer, timestamp, timezone, message)
+        log_path = logs / os.fsdecode(logged)
+        with open(log_path, "ab") as log:
+            log.write(line + b"\n")
+        if shared is not None:
+            adjust_shared_perm(log_path, shared)
     return True

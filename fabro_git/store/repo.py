@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import hashlib
 import itertools
 import os
@@ -34,11 +35,11 @@ from pathlib import Path
 from typing import BinaryIO
 
 from dulwich.errors import NotGitRepository
-from dulwich.file import FileLocked
+from dulwich.file import FileLocked, SharedPerm
 from dulwich.graph import can_fast_forward
 from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
 from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
-from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion
+from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
 from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError, disk_full_in
 from fabro_git.store._gitcli import out, run_git
@@ -132,6 +133,15 @@ class GitRepo:
                 f"{root} uses {self._repo.object_format.name} object ids; "
                 "git fabro supports sha1 repositories only"
             )
+
+    @functools.cached_property
+    def _shared_perm(self) -> SharedPerm | None:
+        """`core.sharedRepository`, read once: the permissions new reflogs get."""
+        try:
+            value = self._repo.get_config().get(("core",), "sharedRepository")
+        except KeyError:
+            return None
+        return parse_shared_repository(value)
 
     # -- opening ---------------------------------------------------------------------
 
@@ -264,6 +274,8 @@ class GitRepo:
                 None if old is None else ObjectID(old.encode()),
                 ObjectID(new.encode()),
                 fsync=flush,
+                logs=self.git_dir / "logs",
+                shared=self._shared_perm,
                 committer=ident.raw,
                 timestamp=ident.time,
                 timezone=ident.tz_offset,
