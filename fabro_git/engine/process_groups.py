@@ -32,7 +32,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import weakref
 from collections.abc import Callable
@@ -167,18 +166,33 @@ def record(directory: Path, pgid: int) -> Path | None:
     """Note that group `pgid` (led by the process `pgid`) belongs to this run."""
     leader = _read_stat(pgid)
     entry = {"pgid": pgid, "start": leader.start if leader else None, "boot": _boot_id()}
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if directory not in _made_dirs:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _made_dirs.add(directory)
     path = directory / f"{pgid}.json"
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{pgid}.", suffix=".tmp")
+    # A live group's id is unique on the machine, so a temporary name from it is ours
+    # alone; what a crashed run left under it is replaced.
+    tmp = directory / f".{pgid}.tmp"
     try:
-        with os.fdopen(fd, "w") as fh:
-            json.dump(entry, fh)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    except FileNotFoundError:  # the directory went away (a cleanup): make it again
+        _made_dirs.discard(directory)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        _made_dirs.add(directory)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(json.dumps(entry).encode())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
     return path
+
+
+# Record directories known to exist, so a stage's record costs no mkdir.
+_made_dirs: set[Path] = set()
 
 
 def forget(path: Path | None) -> None:
@@ -276,7 +290,9 @@ def _read_stat(pid: int) -> _Process | None:
         return None
 
 
+@functools.cache
 def _boot_id() -> str | None:
+    """This boot's id; it stays the same for as long as this process lives."""
     try:
         return (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
     except OSError:
