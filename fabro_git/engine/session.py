@@ -411,7 +411,10 @@ def ensure_worktree(
 ) -> tuple[Path, bool]:
     """The run's worktree at the run branch's tip: reuse, reset or rebuild it."""
     path = scratch / "worktree"
-    _drop_stale_checkouts(repo, run_id, path)
+    branch = runrefs.run_branch_name(run_id)
+    # One listing for both checks below; `add_worktree` lists again under its lock.
+    checkouts = wt.checkouts_of(repo, branch)
+    checkouts = _drop_stale_checkouts(repo, checkouts, path)
     if (path / ".git").exists():
         try:
             wt.checkout(path, run_tip)
@@ -423,8 +426,7 @@ def ensure_worktree(
             import shutil
 
             shutil.rmtree(path, ignore_errors=True)
-    branch = runrefs.run_branch_name(run_id)
-    for other in wt.checkouts_of(repo, branch):
+    for other in checkouts:
         if other.resolve() != path.resolve():
             raise StoreError(
                 f"run {run_id}: its branch {branch} is checked out at {other}, and a branch "
@@ -436,8 +438,9 @@ def ensure_worktree(
     return path, True
 
 
-def _drop_stale_checkouts(repo: GitRepo, run_id: str, path: Path) -> None:
-    """Remove this repository's other scratch checkouts of the run branch.
+def _drop_stale_checkouts(repo: GitRepo, checkouts: list[Path], path: Path) -> list[Path]:
+    """Remove this repository's other scratch checkouts of the run branch (`checkouts`,
+    where it is checked out); returns those left.
 
     The scratch dir is keyed by the repository's path, so a repository that moved (or
     a scratch dir from before the key) leaves a checkout of the run branch under the old
@@ -448,11 +451,15 @@ def _drop_stale_checkouts(repo: GitRepo, run_id: str, path: Path) -> None:
     import shutil
 
     root = runs_dir().resolve()
-    for other in wt.checkouts_of(repo, runrefs.run_branch_name(run_id)):
+    left = []
+    for other in checkouts:
         resolved = other.resolve()
         if resolved != path.resolve() and resolved.is_relative_to(root):
             shutil.rmtree(other, ignore_errors=True)
             wt.remove_worktree(repo, other)
+        else:
+            left.append(other)
+    return left
 
 
 def execute_run(

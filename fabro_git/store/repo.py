@@ -27,6 +27,7 @@ import hashlib
 import itertools
 import os
 import re
+import sys
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -591,10 +592,11 @@ class GitRepo:
         from fabro_git.store._gitcli import out, run_git
 
         commits = out(run_git(["rev-list", "--count", f"{base}..{tip}"], cwd=self.root))
-        names = out(
-            run_git(["diff", "--no-renames", "--name-only", "-z", base, tip], cwd=self.root)
-        )
-        return int(commits.strip() or 0), len([n for n in names.split("\0") if n])
+        # The files in process: the two trees are in this repository's objects, and
+        # only the subtrees that differ are read.
+        old, new = self._commit(base).tree.decode(), self._commit(tip).tree.decode()
+        files = len(self.changed_paths(old, new, limit=sys.maxsize)) if old != new else 0
+        return int(commits.strip() or 0), files
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         a = self._commit(ancestor).id

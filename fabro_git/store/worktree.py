@@ -153,9 +153,16 @@ def _keep_full_checkout(worktree: Path) -> None:
     Without per-worktree config the setting is shared, but no patterns were copied, and
     git treats sparse checkout without patterns as off.
     """
-    own = out(run_git(["rev-parse", "--git-path", "config.worktree"], cwd=worktree)).strip()
-    if (worktree / own).is_file():
+    if _private_git_dir(worktree).joinpath("config.worktree").is_file():
         run_git(["config", "--worktree", "core.sparseCheckout", "false"], cwd=worktree)
+
+
+def _private_git_dir(worktree: Path) -> Path:
+    """A linked worktree's own git dir, as its `.git` file names it (what `git rev-parse
+    --git-path` resolves per-worktree files against), without a git process."""
+    link = (worktree / ".git").read_text().strip()
+    target = Path(link.removeprefix("gitdir:").strip())
+    return target if target.is_absolute() else worktree / target
 
 
 def remove_worktree(repo: GitRepo, path: Path) -> None:
