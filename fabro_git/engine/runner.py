@@ -28,7 +28,7 @@ import trio
 from fabro_git.config.locations import make_private_dir
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
-from fabro_git.engine.context import Context, context_delta
+from fabro_git.engine.context import CheckpointCopy, Context, context_delta, plain
 from fabro_git.engine.edges import select_edge
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.failures import failure_signature, is_tracked, may_cross_loop_restart
@@ -208,6 +208,7 @@ class Runtime:
         # One git call at a time, each on a worker thread (see `store_call`).
         self._store_lock = trio.Lock()
         self._tree_cache: dict[str, str] = {}
+        self._context_copy = CheckpointCopy()
         # Signs of life for the stall watchdog: events emitted, git calls in flight.
         self.activity = 0
         self.store_busy = 0
@@ -735,7 +736,7 @@ class Runtime:
             if result.status == oc.FAILED and result.failure_class
             else None,
             failure_signature=signature,
-            context_updates=_jsonable(result.context_updates) or None,
+            context_updates=plain(result.context_updates) or None,
             jump_to_node=result.jump_to_node,
             node_visits=dict(scope.visits),
             loop_failure_signatures=dict(scope.loop_signatures) or None,
@@ -1130,8 +1131,7 @@ class Runtime:
         self.resumed_attempts.clear()
         cp.current_node = node.id
         cp.next_node_id = next_node
-        # _jsonable makes a fresh copy: a deep copy first would only double the work.
-        cp.context_values = _jsonable(scope.context.shared())
+        cp.context_values = self._context_copy.of(scope.context, cp.context_values)
         cp.timestamp = now_iso()
         cp.active_ms = self.active_ms()
         recorder = self.recorder
@@ -1307,9 +1307,3 @@ def _event_response(result: Outcome) -> str | None:
             return str(value)
     left = len(response) - OFFLOAD_THRESHOLD
     return f"{response[:OFFLOAD_THRESHOLD]}\n[... {left} more characters, in response.md]"
-
-
-def _jsonable(value: Any) -> Any:
-    """Context values as plain JSON data (anything else becomes its string form)."""
-    result: Any = msgspec.json.decode(msgspec.json.encode(value, enc_hook=str))
-    return result
