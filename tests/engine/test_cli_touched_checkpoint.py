@@ -47,6 +47,8 @@ def apply(step):
         os.chmod(path, os.stat(path).st_mode | 0o111)
     for path in step.get("touch", []):
         os.utime(path)
+    if step.get("branch"):
+        subprocess.run(["git", "checkout", "-q", "-b", step["branch"]], check=True)
     if step.get("commit"):
         subprocess.run(["git", "add", "-A"], check=True)
         subprocess.run(["git", "commit", "-q", "-m", step["commit"]], check=True)
@@ -332,3 +334,19 @@ digraph Child {
     # A branch and a child have no checkpoint of their own: b1 and c2 snapshot; `after`
     # follows the checkpoint of `sub`, which scanned the worktree.
     assert _snapshots(agent) == 4
+
+
+def test_a_cli_that_switches_branches_fails_the_run_clearly(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: Path
+) -> None:
+    step = {"branch": "elsewhere", "write": {"out.txt": "o\n"}, "commit": "on another branch"}
+    _setup(repo, tmp_path, monkeypatch, {"work": [step]})
+    write_workflow(repo, WITH_PREP)
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "work left the run's worktree on branch elsewhere" in proc.stderr + json.dumps(result)
+    assert _snapshots(agent) == 0
+    # Nothing of the other branch reached the run branch.
+    files = git(repo, "ls-tree", "-r", "--name-only", f"fabro/run/{result['run_id']}").split()
+    assert "prep.txt" in files and "out.txt" not in files
