@@ -9,10 +9,13 @@ scanned it, the "before" is known without a scan (the tip's tree), and the "afte
 the next checkpoint's scan: the stage tree, diffed against the tip's tree, as command
 stages get theirs. The stage then pays a tree diff on top of its checkpoint.
 
-The checkpoint leaves a `CleanMark` after it scanned; the stage takes it (once) and
-uses it only when it is sure nothing came in between, else takes today's snapshots:
+The checkpoint leaves a `CleanMark` after it scanned; so does a new run whose worktree
+was just checked out from its tip (when it has no setup commands), and a start or
+conditional node, which runs nothing, passes the mark before it on. The stage takes
+the mark (once) and uses it only when it is sure nothing came in between, else takes
+today's snapshots:
 - the mark is of the checkpoint just before this stage (the stage index is the next
-  one), of the main run (a branch or a child workflow has no checkpoint of its own),
+  one; a human gate or a `wait` node passes none on), of the main run (a branch or a child workflow has no checkpoint of its own),
   and the run tip has not moved since;
 - no lifecycle hook has started since the scan, and none was running during it (a
   hook may run any command, in the worktree or elsewhere);
@@ -64,27 +67,81 @@ def hooks_seen(runtime: Runtime) -> int | None:
     return None if hooks.busy else hooks.started
 
 
+async def after_fresh_checkout(runtime: Runtime) -> None:
+    """Leave a mark when the run's worktree was just checked out from its tip and
+    nothing has run in it yet: the first stages need no snapshot either."""
+    runtime.clean_mark = None
+    recorder = runtime.recorder
+    if recorder is None or recorder.worktree is None or recorder.run_tip is None:
+        return
+    seen = hooks_seen(runtime)
+    tree = await runtime.store_call(runtime._tip_tree, recorder.run_tip)
+    _leave(runtime, seen, tree, recorder.run_tip)
+
+
 def after_checkpoint(
-    runtime: Runtime, *, scanned: int | None, tree: str | None, sha: str | None
+    runtime: Runtime,
+    handler_type: str,
+    *,
+    scanned: int | None,
+    tree: str | None,
+    sha: str | None,
+    parent: str | None,
 ) -> None:
     """Leave a mark after a main-run checkpoint whose tree came from a scan of the
-    worktree begun when `scanned` hooks had started (None: no scan, or a hook ran)."""
-    runtime.clean_mark = None
+    worktree begun when `scanned` hooks had started (None: no scan, or a hook ran),
+    and committed as `sha` on `parent`.
+
+    A start or conditional node runs nothing and its checkpoint scans nothing: the
+    mark before it still holds after it, for the same tree, if nothing else ran."""
+    previous, runtime.clean_mark = runtime.clean_mark, None
+    if (
+        scanned is None
+        and handler_type in RUN_NOTHING
+        and previous is not None
+        and tree == previous.tree
+        and _holds(runtime, previous, tip=parent)
+    ):
+        scanned = previous.hooks_started
+    if scanned is None or tree is None or sha is None:
+        return
+    _leave(runtime, scanned, tree, sha)
+
+
+# Nodes that run no code and wait for nobody (a human or a `wait` node may see the
+# worktree edited in the meantime).
+RUN_NOTHING = frozenset({"start", "conditional"})
+
+
+def _leave(runtime: Runtime, scanned: int | None, tree: str, tip: str) -> None:
     recorder = runtime.recorder
     if (
         scanned is None
-        or tree is None
-        or sha is None
         or recorder is None
         or recorder.worktree is None
         or recorder.exclude_globs
-        or recorder.run_tip != sha
+        or recorder.run_tip != tip
     ):
         return
     stamp = statcheck.index_stamp(recorder.worktree)
     if stamp is None:
         return
-    runtime.clean_mark = CleanMark(runtime.cp.stage_index, sha, tree, stamp, scanned)
+    runtime.clean_mark = CleanMark(runtime.cp.stage_index, tip, tree, stamp, scanned)
+
+
+def _holds(runtime: Runtime, mark: CleanMark, *, tip: str | None) -> bool:
+    """Whether `mark` still says what the run's worktree is, for the current stage,
+    which started on `tip`."""
+    recorder = runtime.recorder
+    return (
+        recorder is not None
+        and recorder.worktree is not None
+        and not recorder.exclude_globs
+        and runtime.cp.stage_index == mark.stage_index + 1
+        and tip == mark.tip
+        and hooks_seen(runtime) == mark.hooks_started
+        and statcheck.index_stamp(recorder.worktree) == mark.index_stamp
+    )
 
 
 def take(runtime: Runtime, scope: Scope) -> CleanStart | None:
@@ -96,13 +153,8 @@ def take(runtime: Runtime, scope: Scope) -> CleanStart | None:
         mark is None
         or scope.kind != "main"
         or recorder is None
-        or recorder.worktree is None
-        or recorder.exclude_globs
         or scope.worktree != recorder.worktree
-        or runtime.cp.stage_index != mark.stage_index + 1
-        or recorder.run_tip != mark.tip
-        or hooks_seen(runtime) != mark.hooks_started
-        or statcheck.index_stamp(recorder.worktree) != mark.index_stamp
+        or not _holds(runtime, mark, tip=recorder.run_tip)
     ):
         return None
     return CleanStart(mark.tip, mark.tree)

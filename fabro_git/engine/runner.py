@@ -1196,7 +1196,9 @@ class Runtime:
         if sha is not None and tree is not None:
             self._tree_cache[sha] = tree
         scope.tip = recorder.run_tip
-        clean_start.after_checkpoint(self, scanned=scanned, tree=tree, sha=sha)
+        clean_start.after_checkpoint(
+            self, node.handler_type, scanned=scanned, tree=tree, sha=sha, parent=before
+        )
         diff = None
         if (
             sha is not None

@@ -127,7 +127,8 @@ def _run(repo: Path, graph: str) -> str:
 
 
 # `prep` is a command stage: its checkpoint scans the worktree, so `work` needs no
-# snapshot. Without it, `work` follows the start node, whose checkpoint scans nothing.
+# snapshot. Without it, `work` follows the start node, which passes on what the fresh
+# checkout of the run's worktree is: the tip's tree.
 WITH_PREP = """\
 digraph D {
     start [shape=Mdiamond]
@@ -145,8 +146,12 @@ digraph D {
     start -> work -> exit
 }
 """
+# A hook that does nothing still sends the stage to its snapshots: it could have.
+IDLE_HOOK = '[[run.hooks]]\nevent = "stage_start"\nblocking = true\ncommand = "true"\n'
 PATHS = pytest.mark.parametrize(
-    ("graph", "snapshots"), [(WITH_PREP, 0), (WITHOUT_PREP, 2)], ids=["checkpoint", "snapshots"]
+    ("graph", "config", "snapshots"),
+    [(WITH_PREP, "", 0), (WITHOUT_PREP, "", 0), (WITHOUT_PREP, IDLE_HOOK, 2)],
+    ids=["checkpoint", "fresh-checkout", "snapshots"],
 )
 
 
@@ -157,6 +162,7 @@ def test_what_the_cli_created_edited_deleted_or_chmodded_counts(
     monkeypatch: pytest.MonkeyPatch,
     agent: Path,
     graph: str,
+    config: str,
     snapshots: int,
 ) -> None:
     step = {
@@ -165,7 +171,7 @@ def test_what_the_cli_created_edited_deleted_or_chmodded_counts(
         "chmod_x": ["sub/c.txt"],
         "touch": ["README.md"],  # a new mtime, the same bytes: not a change
     }
-    _setup(repo, tmp_path, monkeypatch, {"work": [step]})
+    _setup(repo, tmp_path, monkeypatch, {"work": [step]}, config=config)
     run_id = _run(repo, graph)
     assert _touched(repo, run_id)["work"] == ["a.txt", "b.txt", "new/deep/d.txt", "sub/c.txt"]
     assert _snapshots(agent) == snapshots
@@ -181,6 +187,7 @@ def test_commits_the_cli_made_count_even_when_their_change_was_put_back(
     monkeypatch: pytest.MonkeyPatch,
     agent: Path,
     graph: str,
+    config: str,
     snapshots: int,
 ) -> None:
     step = {
@@ -189,7 +196,7 @@ def test_commits_the_cli_made_count_even_when_their_change_was_put_back(
         # Then a.txt goes back to what it was, uncommitted, and y.txt is new.
         "then": {"write": {"a.txt": "a\n", "y.txt": "y\n"}},
     }
-    _setup(repo, tmp_path, monkeypatch, {"work": [step]})
+    _setup(repo, tmp_path, monkeypatch, {"work": [step]}, config=config)
     run_id = _run(repo, graph)
     assert _touched(repo, run_id)["work"] == ["a.txt", "x.txt", "y.txt"]
     assert _snapshots(agent) == snapshots
@@ -261,7 +268,7 @@ digraph D {
     assert touched["one"] == ["f.txt", "g.txt"]
     # f.txt, made by `one`, is left alone by `two`.
     assert touched["two"] == ["a.txt", "g.txt", "h.txt"]
-    assert _snapshots(agent) == 2  # `one`'s; `two` took none
+    assert _snapshots(agent) == 0
     assert git(repo, "show", f"fabro/run/{run_id}:g.txt") == "g2\n"
 
 
@@ -350,3 +357,55 @@ def test_a_cli_that_switches_branches_fails_the_run_clearly(
     # Nothing of the other branch reached the run branch.
     files = git(repo, "ls-tree", "-r", "--name-only", f"fabro/run/{result['run_id']}").split()
     assert "prep.txt" in files and "out.txt" not in files
+
+
+def test_setup_commands_and_a_wait_node_send_the_stage_to_its_snapshots(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: Path
+) -> None:
+    graph = """\
+digraph D {
+    graph [setup="echo s > from-setup.txt"]
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=box, backend="cli", prompt="Work"]
+    pause [shape=insulator, duration="10ms"]
+    more [shape=box, backend="cli", prompt="More"]
+    start -> work -> pause -> more -> exit
+}
+"""
+    nodes = {
+        "work": [{"write": {"out.txt": "o\n"}}],
+        "more": [{"write": {"more.txt": "m\n"}}],
+    }
+    _setup(repo, tmp_path, monkeypatch, nodes)
+    run_id = _run(repo, graph)
+    touched = _touched(repo, run_id)
+    # The setup's file was dirty before `work` and left alone.
+    assert touched["work"] == ["out.txt"]
+    assert touched["more"] == ["more.txt"]
+    # Neither stage could trust a scan: the setup ran after the checkout, and a person
+    # may edit the worktree while the run waits.
+    assert _snapshots(agent) == 4
+    assert git(repo, "show", f"fabro/run/{run_id}:from-setup.txt") == "s\n"
+
+
+def test_a_conditional_node_passes_the_checkpoint_on(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: Path
+) -> None:
+    graph = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    prep [shape=parallelogram, script="echo p > prep.txt"]
+    check [shape=diamond]
+    work [shape=box, backend="cli", prompt="Work"]
+    start -> prep -> check
+    check -> work [condition="outcome=success"]
+    check -> exit [condition="outcome!=success"]
+    work -> exit
+}
+"""
+    _setup(repo, tmp_path, monkeypatch, {"work": [{"write": {"prep.txt": "edited\n"}}]})
+    run_id = _run(repo, graph)
+    assert _touched(repo, run_id)["work"] == ["prep.txt"]
+    assert _snapshots(agent) == 0
