@@ -409,3 +409,18 @@ digraph D {
     run_id = _run(repo, graph)
     assert _touched(repo, run_id)["work"] == ["prep.txt"]
     assert _snapshots(agent) == 0
+
+
+def test_a_hook_running_beside_the_run_sends_the_next_stage_to_its_snapshots(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: Path
+) -> None:
+    # Non-blocking: the run goes on while it runs, so it may still be writing when the
+    # stage starts. The stage must not trust the checkpoint's scan, whenever it ends.
+    hook = (
+        '[[run.hooks]]\nevent = "checkpoint_saved"\nblocking = false\n'
+        'command = "if [ \\"$FABRO_NODE_ID\\" = prep ]; then echo h > beside.txt; fi"\n'
+    )
+    _setup(repo, tmp_path, monkeypatch, {"work": [{"write": {"out.txt": "o\n"}}]}, config=hook)
+    run_id = _run(repo, WITH_PREP)
+    assert "out.txt" in _touched(repo, run_id)["work"]
+    assert _snapshots(agent) == 2
