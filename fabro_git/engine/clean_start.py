@@ -15,8 +15,8 @@ conditional node, which runs nothing, passes the mark before it on. The stage ta
 the mark (once) and uses it only when it is sure nothing came in between, else takes
 today's snapshots:
 - the mark is of the checkpoint just before this stage (the stage index is the next
-  one; a human gate or a `wait` node passes none on), of the main run (a branch or a child workflow has no checkpoint of its own),
-  and the run tip has not moved since;
+  one; a human gate or a `wait` node passes none on), of the main run (a branch or a
+  child workflow has no checkpoint of its own), and the run tip has not moved since;
 - no lifecycle hook has started since the scan, and none was running during it (a
   hook may run any command, in the worktree or elsewhere);
 - the worktree's index file is the one the checkpoint left (a git command in between
