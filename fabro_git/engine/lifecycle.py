@@ -178,6 +178,9 @@ class LifecycleHooks:
         # worktree (which is removed only once they are done).
         self._beside = _Tally()
         self._in_worktree = _Tally()
+        # How many hooks have started so far: a hook may change the worktree, so what
+        # was known of it before one started is no longer.
+        self.started = 0
 
     @classmethod
     def from_settings(
@@ -249,6 +252,7 @@ class LifecycleHooks:
         for hook in self.hooks:
             if hook.kind not in RUNNABLE or not hook.matches(event, payload):
                 continue
+            self.started += 1
             if not hook.blocking:
                 if self._nursery is not None:
                     # Counted now: the task starts later.
@@ -265,6 +269,11 @@ class LifecycleHooks:
             if decision.action == "block":
                 break
         return decision
+
+    @property
+    def busy(self) -> bool:
+        """Whether a non-blocking hook is still running."""
+        return self._beside.count > 0
 
     async def wait_worktree_free(self) -> None:
         """Wait for the non-blocking hooks running in the worktree, before it goes."""

@@ -26,6 +26,7 @@ import msgspec
 import trio
 
 from fabro_git.config.locations import make_private_dir
+from fabro_git.engine import clean_start
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
 from fabro_git.engine.context import CheckpointCopy, Context, context_delta, plain
@@ -44,6 +45,7 @@ from fabro_git.outputs.artifacts import ArtifactStore, ResolvedContext, referenc
 from fabro_git.workflow import Graph, Node
 
 if TYPE_CHECKING:
+    from fabro_git.engine.clean_start import CleanMark
     from fabro_git.engine.interviewer import Interviewer
     from fabro_git.outputs.assets import Snapshot
     from fabro_git.store.repo import GitRepo
@@ -205,6 +207,10 @@ class Runtime:
         # The stage tree computed for `files_touched` before stage.completed, by stage
         # id, for its checkpoint to reuse (or the error computing it, to raise there).
         self._stage_trees: dict[str, str | FabroError | None] = {}
+        # What a scan of the worktree for a stage's tree found running, by stage id, and
+        # what the last checkpoint's scan left (see `clean_start`).
+        self.scan_hooks: dict[str, int | None] = {}
+        self.clean_mark: CleanMark | None = None
         # One git call at a time, each on a worker thread (see `store_call`).
         self._store_lock = trio.Lock()
         self._tree_cache: dict[str, str] = {}
@@ -649,6 +655,9 @@ class Runtime:
                     node_label=label,
                     stage_id=stage_id,
                 )
+                # A tree taken during the attempt (an agent CLI's) is not the stage's.
+                self._stage_trees.pop(stage_id, None)
+                self.scan_hooks.pop(stage_id, None)
                 delay = policy.delay_for(attempt, self.rng)
                 self.cp.node_retries[qid] = self.cp.node_retries.get(qid, 0) + 1
                 attempt += 1
@@ -840,6 +849,7 @@ class Runtime:
         if recorder is None or recorder.run_tip is None or recorder.worktree is None:
             return []
         before = recorder.run_tip
+        self.scan_hooks[stage_id] = clean_start.hooks_seen(self)
         try:
             tree = await self.store_call(recorder.stage_tree, stage_id.rpartition("@")[0])
         except FabroError as err:
@@ -897,6 +907,7 @@ class Runtime:
         assert self.recorder is not None
         stage_id = f"{node.id}@{visit}"
         if stage_id not in self._stage_trees:
+            self.scan_hooks[stage_id] = clean_start.hooks_seen(self)
             return self.recorder.stage_tree(node.id)
         early = self._stage_trees.pop(stage_id)
         if isinstance(early, FabroError):
@@ -1141,6 +1152,7 @@ class Runtime:
         if recorder is None:
             return
         tree: str | None
+        scanned = self.scan_hooks.pop(f"{node.id}@{visit}", None)
         if (
             node.handler_type in NO_WORKTREE_CHANGES
             and not scope.merge_parents
@@ -1148,9 +1160,11 @@ class Runtime:
         ):
             # These stages run no user code, so the tree cannot have changed: skip the scan.
             tree = self._tip_tree(recorder.run_tip)
+            scanned = None
         else:
             try:
                 tree = self._stage_tree(node, visit)
+                scanned = self.scan_hooks.pop(f"{node.id}@{visit}", scanned)
             except DiskFull:
                 self._forget_unrecorded_stage(scope)
                 raise  # the run stops resumable, as for every other full-disk write
@@ -1182,6 +1196,9 @@ class Runtime:
         if sha is not None and tree is not None:
             self._tree_cache[sha] = tree
         scope.tip = recorder.run_tip
+        clean_start.after_checkpoint(
+            self, node.handler_type, scanned=scanned, tree=tree, sha=sha, parent=before
+        )
         diff = None
         if (
             sha is not None

@@ -619,6 +619,7 @@ async def _drive(
         )
     emit(ev.SandboxInitializing(provider="local"))
     t0 = time.monotonic()
+    fresh = False
     if in_place:
         worktree = Path(manifest.source_directory)
     else:
@@ -767,6 +768,11 @@ async def _drive(
                     ):
                         await _run_setup(runtime, manifest, worktree)
                         scope.context.set("internal.setup_done", True)
+                    if fresh and not resuming and not manifest.settings.get("setup_commands"):
+                        # The checkout is the tip's tree: a CLI stage needs no snapshot.
+                        from fabro_git.engine import clean_start
+
+                        await clean_start.after_fresh_checkout(runtime)
                     await _start_hooks(hooks, resuming=resuming)
                     status = await runtime.run_main(scope)
                 except RunFailed as exc:

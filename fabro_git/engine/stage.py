@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from fabro_git.engine.branches import BranchPlan, BranchResult
+    from fabro_git.engine.clean_start import CleanStart
     from fabro_git.engine.interviewer import Interviewer
     from fabro_git.engine.lifecycle import HookDecision, StageToolHooks
     from fabro_git.engine.outcome import Outcome
@@ -199,25 +200,40 @@ class StageRequest:
             return None
         return StageToolHooks(hooks, node_id=self.node_id, node_label=self.node.label)
 
-    async def snapshot_worktree(self) -> WorktreeSnapshot:
-        """The worktree's dirty files and their stat data, for `touched_since`."""
+    async def snapshot_worktree(self) -> WorktreeSnapshot | CleanStart:
+        """The worktree as the stage finds it, for `touched_since`: its dirty files and
+        their stat data, or, when the last checkpoint's scan still says what it is,
+        that (no scan at all; see `clean_start`)."""
         import trio
 
+        from fabro_git.engine import clean_start
         from fabro_git.store.touched import take_snapshot
 
+        start = clean_start.take(self._runtime, self._scope)
+        if start is not None:
+            return start
         return await trio.to_thread.run_sync(take_snapshot, self.worktree)
 
-    async def touched_since(self, before: WorktreeSnapshot, *, limit: int) -> list[str]:
+    async def touched_since(
+        self, before: WorktreeSnapshot | CleanStart, *, limit: int
+    ) -> list[str]:
         """The paths changed since `before` was taken, commits the stage made included:
         the `files_touched` of a stage whose program edits files with its own tools."""
         import trio
 
+        from fabro_git.engine import clean_start
         from fabro_git.store.touched import take_snapshot, touched_paths
+
+        if isinstance(before, clean_start.CleanStart):
+            return await clean_start.touched_since(
+                self._runtime, self._scope, self.stage_id, before, limit=limit
+            )
+        snapshot = before
 
         def diff() -> list[str]:
             # The checkpoint rewrites the index next: this scan need not.
             after = take_snapshot(self.worktree, keep_cache=False)
-            return touched_paths(self.worktree, before, after, limit=limit)
+            return touched_paths(self.worktree, snapshot, after, limit=limit)
 
         return await trio.to_thread.run_sync(diff)
 

@@ -8,8 +8,10 @@ stdin, and its output streamed to files. A timeout or Ctrl-C stops the whole gro
 
 The CLI's reply is read from its machine output and handled exactly as an `api`
 agent's: `response.md`, routing directives, context keys, usage and cost. Which files
-it touched is told from snapshots of the worktree's dirty set before and after
-(`fabro_git.store.touched`), since there are no tool events to read them from.
+it touched is told from the worktree before and after, since there are no tool events
+to read them from: from the last checkpoint's scan and the stage's own when nothing
+can have run in between (`fabro_git.engine.clean_start`), else from snapshots of the
+dirty set (`fabro_git.store.touched`).
 Commits the CLI makes on the run branch are adopted by the checkpoint.
 """
 

@@ -1,5 +1,9 @@
 """Which files a stage touched, told from two snapshots of its worktree.
 
+(A stage that directly follows a checkpoint's scan of the worktree needs neither: it
+reads the worktree from the checkpoints, see `fabro_git.engine.clean_start`. These
+snapshots are what it falls back on.)
+
 An agent CLI edits files with its own tools, so there are no tool events to read the
 paths from. Instead the worktree's dirty set (changed tracked files and untracked,
 non-ignored ones, as `git status` finds them) is snapshotted with each file's stat

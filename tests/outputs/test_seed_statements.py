@@ -38,7 +38,9 @@ File tracking
 - API backend (write_file/edit_file confirmed on success, failed calls discarded):
   agent/test_agent_loop.py, engine/test_llm_stages.py::test_an_agent_reads_edits_and_creates_files
 - CLI backend (snapshots before/after, diffed): store/test_touched_snapshots.py,
-  engine/test_cli_agents.py::test_each_profile_runs_its_cli_and_routes_on_the_reply
+  engine/test_cli_agents.py::test_each_profile_runs_its_cli_and_routes_on_the_reply,
+  engine/test_cli_touched_checkpoint.py (the "before" read from the last checkpoint's
+  scan and the "after" from the stage's own, or both snapshots, with the same result)
 - command stages from their tree diff: engine/test_offload.py::test_files_touched_of_a_command_stage
 - where files_touched appears (stage.completed, preambles, retros per stage and in
   aggregate, status.json), in every scope:
