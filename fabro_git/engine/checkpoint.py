@@ -209,9 +209,16 @@ class DeltaWriter:
     An entry counts as unchanged only when it would encode to the same bytes as in the
     base, so putting a delta back together gives exactly the checkpoint that was meant
     (`1 == 1.0 == True` in Python, not in JSON). Encoding every entry at every stage would
-    cost what writing the whole checkpoint did, so the cheap cases are decided first: a
-    string, int or bool equal to the base's and of the same type, or the very object the
-    base held (a stage record) still equal to its copy. Anything else is encoded.
+    cost what writing the whole checkpoint did, so the cheap cases are decided first: the
+    very object the base held, or a string, int or bool equal to the base's and of the
+    same type. Anything else is encoded.
+
+    The very object is unchanged because the engine replaces an entry, never changes one
+    in place: a stage's record is made whole when the stage ends, handlers see the
+    records as read-only mappings, and the context's copy (`context.CheckpointCopy`)
+    replaces the values a stage set. Comparing each held record with its copy instead
+    cost a deep comparison of every record of the run at every stage (about a
+    millisecond at 1,000 nodes).
     """
 
     def __init__(self, full_every: int = FULL_EVERY) -> None:
@@ -271,16 +278,15 @@ class DeltaWriter:
 
 _SCALARS = (str, int, bool)
 _VALUE = operator.itemgetter(0)
-_COPY = operator.itemgetter(1)
 
 
 def _changed_entries(current: dict[str, Any], base: dict[str, _BaseEntry]) -> dict[str, Any]:
     """The entries of `current` that would not encode as they did in the base.
 
     A run's maps mostly grow, so the base's keys usually lead `current` in the same
-    order. Then the cheap test of `_unchanged` (the very object the base held, still
-    equal to its copy) runs over all of them in C, and only the entries it fails are
-    looked at one by one; anything else takes the entry-by-entry path.
+    order. Then the cheap test of `_unchanged` (the very object the base held) runs over
+    all of them in C, and only the entries it fails are looked at one by one; anything
+    else takes the entry-by-entry path.
     """
     n = len(base)
     keys = list(current)
@@ -289,10 +295,8 @@ def _changed_entries(current: dict[str, Any], base: dict[str, _BaseEntry]) -> di
     values = list(current.values())
     entries = list(base.values())
     held = map(operator.is_, values, map(_VALUE, entries))
-    equal = map(operator.eq, values, map(_COPY, entries))
-    kept = map(operator.and_, held, equal)
     changed: dict[str, Any] = {}
-    for i in itertools.compress(range(n), map(operator.not_, kept)):
+    for i in itertools.compress(range(n), map(operator.not_, held)):
         if not _unchanged(values[i], entries[i]):
             changed[keys[i]] = values[i]
     for i in range(n, len(keys)):
@@ -312,7 +316,7 @@ def _unchanged(value: Any, base: _BaseEntry | None) -> bool:
     if kind in _SCALARS or value is None:
         # Floats are left to the bytes: -0.0 == 0.0.
         return type(base.copy) is kind and base.copy == value
-    if value is base.value and value == base.copy:
+    if value is base.value:
         return True
     return _entry_encoder.encode(value) == base.encoded
 
