@@ -33,12 +33,12 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked, SharedPerm
 from dulwich.graph import can_fast_forward
-from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
+from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, parse_tree, valid_hexsha
 from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
@@ -119,6 +119,7 @@ class GitRepo:
         self._objects_dir = git_dir / "objects"
         self._ident_cache: dict[tuple[str, str], tuple[str, str]] = {}
         self._fanout_dirs: set[str] = set()
+        self._entries_cache: dict[str, dict[bytes, tuple[int, ObjectID]]] = {}
         self._last_changes: tuple[tuple[str, str], int, list[tuple[_Side, _Side]]] | None = None
         try:
             self._repo = Repo(controldir=str(head_dir), commondir=str(git_dir), worktree=str(root))
@@ -543,8 +544,8 @@ class GitRepo:
         most `limit` + 1 of them."""
         if old_tree == new_tree:
             return
-        old = {e.path: (e.mode, e.sha) for e in self.tree(old_tree).iteritems()} if old_tree else {}
-        new = {e.path: (e.mode, e.sha) for e in self.tree(new_tree).iteritems()} if new_tree else {}
+        old = self._tree_entries(old_tree) if old_tree else {}
+        new = self._tree_entries(new_tree) if new_tree else {}
         names = {n for n, v in new.items() if old.get(n) != v} | {n for n in old if n not in new}
         emitted = 0
 
@@ -608,6 +609,39 @@ class GitRepo:
                 f"the history between {ancestor[:12]} and {descendant[:12]} is incomplete: "
                 f"commit {err.args[0]!r} is missing from {self.git_dir}"
             ) from err
+
+    def _tree_entries(self, sha: str) -> dict[bytes, tuple[int, ObjectID]]:
+        """A tree's entries, {name: (mode, hex id)}, parsed in C from its raw bytes.
+
+        The last few are kept: a stage's tree is diffed against the one before, which
+        was the new side of the stage before's diff. Building `TreeEntry` records for a
+        thousand-entry tree, twice a stage, cost more than the rest of the diff.
+        """
+        cache = self._entries_cache
+        entries = cache.pop(sha, None)
+        if entries is None:
+            raw = self.tree_body(sha)
+            # parse_tree gives hex ids: ObjectIDs, typed as such without a call per entry.
+            entries = cast(
+                dict[bytes, tuple[int, ObjectID]],
+                {name: (mode, hexsha) for name, mode, hexsha in parse_tree(raw, 20)},
+            )
+            if len(cache) >= 4:
+                del cache[next(iter(cache))]
+        cache[sha] = entries
+        return entries
+
+    def tree_body(self, sha: str) -> bytes:
+        """The serialised entries of tree `sha`, as git stores them (no `Tree` built)."""
+        store = self._repo.object_store
+        try:
+            kind, raw = store.get_raw(ObjectID(sha.encode()))
+        except KeyError:
+            self.tree(sha)  # a repack may have moved it; else MissingObject says so
+            kind, raw = store.get_raw(ObjectID(sha.encode()))
+        if kind != Tree.type_num:
+            raise StoreError(f"{sha} is not a tree")
+        return raw
 
     def tree(self, sha: str) -> Tree:
         """The parsed tree object `sha` (store-internal: dulwich types stay in `store`)."""

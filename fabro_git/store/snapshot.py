@@ -15,7 +15,6 @@ caller last saw, so a crash at any point leaves either the old snapshot or the n
 
 from __future__ import annotations
 
-import bisect
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,6 +22,7 @@ from dulwich.objects import Blob, Tree
 
 from fabro_git.errors import StoreError
 from fabro_git.store.repo import GitRepo
+from fabro_git.store.treelisting import TreeListing
 
 _DIR = 0o040000
 _FILE = 0o100644
@@ -56,9 +56,9 @@ class MetaSnapshotter:
     def __init__(self, repo: GitRepo, ref: str) -> None:
         self.repo = repo
         self.ref = ref
-        self._listings: dict[str, _Listing] = {}
+        self._listings: dict[str, TreeListing] = {}
         # The listings this write looked at or made: the trees of the new tip.
-        self._fresh: dict[str, _Listing] = {}
+        self._fresh: dict[str, TreeListing] = {}
         # Within one write, blob ids by the bytes object they were made from: the same
         # bytes under two paths (an offloaded value's two files) are hashed once.
         self._blob_ids: dict[int, str] = {}
@@ -102,7 +102,7 @@ class MetaSnapshotter:
 
     def _apply(self, tree_sha: str | None, changes: _Changes, where: str) -> str | None:
         """Return the sha of `tree_sha` with `changes` applied; None if it ends up empty."""
-        old = self._listing(tree_sha) if tree_sha is not None else _Listing([], {}, {})
+        old = self._listing(tree_sha) if tree_sha is not None else TreeListing.empty()
         listing = old.copy()
         changed = False
         for name, change in changes.items():
@@ -149,54 +149,20 @@ class MetaSnapshotter:
             sha = self._blob_ids[id(data)] = self.repo.store_object(Blob.from_string(data))
         return sha
 
-    def _listing(self, sha: str) -> _Listing:
+    def _listing(self, sha: str) -> TreeListing:
         listing = self._listings.get(sha)
         if listing is not None:
             self._fresh[sha] = listing
         else:
-            listing = _Listing([], {}, {})
-            for entry in self.repo.tree(sha).iteritems():
-                listing.put(entry.path, entry.mode, entry.sha.decode())
+            listing = TreeListing.parse(self.repo.tree_body(sha))
             self._remember(sha, listing)
         return listing
 
-    def _remember(self, sha: str, listing: _Listing) -> None:
+    def _remember(self, sha: str, listing: TreeListing) -> None:
         if len(self._listings) >= _CACHE_LIMIT:
             self._listings.clear()
         self._listings[sha] = listing
         self._fresh[sha] = listing
-
-
-class _Listing:
-    """A tree's entries, kept in git's order with each entry's bytes ready, so a tree of
-    many entries with one changed is written without re-serialising the others."""
-
-    def __init__(
-        self, keys: list[bytes], raw: dict[bytes, bytes], entries: dict[bytes, tuple[int, str]]
-    ) -> None:
-        self.keys = keys  # sort keys in git's order: a directory sorts as `name/`
-        self._raw = raw  # sort key -> the entry's bytes in the tree object
-        self.entries = entries  # name -> (mode, sha)
-
-    def copy(self) -> _Listing:
-        return _Listing(list(self.keys), dict(self._raw), dict(self.entries))
-
-    def put(self, name: bytes, mode: int, sha: str) -> None:
-        if name in self.entries:
-            self.remove(name)
-        key = name + b"/" if mode == _DIR else name
-        bisect.insort(self.keys, key)
-        self._raw[key] = b"%o %s\0%s" % (mode, name, bytes.fromhex(sha))
-        self.entries[name] = (mode, sha)
-
-    def remove(self, name: bytes) -> None:
-        mode, _sha = self.entries.pop(name)
-        key = name + b"/" if mode == _DIR else name
-        del self.keys[bisect.bisect_left(self.keys, key)]
-        del self._raw[key]
-
-    def raw(self) -> bytes:
-        return b"".join(map(self._raw.__getitem__, self.keys))
 
 
 def _nest(files: Mapping[str, bytes | StoredBlob | None]) -> _Changes:

@@ -38,13 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dulwich.objects import Blob, ObjectID, Tree
+from dulwich.objects import Blob, ObjectID
 
 from fabro_git.errors import FabroError
 from fabro_git.store import statcheck
 from fabro_git.store._gitcli import out, run_git
 from fabro_git.store.durability import durability
 from fabro_git.store.repo import GitRepo
+from fabro_git.store.treelisting import TreeListing
 
 if TYPE_CHECKING:
     from dulwich.index import IndexEntry
@@ -81,6 +82,8 @@ class Stager:
         self.worktree = Path(worktree)
         self._settings: tuple[tuple[object, ...], _Settings] | None = None
         self._encoded: dict[bytes, tuple[IndexEntry, bytes, bytes]] = {}
+        # The trees the last staging wrote or read, ready to write again with a change.
+        self._listings: dict[str, TreeListing] = {}
 
     def stage(
         self, base_tree: str, stamp: tuple[int, int] | None
@@ -149,7 +152,12 @@ class Stager:
         for path in changes.deleted:
             leaves[path] = None
             del entries[path]
-        tree = _apply(self.repo, base_tree, _nest(leaves)) or self.repo.store_object(Tree())
+        fresh: dict[str, TreeListing] = {}
+        tree = _apply(self.repo, base_tree, _nest(leaves), self._listings, fresh)
+        if tree is None:
+            tree = self.repo.store_raw(b"tree", b"")
+        # Only the new tree's listings are built on next: older ones would only grow.
+        self._listings = fresh
         stamp = self._write_index(changes.index, entries)
         return tree, stamp
 
@@ -355,38 +363,54 @@ def _nest(leaves: dict[bytes, tuple[int, str] | None]) -> _Changes:
     return root
 
 
-def _apply(repo: GitRepo, tree_sha: str | None, changes: _Changes) -> str | None:
+def _apply(
+    repo: GitRepo,
+    tree_sha: str | None,
+    changes: _Changes,
+    known: dict[str, TreeListing],
+    fresh: dict[str, TreeListing],
+) -> str | None:
     """`tree_sha` with `changes` applied, writing only the trees that change; None when
-    the result is empty (git leaves empty directories out)."""
-    old = repo.tree(tree_sha) if tree_sha is not None else None
-    # A copy parsed from the old tree's bytes (in C), not rebuilt entry by entry.
-    tree = old.copy() if old is not None else Tree()
-    assert isinstance(tree, Tree)
+    the result is empty (git leaves empty directories out). The listings of the trees
+    the last staging wrote come from `known`; those of the new tree's trees go into
+    `fresh`."""
+    if tree_sha is None:
+        old = TreeListing.empty()
+    else:
+        found = known.get(tree_sha)
+        old = found if found is not None else TreeListing.parse(repo.tree_body(tree_sha))
+        fresh[tree_sha] = old
+    listing = old.copy()
+    changed = False
     for name, change in changes.items():
-        try:
-            current: tuple[int, ObjectID] | None = tree[name]
-        except KeyError:
-            current = None
+        current = listing.entries.get(name)
         if change is None:
             if current is not None:
                 if current[0] == _DIR:
                     raise _Conflict
-                del tree[name]
+                listing.remove(name)
+                changed = True
         elif isinstance(change, tuple):
             if current is not None and current[0] == _DIR:
                 raise _Conflict
-            tree.add(name, change[0], ObjectID(change[1].encode()))
+            if current != change:
+                listing.put(name, *change)
+                changed = True
         else:
             if current is not None and current[0] != _DIR:
                 raise _Conflict
-            sub = _apply(repo, current[1].decode() if current is not None else None, change)
+            sub = _apply(repo, current[1] if current is not None else None, change, known, fresh)
             if sub is None:
                 if current is not None:
-                    del tree[name]
-            else:
-                tree.add(name, _DIR, ObjectID(sub.encode()))
-    if not len(tree):
+                    listing.remove(name)
+                    changed = True
+            elif current != (_DIR, sub):
+                listing.put(name, _DIR, sub)
+                changed = True
+    if not listing.entries:
         return None
-    if old is not None and tree.id == old.id:
-        return old.id.decode()
-    return repo.store_object(tree)
+    if tree_sha is not None and not changed:
+        return tree_sha
+    sha = repo.store_raw(b"tree", listing.raw())
+    fresh[sha] = listing
+    return sha

@@ -154,10 +154,14 @@ def scan(worktree: Path, stamp: tuple[int, int] | None, *, limit: int) -> Worktr
         return None
     entries = index.entries
     result = WorktreeChanges(index)
+    changed, added = result.changed, result.added
     index_mtime = stamp[0]
     seen = 0
     stack = [b""]
     root = os.fsencode(worktree)
+    is_dir, is_reg, is_link = stat.S_ISDIR, stat.S_ISREG, stat.S_ISLNK
+    # One pass of a Python loop per file of the worktree: what it does per file is
+    # kept to the `lstat` and a tuple comparison (see `_differs`).
     while stack:
         rel = stack.pop()
         try:
@@ -165,23 +169,25 @@ def scan(worktree: Path, stamp: tuple[int, int] | None, *, limit: int) -> Worktr
                 dir_entries = list(it)
         except OSError:
             return None
+        prefix = rel + b"/" if rel else b""
         for found in dir_entries:
-            name = found.name if isinstance(found.name, bytes) else os.fsencode(found.name)
+            name = found.name  # bytes: the directory was named in bytes
             if name == b".git":
                 if not rel:
                     continue
                 return None  # a nested repository: git decides whether it is a gitlink
-            relpath = rel + b"/" + name if rel else name
+            relpath = prefix + name
             try:
                 st = found.stat(follow_symlinks=False)
             except OSError:
                 return None
-            if stat.S_ISDIR(st.st_mode):
+            mode = st.st_mode
+            if is_dir(mode):
                 if relpath in entries:
                     return None  # a file or link that became a directory
                 stack.append(relpath)
                 continue
-            if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+            if not (is_reg(mode) or is_link(mode)):
                 return None
             if name == b".gitignore":
                 result.ignore_files.append(relpath)
@@ -189,12 +195,13 @@ def scan(worktree: Path, stamp: tuple[int, int] | None, *, limit: int) -> Worktr
                 result.attribute_files.append(relpath)
             entry = entries.get(relpath)
             if entry is None:
-                result.added[relpath] = st
+                added[relpath] = st
             else:
                 seen += 1
-                if _differs(relpath, entry, st, index_mtime):
-                    result.changed[relpath] = st
-            if result.count > limit:
+                if not _differs(relpath, entry, st, index_mtime):
+                    continue
+                changed[relpath] = st
+            if len(changed) + len(added) > limit:
                 return None
     if seen != len(entries):
         for relpath in entries:
