@@ -850,20 +850,31 @@ class Runtime:
             return []
         before = recorder.run_tip
         self.scan_hooks[stage_id] = clean_start.hooks_seen(self)
-        try:
-            tree = await self.store_call(recorder.stage_tree, stage_id.rpartition("@")[0])
-        except FabroError as err:
-            self._stage_trees[stage_id] = err  # the checkpoint reports it
-            return []
+        node_id = stage_id.rpartition("@")[0]
+
+        def tree_and_files() -> tuple[str | FabroError | None, list[str], Exception | None]:
+            # One trip to a worker thread for the three steps: each trip costs a thread
+            # hand-off, which a loaded machine makes dear.
+            try:
+                tree = recorder.stage_tree(node_id)
+            except FabroError as err:
+                return err, [], None  # the checkpoint reports it
+            if tree is None:
+                return None, [], None
+            try:
+                old = self._tip_tree(before)
+            except Exception as err:  # raised below, once the tree is kept
+                return tree, [], err
+            try:
+                return tree, self.repo.changed_paths(old, tree, limit=FILES_TOUCHED_LIMIT), None
+            except FabroError:
+                return tree, [], None
+
+        tree, files, error = await self.store_call(tree_and_files)
         self._stage_trees[stage_id] = tree
-        if tree is None:
-            return []
-        old = await self.store_call(self._tip_tree, before)
-        with contextlib.suppress(FabroError):
-            return await self.store_call(
-                partial(self.repo.changed_paths, old, tree, limit=FILES_TOUCHED_LIMIT)
-            )
-        return []
+        if error is not None:
+            raise error
+        return files
 
     async def _scope_files_touched(self, scope: Scope, stage_id: str) -> list[str]:
         """`_files_touched` in a parallel branch or a child workflow."""
