@@ -161,8 +161,6 @@ def check_stages(
     """Every LLM stage's target, by node id (agent CLI stages aside); a `FabroError` for
     the first stage that cannot run: an unknown model or provider, an unknown backend, a
     provider whose key is not set, or an agent CLI that is not installed."""
-    from fabro_git.llm.providers import connect
-
     for entry in fallbacks or ():
         try:
             stage_fallbacks([entry])
@@ -194,6 +192,10 @@ def check_stages(
                 key = "model" if node.get("model") or node.get("llm_model") else "provider"
                 raise _node_error(node, key, err.message, hint=err.hint) from None
             targets[node.id] = target
+    if not targets:
+        return targets  # the SDK layer is imported only for a run that calls a model
+    from fabro_git.llm.providers import connect
+
     for name in dict.fromkeys(target.provider for target in targets.values()):
         nodes = [node for node, target in targets.items() if target.provider == name]
         try:
