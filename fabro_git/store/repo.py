@@ -672,8 +672,17 @@ class GitRepo:
         data = b"%s %d\0%s" % (type_name, len(raw), raw)
         return self._store_loose(hashlib.sha1(data).hexdigest(), data)
 
-    def _store_loose(self, sha: str, data: bytes) -> str:
-        """Write `data` (header and body) as the loose object `sha` unless it exists."""
+    def store_blob(self, data: bytes) -> str:
+        """Write `data` as a blob: hashed and compressed after its header without
+        joining the two, so a 50 MB file is not copied once more on the way."""
+        header = b"blob %d\0" % len(data)
+        digest = hashlib.sha1(header)
+        digest.update(data)
+        return self._store_loose(digest.hexdigest(), data, header)
+
+    def _store_loose(self, sha: str, data: bytes, header: bytes = b"") -> str:
+        """Write `header` and `data` (or `data` alone, holding its header) as the loose
+        object `sha` unless it exists."""
         path = self._objects_dir / sha[:2] / sha[2:]
         # Looked for first, whatever its size: one syscall against a file written and
         # renamed (a stage's empty log, an unchanged file, is written at every stage).
@@ -690,7 +699,11 @@ class GitRepo:
             return sha
         # One zlib call for the whole object: dulwich compresses chunk by chunk, which
         # for a tree is once per entry.
-        data = zlib.compress(data, _LOOSE_COMPRESSION)
+        if header:
+            compressor = zlib.compressobj(_LOOSE_COMPRESSION)
+            data = compressor.compress(header) + compressor.compress(data) + compressor.flush()
+        else:
+            data = zlib.compress(data, _LOOSE_COMPRESSION)
         try:
             fd, tmp = self._open_temp(path.parent, sha[:2])
             try:
