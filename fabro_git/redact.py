@@ -48,7 +48,7 @@ _SECRET_NAME = re.compile(
 
 # Well-known credential shapes. A shape that starts inside a longer word
 # (`risk-assessment-...`) is left alone (see `_starts_word`); one right after a JSON
-# escape (`\nsk-...`) is not inside a word.
+# escape (`\nsk-...`, `\fsk-...`, `\u001bsk-...`) is not inside a word.
 _SHAPES = (
     r"sk-[A-Za-z0-9_-]{20,}"  # OpenAI and Anthropic: sk-..., sk-proj-..., sk-ant-...
     r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
@@ -78,8 +78,20 @@ def _starts_word(data: str | bytes, start: int) -> bool:
     code = before[0] if isinstance(before, bytes) else ord(before)
     if code not in _WORD:
         return True
+    # After a JSON escape of a control character: `\n`, `\b`, ..., or `\u001b`.
     escape = data[start - 2 : start - 1]
-    return escape in ("\\", b"\\") and before in ("n", "r", "t", b"n", b"r", b"t")
+    if escape in ("\\", b"\\") and before in _ESCAPED:
+        return True
+    unicode = data[start - 6 : start]
+    return len(unicode) == 6 and unicode[:2] in ("\\u", b"\\u") and _is_hex(unicode[2:])
+
+
+_ESCAPED = frozenset(("n", "r", "t", "b", "f", b"n", b"r", b"t", b"b", b"f"))
+
+
+def _is_hex(digits: str | bytes) -> bool:
+    text = digits.decode("latin-1") if isinstance(digits, bytes) else digits
+    return all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def is_secret_name(name: str) -> bool:
