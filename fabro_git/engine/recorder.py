@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,8 @@ class Recorder:
         self._staging: Stager | None = None
         # Stage checkpoints go to git as deltas on the last complete one.
         self._deltas = DeltaWriter()
+        # Big files already scanned for the next snapshot, by id: (file, masked file).
+        self._premasked: dict[int, tuple[bytes, bytes]] = {}
 
     # -- snapshots -----------------------------------------------------------------
 
@@ -108,7 +110,8 @@ class Recorder:
         started = time.monotonic()
         segment = self.take_segment()
         mask = self.redactor.mask_bytes
-        all_files: dict[str, bytes | StoredBlob | None] = _masked_once(mask, files)
+        premasked, self._premasked = self._premasked, {}
+        all_files: dict[str, bytes | StoredBlob | None] = _masked_once(mask, files, premasked)
         if segment:
             cp.event_segments += 1
             all_files[segment_path(cp.event_segments)] = segment
@@ -172,6 +175,14 @@ class Recorder:
             **scope,
         )
         return result.commit_sha
+
+    def premask(self, contents: Iterable[bytes]) -> None:
+        """Scan big files for secrets ahead of the snapshot that will write them (while
+        the artifact store writes its own copy): that snapshot takes the results. The
+        file objects are kept with them, so an id is never taken for another file's."""
+        for data in contents:
+            if len(data) >= _SHARED_MASK_MIN and id(data) not in self._premasked:
+                self._premasked[id(data)] = (data, self.redactor.mask_bytes(data))
 
     def pending_events(self) -> bytes:
         """The event lines no snapshot holds yet; they stay queued for the next one."""
@@ -401,13 +412,17 @@ _SHARED_MASK_MIN = 64 * 1024
 
 
 def _masked_once(
-    mask: Callable[[bytes], bytes], files: Mapping[str, bytes | Path | None]
+    mask: Callable[[bytes], bytes],
+    files: Mapping[str, bytes | Path | None],
+    premasked: Mapping[int, tuple[bytes, bytes]] | None = None,
 ) -> dict[str, bytes | StoredBlob | None]:
     """Each in-memory file of a snapshot, masked (Paths are left to be streamed).
 
     An offloaded value is two files with the same bytes (the visit's and the key's
     current one): a big file equal to one already masked takes that result, the very
     same object, so a 50 MB value is scanned for secrets once and hashed into a blob once.
+    A file in `premasked` (by id, with the very object it was made from) was scanned
+    already (`Recorder.premask`).
     """
     masked: dict[str, bytes | StoredBlob | None] = {}
     seen: dict[int, list[tuple[bytes, bytes]]] = {}  # by length: (original, masked)
@@ -416,6 +431,10 @@ def _masked_once(
             continue
         if data is None or len(data) < _SHARED_MASK_MIN:
             masked[path] = None if data is None else mask(data)
+            continue
+        known = premasked.get(id(data)) if premasked else None
+        if known is not None and known[0] is data:
+            masked[path] = known[1]
             continue
         same_length = seen.setdefault(len(data), [])
         earlier = next((done for original, done in same_length if original == data), None)
