@@ -119,11 +119,15 @@ class Redactor:
     def __init__(self, values: list[str]) -> None:
         # Each literal form of an environment secret, and what it becomes.
         literal: dict[str, str] = {}
+        # No value has a character JSON escapes (`"`, `\`, a control character): a
+        # text's JSON string form then holds every match the text holds.
+        self._plain = True
         for value in values:
             literal[value] = mask(value)
             escaped = json.dumps(value, ensure_ascii=False)[1:-1]
             if escaped != value:
                 literal[escaped] = json.dumps(mask(value), ensure_ascii=False)[1:-1]
+                self._plain = False
         self._literal = literal
         forms = sorted(literal, key=len, reverse=True)
         alternatives = [re.escape(form) for form in forms]
@@ -162,6 +166,18 @@ class Redactor:
         if self._quick is not None and self._quick.search(data) is None:
             return False
         return self._bytes.search(data) is not None
+
+    def clean_with_text(self, encoded: bytes) -> bool:
+        """Whether `encoded`, the JSON string form of a text (`msgspec.json.encode` of
+        a str), holds nothing to mask, and neither does the text's UTF-8 form.
+
+        Encoding a text keeps every run of its bytes other than `"`, backslash and control
+        characters as it is, and no match holds one of those when no secret value has
+        one (credential shapes and the private-key header never do): any match in the
+        text is then in its JSON form too. So one scan of the JSON form, by the quick
+        filter that ignores word boundaries, answers for both; False (scan each) when
+        a value has such a character or RE2 is missing."""
+        return self._plain and self._quick is not None and self._quick.search(encoded) is None
 
     def mask_value(self, value: Any) -> Any:
         """A copy of JSON-like data (dicts, lists, strings) with every string redacted."""

@@ -176,13 +176,32 @@ class Recorder:
         )
         return result.commit_sha
 
-    def premask(self, contents: Iterable[bytes]) -> None:
-        """Scan big files for secrets ahead of the snapshot that will write them (while
-        the artifact store writes its own copy): that snapshot takes the results. The
-        file objects are kept with them, so an id is never taken for another file's."""
-        for data in contents:
-            if len(data) >= _SHARED_MASK_MIN and id(data) not in self._premasked:
-                self._premasked[id(data)] = (data, self.redactor.mask_bytes(data))
+    def premask(self, values: Iterable[tuple[Any, bytes]], files: Iterable[bytes]) -> None:
+        """Scan a stage's big files for secrets ahead of the snapshot that will write
+        them (while the artifact store writes its copy): that snapshot takes the results.
+        The file objects are kept with them, so an id is never taken for another file's.
+
+        `values` are offloaded values with their JSON form. A reply is both a value and
+        the stage's `response.md`: when the JSON form of a text value is found clean,
+        so is a file holding that text's UTF-8 bytes (`Redactor.clean_with_text`), which
+        is then compared, not scanned."""
+        redactor = self.redactor
+        clean_texts: list[str] = []
+        for value, data in values:
+            if len(data) < _SHARED_MASK_MIN or id(data) in self._premasked:
+                continue
+            if isinstance(value, str) and redactor.clean_with_text(data):
+                self._premasked[id(data)] = (data, data)
+                clean_texts.append(value)
+            else:
+                self._premasked[id(data)] = (data, redactor.mask_bytes(data))
+        for data in files:
+            if len(data) < _SHARED_MASK_MIN or id(data) in self._premasked:
+                continue
+            if any(_is_utf8_of(data, text) for text in clean_texts):
+                self._premasked[id(data)] = (data, data)
+            else:
+                self._premasked[id(data)] = (data, redactor.mask_bytes(data))
 
     def pending_events(self) -> bytes:
         """The event lines no snapshot holds yet; they stay queued for the next one."""
@@ -409,6 +428,16 @@ def _ms(started: float) -> int:
 
 # Files at least this big are compared with the others of a snapshot before masking.
 _SHARED_MASK_MIN = 64 * 1024
+
+
+def _is_utf8_of(data: bytes, text: str) -> bool:
+    """Whether `data` is `text` in UTF-8 (a length test first, then the bytes)."""
+    if len(data) < len(text) or (text.isascii() and len(data) != len(text)):
+        return False
+    try:
+        return data == text.encode()
+    except UnicodeEncodeError:
+        return False
 
 
 def _masked_once(

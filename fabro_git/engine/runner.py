@@ -921,8 +921,8 @@ class Runtime:
         if recorder is not None:
             stage_files = [data for data in files.values() if isinstance(data, bytes)]
 
-            def meanwhile(values: list[bytes]) -> None:
-                recorder.premask([*values, *stage_files])
+            def meanwhile(values: list[tuple[Any, bytes]]) -> None:
+                recorder.premask(values, stage_files)
 
         offloaded = self.artifacts.offload_stage(
             result.context_updates, node_slug(node_dir), tag=tag, meanwhile=meanwhile

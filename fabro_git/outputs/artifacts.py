@@ -145,16 +145,17 @@ class ArtifactStore:
         slug: str,
         *,
         tag: str | None = None,
-        meanwhile: Callable[[list[bytes]], object] | None = None,
+        meanwhile: Callable[[list[tuple[Any, bytes]]], object] | None = None,
     ) -> Offloaded:
         """Offload one stage visit's updates: the record points to the visit's own file,
         the context to the key's current one (see the module docstring).
 
-        `meanwhile` is called with the offloaded values' bytes while a thread writes
-        them: a 50 MB file costs the kernel a while, time the caller can use (the
-        checkpoint's secret scan of those bytes) on the other core."""
+        `meanwhile` is called with the offloaded values and their bytes while a thread
+        writes them: a 50 MB file costs the kernel a while, time the caller can use
+        (the checkpoint's secret scan of those bytes) on the other core."""
         result = Offloaded({}, {}, {})
         pending: list[tuple[str, str, bytes]] = []
+        values: list[tuple[Any, bytes]] = []
         for key, value in updates.items():
             data = _large(value)
             if data is None:
@@ -163,6 +164,7 @@ class ArtifactStore:
             current = artifact_name(key, tag)
             visit = f"{slug}/{current}"
             pending.append((visit, current, data))
+            values.append((value, data))
             result.record[key] = self.pointer(visit)
             result.context[key] = self.pointer(current)
 
@@ -176,7 +178,7 @@ class ArtifactStore:
         if not pending or meanwhile is None:
             write()
             return result
-        _alongside(write, lambda: meanwhile([data for _, _, data in pending]))
+        _alongside(write, lambda: meanwhile(values))
         return result
 
     def read(self, pointer: str) -> Any:
