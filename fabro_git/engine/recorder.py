@@ -87,8 +87,9 @@ class Recorder:
         self._staging: Stager | None = None
         # Stage checkpoints go to git as deltas on the last complete one.
         self._deltas = DeltaWriter()
-        # Big files already scanned for the next snapshot, by id: (file, masked file).
-        self._premasked: dict[int, tuple[bytes, bytes]] = {}
+        # Big files already scanned for the next snapshot, by id: the file, and what
+        # the snapshot writes for it (its masked bytes, or the blob they are already).
+        self._premasked: dict[int, tuple[bytes, bytes | StoredBlob]] = {}
 
     # -- snapshots -----------------------------------------------------------------
 
@@ -177,9 +178,11 @@ class Recorder:
         return result.commit_sha
 
     def premask(self, values: Iterable[tuple[Any, bytes]], files: Iterable[bytes]) -> None:
-        """Scan a stage's big files for secrets ahead of the snapshot that will write
-        them (while the artifact store writes its copy): that snapshot takes the results.
-        The file objects are kept with them, so an id is never taken for another file's.
+        """Scan a stage's big files for secrets and write their masked bytes as blobs,
+        ahead of the snapshot that will name them (while the artifact store writes its
+        copy): that snapshot takes the results. The file objects are kept with them, so
+        an id is never taken for another file's. Writing objects early is safe, as for
+        the stage's tree: nothing names them until the snapshot.
 
         `values` are offloaded values with their JSON form. A reply is both a value and
         the stage's `response.md`: when the JSON form of a text value is found clean,
@@ -187,21 +190,36 @@ class Recorder:
         is then compared, not scanned."""
         redactor = self.redactor
         clean_texts: list[str] = []
+        masked: dict[int, tuple[bytes, bytes]] = {}
         for value, data in values:
             if len(data) < _SHARED_MASK_MIN or id(data) in self._premasked:
                 continue
             if isinstance(value, str) and redactor.clean_with_text(data):
-                self._premasked[id(data)] = (data, data)
+                masked[id(data)] = (data, data)
                 clean_texts.append(value)
             else:
-                self._premasked[id(data)] = (data, redactor.mask_bytes(data))
+                masked[id(data)] = (data, redactor.mask_bytes(data))
         for data in files:
             if len(data) < _SHARED_MASK_MIN or id(data) in self._premasked:
                 continue
             if any(_is_utf8_of(data, text) for text in clean_texts):
-                self._premasked[id(data)] = (data, data)
+                masked[id(data)] = (data, data)
             else:
-                self._premasked[id(data)] = (data, redactor.mask_bytes(data))
+                masked[id(data)] = (data, redactor.mask_bytes(data))
+        self._premasked.update(masked)
+        blobs = {id(done): done for _, done in masked.values()}
+        if not blobs:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            written = {key: pool.submit(self.repo.store_blob, done) for key, done in blobs.items()}
+        for key, (data, done) in masked.items():
+            try:
+                sha = written[id(done)].result()
+            except (FabroError, OSError):
+                continue  # the snapshot writes it, and reports what goes wrong
+            self._premasked[key] = (data, StoredBlob(sha, len(done)))
 
     def pending_events(self) -> bytes:
         """The event lines no snapshot holds yet; they stay queued for the next one."""
@@ -443,15 +461,15 @@ def _is_utf8_of(data: bytes, text: str) -> bool:
 def _masked_once(
     mask: Callable[[bytes], bytes],
     files: Mapping[str, bytes | Path | None],
-    premasked: Mapping[int, tuple[bytes, bytes]] | None = None,
+    premasked: Mapping[int, tuple[bytes, bytes | StoredBlob]] | None = None,
 ) -> dict[str, bytes | StoredBlob | None]:
     """Each in-memory file of a snapshot, masked (Paths are left to be streamed).
 
     An offloaded value is two files with the same bytes (the visit's and the key's
     current one): a big file equal to one already masked takes that result, the very
     same object, so a 50 MB value is scanned for secrets once and hashed into a blob once.
-    A file in `premasked` (by id, with the very object it was made from) was scanned
-    already (`Recorder.premask`).
+    A file in `premasked` (by id, with the very object it was made from) was scanned,
+    and maybe stored, already (`Recorder.premask`).
     """
     masked: dict[str, bytes | StoredBlob | None] = {}
     seen: dict[int, list[tuple[bytes, bytes]]] = {}  # by length: (original, masked)
