@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -90,11 +90,13 @@ def pointer_path(value: Any) -> Path | None:
 @dataclass
 class Offloaded:
     """One stage visit's updates after offloading: as its record keeps them, as the
-    context takes them, and the files written, by artifact name."""
+    context takes them, the values to write (`pending`: visit file, current file, the
+    value, its JSON bytes) and the files written, by artifact name."""
 
     record: dict[str, Any]
     context: dict[str, Any]
     written: dict[str, bytes]
+    pending: list[tuple[str, str, Any, bytes]] = field(default_factory=list)
 
 
 def resolved(value: Any) -> Any:
@@ -142,22 +144,19 @@ class ArtifactStore:
         return kept, written
 
     def offload_stage(
-        self,
-        updates: Mapping[str, Any],
-        slug: str,
-        *,
-        tag: str | None = None,
-        meanwhile: Callable[[list[tuple[Any, bytes]]], object] | None = None,
+        self, updates: Mapping[str, Any], slug: str, *, tag: str | None = None
     ) -> Offloaded:
         """Offload one stage visit's updates: the record points to the visit's own file,
-        the context to the key's current one (see the module docstring).
+        the context to the key's current one (see the module docstring)."""
+        result = self.plan_stage(updates, slug, tag=tag)
+        self.write_stage(result)
+        return result
 
-        `meanwhile` is called with the offloaded values and their bytes while a thread
-        writes them: a 50 MB file costs the kernel a while, time the caller can use
-        (the checkpoint's secret scan of those bytes) on the other core."""
+    def plan_stage(
+        self, updates: Mapping[str, Any], slug: str, *, tag: str | None = None
+    ) -> Offloaded:
+        """`offload_stage` without writing anything yet: `write_stage` does."""
         result = Offloaded({}, {}, {})
-        pending: list[tuple[str, str, bytes]] = []
-        values: list[tuple[Any, bytes]] = []
         for key, value in updates.items():
             data = _large(value)
             if data is None:
@@ -165,23 +164,33 @@ class ArtifactStore:
                 continue
             current = artifact_name(key, tag)
             visit = f"{slug}/{current}"
-            pending.append((visit, current, data))
-            values.append((value, data))
+            result.pending.append((visit, current, value, data))
             result.record[key] = self.pointer(visit)
             result.context[key] = self.pointer(current)
+        return result
+
+    def write_stage(
+        self,
+        offloaded: Offloaded,
+        meanwhile: Callable[[list[tuple[Any, bytes]]], object] | None = None,
+    ) -> None:
+        """Write the files `plan_stage` planned. `meanwhile` is called with the values
+        and their bytes while a thread writes them: a 50 MB file costs the kernel a
+        while, time the caller can use (the checkpoint's secret scan of those bytes)."""
 
         def write() -> None:
-            for visit, current, data in pending:
+            for visit, current, _value, data in offloaded.pending:
                 if self._write(visit, data):
-                    result.written[visit] = data
+                    offloaded.written[visit] = data
                 if self._link(visit, current, data):
-                    result.written[current] = data
+                    offloaded.written[current] = data
 
-        if not pending or meanwhile is None:
+        if not offloaded.pending or meanwhile is None:
             write()
-            return result
-        _alongside(write, lambda: meanwhile(values))
-        return result
+        else:
+            values = [(value, data) for _, _, value, data in offloaded.pending]
+            _alongside(write, lambda: meanwhile(values))
+        offloaded.pending = []
 
     def read(self, pointer: str) -> Any:
         """The value a pointer stands for. FileNotFoundError when it is gone."""

@@ -26,6 +26,7 @@ import hashlib
 import itertools
 import os
 import re
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -117,6 +118,9 @@ class GitRepo:
         self._objects_dir = git_dir / "objects"
         self._ident_cache: dict[tuple[str, str], tuple[str, str]] = {}
         self._fanout_dirs: set[str] = set()
+        # Big blobs are stored from several threads at once (`store_blob`): dulwich's
+        # pack list, which `contains_packed` reloads, is looked at by one at a time.
+        self._packs_lock = threading.Lock()
         self._last_changes: tuple[tuple[str, str], int, list[tuple[_Side, _Side]]] | None = None
         try:
             self._repo = Repo(controldir=str(head_dir), commondir=str(git_dir), worktree=str(root))
@@ -695,7 +699,9 @@ class GitRepo:
             pass
         except PermissionError:
             return sha  # owned by another user in a shared repository; it exists
-        if self._repo.object_store.contains_packed(ObjectID(sha.encode())):
+        with self._packs_lock:
+            packed = self._repo.object_store.contains_packed(ObjectID(sha.encode()))
+        if packed:
             return sha
         # One zlib call for the whole object: dulwich compresses chunk by chunk, which
         # for a tree is once per entry.
