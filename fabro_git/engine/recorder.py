@@ -188,37 +188,46 @@ class Recorder:
         the stage's `response.md`: when the JSON form of a text value is found clean,
         so is a file holding that text's UTF-8 bytes (`Redactor.clean_with_text`), which
         is then compared, not scanned."""
+        from concurrent.futures import Future, ThreadPoolExecutor
+
         redactor = self.redactor
         clean_texts: list[str] = []
         masked: dict[int, tuple[bytes, bytes]] = {}
-        for value, data in values:
-            if len(data) < _SHARED_MASK_MIN or id(data) in self._premasked:
-                continue
-            if isinstance(value, str) and redactor.clean_with_text(data):
-                masked[id(data)] = (data, data)
-                clean_texts.append(value)
-            else:
-                masked[id(data)] = (data, redactor.mask_bytes(data))
-        for data in files:
-            if len(data) < _SHARED_MASK_MIN or id(data) in self._premasked:
-                continue
-            if any(_is_utf8_of(data, text) for text in clean_texts):
-                masked[id(data)] = (data, data)
-            else:
-                masked[id(data)] = (data, redactor.mask_bytes(data))
-        self._premasked.update(masked)
-        blobs = {id(done): done for _, done in masked.values()}
-        if not blobs:
-            return
-        from concurrent.futures import ThreadPoolExecutor
+        stored: dict[int, Future[str]] = {}  # by the masked bytes' id
+
+        def new(data: bytes) -> bool:
+            key = id(data)
+            return (
+                len(data) >= _SHARED_MASK_MIN and key not in self._premasked and key not in masked
+            )
 
         with ThreadPoolExecutor(max_workers=2) as pool:
-            written = {key: pool.submit(self.repo.store_blob, done) for key, done in blobs.items()}
+
+            def take(data: bytes, done: bytes) -> None:
+                # Stored as soon as it is masked, while the next file is looked at.
+                masked[id(data)] = (data, done)
+                if id(done) not in stored:
+                    stored[id(done)] = pool.submit(self.repo.store_blob, done)
+
+            for value, data in values:
+                if not new(data):
+                    continue
+                if isinstance(value, str) and redactor.clean_with_text(data):
+                    take(data, data)
+                    clean_texts.append(value)
+                else:
+                    take(data, redactor.mask_bytes(data))
+            for data in files:
+                if new(data):
+                    clean = any(_is_utf8_of(data, text) for text in clean_texts)
+                    take(data, data if clean else redactor.mask_bytes(data))
         for key, (data, done) in masked.items():
             try:
-                sha = written[id(done)].result()
+                sha = stored[id(done)].result()
             except (FabroError, OSError):
-                continue  # the snapshot writes it, and reports what goes wrong
+                # The snapshot writes it, and reports what goes wrong.
+                self._premasked[key] = (data, done)
+                continue
             self._premasked[key] = (data, StoredBlob(sha, len(done)))
 
     def pending_events(self) -> bytes:
