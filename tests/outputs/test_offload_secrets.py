@@ -45,9 +45,12 @@ def _all_objects(repo: Path) -> bytes:
 
 
 @pytest.mark.parametrize("where", ["early", "late"])
+@pytest.mark.parametrize("quoted", [True, False])
 def test_no_key_in_an_offloaded_reply_reaches_git(
-    repo: Path, llm_server: LlmServer, where: str
+    repo: Path, llm_server: LlmServer, where: str, quoted: bool
 ) -> None:
+    """With a secret value JSON escapes, both files are scanned; without one, the scan
+    of the value's JSON form answers for the text too (and must find these keys)."""
     keys = {
         # Environment values whose names mark them as secret: a plain one, and one
         # with a quote and a backslash (JSON escapes both).
@@ -71,7 +74,11 @@ def test_no_key_in_an_offloaded_reply_reaches_git(
     assert len(reply) > 150_000
     llm_server.script(Reply(text=reply))
     write_workflow(repo, WORKFLOW)
-    env = {"MY_SERVICE_TOKEN": keys["plain"], "MY_DB_PASSWORD": keys["quoted"]}
+    env = {"MY_SERVICE_TOKEN": keys["plain"]}
+    if quoted:
+        env["MY_DB_PASSWORD"] = keys["quoted"]
+    else:
+        del keys["quoted"]  # in the reply, but no secret of this run
     proc = run_fabro("run", "wf.fabro", "--json", cwd=repo, env=env)
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
