@@ -48,7 +48,7 @@ _SECRET_NAME = re.compile(
 
 # Well-known credential shapes. A shape that starts inside a longer word
 # (`risk-assessment-...`) is left alone (see `_starts_word`); one right after a JSON
-# escape (`\nsk-...`) is not inside a word.
+# escape (`\nsk-...`, `\fsk-...`, `\u001bsk-...`) is not inside a word.
 _SHAPES = (
     r"sk-[A-Za-z0-9_-]{20,}"  # OpenAI and Anthropic: sk-..., sk-proj-..., sk-ant-...
     r"|gh[pousr]_[A-Za-z0-9]{30,}"  # GitHub tokens
@@ -78,8 +78,20 @@ def _starts_word(data: str | bytes, start: int) -> bool:
     code = before[0] if isinstance(before, bytes) else ord(before)
     if code not in _WORD:
         return True
+    # After a JSON escape of a control character: `\n`, `\b`, ..., or `\u001b`.
     escape = data[start - 2 : start - 1]
-    return escape in ("\\", b"\\") and before in ("n", "r", "t", b"n", b"r", b"t")
+    if escape in ("\\", b"\\") and before in _ESCAPED:
+        return True
+    unicode = data[start - 6 : start]
+    return len(unicode) == 6 and unicode[:2] in ("\\u", b"\\u") and _is_hex(unicode[2:])
+
+
+_ESCAPED = frozenset(("n", "r", "t", "b", "f", b"n", b"r", b"t", b"b", b"f"))
+
+
+def _is_hex(digits: str | bytes) -> bool:
+    text = digits.decode("latin-1") if isinstance(digits, bytes) else digits
+    return all(c in "0123456789abcdefABCDEF" for c in text)
 
 
 def is_secret_name(name: str) -> bool:
@@ -107,11 +119,15 @@ class Redactor:
     def __init__(self, values: list[str]) -> None:
         # Each literal form of an environment secret, and what it becomes.
         literal: dict[str, str] = {}
+        # No value has a character JSON escapes (`"`, `\`, a control character): a
+        # text's JSON string form then holds every match the text holds.
+        self._plain = True
         for value in values:
             literal[value] = mask(value)
             escaped = json.dumps(value, ensure_ascii=False)[1:-1]
             if escaped != value:
                 literal[escaped] = json.dumps(mask(value), ensure_ascii=False)[1:-1]
+                self._plain = False
         self._literal = literal
         forms = sorted(literal, key=len, reverse=True)
         alternatives = [re.escape(form) for form in forms]
@@ -150,6 +166,18 @@ class Redactor:
         if self._quick is not None and self._quick.search(data) is None:
             return False
         return self._bytes.search(data) is not None
+
+    def clean_with_text(self, encoded: bytes) -> bool:
+        """Whether `encoded`, the JSON string form of a text (`msgspec.json.encode` of
+        a str), holds nothing to mask, and neither does the text's UTF-8 form.
+
+        Encoding a text keeps every run of its bytes other than `"`, backslash and control
+        characters as it is, and no match holds one of those when no secret value has
+        one (credential shapes and the private-key header never do): any match in the
+        text is then in its JSON form too. So one scan of the JSON form, by the quick
+        filter that ignores word boundaries, answers for both; False (scan each) when
+        a value has such a character or RE2 is missing."""
+        return self._plain and self._quick is not None and self._quick.search(encoded) is None
 
     def mask_value(self, value: Any) -> Any:
         """A copy of JSON-like data (dicts, lists, strings) with every string redacted."""

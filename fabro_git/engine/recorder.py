@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,9 @@ class Recorder:
         self._staging: Stager | None = None
         # Stage checkpoints go to git as deltas on the last complete one.
         self._deltas = DeltaWriter()
+        # Big files already scanned for the next snapshot, by id: the file, and what
+        # the snapshot writes for it (its masked bytes, or the blob they are already).
+        self._premasked: dict[int, tuple[bytes, bytes | StoredBlob]] = {}
 
     # -- snapshots -----------------------------------------------------------------
 
@@ -108,7 +111,8 @@ class Recorder:
         started = time.monotonic()
         segment = self.take_segment()
         mask = self.redactor.mask_bytes
-        all_files: dict[str, bytes | StoredBlob | None] = _masked_once(mask, files)
+        premasked, self._premasked = self._premasked, {}
+        all_files: dict[str, bytes | StoredBlob | None] = _masked_once(mask, files, premasked)
         if segment:
             cp.event_segments += 1
             all_files[segment_path(cp.event_segments)] = segment
@@ -172,6 +176,59 @@ class Recorder:
             **scope,
         )
         return result.commit_sha
+
+    def premask(self, values: Iterable[tuple[Any, bytes]], files: Iterable[bytes]) -> None:
+        """Scan a stage's big files for secrets and write their masked bytes as blobs,
+        ahead of the snapshot that will name them (while the artifact store writes its
+        copy): that snapshot takes the results. The file objects are kept with them, so
+        an id is never taken for another file's. Writing objects early is safe, as for
+        the stage's tree: nothing names them until the snapshot.
+
+        `values` are offloaded values with their JSON form. A reply is both a value and
+        the stage's `response.md`: when the JSON form of a text value is found clean,
+        so is a file holding that text's UTF-8 bytes (`Redactor.clean_with_text`), which
+        is then compared, not scanned."""
+        from concurrent.futures import Future, ThreadPoolExecutor
+
+        redactor = self.redactor
+        clean_texts: list[str] = []
+        masked: dict[int, tuple[bytes, bytes]] = {}
+        stored: dict[int, Future[str]] = {}  # by the masked bytes' id
+
+        def new(data: bytes) -> bool:
+            key = id(data)
+            return (
+                len(data) >= _SHARED_MASK_MIN and key not in self._premasked and key not in masked
+            )
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+
+            def take(data: bytes, done: bytes) -> None:
+                # Stored as soon as it is masked, while the next file is looked at.
+                masked[id(data)] = (data, done)
+                if id(done) not in stored:
+                    stored[id(done)] = pool.submit(self.repo.store_blob, done)
+
+            for value, data in values:
+                if not new(data):
+                    continue
+                if isinstance(value, str) and redactor.clean_with_text(data):
+                    take(data, data)
+                    clean_texts.append(value)
+                else:
+                    take(data, redactor.mask_bytes(data))
+            for data in files:
+                if new(data):
+                    clean = any(_is_utf8_of(data, text) for text in clean_texts)
+                    take(data, data if clean else redactor.mask_bytes(data))
+        for key, (data, done) in masked.items():
+            try:
+                sha = stored[id(done)].result()
+            except (FabroError, OSError):
+                # The snapshot writes it, and reports what goes wrong.
+                self._premasked[key] = (data, done)
+                continue
+            self._premasked[key] = (data, StoredBlob(sha, len(done)))
 
     def pending_events(self) -> bytes:
         """The event lines no snapshot holds yet; they stay queued for the next one."""
@@ -400,14 +457,28 @@ def _ms(started: float) -> int:
 _SHARED_MASK_MIN = 64 * 1024
 
 
+def _is_utf8_of(data: bytes, text: str) -> bool:
+    """Whether `data` is `text` in UTF-8 (a length test first, then the bytes)."""
+    if len(data) < len(text) or (text.isascii() and len(data) != len(text)):
+        return False
+    try:
+        return data == text.encode()
+    except UnicodeEncodeError:
+        return False
+
+
 def _masked_once(
-    mask: Callable[[bytes], bytes], files: Mapping[str, bytes | Path | None]
+    mask: Callable[[bytes], bytes],
+    files: Mapping[str, bytes | Path | None],
+    premasked: Mapping[int, tuple[bytes, bytes | StoredBlob]] | None = None,
 ) -> dict[str, bytes | StoredBlob | None]:
     """Each in-memory file of a snapshot, masked (Paths are left to be streamed).
 
     An offloaded value is two files with the same bytes (the visit's and the key's
     current one): a big file equal to one already masked takes that result, the very
     same object, so a 50 MB value is scanned for secrets once and hashed into a blob once.
+    A file in `premasked` (by id, with the very object it was made from) was scanned,
+    and maybe stored, already (`Recorder.premask`).
     """
     masked: dict[str, bytes | StoredBlob | None] = {}
     seen: dict[int, list[tuple[bytes, bytes]]] = {}  # by length: (original, masked)
@@ -416,6 +487,10 @@ def _masked_once(
             continue
         if data is None or len(data) < _SHARED_MASK_MIN:
             masked[path] = None if data is None else mask(data)
+            continue
+        known = premasked.get(id(data)) if premasked else None
+        if known is not None and known[0] is data:
+            masked[path] = known[1]
             continue
         same_length = seen.setdefault(len(data), [])
         earlier = next((done for original, done in same_length if original == data), None)

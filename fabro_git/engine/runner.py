@@ -15,7 +15,7 @@ import contextlib
 import random
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
@@ -708,7 +708,7 @@ class Runtime:
         duration_ms = int((time.monotonic() - started) * 1000)
         if node.handler_type in TRACKS_TREE and not result.files_touched:
             result.files_touched = await self._files_touched(scope, stage_id)
-        updates = self._offload(scope, result, node_dir)
+        updates = await self._offload(scope, result, node_dir, files)
         self._apply(scope, node, result, signature, updates)
         record = result.to_record()
         record.update(
@@ -925,19 +925,31 @@ class Runtime:
             raise early
         return early
 
-    def _offload(self, scope: Scope, result: Outcome, node_dir: str) -> dict[str, Any]:
+    async def _offload(
+        self, scope: Scope, result: Outcome, node_dir: str, files: Mapping[str, bytes | Path]
+    ) -> dict[str, Any]:
         """Offload the stage's large context values; the next checkpoint records them.
         The record keeps pointers to the visit's own files; returns the updates as the
-        context takes them (pointers to each key's current file)."""
+        context takes them (pointers to each key's current file). The values are
+        written on a worker thread, and meanwhile they and the stage's files are
+        scanned for secrets and stored as blobs for the checkpoint."""
         from fabro_git.store.runs import PARALLEL_PREFIX, artifact_path, node_slug
 
         tag = None
         if scope.kind == "branch" and scope.ref:
             # Branches may set the same key at once: each keeps its own file.
             tag = scope.ref.removeprefix(f"{PARALLEL_PREFIX}{self.run_id}/")
-        offloaded = self.artifacts.offload_stage(
-            result.context_updates, node_slug(node_dir), tag=tag
-        )
+        offloaded = self.artifacts.plan_stage(result.context_updates, node_slug(node_dir), tag=tag)
+        if offloaded.pending:
+            meanwhile = None
+            recorder = self.recorder
+            if recorder is not None:
+                stage_files = [data for data in files.values() if isinstance(data, bytes)]
+
+                def meanwhile(values: list[tuple[Any, bytes]]) -> None:
+                    recorder.premask(values, stage_files)
+
+            await self.store_call(self.artifacts.write_stage, offloaded, meanwhile)
         result.context_updates = offloaded.record
         for name, data in offloaded.written.items():
             self.pending_files[artifact_path(name)] = data

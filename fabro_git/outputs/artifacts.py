@@ -24,8 +24,8 @@ Parallel branches may set the same key at once: their file names carry the branc
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -37,6 +37,8 @@ import msgspec
 OFFLOAD_THRESHOLD = 100_000
 
 POINTER_PREFIX = "file://"
+# Bytes written at a time: one 50 MB write(2) costs the kernel several times more.
+_WRITE_CHUNK = 1 << 20
 _VALUES = ("artifacts", "values")
 
 
@@ -88,11 +90,13 @@ def pointer_path(value: Any) -> Path | None:
 @dataclass
 class Offloaded:
     """One stage visit's updates after offloading: as its record keeps them, as the
-    context takes them, and the files written, by artifact name."""
+    context takes them, the values to write (`pending`: visit file, current file, the
+    value, its JSON bytes) and the files written, by artifact name."""
 
     record: dict[str, Any]
     context: dict[str, Any]
     written: dict[str, bytes]
+    pending: list[tuple[str, str, Any, bytes]] = field(default_factory=list)
 
 
 def resolved(value: Any) -> Any:
@@ -144,6 +148,14 @@ class ArtifactStore:
     ) -> Offloaded:
         """Offload one stage visit's updates: the record points to the visit's own file,
         the context to the key's current one (see the module docstring)."""
+        result = self.plan_stage(updates, slug, tag=tag)
+        self.write_stage(result)
+        return result
+
+    def plan_stage(
+        self, updates: Mapping[str, Any], slug: str, *, tag: str | None = None
+    ) -> Offloaded:
+        """`offload_stage` without writing anything yet: `write_stage` does."""
         result = Offloaded({}, {}, {})
         for key, value in updates.items():
             data = _large(value)
@@ -152,13 +164,33 @@ class ArtifactStore:
                 continue
             current = artifact_name(key, tag)
             visit = f"{slug}/{current}"
-            if self._write(visit, data):
-                result.written[visit] = data
-            if self._link(visit, current, data):
-                result.written[current] = data
+            result.pending.append((visit, current, value, data))
             result.record[key] = self.pointer(visit)
             result.context[key] = self.pointer(current)
         return result
+
+    def write_stage(
+        self,
+        offloaded: Offloaded,
+        meanwhile: Callable[[list[tuple[Any, bytes]]], object] | None = None,
+    ) -> None:
+        """Write the files `plan_stage` planned. `meanwhile` is called with the values
+        and their bytes while a thread writes them: a 50 MB file costs the kernel a
+        while, time the caller can use (the checkpoint's secret scan of those bytes)."""
+
+        def write() -> None:
+            for visit, current, _value, data in offloaded.pending:
+                if self._write(visit, data):
+                    offloaded.written[visit] = data
+                if self._link(visit, current, data):
+                    offloaded.written[current] = data
+
+        if not offloaded.pending or meanwhile is None:
+            write()
+        else:
+            values = [(value, data) for _, _, value, data in offloaded.pending]
+            _alongside(write, lambda: meanwhile(values))
+        offloaded.pending = []
 
     def read(self, pointer: str) -> Any:
         """The value a pointer stands for. FileNotFoundError when it is gone."""
@@ -240,9 +272,34 @@ class ArtifactStore:
         temp = path.with_name(f".{path.name}.tmp")
         fd = open_private(temp, os.O_WRONLY | os.O_TRUNC)
         with os.fdopen(fd, "wb") as out:
-            out.write(data)
+            view = memoryview(data)
+            for start in range(0, len(data), _WRITE_CHUNK):
+                out.write(view[start : start + _WRITE_CHUNK])
         os.replace(temp, path)
         return True
+
+
+def _alongside(first: Callable[[], None], second: Callable[[], object]) -> None:
+    """Run `first` on a thread of its own while `second` runs here; `first`'s error, if
+    any, is raised once both are done."""
+    import threading
+
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            first()
+        except BaseException as err:
+            failure.append(err)
+
+    thread = threading.Thread(target=run, name="fabro-artifact-write")
+    thread.start()
+    try:
+        second()
+    finally:
+        thread.join()
+    if failure:
+        raise failure[0]
 
 
 def referenced_names(
