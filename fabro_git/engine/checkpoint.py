@@ -198,7 +198,7 @@ def read_checkpoint(
 
 class _BaseEntry(NamedTuple):
     value: Any  # the object the checkpoint held when the base was written
-    copy: Any  # what git holds for it, decoded: compared against to catch changes in place
+    copy: Any  # what git holds for it, decoded: a scalar is compared with it by type and value
     encoded: bytes
 
 
