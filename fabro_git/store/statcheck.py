@@ -73,6 +73,10 @@ class IndexState:
     entries: dict[bytes, IndexEntry]
     version: int
     extensions: tuple[bytes, ...]
+    # What each entry's stat data must be for the file to be unchanged (`_stat_keys`).
+    stat_keys: dict[bytes, tuple[int, int, int, int, int]] | None = field(
+        default=None, repr=False, compare=False
+    )
 
 
 # The index parsed last time, keyed by its file and stamp: between stages that change
@@ -153,6 +157,7 @@ def scan(worktree: Path, stamp: tuple[int, int] | None, *, limit: int) -> Worktr
     if index is None:
         return None
     entries = index.entries
+    keys = _stat_keys(index)
     result = WorktreeChanges(index)
     changed, added = result.changed, result.added
     index_mtime = stamp[0]
@@ -161,7 +166,7 @@ def scan(worktree: Path, stamp: tuple[int, int] | None, *, limit: int) -> Worktr
     root = os.fsencode(worktree)
     is_dir, is_reg, is_link = stat.S_ISDIR, stat.S_ISREG, stat.S_ISLNK
     # One pass of a Python loop per file of the worktree: what it does per file is
-    # kept to the `lstat` and a tuple comparison (see `_differs`).
+    # kept to the `lstat` and one tuple comparison.
     while stack:
         rel = stack.pop()
         try:
@@ -193,12 +198,21 @@ def scan(worktree: Path, stamp: tuple[int, int] | None, *, limit: int) -> Worktr
                 result.ignore_files.append(relpath)
             elif name == b".gitattributes":
                 result.attribute_files.append(relpath)
-            entry = entries.get(relpath)
-            if entry is None:
+            key = keys.get(relpath)
+            if key is None:
                 added[relpath] = st
             else:
                 seen += 1
-                if not _differs(relpath, entry, st, index_mtime):
+                # Unchanged only when the stat data certainly match what git recorded,
+                # by git's own rules: "racily clean" included (an mtime not older than
+                # the index proves nothing), an inode only when git recorded one.
+                if st.st_mtime_ns < index_mtime and key == (
+                    st.st_size & 0xFFFFFFFF,
+                    st.st_mtime_ns // 1000,
+                    st.st_ctime_ns // 1000,
+                    2 if is_link(mode) else (1 if mode & 0o100 else 0),
+                    st.st_ino & 0xFFFFFFFF if key[4] else 0,
+                ):
                     continue
                 changed[relpath] = st
             if len(changed) + len(added) > limit:
@@ -241,17 +255,17 @@ def _entry_key(path: bytes, entry: IndexEntry) -> tuple[tuple[int, int, int, int
     return key, entry.ino
 
 
-def _differs(path: bytes, entry: IndexEntry, st: os.stat_result, index_mtime: int) -> bool:
-    """True unless the stat data certainly matches what git recorded (git's own rules,
-    "racily clean" included: an mtime not older than the index proves nothing)."""
-    key, ino = _entry_key(path, entry)
-    mode = st.st_mode
-    kind = 2 if stat.S_ISLNK(mode) else (1 if mode & 0o100 else 0)
-    return (
-        key != (st.st_size & 0xFFFFFFFF, st.st_mtime_ns // 1000, st.st_ctime_ns // 1000, kind)
-        or (ino != 0 and ino != (st.st_ino & 0xFFFFFFFF))
-        or st.st_mtime_ns >= index_mtime
-    )
+def _stat_keys(index: IndexState) -> dict[bytes, tuple[int, int, int, int, int]]:
+    """Each entry's stat data as `scan` compares it: (size, mtime and ctime in us, kind,
+    inode or 0 when git recorded none). Made once per index; entries an index write kept
+    are the same objects, so only the ones it changed are converted again."""
+    if index.stat_keys is None:
+        keys = {}
+        for path, entry in index.entries.items():
+            key, ino = _entry_key(path, entry)
+            keys[path] = (*key, ino & 0xFFFFFFFF)
+        index.stat_keys = keys
+    return index.stat_keys
 
 
 def unchanged(worktree: Path, stamp: tuple[int, int] | None) -> bool:
