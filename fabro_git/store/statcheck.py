@@ -29,19 +29,42 @@ MAX_ENTRIES = 5000
 
 
 def index_path(worktree: Path) -> Path | None:
-    dotgit = worktree / ".git"
+    """The index file of `worktree` (a main worktree's `.git/index`, or the one in the
+    linked worktree's own git dir that its `.git` file names); None when it has none.
+
+    Asked several times a stage: a linked worktree's answer is kept for as long as its
+    `.git` file is the same file with the same contents (same inode, size and mtime), so
+    one `stat` answers it after the first time.
+    """
+    dotgit = os.path.join(worktree, ".git")
     try:
-        if dotgit.is_dir():
-            return dotgit / "index"
-        text = dotgit.read_text(encoding="utf-8").strip()
+        st = os.stat(dotgit)
+    except OSError:
+        return None
+    if stat.S_ISDIR(st.st_mode):
+        return Path(dotgit, "index")
+    key = (dotgit, st.st_ino, st.st_size, st.st_mtime_ns)
+    known = _linked_index.get(key)
+    if known is not None:
+        return known
+    try:
+        with open(dotgit, encoding="utf-8") as fh:
+            text = fh.read().strip()
     except OSError:
         return None
     if not text.startswith("gitdir:"):
         return None
     gitdir = Path(text[len("gitdir:") :].strip())
     if not gitdir.is_absolute():
-        gitdir = (worktree / gitdir).resolve()
-    return gitdir / "index"
+        gitdir = (Path(worktree) / gitdir).resolve()
+    if len(_linked_index) > 64:
+        _linked_index.clear()
+    path = _linked_index[key] = gitdir / "index"
+    return path
+
+
+# Linked worktrees' index files, by their `.git` file's path and stat data.
+_linked_index: dict[tuple[str, int, int, int], Path] = {}
 
 
 def index_stamp(worktree: Path) -> tuple[int, int] | None:
