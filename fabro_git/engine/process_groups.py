@@ -1,48 +1,30 @@
 """The process groups a run's stages start, so none of them outlives the run.
 
-A stage command runs as the leader of its own process group (and session). A kill -9 of
-`git fabro` does not reach that group: the command, and whatever it started in the
-background, would go on writing into the worktree a resumed run is about to restore.
-So each group is recorded in the run's scratch dir while it may be alive (one small
-file per group, written atomically), and killed when the run ends and when a resumed
-run starts.
-
-A pid can be recycled once its group is gone, so a record also holds the leader's start
-time (from `/proc/<pid>/stat`, in clock ticks since boot) and the boot id. A group is
-only signalled when its leader is the very process recorded, or, with the leader gone,
-when every member started after it and still sits in the leader's session: Linux never
-hands out an id that a live group or session still uses. Without `/proc` a record is
-never trusted, only removed.
-
-On Linux the command's leader also gets `PR_SET_PDEATHSIG`, so it dies with `git fabro`
-rather than waiting for a resume; the signal reaches that one process only, which is
-why the records are still needed. The kernel sends it when the *thread* that forked
-the child ends, and trio forks from worker threads that end after ten idle seconds: so
-such a child is started on the thread trio runs on, and waited for through a pidfd. The
-request is made by util-linux `setpriv` when it is installed, else in a preexec function.
+A stage command runs as the leader of its own process group (and session), recorded in
+the run's scratch dir while it may be alive, and killed when the run ends, when a
+resumed run starts, and by the run's watcher process the moment `git fabro` dies
+(`fabro_git.engine.reaper` tells how, and how a recycled pid is never mistaken for a
+recorded group). On Linux a command is started on the thread trio runs on and waited
+for through a pidfd, without a thread of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import time
 import weakref
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 import trio
 
-_PROC = Path("/proc")
-_PR_SET_PDEATHSIG = 1
+from fabro_git.engine import reaper
+from fabro_git.engine.reaper import alive, boot_id, forget, kill_recorded, read_stat
+
+__all__ = ["alive", "forget", "kill_recorded", "record", "records_dir", "start", "stop_watcher"]
 
 
 class StageProcess(Protocol):
@@ -76,15 +58,7 @@ async def start(
     )
     if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
         return await trio.lowlevel.open_process(argv, **options)
-    # Started here, on trio's own thread, which lives as long as the run (see above).
-    setpriv = _setpriv()
-    if setpriv is not None:
-        # Cheaper than a preexec function, which makes Python fork instead of vfork:
-        # about 1 ms of the trio thread's time per stage instead of 5.
-        popen = subprocess.Popen([setpriv, "--pdeathsig", "KILL", "--", *argv], **options)
-    else:
-        popen = subprocess.Popen(argv, preexec_fn=_die_with_parent(), **options)
-    return _Child(popen)
+    return _Child(subprocess.Popen(argv, **options))
 
 
 class _Child:
@@ -114,61 +88,26 @@ class _Child:
         return self._popen.returncode
 
 
-@functools.cache
-def _setpriv() -> str | None:
-    """util-linux `setpriv` if it can set the parent-death signal (2.33 and later)."""
-    path = shutil.which("setpriv")
-    if path is None:
-        return None
-    try:
-        usage = subprocess.run([path, "--help"], capture_output=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return path if b"--pdeathsig" in usage else None
-
-
-_prctl: Callable[..., int] | None = None
-
-
-def _die_with_parent() -> Callable[[], None]:
-    """A preexec function asking for SIGKILL when this process dies (Linux)."""
-    global _prctl
-    if _prctl is None:
-        import ctypes
-
-        _prctl = ctypes.CDLL(None, use_errno=True).prctl
-    prctl, parent = _prctl, os.getpid()
-
-    def preexec() -> None:
-        # Runs in the child between fork and exec: a system call and nothing else.
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before the request took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
-
-
 def records_dir(scratch: Path) -> Path:
     """Where a run's scratch dir keeps its process group records."""
     return scratch / "process-groups"
 
 
-@dataclass(frozen=True)
-class _Process:
-    pid: int
-    pgid: int
-    session: int
-    start: int
-    zombie: bool
-
-
 def record(directory: Path, pgid: int) -> Path | None:
-    """Note that group `pgid` (led by the process `pgid`) belongs to this run."""
-    leader = _read_stat(pgid)
-    entry = {"pgid": pgid, "start": leader.start if leader else None, "boot": _boot_id()}
+    """Note that group `pgid` (led by the process `pgid`) belongs to this run, and make
+    sure the run's watcher is there to kill it should this process die."""
+    leader = read_stat(pgid)
+    entry = {
+        "pgid": pgid,
+        "start": leader.start if leader else None,
+        "boot": boot_id(),
+        "owner": os.getpid(),
+    }
     if directory not in _made_dirs:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         _made_dirs.add(directory)
+    if directory not in _watchers:
+        _watchers[directory] = _start_watcher(directory)
     path = directory / f"{pgid}.json"
     # A live group's id is unique on the machine, so a temporary name from it is ours
     # alone; what a crashed run left under it is replaced.
@@ -195,105 +134,49 @@ def record(directory: Path, pgid: int) -> Path | None:
 _made_dirs: set[Path] = set()
 
 
-def forget(path: Path | None) -> None:
-    """Drop a group's record once nothing of it is left."""
-    if path is not None:
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
+# The watcher of each record directory this process has recorded in (None where none
+# could be started: the records still serve the run's end and a resume).
+_watchers: dict[Path, _Watcher | None] = {}
 
 
-def alive(pgid: int) -> bool:
-    """Whether any process of group `pgid` still runs (zombies waiting to be reaped don't)."""
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    if not _PROC.is_dir():
-        return True
-    return any(p.pgid == pgid and not p.zombie for p in _processes())
+class _Watcher:
+    """A `reaper` process waiting for this one to end (see `fabro_git.engine.reaper`)."""
+
+    def __init__(self, write_end: int, process: subprocess.Popen[bytes]) -> None:
+        self._write_end: int | None = write_end
+        self.process = process
+
+    def close(self) -> None:
+        """Let the watcher go: this process has killed what it recorded itself."""
+        if self._write_end is not None:
+            os.close(self._write_end)
+            self._write_end = None
 
 
-def kill_recorded(directory: Path, *, grace: float = 0.0) -> list[int]:
-    """Kill every recorded group that is still ours; returns the pgids signalled.
-
-    With `grace`, SIGTERM first and SIGKILL for what is left after `grace` seconds.
-    """
-    if not directory.is_dir():
-        return []
-    killed: list[int] = []
-    for path in sorted(directory.glob("*.json")):
-        try:
-            entry = json.loads(path.read_text())
-            pgid = int(entry["pgid"])
-        except (OSError, ValueError, KeyError, TypeError):
-            forget(path)
-            continue
-        if _still_ours(pgid, entry.get("start"), entry.get("boot")):
-            _stop(pgid, grace)
-            killed.append(pgid)
-        forget(path)
-    return killed
-
-
-def _stop(pgid: int, grace: float) -> None:
-    if grace > 0:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while alive(pgid) and time.monotonic() < deadline:
-            time.sleep(0.02)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _still_ours(pgid: int, start: int | None, boot: str | None) -> bool:
-    if start is None or boot is None or boot != _boot_id():
-        return False
-    members = [p for p in _processes() if p.pgid == pgid and not p.zombie]
-    if not members:
-        return False
-    leader = next((p for p in members if p.pid == pgid), None)
-    if leader is not None:
-        return leader.start == start
-    return all(p.session == pgid and p.start >= start for p in members)
-
-
-def _processes() -> list[_Process]:
-    found = []
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(_PROC):
-            if entry.name.isdigit():
-                process = _read_stat(int(entry.name))
-                if process is not None:
-                    found.append(process)
-    return found
-
-
-def _read_stat(pid: int) -> _Process | None:
-    try:
-        text = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
+def _start_watcher(directory: Path) -> _Watcher | None:
+    if not reaper.trusts_records():
         return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ")".
-    fields = text[text.rfind(")") + 2 :].split()
+    read_end, write_end = os.pipe()  # neither is inherited by what this process starts
     try:
-        return _Process(
-            pid=pid,
-            pgid=int(fields[2]),
-            session=int(fields[3]),
-            start=int(fields[19]),
-            zombie=fields[0] == "Z",
+        process = subprocess.Popen(
+            [sys.executable, "-I", "-S", reaper.__file__, str(directory), str(os.getpid())],
+            stdin=read_end,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",
+            start_new_session=True,  # out of reach of the terminal's Ctrl-C
         )
-    except (IndexError, ValueError):
-        return None
-
-
-@functools.cache
-def _boot_id() -> str | None:
-    """This boot's id; it stays the same for as long as this process lives."""
-    try:
-        return (_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
     except OSError:
+        os.close(write_end)
         return None
+    finally:
+        os.close(read_end)
+    return _Watcher(write_end, process)
+
+
+def stop_watcher(directory: Path) -> None:
+    """At the run's end, after its own `kill_recorded`: the watcher of `directory`
+    exits, having nothing of this process's left to kill."""
+    watcher = _watchers.pop(directory, None)
+    if watcher is not None:
+        watcher.close()

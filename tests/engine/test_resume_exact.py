@@ -222,12 +222,11 @@ touch {ready}
 # -- processes ---------------------------------------------------------------------------
 
 
-def test_no_process_of_a_killed_run_survives_its_resume(
-    repo: Path, tmp_path: Path, spawned: list[int]
-) -> None:
-    marker, ready = tmp_path / "attempted", tmp_path / "ready"
-    pids = tmp_path / "pids"
-    workflow = _workflow(
+def _holding_workflow(tmp_path: Path) -> Path:
+    """One stage whose first attempt starts a background loop writing into the worktree
+    and waits for it; its second attempt just finishes."""
+    marker, ready, pids = tmp_path / "attempted", tmp_path / "ready", tmp_path / "pids"
+    return _workflow(
         tmp_path,
         {
             "work": f"""\
@@ -242,37 +241,75 @@ wait
 """,
         },
     )
-    proc = _start(repo, workflow, tmp_path)
-    try:
-        _wait_for(ready, proc, tmp_path)
-        grandchild = int(Path(f"{pids}.grandchild").read_text())
-        shell = int(Path(f"{pids}.shell").read_text())
-        spawned += [grandchild, shell]
-        children = _children(proc.pid)
-        assert children, "the stage's command is not a child of git fabro"
-        spawned += children
-        _kill_9(proc)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    # The command git fabro started dies with it (Linux: PR_SET_PDEATHSIG) ...
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in children):
-        assert time.monotonic() < deadline, "the stage's command outlived git fabro"
-        time.sleep(0.01)
-    # ... but what that started in the background lives on until a resume.
-    assert _alive(grandchild)
+
+
+def _watcher_of(pid: int) -> int:
+    """The watcher process `git fabro` started beside its stages."""
+    for child in _children(pid):
+        with contextlib.suppress(OSError):
+            if b"reaper.py" in Path(f"/proc/{child}/cmdline").read_bytes():
+                return child
+    raise AssertionError(f"git fabro ({pid}) has no watcher process")
+
+
+def _resumed_cleanly(repo: Path) -> None:
     run_id = _only_run(repo)
     _resume(repo, run_id)
-    assert not _alive(grandchild), "the stage's background loop outlived the resume"
-    assert not _alive(shell), "the stage's shell outlived the resume"
     # Nothing wrote into the worktree after the restore: the rerun committed no w.log.
     branch = f"refs/heads/fabro/run/{run_id}"
     files = set(git(repo, "ls-tree", "-r", "--name-only", branch).split())
     assert files == {"README.md", "done.txt"}, files
     scratch = Path(os.environ["FABRO_HOME"]) / "runs" / run_id
     assert not list((scratch / "process-groups").glob("*")), "records outlived their groups"
+
+
+def test_no_process_of_a_killed_run_outlives_it(
+    repo: Path, tmp_path: Path, spawned: list[int]
+) -> None:
+    workflow = _holding_workflow(tmp_path)
+    proc = _start(repo, workflow, tmp_path)
+    try:
+        _wait_for(tmp_path / "ready", proc, tmp_path)
+        grandchild = int((tmp_path / "pids.grandchild").read_text())
+        shell = int((tmp_path / "pids.shell").read_text())
+        spawned += [grandchild, shell]
+        watcher = _watcher_of(proc.pid)
+        _kill_9(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    # The run's watcher kills the stage's whole process group the moment git fabro
+    # dies: the command, and what it started in the background; then it goes too.
+    deadline = time.monotonic() + 10
+    while any(_alive(pid) for pid in (shell, grandchild, watcher)):
+        assert time.monotonic() < deadline, "a stage's process outlived git fabro"
+        time.sleep(0.01)
+    _resumed_cleanly(repo)
+
+
+def test_a_resume_kills_what_a_killed_run_left_when_nothing_else_could(
+    repo: Path, tmp_path: Path, spawned: list[int]
+) -> None:
+    workflow = _holding_workflow(tmp_path)
+    proc = _start(repo, workflow, tmp_path)
+    try:
+        _wait_for(tmp_path / "ready", proc, tmp_path)
+        grandchild = int((tmp_path / "pids.grandchild").read_text())
+        shell = int((tmp_path / "pids.shell").read_text())
+        spawned += [grandchild, shell]
+        # The watcher killed first, as a kill of everything git fabro started would.
+        watcher = _watcher_of(proc.pid)
+        os.kill(watcher, signal.SIGKILL)
+        _kill_9(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert _alive(grandchild) and _alive(shell)
+    _resumed_cleanly(repo)
+    assert not _alive(grandchild), "the stage's background loop outlived the resume"
+    assert not _alive(shell), "the stage's shell outlived the resume"
 
 
 def test_a_finished_run_leaves_no_background_process_behind(

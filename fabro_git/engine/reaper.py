@@ -1,0 +1,187 @@
+"""Killing what a run's stages left running, from the records the run keeps; also from a
+small watcher process that outlives a killed `git fabro`.
+
+A stage command runs as the leader of its own process group (and session), so a kill -9
+of `git fabro` does not reach it: the command, and whatever it started in the
+background, would go on writing into the worktree a resumed run is about to restore.
+Each group is recorded in the run's scratch dir while it may be alive (one small file
+per group, written atomically), and killed when the run ends, when a resumed run
+starts, and by the watcher the moment `git fabro` dies.
+
+The watcher is this file run as a script, with nothing but the standard library (it
+starts in a few milliseconds, and on another core than the run's): it reads its stdin,
+a pipe whose other end only `git fabro` holds, and end of file means that process is
+gone, however it went. It then kills the groups its parent recorded and exits. That
+replaces asking the kernel for a parent-death signal per command (`PR_SET_PDEATHSIG`),
+which Python can only request by forking instead of vforking, or through `setpriv`,
+one more program started per command; and the watcher kills the whole group, where the
+signal reached the leader only.
+
+A pid can be recycled once its group is gone, so a record also holds the leader's start
+time (from `/proc/<pid>/stat`, in clock ticks since boot) and the boot id. A group is
+only signalled when its leader is the very process recorded, or, with the leader gone,
+when every member started after it and still sits in the leader's session: Linux never
+hands out an id that a live group or session still uses. Without `/proc` a record is
+never trusted, only removed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+_PROC = Path("/proc")
+
+
+class ProcessInfo(NamedTuple):
+    pid: int
+    pgid: int
+    session: int
+    start: int
+    zombie: bool
+
+
+def trusts_records() -> bool:
+    """Whether records can be checked here (Linux's `/proc`); elsewhere they are never
+    trusted, only removed."""
+    return _PROC.is_dir()
+
+
+def forget(path: Path | None) -> None:
+    """Drop a group's record once nothing of it is left."""
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def alive(pgid: int) -> bool:
+    """Whether any process of group `pgid` still runs (zombies waiting to be reaped don't)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not _PROC.is_dir():
+        return True
+    return any(p.pgid == pgid and not p.zombie for p in processes())
+
+
+def kill_recorded(directory: Path, *, grace: float = 0.0, owner: int | None = None) -> list[int]:
+    """Kill every recorded group that is still ours; returns the pgids signalled.
+
+    With `grace`, SIGTERM first and SIGKILL for what is left after `grace` seconds. With
+    `owner`, only the groups that process recorded (another process may since have
+    resumed the run and recorded its own).
+    """
+    if not directory.is_dir():
+        return []
+    killed: list[int] = []
+    for path in sorted(directory.glob("*.json")):
+        try:
+            entry = json.loads(path.read_text())
+            pgid = int(entry["pgid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            if owner is None:
+                forget(path)
+            continue
+        if owner is not None and entry.get("owner") != owner:
+            continue
+        if still_ours(pgid, entry.get("start"), entry.get("boot")):
+            _stop(pgid, grace)
+            killed.append(pgid)
+        forget(path)
+    return killed
+
+
+def _stop(pgid: int, grace: float) -> None:
+    if grace > 0:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while alive(pgid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def still_ours(pgid: int, start: int | None, boot: str | None) -> bool:
+    """Whether group `pgid`, recorded with its leader's `start` time in boot `boot`, is
+    still the group recorded (see the module's docstring)."""
+    if start is None or boot is None or boot != boot_id():
+        return False
+    members = [p for p in processes() if p.pgid == pgid and not p.zombie]
+    if not members:
+        return False
+    leader = next((p for p in members if p.pid == pgid), None)
+    if leader is not None:
+        return leader.start == start
+    return all(p.session == pgid and p.start >= start for p in members)
+
+
+def processes() -> list[ProcessInfo]:
+    found = []
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(_PROC):
+            if entry.name.isdigit():
+                process = read_stat(int(entry.name))
+                if process is not None:
+                    found.append(process)
+    return found
+
+
+def read_stat(pid: int) -> ProcessInfo | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            text = fh.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ")".
+    fields = text[text.rfind(")") + 2 :].split()
+    try:
+        return ProcessInfo(
+            pid=pid,
+            pgid=int(fields[2]),
+            session=int(fields[3]),
+            start=int(fields[19]),
+            zombie=fields[0] == "Z",
+        )
+    except (IndexError, ValueError):
+        return None
+
+
+_boot: list[str | None] = []
+
+
+def boot_id() -> str | None:
+    """This boot's id; it stays the same for as long as this process lives."""
+    if not _boot:
+        try:
+            _boot.append((_PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip())
+        except OSError:
+            _boot.append(None)
+    return _boot[0]
+
+
+def watch(directory: Path, owner: int) -> None:
+    """The watcher's life: wait for end of file on stdin, then kill what `owner`
+    recorded in `directory`."""
+    # Neither the terminal's Ctrl-C nor a hang-up is meant for the watcher; it goes
+    # when its parent does.
+    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
+        with contextlib.suppress(OSError, ValueError):
+            signal.signal(sig, signal.SIG_IGN)
+    with contextlib.suppress(OSError):
+        while os.read(0, 4096):
+            pass
+    kill_recorded(directory, owner=owner)
+
+
+if __name__ == "__main__":
+    watch(Path(sys.argv[1]), int(sys.argv[2]))
