@@ -51,6 +51,7 @@ from fabro_git.events.bus import EventBus, Sink, TailFileSink, tail_after
 from fabro_git.events.envelope import Actor, EventProps
 from fabro_git.store import runs as runrefs
 from fabro_git.store import worktree as wt
+from fabro_git.store.durability import prefetch as prefetch_durability
 from fabro_git.store.repo import GitRepo
 from fabro_git.workflow import Graph
 
@@ -161,8 +162,12 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
     scratch = make_private_dir(run_scratch_dir(repo.git_dir, run_id))
     lock = RunLock(repo, run_id)
     lock.acquire()
+    # Three git processes asked at once and answered below: they run side by side, and
+    # while this process works.
+    dirty_later = repo.uncommitted_changes_later()
+    origin_later = repo.origin_url_later()
+    prefetch_durability(repo.root)
     in_place = spec.options.in_place
-    dirty = repo.uncommitted_changes()
     graph = spec.graph
     slug = graph_slug(graph, spec.workflow_path)
     manifest = Manifest(
@@ -179,7 +184,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
         meta_ref=runrefs.meta_ref(run_id),
         created_at=now_iso(),
         source_directory=str(repo.root),
-        origin_url=repo.origin_url(),
+        origin_url=origin_later(),
         in_place=in_place,
         settings={
             "dry_run": spec.options.dry_run,
@@ -202,6 +207,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
     ctx.set("graph.goal", spec.goal)
     ctx.set("internal.run_id", run_id)
     cp.context_values = ctx.snapshot()
+    dirty = dirty_later()
 
     bus = EventBus(run_id, [TailFileSink(scratch / "events.jsonl")])
     emit = make_emitter(bus)
@@ -407,11 +413,16 @@ def _read_dir(repo: GitRepo, commit: str, directory: str) -> dict[str, bytes]:
 
 
 def ensure_worktree(
-    repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Emit
+    repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Emit, *, new: bool = False
 ) -> tuple[Path, bool]:
-    """The run's worktree at the run branch's tip: reuse, reset or rebuild it."""
+    """The run's worktree at the run branch's tip: reuse, reset or rebuild it. A `new`
+    run made its branch and scratch dir just now: nothing of git's can hold either, so
+    git's list of worktrees is not consulted."""
     path = scratch / "worktree"
     branch = runrefs.run_branch_name(run_id)
+    if new:
+        wt.add_worktree(repo, path, branch=branch, commit=run_tip, new=True)
+        return path, True
     # One listing for both checks below; `add_worktree` lists again under its lock.
     checkouts = wt.checkouts_of(repo, branch)
     checkouts = _drop_stale_checkouts(repo, checkouts, path)
@@ -559,7 +570,9 @@ def execute_run(
             handlers,
         )
     finally:
-        process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
+        records = process_groups.records_dir(scratch)
+        process_groups.kill_recorded(records, grace=2.0)
+        process_groups.stop_watcher(records)
         bus.close()
         lock.release()
 
@@ -626,7 +639,15 @@ async def _drive(
         assert recorder is not None and recorder.run_tip is not None
         try:
             worktree, fresh = await trio.to_thread.run_sync(
-                ensure_worktree, repo, run_id, scratch, recorder.run_tip, emit
+                partial(
+                    ensure_worktree,
+                    repo,
+                    run_id,
+                    scratch,
+                    recorder.run_tip,
+                    emit,
+                    new=not resuming,
+                )
             )
         except FabroError as exc:
             emit(

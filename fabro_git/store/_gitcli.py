@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from fabro_git.errors import DiskFull, FabroError, StoreError, ToolMissing, disk_full_message
@@ -74,6 +74,34 @@ def run_git(
     if check and proc.returncode != 0:
         raise git_failure(args, cwd, proc)
     return proc
+
+
+def start_git(
+    args: Sequence[str], *, cwd: Path
+) -> Callable[[], subprocess.CompletedProcess[bytes]]:
+    """Start `git ARGS` in `cwd` now and return what waits for it (with `run_git`'s
+    errors, `check=False`): for an answer needed only later, so that git works while
+    this process does something else. The waiter must be called, once."""
+    try:
+        popen = subprocess.Popen(
+            ["git", *args],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=git_env(),
+        )
+    except FileNotFoundError as err:
+        if not Path(cwd).is_dir():
+            raise StoreError(f"{cwd} does not exist or is not a directory") from err
+        raise ToolMissing(
+            "git is not installed or not on PATH", hint="install git 2.31 or newer"
+        ) from err
+
+    def wait() -> subprocess.CompletedProcess[bytes]:
+        stdout, stderr = popen.communicate()
+        return subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
+
+    return wait
 
 
 class _TransientFailure(Exception):

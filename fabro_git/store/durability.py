@@ -17,11 +17,12 @@ deprecated `core.fsyncObjectFiles = true` also flushes loose objects, as git doe
 
 from __future__ import annotations
 
-import functools
+import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from fabro_git.store._gitcli import out, run_git
+from fabro_git.store._gitcli import out, run_git, start_git
 
 LOOSE_OBJECT = "loose-object"
 PACK = "pack"
@@ -93,12 +94,20 @@ class Durability:
         )
 
 
-@functools.cache
+def prefetch(root: Path) -> None:
+    """Start reading the repository's setting now (a git process that runs while the
+    caller works), for `durability` to collect when it is first asked."""
+    if root not in _pending and root not in _known:
+        _pending[root] = start_git(_ARGS, cwd=root)
+
+
 def durability(root: Path) -> Durability:
     """The repository's setting, from one `git config` call per process."""
-    proc = run_git(
-        ["config", "--null", "--get-regexp", r"^core\.fsync(objectfiles)?$"], cwd=root, check=False
-    )
+    known = _known.get(root)
+    if known is not None:
+        return known
+    waiter = _pending.pop(root, None)
+    proc = waiter() if waiter is not None else run_git(_ARGS, cwd=root, check=False)
     values: dict[str, str] = {}
     # --null: each entry is "name\nvalue\0" ("name\0" for a key with no value); the
     # last one of a name wins, as it does for git.
@@ -107,4 +116,11 @@ def durability(root: Path) -> Durability:
             continue
         name, _, value = entry.partition("\n")
         values[name.lower()] = value
-    return Durability.from_config(values.get("core.fsync"), values.get("core.fsyncobjectfiles"))
+    found = Durability.from_config(values.get("core.fsync"), values.get("core.fsyncobjectfiles"))
+    _known[root] = found
+    return found
+
+
+_ARGS = ("config", "--null", "--get-regexp", r"^core\.fsync(objectfiles)?$")
+_known: dict[Path, Durability] = {}
+_pending: dict[Path, Callable[[], subprocess.CompletedProcess[bytes]]] = {}

@@ -44,7 +44,7 @@ from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
 from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError, disk_full_in
-from fabro_git.store._gitcli import out, run_git
+from fabro_git.store._gitcli import git_failure, out, run_git, start_git
 from fabro_git.store.backoff import DEADLINE_SECONDS, retrying
 from fabro_git.store.durability import durability
 from fabro_git.store.refwrite import swap_ref
@@ -228,16 +228,28 @@ class GitRepo:
         return info
 
     def uncommitted_changes(self) -> list[str]:
-        proc = run_git(
-            ["--no-optional-locks", "status", "--porcelain", "--untracked-files=normal"],
-            cwd=self.root,
-        )
-        return [line for line in out(proc).splitlines() if line]
+        return self.uncommitted_changes_later()()
+
+    def uncommitted_changes_later(self) -> Callable[[], list[str]]:
+        """`uncommitted_changes`, asked of git now and answered when called (once)."""
+        args = ["--no-optional-locks", "status", "--porcelain", "--untracked-files=normal"]
+        wait = start_git(args, cwd=self.root)
+
+        def answer() -> list[str]:
+            proc = wait()
+            if proc.returncode != 0:
+                raise git_failure(args, self.root, proc)
+            return [line for line in out(proc).splitlines() if line]
+
+        return answer
 
     def origin_url(self, remote: str = "origin") -> str | None:
-        proc = run_git(["config", "--get", f"remote.{remote}.url"], cwd=self.root, check=False)
-        url = out(proc).strip()
-        return url or None
+        return self.origin_url_later(remote)()
+
+    def origin_url_later(self, remote: str = "origin") -> Callable[[], str | None]:
+        """`origin_url`, asked of git now and answered when called (once)."""
+        wait = start_git(["config", "--get", f"remote.{remote}.url"], cwd=self.root)
+        return lambda: out(wait()).strip() or None
 
     # -- refs ------------------------------------------------------------------------
 
@@ -594,14 +606,18 @@ class GitRepo:
 
     def change_summary(self, base: str, tip: str) -> tuple[int, int]:
         """(commits, files changed) from `base` to `tip`, as `git log`/`git diff` count."""
-        from fabro_git.store._gitcli import out, run_git
-
-        commits = out(run_git(["rev-list", "--count", f"{base}..{tip}"], cwd=self.root))
-        # The files in process: the two trees are in this repository's objects, and
-        # only the subtrees that differ are read.
-        old, new = self._commit(base).tree.decode(), self._commit(tip).tree.decode()
-        files = len(self.changed_paths(old, new, limit=sys.maxsize)) if old != new else 0
-        return int(commits.strip() or 0), files
+        args = ["rev-list", "--count", f"{base}..{tip}"]
+        counting = start_git(args, cwd=self.root)  # counts while the files are diffed
+        try:
+            # The files in process: the two trees are in this repository's objects, and
+            # only the subtrees that differ are read.
+            old, new = self._commit(base).tree.decode(), self._commit(tip).tree.decode()
+            files = len(self.changed_paths(old, new, limit=sys.maxsize)) if old != new else 0
+        finally:
+            proc = counting()
+        if proc.returncode != 0:
+            raise git_failure(args, self.root, proc)
+        return int(out(proc).strip() or 0), files
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         a = self._commit(ancestor).id

@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator, Sequence
@@ -77,18 +78,23 @@ def _admin_lock(repo: GitRepo) -> Iterator[None]:
         os.close(fd)
 
 
-def add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) -> None:
+def add_worktree(
+    repo: GitRepo, path: Path, *, branch: str | None, commit: str, new: bool = False
+) -> None:
     """Check out `branch` (which must exist and point at `commit`) or a detached `commit`
     into a new worktree at `path`, creating parent directories.
 
     If `path` already is a live worktree in the same state (on `branch`, or detached),
-    it is reset to `commit` instead, as on resume; local changes are discarded.
+    it is reset to `commit` instead, as on resume; local changes are discarded. With
+    `new`, the caller made both `branch` and the directory around `path` just now (a new
+    run), so no worktree of git's can already be registered at `path` or on `branch`,
+    and git's list of them is not read.
     """
     with _admin_lock(repo):
-        _add_worktree(repo, path, branch=branch, commit=commit)
+        _add_worktree(repo, path, branch=branch, commit=commit, new=new)
 
 
-def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str) -> None:
+def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str, new: bool) -> None:
     path = Path(path).absolute()
     if branch is not None:
         ref = f"refs/heads/{branch}"
@@ -100,7 +106,7 @@ def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str)
                 f"{ref} is at {tip[:12]}, not {commit[:12]} as expected; "
                 "the worktree was not created"
             )
-    registered = _worktrees(repo)
+    registered = [] if new else _worktrees(repo)
     stale = [w for w in registered if not Path(w["worktree"]).exists()]
     if any(
         _same_path(Path(w["worktree"]), path)
@@ -116,8 +122,6 @@ def _add_worktree(repo: GitRepo, path: Path, *, branch: str | None, commit: str)
     if live is not None and not (path / ".git").exists():
         # A `git worktree remove` cut off half way (a kill as the run released it): the
         # directory is there, its link to the repository is not. Finish the removal.
-        import shutil
-
         shutil.rmtree(path, ignore_errors=True)
         run_git(["worktree", "prune"], cwd=repo.root)
         live = None
@@ -176,9 +180,50 @@ def _remove_worktree(repo: GitRepo, path: Path) -> None:
     if not path.exists():
         run_git(["worktree", "prune"], cwd=repo.root)
         return
+    admin = _admin_dir_of(repo, path)
+    if admin is not None:
+        # What `git worktree remove --force --force` does, without its process: the
+        # files first, then the registration, so a kill in between leaves what git
+        # itself would leave (a registration whose directory is gone, which `prune`
+        # clears, as `_add_worktree` does).
+        try:
+            shutil.rmtree(path)
+            shutil.rmtree(admin)
+            return
+        except OSError:
+            pass  # a file it cannot delete: git says what, below
     # Twice forced: also when modified, untracked or locked. Everything durable in a
     # run worktree is already in git.
     run_git(["worktree", "remove", "--force", "--force", str(path)], cwd=repo.root)
+
+
+def _admin_dir_of(repo: GitRepo, path: Path) -> Path | None:
+    """The registration (`<common dir>/worktrees/<name>`) of the linked worktree at
+    `path`, when the two name each other plainly: its `.git` file points there, and the
+    registration's `gitdir` points back at that `.git` file. None otherwise (a main
+    worktree, a moved or damaged one): git is asked to remove it then."""
+    dotgit = path / ".git"
+    try:
+        if not dotgit.is_file() or dotgit.is_symlink():
+            return None
+        link = dotgit.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if not link.startswith("gitdir:"):
+        return None
+    admin = Path(link.removeprefix("gitdir:").strip())
+    if not admin.is_absolute():
+        return None
+    registry = Path(os.path.realpath(repo.git_dir / "worktrees"))
+    if Path(os.path.realpath(admin.parent)) != registry or admin.name in ("", ".", ".."):
+        return None
+    try:
+        back = (admin / "gitdir").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if os.path.realpath(back) != os.path.realpath(dotgit):
+        return None
+    return admin
 
 
 def snapshot_tree(
