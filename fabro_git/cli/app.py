@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from typer import _click  # the click that typer vendors and its classes speak
@@ -53,7 +53,7 @@ class _Group(typer.core.TyperGroup):
             raise
 
 
-app = typer.Typer(
+_APP_SETTINGS: dict[str, Any] = dict(
     cls=_Group,
     name="git-fabro",
     help="Run AI-agent workflows written as Graphviz DOT graphs, with all state kept in git.",
@@ -63,6 +63,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
+app = typer.Typer(**_APP_SETTINGS)
 
 
 command = functools.partial(app.command, cls=_Command)
@@ -785,9 +786,31 @@ def _add_hooks() -> None:
 _add_hooks()
 
 
-def run_app(args: list[str]) -> int:
+def _app_for(args: list[str]) -> typer.Typer:
+    """The application to parse `args` with: when they start with a plain command's name,
+    one holding that command alone, so the other commands' options are not built (about
+    10 ms of every invocation); the whole application otherwise (`-h`, a group such as
+    `model`, a typo that wants suggestions)."""
+    if not args or args[0].startswith("-"):
+        return app
+    for info in app.registered_commands:
+        if info.callback is None:
+            continue
+        name = info.name or typer.main.get_command_name(info.callback.__name__)
+        if name == args[0]:
+            one = typer.Typer(**_APP_SETTINGS)
+            one.registered_callback = app.registered_callback
+            one.registered_commands = [info]
+            return one
+    return app
+
+
+def run_app(args: list[str], *, whole: bool = False) -> int:
+    """Parse `args` and run the command they name. With `whole`, through the application
+    holding every command (what `_app_for` is checked against)."""
+    application = app if whole else _app_for(args)
     try:
-        result = app(args=args, prog_name="git fabro", standalone_mode=False)
+        result = application(args=args, prog_name="git fabro", standalone_mode=False)
     except typer.Exit as exc:
         return int(getattr(exc, "exit_code", 0))
     except typer.Abort as exc:
