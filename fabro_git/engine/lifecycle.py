@@ -15,6 +15,9 @@ run told to stop (Ctrl-C, SIGTERM, `git fabro interrupt`, an error that ends it)
 for none: `stop()` cancels those still running, which kills a command hook's process
 group and abandons a webhook's request, and starts no more of them.
 
+A `--dry-run` run fires none: it simulates, and a hook is there for its side effects
+(a command, a POST). One notice names the hooks it did not run.
+
 Hooks are the user's code, not the run's: a hook that fails to start, exits with a
 stray status on a non-blocking event, times out, or whose endpoint is down never
 fails the run by itself. Each becomes a `run.notice` (redacted on the bus, as every
@@ -167,6 +170,7 @@ class LifecycleHooks:
         host_dir: Path,
         scratch: Path,
         emit: Emit,
+        dry_run: bool = False,
     ) -> None:
         self.hooks = hooks
         self.run_id = run_id
@@ -177,7 +181,10 @@ class LifecycleHooks:
         self._emit = emit
         self._nursery: trio.Nursery | None = None
         self._numbers = itertools.count(1)
-        self._events = frozenset(hook.event for hook in hooks if hook.kind in RUNNABLE)
+        self._dry_run = dry_run
+        self._events = frozenset(
+            hook.event for hook in hooks if hook.kind in RUNNABLE and not dry_run
+        )
         # Non-blocking hooks started and not yet done: all of them (the run's final
         # record waits for them, so their notices are in it), and those running in the
         # worktree (which is removed only once they are done).
@@ -219,7 +226,13 @@ class LifecycleHooks:
                     )
                 )
         return cls(
-            hooks, run_id=run_id, workflow=workflow, host_dir=host_dir, scratch=scratch, emit=emit
+            hooks,
+            run_id=run_id,
+            workflow=workflow,
+            host_dir=host_dir,
+            scratch=scratch,
+            emit=emit,
+            dry_run=bool(settings.get("dry_run")),
         )
 
     def wants(self, event: str) -> bool:
@@ -237,6 +250,13 @@ class LifecycleHooks:
                 "hook_unsupported",
                 f"hook {hook.name}: {hook.kind} hooks are not supported by this version; "
                 "it will not fire (use a command or http hook)",
+            )
+        skipped = [hook.name for hook in self.hooks if hook.kind in RUNNABLE and self._dry_run]
+        if skipped:
+            self._notice(
+                "hooks_skipped",
+                f"--dry-run: lifecycle hooks are not run ({', '.join(skipped)})",
+                level="info",
             )
         try:
             async with trio.open_nursery() as nursery:
@@ -473,10 +493,17 @@ class LifecycleHooks:
             return HookDecision(hook=hook.name)
         return HookDecision(said.action, said.reason, said.edge_to, hook.name)
 
-    def _notice(self, code: str, message: str, payload: Mapping[str, Any] | None = None) -> None:
+    def _notice(
+        self,
+        code: str,
+        message: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        level: ev.NoticeLevel = "warn",
+    ) -> None:
         node_id = payload.get("node_id") if payload else None
         self._emit(
-            ev.RunNotice(level="warn", code=code, message=message),
+            ev.RunNotice(level=level, code=code, message=message),
             node_id=node_id if isinstance(node_id, str) else None,
         )
 

@@ -792,3 +792,28 @@ def test_a_stopped_run_stops_its_non_blocking_hooks_instead_of_waiting_for_them(
     resumed = run_fabro("resume", run_id, cwd=repo)
     assert resumed.returncode == 0, resumed.stderr
     assert branch_has(repo, run_id, "deployed.txt")
+
+
+def test_a_dry_run_fires_no_hooks_and_says_so(
+    repo: Path, tmp_path: Path, log: Path, webhook: type[_Receiver]
+) -> None:
+    url = f"http://127.0.0.1:{webhook.port}/hook"  # type: ignore[attr-defined]
+    cmd = record_cmd(tmp_path, log)
+    configure(
+        repo,
+        hook("run_start", cmd, name="announce")
+        + hook("stage_complete", cmd, name="notify")
+        + hook("run_complete", cmd, sandbox=False)
+        + http_hook("run_complete", url, name="webhook", tls="off"),
+    )
+    proc, result = run_json("run", "run.toml", "--dry-run", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert records(log) == [] and webhook.received == []
+    run_id = result["run_id"]
+    assert branch_has(repo, run_id, "deployed.txt")  # the run itself went on
+    [notice] = notices(events_of(repo, run_id), "hooks_skipped")
+    assert notice["properties"]["level"] == "info"
+    message = notice["properties"]["message"]
+    assert "--dry-run" in message
+    for name in ("announce", "notify", "run_complete-command-3", "webhook"):
+        assert name in message
