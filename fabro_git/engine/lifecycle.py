@@ -10,6 +10,14 @@ A *blocking* hook is awaited and may decide: proceed, skip, block, or (for
 nursery `running()` opens, and only its failures are heard of. The call sites in the
 engine say what each decision means for their event; `fire` only gathers it.
 
+A run that finishes waits for its non-blocking hooks (each bounded by its timeout). A
+run told to stop (Ctrl-C, SIGTERM, `git fabro interrupt`, an error that ends it) waits
+for none: `stop()` cancels those still running, which kills a command hook's process
+group and abandons a webhook's request, and starts no more of them.
+
+A `--dry-run` run fires none: it simulates, and a hook is there for its side effects
+(a command, a POST). One notice names the hooks it did not run.
+
 Hooks are the user's code, not the run's: a hook that fails to start, exits with a
 stray status on a non-blocking event, times out, or whose endpoint is down never
 fails the run by itself. Each becomes a `run.notice` (redacted on the bus, as every
@@ -162,6 +170,7 @@ class LifecycleHooks:
         host_dir: Path,
         scratch: Path,
         emit: Emit,
+        dry_run: bool = False,
     ) -> None:
         self.hooks = hooks
         self.run_id = run_id
@@ -172,7 +181,10 @@ class LifecycleHooks:
         self._emit = emit
         self._nursery: trio.Nursery | None = None
         self._numbers = itertools.count(1)
-        self._events = frozenset(hook.event for hook in hooks if hook.kind in RUNNABLE)
+        self._dry_run = dry_run
+        self._events = frozenset(
+            hook.event for hook in hooks if hook.kind in RUNNABLE and not dry_run
+        )
         # Non-blocking hooks started and not yet done: all of them (the run's final
         # record waits for them, so their notices are in it), and those running in the
         # worktree (which is removed only once they are done).
@@ -181,6 +193,10 @@ class LifecycleHooks:
         # How many hooks have started so far: a hook may change the worktree, so what
         # was known of it before one started is no longer.
         self.started = 0
+        # The non-blocking hooks started and not yet done, each with the scope that
+        # stops it; and whether the run was told to stop.
+        self._stoppable: dict[trio.CancelScope, Hook] = {}
+        self._stopping = False
 
     @classmethod
     def from_settings(
@@ -210,7 +226,13 @@ class LifecycleHooks:
                     )
                 )
         return cls(
-            hooks, run_id=run_id, workflow=workflow, host_dir=host_dir, scratch=scratch, emit=emit
+            hooks,
+            run_id=run_id,
+            workflow=workflow,
+            host_dir=host_dir,
+            scratch=scratch,
+            emit=emit,
+            dry_run=bool(settings.get("dry_run")),
         )
 
     def wants(self, event: str) -> bool:
@@ -220,7 +242,8 @@ class LifecycleHooks:
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[None]:
         """The lifetime of non-blocking hooks: they run in here, and leaving waits for
-        those still running (each is bounded by its timeout)."""
+        those still running (each is bounded by its timeout), unless the body raised:
+        then they are stopped."""
         unsupported = [hook for hook in self.hooks if hook.kind not in RUNNABLE]
         for hook in unsupported:
             self._notice(
@@ -228,11 +251,21 @@ class LifecycleHooks:
                 f"hook {hook.name}: {hook.kind} hooks are not supported by this version; "
                 "it will not fire (use a command or http hook)",
             )
+        skipped = [hook.name for hook in self.hooks if hook.kind in RUNNABLE and self._dry_run]
+        if skipped:
+            self._notice(
+                "hooks_skipped",
+                f"--dry-run: lifecycle hooks are not run ({', '.join(skipped)})",
+                level="info",
+            )
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
                 try:
                     yield
+                except BaseException:
+                    self.stop()
+                    raise
                 finally:
                     self._nursery = None
         except BaseExceptionGroup as group:
@@ -252,6 +285,13 @@ class LifecycleHooks:
         for hook in self.hooks:
             if hook.kind not in RUNNABLE or not hook.matches(event, payload):
                 continue
+            if not hook.blocking and self._stopping:
+                self._notice(
+                    "hooks_stopped",
+                    f"{event} hook {hook.name} was not started: the run is stopping",
+                    payload,
+                )
+                continue
             self.started += 1
             if not hook.blocking:
                 if self._nursery is not None:
@@ -259,7 +299,9 @@ class LifecycleHooks:
                     self._beside.add()
                     if _in_worktree(hook):
                         self._in_worktree.add()
-                    self._nursery.start_soon(self._run_beside, hook, payload)
+                    scope = trio.CancelScope()
+                    self._stoppable[scope] = hook
+                    self._nursery.start_soon(self._run_beside, hook, payload, scope)
                 else:
                     await self._run(hook, payload)
                 continue
@@ -275,6 +317,19 @@ class LifecycleHooks:
         """Whether a non-blocking hook is still running."""
         return self._beside.count > 0
 
+    def stop(self) -> None:
+        """The run was told to stop: stop the non-blocking hooks still running, now, with
+        a notice naming them, and start no more (a blocking hook runs on its own cancel
+        scope: the stage's or the run's)."""
+        self._stopping = True
+        hooks = [hook for scope, hook in self._stoppable.items() if not scope.cancel_called]
+        if not hooks:
+            return
+        for scope in self._stoppable:
+            scope.cancel()
+        names = ", ".join(f"{hook.event} hook {hook.name}" for hook in hooks)
+        self._notice("hooks_stopped", f"the run is stopping: stopped {names}")
+
     async def wait_worktree_free(self) -> None:
         """Wait for the non-blocking hooks running in the worktree, before it goes."""
         await self._in_worktree.wait_zero()
@@ -283,10 +338,14 @@ class LifecycleHooks:
         """Wait for every non-blocking hook started so far."""
         await self._beside.wait_zero()
 
-    async def _run_beside(self, hook: Hook, payload: dict[str, Any]) -> None:
+    async def _run_beside(
+        self, hook: Hook, payload: dict[str, Any], scope: trio.CancelScope
+    ) -> None:
         try:
-            await self._run(hook, payload)
+            with scope:
+                await self._run(hook, payload)
         finally:
+            del self._stoppable[scope]
             self._beside.done()
             if _in_worktree(hook):
                 self._in_worktree.done()
@@ -434,10 +493,17 @@ class LifecycleHooks:
             return HookDecision(hook=hook.name)
         return HookDecision(said.action, said.reason, said.edge_to, hook.name)
 
-    def _notice(self, code: str, message: str, payload: Mapping[str, Any] | None = None) -> None:
+    def _notice(
+        self,
+        code: str,
+        message: str,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        level: ev.NoticeLevel = "warn",
+    ) -> None:
         node_id = payload.get("node_id") if payload else None
         self._emit(
-            ev.RunNotice(level="warn", code=code, message=message),
+            ev.RunNotice(level=level, code=code, message=message),
             node_id=node_id if isinstance(node_id, str) else None,
         )
 

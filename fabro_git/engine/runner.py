@@ -769,7 +769,7 @@ class Runtime:
         if deadline.cancelled_caught:
             assert timeout is not None
             if request.timeout_outcome is not None:
-                return request.timeout_outcome(timeout)
+                return await request.timeout_outcome(timeout)
             return Outcome.failure(
                 f"{node.handler_type} stage {node.id} timed out after {timeout:g}s", oc.TRANSIENT
             )

@@ -737,12 +737,18 @@ async def _drive(
             main_scope = trio.CancelScope()
             stall = graph.get_duration("stall_timeout", 1800.0) or 0.0
 
-            async def watch_signals() -> None:
+            def interrupt() -> None:
+                # The user asked to stop: nothing of the run may hold the exit, the
+                # hooks running beside it included.
                 nonlocal interrupted
+                if not interrupted:
+                    interrupted = True
+                    main_scope.cancel()
+                    hooks.stop()
+
+            async def watch_signals() -> None:
                 async for _ in signals:
-                    if not interrupted:
-                        interrupted = True
-                        main_scope.cancel()
+                    interrupt()
 
             def stalled(idle: float) -> None:
                 nonlocal error
@@ -754,13 +760,10 @@ async def _drive(
                 main_scope.cancel()
 
             async def control_request(request: dict[str, Any]) -> dict[str, Any] | control.Stream:
-                nonlocal interrupted
                 actor = _actor(request.get("actor"))
                 if request.get("op") == "interrupt":
                     emit(ev.RunInterrupt(), actor=actor)
-                    if not interrupted:
-                        interrupted = True
-                        main_scope.cancel()
+                    interrupt()
                     return {"ok": True}
                 if request.get("op") == "steer" and isinstance(request.get("text"), str):
                     text = request["text"]

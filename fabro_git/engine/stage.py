@@ -51,7 +51,7 @@ class StageRequest:
     # bytes, or the path of a file in scratch that the checkpoint streams into git.
     files: dict[str, bytes | Path] = field(default_factory=dict)
     # What the stage ends with when its `timeout` cuts it off (default: a transient failure).
-    timeout_outcome: Callable[[float], Outcome] | None = None
+    timeout_outcome: Callable[[float], Awaitable[Outcome]] | None = None
     # The record files of the process groups the stage told of, by group id.
     _groups: dict[int, Path | None] = field(default_factory=dict)
 
@@ -264,8 +264,10 @@ class StageRequest:
 
         threads.save(self._runtime, self._branch_thread(thread_id) or thread_id, data)
 
-    def on_timeout(self, outcome: Callable[[float], Outcome]) -> None:
-        """What the stage ends with if its `timeout` (in seconds, passed in) cuts it off."""
+    def on_timeout(self, outcome: Callable[[float], Awaitable[Outcome]]) -> None:
+        """What the stage ends with if its `timeout` (in seconds, passed in) cuts it off.
+        It is awaited once the handler has been cancelled, outside the stage's cancel
+        scope: it may still ask the engine what the stage did (`touched_since`)."""
         self.timeout_outcome = outcome
 
     async def run_child(self, graph: Graph) -> ChildResult:

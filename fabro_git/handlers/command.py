@@ -139,7 +139,7 @@ async def execute(req: StageRequest) -> Outcome:
             updates[key] = _text(kept)
         return updates
 
-    def timed_out(seconds: float) -> Outcome:
+    async def timed_out(seconds: float) -> Outcome:
         return Outcome.failure(
             f"command timed out after {seconds:g}s", oc.TRANSIENT, context_updates=keep_output()
         )

@@ -85,7 +85,7 @@ async def execute(req: StageRequest) -> Outcome:
             "canceled",
         )
 
-    def timed_out(_seconds: float) -> Outcome:
+    async def timed_out(_seconds: float) -> Outcome:
         req.emit(InterviewTimeout(question=question.text, duration_ms=waited()))
         if default is None:
             return no_answer("timed out")
@@ -102,7 +102,7 @@ async def execute(req: StageRequest) -> Outcome:
     with trio.move_on_after(own_timeout if own_timeout else float("inf")) as scope:
         answer = await req.interviewer.ask(question)
     if scope.cancelled_caught:
-        return timed_out(own_timeout or 0.0)
+        return await timed_out(own_timeout or 0.0)
     if answer is None:
         return no_answer("was not answered")
     return answered(answer)

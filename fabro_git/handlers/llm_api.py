@@ -292,7 +292,7 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         tool_hooks=req.tool_hooks,
     )
 
-    def timed_out(seconds: float) -> Outcome:
+    async def timed_out(seconds: float) -> Outcome:
         done = session.result()
         return Outcome.failure(
             f"agent stage {node.id} timed out after {seconds:g}s ({done.turns} model calls)",

@@ -4,7 +4,9 @@ The stage writes its prompt (the preamble and the node's rendered prompt, as for
 built-in agent) to `prompt.md` in its scratch dir and runs the agent CLI the node's
 provider selects (`fabro_git.llm.cli`) in the stage's worktree, through the engine's
 process machinery: its own process group, the stage's environment, the prompt on
-stdin, and its output streamed to files. A timeout or Ctrl-C stops the whole group.
+stdin, and its output streamed to files. A timeout or Ctrl-C stops the whole group;
+either way the agent session ends, and a stage its timeout cut off still tells the
+files the CLI touched before it was stopped.
 
 The CLI's reply is read from its machine output and handled exactly as an `api`
 agent's: `response.md`, routing directives, context keys, usage and cost. Which files
@@ -75,11 +77,6 @@ async def run_cli_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
     argv = [choice.program, *call.argv[1:]]
     stdout_path = req.stage_dir / "cli-stdout.log"
     stderr_path = req.stage_dir / "cli-stderr.log"
-    session_id = f"ses_{uuid.uuid4().hex[:16]}"
-    label_model = choice.model or call.argv[0]
-    req.emit_session(
-        AgentSessionStarted(provider=choice.provider, model=label_model), session_id=session_id
-    )
 
     def keep_output() -> str:
         req.files["cli-command.json"] = _argv_record(call.argv, prompt)
@@ -87,71 +84,81 @@ async def run_cli_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         err = req.files["cli-stderr.log"] = excerpt(stderr_path, META_LIMIT)
         return err.decode("utf-8", "replace")
 
-    before = await req.snapshot_worktree()
-
-    def timed_out(seconds: float) -> Outcome:
-        keep_output()
-        req.emit(AgentProcessingEnd(), session_id=session_id)
-        req.emit_session(AgentSessionEnded(), session_id=session_id)
-        return Outcome.failure(
-            f"agent CLI {call.argv[0]} for {node.id} timed out after {seconds:g}s", oc.TRANSIENT
-        )
-
-    req.on_timeout(timed_out)
-    code, _ = await run_script(
-        argv,
-        cwd=req.worktree,
-        stdout=stdout_path,
-        stderr=stderr_path,
-        env=stage_environment(req),
-        timeout=None,
-        groups=req.process_groups,
-        stdin=prompt_path if call.prompt_on_stdin else None,
+    session_id = f"ses_{uuid.uuid4().hex[:16]}"
+    label_model = choice.model or call.argv[0]
+    req.emit_session(
+        AgentSessionStarted(provider=choice.provider, model=label_model), session_id=session_id
     )
-    files = await req.touched_since(before, limit=FILES_TOUCHED_LIMIT)
-    stderr_text = keep_output()
-    reply = cli.parse_output(call.output, stdout_path.read_bytes())
-    used = reply.usage
-    served = reply.model or label_model
-    spent = None
-    if used is not None:
-        cost = reply.cost if reply.cost is not None else llm_usage.estimate_cost(served, used)
-        spent = stage_usage(served, used, cost)
-    if used is not None or reply.text:
-        # A CLI that reports no usage (plain text output) shows as zero tokens here;
-        # the stage then records no usage at all rather than a false zero.
-        req.emit(
-            AgentMessage(
-                text=reply.text,
-                model=served,
-                usage=llm_usage.token_usage(used or llm.Usage()),
-                tool_call_count=reply.tool_calls,
-            ),
-            session_id=session_id,
+    try:
+        before = await req.snapshot_worktree()
+
+        async def timed_out(seconds: float) -> Outcome:
+            # Awaited once the CLI's process group is gone: what it changed stays, and is
+            # told as a finished stage's is.
+            keep_output()
+            return Outcome.failure(
+                f"agent CLI {call.argv[0]} for {node.id} timed out after {seconds:g}s",
+                oc.TRANSIENT,
+                files_touched=await req.touched_since(before, limit=FILES_TOUCHED_LIMIT),
+            )
+
+        req.on_timeout(timed_out)
+        code, _ = await run_script(
+            argv,
+            cwd=req.worktree,
+            stdout=stdout_path,
+            stderr=stderr_path,
+            env=stage_environment(req),
+            timeout=None,
+            groups=req.process_groups,
+            stdin=prompt_path if call.prompt_on_stdin else None,
         )
-    req.files["response.md"] = reply.text.encode()
-    req.emit(AgentProcessingEnd(), session_id=session_id)
-    failure = _failure(call.argv[0], code, reply, stderr_text)
-    if failure is not None:
-        req.emit(
-            AgentError(error={"kind": "cli", "command": call.argv[0], "message": failure}),
-            session_id=session_id,
-        )
-    req.emit_session(AgentSessionEnded(), session_id=session_id)
-    if failure is not None:
-        return Outcome.failure(
-            failure,
-            oc.DETERMINISTIC,
-            files_touched=files,
-            usage=spent,
-            response=reply.text or None,
-            notes=f"exit code {code}",
-        )
-    result = outcome_from_response(node.id, reply.text, req.worktree)
-    result.files_touched = files
-    result.usage = spent
-    result.notes = f"{call.argv[0]} exited 0"
-    return result
+        files = await req.touched_since(before, limit=FILES_TOUCHED_LIMIT)
+        stderr_text = keep_output()
+        reply = cli.parse_output(call.output, stdout_path.read_bytes())
+        used = reply.usage
+        served = reply.model or label_model
+        spent = None
+        if used is not None:
+            cost = reply.cost if reply.cost is not None else llm_usage.estimate_cost(served, used)
+            spent = stage_usage(served, used, cost)
+        if used is not None or reply.text:
+            # A CLI that reports no usage (plain text output) shows as zero tokens here;
+            # the stage then records no usage at all rather than a false zero.
+            req.emit(
+                AgentMessage(
+                    text=reply.text,
+                    model=served,
+                    usage=llm_usage.token_usage(used or llm.Usage()),
+                    tool_call_count=reply.tool_calls,
+                ),
+                session_id=session_id,
+            )
+        req.files["response.md"] = reply.text.encode()
+        req.emit(AgentProcessingEnd(), session_id=session_id)
+        failure = _failure(call.argv[0], code, reply, stderr_text)
+        if failure is not None:
+            req.emit(
+                AgentError(error={"kind": "cli", "command": call.argv[0], "message": failure}),
+                session_id=session_id,
+            )
+            return Outcome.failure(
+                failure,
+                oc.DETERMINISTIC,
+                files_touched=files,
+                usage=spent,
+                response=reply.text or None,
+                notes=f"exit code {code}",
+            )
+        result = outcome_from_response(node.id, reply.text, req.worktree)
+        result.files_touched = files
+        result.usage = spent
+        result.notes = f"{call.argv[0]} exited 0"
+        return result
+    finally:
+        # Reached when the stage's timeout or Ctrl-C cuts the CLI off too: every session
+        # that started ends.
+        req.emit_session(AgentSessionEnded(), session_id=session_id)
 
 
 def _failure(program: str, code: int | None, reply: cli.CliReply, stderr: str) -> str | None:

@@ -21,7 +21,16 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import (
+    fabro_exe,
+    git,
+    meta_file,
+    read_checkpoint,
+    run_events,
+    run_fabro,
+    run_json,
+    write_workflow,
+)
 
 FAKE_AGENT = r"""
 import json, os, subprocess, sys, time
@@ -466,22 +475,39 @@ def _wait_dead(pids: list[int], seconds: float = 20) -> bool:
     return False
 
 
-def test_a_timeout_kills_the_cli_and_everything_it_started(
+def _sessions_closed(events: list[dict]) -> None:
+    """Every agent session that started ended, once."""
+    started = [e["session_id"] for e in events if e["event"] == "agent.session.started"]
+    ended = [e["session_id"] for e in events if e["event"] == "agent.session.ended"]
+    assert started and sorted(started) == sorted(ended)
+
+
+def test_a_timeout_kills_the_cli_and_keeps_what_it_touched(
     repo: Path, agent_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pidfile = tmp_path / "agent.pids"
     # Long enough for the fake CLI to start and record its pids on a loaded machine.
     write_workflow(repo, SIMPLE % ', timeout="10s"')
-    _plan(tmp_path, monkeypatch, hang=str(pidfile), reply="never")
+    # The CLI writes a file, then hangs past the stage's timeout.
+    _plan(tmp_path, monkeypatch, write={"half.txt": "half done\n"}, hang=str(pidfile), reply="-")
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode != 0
+    run_id = result["run_id"]
     pids = [int(p) for p in pidfile.read_text().split()]
     assert _wait_dead(pids)
-    events = _events(repo, result["run_id"])
+    events = _events(repo, run_id)
     [completed] = _of(events, "stage.completed", "work")
     props = completed["properties"]
     assert props["status"] == "failed" and "timed out after 10s" in props["error"]
     assert props["failure_class"] == "transient_infra"
+    # What it changed before it was cut off is told as a finished stage's would be.
+    assert props["files_touched"] == ["half.txt"]
+    status = json.loads(meta_file(repo, run_id, "nodes/work/status.json"))
+    assert status["files_touched"] == ["half.txt"]
+    checkpoint = read_checkpoint(repo, f"refs/fabro/meta/{run_id}")
+    assert checkpoint["node_outcomes"]["work"]["files_touched"] == ["half.txt"]
+    assert git(repo, "show", f"fabro/run/{run_id}:half.txt") == "half done\n"
+    _sessions_closed(events)
 
 
 def test_ctrl_c_kills_the_cli_and_everything_it_started(
@@ -507,6 +533,8 @@ def test_ctrl_c_kills_the_cli_and_everything_it_started(
     assert proc.returncode == 130, err
     assert _wait_dead(pids)
     run_id = re.findall(r"git fabro resume ([0-9A-Z]{26})", err.decode())[-1]
+    # The cut-off session is closed.
+    _sessions_closed(_events(repo, run_id))
 
     # Resumed, the stage runs its CLI again from the start.
     log = _plan(tmp_path, monkeypatch, write={"after.txt": "a\n"}, reply="Finished.")

@@ -4,16 +4,20 @@ directory the test reads, and webhooks POSTing to a server the test runs."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import socket
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import git, meta_file, run_events, run_fabro, run_json
+from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json
 from llm_server import LlmServer, Reply, ToolUse
 
 from fabro_git.events.contract import check_event
@@ -647,3 +651,169 @@ def test_a_resumed_run_fires_the_hooks_its_manifest_recorded(
     assert proc.returncode == 0, proc.stderr
     starts = [r["payload"] for r in records(log)]
     assert sorted(p.get("resumed", False) for p in starts) == [False, True]
+
+
+# `nap` waits far longer than any test unless $HOME/quick exists (for the resume).
+NAPPING = PIPELINE.replace(
+    'script="echo deployed > deployed.txt"',
+    'script="if [ ! -f \\"$HOME/quick\\" ]; then sleep 600; fi; echo deployed > deployed.txt"',
+)
+
+
+def _hook_pids(run_id: str, event: str) -> list[int]:
+    """Live processes of the run's `event` hooks (found by the variables hooks get)."""
+    wanted = {f"FABRO_RUN_ID={run_id}".encode(), f"FABRO_EVENT={event}".encode()}
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = set((entry / "environ").read_bytes().split(b"\0"))
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if wanted <= env and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def _in_tail(run_id: str, event: str, node_id: str) -> bool:
+    for tail in (Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*/events.jsonl"):
+        for line in tail.read_bytes().split(b"\n")[:-1]:
+            found = json.loads(line)
+            if found["event"] == event and found.get("node_id") == node_id:
+                return True
+    return False
+
+
+@pytest.fixture
+def silent_endpoint() -> Iterator[tuple[str, threading.Event]]:
+    """A URL that takes a POST and never answers, and an Event set once one arrived."""
+    server = socket.create_server(("127.0.0.1", 0))
+    arrived, done = threading.Event(), threading.Event()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            connection, _ = server.accept()
+            with connection:
+                connection.recv(65536)
+                arrived.set()
+                done.wait(120)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}/hook", arrived
+    finally:
+        done.set()
+        server.close()
+        thread.join(5)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_a_stopped_run_stops_its_non_blocking_hooks_instead_of_waiting_for_them(
+    repo: Path,
+    tmp_path: Path,
+    hermetic_env: Path,
+    silent_endpoint: tuple[str, threading.Event],
+    sig: signal.Signals,
+) -> None:
+    url, posted = silent_endpoint
+    pid_file = tmp_path / "hook.pid"
+    configure(
+        repo,
+        hook(
+            "stage_complete",
+            f"echo $$ > {pid_file}.part; mv {pid_file}.part {pid_file}; sleep 600",
+            name="slow-notify",
+            matcher="^build$",
+            timeout_ms=600_000,
+        )
+        + http_hook(
+            "stage_complete",
+            url,
+            name="silent-webhook",
+            matcher="^build$",
+            tls="off",
+            timeout_ms=600_000,
+        ),
+        NAPPING,
+    )
+    proc = subprocess.Popen(
+        [*fabro_exe(), "run", "run.toml"],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    run_id = ""
+    try:
+        deadline = time.monotonic() + 60
+        # Both hooks are running beside the run, and the run is in its next stage.
+        while not (
+            pid_file.exists()
+            and posted.is_set()
+            and run_id
+            and _in_tail(run_id, "stage.started", "deploy")
+        ):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the run never got to deploy with its hooks"
+            if not run_id:
+                ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta")
+                run_id = ids.split()[0] if ids.split() else ""
+            time.sleep(0.05)
+        hook_pids = _hook_pids(run_id, "stage_complete")
+        assert int(pid_file.read_text()) in hook_pids
+        sent = time.monotonic()
+        os.kill(proc.pid, sig)
+        _, stderr = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in _hook_pids(run_id, "stage_complete") if run_id else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    assert took < 30, f"took {took:.1f}s to stop"
+    assert "Traceback" not in stderr
+    # The hook's shell and its sleep are gone.
+    assert [p for p in hook_pids if p in _hook_pids(run_id, "stage_complete")] == []
+    events = events_of(repo, run_id)
+    [stopped] = notices(events, "hooks_stopped")
+    assert "slow-notify" in stopped["properties"]["message"]
+    assert "silent-webhook" in stopped["properties"]["message"]
+    assert notices(events, "hook_timeout") == []
+
+    (hermetic_env / "quick").write_text("")
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert branch_has(repo, run_id, "deployed.txt")
+
+
+def test_a_dry_run_fires_no_hooks_and_says_so(
+    repo: Path, tmp_path: Path, log: Path, webhook: type[_Receiver]
+) -> None:
+    url = f"http://127.0.0.1:{webhook.port}/hook"  # type: ignore[attr-defined]
+    cmd = record_cmd(tmp_path, log)
+    configure(
+        repo,
+        hook("run_start", cmd, name="announce")
+        + hook("stage_complete", cmd, name="notify")
+        + hook("run_complete", cmd, sandbox=False)
+        + http_hook("run_complete", url, name="webhook", tls="off"),
+    )
+    proc, result = run_json("run", "run.toml", "--dry-run", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert records(log) == [] and webhook.received == []
+    run_id = result["run_id"]
+    assert branch_has(repo, run_id, "deployed.txt")  # the run itself went on
+    [notice] = notices(events_of(repo, run_id), "hooks_skipped")
+    assert notice["properties"]["level"] == "info"
+    message = notice["properties"]["message"]
+    assert "--dry-run" in message
+    for name in ("announce", "notify", "run_complete-command-3", "webhook"):
+        assert name in message
