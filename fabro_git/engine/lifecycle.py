@@ -391,6 +391,7 @@ class LifecycleHooks:
         return decision
 
     async def _command(self, hook: Hook, payload: dict[str, Any]) -> HookDecision:
+        from fabro_git.engine import process_groups
         from fabro_git.engine.process import run_script
 
         assert hook.shell is not None
@@ -414,6 +415,9 @@ class LifecycleHooks:
             stderr=err,
             env=env,
             timeout=None,  # `_run`'s cancel scope bounds it; cancelling kills the group
+            # Recorded, so the run's watcher kills it should `git fabro` die mid-hook.
+            groups=process_groups.records_dir(self.scratch),
+            group_kind="hook",
             stdin=context,
         )
         assert not timed_out

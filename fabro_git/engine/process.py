@@ -64,6 +64,7 @@ async def run_script(
     env: dict[str, str],
     timeout: float | None,
     groups: Path | None = None,
+    group_kind: str = "stage",
     stdin: Path | None = None,
 ) -> tuple[int | None, bool]:
     """Run to completion; returns (exit code or None when killed, timed out?).
@@ -72,7 +73,8 @@ async def run_script(
     exits 126, as in a shell, with the reason in `stderr`. With `groups` (the run's
     record directory), the process group is recorded there while any of it is alive,
     so that the run's end, or a resume after a crash, can kill what the command left
-    running. With `stdin`, the command reads that file.
+    running (`group_kind`: see `process_groups.record`). With `stdin`, the command
+    reads that file.
     """
     truncate = os.O_WRONLY | os.O_TRUNC
     with (
@@ -87,7 +89,9 @@ async def run_script(
         except OSError as exc:
             err.write(f"cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
             return 126, False
-    recorded = process_groups.record(groups, process.pid) if groups is not None else None
+    recorded = (
+        process_groups.record(groups, process.pid, kind=group_kind) if groups is not None else None
+    )
     timed_out = False
     try:
         with trio.move_on_after(timeout if timeout else float("inf")) as scope:

@@ -93,15 +93,18 @@ def records_dir(scratch: Path) -> Path:
     return scratch / "process-groups"
 
 
-def record(directory: Path, pgid: int) -> Path | None:
+def record(directory: Path, pgid: int, *, kind: str = "stage") -> Path | None:
     """Note that group `pgid` (led by the process `pgid`) belongs to this run, and make
-    sure the run's watcher is there to kill it should this process die."""
+    sure the run's watcher is there to kill it should this process die. `kind` is
+    `stage` (what stages run) or `hook` (lifecycle hooks, which may outlive the walk
+    until the run's very end)."""
     leader = read_stat(pgid)
     entry = {
         "pgid": pgid,
         "start": leader.start if leader else None,
         "boot": boot_id(),
         "owner": os.getpid(),
+        "kind": kind,
     }
     if directory not in _made_dirs:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)

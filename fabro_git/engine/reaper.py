@@ -73,12 +73,15 @@ def alive(pgid: int) -> bool:
     return any(p.pgid == pgid and not p.zombie for p in processes())
 
 
-def kill_recorded(directory: Path, *, grace: float = 0.0, owner: int | None = None) -> list[int]:
+def kill_recorded(
+    directory: Path, *, grace: float = 0.0, owner: int | None = None, kind: str | None = None
+) -> list[int]:
     """Kill every recorded group that is still ours; returns the pgids signalled.
 
     With `grace`, SIGTERM first and SIGKILL for what is left after `grace` seconds. With
     `owner`, only the groups that process recorded (another process may since have
-    resumed the run and recorded its own).
+    resumed the run and recorded its own); with `kind`, only those of that kind
+    (`stage`, `hook`).
     """
     if not directory.is_dir():
         return []
@@ -92,6 +95,8 @@ def kill_recorded(directory: Path, *, grace: float = 0.0, owner: int | None = No
                 forget(path)
             continue
         if owner is not None and entry.get("owner") != owner:
+            continue
+        if kind is not None and entry.get("kind", "stage") != kind:
             continue
         if still_ours(pgid, entry.get("start"), entry.get("boot")):
             _stop(pgid, grace)

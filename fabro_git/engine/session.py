@@ -811,8 +811,9 @@ async def _drive(
                     error = error or "run cancelled"
             nursery.cancel_scope.cancel()
 
-        # What stages left running in the background goes before the worktree does.
-        process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0)
+        # What stages left running in the background goes before the worktree does (the
+        # non-blocking hooks still running are awaited at the very end).
+        process_groups.kill_recorded(process_groups.records_dir(scratch), grace=2.0, kind="stage")
         narrative = None
         if options.retro and options.retro_narrative and status != "interrupted":
             narrative = await retros.narrative_for(runtime, status, error)

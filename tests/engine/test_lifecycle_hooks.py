@@ -817,3 +817,63 @@ def test_a_dry_run_fires_no_hooks_and_says_so(
     assert "--dry-run" in message
     for name in ("announce", "notify", "run_complete-command-3", "webhook"):
         assert name in message
+
+
+def test_a_hook_running_when_git_fabro_is_killed_dies_with_it(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    # A non-blocking hook still running (and a process it put in the background) when
+    # the run is killed outright: the run's watcher kills its whole group.
+    pid_file = tmp_path / "hook.pid"
+    configure(
+        repo,
+        hook(
+            "stage_complete",
+            f"(sleep 600) & echo $! > {pid_file}.part; mv {pid_file}.part {pid_file}; wait",
+            name="slow-notify",
+            matcher="^build$",
+            timeout_ms=600_000,
+        ),
+        NAPPING,
+    )
+    err = tmp_path / "run.err"
+    with err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [*fabro_exe(), "run", "run.toml"],
+            cwd=repo,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    run_id, hook_pids = "", []
+    try:
+        deadline = time.monotonic() + 60
+        while not (pid_file.exists() and run_id and _in_tail(run_id, "stage.started", "deploy")):
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, "the run never got to deploy with its hook"
+            if not run_id:
+                ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta")
+                run_id = ids.split()[0] if ids.split() else ""
+            time.sleep(0.05)
+        hook_pids = _hook_pids(run_id, "stage_complete")
+        background = int(pid_file.read_text())
+        assert background in hook_pids
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while _hook_pids(run_id, "stage_complete"):
+            assert time.monotonic() < deadline, "the hook outlived git fabro"
+            time.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid in _hook_pids(run_id, "stage_complete") if run_id else []:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        # The stage git fabro was running when killed (`sleep 600`) goes with it too.
+        (hermetic_env / "quick").write_text("")
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert branch_has(repo, run_id, "deployed.txt")
