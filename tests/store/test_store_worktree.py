@@ -188,6 +188,23 @@ def test_remove_worktree(grepo: GitRepo, repo: Path, run_wt: Path) -> None:
     assert not run_wt.exists()
     assert str(run_wt) not in git(repo, "worktree", "list", "--porcelain")
     assert grepo.read_ref(REF) is not None  # the branch survives its worktree
+    assert git(repo, "worktree", "list", "--porcelain").count("worktree ") == 1
+    assert list((repo / ".git" / "worktrees").iterdir()) == []  # registration gone too
+
+
+def test_remove_worktree_leaves_a_worktree_it_cannot_vouch_for_to_git(
+    grepo: GitRepo, repo: Path, run_wt: Path, tmp_path: Path
+) -> None:
+    # A registration whose `gitdir` names another place is not removed in process:
+    # git decides, and here refuses, with its own message; nothing is deleted.
+    (admin,) = (repo / ".git" / "worktrees").iterdir()
+    (admin / "gitdir").write_text(str(tmp_path / "elsewhere" / ".git") + "\n")
+    assert wt._admin_dir_of(grepo, run_wt) is None
+    with pytest.raises(StoreError, match="is not a working tree"):
+        wt.remove_worktree(grepo, run_wt)
+    assert (run_wt / "README.md").exists() and admin.is_dir()
+    # And a main worktree is never taken for a linked one.
+    assert wt._admin_dir_of(grepo, repo) is None
 
 
 def test_worktree_deleted_behind_gits_back_then_readded(
