@@ -19,7 +19,6 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -205,8 +204,7 @@ class DefaultsConfig(_Table):
     run: RunSection = msgspec.field(default_factory=RunSection)
 
 
-@dataclass(frozen=True)
-class Layer:
+class Layer(msgspec.Struct, frozen=True):
     """One source of settings: its raw tables, and where they came from."""
 
     name: str  # "flags", "run config", "project", "user settings"
@@ -214,8 +212,7 @@ class Layer:
     data: dict[str, Any]
 
 
-@dataclass(frozen=True)
-class EffectiveConfig:
+class EffectiveConfig(msgspec.Struct, frozen=True):
     run: RunSection
     graph: Path | None  # the run config's graph, resolved; None without a run config
     sources: list[str]  # the layers that contributed, highest first

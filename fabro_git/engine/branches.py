@@ -17,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 
 from fabro_git.engine import outcome as oc
@@ -42,13 +42,12 @@ if TYPE_CHECKING:
 BRANCH_STOPS = frozenset({"parallel.fan_in", "exit"})
 
 
-@dataclass
-class BranchResult:
+class BranchResult(msgspec.Struct):
     index: int
     id: str
     status: str
     head_sha: str | None
-    context_updates: dict[str, Any] = field(default_factory=dict)
+    context_updates: dict[str, Any] = msgspec.field(default_factory=dict)
     join: str | None = None
     error: str | None = None
 
@@ -65,8 +64,7 @@ class BranchResult:
         return data
 
 
-@dataclass
-class BranchPlan:
+class BranchPlan(msgspec.Struct):
     """What a fan-out asks for: the branch starts, how they join, how many at once."""
 
     targets: list[str]

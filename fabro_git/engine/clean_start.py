@@ -33,8 +33,9 @@ the two-snapshot diff did.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from fabro_git.store import statcheck
 
@@ -42,8 +43,7 @@ if TYPE_CHECKING:
     from fabro_git.engine.runner import Runtime, Scope
 
 
-@dataclass(frozen=True)
-class CleanMark:
+class CleanMark(msgspec.Struct, frozen=True):
     """What a checkpoint's scan left: the worktree is `tree`, committed as `tip`."""
 
     stage_index: int
@@ -53,8 +53,7 @@ class CleanMark:
     hooks_started: int
 
 
-@dataclass(frozen=True)
-class CleanStart:
+class CleanStart(msgspec.Struct, frozen=True):
     """The worktree before a stage, known without a scan: the tree of the run tip."""
 
     tip: str

@@ -26,10 +26,10 @@ import socket
 import struct
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import trio
 
 SOCKET_NAME = "control.sock"
@@ -38,8 +38,7 @@ MAX_REQUEST = 64 * 1024
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
-@dataclass(frozen=True)
-class Stream:
+class Stream(msgspec.Struct, frozen=True):
     """A reply that goes on: `run(send)` sends lines until it returns, or until the
     client hangs up (it is cancelled then)."""
 

@@ -14,7 +14,6 @@ live tail's lines that no snapshot holds yet.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +30,7 @@ from fabro_git.store.repo import GitRepo
 INTERRUPTED = "interrupted: the run stopped before this attempt finished"
 
 
-@dataclass
-class OpenAttempt:
+class OpenAttempt(msgspec.Struct):
     stage_id: str
     node_id: str | None
     node_label: str | None
@@ -40,12 +38,11 @@ class OpenAttempt:
     attempt: int
 
 
-@dataclass
-class CutOff:
+class CutOff(msgspec.Struct):
     """Open attempts, oldest first, and the highest attempt started per `stage_id`."""
 
-    open: list[OpenAttempt] = field(default_factory=list)
-    attempts: dict[str, int] = field(default_factory=dict)
+    open: list[OpenAttempt] = msgspec.field(default_factory=list)
+    attempts: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class _Line(msgspec.Struct):

@@ -11,8 +11,9 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from fabro_git.workflow import Edge, Graph, Node
 from fabro_git.workflow.conditions import evaluate_condition
@@ -38,8 +39,7 @@ def accelerator_key(label: str) -> str | None:
     return stripped[0].upper() if stripped else None
 
 
-@dataclass(frozen=True)
-class Selection:
+class Selection(msgspec.Struct, frozen=True):
     edge: Edge
     reason: str
 

@@ -13,19 +13,18 @@ closed, as it always did. How long a gate waits is the node's business (`timeout
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import msgspec
 import trio
 
 from fabro_git.engine.interviewer import Choice, Interviewer, Question
 
 
-@dataclass
-class OpenGate:
+class OpenGate(msgspec.Struct):
     id: int
     question: Question
-    done: trio.Event = field(default_factory=trio.Event)
+    done: trio.Event = msgspec.field(default_factory=trio.Event)
     answer: str | None = None
     by: str | None = None  # "terminal" or "attach"
 
@@ -68,8 +67,7 @@ class Lively(Protocol):
     def store_busy(self) -> int: ...
 
 
-@dataclass
-class AttendedRun:
+class AttendedRun(msgspec.Struct):
     """A run's signs of life for the stall watchdog, where a gate waiting on a person
     counts as work in flight: waiting for a human is not a stall (the gate's own
     `timeout` and `human.timeout` bound it)."""

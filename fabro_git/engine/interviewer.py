@@ -11,22 +11,20 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import Protocol
 
+import msgspec
 import trio
 
 
-@dataclass(frozen=True)
-class Choice:
+class Choice(msgspec.Struct, frozen=True):
     key: str | None
     label: str
     target: str
     freeform: bool = False
 
 
-@dataclass(frozen=True)
-class Question:
+class Question(msgspec.Struct, frozen=True):
     text: str
     choices: Sequence[Choice]
     default: Choice | None

@@ -35,7 +35,6 @@ import os
 import re
 import shutil
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -72,8 +71,7 @@ Action = Literal["proceed", "skip", "block", "override"]
 _RANK: dict[str, int] = {"proceed": 0, "skip": 1, "override": 1, "block": 2}
 
 
-@dataclass(frozen=True)
-class HookDecision:
+class HookDecision(msgspec.Struct, frozen=True):
     """What the blocking hooks of one firing decided, merged: block over skip or
     override over proceed. `hook` names the hook that decided."""
 
@@ -97,8 +95,7 @@ class HookDecision:
 PROCEED = HookDecision()
 
 
-@dataclass(frozen=True)
-class Hook:
+class Hook(msgspec.Struct, frozen=True):
     """One configured hook, with its defaults filled in."""
 
     name: str

@@ -13,7 +13,8 @@ from __future__ import annotations
 import difflib
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from fabro_git.errors import ConfigError, WorkflowError
 from fabro_git.llm import catalogue
@@ -93,8 +94,7 @@ def backend_of(node: Node) -> str:
     return (node.get("backend") or "api").strip().lower()
 
 
-@dataclass(frozen=True)
-class CliChoice:
+class CliChoice(msgspec.Struct, frozen=True):
     """What a `backend="cli"` stage runs: the provider whose profile applies, the model
     to ask for (None leaves the CLI's own default), and the program's path."""
 

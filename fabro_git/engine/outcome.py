@@ -6,8 +6,9 @@ Statuses use the four public names (`succeeded`, `failed`, `partially_succeeded`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
+
+import msgspec
 
 if TYPE_CHECKING:
     from fabro_git.events.catalogue import FailureClass, StageStatus
@@ -48,8 +49,7 @@ def normalize_status(value: str) -> str | None:
     return _ALIASES.get(value.strip().lower())
 
 
-@dataclass
-class Usage:
+class Usage(msgspec.Struct):
     model: str
     input_tokens: int = 0
     output_tokens: int = 0
@@ -60,18 +60,17 @@ class Usage:
     cost: float | None = None
 
 
-@dataclass
-class Outcome:
+class Outcome(msgspec.Struct):
     status: str
     error: str | None = None
     failure_class: str | None = None
     preferred_label: str | None = None
-    suggested_next_ids: list[str] = field(default_factory=list)
-    context_updates: dict[str, Any] = field(default_factory=dict)
+    suggested_next_ids: list[str] = msgspec.field(default_factory=list)
+    context_updates: dict[str, Any] = msgspec.field(default_factory=dict)
     jump_to_node: str | None = None
     notes: str | None = None
     response: str | None = None
-    files_touched: list[str] = field(default_factory=list)
+    files_touched: list[str] = msgspec.field(default_factory=list)
     usage: Usage | None = None
 
     @property
@@ -101,7 +100,9 @@ class Outcome:
         record["context_updates"] = dict(self.context_updates)
         record["files_touched"] = list(self.files_touched)
         if self.usage is not None:
-            record["usage"] = {k: v for k, v in vars(self.usage).items() if v is not None}
+            record["usage"] = {
+                k: v for k, v in msgspec.structs.asdict(self.usage).items() if v is not None
+            }
         return record
 
 

@@ -8,7 +8,8 @@ with that many extra attempts. Delays carry 0.5x-1.5x jitter and are capped at 6
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+
+import msgspec
 
 from fabro_git.errors import WorkflowError
 from fabro_git.workflow import Graph, Node
@@ -16,8 +17,7 @@ from fabro_git.workflow import Graph, Node
 MAX_DELAY = 60.0
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
+class RetryPolicy(msgspec.Struct, frozen=True):
     name: str
     max_attempts: int
     initial_delay: float = 0.2

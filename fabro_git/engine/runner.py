@@ -16,7 +16,6 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -62,10 +61,9 @@ class RunFailed(Exception):
     """Ends the walk: the run cannot go on (visit limit, circuit breaker, no route...)."""
 
 
-@dataclass
-class Options:
+class Options(msgspec.Struct):
     auto_approve: bool = False
-    answers: list[str] = field(default_factory=list)
+    answers: list[str] = msgspec.field(default_factory=list)
     dry_run: bool = False
     in_place: bool = False
     model: str | None = None
@@ -87,8 +85,7 @@ class Options:
 ScopeKind = Literal["main", "branch", "child"]
 
 
-@dataclass
-class Scope:
+class Scope(msgspec.Struct):
     kind: ScopeKind
     graph: Graph
     context: Context
@@ -105,10 +102,10 @@ class Scope:
     # Handler types the walk stops in front of, without running them (a branch: fan-in, exit).
     stop_at: frozenset[str] = frozenset()
     # Heads merged into the scope's next commit (the fan-in's chosen branch).
-    merge_parents: list[str] = field(default_factory=list)
+    merge_parents: list[str] = msgspec.field(default_factory=list)
     # Trees of the worktree computed for a stage's files_touched, by stage id: a
     # branch's commit of the stage reuses its own.
-    stage_trees: dict[str, str] = field(default_factory=dict)
+    stage_trees: dict[str, str] = msgspec.field(default_factory=dict)
     # A child workflow makes no commits: the tree after its last stage, which the next
     # stage's files_touched is diffed against (None: its tip's tree).
     base_tree: str | None = None
@@ -117,8 +114,7 @@ class Scope:
         return f"{self.prefix}{node_id}"
 
 
-@dataclass
-class Decision:
+class Decision(msgspec.Struct):
     """Where a walk goes after a stage: a next node, an error that ends it failed, or
     neither, which ends it where it stands (an exit, or a stage with no edge to take)."""
 
@@ -130,8 +126,7 @@ class Decision:
         return self.next_node is None and self.error is None
 
 
-@dataclass
-class WalkEnd:
+class WalkEnd(msgspec.Struct):
     """How a walk ended: its final status, and the node it stopped in front of (a
     branch's fan-in or exit), if any."""
 
@@ -139,8 +134,7 @@ class WalkEnd:
     stopped_at: str | None = None
 
 
-@dataclass
-class ChildResult:
+class ChildResult(msgspec.Struct):
     """A child workflow's end: its status (failed with `error`), the stages it ran, and
     the context keys it set."""
 
@@ -730,7 +724,9 @@ class Runtime:
             self.pending_files[f"nodes/{node_dir}/{name}"] = data
         usage = None
         if result.usage is not None:
-            usage = ev.StageUsage(**{k: v for k, v in vars(result.usage).items() if v is not None})
+            usage = ev.StageUsage(
+                **{k: v for k, v in msgspec.structs.asdict(result.usage).items() if v is not None}
+            )
             self.cp.total_cost += result.usage.cost or 0.0
             self.cp.tokens.add(result.usage)
         completed = ev.StageCompleted(

@@ -15,7 +15,6 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -58,8 +57,7 @@ from fabro_git.workflow import Graph
 TERMINAL = ("succeeded", "partially_succeeded", "failed")
 
 
-@dataclass
-class RunResult:
+class RunResult(msgspec.Struct):
     run_id: str
     status: str
     run_branch: str | None
@@ -125,8 +123,7 @@ def graph_record(graph: Graph) -> dict[str, Any]:
 # -- creating a run -------------------------------------------------------------------------
 
 
-@dataclass
-class RunSpec:
+class RunSpec(msgspec.Struct):
     graph: Graph
     source: str
     workflow_path: Path | None
@@ -136,11 +133,11 @@ class RunSpec:
     options: Options
     setup_commands: list[str]
     exclude_globs: list[str]
-    settings: dict[str, Any] = field(default_factory=dict)  # the effective run configuration
+    # The effective run configuration.
+    settings: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
-@dataclass
-class OpenRun:
+class OpenRun(msgspec.Struct):
     """A run made ready to drive: its records, its event bus, its recorder, its scratch
     dir, the lock held on it and its graph."""
 

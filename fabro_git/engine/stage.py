@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 if TYPE_CHECKING:
     from fabro_git.engine.branches import BranchPlan, BranchResult
@@ -34,8 +35,7 @@ if TYPE_CHECKING:
     from fabro_git.workflow import Graph, Node
 
 
-@dataclass
-class StageRequest:
+class StageRequest(msgspec.Struct):
     graph: Graph
     node: Node
     context: Mapping[str, Any]
@@ -49,11 +49,11 @@ class StageRequest:
     _scope: Scope
     # Files for the stage's `nodes/<dir>/` entry on the meta ref, beyond status.json: their
     # bytes, or the path of a file in scratch that the checkpoint streams into git.
-    files: dict[str, bytes | Path] = field(default_factory=dict)
+    files: dict[str, bytes | Path] = msgspec.field(default_factory=dict)
     # What the stage ends with when its `timeout` cuts it off (default: a transient failure).
     timeout_outcome: Callable[[float], Awaitable[Outcome]] | None = None
     # The record files of the process groups the stage told of, by group id.
-    _groups: dict[int, Path | None] = field(default_factory=dict)
+    _groups: dict[int, Path | None] = msgspec.field(default_factory=dict)
 
     # -- facts about the run -------------------------------------------------------------
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -87,8 +86,7 @@ def pointer_path(value: Any) -> Path | None:
     return Path(str(value)[len(POINTER_PREFIX) :])
 
 
-@dataclass
-class Offloaded:
+class Offloaded(msgspec.Struct):
     """One stage visit's updates after offloading: as its record keeps them, as the
     context takes them, the values to write (`pending`: visit file, current file, the
     value, its JSON bytes) and the files written, by artifact name."""
@@ -96,7 +94,7 @@ class Offloaded:
     record: dict[str, Any]
     context: dict[str, Any]
     written: dict[str, bytes]
-    pending: list[tuple[str, str, Any, bytes]] = field(default_factory=list)
+    pending: list[tuple[str, str, Any, bytes]] = msgspec.field(default_factory=list)
 
 
 def resolved(value: Any) -> Any:

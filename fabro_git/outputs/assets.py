@@ -31,7 +31,6 @@ import mimetypes
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import msgspec
@@ -80,8 +79,7 @@ _EXTRA_TYPES = {
 }
 
 
-@dataclass(frozen=True)
-class Fingerprint:
+class Fingerprint(msgspec.Struct, frozen=True):
     size: int
     mtime_ns: int
     ctime_ns: int
@@ -92,8 +90,7 @@ class Fingerprint:
 Snapshot = dict[str, Fingerprint]
 
 
-@dataclass
-class Captured:
+class Captured(msgspec.Struct):
     path: str  # relative to the worktree, '/'-separated
     data: bytes
     mime: str
@@ -109,10 +106,9 @@ class Manifest(msgspec.Struct):
     copied_paths: list[str] = msgspec.field(default_factory=list)
 
 
-@dataclass
-class Capture:
-    manifest: Manifest = field(default_factory=Manifest)
-    files: list[Captured] = field(default_factory=list)
+class Capture(msgspec.Struct):
+    manifest: Manifest = msgspec.field(default_factory=Manifest)
+    files: list[Captured] = msgspec.field(default_factory=list)
 
     @property
     def empty(self) -> bool:

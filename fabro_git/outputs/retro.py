@@ -15,7 +15,6 @@ The narrative layer (a model's reading of the run) is added only on request, by
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -39,8 +38,7 @@ _decoder = msgspec.json.Decoder(_Line)
 _encoder = msgspec.json.Encoder(order="deterministic")
 
 
-@dataclass
-class _Stage:
+class _Stage(msgspec.Struct):
     stage_id: str
     node_id: str
     label: str | None
@@ -49,11 +47,11 @@ class _Stage:
     status: str = "interrupted"
     duration_ms: int = 0
     usage: dict[str, Any] | None = None
-    files_touched: list[str] = field(default_factory=list)
+    files_touched: list[str] = msgspec.field(default_factory=list)
     failure_reason: str | None = None
     failure_class: str | None = None
     # Why each attempt that did not end the stage failed (retried, or cut off by a kill).
-    attempt_failures: list[dict[str, Any]] = field(default_factory=list)
+    attempt_failures: list[dict[str, Any]] = msgspec.field(default_factory=list)
 
     def record(self) -> dict[str, Any]:
         cost = (self.usage or {}).get("cost")

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from fabro_git.store._gitcli import out, run_git, start_git
 
@@ -75,8 +76,7 @@ def parse_fsync(value: str | None) -> frozenset[str]:
     return frozenset((current - removed) | added)
 
 
-@dataclass(frozen=True)
-class Durability:
+class Durability(msgspec.Struct, frozen=True):
     """What the store flushes before renaming a file into place."""
 
     refs: bool

@@ -9,7 +9,8 @@ forced and happen only when asked for.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+
+import msgspec
 
 from fabro_git.errors import StoreError
 from fabro_git.store._gitcli import describe_failure, out, run_git
@@ -43,8 +44,7 @@ def fetch(repo: GitRepo, remote: str, refspecs: Sequence[str]) -> None:
     run_git(["fetch", "--no-tags", "--no-write-fetch-head", remote, *refspecs], cwd=repo.root)
 
 
-@dataclass
-class PushReport:
+class PushReport(msgspec.Struct):
     refs: list[tuple[str, bool, str]]  # (ref, ok, git's summary) per ref
     stderr: str  # what git said besides, e.g. why the remote refused
 

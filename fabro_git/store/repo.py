@@ -32,10 +32,10 @@ import threading
 import time
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, cast
 
+import msgspec
 from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked, SharedPerm
 from dulwich.graph import can_fast_forward
@@ -81,14 +81,12 @@ def _line_chunks(fh: BinaryIO) -> Iterator[bytes]:
         yield rest
 
 
-@dataclass(frozen=True)
-class HeadInfo:
+class HeadInfo(msgspec.Struct, frozen=True):
     sha: str | None
     branch: str | None  # short name such as "main"; None when HEAD is detached
 
 
-@dataclass(frozen=True)
-class CommitInfo:
+class CommitInfo(msgspec.Struct, frozen=True):
     sha: str
     tree: str
     parents: tuple[str, ...]
@@ -99,8 +97,7 @@ class CommitInfo:
     commit_time: int
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(msgspec.Struct, frozen=True):
     name: str
     email: str
     time: int

@@ -19,7 +19,8 @@ import re
 import threading
 import time
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+
+import msgspec
 
 from fabro_git.errors import AmbiguousRunId, RunNotFound, StoreError
 from fabro_git.store import remote as _remote
@@ -218,8 +219,7 @@ def snapshot_subject_finalize(status: str) -> str:
 SNAPSHOT_SUBJECT_INIT = "init"
 
 
-@dataclass(frozen=True)
-class SnapshotSubject:
+class SnapshotSubject(msgspec.Struct, frozen=True):
     """What a meta snapshot's subject says happened."""
 
     kind: str  # "init", "checkpoint", "finalize" or "other"
@@ -241,8 +241,7 @@ def parse_snapshot_subject(subject: str) -> SnapshotSubject:
     return SnapshotSubject("other")
 
 
-@dataclass
-class MetaSummary:
+class MetaSummary(msgspec.Struct):
     """What `ps` reads from a meta commit's trailers without opening any blob."""
 
     status: str

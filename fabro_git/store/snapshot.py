@@ -16,8 +16,8 @@ caller last saw, so a crash at any point leaves either the old snapshot or the n
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
+import msgspec
 from dulwich.objects import Tree
 
 from fabro_git.errors import StoreError
@@ -32,15 +32,13 @@ _PARALLEL_MIN = 1 << 20
 _WRITERS = 2
 
 
-@dataclass(frozen=True)
-class SnapshotResult:
+class SnapshotResult(msgspec.Struct, frozen=True):
     commit_sha: str
     entry_count: int  # files written (deletions not counted)
     bytes: int  # total size of the files written
 
 
-@dataclass(frozen=True)
-class StoredBlob:
+class StoredBlob(msgspec.Struct, frozen=True):
     """A file already written to the object store (`GitRepo.store_file`): a snapshot
     names it by id instead of holding its bytes."""
 

@@ -34,10 +34,10 @@ import os
 import re
 import stat
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import msgspec
 from dulwich.objects import Blob, ObjectID
 
 from fabro_git.errors import FabroError
@@ -61,8 +61,7 @@ _BLOB_CHANGING = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class _Settings:
+class _Settings(msgspec.Struct, frozen=True):
     """The git configuration that decides whether staging here matches git."""
 
     supported: bool

@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 if TYPE_CHECKING:
     from dulwich.index import IndexEntry
@@ -89,17 +90,14 @@ def _ns(value: object) -> int | None:
     return None
 
 
-@dataclass
-class IndexState:
+class IndexState(msgspec.Struct):
     """A parsed worktree index: its entries, format version and extension signatures."""
 
     entries: dict[bytes, IndexEntry]
     version: int
     extensions: tuple[bytes, ...]
     # What each entry's stat data must be for the file to be unchanged (`_stat_keys`).
-    stat_keys: dict[bytes, tuple[int, int, int, int, int]] | None = field(
-        default=None, repr=False, compare=False
-    )
+    stat_keys: dict[bytes, tuple[int, int, int, int, int]] | None = None
 
 
 # The index parsed last time, keyed by its file and stamp: between stages that change
@@ -145,8 +143,7 @@ def remember_index(path: Path, stamp: tuple[int, int], state: IndexState) -> Non
     _parsed[(path, stamp)] = state
 
 
-@dataclass
-class WorktreeChanges:
+class WorktreeChanges(msgspec.Struct):
     """How a worktree differs from its index, as far as `lstat` can tell.
 
     `changed` holds tracked files whose stat data differs (or is racily clean: their
@@ -156,11 +153,11 @@ class WorktreeChanges:
     """
 
     index: IndexState
-    changed: dict[bytes, os.stat_result] = field(default_factory=dict)
-    added: dict[bytes, os.stat_result] = field(default_factory=dict)
-    deleted: list[bytes] = field(default_factory=list)
-    ignore_files: list[bytes] = field(default_factory=list)
-    attribute_files: list[bytes] = field(default_factory=list)
+    changed: dict[bytes, os.stat_result] = msgspec.field(default_factory=dict)
+    added: dict[bytes, os.stat_result] = msgspec.field(default_factory=dict)
+    deleted: list[bytes] = msgspec.field(default_factory=list)
+    ignore_files: list[bytes] = msgspec.field(default_factory=list)
+    attribute_files: list[bytes] = msgspec.field(default_factory=list)
 
     @property
     def count(self) -> int:

@@ -25,8 +25,9 @@ import os
 import stat
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from fabro_git.store._gitcli import run_git
 
@@ -55,8 +56,7 @@ _STATUS = (
 _FIELDS_BEFORE_PATH = {"1": 8, "u": 10, "?": 1}
 
 
-@dataclass(frozen=True)
-class FileState:
+class FileState(msgspec.Struct, frozen=True):
     size: int
     mtime_ns: int
     mode: int
@@ -67,11 +67,10 @@ class FileState:
         return self.mode != 0
 
 
-@dataclass
-class WorktreeSnapshot:
+class WorktreeSnapshot(msgspec.Struct):
     head: str | None
     taken_ns: int
-    files: dict[str, FileState] = field(default_factory=dict)
+    files: dict[str, FileState] = msgspec.field(default_factory=dict)
 
 
 def take_snapshot(worktree: Path, *, keep_cache: bool = True) -> WorktreeSnapshot:

@@ -21,8 +21,9 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
+
+import msgspec
 
 from fabro_git.errors import FabroError
 
@@ -48,34 +49,29 @@ class ConditionError(FabroError):
         super().__init__(f"condition {text!r}, column {offset + 1}: {message}")
 
 
-@dataclass(frozen=True)
-class Clause:
+class Clause(msgspec.Struct, frozen=True):
     key: str
     op: str | None  # None: a bare key, true when the value is truthy
     value: str
     offset: int
 
 
-@dataclass(frozen=True)
-class Not:
+class Not(msgspec.Struct, frozen=True):
     operand: Expr
 
 
-@dataclass(frozen=True)
-class AllOf:
+class AllOf(msgspec.Struct, frozen=True):
     operands: tuple[Expr, ...]
 
 
-@dataclass(frozen=True)
-class AnyOf:
+class AnyOf(msgspec.Struct, frozen=True):
     operands: tuple[Expr, ...]
 
 
 Expr = Clause | Not | AllOf | AnyOf
 
 
-@dataclass(frozen=True)
-class Condition:
+class Condition(msgspec.Struct, frozen=True):
     text: str
     expr: Expr
 

@@ -12,9 +12,10 @@ import gc
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+import msgspec
 
 from fabro_git.durations import parse_duration as parse_duration
 from fabro_git.errors import WorkflowError
@@ -120,6 +121,8 @@ def parse_bool(text: str) -> bool | None:
 class _Attributed:
     """Typed reads of string attributes, failing with the attribute's position."""
 
+    __slots__ = ()
+
     attrs: dict[str, str]
     positions: dict[str, tuple[int, int]]
 
@@ -181,20 +184,19 @@ class _Attributed:
         return result
 
 
-@dataclass(eq=False)
-class Node(_Attributed):
+class Node(_Attributed, msgspec.Struct, eq=False):
     """One step of the workflow, as declared (or as first referenced by an edge)."""
 
     id: str
-    attrs: dict[str, str] = field(default_factory=dict)
+    attrs: dict[str, str] = msgspec.field(default_factory=dict)
     line: int = 0
     column: int = 0
-    classes: list[str] = field(default_factory=list)
-    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    classes: list[str] = msgspec.field(default_factory=list)
+    positions: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
     # False for a node that only ever appears as an edge endpoint.
     declared: bool = True
     # Attribute keys whose values came from the model stylesheet, not the file.
-    styled: set[str] = field(default_factory=set)
+    styled: set[str] = msgspec.field(default_factory=set)
     path: Path | None = None
 
     def _describe(self) -> str:
@@ -244,16 +246,15 @@ class Node(_Attributed):
         return value if value else None
 
 
-@dataclass(eq=False)
-class Edge(_Attributed):
+class Edge(_Attributed, msgspec.Struct, eq=False):
     """A transition from `source` to `target`; one per pair of a chained statement."""
 
     source: str
     target: str
-    attrs: dict[str, str] = field(default_factory=dict)
+    attrs: dict[str, str] = msgspec.field(default_factory=dict)
     line: int = 0
     column: int = 0
-    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    positions: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
     path: Path | None = None
 
     def _describe(self) -> str:
@@ -286,8 +287,7 @@ class Edge(_Attributed):
         return self.get_bool("freeform", False)
 
 
-@dataclass(eq=False)
-class Subgraph:
+class Subgraph(msgspec.Struct, eq=False):
     """A `subgraph { }` block: kept for rendering clusters, flattened for execution."""
 
     name: str | None
@@ -295,16 +295,15 @@ class Subgraph:
     node_ids: list[str]
     line: int
     column: int
-    children: list[Subgraph] = field(default_factory=list)
-    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    children: list[Subgraph] = msgspec.field(default_factory=list)
+    positions: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
 
     @property
     def label(self) -> str | None:
         return self.attrs.get("label") or None
 
 
-@dataclass(frozen=True)
-class _EdgeIndex:
+class _EdgeIndex(msgspec.Struct, frozen=True):
     """Edge positions by source and by target, so a lookup costs what it returns."""
 
     edges: list[Edge]
@@ -322,24 +321,24 @@ class _EdgeIndex:
         return cls(edges, len(edges), by_source, by_target)
 
 
-@dataclass(eq=False)
-class Graph(_Attributed):
+class Graph(_Attributed, msgspec.Struct, eq=False):
     """A whole workflow file."""
 
     name: str
-    attrs: dict[str, str] = field(default_factory=dict)
-    nodes: dict[str, Node] = field(default_factory=dict)
-    edges: list[Edge] = field(default_factory=list)
+    attrs: dict[str, str] = msgspec.field(default_factory=dict)
+    nodes: dict[str, Node] = msgspec.field(default_factory=dict)
+    edges: list[Edge] = msgspec.field(default_factory=list)
     path: Path | None = None
     source: str = ""
-    positions: dict[str, tuple[int, int]] = field(default_factory=dict)
+    positions: dict[str, tuple[int, int]] = msgspec.field(default_factory=dict)
     line: int = 1
     column: int = 1
-    subgraphs: list[Subgraph] = field(default_factory=list)
+    subgraphs: list[Subgraph] = msgspec.field(default_factory=list)
     # Where the files this workflow names come from; None reads them from disk beside
     # `path` (see workflow/paths.py).
     origin: Origin | None = None
-    _index: _EdgeIndex | None = field(default=None, init=False, repr=False)
+    # The edge lookup `_edge_index` builds and keeps; never passed in.
+    _index: _EdgeIndex | None = None
 
     def _describe(self) -> str:
         return f"graph {self.name!r}"

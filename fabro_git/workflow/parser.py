@@ -16,8 +16,9 @@ import collections
 import itertools
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from fabro_git.errors import WorkflowError
 from fabro_git.workflow.model import (
@@ -47,8 +48,7 @@ _ESCAPES = {'"': '"', "\\": "\\", "n": "\n", "t": "\t"}
 _MAX_DEPTH = 64
 
 
-@dataclass(frozen=True, slots=True)
-class Token:
+class Token(msgspec.Struct, frozen=True):
     kind: str
     value: str
     line: int
@@ -196,8 +196,7 @@ class _Lexer:
             self._advance()
 
 
-@dataclass
-class _Scope:
+class _Scope(msgspec.Struct):
     """Defaults and membership of the graph body or one subgraph."""
 
     node_defaults: dict[str, str]
@@ -206,7 +205,7 @@ class _Scope:
     edge_default_positions: dict[str, tuple[int, int]]
     record: Subgraph | None = None
     # Node ids declared or first used in this scope, in order (a dict as an ordered set).
-    members: dict[str, None] = field(default_factory=dict)
+    members: dict[str, None] = msgspec.field(default_factory=dict)
 
     def child(self, record: Subgraph) -> _Scope:
         return _Scope(

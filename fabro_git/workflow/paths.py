@@ -22,9 +22,10 @@ from __future__ import annotations
 import os
 import posixpath
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path, PurePosixPath, PureWindowsPath
 from typing import TYPE_CHECKING, Any
+
+import msgspec
 
 from fabro_git.errors import FabroError, WorkflowError
 from fabro_git.workflow.model import MANAGER_LOOP
@@ -77,8 +78,7 @@ def is_file_ref(value: str) -> bool:
     return len(stripped) > 1 and stripped.startswith("@") and not any(c.isspace() for c in stripped)
 
 
-@dataclass(frozen=True)
-class Origin:
+class Origin(msgspec.Struct, frozen=True, eq=False):
     """Where a workflow file sits among the files it may name.
 
     Files are read from disk under `root`, or, when `snapshot` is given, only from it
@@ -94,9 +94,10 @@ class Origin:
     # checked and read once, and what validated is what the run records: paths that
     # passed the symlink check, file contents, and child workflows already validated
     # (a wide tree of includes is validated once per file, not once per path to it).
-    checked: set[str] = field(default_factory=set, compare=False, repr=False)
-    contents: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
-    memo: dict[str, list[Any]] = field(default_factory=dict, compare=False, repr=False)
+    # Origins therefore compare by identity (eq=False), not by these caches.
+    checked: set[str] = msgspec.field(default_factory=set)
+    contents: dict[str, bytes] = msgspec.field(default_factory=dict)
+    memo: dict[str, list[Any]] = msgspec.field(default_factory=dict)
 
     def display(self, relpath: str) -> str:
         return str(self.root / relpath) if self.root is not None else relpath
@@ -166,7 +167,7 @@ class Origin:
 
     def child(self, relpath: str) -> Origin:
         """The origin of a child workflow at `relpath`, included by this one."""
-        return replace(self, relpath=relpath, chain=(*self.chain, self.relpath))
+        return msgspec.structs.replace(self, relpath=relpath, chain=(*self.chain, self.relpath))
 
 
 def origin_for(graph: Graph) -> Origin:
@@ -184,8 +185,7 @@ def disk_origin(path: Path | None) -> Origin:
     return Origin(relpath=real.relative_to(root).as_posix(), root=root)
 
 
-@dataclass(frozen=True)
-class NamedPath:
+class NamedPath(msgspec.Struct, frozen=True):
     """A path a node names: `@file` prompt or child workflow."""
 
     node: Node
@@ -239,7 +239,7 @@ def child_graph(graph: Graph, node: Node) -> Graph:
     inline = node.attrs.get(CHILD_SOURCE)
     if inline:
         child = parse(inline, graph.path)
-        child.origin = replace(origin, chain=(*origin.chain, origin.relpath))
+        child.origin = msgspec.structs.replace(origin, chain=(*origin.chain, origin.relpath))
         return child
     ref = (node.attrs.get(CHILD_WORKFLOW) or "").strip()
     if not ref:

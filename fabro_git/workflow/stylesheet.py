@@ -10,7 +10,8 @@ resolved `model`/`provider`/... attributes.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+import msgspec
 
 from fabro_git.errors import FabroError
 from fabro_git.workflow.model import Graph, Node
@@ -36,15 +37,13 @@ class StylesheetError(FabroError):
         super().__init__(f"model_stylesheet line {self.line}, column {self.column}: {message}")
 
 
-@dataclass(frozen=True)
-class Declaration:
+class Declaration(msgspec.Struct, frozen=True):
     property: str
     value: str
     offset: int
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     kind: str  # "*", "shape", "class" or "id"
     name: str  # empty for "*"
     declarations: tuple[Declaration, ...]
@@ -64,8 +63,7 @@ class Rule:
         return node.id == self.name
 
 
-@dataclass(frozen=True)
-class Stylesheet:
+class Stylesheet(msgspec.Struct, frozen=True):
     rules: tuple[Rule, ...]
 
     def resolve(self, node: Node) -> dict[str, str]:

@@ -34,8 +34,9 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import PurePosixPath
+
+import msgspec
 
 from fabro_git.errors import WorkflowError
 from fabro_git.suggest import close_names
@@ -137,8 +138,7 @@ _WORD_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _ROUTING_KEYS: tuple[str, ...] = ("outcome", "preferred_label")
 
 
-@dataclass(frozen=True)
-class Diagnostic:
+class Diagnostic(msgspec.Struct, frozen=True):
     rule: str
     severity: str  # "error", "warning" or "info"
     message: str
