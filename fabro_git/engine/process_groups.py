@@ -160,9 +160,10 @@ def _start_watcher(directory: Path) -> _Watcher | None:
     if not reaper.trusts_records():
         return None
     read_end, write_end = os.pipe()  # neither is inherited by what this process starts
+    watched = [reaper.__file__, str(directory), str(os.getpid())]
     try:
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", reaper.__file__, str(directory), str(os.getpid())],
+            [sys.executable, "-I", "-S", "-c", reaper.WATCHER, *watched],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

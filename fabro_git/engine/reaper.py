@@ -8,10 +8,11 @@ Each group is recorded in the run's scratch dir while it may be alive (one small
 per group, written atomically), and killed when the run ends, when a resumed run
 starts, and by the watcher the moment `git fabro` dies.
 
-The watcher is this file run as a script, with nothing but the standard library (it
-starts in a few milliseconds, and on another core than the run's): it reads its stdin,
-a pipe whose other end only `git fabro` holds, and end of file means that process is
-gone, however it went. It then kills the groups its parent recorded and exits. That
+The watcher is a bare interpreter that loads this file (standard library only) only
+when it has work, so it starts in a few milliseconds, on another core than the run's.
+It reads its stdin, a pipe whose other end only `git fabro` holds, and end of file
+means that process is gone, however it went. It then kills the groups its parent
+recorded and exits. That
 replaces asking the kernel for a parent-death signal per command (`PR_SET_PDEATHSIG`),
 which Python can only request by forking instead of vforking, or through `setpriv`,
 one more program started per command; and the watcher kills the whole group, where the
@@ -31,7 +32,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -174,19 +174,22 @@ def boot_id() -> str | None:
     return _boot[0]
 
 
-def watch(directory: Path, owner: int) -> None:
-    """The watcher's life: wait for end of file on stdin, then kill what `owner`
-    recorded in `directory`."""
-    # Neither the terminal's Ctrl-C nor a hang-up is meant for the watcher; it goes
-    # when its parent does.
-    for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
-        with contextlib.suppress(OSError, ValueError):
-            signal.signal(sig, signal.SIG_IGN)
-    with contextlib.suppress(OSError):
-        while os.read(0, 4096):
-            pass
-    kill_recorded(directory, owner=owner)
-
-
-if __name__ == "__main__":
-    watch(Path(sys.argv[1]), int(sys.argv[2]))
+# The watcher's program: `python -I -S -c WATCHER REAPER_PY RECORDS_DIR OWNER_PID`. It
+# waits with nothing but `os` loaded (a bare interpreter starts in a few milliseconds),
+# and loads this file only once there is something to do. Neither the terminal's Ctrl-C
+# nor a hang-up is meant for it: it goes when its parent does.
+WATCHER = """\
+import os, signal, sys
+for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
+    signal.signal(sig, signal.SIG_IGN)
+try:
+    while os.read(0, 4096):
+        pass
+except OSError:
+    pass
+import importlib.util
+spec = importlib.util.spec_from_file_location("fabro_reaper", sys.argv[1])
+reaper = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(reaper)
+reaper.kill_recorded(reaper.Path(sys.argv[2]), owner=int(sys.argv[3]))
+"""
