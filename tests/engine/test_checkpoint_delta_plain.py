@@ -127,6 +127,6 @@ def _decoded_base(writer: DeltaWriter, cp: Checkpoint) -> Checkpoint:
 
     fields = {n: getattr(cp, n) for n in Checkpoint.__struct_fields__}
     fields["node_outcomes"] = {
-        k: msgspec.json.decode(e.encoded) for k, e in writer._base_entries["node_outcomes"].items()
+        k: msgspec.json.decode(encode(v)) for k, v in writer._base_entries["node_outcomes"].items()
     }
     return Checkpoint(**fields)
