@@ -176,3 +176,32 @@ def fresh_clone(repo: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
     fetched = run_fabro("fetch", "origin", cwd=clone, env=env)
     assert fetched.returncode == 0, fetched.stderr
     return clone, env
+
+
+def pids_with_env(**variables: str) -> list[int]:
+    """Live processes (not zombies) whose environment holds every `NAME=value` given:
+    how a test finds what a run's stage or hook started."""
+    wanted = {f"{name}={value}".encode() for name, value in variables.items()}
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            env = set((entry / "environ").read_bytes().split(b"\0"))
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if wanted <= env and state != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def tail_has(run_id: str, event: str, node_id: str) -> bool:
+    """Whether the run's live event tail (in `$FABRO_HOME`) holds `event` for `node_id`."""
+    # The run's scratch dir is `runs/<run id>-<repository key>/`.
+    for tail in (Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*/events.jsonl"):
+        for line in tail.read_bytes().split(b"\n")[:-1]:
+            found = json.loads(line)
+            if found["event"] == event and found.get("node_id") == node_id:
+                return True
+    return False

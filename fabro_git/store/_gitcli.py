@@ -91,17 +91,20 @@ def start_git(
             env=git_env(),
         )
     except FileNotFoundError as err:
-        if not Path(cwd).is_dir():
-            raise StoreError(f"{cwd} does not exist or is not a directory") from err
-        raise ToolMissing(
-            "git is not installed or not on PATH", hint="install git 2.31 or newer"
-        ) from err
+        raise _not_started(cwd) from err
 
     def wait() -> subprocess.CompletedProcess[bytes]:
         stdout, stderr = popen.communicate()
         return subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
 
     return wait
+
+
+def _not_started(cwd: Path) -> FabroError:
+    """Why git could not be started in `cwd`: the directory, or git itself, is missing."""
+    if not Path(cwd).is_dir():
+        return StoreError(f"{cwd} does not exist or is not a directory")
+    return ToolMissing("git is not installed or not on PATH", hint="install git 2.31 or newer")
 
 
 class _TransientFailure(Exception):
@@ -123,11 +126,7 @@ def _run_once(
             check=False,
         )
     except FileNotFoundError as err:
-        if not Path(cwd).is_dir():
-            raise StoreError(f"{cwd} does not exist or is not a directory") from err
-        raise ToolMissing(
-            "git is not installed or not on PATH", hint="install git 2.31 or newer"
-        ) from err
+        raise _not_started(cwd) from err
     return proc
 
 

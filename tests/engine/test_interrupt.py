@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, run_fabro
+from helpers import fabro_exe, git, pids_with_env, run_fabro, tail_has
 
 # `nap` sleeps 30 s unless $HOME/quick exists; its child `sleep` is what must not
 # outlive the interrupt.
@@ -28,33 +28,6 @@ digraph Nap {
     start -> one -> nap -> exit
 }
 """
-
-
-def _stage_pids(run_id: str, node_id: str) -> list[int]:
-    """Live processes started by the given stage (found by the env the stage sets)."""
-    wanted = {f"FABRO_RUN_ID={run_id}".encode(), f"FABRO_NODE_ID={node_id}".encode()}
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = set((entry / "environ").read_bytes().split(b"\0"))
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if wanted <= env and state != "Z":
-            pids.append(int(entry.name))
-    return pids
-
-
-def _tail_has(run_id: str, event: str, node_id: str) -> bool:
-    # The run's scratch dir is `runs/<run id>-<repository key>/`.
-    for tail in (Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*/events.jsonl"):
-        for line in tail.read_bytes().split(b"\n")[:-1]:
-            e = json.loads(line)
-            if e["event"] == event and e.get("node_id") == node_id:
-                return True
-    return False
 
 
 def _events(repo: Path, run_id: str) -> list[dict]:
@@ -89,8 +62,8 @@ def _start_and_reach_nap(
             run_id = ids[0] if ids else None
         if (
             run_id
-            and _tail_has(run_id, "stage.started", "nap")
-            and len(_stage_pids(run_id, "nap")) >= 2
+            and tail_has(run_id, "stage.started", "nap")
+            and len(pids_with_env(FABRO_RUN_ID=run_id, FABRO_NODE_ID="nap")) >= 2
         ):
             return proc, run_id  # the shell and its sleep are both running
         time.sleep(0.05)
@@ -110,7 +83,7 @@ def test_interrupt_stops_the_stage_checkpoints_and_resumes(
 ) -> None:
     argv = ["git", "fabro"] if how == "git-front-end-group" else fabro_exe()
     proc, run_id = _start_and_reach_nap(repo, tmp_path, argv)
-    stage = _stage_pids(run_id, "nap")
+    stage = pids_with_env(FABRO_RUN_ID=run_id, FABRO_NODE_ID="nap")
     sent = time.monotonic()
     if how == "git-front-end-group":
         os.killpg(proc.pid, sig)
@@ -129,7 +102,9 @@ def test_interrupt_stops_the_stage_checkpoints_and_resumes(
     assert f"git fabro resume {run_id}" in stderr
     # The stage's shell and its sleep are gone (they ran in their own session, so only
     # the engine could have stopped them).
-    assert stage and not [p for p in stage if p in _stage_pids(run_id, "nap")]
+    assert stage and not [
+        p for p in stage if p in pids_with_env(FABRO_RUN_ID=run_id, FABRO_NODE_ID="nap")
+    ]
 
     ps = {
         r["run_id"]: r

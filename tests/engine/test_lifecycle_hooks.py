@@ -17,7 +17,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json
+from helpers import (
+    fabro_exe,
+    git,
+    meta_file,
+    pids_with_env,
+    run_events,
+    run_fabro,
+    run_json,
+    tail_has,
+)
 from llm_server import LlmServer, Reply, ToolUse
 
 from fabro_git.events.contract import check_event
@@ -660,32 +669,6 @@ NAPPING = PIPELINE.replace(
 )
 
 
-def _hook_pids(run_id: str, event: str) -> list[int]:
-    """Live processes of the run's `event` hooks (found by the variables hooks get)."""
-    wanted = {f"FABRO_RUN_ID={run_id}".encode(), f"FABRO_EVENT={event}".encode()}
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            env = set((entry / "environ").read_bytes().split(b"\0"))
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if wanted <= env and state != "Z":
-            pids.append(int(entry.name))
-    return pids
-
-
-def _in_tail(run_id: str, event: str, node_id: str) -> bool:
-    for tail in (Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*/events.jsonl"):
-        for line in tail.read_bytes().split(b"\n")[:-1]:
-            found = json.loads(line)
-            if found["event"] == event and found.get("node_id") == node_id:
-                return True
-    return False
-
-
 @pytest.fixture
 def silent_endpoint() -> Iterator[tuple[str, threading.Event]]:
     """A URL that takes a POST and never answers, and an Event set once one arrived."""
@@ -756,7 +739,7 @@ def test_a_stopped_run_stops_its_non_blocking_hooks_instead_of_waiting_for_them(
             pid_file.exists()
             and posted.is_set()
             and run_id
-            and _in_tail(run_id, "stage.started", "deploy")
+            and tail_has(run_id, "stage.started", "deploy")
         ):
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < deadline, "the run never got to deploy with its hooks"
@@ -764,7 +747,7 @@ def test_a_stopped_run_stops_its_non_blocking_hooks_instead_of_waiting_for_them(
                 ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta")
                 run_id = ids.split()[0] if ids.split() else ""
             time.sleep(0.05)
-        hook_pids = _hook_pids(run_id, "stage_complete")
+        hook_pids = pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete")
         assert int(pid_file.read_text()) in hook_pids
         sent = time.monotonic()
         os.kill(proc.pid, sig)
@@ -774,14 +757,20 @@ def test_a_stopped_run_stops_its_non_blocking_hooks_instead_of_waiting_for_them(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for pid in _hook_pids(run_id, "stage_complete") if run_id else []:
+        for pid in (
+            pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete") if run_id else []
+        ):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
     assert proc.returncode == 130, stderr
     assert took < 30, f"took {took:.1f}s to stop"
     assert "Traceback" not in stderr
     # The hook's shell and its sleep are gone.
-    assert [p for p in hook_pids if p in _hook_pids(run_id, "stage_complete")] == []
+    assert [
+        p
+        for p in hook_pids
+        if p in pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete")
+    ] == []
     events = events_of(repo, run_id)
     [stopped] = notices(events, "hooks_stopped")
     assert "slow-notify" in stopped["properties"]["message"]
@@ -849,27 +838,29 @@ def test_a_hook_running_when_git_fabro_is_killed_dies_with_it(
     run_id, hook_pids = "", []
     try:
         deadline = time.monotonic() + 60
-        while not (pid_file.exists() and run_id and _in_tail(run_id, "stage.started", "deploy")):
+        while not (pid_file.exists() and run_id and tail_has(run_id, "stage.started", "deploy")):
             assert proc.poll() is None, err.read_text()
             assert time.monotonic() < deadline, "the run never got to deploy with its hook"
             if not run_id:
                 ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta")
                 run_id = ids.split()[0] if ids.split() else ""
             time.sleep(0.05)
-        hook_pids = _hook_pids(run_id, "stage_complete")
+        hook_pids = pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete")
         background = int(pid_file.read_text())
         assert background in hook_pids
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         deadline = time.monotonic() + 10
-        while _hook_pids(run_id, "stage_complete"):
+        while pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete"):
             assert time.monotonic() < deadline, "the hook outlived git fabro"
             time.sleep(0.02)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-        for pid in _hook_pids(run_id, "stage_complete") if run_id else []:
+        for pid in (
+            pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete") if run_id else []
+        ):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         # The stage git fabro was running when killed (`sleep 600`) goes with it too.

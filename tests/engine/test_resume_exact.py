@@ -252,6 +252,29 @@ def _watcher_of(pid: int) -> int:
     raise AssertionError(f"git fabro ({pid}) has no watcher process")
 
 
+def _kill_9_mid_stage(
+    repo: Path, tmp_path: Path, spawned: list[int], *, watcher_first: bool
+) -> tuple[int, int, int]:
+    """Run `_holding_workflow`, kill -9 git fabro while its stage holds (its watcher
+    first, with `watcher_first`); returns the pids of the stage's shell, its background
+    loop and the watcher."""
+    proc = _start(repo, _holding_workflow(tmp_path), tmp_path)
+    try:
+        _wait_for(tmp_path / "ready", proc, tmp_path)
+        grandchild = int((tmp_path / "pids.grandchild").read_text())
+        shell = int((tmp_path / "pids.shell").read_text())
+        spawned += [grandchild, shell]
+        watcher = _watcher_of(proc.pid)
+        if watcher_first:
+            os.kill(watcher, signal.SIGKILL)
+        _kill_9(proc)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return shell, grandchild, watcher
+
+
 def _resumed_cleanly(repo: Path) -> None:
     run_id = _only_run(repo)
     _resume(repo, run_id)
@@ -266,19 +289,7 @@ def _resumed_cleanly(repo: Path) -> None:
 def test_no_process_of_a_killed_run_outlives_it(
     repo: Path, tmp_path: Path, spawned: list[int]
 ) -> None:
-    workflow = _holding_workflow(tmp_path)
-    proc = _start(repo, workflow, tmp_path)
-    try:
-        _wait_for(tmp_path / "ready", proc, tmp_path)
-        grandchild = int((tmp_path / "pids.grandchild").read_text())
-        shell = int((tmp_path / "pids.shell").read_text())
-        spawned += [grandchild, shell]
-        watcher = _watcher_of(proc.pid)
-        _kill_9(proc)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    shell, grandchild, watcher = _kill_9_mid_stage(repo, tmp_path, spawned, watcher_first=False)
     # The run's watcher kills the stage's whole process group the moment git fabro
     # dies: the command, and what it started in the background; then it goes too.
     deadline = time.monotonic() + 10
@@ -291,21 +302,8 @@ def test_no_process_of_a_killed_run_outlives_it(
 def test_a_resume_kills_what_a_killed_run_left_when_nothing_else_could(
     repo: Path, tmp_path: Path, spawned: list[int]
 ) -> None:
-    workflow = _holding_workflow(tmp_path)
-    proc = _start(repo, workflow, tmp_path)
-    try:
-        _wait_for(tmp_path / "ready", proc, tmp_path)
-        grandchild = int((tmp_path / "pids.grandchild").read_text())
-        shell = int((tmp_path / "pids.shell").read_text())
-        spawned += [grandchild, shell]
-        # The watcher killed first, as a kill of everything git fabro started would.
-        watcher = _watcher_of(proc.pid)
-        os.kill(watcher, signal.SIGKILL)
-        _kill_9(proc)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    # The watcher killed first, as a kill of everything git fabro started would.
+    shell, grandchild, _ = _kill_9_mid_stage(repo, tmp_path, spawned, watcher_first=True)
     assert _alive(grandchild) and _alive(shell)
     _resumed_cleanly(repo)
     assert not _alive(grandchild), "the stage's background loop outlived the resume"
