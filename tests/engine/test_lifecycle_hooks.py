@@ -12,7 +12,7 @@ import socket
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -693,6 +693,36 @@ def silent_endpoint() -> Iterator[tuple[str, threading.Event]]:
         thread.join(5)
 
 
+def _in_deploy_once(
+    repo: Path,
+    proc: subprocess.Popen,
+    ready: Callable[[], bool],
+    said: Callable[[], object],
+) -> str:
+    """Wait until `ready()` and the run (`proc`, `NAPPING`) is in its `deploy` stage;
+    returns the run's id. `said` tells what the run printed, should it end first."""
+    run_id = ""
+    deadline = time.monotonic() + 60
+    while not (ready() and run_id and tail_has(run_id, "stage.started", "deploy")):
+        assert proc.poll() is None, said()
+        assert time.monotonic() < deadline, "the run never got to deploy with its hooks"
+        if not run_id:
+            ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta")
+            run_id = ids.split()[0] if ids.split() else ""
+        time.sleep(0.05)
+    return run_id
+
+
+def _kill_leftovers(proc: subprocess.Popen, run_id: str) -> None:
+    """After a test: the run and its stage_complete hooks, if anything is left of them."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid in pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete") if run_id else []:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_a_stopped_run_stops_its_non_blocking_hooks_instead_of_waiting_for_them(
     repo: Path,
@@ -733,20 +763,10 @@ def test_a_stopped_run_stops_its_non_blocking_hooks_instead_of_waiting_for_them(
     )
     run_id = ""
     try:
-        deadline = time.monotonic() + 60
         # Both hooks are running beside the run, and the run is in its next stage.
-        while not (
-            pid_file.exists()
-            and posted.is_set()
-            and run_id
-            and tail_has(run_id, "stage.started", "deploy")
-        ):
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the run never got to deploy with its hooks"
-            if not run_id:
-                ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta")
-                run_id = ids.split()[0] if ids.split() else ""
-            time.sleep(0.05)
+        run_id = _in_deploy_once(
+            repo, proc, lambda: pid_file.exists() and posted.is_set(), proc.communicate
+        )
         hook_pids = pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete")
         assert int(pid_file.read_text()) in hook_pids
         sent = time.monotonic()
@@ -754,14 +774,7 @@ def test_a_stopped_run_stops_its_non_blocking_hooks_instead_of_waiting_for_them(
         _, stderr = proc.communicate(timeout=30)
         took = time.monotonic() - sent
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in (
-            pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete") if run_id else []
-        ):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _kill_leftovers(proc, run_id)
     assert proc.returncode == 130, stderr
     assert took < 30, f"took {took:.1f}s to stop"
     assert "Traceback" not in stderr
@@ -837,14 +850,7 @@ def test_a_hook_running_when_git_fabro_is_killed_dies_with_it(
         )
     run_id, hook_pids = "", []
     try:
-        deadline = time.monotonic() + 60
-        while not (pid_file.exists() and run_id and tail_has(run_id, "stage.started", "deploy")):
-            assert proc.poll() is None, err.read_text()
-            assert time.monotonic() < deadline, "the run never got to deploy with its hook"
-            if not run_id:
-                ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta")
-                run_id = ids.split()[0] if ids.split() else ""
-            time.sleep(0.05)
+        run_id = _in_deploy_once(repo, proc, pid_file.exists, err.read_text)
         hook_pids = pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete")
         background = int(pid_file.read_text())
         assert background in hook_pids
@@ -855,14 +861,7 @@ def test_a_hook_running_when_git_fabro_is_killed_dies_with_it(
             assert time.monotonic() < deadline, "the hook outlived git fabro"
             time.sleep(0.02)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid in (
-            pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete") if run_id else []
-        ):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        _kill_leftovers(proc, run_id)
         # The stage git fabro was running when killed (`sleep 600`) goes with it too.
         (hermetic_env / "quick").write_text("")
     resumed = run_fabro("resume", run_id, cwd=repo)
