@@ -17,6 +17,8 @@ from typing import Any
 
 import msgspec
 
+from fabro_git.engine.checkpoint import TrackedMap
+
 # Keys the engine sets on every stage: never part of what a branch or child "produced".
 _BOOKKEEPING = ("internal.", "current_node", "outcome", "preferred_label", "failure_")
 
@@ -99,7 +101,7 @@ class CheckpointCopy:
         changes = context.take_changes()
         last = self._last
         if changes is None or last is None or last[0] is not context or last[1] is not held:
-            values: dict[str, Any] = plain(context.shared())
+            values: dict[str, Any] = TrackedMap(plain(context.shared()))
         else:
             values = held
             for key in changes:

@@ -29,6 +29,7 @@ from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
     Checkpoint,
     Manifest,
+    TrackedMap,
     decode_manifest,
     encode,
     read_checkpoint,
@@ -203,7 +204,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
         ctx.set(f"graph.{key}", value)
     ctx.set("graph.goal", spec.goal)
     ctx.set("internal.run_id", run_id)
-    cp.context_values = ctx.snapshot()
+    cp.context_values = TrackedMap(ctx.snapshot())
     dirty = dirty_later()
 
     bus = EventBus(run_id, [TailFileSink(scratch / "events.jsonl")])
