@@ -194,6 +194,10 @@ class LifecycleHooks:
         # stops it; and whether the run was told to stop.
         self._stoppable: dict[trio.CancelScope, Hook] = {}
         self._stopping = False
+        # The blocking hook running now, with the scope that cuts it short; and whether
+        # the user asked a second time, after which no hook runs at all.
+        self._blocking: tuple[trio.CancelScope, Hook] | None = None
+        self._cut = False
 
     @classmethod
     def from_settings(
@@ -282,7 +286,7 @@ class LifecycleHooks:
         for hook in self.hooks:
             if hook.kind not in RUNNABLE or not hook.matches(event, payload):
                 continue
-            if not hook.blocking and self._stopping:
+            if self._cut or (not hook.blocking and self._stopping):
                 self._notice(
                     "hooks_stopped",
                     f"{event} hook {hook.name} was not started: the run is stopping",
@@ -302,12 +306,34 @@ class LifecycleHooks:
                 else:
                     await self._run(hook, payload)
                 continue
-            outcome = await self._run(hook, payload)
+            with trio.CancelScope() as cutting:
+                self._blocking = (cutting, hook)
+                try:
+                    outcome = await self._run(hook, payload)
+                finally:
+                    self._blocking = None
+            if cutting.cancelled_caught:
+                continue  # cut short by `cut_short`: it proceeds, as a timed-out hook does
             if _RANK[outcome.action] > _RANK[decision.action]:
                 decision = outcome
             if decision.action == "block":
                 break
         return decision
+
+    def cut_short(self) -> None:
+        """The user asked again while the run was finishing: stop the blocking hook
+        running now (its process group is killed) and every hook still running beside
+        the run, and run no more hooks. Each is named in a notice."""
+        self._cut = True
+        self.stop()
+        if self._blocking is not None:
+            scope, hook = self._blocking
+            if not scope.cancel_called:
+                scope.cancel()
+                self._notice(
+                    "hooks_stopped",
+                    f"the run was asked again to stop: stopped {hook.event} hook {hook.name}",
+                )
 
     @property
     def busy(self) -> bool:

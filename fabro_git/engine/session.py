@@ -815,9 +815,18 @@ async def _drive(
         narrative = None
         if options.retro and options.retro_narrative and status != "interrupted":
             narrative = await retros.narrative_for(runtime, status, error)
-        result = await _finish(
-            runtime, scope, status, error, announce=not announced, narrative=narrative
-        )
+        async with trio.open_nursery() as finishing:
+            # Asked again while finishing: the hooks of the finish give way; the final
+            # snapshot is still written.
+            async def cut_hooks_short() -> None:
+                async for _ in signals:
+                    hooks.cut_short()
+
+            finishing.start_soon(cut_hooks_short)
+            result = await _finish(
+                runtime, scope, status, error, announce=not announced, narrative=narrative
+            )
+            finishing.cancel_scope.cancel()
         if pusher is not None:
             await pusher.finish(signals)
         return result

@@ -867,3 +867,71 @@ def test_a_hook_running_when_git_fabro_is_killed_dies_with_it(
     resumed = run_fabro("resume", run_id, cwd=repo)
     assert resumed.returncode == 0, resumed.stderr
     assert branch_has(repo, run_id, "deployed.txt")
+
+
+def test_asking_again_while_the_run_finishes_cuts_its_blocking_hooks_short(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    # Ctrl-C stops the stage; the finish then runs a blocking cleanup hook that would
+    # hold the exit for its whole timeout. A second Ctrl-C stops that hook (its process
+    # group killed) and the run ends, its final snapshot written.
+    pid_file = tmp_path / "cleanup.pid"
+    configure(
+        repo,
+        hook(
+            "sandbox_cleanup",
+            f"echo $$ > {pid_file}.part; mv {pid_file}.part {pid_file}; "
+            '[ -f "$HOME/quick" ] || sleep 600',
+            name="slow-cleanup",
+            blocking=True,
+            timeout_ms=600_000,
+        ),
+        NAPPING,
+    )
+    err = tmp_path / "run.err"
+    with err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [*fabro_exe(), "run", "run.toml"],
+            cwd=repo,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+    run_id = ""
+    try:
+        run_id = _in_deploy_once(repo, proc, lambda: True, err.read_text)
+        os.kill(proc.pid, signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while not pid_file.exists():
+            assert proc.poll() is None, err.read_text()
+            assert time.monotonic() < deadline, "the cleanup hook never started"
+            time.sleep(0.02)
+        cleanup = int(pid_file.read_text())
+        sent = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        _kill_leftovers(proc, run_id)
+        for pid in (
+            pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="sandbox_cleanup") if run_id else []
+        ):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert proc.returncode == 130, err.read_text()
+    assert took < 30, f"took {took:.1f}s to stop"
+    assert "Traceback" not in err.read_text()
+    assert pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="sandbox_cleanup") == []
+    assert not Path(f"/proc/{cleanup}").exists() or cleanup not in pids_with_env(
+        FABRO_RUN_ID=run_id
+    )
+    events = events_of(repo, run_id)
+    assert any(
+        "asked again" in n["properties"]["message"] and "slow-cleanup" in n["properties"]["message"]
+        for n in notices(events, "hooks_stopped")
+    ), notices(events, "hooks_stopped")
+    (hermetic_env / "quick").write_text("")
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert branch_has(repo, run_id, "deployed.txt")
