@@ -14,7 +14,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -815,21 +815,39 @@ async def _drive(
         narrative = None
         if options.retro and options.retro_narrative and status != "interrupted":
             narrative = await retros.narrative_for(runtime, status, error)
-        async with trio.open_nursery() as finishing:
-            # Asked again while finishing: the hooks of the finish give way; the final
-            # snapshot is still written.
-            async def cut_hooks_short() -> None:
-                async for _ in signals:
-                    hooks.cut_short()
-
-            finishing.start_soon(cut_hooks_short)
-            result = await _finish(
-                runtime, scope, status, error, announce=not announced, narrative=narrative
-            )
-            finishing.cancel_scope.cancel()
+        result = await _finish_heeding(
+            signals,
+            hooks,
+            _finish(runtime, scope, status, error, announce=not announced, narrative=narrative),
+        )
         if pusher is not None:
             await pusher.finish(signals)
         return result
+
+
+async def _finish_heeding(
+    signals: AsyncIterator[int], hooks: LifecycleHooks, finish: Awaitable[RunResult]
+) -> RunResult:
+    """Await `finish`; asked again meanwhile (Ctrl-C, SIGTERM), the hooks of the finish
+    give way (`LifecycleHooks.cut_short`) and the final snapshot is still written. What
+    `finish` raises comes out as it was raised."""
+
+    async def cut_hooks_short() -> None:
+        async for _ in signals:
+            hooks.cut_short()
+
+    try:
+        async with trio.open_nursery() as finishing:
+            finishing.start_soon(cut_hooks_short)
+            try:
+                return await finish
+            finally:
+                finishing.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The watcher raises nothing of its own: the error is the finish's.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
 
 
 def _actor(value: Any) -> Actor:
