@@ -693,6 +693,20 @@ def silent_endpoint() -> Iterator[tuple[str, threading.Event]]:
         thread.join(5)
 
 
+def _start_run(repo: Path, err: Path) -> subprocess.Popen:
+    """`git fabro run run.toml` in the background, in its own session (a signal sent to
+    it reaches it alone), its stderr in `err`."""
+    with err.open("wb") as stderr:
+        return subprocess.Popen(
+            [*fabro_exe(), "run", "run.toml"],
+            cwd=repo,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+
+
 def _in_deploy_once(
     repo: Path,
     proc: subprocess.Popen,
@@ -839,15 +853,7 @@ def test_a_hook_running_when_git_fabro_is_killed_dies_with_it(
         NAPPING,
     )
     err = tmp_path / "run.err"
-    with err.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [*fabro_exe(), "run", "run.toml"],
-            cwd=repo,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,
-        )
+    proc = _start_run(repo, err)
     run_id, hook_pids = "", []
     try:
         run_id = _in_deploy_once(repo, proc, pid_file.exists, err.read_text)
@@ -889,15 +895,7 @@ def test_asking_again_while_the_run_finishes_cuts_its_blocking_hooks_short(
         NAPPING,
     )
     err = tmp_path / "run.err"
-    with err.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [*fabro_exe(), "run", "run.toml"],
-            cwd=repo,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            start_new_session=True,
-        )
+    proc = _start_run(repo, err)
     run_id = ""
     try:
         run_id = _in_deploy_once(repo, proc, lambda: True, err.read_text)
