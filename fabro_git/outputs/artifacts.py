@@ -31,9 +31,9 @@ from urllib.parse import quote
 
 import msgspec
 
-# Bytes of a value's JSON form above which it is offloaded (decimal kilobytes, as the
-# command output limits are).
-OFFLOAD_THRESHOLD = 100_000
+# Bytes of a value's JSON form above which it is offloaded: 100 KiB, the seed's "100KB"
+# as Fabro's engine reads it, so a value stays inline or not alike under both.
+OFFLOAD_THRESHOLD = 100 * 1024
 
 POINTER_PREFIX = "file://"
 # Bytes written at a time: one 50 MB write(2) costs the kernel several times more.

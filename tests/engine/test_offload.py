@@ -73,12 +73,13 @@ def test_a_large_command_output_is_offloaded_to_the_meta_ref_and_the_scratch_dir
 
 
 def test_a_value_under_the_threshold_stays_inline(repo: Path) -> None:
-    write_workflow(repo, BIG.replace("300000", "90000"))
+    # 102,010 bytes as JSON: under 100 KiB (102,400), over a decimal 100 KB.
+    write_workflow(repo, BIG.replace("300000", "102000"))
     proc, result = run_json("run", "wf.fabro", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]
     checkpoint = json.loads(meta_file(repo, run_id, "checkpoint.json"))
-    assert checkpoint["context_values"]["command.output"] == "x" * 90_000 + "\ndone\n"
+    assert checkpoint["context_values"]["command.output"] == "x" * 102_000 + "\ndone\n"
     assert git(repo, "ls-tree", f"refs/fabro/meta/{run_id}", "artifacts") == ""
     events = run_events(run_id, repo)
     completed = next(e for e in events if e["event"] == "run.completed")
