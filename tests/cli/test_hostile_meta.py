@@ -54,13 +54,20 @@ def _put(repo: Path, tree: str | None, parts: list[str], mode: str, sha: str) ->
     return _git_in(repo, ["mktree", "-z"], listing.encode())
 
 
-def _add_entry(repo: Path, ref: str, path: list[str], data: bytes, mode: str = "100644") -> None:
+def _add_entry(
+    repo: Path,
+    ref: str,
+    path: list[str],
+    data: bytes,
+    mode: str = "100644",
+    message_from: str | None = None,
+) -> None:
     """A new commit on `ref` whose tree also holds `path` (a blob of `data`), with the
-    tip's own message (its trailers too)."""
+    message (trailers too) of the tip, or of the commit `message_from`."""
     blob = _git_in(repo, ["hash-object", "-w", "--stdin"], data)
     tip = git(repo, "rev-parse", ref).strip()
     tree = _put(repo, git(repo, "rev-parse", f"{tip}^{{tree}}").strip(), path, mode, blob)
-    message = git(repo, "log", "-1", "--format=%B", tip)
+    message = git(repo, "log", "-1", "--format=%B", message_from or tip)
     commit = _git_in(repo, ["commit-tree", tree, "-p", tip, "-F", "-"], message.encode())
     git(repo, "update-ref", ref, commit, tip)
 
@@ -155,3 +162,17 @@ def test_dump_and_artifact_cp_of_an_honest_run_still_write_everything(
     dumped = run_fabro("dump", run_id, "-o", str(tmp_path / "dump"), cwd=clone, env=env)
     assert dumped.returncode == 0, dumped.stderr
     assert json.loads((tmp_path / "dump" / "run.json").read_text())["run_id"] == run_id
+
+
+def test_fork_refuses_to_copy_an_entry_that_climbs_out(repo: Path) -> None:
+    proc, result = run_json("run", "hello", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    run_id = result["run_id"]
+    meta = f"refs/fabro/meta/{run_id}"
+    # A checkpoint of `exit` (its message and trailers) whose tree holds the entry.
+    exit_commit = git(repo, "log", "--format=%H", "--grep=^checkpoint exit@1", meta).split()[0]
+    _add_entry(repo, meta, ["artifacts", "..", "pwned.json"], b"1", message_from=exit_commit)
+    before = git(repo, "for-each-ref", "refs/fabro")
+    forked = run_fabro("fork", run_id, "exit", cwd=repo)
+    _refused(forked, run_id, "'artifacts/..'")
+    assert git(repo, "for-each-ref", "refs/fabro") == before
