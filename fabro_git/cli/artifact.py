@@ -19,7 +19,7 @@ import json
 import re
 import sys
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from fabro_git.errors import ConfigError
@@ -168,11 +168,28 @@ def run_list(run_id: str, node: str | None, retry: int | None, json_output: bool
     return 0
 
 
-def _safe(relative: str) -> PurePosixPath:
-    path = PurePosixPath(relative)
-    if path.is_absolute() or any(part in ("", ".", "..") for part in path.parts):
-        raise ConfigError(f"refusing to write outside the destination: {relative!r}")
-    return path
+def _write_confined(
+    repo: Any, run_id: str, meta: str, dest: Path, targets: dict[str, Item]
+) -> tuple[int, int]:
+    """Write each target's bytes below `dest`, every path checked first
+    (`fabro_git.confine`): tree entry names come from the run's metadata, which may come
+    from anywhere, and `dest` may be a checkout whose symlinks lead out of it."""
+    from fabro_git.confine import UnsafeEntry, checked_parts, write_confined
+
+    written = total = 0
+    try:
+        for target in targets:
+            checked_parts(target)
+        for target, item in targets.items():
+            data = repo.read_file(meta, item.meta_path)
+            if data is None:
+                continue
+            write_confined(dest, target, data)
+            written += 1
+            total += len(data)
+    except UnsafeEntry as err:
+        raise err.for_run(run_id) from None
+    return written, total
 
 
 def run_cp(source: str, dest: Path, node: str | None, retry: int | None, tree: bool) -> int:
@@ -190,10 +207,10 @@ def run_cp(source: str, dest: Path, node: str | None, retry: int | None, tree: b
             f"no assets or offloaded values match {what}",
             hint=f"see what there is: git fabro artifact list {full_id[:12]}",
         )
-    targets: dict[PurePosixPath, Item] = {}
+    targets: dict[str, Item] = {}
     superseded = 0
     for item in items:  # in the order the stages ran: the latest file of a name wins
-        target = _safe(item.tree_path if tree else item.name)
+        target = item.tree_path if tree else item.name
         superseded += target in targets
         targets[target] = item
     if tree:
@@ -202,18 +219,8 @@ def run_cp(source: str, dest: Path, node: str | None, retry: int | None, tree: b
             manifest = f"{slug}/retry_{attempt}/manifest.json"
             meta_path = f"assets/{manifest}"
             if repo.read_file(meta, meta_path) is not None:
-                targets[_safe(manifest)] = Item("asset", "", "", slug, attempt, "", meta_path, 0)
-    written = 0
-    total = 0
-    for target, item in targets.items():
-        data = repo.read_file(meta, item.meta_path)
-        if data is None:
-            continue
-        path = dest.joinpath(*target.parts)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-        written += 1
-        total += len(data)
+                targets[manifest] = Item("asset", "", "", slug, attempt, "", meta_path, 0)
+    written, total = _write_confined(repo, full_id, meta, dest, targets)
     sys.stdout.write(
         f"copied {written} file{'s' if written != 1 else ''} ({human_size(total)}) to {dest}\n"
     )

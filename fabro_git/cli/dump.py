@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ def run(run_arg: str, output: Path) -> int:
     from fabro_git.cli._runs import effective_status, resolve_run, tail_path
     from fabro_git.cli._timeline import timeline
     from fabro_git.cli.logs import durable_events
+    from fabro_git.confine import UnsafeEntry, checked_parts, write_confined
     from fabro_git.engine.checkpoint import encode, read_checkpoint
     from fabro_git.engine.lock import is_live
     from fabro_git.engine.session import load_run
@@ -76,36 +78,21 @@ def run(run_arg: str, output: Path) -> int:
         if recorded is not None:
             name = f"checkpoints/{entry.ordinal:0{width}d}-{entry.label}.json"
             files[name] = encode(recorded)
-    _write_all(target, files)
-    for relpath in streamed:
-        repo.copy_file(meta, relpath, _inside(target, relpath))
+    # Every path is checked before anything is written (`fabro_git.confine`): the run's
+    # metadata names them, and it may come from anywhere.
+    try:
+        for relpath in [*files, *streamed]:
+            checked_parts(relpath)
+        target.mkdir(parents=True, exist_ok=True)
+        for relpath, data in sorted(files.items()):
+            write_confined(target, relpath, data)
+        for relpath in streamed:
+            write_confined(target, relpath, partial(repo.copy_file, meta, relpath))
+    except UnsafeEntry as err:
+        raise err.for_run(run_id) from None
     print(
         f"dumped run {run_id} to {target} ({len(files) + len(streamed)} files, "
         f"{len(entries)} checkpoints)",
         file=sys.stderr,
     )
     return 0
-
-
-def _inside(target: Path, relpath: str) -> Path:
-    """Where `relpath` goes in the dump, its directory made; never outside `target`."""
-    from fabro_git.errors import FabroError
-
-    root = target.resolve()
-    path = (root / relpath).resolve()
-    if not path.is_relative_to(root) or path == root:
-        raise FabroError(f"the run's metadata holds a path outside the dump: {relpath!r}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def _write_all(target: Path, files: dict[str, bytes]) -> None:
-    from fabro_git.errors import FabroError
-
-    target.mkdir(parents=True, exist_ok=True)
-    for relpath, data in sorted(files.items()):
-        path = _inside(target, relpath)
-        try:
-            path.write_bytes(data)
-        except OSError as err:
-            raise FabroError(f"cannot write {path}: {err.strerror or err}") from err

@@ -159,7 +159,7 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
         runrefs.THREADS_DIR,
         runrefs.ASSETS_DIR,
     ):
-        for relpath, data in _read_dir(repo, at, directory).items():
+        for relpath, data in _read_dir(repo, at, directory, run_id=source_id).items():
             files[f"{directory}/{relpath}"] = data
     try:
         meta_sha = recorder.snapshot("init", "init", cp, files)

@@ -24,6 +24,7 @@ import trio
 
 from fabro_git import __version__
 from fabro_git.config.locations import make_private_dir, run_scratch_dir, runs_dir
+from fabro_git.confine import UnsafeEntry
 from fabro_git.engine import control, cutoff, process_groups, retros
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import (
@@ -364,7 +365,7 @@ def _load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, met
     if relpath is not None:
         depth = len(Path(relpath).parts)
         root = path.parents[depth - 1] if path is not None and len(path.parents) >= depth else None
-        snapshot = _read_dir(repo, meta, SNAPSHOT_DIR)
+        snapshot = _read_dir(repo, meta, SNAPSHOT_DIR, run_id=run_id)
         graph.origin = Origin(relpath=relpath, root=root, snapshot=snapshot)
     else:
         # Recorded before `graphs/`: @file prompts were kept as prompts/<node>.md.
@@ -376,17 +377,22 @@ def _load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, met
     return graph
 
 
-def _restore_artifacts(repo: GitRepo, meta: str, cp: Checkpoint, scratch: Path) -> None:
+def _restore_artifacts(
+    repo: GitRepo, run_id: str, meta: str, cp: Checkpoint, scratch: Path
+) -> None:
     """Write the offloaded values the meta ref holds into this scratch dir, and point the
     checkpoint at them: a resume in another clone (or after the scratch dir was cleaned)
     finds pointers into a directory that is not there."""
     from fabro_git.outputs.artifacts import ArtifactStore
 
     store = ArtifactStore(scratch)
-    files = _read_dir(repo, meta, runrefs.ARTIFACTS_DIR)
-    store.materialise(
-        {name.removesuffix(".json"): data for name, data in files.items() if name.endswith(".json")}
-    )
+    files = _read_dir(repo, meta, runrefs.ARTIFACTS_DIR, run_id=run_id)
+    try:
+        store.materialise(
+            {n.removesuffix(".json"): data for n, data in files.items() if n.endswith(".json")}
+        )
+    except UnsafeEntry as err:
+        raise err.for_run(run_id) from None
     store.repoint(cp.context_values)
     for record in cp.node_outcomes.values():
         updates = record.get("context_updates")
@@ -394,14 +400,22 @@ def _restore_artifacts(repo: GitRepo, meta: str, cp: Checkpoint, scratch: Path) 
             store.repoint(updates)
 
 
-def _read_dir(repo: GitRepo, commit: str, directory: str) -> dict[str, bytes]:
-    """Every file under `directory` of `commit`, by its path inside it."""
+def _read_dir(repo: GitRepo, commit: str, directory: str, *, run_id: str) -> dict[str, bytes]:
+    """Every file under `directory` of `commit`, by its path inside it. The run's
+    (`run_id`) entry names are checked as paths (`fabro_git.confine`): whoever reads
+    them may write them to disk, or into another run."""
+    from fabro_git.confine import checked_parts
+
     out: dict[str, bytes] = {}
     pending = [""]
     while pending:
         sub = pending.pop()
         for name in repo.list_dir(commit, f"{directory}/{sub}".rstrip("/")) or []:
             relpath = f"{sub}/{name}" if sub else name
+            try:
+                checked_parts(relpath)
+            except UnsafeEntry as err:
+                raise UnsafeEntry(f"{directory}/{relpath}", err.reason, run_id=run_id) from None
             data = repo.read_file(commit, f"{directory}/{relpath}")
             if data is None:
                 pending.append(relpath)
@@ -675,7 +689,9 @@ async def _drive(
     )
     cp.context_values["internal.work_dir"] = str(worktree)
     if resuming and recorder is not None and recorder.meta_tip is not None:
-        await trio.to_thread.run_sync(_restore_artifacts, repo, recorder.meta_tip, cp, scratch)
+        await trio.to_thread.run_sync(
+            _restore_artifacts, repo, run_id, recorder.meta_tip, cp, scratch
+        )
     if resuming:
         emit(
             ev.RunNotice(

@@ -36,8 +36,6 @@ import msgspec
 OFFLOAD_THRESHOLD = 100 * 1024
 
 POINTER_PREFIX = "file://"
-# Bytes written at a time: one 50 MB write(2) costs the kernel several times more.
-_WRITE_CHUNK = 1 << 20
 _VALUES = ("artifacts", "values")
 
 
@@ -117,7 +115,11 @@ class ArtifactStore:
         self.root = scratch.joinpath(*_VALUES)
 
     def path(self, name: str) -> Path:
-        return self.root / f"{name}.json"
+        """The file of the artifact `name`; `UnsafeEntry` for a name that would leave the
+        store (one read from a meta ref or a pointer can say anything)."""
+        from fabro_git.confine import checked_parts
+
+        return self.root.joinpath(*checked_parts(f"{name}.json"))
 
     def pointer(self, name: str) -> str:
         return f"{POINTER_PREFIX}{self.path(name)}"
@@ -220,7 +222,10 @@ class ArtifactStore:
 
     def materialise(self, files: Mapping[str, bytes]) -> None:
         """Make the store hold exactly `files` (name -> JSON bytes), the meta ref's copies
-        on resume: what git holds is the truth, whatever a cut-off stage left here."""
+        on resume: what git holds is the truth, whatever a cut-off stage left here.
+        Every name is checked before anything is written."""
+        for name in files:
+            self.path(name)
         for name, data in files.items():
             self._write(name, data)
         for name in self.names() - set(files):
@@ -262,18 +267,11 @@ class ArtifactStore:
         try:
             if path.read_bytes() == data:
                 return False
-        except FileNotFoundError:
-            pass
-        from fabro_git.config.locations import make_private_dir, open_private
+        except OSError:
+            pass  # not there, or not a file: the write says what is wrong
+        from fabro_git.confine import write_confined
 
-        make_private_dir(path.parent)
-        temp = path.with_name(f".{path.name}.tmp")
-        fd = open_private(temp, os.O_WRONLY | os.O_TRUNC)
-        with os.fdopen(fd, "wb") as out:
-            view = memoryview(data)
-            for start in range(0, len(data), _WRITE_CHUNK):
-                out.write(view[start : start + _WRITE_CHUNK])
-        os.replace(temp, path)
+        write_confined(self.root, f"{name}.json", data, private=True)
         return True
 
 

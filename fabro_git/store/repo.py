@@ -405,10 +405,10 @@ class GitRepo:
         proc = run_git(["cat-file", "-s", entry[1].decode()], cwd=self.root, check=False)
         return int(proc.stdout) if proc.returncode == 0 else None
 
-    def copy_file(self, commit: str, path: str, dest: Path) -> bool:
-        """Write the file at `path` in `commit` to `dest`, streamed from git in bounded
-        memory (a command's whole output can be hundreds of megabytes); False when it
-        is not a file there."""
+    def copy_file(self, commit: str, path: str, out: BinaryIO) -> bool:
+        """Write the file at `path` in `commit` to the open file `out`, streamed from git
+        in bounded memory (a command's whole output can be hundreds of megabytes); False
+        when it is not a file there."""
         import subprocess
 
         entry = self._lookup(commit, path)
@@ -416,15 +416,15 @@ class GitRepo:
             return False
         from fabro_git.store._gitcli import git_env
 
-        with dest.open("wb") as out:
-            proc = subprocess.run(
-                ["git", "cat-file", "blob", entry[1].decode()],
-                cwd=self.root,
-                stdout=out,
-                stderr=subprocess.PIPE,
-                env=git_env(),
-                check=False,
-            )
+        out.flush()
+        proc = subprocess.run(
+            ["git", "cat-file", "blob", entry[1].decode()],
+            cwd=self.root,
+            stdout=out,
+            stderr=subprocess.PIPE,
+            env=git_env(),
+            check=False,
+        )
         if proc.returncode != 0:
             raise StoreError(
                 f"git cat-file failed for {path} of {commit[:12]}: "

@@ -1,0 +1,178 @@
+"""A fetched run whose refs were made by hand cannot write outside its destination.
+
+The hostile refs are built with git's own plumbing (`mktree`, `commit-tree`,
+`update-ref`) on top of a real run, so everything but the hostile entry is valid; they
+travel through a bare remote to a clone as any run does (git checks no tree entry
+names on push or fetch), and the real `git fabro` in the clone must refuse them with a
+message, not a traceback, and write nothing outside.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers import fresh_clone, git, run_fabro, run_json, write_workflow
+
+# `check` fails until $HOME/ok exists, so the run can be resumed.
+FAILING = """\
+digraph Hostile {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    make  [shape=parallelogram, script="printf 'made\\\\n' > made.txt"]
+    check [shape=parallelogram, script="test -f \\"$HOME/ok\\""]
+    start -> make -> check -> exit
+}
+"""
+
+
+def _git_in(repo: Path, args: list[str], data: bytes) -> str:
+    proc = subprocess.run(["git", *args], cwd=repo, input=data, capture_output=True, check=True)
+    return proc.stdout.decode().strip()
+
+
+def _put(repo: Path, tree: str | None, parts: list[str], mode: str, sha: str) -> str:
+    """`tree` with the entry `parts` set to (`mode`, `sha`), any name git's `mktree`
+    takes (`..` and `.git` too): the id of the new tree."""
+    entries: dict[str, str] = {}
+    if tree is not None:
+        for line in git(repo, "ls-tree", "-z", tree).split("\0"):
+            if line:
+                header, name = line.split("\t", 1)
+                entries[name] = header
+    head, rest = parts[0], parts[1:]
+    if rest:
+        old = entries.get(head, "").split()
+        subtree = old[2] if len(old) == 3 and old[1] == "tree" else None
+        entries[head] = f"040000 tree {_put(repo, subtree, rest, mode, sha)}"
+    else:
+        entries[head] = f"{mode} {'tree' if mode == '040000' else 'blob'} {sha}"
+    listing = "".join(f"{header}\t{name}\0" for name, header in entries.items())
+    return _git_in(repo, ["mktree", "-z"], listing.encode())
+
+
+def _add_entry(
+    repo: Path,
+    ref: str,
+    path: list[str],
+    data: bytes,
+    mode: str = "100644",
+    message_from: str | None = None,
+) -> None:
+    """A new commit on `ref` whose tree also holds `path` (a blob of `data`), with the
+    message (trailers too) of the tip, or of the commit `message_from`."""
+    blob = _git_in(repo, ["hash-object", "-w", "--stdin"], data)
+    tip = git(repo, "rev-parse", ref).strip()
+    tree = _put(repo, git(repo, "rev-parse", f"{tip}^{{tree}}").strip(), path, mode, blob)
+    message = git(repo, "log", "-1", "--format=%B", message_from or tip)
+    commit = _git_in(repo, ["commit-tree", tree, "-p", tip, "-F", "-"], message.encode())
+    git(repo, "update-ref", ref, commit, tip)
+
+
+def _named(root: Path, stem: str) -> list[Path]:
+    return [Path(d) / n for d, dirs, files in os.walk(root) for n in dirs + files if stem in n]
+
+
+def _refused(proc: subprocess.CompletedProcess[str], run_id: str, entry: str) -> None:
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"run {run_id}: refusing to write" in proc.stderr, proc.stderr
+    assert entry in proc.stderr, proc.stderr
+
+
+def test_resume_refuses_an_artifact_entry_that_climbs_out(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    write_workflow(repo, FAILING)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = result["run_id"]
+    # From the scratch dir's artifacts/values/: out of the scratch dir, out of runs/,
+    # out of FABRO_HOME and into the test's own directory.
+    climb = [".."] * 5
+    _add_entry(repo, f"refs/fabro/meta/{run_id}", ["artifacts", *climb, "pwned.json"], b"1")
+    clone, env = fresh_clone(repo, tmp_path)
+    (hermetic_env / "ok").write_text("")
+
+    resumed = run_fabro("resume", run_id, cwd=clone, env=env)
+    _refused(resumed, run_id, "'artifacts/..'")
+    assert _named(tmp_path, "pwned") == [] and _named(hermetic_env, "pwned") == []
+
+
+@pytest.mark.parametrize(
+    ("entry", "outside"),
+    [(["test-results", "pwned.txt"], "symlink"), ([".git", "hooks", "pre-commit"], "git")],
+    ids=["through-a-committed-symlink", "into-the-git-dir"],
+)
+def test_artifact_cp_refuses_to_write_through_the_work_products_symlink(
+    repo: Path, tmp_path: Path, entry: list[str], outside: str
+) -> None:
+    proc, result = run_json("run", "hello", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    run_id = result["run_id"]
+    elsewhere = tmp_path / "xyz-outside"
+    elsewhere.mkdir()
+    # The run's work product holds `test-results -> <elsewhere>`, and its metadata an
+    # asset captured under that name.
+    branch = f"refs/heads/fabro/run/{run_id}"
+    _add_entry(repo, branch, ["test-results"], str(elsewhere).encode(), mode="120000")
+    _add_entry(repo, f"refs/fabro/meta/{run_id}", ["assets", "hello", "retry_1", *entry], b"x")
+    clone, env = fresh_clone(repo, tmp_path)
+    git(clone, "checkout", "-q", f"fabro/run/{run_id}")
+    assert (clone / "test-results").is_symlink()
+
+    copied = run_fabro("artifact", "cp", run_id, ".", cwd=clone, env=env)
+    _refused(copied, run_id, "/".join(entry))
+    assert list(elsewhere.iterdir()) == []
+    assert not (clone / ".git" / "hooks" / "pre-commit").exists()
+    assert outside in copied.stderr
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [[".git", "hooks", "post-checkout"], ["nodes", "..", "..", "pwned.txt"]],
+    ids=["git-dir", "climbs-out"],
+)
+def test_dump_refuses_an_entry_outside_the_dump(
+    repo: Path, tmp_path: Path, entry: list[str]
+) -> None:
+    proc, result = run_json("run", "hello", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    run_id = result["run_id"]
+    _add_entry(repo, f"refs/fabro/meta/{run_id}", entry, b"#!/bin/sh\necho owned\n")
+    clone, env = fresh_clone(repo, tmp_path)
+    target = tmp_path / "dumps" / "dump"
+
+    dumped = run_fabro("dump", run_id, "-o", str(target), cwd=clone, env=env)
+    _refused(dumped, run_id, "/".join(entry))
+    assert not (target / ".git").exists()
+    assert _named(tmp_path, "pwned") == [] and _named(tmp_path, "post-checkout") == []
+
+
+def test_dump_and_artifact_cp_of_an_honest_run_still_write_everything(
+    repo: Path, tmp_path: Path
+) -> None:
+    proc, result = run_json("run", "hello", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    run_id = result["run_id"]
+    clone, env = fresh_clone(repo, tmp_path)
+    dumped = run_fabro("dump", run_id, "-o", str(tmp_path / "dump"), cwd=clone, env=env)
+    assert dumped.returncode == 0, dumped.stderr
+    assert json.loads((tmp_path / "dump" / "run.json").read_text())["run_id"] == run_id
+
+
+def test_fork_refuses_to_copy_an_entry_that_climbs_out(repo: Path) -> None:
+    proc, result = run_json("run", "hello", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    run_id = result["run_id"]
+    meta = f"refs/fabro/meta/{run_id}"
+    # A checkpoint of `exit` (its message and trailers) whose tree holds the entry.
+    exit_commit = git(repo, "log", "--format=%H", "--grep=^checkpoint exit@1", meta).split()[0]
+    _add_entry(repo, meta, ["artifacts", "..", "pwned.json"], b"1", message_from=exit_commit)
+    before = git(repo, "for-each-ref", "refs/fabro")
+    forked = run_fabro("fork", run_id, "exit", cwd=repo)
+    _refused(forked, run_id, "'artifacts/..'")
+    assert git(repo, "for-each-ref", "refs/fabro") == before
