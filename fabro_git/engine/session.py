@@ -646,7 +646,8 @@ async def _drive(
     t0 = time.monotonic()
     fresh = False
     if in_place:
-        worktree = Path(manifest.source_directory)
+        check_in_place_home(repo, run_id, manifest)
+        worktree = Path(repo.root)
     else:
         assert recorder is not None and recorder.run_tip is not None
         try:
@@ -1078,12 +1079,28 @@ def write_json_result(result: RunResult) -> None:
     sys.stdout.flush()
 
 
+def check_in_place_home(repo: GitRepo, run_id: str, manifest: Manifest) -> None:
+    """An in-place run resumes only in the checkout it ran in. The manifest's
+    `source_directory` is run data (a fetched run's says whatever its author wrote), so it
+    never chooses where stages run: it is only compared with this checkout."""
+    if not manifest.in_place:
+        return
+    here = Path(repo.root).resolve()
+    if Path(manifest.source_directory).resolve() != here:
+        raise FabroError(
+            f"run {run_id} ran in place in {manifest.source_directory!r}, not in {here}",
+            hint="resume it from that checkout, or continue it in a worktree here with "
+            f"`git fabro fork {run_id}`",
+        )
+
+
 def check_resumable(repo: GitRepo, run_id: str, stored: StoredRun, options: Options) -> None:
     """Refuse, before a resume touches the run, what `check_options` refuses before a
     run: a key unset since the run started, an agent CLI uninstalled since."""
     if options.dry_run:
         return
     manifest, _cp, meta, source = stored
+    check_in_place_home(repo, run_id, manifest)
     config = manifest.settings.get("config") or {}
     check_options(
         options,

@@ -12,6 +12,7 @@ from pathlib import Path
 from helpers import (
     assert_fsck_clean,
     fabro_exe,
+    fresh_clone,
     git,
     meta_file,
     run_events,
@@ -329,3 +330,29 @@ def test_checkpoint_events_carry_the_stage_diff(repo: Path) -> None:
     assert "diff" not in by_node["check"]
     sha = by_node["write"]["git_commit_sha"]
     assert git(repo, "show", "--format=", "--stat", sha).strip().startswith("greeting.txt")
+
+
+def test_an_in_place_run_resumes_only_in_the_checkout_it_ran_in(repo: Path, tmp_path: Path) -> None:
+    """The manifest's source_directory is run data: a fetched run's says whatever its
+    author wrote, so it never picks the directory stages run in."""
+    write_workflow(
+        repo,
+        """
+        digraph P {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            work [shape=parallelogram, script="echo here > placed.txt; exit 1"]
+            start -> work -> exit
+        }
+        """,
+    )
+    proc, result = run_json("run", "wf.fabro", "--in-place", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = result["run_id"]
+    (repo / "placed.txt").unlink()
+    clone, env = fresh_clone(repo, tmp_path)
+    resumed = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert resumed.returncode == 1
+    assert f"run {run_id} ran in place in '{repo}'" in resumed.stderr
+    assert f"git fabro fork {run_id}" in resumed.stderr
+    assert not (repo / "placed.txt").exists() and not (clone / "placed.txt").exists()
