@@ -179,3 +179,56 @@ def test_ps_inspect_show_and_logs_show_a_goals_and_labels_escapes(repo: Path) ->
         assert "team=\\x1b[2J" in outputs[name].stdout, name
         # A one-line field keeps its line: the newline in a label is shown, not printed.
         assert "note=a\\nb" in outputs[name].stdout, name
+
+
+# A stage that prints escapes, then a gate (its label holds one too) that asks about it.
+ASKS = """
+digraph G {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    talk  [shape=parallelogram, script="printf 'look \\\\033]52;c;aGk=\\\\007 here\\\\n'"]
+    gate  [shape=hexagon, label="Ship \x1b[2J these?"]
+    start -> talk -> gate
+    gate -> exit [label="[A] Approve"]
+}
+"""
+
+
+def test_a_gate_shows_its_question_and_the_output_it_is_about_escaped(repo: Path) -> None:
+    write_workflow(repo, ASKS)
+    proc = run_fabro("run", "wf.fabro", cwd=repo, input="A\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stderr
+    assert "│ look \\x1b]52;c;aGk=\\x07 here" in proc.stderr
+    assert "? Ship \\x1b[2J these?" in proc.stderr
+
+
+FAILS = r"""
+digraph F {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    bad   [shape=parallelogram, script="printf 'oops \\033]52;c;aGk=\\007 \\033[2J\\n' >&2; exit 3"]
+    start -> bad -> exit
+}
+"""
+
+
+def test_a_failed_stages_error_is_shown_escaped_by_every_command(repo: Path) -> None:
+    write_workflow(repo, FAILS)
+    failed = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    assert failed.returncode == 1, failed.stderr
+    run_id = json.loads(failed.stdout.strip().splitlines()[-1])["run_id"]
+    shown = "oops \\x1b]52;c;aGk=\\x07 \\x1b[2J"
+    for args in (
+        ("show", run_id, "bad"),
+        ("inspect", run_id),
+        ("attach", run_id),
+        ("wait", run_id),
+        ("logs", "--pretty", run_id),
+        ("fork", run_id, "--list"),
+    ):
+        proc = run_fabro(*args, cwd=repo)
+        assert "\x1b" not in proc.stdout + proc.stderr, args
+        if args[0] in ("show", "inspect", "attach", "logs"):
+            assert shown in proc.stdout + proc.stderr, args
+    assert "\x1b" not in failed.stderr and shown in failed.stderr
