@@ -27,16 +27,18 @@ import re
 _UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _MULTI_LINE = re.compile(f"[{_UNSAFE}]")
 _ONE_LINE = re.compile(f"[\t\n{_UNSAFE}]")
-_NAMED = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
+# Each character's escape: these three by name, the others filled in as they are met
+# (a bounded set: the characters the patterns above match).
+_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 
 
 def _escape(match: re.Match[str]) -> str:
     char = match.group()
-    named = _NAMED.get(char)
-    if named is not None:
-        return named
-    code = ord(char)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    escape = _ESCAPES.get(char)
+    if escape is None:
+        code = ord(char)
+        escape = _ESCAPES[char] = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return escape
 
 
 def printable(text: str, *, one_line: bool = False) -> str:

@@ -124,7 +124,7 @@ def print_timeline(repo: Any, entries: list[CheckpointEntry], run_id: str) -> No
     if not entries:
         print(f"run {run_id} has no checkpoints yet", file=sys.stderr)
         return
-    rows = [("#", "CHECKPOINT", "STATUS", "TIME", "COMMIT")]
+    rows: list[tuple[str, ...]] = [("#", "CHECKPOINT", "STATUS", "TIME", "COMMIT")]
     for entry in entries:
         rows.append(
             (

@@ -187,7 +187,7 @@ def _render_retro(doc: dict[str, Any]) -> str:
     if len(files) > 20:
         lines[-1] += f", and {len(files) - 20} more"
     if stages:
-        rows = [("STAGE", "STATUS", "DURATION", "RETRIES", "COST", "FILES")]
+        rows: list[tuple[str, ...]] = [("STAGE", "STATUS", "DURATION", "RETRIES", "COST", "FILES")]
         for stage in stages:
             stage_cost = stage.get("cost")
             rows.append(
