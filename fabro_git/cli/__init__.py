@@ -53,11 +53,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def boundary(fn: Callable[[], int]) -> int:
     from fabro_git.errors import FabroError, disk_full_in
+    from fabro_git.terminal import printable
 
     try:
         return fn()
     except FabroError as err:
-        print(f"error: {err}", file=sys.stderr)
+        # A message may quote run data (a stage's error, a manifest field, a file name).
+        print(f"error: {printable(str(err))}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
         print("Interrupted", file=sys.stderr)
@@ -74,7 +76,9 @@ def boundary(fn: Callable[[], int]) -> int:
             print(f"error: {disk_full}", file=sys.stderr)
             return disk_full.exit_code
         log_path = write_crash_log(exc)
-        print(f"error: unexpected error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"error: unexpected error: {type(exc).__name__}: {printable(str(exc))}", file=sys.stderr
+        )
         print(
             f"This is a bug in git-fabro. A crash log was written to {log_path};"
             " please attach it to a bug report.",

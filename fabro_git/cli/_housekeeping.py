@@ -63,7 +63,10 @@ class Removal:
         if self.scratch is not None:
             shown.append(f"  scratch   {self.scratch}")
         shown += [f"  lock      {path}" for path in self.lock_files]
-        return shown
+        from fabro_git.terminal import printable
+
+        # The workflow and status are the run's own (a fetched run's): one line each.
+        return [printable(line, one_line=True) for line in shown]
 
 
 def plan(repo: GitRepo, run_id: str, row: RunRow | None) -> Removal:
@@ -173,6 +176,9 @@ class Orphans:
         shown += [f"  scratch   {p}" for p in self.scratch_dirs]
         shown += [f"  ref       {n} ({s[:12]})" for n, s in self.refs.items()]
         shown += [f"  lock      {p}" for p in self.lock_files]
+        from fabro_git.terminal import printable
+
+        shown = [printable(line, one_line=True) for line in shown]
         return ["left by runs that are gone:", *shown] if shown else []
 
     def __bool__(self) -> bool:

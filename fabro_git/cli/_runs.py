@@ -121,10 +121,14 @@ def all_rows(repo: Any, *, warn: bool = True) -> list[RunRow]:
         except StoreError as exc:
             if warn:
                 from fabro_git.engine.session import unreadable_meta
+                from fabro_git.terminal import printable
 
+                # A fetched ref's name and its error are the remote's words.
                 problem = unreadable_meta(name[len(prefix) :], sha, exc)
-                print(f"warning: skipped {name}: {problem.message}", file=sys.stderr)
-                print(f"hint: {problem.hint}", file=sys.stderr)
+                print(
+                    printable(f"warning: skipped {name}: {problem.message}\nhint: {problem.hint}"),
+                    file=sys.stderr,
+                )
     rows.sort(key=lambda r: r.run_id, reverse=True)
     return rows
 

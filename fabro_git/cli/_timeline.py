@@ -124,7 +124,7 @@ def print_timeline(repo: Any, entries: list[CheckpointEntry], run_id: str) -> No
     if not entries:
         print(f"run {run_id} has no checkpoints yet", file=sys.stderr)
         return
-    rows = [("#", "CHECKPOINT", "STATUS", "TIME", "COMMIT")]
+    rows: list[tuple[str, ...]] = [("#", "CHECKPOINT", "STATUS", "TIME", "COMMIT")]
     for entry in entries:
         rows.append(
             (
@@ -135,6 +135,10 @@ def print_timeline(repo: Any, entries: list[CheckpointEntry], run_id: str) -> No
                 entry.run_commit[:12] if entry.run_commit else "-",
             )
         )
+    from fabro_git.terminal import printable
+
+    # Node names and statuses come from the run: each cell through the one sanitiser.
+    rows = [tuple(printable(cell, one_line=True) for cell in row) for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     for row in rows:
         sys.stdout.write(

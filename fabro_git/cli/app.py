@@ -441,11 +441,17 @@ def show(
             metavar="NODE[@VISIT]",
         ),
     ] = None,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw", help="The run's bytes unchanged, escapes and all (for pipes, not terminals)."
+        ),
+    ] = False,
 ) -> None:
     """Show a run's stages, or what one stage did: its output, prompt and response."""
     from fabro_git.cli import show as impl
 
-    raise typer.Exit(impl.run(run_id, node))
+    raise typer.Exit(impl.run(run_id, node, raw=raw))
 
 
 @command()

@@ -156,13 +156,17 @@ def run_list(run_id: str, node: str | None, retry: int | None, json_output: bool
         sys.stderr.write(f"no assets or offloaded values in run {full_id[:12]}")
         sys.stderr.write(" for that filter\n" if node or retry is not None else "\n")
         return 0
-    width = max(len("STAGE"), *(len(i.stage) for i in items))
+    from fabro_git.terminal import printable
+
+    # Stage names and paths come from the run's tree: shown through the one sanitiser.
+    rows = [(printable(i.kind, one_line=True), printable(i.stage, one_line=True), i) for i in items]
+    width = max(len("STAGE"), *(len(stage) for _, stage, _ in rows))
     out.write(f"{'KIND':<5}  {'STAGE':<{width}}  {'RETRY':>5}  {'SIZE':>9}  PATH\n")
-    for item in items:
+    for kind, stage, item in rows:
         retry_text = str(item.retry) if item.retry is not None else "-"
         out.write(
-            f"{item.kind:<5}  {item.stage:<{width}}  {retry_text:>5}  "
-            f"{human_size(item.size):>9}  {item.tree_path}\n"
+            f"{kind:<5}  {stage:<{width}}  {retry_text:>5}  "
+            f"{human_size(item.size):>9}  {printable(item.tree_path, one_line=True)}\n"
         )
     out.write(f"\ncopy them: git fabro artifact cp {full_id[:12]}[:PATH] DEST [--tree]\n")
     return 0

@@ -49,12 +49,15 @@ def _result(repo: Any, run_id: str) -> int:
     from fabro_git.store import runs as runrefs
 
     manifest, checkpoint, meta, _source = load_run(repo, run_id)
+    from fabro_git.terminal import printable
+
     status = read_row(repo, run_id, meta).status
-    print(f"run {run_id} {status.replace('_', ' ')}", file=sys.stderr)
+    print(f"run {run_id} {printable(status.replace('_', ' '), one_line=True)}", file=sys.stderr)
     if status == "failed" and checkpoint.error:
         from fabro_git import redact
 
-        print(f"error: {redact.for_process().mask_text(checkpoint.error)}", file=sys.stderr)
+        error = printable(redact.for_process().mask_text(checkpoint.error))
+        print(f"error: {error}", file=sys.stderr)
     if status in ("failed", "interrupted"):
         print(
             f"hint: see what happened with `git fabro logs {run_id} --pretty`;"
@@ -174,9 +177,10 @@ class _Gates:
             was_first = bool(self.open) and next(iter(self.open)) == gate_id
             self.open.pop(gate_id, None)
             if message.get("by") == "terminal":
-                print(
-                    f"\n(answered at the run's terminal: {message.get('answer')})", file=sys.stderr
-                )
+                from fabro_git.terminal import printable
+
+                answer = printable(str(message.get("answer")), one_line=True)
+                print(f"\n(answered at the run's terminal: {answer})", file=sys.stderr)
             if was_first and self.open:
                 self._show(next(iter(self.open)))
             if not self.open:
@@ -208,7 +212,9 @@ class _Gates:
                 answer = question.default.label
             if not answer or not _takes(question, answer):
                 if answer:
-                    labels = ", ".join(c.label for c in question.choices)
+                    from fabro_git.terminal import printable
+
+                    labels = printable(", ".join(c.label for c in question.choices), one_line=True)
                     sys.stderr.write(f"({answer!r} is none of: {labels})\n")
                 sys.stderr.write("> ")
                 sys.stderr.flush()

@@ -85,8 +85,11 @@ def stage_range(repo: Any, run_id: str, base: str, tip: str, target: str) -> tup
     else:
         commit = commits[-1]
         if len(commits) > 1:
+            from fabro_git.terminal import printable
+
+            name = printable(node, one_line=True)
             print(
-                f"{node} ran {len(commits)} times; showing its last visit (name one as {node}@N)",
+                f"{name} ran {len(commits)} times; showing its last visit (name one as {name}@N)",
                 file=sys.stderr,
             )
     index = [sha for sha, _ in chain].index(commit)

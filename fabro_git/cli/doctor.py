@@ -43,15 +43,16 @@ def run(*, json_output: bool) -> int:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
     else:
         from fabro_git.cli import _colour as colour
+        from fabro_git.terminal import printable
 
         on = colour.wanted(sys.stdout)
         styles = {"ok": "green", "warn": "yellow", "problem": "red"}
         for c in checks:
-            sys.stdout.write(
-                f"{colour.paint(c.status.ljust(7), styles[c.status], on)}  {c.name}: {c.message}\n"
-            )
+            # A check quotes what it found: run ids, worktree paths, a tool's own words.
+            status = colour.paint(c.status.ljust(7), styles[c.status], on)
+            sys.stdout.write(f"{status}  {printable(f'{c.name}: {c.message}')}\n")
             if c.fix and c.status != "ok":
-                sys.stdout.write(f"         fix: {c.fix}\n")
+                sys.stdout.write(f"         fix: {printable(c.fix)}\n")
         warns = sum(c.status == "warn" for c in checks)
         sys.stdout.write(f"{problems} problem(s), {warns} warning(s)\n")
     return 1 if problems else 0

@@ -36,8 +36,11 @@ def run(run_arg: str, target: str | None, *, list_only: bool) -> int:
         return 0
     entry = select(entries, target, run_id=source_id, command="fork")
     new_id = fork_run(repo, source_id, entry)
+    from fabro_git.terminal import printable
+
     print(
-        f"forked run {source_id} at {entry.label} as {new_id}; continue it with `git fabro resume {new_id}`",
+        f"forked run {source_id} at {printable(entry.label, one_line=True)} as {new_id};"
+        f" continue it with `git fabro resume {new_id}`",
         file=sys.stderr,
     )
     print(new_id)

@@ -103,8 +103,12 @@ UNKNOWN_STYLE = {
 
 
 def quote(text: str) -> str:
-    """A DOT double-quoted string whose rendered text is exactly `text`."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    """A DOT double-quoted string whose rendered text is `text`, its control characters
+    shown as escapes (`\\x1b`): the DOT may be printed to a terminal, and a cloned
+    repository's workflow is not the user's own text."""
+    from fabro_git.terminal import printable
+
+    escaped = printable(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
     return f'"{escaped}"'
 
 

@@ -62,12 +62,14 @@ def run(run_id: str, *, json_output: bool) -> int:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
     from fabro_git.cli import _colour as colour
+    from fabro_git.terminal import printable
 
     on = colour.wanted(sys.stdout)
+    # Each line is run data (a fetched manifest's fields, a stage's error): each is shown
+    # on its own line through the one sanitiser, before the status is coloured.
     lines = [
         f"run        {full_id}",
         f"workflow   {manifest.workflow_name} ({manifest.workflow_path or manifest.workflow_slug})",
-        f"status     {colour.status(status, on)}" + (f": {cp.error}" if cp.error else ""),
         f"goal       {manifest.goal or '-'}",
         f"base       {manifest.base_branch or '-'} @ {manifest.base_sha[:12]}",
         f"branch     {manifest.run_branch or '(in place)'}"
@@ -91,6 +93,9 @@ def run(run_id: str, *, json_output: bool) -> int:
         lines.append("visits     " + ", ".join(f"{k}={v}" for k, v in cp.node_visits.items()))
     if manifest.labels:
         lines.append("labels     " + ", ".join(f"{k}={v}" for k, v in manifest.labels.items()))
+    lines = [printable(line, one_line=True) for line in lines]
+    error = f": {printable(cp.error, one_line=True)}" if cp.error else ""
+    lines.insert(2, f"status     {colour.status(printable(status, one_line=True), on)}{error}")
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
 
@@ -154,6 +159,7 @@ def show_retro(run_id: str, *, json_output: bool) -> int:
 def _render_retro(doc: dict[str, Any]) -> str:
     from fabro_git.cli import _colour as colour
     from fabro_git.cli._runs import format_ms
+    from fabro_git.terminal import printable
 
     on = colour.wanted(sys.stdout)
     agg = doc.get("aggregate") or {}
@@ -166,8 +172,6 @@ def _render_retro(doc: dict[str, Any]) -> str:
     files = agg.get("files_touched") or []
     lines = [
         f"retro      {doc.get('run_id')} ({doc.get('workflow')})",
-        f"status     {colour.status(status, on)}"
-        + (f": {doc['error']}" if doc.get("error") else ""),
         f"goal       {doc.get('goal') or '-'}",
         f"duration   {format_ms(doc.get('duration_ms'))}",
         f"stages     {agg.get('stages', 0)}" + (f" ({counts})" if counts else ""),
@@ -183,7 +187,7 @@ def _render_retro(doc: dict[str, Any]) -> str:
     if len(files) > 20:
         lines[-1] += f", and {len(files) - 20} more"
     if stages:
-        rows = [("STAGE", "STATUS", "DURATION", "RETRIES", "COST", "FILES")]
+        rows: list[tuple[str, ...]] = [("STAGE", "STATUS", "DURATION", "RETRIES", "COST", "FILES")]
         for stage in stages:
             stage_cost = stage.get("cost")
             rows.append(
@@ -196,6 +200,7 @@ def _render_retro(doc: dict[str, Any]) -> str:
                     str(len(stage.get("files_touched") or [])),
                 )
             )
+        rows = [tuple(printable(cell, one_line=True) for cell in row) for row in rows]
         widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
         lines.append("")
         for row in rows:
@@ -213,9 +218,12 @@ def _render_retro(doc: dict[str, Any]) -> str:
     if problems:
         lines += ["", "failed attempts", *problems]
     lines += _narrative_lines(doc.get("narrative"))
-    from fabro_git.events.render import printable
-
-    return printable("\n".join(lines)) + "\n"
+    # Each line may quote the run (goal, errors, the model's narrative): each is shown on
+    # its own line through the one sanitiser, before the status is coloured.
+    lines = [printable(line, one_line=True) for line in lines]
+    error = f": {printable(str(doc['error']), one_line=True)}" if doc.get("error") else ""
+    lines.insert(1, f"status     {colour.status(printable(status, one_line=True), on)}{error}")
+    return "\n".join(lines) + "\n"
 
 
 def _narrative_lines(narrative: Any) -> list[str]:

@@ -104,6 +104,10 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
             (*line, ",".join(f"{k}={v}" for k, v in labels[r.run_id].items()) or "-")
             for line, r in zip(table[1:], rows, strict=True)
         ]
+    # Every cell may come from a fetched run: shown through the one sanitiser, on one line.
+    from fabro_git.terminal import printable
+
+    table = [tuple(printable(cell, one_line=True) for cell in line) for line in table]
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     on = colour.wanted(out)
     for number, line in enumerate(table):

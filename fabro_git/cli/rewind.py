@@ -62,8 +62,11 @@ def run(run_arg: str, target: str | None, *, list_only: bool) -> int:
             ) from err
     finally:
         lock.release()
+    from fabro_git.terminal import printable
+
     print(
-        f"rewound run {source_id} to {entry.label} as {new_id}; continue it with `git fabro resume {new_id}`",
+        f"rewound run {source_id} to {printable(entry.label, one_line=True)} as {new_id};"
+        f" continue it with `git fabro resume {new_id}`",
         file=sys.stderr,
     )
     print(new_id)

@@ -372,8 +372,9 @@ def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: 
     elif result.error:
         if not shown:
             from fabro_git import redact
+            from fabro_git.terminal import printable
 
-            error = redact.for_process().mask_text(result.error)
+            error = printable(redact.for_process().mask_text(result.error))
             print(f"error: run {run_id} failed: {error}", file=sys.stderr)
         print(
             f"hint: see what happened with `git fabro logs {run_id} --pretty`;"
@@ -402,7 +403,10 @@ def _where_the_result_is(repo: Any, run_id: str, branch: str, base: str, tip: st
     lines.append(
         f"  details:  git fabro logs {run_id[:12]} --pretty   git fabro inspect {run_id[:12]}"
     )
-    print("\n".join(lines), file=sys.stderr)
+    from fabro_git.terminal import printable
+
+    # The branch name is the manifest's: a fetched run's, for `attach`.
+    print(printable("\n".join(lines)), file=sys.stderr)
 
 
 def _model_use(repo: Any, run_id: str) -> str | None:
@@ -502,7 +506,10 @@ def resume(
             hint=f"resume that run with `git fabro resume {manifest.superseded_by}`",
         )
     if cp.status in ("succeeded", "partially_succeeded") and not detached_child:
-        print(f"run {full_id} already finished ({cp.status}); nothing to resume", file=sys.stderr)
+        from fabro_git.terminal import printable
+
+        status = printable(cp.status, one_line=True)
+        print(f"run {full_id} already finished ({status}); nothing to resume", file=sys.stderr)
         return 0
     options = Options(
         auto_approve=auto_approve or bool(manifest.settings.get("auto_approve")),

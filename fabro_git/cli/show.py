@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,11 +71,20 @@ def select(found: list[Stage], wanted: str) -> Stage:
     return matching[-1]
 
 
-def run(run_id: str, node: str | None) -> int:
+def run(run_id: str, node: str | None, *, raw: bool = False) -> int:
+    """Print the run's stages, or one stage. Everything read from the run passes the
+    terminal sanitiser, unless `raw` asks for the run's bytes unchanged (for pipes)."""
     from fabro_git.cli._runs import resolve_run
     from fabro_git.engine.session import load_run
     from fabro_git.events.render import format_duration as format_ms
     from fabro_git.store.repo import GitRepo
+    from fabro_git.terminal import printable
+
+    def line(value: Any) -> str:
+        return str(value) if raw else printable(str(value), one_line=True)
+
+    def text(value: str) -> str:
+        return value if raw else printable(value)
 
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
@@ -82,46 +92,53 @@ def run(run_id: str, node: str | None) -> int:
     found = stages(repo, meta)
     out = sys.stdout
     if node is None:
-        out.write(f"run       {full_id}  {manifest.workflow_name}  {cp.status}\n")
+        out.write(f"run       {full_id}  {line(manifest.workflow_name)}  {line(cp.status)}\n")
         if manifest.goal:
-            out.write(f"goal      {manifest.goal}\n")
+            out.write(f"goal      {text(manifest.goal)}\n")
         out.write("\n")
-        width = max((len(s.label) for s in found), default=5)
-        for stage in found:
+        labels = [line(s.label) for s in found]
+        width = max((len(label) for label in labels), default=5)
+        for label, stage in zip(labels, found, strict=True):
             record = stage.record
             files = record.get("files_touched") or []
             extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
             out.write(
-                f"{stage.label:<{width}}  {record.get('status', '?')!s:<19}"
+                f"{label:<{width}}  {line(record.get('status', '?')):<19}"
                 f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
             )
         out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
         return 0
     stage = select(found, node)
     record = stage.record
-    out.write(f"stage     {stage.label}\n")
-    out.write(f"status    {record.get('status', '?')}")
+    out.write(f"stage     {line(stage.label)}\n")
+    out.write(f"status    {line(record.get('status', '?'))}")
     if record.get("error"):
-        out.write(f": {record['error']}")
+        out.write(f": {text(str(record['error']))}")
     out.write(f"\nduration  {format_ms(record.get('duration_ms'))}\n")
     files = record.get("files_touched") or []
-    out.write(f"files     {', '.join(files) if files else '-'}\n")
+    out.write(f"files     {', '.join(line(f) for f in files) if files else '-'}\n")
     if record.get("notes"):
-        out.write(f"notes     {record['notes']}\n")
-    _artifacts(repo, meta, full_id, stage)
+        out.write(f"notes     {text(str(record['notes']))}\n")
+    _artifacts(repo, meta, full_id, stage, line)
     for file_name, title in SECTIONS:
         data = _shown(repo, meta, f"{stage.path}/{file_name}")
         if not data:
             continue
-        text = data.decode("utf-8", "replace")
         out.write(f"\n--- {title} ({file_name})\n")
-        out.write(text if text.endswith("\n") or not text else text + "\n")
+        if not data.endswith(b"\n"):
+            data += b"\n"
+        if raw:
+            out.flush()
+            out.buffer.write(data)
+            out.buffer.flush()
+        else:
+            out.write(printable(data.decode("utf-8", "replace")))
     return 0
 
 
-def _artifacts(repo: Any, meta: str, run_id: str, stage: Stage) -> None:
+def _artifacts(repo: Any, meta: str, run_id: str, stage: Stage, line: Callable[[Any], str]) -> None:
     """The stage's offloaded values and captured assets, each with the command that
-    copies it out of git."""
+    copies it out of git; `line` shows a name read from the run."""
     from fabro_git.cli.artifact import collect, human_size
 
     items = [i for i in collect(repo, meta) if i.stage == stage.label and i.node == stage.name]
@@ -131,10 +148,10 @@ def _artifacts(repo: Any, meta: str, run_id: str, stage: Stage) -> None:
     out.write(f"\n--- offloaded values and assets ({len(items)})\n")
     for item in items:
         attempt = f", attempt {item.retry}" if item.retry is not None else ""
-        out.write(f"{item.kind} {item.name} ({human_size(item.size)}{attempt})\n")
-        out.write(f"  git fabro artifact cp {run_id[:12]}:{item.tree_path} .\n")
+        out.write(f"{item.kind} {line(item.name)} ({human_size(item.size)}{attempt})\n")
+        out.write(f"  git fabro artifact cp {run_id[:12]}:{line(item.tree_path)} .\n")
     out.write(
-        f"all of them: git fabro artifact cp {run_id[:12]} DEST --node {stage.label} --tree\n"
+        f"all of them: git fabro artifact cp {run_id[:12]} DEST --node {line(stage.label)} --tree\n"
     )
 
 

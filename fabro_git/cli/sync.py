@@ -53,10 +53,13 @@ def fetch(remote: str, run: str | None = None) -> int:
         f"{len(after)} known here",
         file=sys.stderr,
     )
+    from fabro_git.terminal import printable
+
+    # Run ids here are the remote's ref names.
     for rid in new:
-        print(f"  new      {rid}", file=sys.stderr)
+        print(f"  new      {printable(rid, one_line=True)}", file=sys.stderr)
     for rid in updated:
-        print(f"  updated  {rid}", file=sys.stderr)
+        print(f"  updated  {printable(rid, one_line=True)}", file=sys.stderr)
     for ref, path in held.items():
         print(
             f"not fetched: {ref.removeprefix('refs/heads/')} is checked out in {path} "

@@ -42,8 +42,10 @@ def run(run_id: str, *, timeout: str | None) -> int:
     meta = repo.read_ref(runrefs.meta_ref(full_id))
     if meta is None:
         raise ConfigError(f"run {full_id} has no metadata ref any more")
+    from fabro_git.terminal import printable
+
     status = read_row(repo, full_id, meta).status
-    print(f"run {full_id} {status.replace('_', ' ')}", file=sys.stderr)
+    print(f"run {full_id} {printable(status.replace('_', ' '), one_line=True)}", file=sys.stderr)
     return EXIT_BY_STATUS.get(status, 1)
 
 

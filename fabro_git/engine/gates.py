@@ -174,6 +174,9 @@ class SharedInterviewer:
         if gate.by == "attach" and not self.detached:
             import sys
 
-            sys.stderr.write(f"\n(answered from git fabro attach: {gate.answer})\n")
+            from fabro_git.terminal import printable
+
+            answer = printable(str(gate.answer), one_line=True)
+            sys.stderr.write(f"\n(answered from git fabro attach: {answer})\n")
             sys.stderr.flush()
         return gate.answer

@@ -65,19 +65,22 @@ DETAIL_LINES = 20
 
 
 def format_question(question: Question) -> str:
-    """A question as a person reads it: what it is about, the question, its choices."""
-    from fabro_git.events.render import printable
+    """A question as a person reads it: what it is about, the question, its choices.
+    All of it may come from a run (a stage's output, a fetched workflow's labels), so all
+    of it is shown through the one sanitiser."""
+    from fabro_git.terminal import printable
 
     lines = [""]
     if question.details.strip():
-        shown = question.details.rstrip("\n").splitlines()[-DETAIL_LINES:]
+        shown = question.details.rstrip("\n").split("\n")[-DETAIL_LINES:]
         lines += [f"  │ {printable(line)}" for line in shown]
-    lines.append(f"? {question.text}")
+    lines.append(f"? {printable(question.text)}")
     for choice in question.choices:
         key = f"[{choice.key}] " if choice.key and not choice.label.lstrip().startswith("[") else ""
-        lines.append(f"  {key}{choice.label}{'  (free text)' if choice.freeform else ''}")
+        free = "  (free text)" if choice.freeform else ""
+        lines.append(f"  {printable(key + choice.label, one_line=True)}{free}")
     if question.default is not None:
-        lines.append(f"  default: {question.default.label}")
+        lines.append(f"  default: {printable(question.default.label, one_line=True)}")
     return "\n".join(lines) + "\n"
 
 

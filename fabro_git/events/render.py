@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from typing import IO, Any
 import msgspec
 
 from fabro_git.events.envelope import Envelope
+from fabro_git.terminal import printable
 
 # ---------------------------------------------------------------------------- helpers
 
@@ -46,19 +48,14 @@ def _status(value: Any) -> str:
     return str(value or "?").replace("_", " ")
 
 
-# Control characters (ESC above all) in a goal, a command's output or a model's reply
-# would reach the terminal as escape sequences; they are shown as `?` instead.
-_CONTROL = {c: "?" for c in (*range(0x00, 0x20), 0x7F, *range(0x80, 0xA0)) if chr(c) not in "\t\n"}
-
-
-def printable(text: str) -> str:
-    """`text` with every control character but tab and newline made harmless."""
-    return text.translate(_CONTROL)
+_SPACES = re.compile(r"[ \t\n]+")
 
 
 def _short(value: Any, limit: int = 80) -> str:
+    """`value` on one line of at most `limit` characters: runs of spaces and newlines
+    become one space, and every other control character is shown as its escape."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    text = printable(" ".join(text.split()))
+    text = printable(_SPACES.sub(" ", text).strip(), one_line=True)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -260,13 +257,17 @@ def format_pretty(env: dict[str, Any], depth: int = 0) -> str:
     sub-agent's event (`depth` below the stage's own agent) is indented under it."""
     ts = str(env.get("ts", ""))
     clock = ts[11:23] if len(ts) >= 23 else ts
-    name = "  " * max(0, depth) + str(env.get("event", "?"))
+    event = str(env.get("event", "?"))
+    name = "  " * max(0, depth) + printable(event, one_line=True)
     props = env.get("properties")
     facts = _pretty_facts(name, props if isinstance(props, dict) else {})
-    node = _node_name(env)
+    node = printable(_node_name(env), one_line=True)
     # Fixed columns, so a screenful reads down: the node column is as wide as most
     # `Label (id)` names; a longer one pushes only its own line's facts along.
-    return printable(f"{clock}  {name:<26}  {node:<24}  {facts}".rstrip())
+    return printable(
+        f"{printable(clock, one_line=True)}  {name:<26}  {node:<24}  {facts}".rstrip(),
+        one_line=True,
+    )
 
 
 # ---------------------------------------------------------------------------- progress
@@ -498,7 +499,8 @@ class ProgressRenderer:
                     return []  # the stage's own line already reads as the question
                 return [_Line(f"{node}: {_short(question, 200)}", "bold")]
             case "interview.completed":
-                return [_Line(f"{node}: answered {_short(p.get('answer', ''), 100)!r}", "dim")]
+                answer = _short(p.get("answer", ""), 100)
+                return [_Line(f"{node}: answered '{answer}'", "dim")]
             case "interview.timeout":
                 return [
                     _Line(
@@ -562,11 +564,13 @@ class ProgressRenderer:
         out = str(resolved(updates.get("command.output")) or "")
         err = str(resolved(updates.get("command.stderr")) or "")
         if self.output == "all":
-            lines = (out + ("\n" if out and not out.endswith("\n") else "") + err).splitlines()
+            whole = out + ("\n" if out and not out.endswith("\n") else "") + err
+            lines = whole.removesuffix("\n").split("\n") if whole else []
         else:
             keep = 12 if failed else 3
             source = err if failed and err.strip() else out
-            lines = [line for line in source.splitlines() if line.strip()][-keep:]
+            # Split at newlines only: a CR or form feed inside a line is shown, not obeyed.
+            lines = [line for line in source.split("\n") if line.strip()][-keep:]
         return [_Line(f"    │ {line.rstrip()}", "dim") for line in lines]
 
     def _set_doing(self, key: str, doing: str) -> None:
@@ -577,7 +581,10 @@ class ProgressRenderer:
     def running(self) -> list[tuple[str, float, str]]:
         """(name, seconds running, current activity) for each stage in flight."""
         now = time.monotonic()
-        return [(name, now - start, doing) for name, start, doing in list(self._running.values())]
+        return [
+            (printable(name, one_line=True), now - start, printable(doing, one_line=True))
+            for name, start, doing in list(self._running.values())
+        ]
 
     def _print(self, line: _Line) -> None:
         line = _Line(printable(line.text), line.style, line.mark)

@@ -368,4 +368,4 @@ def test_escape_sequences_never_reach_the_terminal() -> None:
     pretty = format_pretty(_env("run.notice", {"level": "warn", "code": "c", "message": hostile}))
     for text in (out.getvalue(), pretty):
         assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
-    assert "?]0;owned?" in pretty
+    assert "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m" in pretty
