@@ -55,6 +55,13 @@ def run_fabro(
     )
 
 
+def trust_project(repo: Path) -> None:
+    """Trust `repo`'s `.fabro/project.toml` as it is now, through the real command (its
+    hooks, MCP servers, cli_command and pushes act only once trusted)."""
+    proc = run_fabro("trust", "--yes", cwd=repo)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def write_workflow(directory: Path, text: str, name: str = "wf.fabro") -> Path:
     """Write a workflow file and commit it, so runs start from a clean checkout."""
     path = directory / name

@@ -604,6 +604,24 @@ def doctor(
 
 
 @command()
+def trust(
+    yes: Annotated[
+        bool, typer.Option("-y", "--yes", help="Trust without asking (read the file first).")
+    ] = False,
+    revoke: Annotated[
+        bool, typer.Option("--revoke", help="Stop trusting this repository's project config.")
+    ] = False,
+    list_only: Annotated[
+        bool, typer.Option("--list", help="List the trusted files and whether they changed.")
+    ] = False,
+) -> None:
+    """Allow this repository's .fabro/project.toml to run hooks, servers and pushes."""
+    from fabro_git.cli import trust as impl
+
+    raise typer.Exit(impl.run(yes=yes, revoke=revoke, list_only=list_only))
+
+
+@command()
 def completion(
     shell: Annotated[
         str, typer.Argument(help="bash, zsh or fish.", show_default=False, metavar="SHELL")

@@ -36,7 +36,7 @@ def run(*, json_output: bool) -> int:
     if repo is None:
         checks.append(Check("repository", "ok", "not inside a git repository: run checks skipped"))
     else:
-        checks += [_locks(repo), _worktrees(repo)]
+        checks += [_locks(repo), _worktrees(repo), _project_trust(repo)]
     problems = sum(c.status == "problem" for c in checks)
     if json_output:
         doc = {"ok": problems == 0, "checks": [asdict(c) for c in checks]}
@@ -190,6 +190,26 @@ def _repo() -> Any:
         return GitRepo.discover(Path.cwd())
     except FabroError:
         return None
+
+
+def _project_trust(repo: Any) -> Check:
+    """A `.fabro/project.toml` whose hooks, servers or pushes wait for `git fabro trust`."""
+    from fabro_git.config.trust import TRUST_HINT, TrustStore, read_project, untrusted_words
+    from fabro_git.errors import FabroError
+
+    name = "project config"
+    try:
+        project = read_project(repo.root)
+        status = TrustStore().status(project) if project.actions else "trusted"
+    except FabroError as err:
+        return Check(name, "problem", err.message, "fix the file; runs refuse it as it is")
+    if project.digest is None:
+        return Check(name, "ok", "no .fabro/project.toml")
+    if not project.actions:
+        return Check(name, "ok", f"{project.path} sets only keys that need no trust")
+    if status == "trusted":
+        return Check(name, "ok", f"{project.path} is trusted")
+    return Check(name, "warn", untrusted_words(project, status), TRUST_HINT)
 
 
 def _locks(repo: Any) -> Check:

@@ -105,7 +105,9 @@ def _build_spec(
     ]
     if path.suffix == ".toml":
         layers.append(load_layer(path, "run config", run_config=True))
-    layers += default_layers(repo_root)
+    from fabro_git.config.trust import ask_on_terminal
+
+    layers += default_layers(repo_root, ask=ask_on_terminal("Trust this file and run?"))
     config = effective_config(layers)
     if config.graph is not None:
         if not os.path.lexists(config.graph):  # a special file gets the reader's words

@@ -246,6 +246,11 @@ def load_layer(path: Path, name: str, *, run_config: bool) -> Layer:
         if err.detail == "no such file" and run_config:
             raise ConfigError(f"{path}: no such run config") from None
         raise ConfigError(f"{name} {path}: {err.detail}") from None
+    return parse_layer(text, path, name, run_config=run_config)
+
+
+def parse_layer(text: str, path: Path, name: str, *, run_config: bool) -> Layer:
+    """Check the TOML `text` read from `path` as one layer."""
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -255,14 +260,14 @@ def load_layer(path: Path, name: str, *, run_config: bool) -> Layer:
         raise SourceError(
             "[workflow] belongs in a run config; this file holds defaults for [run] keys only",
             path=path,
-            line=_find_line(text, ["workflow"]),
+            line=find_line(text, ["workflow"]),
         )
     checked = _convert(data, schema, path, text)
     if checked.version != SCHEMA_VERSION:
         raise SourceError(
             f"_version: unsupported schema version {checked.version!r}; this version reads {SCHEMA_VERSION}",
             path=path,
-            line=_find_line(text, ["_version"]),
+            line=find_line(text, ["_version"]),
         )
     _check_run_section(checked.run, path, text)
     if isinstance(checked, RunConfig):
@@ -298,11 +303,17 @@ def flag_layer(
     return Layer("flags", None, {"run": run} if run else {})
 
 
-def default_layers(repo_root: Path | None) -> list[Layer]:
-    """The project and user layers, highest first."""
+def default_layers(
+    repo_root: Path | None, *, ask: Callable[[str], bool] | None = None
+) -> list[Layer]:
+    """The project and user layers, highest first. The project layer's acting keys
+    need the user's trust (`fabro_git.config.trust`): `ask` puts an untrusted file to
+    the user, and without it such a file is refused."""
     layers = []
     if repo_root is not None:
-        layers.append(load_layer(repo_root / PROJECT_CONFIG, "project config", run_config=False))
+        from fabro_git.config.trust import trusted_project_layer
+
+        layers.append(trusted_project_layer(repo_root, ask=ask))
     layers.append(load_layer(user_settings_path(), "user settings", run_config=False))
     return layers
 
@@ -375,7 +386,7 @@ def merge_tables(lower: dict[str, Any], higher: dict[str, Any]) -> dict[str, Any
 
 def _check_run_section(run: RunSection, path: Path, text: str) -> None:
     def fail(keys: list[str], message: str) -> None:
-        raise SourceError(f"{key_path(keys)}: {message}", path=path, line=_find_line(text, keys))
+        raise SourceError(f"{key_path(keys)}: {message}", path=path, line=find_line(text, keys))
 
     if run.prepare is not None:
         for i, step in enumerate(run.prepare.steps):
@@ -603,7 +614,7 @@ def _validation_error(raw: str, path: Path, text: str, data: Any) -> SourceError
     else:
         message = what[:1].lower() + what[1:]
     where = key_path(keys) or "(top level)"
-    return SourceError(f"{where}: {message}", path=path, line=_find_line(text, keys), hint=hint)
+    return SourceError(f"{where}: {message}", path=path, line=find_line(text, keys), hint=hint)
 
 
 def key_path(keys: list[str]) -> str:
@@ -646,12 +657,12 @@ def _toml_error(path: Path, exc: tomllib.TOMLDecodeError) -> SourceError:
 def line_of(path: Path, keys: list[str]) -> int | None:
     """The line of `path` that sets the key path `keys`, for a message about it."""
     try:
-        return _find_line(path.read_text(encoding="utf-8"), keys)
+        return find_line(path.read_text(encoding="utf-8"), keys)
     except (OSError, UnicodeDecodeError):
         return None
 
 
-def _find_line(text: str, keys: list[str]) -> int | None:
+def find_line(text: str, keys: list[str]) -> int | None:
     """The line that sets `keys` (a key path such as run.hooks[1].event), found by
     scanning for its table header and then the key; None when it cannot be told."""
     # A key inside an inline table or array is not on a line of its own: fall back to

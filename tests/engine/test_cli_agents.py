@@ -29,6 +29,7 @@ from helpers import (
     run_events,
     run_fabro,
     run_json,
+    trust_project,
     write_workflow,
 )
 
@@ -180,11 +181,13 @@ def _of(events: list[dict], name: str, node: str | None = None) -> list[dict]:
     return [e for e in events if e["event"] == name and (node is None or e.get("node_id") == node)]
 
 
-def _project(repo: Path, text: str) -> None:
+def _project(repo: Path, text: str, *, trusted: bool = True) -> None:
     (repo / ".fabro").mkdir(exist_ok=True)
     (repo / ".fabro" / "project.toml").write_text(text)
     git(repo, "add", ".fabro/project.toml")
     git(repo, "commit", "-q", "-m", "project config")
+    if trusted:
+        trust_project(repo)
 
 
 @pytest.mark.parametrize(
@@ -413,7 +416,7 @@ def test_a_custom_command_template_runs_any_cli(
 
 
 def test_a_bad_placeholder_in_the_command_template_is_refused(repo: Path, agent_bin: Path) -> None:
-    _project(repo, '[run.agent]\ncli_command = ["myagent", "{promt}"]\n')
+    _project(repo, '[run.agent]\ncli_command = ["myagent", "{promt}"]\n', trusted=False)
     write_workflow(repo, SIMPLE % "")
     proc = run_fabro("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 1

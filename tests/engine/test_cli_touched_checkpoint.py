@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import git, meta_file, run_events, run_json, write_workflow
+from helpers import git, meta_file, run_events, run_json, trust_project, write_workflow
 
 AGENT = r"""
 import json, os, subprocess, sys
@@ -94,6 +94,7 @@ def _setup(
     (repo / "sub" / "c.txt").write_text("c\n")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
+    trust_project(repo)
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps({"log": str(tmp_path / "calls.jsonl"), "nodes": nodes}))
     monkeypatch.setenv("TOUCH_PLAN", str(plan))

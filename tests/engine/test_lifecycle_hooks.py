@@ -26,6 +26,7 @@ from helpers import (
     run_fabro,
     run_json,
     tail_has,
+    trust_project,
 )
 from llm_server import LlmServer, Reply, ToolUse
 
@@ -339,6 +340,7 @@ def test_hooks_merge_by_id_across_user_project_and_run_config(
         hook("run_start", mark("project-notify"), id="notify")
     )
     git(repo, "add", ".fabro")
+    trust_project(repo)
     configure(repo, hook("run_start", mark("run-config")))
     proc, _ = run_json("run", "run.toml", cwd=repo)
     assert proc.returncode == 0, proc.stderr

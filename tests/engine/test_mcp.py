@@ -16,7 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import (
+    fabro_exe,
+    git,
+    meta_file,
+    run_events,
+    run_fabro,
+    run_json,
+    trust_project,
+    write_workflow,
+)
 from llm_server import LlmServer, Reply, ToolUse
 
 NOTES_SERVER = """\
@@ -330,6 +339,7 @@ def test_servers_from_the_project_config_and_literal_credentials_stay_out_of_git
     (repo / ".fabro" / "project.toml").write_text(
         _stdio("notes", notes_server, f'[run.agent.mcps.notes.env]\nNOTES_API_KEY = "{secret}"')
     )
+    trust_project(repo)
     write_workflow(repo, AGENT)
     llm_server.script(
         Reply(

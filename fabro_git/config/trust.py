@@ -1,0 +1,424 @@
+"""Workspace trust: a repository's own configuration acts only once the user says so.
+
+A clone carries `.fabro/project.toml`, and a run reads it. Most of its keys only shape
+the run (model, labels, goal, inputs, checkpoint globs, artifacts, git author), but some
+act on the user's machine with the user's rights: hooks run programs and post events,
+MCP servers are started or called with headers, `cli_command` and prepare steps run
+programs, `push_remote` chooses where the user's run refs go, and `{{ env.NAME }}`,
+`$NAME` headers and `allowed_env_vars` carry the user's environment out. git never
+runs a clone's hooks, and direnv and mise refuse a directory's config until it is
+allowed; git fabro does the same. Those keys act only after `git fabro trust` recorded
+the sha256 of the file's exact bytes for its path, in the user's config dir (never in
+the repository). A changed file is untrusted again.
+
+The check reads the file once: the bytes that are hashed are the bytes that are
+parsed. The user's `settings.toml` and a run config named on the command line are the
+user's own choice and are not checked.
+
+This module is the one place that says which keys act (`actions`), how they read in
+plain words, and where trust is kept (`TrustStore`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+import unicodedata
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import msgspec
+
+from fabro_git.config.run_config import (
+    ENV_REFERENCE,
+    PROJECT_CONFIG,
+    DefaultsConfig,
+    HookConfig,
+    Layer,
+    RunSection,
+    find_line,
+    parse_layer,
+    user_settings_path,
+)
+from fabro_git.errors import ConfigError
+
+STORE_VERSION = 1
+TRUST_HINT = "read the file, then run `git fabro trust` to allow it (or fix or remove the keys)"
+
+
+class Action(msgspec.Struct, frozen=True):
+    """One thing a configuration would do: the key that does it, in plain words."""
+
+    key: str  # run.hooks[0], run.agent.mcps.github, run.git.push_remote
+    words: str
+    line: int | None = None  # where the file sets it, once known
+
+
+# -- what acts -----------------------------------------------------------------------------
+
+_WHEN = {
+    "run_start": "before the run starts",
+    "run_complete": "when the run succeeds",
+    "run_failed": "when the run fails",
+    "stage_start": "before each stage",
+    "stage_complete": "after each stage",
+    "stage_failed": "when a stage fails",
+    "stage_retrying": "when a stage is retried",
+    "edge_selected": "when the run picks an edge",
+    "parallel_start": "when parallel branches start",
+    "parallel_complete": "when parallel branches end",
+    "sandbox_ready": "when the run's worktree is ready",
+    "sandbox_cleanup": "when the run's worktree is removed",
+    "checkpoint_saved": "after each checkpoint",
+    "pre_tool_use": "before each agent tool call",
+    "post_tool_use": "after each agent tool call",
+    "post_tool_use_failure": "after each failed agent tool call",
+}
+
+
+def shown(text: str) -> str:
+    """`text` quoted for a terminal: control and format characters (escape sequences,
+    newlines, bidirectional overrides) are written as escapes, so what the user reads
+    is what would run."""
+    out = []
+    for char in text:
+        if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
+            out.append(char.encode("unicode_escape").decode("ascii"))
+        else:
+            out.append(char)
+    return "`" + "".join(out) + "`"
+
+
+def _env_names(*texts: str) -> list[str]:
+    return sorted({name for text in texts for name in ENV_REFERENCE.findall(text)})
+
+
+def _dollar_names(text: str, allowed: list[str]) -> list[str]:
+    return [name for name in allowed if f"${name}" in text or f"${{{name}}}" in text]
+
+
+def actions(run: RunSection) -> list[Action]:
+    """What `run` would do that needs the user's trust, in file order of the keys."""
+    found: list[Action] = []
+    for i, hook in enumerate(run.hooks):
+        found += _hook_actions(f"run.hooks[{i}]", hook)
+    agent = run.agent
+    if agent is not None:
+        if agent.cli_command is not None:
+            found.append(
+                Action(
+                    "run.agent.cli_command",
+                    f"runs {shown(' '.join(agent.cli_command))} for each agent stage with backend=cli",
+                )
+            )
+        for name, server in agent.mcps.items():
+            key = f"run.agent.mcps.{name}"
+            if server.type == "http":
+                found.append(
+                    Action(
+                        key, f"connects to MCP server {shown(name)} at {shown(server.url or '')}"
+                    )
+                )
+            else:
+                program = (
+                    server.script if server.script is not None else " ".join(server.command or [])
+                )
+                found.append(Action(key, f"starts MCP server {shown(name)}: {shown(program)}"))
+            for header, value in server.headers.items():
+                names = _env_names(value)
+                carried = (
+                    f"with {', '.join('$' + n for n in names)}" if names else "(a literal value)"
+                )
+                found.append(
+                    Action(
+                        f"{key}.headers.{header}",
+                        f"sends header {shown(header)} {carried} to {shown(server.url or name)}",
+                    )
+                )
+            for variable, value in server.env.items():
+                names = _env_names(value)
+                if names:
+                    found.append(
+                        Action(
+                            f"{key}.env.{variable}",
+                            f"passes {', '.join('$' + n for n in names)} to MCP server {shown(name)} as {variable}",
+                        )
+                    )
+            for part in [server.url or "", server.script or "", *(server.command or [])]:
+                names = _env_names(part)
+                if names:
+                    found.append(
+                        Action(
+                            key,
+                            f"puts {', '.join('$' + n for n in names)} into MCP server {shown(name)}'s command or URL",
+                        )
+                    )
+                    break
+    if run.prepare is not None:
+        for i, step in enumerate(run.prepare.steps):
+            found.append(
+                Action(
+                    f"run.prepare.steps[{i}]", f"runs {shown(step.shell())} before the first stage"
+                )
+            )
+    if run.git is not None and run.git.push_remote is not None:
+        found.append(
+            Action(
+                "run.git.push_remote",
+                f"pushes run refs to remote {shown(run.git.push_remote)} after every checkpoint",
+            )
+        )
+    return found
+
+
+def _hook_actions(key: str, hook: HookConfig) -> list[Action]:
+    when = _WHEN.get(hook.event, f"on {hook.event}")
+    label = (
+        f" (hook {hook.event}"
+        + (f", {shown(hook.id or hook.name or '')}" if hook.id or hook.name else "")
+        + ")"
+    )
+    kind = hook.kind
+    if kind == "command":
+        where = " in your checkout, with your whole environment" if hook.sandbox is False else ""
+        return [Action(key, f"runs {shown(hook.shell or '')} {when}{where}{label}")]
+    if kind in ("prompt", "agent"):
+        doing = "asks a model" if kind == "prompt" else "runs an agent with tools"
+        return [Action(key, f"{doing} {when}: {shown(hook.prompt or '')}{label}")]
+    out = [Action(key, f"posts the event to {shown(hook.url or '')} {when}{label}")]
+    allowed = list(hook.allowed_env_vars or [])
+    for header, value in (hook.headers or {}).items():
+        names = _dollar_names(value, allowed)
+        carried = f"with {', '.join('$' + n for n in names)}" if names else "(a literal value)"
+        out.append(
+            Action(
+                f"{key}.headers.{header}",
+                f"sends header {shown(header)} {carried} to {shown(hook.url or '')}",
+            )
+        )
+    if allowed:
+        out.append(
+            Action(
+                f"{key}.allowed_env_vars",
+                f"may send {', '.join('$' + n for n in allowed)} to {shown(hook.url or '')}",
+            )
+        )
+    return out
+
+
+def describe(found: list[Action]) -> str:
+    """The actions as the lines a user reads."""
+    return "\n".join(
+        f"  - {action.words}  [{action.key}" + (f", line {action.line}]" if action.line else "]")
+        for action in found
+    )
+
+
+def _keys(key: str) -> list[str]:
+    """["run", "hooks", "[0]"] from run.hooks[0], as `line_of` takes a key path."""
+    import re
+
+    return [part for part in re.split(r"\.|(?=\[)", key) if part]
+
+
+def _owners(found: list[Action]) -> list[str]:
+    """The keys of `found` without those inside another (a hook, not its headers)."""
+    keys = list(dict.fromkeys(action.key for action in found))
+    return [k for k in keys if not any(k != o and k.startswith(o + ".") for o in keys)]
+
+
+# -- the project file ----------------------------------------------------------------------
+
+
+class ProjectFile(msgspec.Struct, frozen=True):
+    """A repository's `.fabro/project.toml` as read once: its layer, the sha256 of the
+    bytes it was parsed from, and what it would do. No file: empty layer, no digest."""
+
+    repo_root: Path
+    path: Path
+    layer: Layer
+    digest: str | None
+    actions: list[Action]
+
+
+def read_project(repo_root: Path) -> ProjectFile:
+    from fabro_git.files import UnreadableFile, read_input_file
+
+    root = Path(repo_root).resolve()
+    path = root / PROJECT_CONFIG
+    name = "project config"
+    if not os.path.lexists(path):
+        return ProjectFile(root, path, Layer(name, path, {}), None, [])
+    try:
+        data = read_input_file(path)
+    except UnreadableFile as err:
+        raise ConfigError(f"{name} {path}: {err.detail}") from None
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{name} {path}: is not valid UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    layer = parse_layer(text, path, name, run_config=False)
+    run = msgspec.convert(layer.data, DefaultsConfig).run
+    found = [
+        msgspec.structs.replace(action, line=find_line(text, _keys(action.key)))
+        for action in actions(run)
+    ]
+    return ProjectFile(root, path, layer, hashlib.sha256(data).hexdigest(), found)
+
+
+# -- the store -----------------------------------------------------------------------------
+
+
+class TrustedFile(msgspec.Struct, frozen=True):
+    path: str  # the file, resolved
+    repository: str  # the repository it belongs to, resolved
+    sha256: str
+    trusted_at: str
+
+
+class _StoreFile(msgspec.Struct):
+    version: int = msgspec.field(default=STORE_VERSION, name="_version")
+    files: list[TrustedFile] = msgspec.field(default_factory=list)
+
+
+def store_path() -> Path:
+    """`trusted.json` beside the user's `settings.toml`."""
+    return user_settings_path().parent / "trusted.json"
+
+
+class TrustStore:
+    """The user's trusted files, one entry a path (trusting new content replaces it).
+    Writes hold a lock and replace the file atomically."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path if path is not None else store_path()
+
+    def entries(self) -> list[TrustedFile]:
+        return list(self._read().files)
+
+    def status(self, project: ProjectFile) -> str:
+        """`trusted`, `changed` (trusted once, different bytes now) or `untrusted`."""
+        entry = self._entry(self._read(), project.path)
+        if entry is None:
+            return "untrusted"
+        return "trusted" if entry.sha256 == project.digest else "changed"
+
+    def trust(self, project: ProjectFile) -> None:
+        import datetime
+
+        assert project.digest is not None
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        entry = TrustedFile(str(project.path), str(project.repo_root), project.digest, now)
+        with self._locked() as store:
+            store.files = [f for f in store.files if f.path != entry.path] + [entry]
+
+    def revoke(self, path: Path) -> bool:
+        with self._locked() as store:
+            kept = [f for f in store.files if f.path != str(path)]
+            removed = len(kept) != len(store.files)
+            store.files = kept
+        return removed
+
+    @staticmethod
+    def _entry(store: _StoreFile, path: Path) -> TrustedFile | None:
+        return next((f for f in store.files if f.path == str(path)), None)
+
+    def _read(self) -> _StoreFile:
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            return _StoreFile()
+        except OSError as exc:
+            raise ConfigError(
+                f"{self.path}: cannot read the trusted files ({exc.strerror})"
+            ) from None
+        try:
+            store = msgspec.json.decode(data, type=_StoreFile)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise ConfigError(
+                f"{self.path}: not a trusted-files record ({exc})",
+                hint="remove it and trust your repositories again with `git fabro trust`",
+            ) from None
+        if store.version != STORE_VERSION:
+            raise ConfigError(f"{self.path}: unsupported version {store.version}")
+        return store
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[_StoreFile]:
+        import fcntl
+        import tempfile
+
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            store = self._read()
+            yield store
+            fd, temp = tempfile.mkstemp(dir=self.path.parent, prefix=".trusted-", suffix=".json")
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(msgspec.json.format(msgspec.json.encode(store)) + b"\n")
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.replace(temp, self.path)
+            except BaseException:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+                raise
+
+
+# -- the gate a run passes ---------------------------------------------------------------------
+
+
+def untrusted_words(project: ProjectFile, status: str) -> str:
+    """The opening of every message about an untrusted file: which, and what it would do."""
+    state = "has changed since you trusted it" if status == "changed" else "is not trusted"
+    return f"{project.path} {state}; it would:\n{describe(project.actions)}"
+
+
+def trusted_project_layer(
+    repo_root: Path, *, ask: Callable[[str], bool] | None, store: TrustStore | None = None
+) -> Layer:
+    """The repository's project layer, once its acting keys are trusted.
+
+    A file with no acting keys, or whose bytes are trusted, is the layer as read. An
+    untrusted one is put to `ask` (a terminal's y/N, given the summary; yes records
+    the trust) or, with no `ask`, refused; a refusal raises `ConfigError` naming the
+    keys and `git fabro trust`, before anything of a run exists.
+    """
+    project = read_project(repo_root)
+    if not project.actions:
+        return project.layer
+    store = store if store is not None else TrustStore()
+    status = store.status(project)
+    if status == "trusted":
+        return project.layer
+    summary = untrusted_words(project, status)
+    if ask is not None and ask(summary):
+        store.trust(project)
+        return project.layer
+    raise ConfigError(
+        f"{summary}\nnothing was started: {', '.join(_owners(project.actions))}"
+        f" in {project.path} act only once you trust the file",
+        hint=TRUST_HINT,
+    )
+
+
+def ask_on_terminal(question: str) -> Callable[[str], bool] | None:
+    """A y/N prompt on the terminal, or None when stdin or stderr is not one."""
+    try:
+        if not (sys.stdin is not None and sys.stdin.isatty() and sys.stderr.isatty()):
+            return None
+    except (OSError, ValueError):
+        return None
+
+    def ask(summary: str) -> bool:
+        sys.stderr.write(f"{summary}\n{question} [y/N] ")
+        sys.stderr.flush()
+        answer = sys.stdin.readline()
+        return answer.strip().lower() in ("y", "yes")
+
+    return ask
