@@ -26,7 +26,9 @@ import re
 # what is shown; lone surrogates (undecodable bytes), which no terminal can be sent.
 _UNSAFE = "\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff"
 _MULTI_LINE = re.compile(f"[{_UNSAFE}]")
-_ONE_LINE = re.compile(f"[\t\n{_UNSAFE}]")
+# A one-line field also shows the line and paragraph separators, which some readers
+# break on.
+_ONE_LINE = re.compile(f"[\t\n\u2028\u2029{_UNSAFE}]")
 # Each character's escape: these three by name, the others filled in as they are met
 # (a bounded set: the characters the patterns above match).
 _ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}

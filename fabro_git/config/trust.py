@@ -25,7 +25,6 @@ import contextlib
 import hashlib
 import os
 import sys
-import unicodedata
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -79,16 +78,11 @@ _WHEN = {
 
 
 def shown(text: str) -> str:
-    """`text` quoted for a terminal: control and format characters (escape sequences,
-    newlines, bidirectional overrides) are written as escapes, so what the user reads
-    is what would run."""
-    out = []
-    for char in text:
-        if unicodedata.category(char) in ("Cc", "Cf", "Zl", "Zp"):
-            out.append(char.encode("unicode_escape").decode("ascii"))
-        else:
-            out.append(char)
-    return "`" + "".join(out) + "`"
+    """`text` quoted for a terminal, on one line, through the one sanitiser: what the
+    user reads is what would run."""
+    from fabro_git.terminal import printable
+
+    return "`" + printable(text, one_line=True) + "`"
 
 
 def _env_names(*texts: str) -> list[str]:
