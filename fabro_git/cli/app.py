@@ -614,11 +614,19 @@ def trust(
     list_only: Annotated[
         bool, typer.Option("--list", help="List the trusted files and whether they changed.")
     ] = False,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run",
+            help="Trust the configuration a run recorded (a fetched run's hooks and servers).",
+            metavar="RUN",
+        ),
+    ] = None,
 ) -> None:
     """Allow this repository's .fabro/project.toml to run hooks, servers and pushes."""
     from fabro_git.cli import trust as impl
 
-    raise typer.Exit(impl.run(yes=yes, revoke=revoke, list_only=list_only))
+    raise typer.Exit(impl.run(yes=yes, revoke=revoke, list_only=list_only, run_id=run_id))
 
 
 @command()

@@ -280,6 +280,9 @@ def run(
     redact.remember_values(config_secrets(spec.settings))
     opened = create_run(repo, spec, warn=_warn)
     run_id, manifest = opened.run_id, opened.manifest
+    from fabro_git.config.trust import record_run_config
+
+    record_run_config(repo.root, run_id, manifest.settings)
     if detach:
         opened.lock.release()
         opened.bus.close()
@@ -513,6 +516,15 @@ def resume(
         status = printable(cp.status, one_line=True)
         print(f"run {full_id} already finished ({status}); nothing to resume", file=sys.stderr)
         return 0
+    if not detached_child:
+        from fabro_git.config.trust import ask_on_terminal, check_run_config
+
+        check_run_config(
+            full_id,
+            manifest.settings,
+            ask=ask_on_terminal("Trust it and resume?"),
+            repo_root=repo.root,
+        )
     options = Options(
         auto_approve=auto_approve or bool(manifest.settings.get("auto_approve")),
         answers=list(answers),

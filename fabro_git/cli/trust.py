@@ -6,12 +6,16 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fabro_git.config.trust import TrustStore, describe, read_project, shown
 from fabro_git.errors import ConfigError
 
+if TYPE_CHECKING:
+    from fabro_git.store.repo import GitRepo
 
-def run(*, yes: bool, revoke: bool, list_only: bool) -> int:
+
+def run(*, yes: bool, revoke: bool, list_only: bool, run_id: str | None = None) -> int:
     if sum((yes, revoke, list_only)) > 1:
         raise ConfigError("--yes, --revoke and --list do not go together; pass one")
     store = TrustStore()
@@ -20,10 +24,16 @@ def run(*, yes: bool, revoke: bool, list_only: bool) -> int:
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
+    if run_id is not None:
+        if revoke:
+            raise ConfigError(
+                "--revoke takes no --run: a run's configuration is trusted by content"
+            )
+        return _trust_run(store, repo, run_id, yes=yes)
     project = read_project(repo.root)
     if revoke:
-        if store.revoke(project.path):
-            print(f"{project.path}: no longer trusted")
+        if store.revoke(project.path, project.repo_root):
+            print(f"{project.path} and the run configurations approved here: no longer trusted")
         else:
             print(f"{project.path}: was not trusted; nothing to revoke")
         return 0
@@ -43,25 +53,56 @@ def run(*, yes: bool, revoke: bool, list_only: bool) -> int:
         print(f"{project.path} is already trusted as it is")
         return 0
     print(f"{project.path} would:\n{describe(project.actions)}")
-    if not yes:
-        if not (sys.stdin is not None and sys.stdin.isatty()):
-            raise ConfigError(
-                "not trusted: confirming needs a terminal",
-                hint="read the file, then pass --yes to trust it as it is",
-            )
-        sys.stdout.write("Trust this exact content? [y/N] ")
-        sys.stdout.flush()
-        if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-            print("not trusted")
-            return 1
+    if not yes and not _confirmed("read the file, then pass --yes to trust it as it is"):
+        return 1
     store.trust(project)
     print(f"trusted {shown(os.fspath(project.path))} (sha256 {project.digest[:12]})")
     return 0
 
 
+def _confirmed(hint: str) -> bool:
+    if not (sys.stdin is not None and sys.stdin.isatty()):
+        raise ConfigError("not trusted: confirming needs a terminal", hint=hint)
+    sys.stdout.write("Trust this exact content? [y/N] ")
+    sys.stdout.flush()
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        print("not trusted")
+        return False
+    return True
+
+
+def _trust_run(store: TrustStore, repo: GitRepo, run_id: str, *, yes: bool) -> int:
+    """Trust the configuration a run recorded (a fetched run's hooks, servers, pushes),
+    so `resume` lets it act."""
+    from fabro_git.cli._runs import resolve_run
+    from fabro_git.config.trust import recorded_actions
+    from fabro_git.engine.session import load_run
+    from fabro_git.terminal import printable
+
+    full_id = resolve_run(repo, run_id)
+    manifest = load_run(repo, full_id)[0]
+    recorded = recorded_actions(manifest.settings)
+    if not recorded.actions:
+        print(f"run {full_id}'s configuration does nothing that needs trust")
+        return 0
+    if store.trusts_config(recorded.digest):
+        print(f"run {full_id}'s configuration is already trusted")
+        return 0
+    print(f"run {full_id}'s recorded configuration would:\n{describe(recorded.actions)}")
+    hint = f"read it with `git fabro inspect {full_id}`, then pass --yes to trust it"
+    if not yes and not _confirmed(hint):
+        return 1
+    store.trust_config(recorded.digest, repository=repo.root, run_id=full_id)
+    print(
+        f"trusted run {printable(full_id, one_line=True)}'s configuration (sha256 {recorded.digest[:12]})"
+    )
+    return 0
+
+
 def _list(store: TrustStore) -> int:
     entries = store.entries()
-    if not entries:
+    configs = store.configs()
+    if not entries and not configs:
         print(f"no trusted files ({store.path})")
         return 0
     for entry in entries:
@@ -78,4 +119,6 @@ def _list(store: TrustStore) -> int:
         except ConfigError:
             state = "unreadable" if os.path.lexists(path) else "gone"
         print(f"{state:<10} {entry.sha256[:12]}  {entry.trusted_at}  {path}")
+    for config in configs:
+        print(f"{'run config':<10} {config.sha256[:12]}  {config.trusted_at}  run {config.run_id}")
     return 0

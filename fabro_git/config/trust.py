@@ -274,9 +274,19 @@ class TrustedFile(msgspec.Struct, frozen=True):
     trusted_at: str
 
 
+class TrustedConfig(msgspec.Struct, frozen=True):
+    """A run's recorded configuration the user let act: the digest of its acting keys."""
+
+    sha256: str
+    repository: str  # the repository it was first approved in, resolved
+    run_id: str  # the run it was first approved for
+    trusted_at: str
+
+
 class _StoreFile(msgspec.Struct):
     version: int = msgspec.field(default=STORE_VERSION, name="_version")
     files: list[TrustedFile] = msgspec.field(default_factory=list)
+    configs: list[TrustedConfig] = msgspec.field(default_factory=list)
 
 
 def store_path() -> Path:
@@ -310,11 +320,32 @@ class TrustStore:
         with self._locked() as store:
             store.files = [f for f in store.files if f.path != entry.path] + [entry]
 
-    def revoke(self, path: Path) -> bool:
+    def configs(self) -> list[TrustedConfig]:
+        return list(self._read().configs)
+
+    def trusts_config(self, digest: str) -> bool:
+        return any(c.sha256 == digest for c in self._read().configs)
+
+    def trust_config(self, digest: str, *, repository: Path, run_id: str) -> None:
+        """Record a run configuration's acting keys as the user's choice (once)."""
+        import datetime
+
+        if self.trusts_config(digest):
+            return
+        now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        entry = TrustedConfig(digest, str(Path(repository).resolve()), run_id, now)
         with self._locked() as store:
-            kept = [f for f in store.files if f.path != str(path)]
-            removed = len(kept) != len(store.files)
-            store.files = kept
+            if not any(c.sha256 == digest for c in store.configs):
+                store.configs.append(entry)
+
+    def revoke(self, path: Path, repository: Path) -> bool:
+        """Forget the file at `path` and the run configurations approved in
+        `repository`: whether anything was trusted."""
+        with self._locked() as store:
+            files = [f for f in store.files if f.path != str(path)]
+            configs = [c for c in store.configs if c.repository != str(repository)]
+            removed = (len(files), len(configs)) != (len(store.files), len(store.configs))
+            store.files, store.configs = files, configs
         return removed
 
     @staticmethod
@@ -416,3 +447,71 @@ def ask_on_terminal(question: str) -> Callable[[str], bool] | None:
         return answer.strip().lower() in ("y", "yes")
 
     return ask
+
+
+# -- a run's recorded configuration ----------------------------------------------------------
+
+# The keys of a run's recorded `[run]` table whose values act (the rest only shape it).
+_ACTING_KEYS = ("hooks", "agent", "prepare", "git")
+
+
+class RunConfigActions(msgspec.Struct, frozen=True):
+    """What a run's recorded configuration would do on resume, and its digest."""
+
+    actions: list[Action]
+    digest: str
+
+
+def recorded_actions(settings: dict[str, object]) -> RunConfigActions:
+    """The acting keys of a run's manifest settings (`settings["config"]`), in words,
+    and the sha256 of their canonical JSON. A resume acts on what the manifest
+    records, not on today's project file: a fetched run's manifest is its author's."""
+    raw = settings.get("config") or {}
+    config = raw if isinstance(raw, dict) else {}
+    acting = {key: config[key] for key in _ACTING_KEYS if config.get(key)}
+    digest = hashlib.sha256(msgspec.json.encode(acting, order="sorted")).hexdigest()
+    try:
+        run = msgspec.convert(config, RunSection)
+    except (msgspec.ValidationError, TypeError):
+        # A manifest this version cannot read: say so rather than guess what it does.
+        found = [
+            Action("run", "acts in ways this version cannot read (an unreadable configuration)")
+        ]
+        return RunConfigActions(found if acting else [], digest)
+    return RunConfigActions(actions(run), digest)
+
+
+def record_run_config(repo_root: Path, run_id: str, settings: dict[str, object]) -> None:
+    """A run the user starts here acts with their consent (a trusted project file or
+    their own config): remember its configuration, so its resumes do not ask again."""
+    recorded = recorded_actions(settings)
+    if recorded.actions:
+        TrustStore().trust_config(recorded.digest, repository=repo_root, run_id=run_id)
+
+
+def check_run_config(
+    run_id: str,
+    settings: dict[str, object],
+    *,
+    ask: Callable[[str], bool] | None,
+    repo_root: Path,
+    store: TrustStore | None = None,
+) -> None:
+    """Refuse to resume a run whose recorded configuration would act (hooks, servers,
+    pushes) unless the user approved that exact configuration: by starting the run
+    here, by `git fabro trust --run`, or now, at `ask`."""
+    recorded = recorded_actions(settings)
+    if not recorded.actions:
+        return
+    store = store if store is not None else TrustStore()
+    if store.trusts_config(recorded.digest):
+        return
+    summary = f"run {run_id}'s recorded configuration is not trusted; it would:\n{describe(recorded.actions)}"
+    if ask is not None and ask(summary):
+        store.trust_config(recorded.digest, repository=repo_root, run_id=run_id)
+        return
+    raise ConfigError(
+        f"{summary}\nnothing was resumed: the run was made elsewhere (or its configuration"
+        " was never approved here)",
+        hint=f"read it with `git fabro inspect {run_id}`, then run `git fabro trust --run {run_id}`",
+    )

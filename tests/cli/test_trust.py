@@ -357,9 +357,63 @@ def test_trust_is_of_the_bytes_and_kept_outside_the_repository(tmp_path: Path) -
     assert store.status(read_project(repo)) == "trusted"
     project.write_text('[run.git]\npush_remote = "x" \n')  # one byte more
     assert store.status(read_project(repo)) == "changed"
-    assert store.revoke(read_project(repo).path)
+    assert store.revoke(read_project(repo).path, read_project(repo).repo_root)
     assert store.entries() == []
     assert sorted(p.name for p in store.path.parent.iterdir()) == [
         "trusted.json",
         "trusted.json.lock",
     ]
+
+
+def test_a_fetched_runs_recorded_hooks_act_on_resume_only_once_trusted(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A resume acts on the configuration the run's manifest records. A run made here
+    had the user's consent; one fetched from its author has not: its hooks wait for
+    `git fabro trust --run`."""
+    from helpers import fresh_clone, trust_project, write_workflow
+
+    marker = tmp_path / "hooked"
+    (repo / ".fabro").mkdir()
+    (repo / ".fabro" / "project.toml").write_text(
+        f'[[run.hooks]]\nevent = "stage_start"\ncommand = "echo x >> {marker}"\n'
+    )
+    write_workflow(
+        repo,
+        """
+        digraph W {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            build [shape=parallelogram, script="test -f GO"]
+            start -> build -> exit
+        }
+        """.replace("GO", str(tmp_path / "go")),
+    )
+    trust_project(repo)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = result["run_id"]
+    first = marker.read_text().count("x")
+    # This machine started the run: its resume acts without asking.
+    again = run_fabro("resume", run_id, cwd=repo)
+    assert again.returncode == 1 and "not trusted" not in again.stderr, again.stderr
+    assert "failed" in again.stderr
+    hooked = marker.read_text().count("x")
+    assert hooked > first
+    # Another machine: its own scratch and its own trust store.
+    clone, env = fresh_clone(repo, tmp_path)
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "machine-b-config")
+    (tmp_path / "go").write_text("")
+    refused = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert refused.returncode == 1, refused.stderr
+    assert f"run {run_id}'s recorded configuration is not trusted" in refused.stderr
+    assert f"echo x >> {marker}" in refused.stderr
+    assert f"git fabro trust --run {run_id}" in refused.stderr
+    assert marker.read_text().count("x") == hooked
+    trusted = run_fabro("trust", "--run", run_id[:10], "--yes", cwd=clone, env=env)
+    assert trusted.returncode == 0, trusted.stderr
+    listed = run_fabro("trust", "--list", cwd=clone, env=env)
+    assert f"run {run_id}" in listed.stdout
+    resumed = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert marker.read_text().count("x") > hooked
