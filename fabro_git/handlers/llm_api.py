@@ -295,6 +295,7 @@ async def run_agent(
         on_process_group=req.on_process_group,
         toolsets=[*mcp_toolsets, *subagents.toolsets()],
         tool_hooks=req.tool_hooks,
+        guard_config=req.worktree if req.in_place else None,
     )
 
     async def timed_out(seconds: float) -> Outcome:
