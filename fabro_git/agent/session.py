@@ -285,8 +285,11 @@ class AgentSession:
         on_process_group: Callable[[int, bool], object] | None = None,
         toolsets: Sequence[ToolSet] = (),
         tool_hooks: ToolHooks | None = None,
+        guard_config: Path | None = None,
     ) -> None:
         self.worktree = Path(worktree)
+        # An in-place run's checkout, whose `.fabro/` no tool may change.
+        self.guard_config = guard_config
         self.target = target
         self.fallbacks = tuple(fallbacks)
         # Where the chain starts for the next call: after a failover the session stays
@@ -315,7 +318,7 @@ class AgentSession:
         self.toolsets = tuple(toolsets)
         self._emit = emit
         self.tool_hooks = tool_hooks
-        self._workspace = Workspace(self.worktree)
+        self._workspace = Workspace(self.worktree, guard_config=guard_config)
         self._context = ToolContext(
             workspace=self._workspace,
             shell_env=shell_environment(self.env),

@@ -266,6 +266,7 @@ class _Team:
             request_timeout=parent.request_timeout,
             on_process_group=parent.on_process_group,
             tool_hooks=parent.tool_hooks,
+            guard_config=parent.guard_config,
             toolsets=[_fixed(shared), crew.toolset_at(self.depth + 1)],
         )
         entry = _Child(agent_id, self.depth + 1, child, under)

@@ -26,6 +26,7 @@ from fabro_git.agent import patch as v4a
 from fabro_git.agent.shell import GIT_LOCATION_VARIABLES, run_shell
 from fabro_git.agent.skills import Skill, render
 from fabro_git.agent.workspace import ToolError, Workspace
+from fabro_git.config.protected import ConfigSnapshot, config_change_refused
 from fabro_git.llm.types import ToolSpec
 
 READ_LIMIT_LINES = 2000
@@ -145,7 +146,7 @@ def read_file(arguments: dict[str, Any], context: ToolContext) -> str:
 
 def write_file(arguments: dict[str, Any], context: ToolContext) -> str:
     shown = arguments["path"]
-    real = context.workspace.resolve(shown)
+    real = context.workspace.resolve(shown, write=True)
     if real.is_dir():
         raise ToolError(f"{shown}: is a directory")
     data = arguments["content"].encode("utf-8")
@@ -160,7 +161,7 @@ def edit_file(arguments: dict[str, Any], context: ToolContext) -> str:
     shown = arguments["path"]
     old, new = arguments["old_string"], arguments["new_string"]
     replace_all = bool(arguments.get("replace_all", False))
-    real = context.workspace.resolve(shown)
+    real = context.workspace.resolve(shown, write=True)
     text = _read_text(real, shown, for_edit=True)
     if not old:
         raise ToolError("old_string is empty; to write a whole file use write_file")
@@ -198,8 +199,9 @@ def apply_patch(arguments: dict[str, Any], context: ToolContext) -> str:
         changes = v4a.plan(operations, read)
     except v4a.PatchError as exc:
         raise ToolError(f"the patch does not apply (nothing was changed): {exc}") from exc
-    for change in changes:
-        real = context.workspace.resolve(change.path)
+    # Every path is vetted before the first is written: a refused one changes nothing.
+    reals = [context.workspace.resolve(change.path, write=True) for change in changes]
+    for change, real in zip(changes, reals, strict=True):
         if change.content is None:
             real.unlink()
         else:
@@ -333,6 +335,9 @@ async def shell(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
     if arguments.get("timeout_ms") is not None:
         timeout = int(arguments["timeout_ms"]) / 1000
     timeout = max(0.001, min(timeout, context.shell_max_timeout))
+    before = None
+    if context.workspace.guard_config is not None:
+        before = await trio.to_thread.run_sync(ConfigSnapshot, context.workspace.guard_config)
     result = await run_shell(
         arguments["command"],
         cwd=str(context.workspace.root),
@@ -345,6 +350,10 @@ async def shell(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
         return ToolOutcome(output=result.output, is_error=True)
     footer = f"[exit code {result.exit_code}; {result.duration_ms} ms]"
     text = f"{result.output.rstrip(chr(10))}\n{footer}" if result.output else footer
+    if before is not None:
+        refused = await trio.to_thread.run_sync(config_change_refused, before)
+        if refused is not None:
+            return ToolOutcome(output=f"{text}\n{refused}", is_error=True)
     return ToolOutcome(output=text)
 
 

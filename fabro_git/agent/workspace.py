@@ -4,6 +4,9 @@ A path a tool is given (relative to the worktree, or absolute) is resolved throu
 symlink and must land inside the worktree's own real path, and outside git's internals
 (`.git` as a directory, or the file a linked worktree has instead). `../x`, `/etc/x`, a
 symlink pointing out and `.git/config` are all refused as tool errors the model reads.
+In an `--in-place` run the worktree is the user's checkout, and its `.fabro/` (the
+project's configuration, which the user's next run obeys) is refused to writes too; the
+shell is checked after each command instead (`fabro_git.config.protected`).
 
 This guards the file tools only. The `shell` tool runs whatever the model writes, with
 the worktree as its working directory: it is a shell, not a sandbox, just as a command
@@ -16,17 +19,26 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fabro_git.config.protected import CONFIG_DIR
+
 
 class ToolError(Exception):
     """A tool call that cannot be done; the message goes back to the model."""
 
 
 class Workspace:
-    def __init__(self, worktree: Path) -> None:
+    def __init__(self, worktree: Path, *, guard_config: Path | None = None) -> None:
         self.root = Path(os.path.realpath(worktree))
+        # An in-place run's checkout (a sub-agent's root may lie below it): its `.fabro/`
+        # is the user's configuration, not the stage's.
+        self.guard_config = guard_config
+        self._config_dir = (
+            None if guard_config is None else Path(os.path.realpath(guard_config)) / CONFIG_DIR
+        )
 
-    def resolve(self, path: str) -> Path:
-        """The real path `path` stands for, inside the worktree and outside `.git`."""
+    def resolve(self, path: str, *, write: bool = False) -> Path:
+        """The real path `path` stands for, inside the worktree and outside `.git`; to be
+        written, outside a guarded `.fabro/` too."""
         if not isinstance(path, str) or not path.strip():
             raise ToolError("a path is required")
         if "\x00" in path:
@@ -38,9 +50,14 @@ class Workspace:
             raise ToolError(
                 f"{path}: outside the worktree ({self.root}); tools may only touch files in it"
             )
-        relative = real.relative_to(self.root)
-        if ".git" in relative.parts:
+        if ".git" in real.relative_to(self.root).parts:
             raise ToolError(f"{path}: git's internal files are not for tools to touch")
+        config = self._config_dir
+        if write and config is not None and (real == config or real.is_relative_to(config)):
+            raise ToolError(
+                f"{path}: {CONFIG_DIR}/ holds the project's configuration, which the user's "
+                "next run obeys; in an --in-place run no stage may change it"
+            )
         return real
 
     def relative(self, real: Path) -> str:

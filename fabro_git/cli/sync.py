@@ -1,7 +1,9 @@
 """`git fabro fetch` and `git fabro push`: move runs between repositories explicitly.
 
 `git clone` and a plain `git push` only carry `refs/heads/*`; the metadata lives under
-`refs/fabro/`, so these commands name both halves of a run. Pushes are never forced.
+`refs/fabro/`, so these commands name both halves of a run. Neither is ever forced: a
+fetch takes every run that fast-forwards and keeps, as it is, each run one of whose refs
+the remote would rewrite, names it and exits 1; a push reports each rejected ref.
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ FETCH_REFSPECS = (
 
 def fetch(remote: str, run: str | None = None) -> int:
     """Fetch every run from `remote`, or with `run` (an id or a prefix the remote can
-    resolve) just that run's refs, and say how many runs came new and how many moved."""
+    resolve) just that run's refs, and say how many runs came new and how many moved.
+    1 when a run was kept as it is because the remote's would rewrite it."""
     from fabro_git.store import remote as rem
     from fabro_git.store import runs as runrefs
     from fabro_git.store import worktree as wt
@@ -31,19 +34,18 @@ def fetch(remote: str, run: str | None = None) -> int:
 
     repo = GitRepo.discover(Path.cwd())
     before = _meta_tips(repo)
-    # git refuses to move a branch that a worktree has checked out, and fails the whole
-    # fetch for it: such run branches (yours after `git switch`, or a live run's) are
-    # left out, and said so.
-    held = {
+    # A branch that a worktree has checked out must not move under it: such run branches
+    # (yours after `git switch`, or a live run's) are left out, and said so.
+    checked_out = {
         ref: path
         for ref, path in wt.checked_out_branches(repo).items()
         if ref.startswith(runrefs.RUN_BRANCH_PREFIX)
     }
     if run is None:
-        rem.fetch(repo, remote, [*FETCH_REFSPECS, *(f"^{ref}" for ref in held)])
+        report = rem.fetch(repo, remote, FETCH_REFSPECS, skip=checked_out, group=runrefs.run_of_ref)
     else:
-        fetched = runrefs.fetch_run(repo, remote, run, skip=held)
-        held = {ref: path for ref, path in held.items() if ref == runrefs.run_branch_ref(fetched)}
+        _, report = runrefs.fetch_run(repo, remote, run, skip=checked_out)
+    held = {ref: checked_out[ref] for ref in report.held}
     after = _meta_tips(repo)
     new = sorted(set(after) - set(before))
     updated = sorted(rid for rid in before if rid in after and after[rid] != before[rid])
@@ -66,7 +68,16 @@ def fetch(remote: str, run: str | None = None) -> int:
             "(switch away from it, or let its run end, and fetch again)",
             file=sys.stderr,
         )
-    return 0
+    for ref, (ours, theirs) in report.kept.items():
+        run_id = runrefs.run_of_ref(ref)
+        print(
+            f"kept local {ref.removeprefix('refs/heads/')} ({ours[:12]}) and the rest of run "
+            f"{run_id}: {remote}'s ({theirs[:12]}) is not a fast-forward of it (the two "
+            f"have diverged). To take {remote}'s, keep a copy of this one if you want it "
+            f"(git fabro fork {run_id}), then git fabro rm {run_id} and fetch again",
+            file=sys.stderr,
+        )
+    return 1 if report.kept else 0
 
 
 def _meta_tips(repo: GitRepo) -> dict[str, str]:

@@ -25,6 +25,7 @@ import msgspec
 import trio
 
 from fabro_git.config.locations import make_private_dir
+from fabro_git.config.protected import ConfigSnapshot, config_change_refused
 from fabro_git.engine import clean_start
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
@@ -760,15 +761,31 @@ class Runtime:
         bounds every handler type alike. A timeout is a transient failure, unless the
         handler said what it ends with (`StageRequest.on_timeout`)."""
         timeout = node.get_duration("timeout", None)
-        with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
-            result = await self._guarded(handler, request, node)
-        if deadline.cancelled_caught:
-            assert timeout is not None
-            if request.timeout_outcome is not None:
-                return await request.timeout_outcome(timeout)
-            return Outcome.failure(
-                f"{node.handler_type} stage {node.id} timed out after {timeout:g}s", oc.TRANSIENT
-            )
+        # In the user's checkout, `.fabro/` is theirs: a stage that changed it fails, and
+        # the change is put back, even when the stage was cut off.
+        config, refused = None, None
+        if self.options.in_place:
+            config = await trio.to_thread.run_sync(ConfigSnapshot, request.worktree)
+        try:
+            with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
+                result = await self._guarded(handler, request, node)
+            if deadline.cancelled_caught:
+                assert timeout is not None
+                if request.timeout_outcome is not None:
+                    result = await request.timeout_outcome(timeout)
+                else:
+                    result = Outcome.failure(
+                        f"{node.handler_type} stage {node.id} timed out after {timeout:g}s",
+                        oc.TRANSIENT,
+                    )
+        finally:
+            if config is not None:
+                with trio.CancelScope(shield=True):
+                    refused = await trio.to_thread.run_sync(
+                        partial(config_change_refused, config, what=f"stage {node.id}")
+                    )
+        if refused is not None:
+            return Outcome.failure(refused, oc.DETERMINISTIC)
         return result
 
     async def _guarded(self, handler: Handler, request: StageRequest, node: Node) -> Outcome:

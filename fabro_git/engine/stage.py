@@ -79,6 +79,12 @@ class StageRequest(msgspec.Struct):
         return self._runtime.options.dry_run
 
     @property
+    def in_place(self) -> bool:
+        """Whether the run works in the user's checkout (`--in-place`): its `.fabro/` is
+        then the user's configuration, which no stage may change."""
+        return self._runtime.options.in_place
+
+    @property
     def run_model(self) -> tuple[str | None, str | None]:
         """The run's model and provider: `--model`/`--provider` over `[run.model]`."""
         options = self._runtime.options

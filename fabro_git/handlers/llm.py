@@ -9,13 +9,12 @@ without a model, so every workflow can be run end to end offline.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabro_git.engine.outcome import Outcome, normalize_status
 from fabro_git.engine.stage import StageRequest
 from fabro_git.events.catalogue import StagePrompt
-from fabro_git.outputs.directives import directives_from_status_file, extract_directives
+from fabro_git.outputs.directives import StatusFile, extract_directives
 
 if TYPE_CHECKING:
     from fabro_git.workflow import Graph
@@ -150,10 +149,12 @@ def _head_and_tail(text: str) -> str:
     return "\n".join(lines)
 
 
-def outcome_from_response(node_id: str, response: str, worktree: Path | None = None) -> Outcome:
-    """The stage's outcome from its reply; the worktree's `status.json` stands in only
+def outcome_from_response(
+    node_id: str, response: str, status_file: StatusFile | None = None
+) -> Outcome:
+    """The stage's outcome from its reply; a `status.json` the stage wrote stands in only
     when the reply carries no directive."""
-    directives = extract_directives(response) or directives_from_status_file(worktree) or {}
+    directives = extract_directives(response) or (status_file and status_file.directives()) or {}
     status = normalize_status(str(directives.get("outcome", "succeeded"))) or "succeeded"
     updates: dict[str, Any] = {
         "last_stage": node_id,
@@ -178,13 +179,15 @@ def outcome_from_response(node_id: str, response: str, worktree: Path | None = N
 
 async def execute(req: StageRequest) -> Outcome:
     node = req.node
+    # Taken before the stage does anything: what it finds there is not its own directive.
+    status_file = StatusFile(req.worktree)
     if not req.dry_run:
         from fabro_git.handlers import llm_api
 
         body, lead = prompt_body(req), preamble(req)
         if node.handler_type == "prompt":
-            return await llm_api.run_prompt(req, body, lead)
-        return await llm_api.run_agent(req, body, lead)
+            return await llm_api.run_prompt(req, body, lead, status_file)
+        return await llm_api.run_agent(req, body, lead, status_file)
     prompt = build_prompt(req)
     req.emit(StagePrompt(text=prompt))
     scripted = node.get("dry_run.response")
@@ -198,6 +201,6 @@ async def execute(req: StageRequest) -> Outcome:
         )
     req.files["prompt.md"] = prompt.encode()
     req.files["response.md"] = response.encode()
-    result = outcome_from_response(node.id, response, req.worktree)
+    result = outcome_from_response(node.id, response, status_file)
     result.notes = "dry-run: simulated backend"
     return result

@@ -38,6 +38,7 @@ from fabro_git.llm.errors import LlmError
 if TYPE_CHECKING:
     from fabro_git.agent.mcp import McpServerSpec
     from fabro_git.agent.session import Conversation
+    from fabro_git.outputs.directives import StatusFile
 
 DEFAULT_PROMPT_MAX_TOKENS = 4096
 DEFAULT_AGENT_MAX_TOKENS = 16384
@@ -167,7 +168,9 @@ def _without_tool_rounds(messages: list[llm.Message]) -> list[llm.Message]:
     return out
 
 
-async def run_prompt(req: StageRequest, body: str, preamble: str) -> Outcome:
+async def run_prompt(
+    req: StageRequest, body: str, preamble: str, status_file: StatusFile
+) -> Outcome:
     """One call, no tools: the preamble and the node's prompt in, the reply out. A node
     on a thread sends the thread's history first (and no preamble once it has one)."""
     from fabro_git.llm import usage as llm_usage
@@ -215,7 +218,7 @@ async def run_prompt(req: StageRequest, body: str, preamble: str) -> Outcome:
         history.messages += [llm.Message.user(prompt), response.as_message()]
         history.turns += 1
         req.save_thread(thread, history.to_bytes())
-    result = outcome_from_reply(req, response.text)
+    result = outcome_from_response(req.node.id, response.text, status_file)
     result.usage = stage_usage(
         response.target.model,
         response.usage,
@@ -224,7 +227,9 @@ async def run_prompt(req: StageRequest, body: str, preamble: str) -> Outcome:
     return result
 
 
-async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
+async def run_agent(
+    req: StageRequest, body: str, preamble: str, status_file: StatusFile
+) -> Outcome:
     """The agent loop in the stage's worktree until the model answers in text."""
     from fabro_git.agent.session import AgentLimits, AgentSession
     from fabro_git.agent.subagents import DEFAULT_MAX_DEPTH, SubAgents
@@ -233,7 +238,7 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
     if backend_of(node) == "cli":
         from fabro_git.handlers.llm_cli import run_cli_agent
 
-        return await run_cli_agent(req, body, preamble)
+        return await run_cli_agent(req, body, preamble, status_file)
     target, fallbacks = _target(req)
     thread = thread_of(req)
     conversation = await _conversation(req, thread)
@@ -290,6 +295,7 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         on_process_group=req.on_process_group,
         toolsets=[*mcp_toolsets, *subagents.toolsets()],
         tool_hooks=req.tool_hooks,
+        guard_config=req.worktree if req.in_place else None,
     )
 
     async def timed_out(seconds: float) -> Outcome:
@@ -326,11 +332,7 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
             files_touched=touched,
             usage=spent,
         )
-    outcome = outcome_from_reply(req, result.text)
+    outcome = outcome_from_response(req.node.id, result.text, status_file)
     outcome.files_touched = touched
     outcome.usage = spent
     return outcome
-
-
-def outcome_from_reply(req: StageRequest, text: str) -> Outcome:
-    return outcome_from_response(req.node.id, text, req.worktree)

@@ -42,12 +42,15 @@ from fabro_git.handlers.llm import outcome_from_response
 from fabro_git.handlers.llm_api import stage_usage
 from fabro_git.llm import cli
 from fabro_git.llm import types as llm
+from fabro_git.outputs.directives import StatusFile
 
 # Paths listed at most in one stage's files_touched (as for command stages).
 FILES_TOUCHED_LIMIT = 1000
 
 
-async def run_cli_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
+async def run_cli_agent(
+    req: StageRequest, body: str, preamble: str, status_file: StatusFile
+) -> Outcome:
     from fabro_git.llm import usage as llm_usage
 
     node = req.node
@@ -150,7 +153,7 @@ async def run_cli_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
                 response=reply.text or None,
                 notes=f"exit code {code}",
             )
-        result = outcome_from_response(node.id, reply.text, req.worktree)
+        result = outcome_from_response(node.id, reply.text, status_file)
         result.files_touched = files
         result.usage = spent
         result.notes = f"{call.argv[0]} exited 0"

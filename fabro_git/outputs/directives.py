@@ -13,6 +13,7 @@ most once per level of nesting, so the scan stays linear for prose.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +49,40 @@ def extract_directives(text: str) -> dict[str, Any] | None:
     return found
 
 
-def directives_from_status_file(worktree: Path | None) -> dict[str, Any] | None:
-    """The directives in a `status.json` the stage left at the top of its worktree, for
-    agents that write their outcome to a file instead of their reply."""
-    if worktree is None:
-        return None
-    from fabro_git.files import UnreadableFile, read_input_text
+class StatusFile:
+    """The `status.json` at the top of a stage's worktree, as it stood when the stage
+    started: for agents that write their outcome to a file instead of their reply.
 
-    try:
-        text = read_input_text(worktree / "status.json", limit=STATUS_FILE_LIMIT)
-    except UnreadableFile:
-        return None
-    return extract_directives(text)
+    Only a file the stage wrote counts. One the repository carries, or an earlier stage
+    left, is the same file afterwards and steers nothing: a committed `status.json` must
+    not route every stage whose reply has no directive. Written means created, removed and
+    created again, or changed in its bytes or its stat data (a rewrite with the same
+    bytes, as a loop's second visit may make, still counts)."""
+
+    def __init__(self, worktree: Path | None) -> None:
+        self.path = None if worktree is None else worktree / "status.json"
+        self._before = self._state()
+
+    def _state(self) -> tuple[int, int, int, bytes] | None:
+        """(inode, size, mtime, bytes) of the file, or None when there is none to read."""
+        from fabro_git.files import UnreadableFile, read_input_file
+
+        if self.path is None:
+            return None
+        try:
+            info = os.stat(self.path)
+            data = read_input_file(self.path, limit=STATUS_FILE_LIMIT)
+        except (OSError, UnreadableFile):
+            return None
+        return (info.st_ino, info.st_size, info.st_mtime_ns, data)
+
+    def directives(self) -> dict[str, Any] | None:
+        """The directives in the file, when the stage wrote it since it started."""
+        state = self._state()
+        if state is None or state == self._before:
+            return None
+        try:
+            text = state[3].decode("utf-8-sig")
+        except UnicodeDecodeError:
+            return None
+        return extract_directives(text)

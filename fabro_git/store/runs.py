@@ -378,9 +378,12 @@ def _resolve_remote(repo: GitRepo, remote: str, prefix: str, wanted: str) -> str
     return run_id
 
 
-def fetch_run(repo: GitRepo, remote: str, prefix: str, *, skip: Collection[str] = ()) -> str:
+def fetch_run(
+    repo: GitRepo, remote: str, prefix: str, *, skip: Collection[str] = ()
+) -> tuple[str, _remote.FetchReport]:
     """Fetch the refs of the one run on `remote` whose id starts with `prefix`, whether or
-    not this repository has it already, except the refs named in `skip`; returns its id."""
+    not this repository has it already, except the refs named in `skip`; returns its id
+    and what moved."""
     wanted = _normalise(prefix)
     if not wanted:
         raise RunNotFound("no run id given", hint="pass a run id or a prefix of one")
@@ -395,8 +398,7 @@ def fetch_run(repo: GitRepo, remote: str, prefix: str, *, skip: Collection[str] 
         )
     if len(matches) > 1:
         raise _ambiguous(prefix, matches, where=f" on {remote}")
-    _fetch_listed(repo, remote, matches[0], refs, skip=skip)
-    return matches[0]
+    return matches[0], _fetch_listed(repo, remote, matches[0], refs, skip=skip)
 
 
 def _remote_matches(repo: GitRepo, remote: str, wanted: str) -> tuple[list[str], dict[str, str]]:
@@ -415,15 +417,25 @@ def _remote_matches(repo: GitRepo, remote: str, wanted: str) -> tuple[list[str],
 
 def _fetch_listed(
     repo: GitRepo, remote: str, run_id: str, refs: dict[str, str], *, skip: Collection[str] = ()
-) -> None:
-    """Fetch the run's meta ref, branch and parallel refs, as `refs` lists them."""
+) -> _remote.FetchReport:
+    """Fetch the run's meta ref, branch and parallel refs, as `refs` lists them, taking
+    none of them if one would not fast-forward."""
     specs = [f"{meta_ref(run_id)}:{meta_ref(run_id)}"]
-    if run_branch_ref(run_id) in refs and run_branch_ref(run_id) not in skip:
+    if run_branch_ref(run_id) in refs:
         specs.append(f"{run_branch_ref(run_id)}:{run_branch_ref(run_id)}")
     parallel = f"{PARALLEL_PREFIX}{run_id}/"
     if any(name.startswith(parallel) for name in refs):
         specs.append(f"{parallel}*:{parallel}*")
-    _remote.fetch(repo, remote, specs)
+    return _remote.fetch(repo, remote, specs, skip=skip, group=run_of_ref)
+
+
+def run_of_ref(name: str) -> str:
+    """The id of the run a ref belongs to (its meta ref, branch or a parallel branch's
+    head); any other ref is a group of its own, named by itself."""
+    for prefix in (META_PREFIX, RUN_BRANCH_PREFIX, PARALLEL_PREFIX):
+        if name.startswith(prefix):
+            return name[len(prefix) :].split("/", 1)[0]
+    return name
 
 
 def _ambiguous(prefix: str, candidates: list[str], *, where: str = "") -> AmbiguousRunId:

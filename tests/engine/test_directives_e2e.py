@@ -1,11 +1,14 @@
 """Through `git fabro run`: a reply's directive routes the run even after a stray brace,
-and a `status.json` in the worktree stands in when the reply has none."""
+and a `status.json` stands in when the reply has none, but only one the stage itself wrote:
+not one the repository carries, nor one an earlier stage left."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import run_events, run_json, write_workflow
+import pytest
+from helpers import git, run_events, run_json, write_workflow
+from llm_server import LlmServer, Reply, ToolUse
 
 ROUTED = """\
 digraph R {
@@ -38,7 +41,62 @@ def test_a_directive_after_a_stray_brace_routes(repo: Path) -> None:
     assert _path(repo, "true", reply)[-2] == "ship"
 
 
-def test_status_json_is_the_fallback_and_the_reply_wins(repo: Path) -> None:
-    writes = r"""echo '{\"preferred_next_label\": \"fix\"}' > status.json"""
+def test_a_status_json_an_earlier_stage_wrote_steers_nothing(repo: Path) -> None:
+    writes = r"""echo '{\"preferred_next_label\": \"ship\"}' > status.json"""
+    assert _path(repo, "true", "no directive here")[-2] == "fix"  # the route without one
     assert _path(repo, writes, "no directive here")[-2] == "fix"
-    assert _path(repo, writes, '{\\"preferred_next_label\\": \\"ship\\"}')[-2] == "ship"
+
+
+# The status.json fallback counts only when the stage itself wrote the file.
+STATUS_ROUTED = """\
+digraph S {
+    start  [shape=Mdiamond]
+    exit   [shape=Msquare]
+    judge  [shape=%(shape)s, model="sonnet", prompt="Judge it"]
+    ship   [shape=parallelogram, script="echo ship"]
+    deploy [shape=parallelogram, script="echo deploy"]
+    start -> judge
+    judge -> ship [weight=10]
+    judge -> deploy [label="deploy"]
+    ship -> exit
+    deploy -> exit
+}
+"""
+
+
+def _visited(repo: Path) -> list[str]:
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return [
+        e["node_id"] for e in run_events(result["run_id"], repo) if e["event"] == "stage.started"
+    ]
+
+
+@pytest.mark.parametrize("shape", ["box", "tab"])
+def test_a_status_json_the_repository_carries_steers_nothing(
+    repo: Path, llm_server: LlmServer, shape: str
+) -> None:
+    (repo / "status.json").write_text(
+        '{"preferred_next_label": "deploy", "context_updates": {"planted": true}}'
+    )
+    git(repo, "add", "status.json")
+    write_workflow(repo, STATUS_ROUTED % {"shape": shape})
+    llm_server.script(Reply(text="Looked at it; nothing to say."))
+    visited = _visited(repo)
+    assert "deploy" not in visited and visited[-2] == "ship"
+
+
+def test_a_status_json_the_agent_writes_routes_and_the_reply_wins(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, STATUS_ROUTED % {"shape": "box"})
+    writes = ToolUse(
+        "shell", {"command": """echo '{"preferred_next_label": "deploy"}' > status.json"""}, id="s"
+    )
+    llm_server.script(Reply(text="Writing.", tool_calls=(writes,)), Reply(text="Done."))
+    assert _visited(repo)[-2] == "deploy"
+    llm_server.script(
+        Reply(text="Writing.", tool_calls=(writes,)),
+        Reply(text='Done. {"preferred_next_label": "ship"}'),
+    )
+    assert _visited(repo)[-2] == "ship"

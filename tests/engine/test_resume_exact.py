@@ -547,7 +547,7 @@ def test_a_rejected_push_shows_gits_own_message(repo: Path, tmp_path: Path) -> N
     assert "failed to push some refs" in proc.stderr, proc.stderr
 
 
-def test_a_rejected_fetch_shows_gits_own_message(repo: Path, tmp_path: Path) -> None:
+def test_a_fetch_that_would_rewrite_a_run_keeps_it_and_says_so(repo: Path, tmp_path: Path) -> None:
     remote = tmp_path / "remote.git"
     git(tmp_path, "init", "-q", "--bare", str(remote))
     git(repo, "remote", "add", "origin", str(remote))
@@ -559,8 +559,8 @@ def test_a_rejected_fetch_shows_gits_own_message(repo: Path, tmp_path: Path) -> 
     git(repo, "push", "-q", "origin", f"{stray}:{meta}")
     proc = _fabro(repo, "fetch", "origin")
     assert proc.returncode == 1, proc.stderr
-    assert "non-fast-forward" in proc.stderr, proc.stderr
-    assert meta in proc.stderr, proc.stderr
+    assert f"kept local {meta}" in proc.stderr and "not a fast-forward" in proc.stderr
+    assert git(repo, "rev-parse", meta).strip() != stray
 
 
 def test_a_stage_stopped_by_ctrl_c_is_closed_and_resumed_as_the_same_visit(

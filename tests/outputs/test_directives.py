@@ -4,12 +4,13 @@ around them (stray braces, strings, other JSON) can hide or replace them."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from fabro_git.outputs.directives import directives_from_status_file, extract_directives
+from fabro_git.outputs.directives import StatusFile, extract_directives
 
 # Prose that cannot spell a recognised field, but has every character that trips a
 # scanner: braces, brackets, quotes, backslashes, colons, commas.
@@ -59,9 +60,20 @@ def test_json_without_recognised_fields_is_ignored() -> None:
     assert extract_directives("{" * 5000 + "}" * 4000) is None  # deep, unbalanced
 
 
-def test_status_file_fallback(tmp_path: Path) -> None:
-    assert directives_from_status_file(tmp_path) is None
-    (tmp_path / "status.json").write_text('{"outcome": "skipped"}')
-    assert directives_from_status_file(tmp_path) == {"outcome": "skipped"}
-    (tmp_path / "status.json").write_text("not json")
-    assert directives_from_status_file(tmp_path) is None
+def test_status_file_counts_only_once_the_stage_wrote_it(tmp_path: Path) -> None:
+    assert StatusFile(tmp_path).directives() is None
+    assert StatusFile(None).directives() is None
+    status = tmp_path / "status.json"
+    status.write_text('{"outcome": "skipped"}')
+    already_there = StatusFile(tmp_path)
+    assert already_there.directives() is None
+    status.write_text('{"outcome": "fail"}')
+    assert already_there.directives() == {"outcome": "fail"}
+    rewritten = StatusFile(tmp_path)
+    status.unlink()
+    status.write_text('{"outcome": "fail"}')  # the same bytes, written again later
+    later = status.stat().st_mtime_ns + 1_000_000_000
+    os.utime(status, ns=(later, later))
+    assert rewritten.directives() == {"outcome": "fail"}
+    status.write_text("not json")
+    assert rewritten.directives() is None
