@@ -760,8 +760,12 @@ class Runtime:
         bounds every handler type alike. A timeout is a transient failure, unless the
         handler said what it ends with (`StageRequest.on_timeout`)."""
         timeout = node.get_duration("timeout", None)
-        with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
-            result = await self._guarded(handler, request, node)
+        try:
+            with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
+                result = await self._guarded(handler, request, node)
+        finally:
+            # Nothing the stage started outlives it, daemons that left its groups too.
+            request.sweep()
         if deadline.cancelled_caught:
             assert timeout is not None
             if request.timeout_outcome is not None:
