@@ -261,4 +261,4 @@ def test_a_run_config_names_a_bad_sandbox_variable_and_its_line(repo: Path) -> N
     _run_config(repo, '[run.sandbox.env]\nBAD = "{{ inputs.x }}"\n')
     proc = run_fabro("run", "run.toml", cwd=repo)
     assert proc.returncode != 0
-    assert "run.toml:4: run.sandbox.env.BAD" in proc.stderr
+    assert "run.toml:5: run.sandbox.env.BAD" in proc.stderr
