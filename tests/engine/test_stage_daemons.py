@@ -112,7 +112,9 @@ def test_what_the_shell_tool_leaves_running_is_gone_when_the_stage_ends(
     first = 'first [shape=box, model="claude-sonnet-4-6", prompt="Start the servers"]'
     write_workflow(repo, _workflow(first, pids))
     llm_server.script(
-        Reply(text="Starting.", tool_calls=(ToolUse("shell", {"command": f"sh {script}"}, id="s1"),)),
+        Reply(
+            text="Starting.", tool_calls=(ToolUse("shell", {"command": f"sh {script}"}, id="s1"),)
+        ),
         Reply(text="Started."),
     )
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
@@ -181,9 +183,7 @@ digraph D {{
     return proc
 
 
-def test_ctrl_c_leaves_nothing_of_the_stage_running(
-    repo: Path, tmp_path: Path, pids: Path
-) -> None:
+def test_ctrl_c_leaves_nothing_of_the_stage_running(repo: Path, tmp_path: Path, pids: Path) -> None:
     proc = _hanging(repo, tmp_path, pids)
     daemons = _pids(pids)
     assert all(_alive(pid) for pid in daemons)

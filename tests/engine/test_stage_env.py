@@ -24,7 +24,7 @@ SECRETS = {
 SHOWN = ("MY_API_KEY", "GITHUB_TOKEN", "SOME_SECRET", "DB_PASSWORD", "MY_SETTING")
 
 # Prints, for each variable, whether it is set (never its value).
-SAY_SET = " ".join(f'${{{name}+{name}}}' for name in SHOWN)
+SAY_SET = " ".join(f"${{{name}+{name}}}" for name in SHOWN)
 
 COMMAND = """\
 digraph D {
@@ -262,3 +262,12 @@ def test_a_run_config_names_a_bad_sandbox_variable_and_its_line(repo: Path) -> N
     proc = run_fabro("run", "run.toml", cwd=repo)
     assert proc.returncode != 0
     assert "run.toml:5: run.sandbox.env.BAD" in proc.stderr
+
+
+def test_doctor_names_what_stages_do_not_get_never_its_value(repo: Path, secrets: None) -> None:
+    proc = run_fabro("doctor", "--json", cwd=repo)
+    [check] = [c for c in json.loads(proc.stdout)["checks"] if c["name"] == "stage environment"]
+    for name in SECRETS:
+        assert name in check["message"]
+    assert "MY_SETTING" not in check["message"]
+    assert not any(value in proc.stdout for value in SECRETS.values())
