@@ -94,8 +94,15 @@ def _is_hex(digits: str | bytes) -> bool:
     return all(c in "0123456789abcdefABCDEF" for c in text)
 
 
+# Names the rule above catches that locate a tool's files or settings and hold no secret;
+# they are neither redacted nor kept from a stage (`fabro_git.engine.stage_env`).
+NOT_SECRET = frozenset({"PASSWORD_STORE_DIR", "PASSWORD_STORE_KEY", "PASSWORD_STORE_GPG_OPTS"})
+
+
 def is_secret_name(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name.upper()))
+    """Whether a variable of this name holds a secret: the one rule for what the
+    redactor masks and what a stage's environment leaves out."""
+    return name not in NOT_SECRET and bool(_SECRET_NAME.search(name.upper()))
 
 
 def secret_values(environ: Mapping[str, str]) -> list[str]:

@@ -43,7 +43,6 @@ import trio
 from fabro_git.agent import memory as memory_files
 from fabro_git.agent import skills as skill_files
 from fabro_git.agent.mcp import McpRequiredError
-from fabro_git.agent.shell import shell_environment
 from fabro_git.agent.tools import (
     PROFILE_TOOLS,
     TOOLS,
@@ -255,8 +254,9 @@ class AgentSession:
 
     `emit` takes the `agent.*` property Structs; the caller stamps them with the stage's
     scope and `session_id` (`agent.session.started` and `.ended` are not stage-scoped).
-    `env` is the stage's environment: it supplies provider keys and, minus every
-    `*_API_KEY` and git location variable, the shell tool's environment.
+    `env` supplies provider keys; `shell_env` is the shell tool's environment (by
+    default `env` as `fabro_git.engine.stage_env` leaves it for a stage: no
+    secret-named or git location variable).
     `on_process_group(pgid, running)` hears of each shell command's process group, for
     a stage that records them to kill after a crash. Each of `toolsets` adds tools for
     the length of a run; a tool set may name a built-in tool's name only to replace it.
@@ -273,6 +273,7 @@ class AgentSession:
         system_prompt: str | None = None,
         limits: AgentLimits | None = None,
         env: Mapping[str, str] | None = None,
+        shell_env: Mapping[str, str] | None = None,
         conversation: Conversation | None = None,
         session_id: str | None = None,
         thread_id: str | None = None,
@@ -299,6 +300,11 @@ class AgentSession:
         self.system_prompt = system_prompt
         self.limits = limits or AgentLimits()
         self.env: Mapping[str, str] = os.environ if env is None else env
+        if shell_env is None:
+            from fabro_git.engine.stage_env import stage_environment
+
+            shell_env = stage_environment(self.env)
+        self.shell_env = shell_env
         self.conversation = conversation or Conversation()
         self.session_id = session_id or f"ses_{uuid.uuid4().hex[:16]}"
         self.thread_id = thread_id
@@ -321,7 +327,7 @@ class AgentSession:
         self._workspace = Workspace(self.worktree, guard_config=guard_config)
         self._context = ToolContext(
             workspace=self._workspace,
-            shell_env=shell_environment(self.env),
+            shell_env=dict(self.shell_env),
             shell_default_timeout=self.limits.shell_timeout,
             shell_max_timeout=self.limits.shell_max_timeout,
             on_output=lambda delta: self._emit(AgentToolOutputDelta(delta=delta)),

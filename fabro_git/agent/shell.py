@@ -24,8 +24,6 @@ from pathlib import Path
 import msgspec
 import trio
 
-from fabro_git.llm import catalogue
-
 TERM_GRACE = 2.0
 # After the command exits, how long a background job may keep its output pipe open
 # before the group is stopped; the job is killed either way.
@@ -39,21 +37,6 @@ class ShellResult(msgspec.Struct, frozen=True, kw_only=True):
     exit_code: int | None
     timed_out: bool
     duration_ms: int
-
-
-# Variables that would point git at another repository than the worktree's own.
-GIT_LOCATION_VARIABLES = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"})
-
-
-def shell_environment(env: Mapping[str, str]) -> dict[str, str]:
-    """The stage's environment without provider keys (the model has no use for them and
-    might repeat them in its output) and without git location overrides."""
-    keys = {name for info in catalogue.PROVIDERS.values() for name in info.key_env}
-    return {
-        name: value
-        for name, value in env.items()
-        if not name.endswith("_API_KEY") and name not in keys and name not in GIT_LOCATION_VARIABLES
-    }
 
 
 class _Capture:

@@ -258,6 +258,7 @@ class _Team:
             system_prompt=SUB_AGENT_PROMPT,
             limits=msgspec.structs.replace(parent.limits, max_turns=max_turns),
             env=parent.env,
+            shell_env=parent.shell_env,
             session_id=session_id,
             visit=parent.visit,
             skill_dirs=parent.skill_dirs,

@@ -23,10 +23,11 @@ import msgspec
 import trio
 
 from fabro_git.agent import patch as v4a
-from fabro_git.agent.shell import GIT_LOCATION_VARIABLES, run_shell
+from fabro_git.agent.shell import run_shell
 from fabro_git.agent.skills import Skill, render
 from fabro_git.agent.workspace import ToolError, Workspace
 from fabro_git.config.protected import ConfigSnapshot, config_change_refused
+from fabro_git.engine.stage_env import GIT_LOCATION_VARIABLES
 from fabro_git.llm.types import ToolSpec
 
 READ_LIMIT_LINES = 2000

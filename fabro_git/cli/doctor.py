@@ -31,7 +31,14 @@ class Check:
 
 
 def run(*, json_output: bool) -> int:
-    checks = [_git_version(), _graphviz(), *_providers(os.environ), _agent_clis(), _scratch()]
+    checks = [
+        _git_version(),
+        _graphviz(),
+        *_providers(os.environ),
+        _agent_clis(),
+        _stage_environment(os.environ),
+        _scratch(),
+    ]
     repo = _repo()
     if repo is None:
         checks.append(Check("repository", "ok", "not inside a git repository: run checks skipped"))
@@ -150,6 +157,23 @@ def _agent_clis() -> Check:
         "agent CLIs",
         "ok",
         f"none of {names} is on PATH: backend=cli stages need one, or [run.agent] cli_command",
+    )
+
+
+def _stage_environment(environ: dict[str, str] | os._Environ[str]) -> Check:
+    """Which variables of this environment stages will not get (names only: a value
+    is never shown)."""
+    from fabro_git.engine.stage_env import stripped_names
+
+    names = stripped_names(environ)
+    if not names:
+        return Check("stage environment", "ok", "no secret-named variable to keep from stages")
+    return Check(
+        "stage environment",
+        "ok",
+        f"kept from stages (secret-named): {', '.join(names)}; "
+        'pass one on with [run.sandbox.env] NAME = "{{ env.NAME }}" '
+        "(an agent CLI gets its own provider's key)",
     )
 
 

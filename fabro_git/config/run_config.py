@@ -163,6 +163,19 @@ class AgentConfig(_Table):
     mcps: dict[str, McpServerConfig] = msgspec.field(default_factory=dict)
 
 
+class SandboxConfig(_Table):
+    """`[run.sandbox]`: what stages' processes get beyond the host environment, which
+    reaches them without its secret-named variables (`fabro_git.engine.stage_env`).
+
+    `env` names variables to set in every stage command, setup command, agent shell
+    call, agent CLI, worktree hook and MCP stdio server: a literal value, or one with
+    `{{ env.NAME }}` references resolved from the host environment when the stage starts.
+    A value passed this way reaches the process even when its name looks secret.
+    """
+
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+
+
 class GitAuthor(_Table):
     name: str | None = None
     email: str | None = None
@@ -185,6 +198,7 @@ class RunSection(_Table):
     artifacts: ArtifactsConfig | None = None
     hooks: list[HookConfig] = msgspec.field(default_factory=list)
     git: GitConfig | None = None
+    sandbox: SandboxConfig | None = None
 
 
 class WorkflowSection(_Table):
@@ -450,6 +464,11 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
                         ["run", "agent", "cli_command"],
                         f"unknown placeholder {name}; expected one of {', '.join(CLI_PLACEHOLDERS)}",
                     )
+    for name, value in (run.sandbox.env if run.sandbox is not None else {}).items():
+        keys = ["run", "sandbox", "env", name]
+        if not ENV_NAME.fullmatch(name):
+            fail(keys, "a variable name is letters, digits and '_', not starting with a digit")
+        _only_env_references(keys, value, fail)
     remote = run.git.push_remote if run.git is not None else None
     if remote is not None and (not remote.strip() or remote.startswith("-") or "\n" in remote):
         fail(["run", "git", "push_remote"], f"{remote!r} cannot name a git remote")
@@ -463,6 +482,7 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
 
 MCP_DEFAULT_STARTUP_TIMEOUT = 10.0
 MCP_DEFAULT_TOOL_TIMEOUT = 60.0
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 ENV_REFERENCE = re.compile(r"\{\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _ANY_TEMPLATE = re.compile(r"\{\{(.*?)\}\}")
 
@@ -500,7 +520,9 @@ def resolve_env_references(text: str, environ: Mapping[str, str], where: str) ->
 def config_secrets(settings: Mapping[str, Any]) -> list[str]:
     """Credentials written literally into a run's configuration (`settings` as the
     manifest keeps it): MCP servers' and hooks' header values and secret-named env values. The
-    redactor masks them wherever they appear; `{{ env.NAME }}` references are not."""
+    redactor masks them wherever they appear; `{{ env.NAME }}` references are not, except
+    in `[run.sandbox.env]`: a secret-named variable there is masked whatever host
+    variable its value comes from."""
     from fabro_git.redact import is_secret_name
 
     run = msgspec.convert(settings.get("config") or {}, RunSection)
@@ -508,9 +530,20 @@ def config_secrets(settings: Mapping[str, Any]) -> list[str]:
     for server in (run.agent.mcps if run.agent is not None else {}).values():
         found += list(server.headers.values())
         found += [v for k, v in server.env.items() if is_secret_name(k)]
+    # What `[run.sandbox.env]` hands a stage under a secret name, written out or not.
+    for name, value in (run.sandbox.env if run.sandbox is not None else {}).items():
+        if is_secret_name(name):
+            found.append(_resolved_or_none(value) or "")
     # A hook's headers name allowed variables as `$NAME`; what is written out is literal.
     found += [v for hook in run.hooks for v in (hook.headers or {}).values() if "$" not in v]
     return [value for value in found if not ENV_REFERENCE.search(value)]
+
+
+def _resolved_or_none(text: str) -> str | None:
+    try:
+        return ENV_REFERENCE.sub(lambda m: os.environ[m.group(1)], text)
+    except KeyError:  # refused when the stage starts, naming the field
+        return None
 
 
 def _check_mcp_server(
@@ -547,11 +580,15 @@ def _check_mcp_server(
     strings += [([*where, "env", k], v) for k, v in server.env.items()]
     strings += [([*where, "headers", k], v) for k, v in server.headers.items()]
     for keys, text in strings:
-        for match in _ANY_TEMPLATE.finditer(text):
-            if not ENV_REFERENCE.fullmatch(match.group(0)):
-                fail(
-                    keys, f"{match.group(0)!r}: only {{{{ env.NAME }}}} references are allowed here"
-                )
+        _only_env_references(keys, text, fail)
+
+
+def _only_env_references(
+    keys: list[str], text: str, fail: Callable[[list[str], str], None]
+) -> None:
+    for match in _ANY_TEMPLATE.finditer(text):
+        if not ENV_REFERENCE.fullmatch(match.group(0)):
+            fail(keys, f"{match.group(0)!r}: only {{{{ env.NAME }}}} references are allowed here")
 
 
 def _positive_duration(text: str) -> bool:

@@ -22,8 +22,10 @@ Hooks are the user's code, not the run's: a hook that fails to start, exits with
 stray status on a non-blocking event, times out, or whose endpoint is down never
 fails the run by itself. Each becomes a `run.notice` (redacted on the bus, as every
 event), and its output stays in the private scratch dir: nothing a hook prints is
-committed. A hook in the worktree gets the environment without secret-named variables,
-so it cannot write a key into files the run commits; a host hook gets the user's.
+committed. A hook in the worktree gets a stage's environment (`fabro_git.engine.stage_env`:
+no secret-named variable but what `[run.sandbox.env]` passes), so it cannot write a key
+into files the run commits; a host hook gets the user's. Either carries the run's hook
+mark, so nothing it starts outlives the run (`fabro_git.engine.reaper`).
 """
 
 from __future__ import annotations
@@ -168,8 +170,10 @@ class LifecycleHooks:
         scratch: Path,
         emit: Emit,
         dry_run: bool = False,
+        sandbox_env: Mapping[str, str] | None = None,
     ) -> None:
         self.hooks = hooks
+        self.sandbox_env = dict(sandbox_env or {})
         self.run_id = run_id
         self.workflow = workflow
         self.host_dir = host_dir
@@ -234,6 +238,7 @@ class LifecycleHooks:
             scratch=scratch,
             emit=emit,
             dry_run=bool(settings.get("dry_run")),
+            sandbox_env=((settings.get("config") or {}).get("sandbox") or {}).get("env"),
         )
 
     def wants(self, event: str) -> bool:
@@ -460,15 +465,16 @@ class LifecycleHooks:
     def _environment(
         self, payload: Mapping[str, Any], context: Path, *, sandboxed: bool
     ) -> dict[str, str]:
-        from fabro_git.redact import is_secret_name
+        from fabro_git.engine import process_groups
+        from fabro_git.engine.reaper import MARK_VARIABLE
+        from fabro_git.engine.stage_env import stage_environment
 
-        env = dict(os.environ)
+        mark = process_groups.process_mark(process_groups.records_dir(self.scratch), "hook")
         if sandboxed:
-            env = {
-                name: value
-                for name, value in env.items()
-                if not is_secret_name(name) and name not in GIT_LOCATION_VARIABLES
-            }
+            env = stage_environment(sandbox=self.sandbox_env, mark=mark)
+        else:
+            env = dict(os.environ)
+            env[MARK_VARIABLE] = mark
         env.update(
             FABRO_EVENT=str(payload["event"]),
             FABRO_RUN_ID=self.run_id,
@@ -536,11 +542,6 @@ class LifecycleHooks:
 
 
 RUNNABLE = frozenset({"command", "http"})
-
-
-# Variables that would point a hook's git commands at another repository than the
-# worktree's own.
-GIT_LOCATION_VARIABLES = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"})
 
 
 def _in_worktree(hook: Hook) -> bool:

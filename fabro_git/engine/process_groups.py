@@ -4,13 +4,15 @@ A stage command runs as the leader of its own process group (and session), recor
 the run's scratch dir while it may be alive, and killed when the run ends, when a
 resumed run starts, and by the run's watcher process the moment `git fabro` dies
 (`fabro_git.engine.reaper` tells how, and how a recycled pid is never mistaken for a
-recorded group). On Linux a command is started on the thread trio runs on and waited
+recorded group), and how what leaves its group is still found: by the mark each
+stage's processes carry in their environment (`process_mark`). On Linux a command is started on the thread trio runs on and waited
 for through a pidfd, without a thread of its own.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import subprocess
@@ -22,9 +24,26 @@ from typing import IO, Any, Protocol
 import trio
 
 from fabro_git.engine import reaper
-from fabro_git.engine.reaper import alive, boot_id, forget, kill_recorded, read_stat
+from fabro_git.engine.reaper import (
+    alive,
+    boot_id,
+    forget,
+    kill_marked,
+    kill_recorded,
+    read_stat,
+)
 
-__all__ = ["alive", "forget", "kill_recorded", "record", "records_dir", "start", "stop_watcher"]
+__all__ = [
+    "alive",
+    "forget",
+    "kill_marked",
+    "kill_recorded",
+    "process_mark",
+    "record",
+    "records_dir",
+    "start",
+    "stop_watcher",
+]
 
 
 class StageProcess(Protocol):
@@ -103,18 +122,22 @@ def record(directory: Path, pgid: int, *, kind: str = "stage") -> Path | None:
         "pgid": pgid,
         "start": leader.start if leader else None,
         "boot": boot_id(),
-        "owner": os.getpid(),
         "kind": kind,
     }
+    return _write_record(directory, str(pgid), entry)
+
+
+def _write_record(directory: Path, name: str, entry: dict[str, Any]) -> Path:
+    entry["owner"] = os.getpid()
     if directory not in _made_dirs:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         _made_dirs.add(directory)
     if directory not in _watchers:
         _watchers[directory] = _start_watcher(directory)
-    path = directory / f"{pgid}.json"
-    # A live group's id is unique on the machine, so a temporary name from it is ours
-    # alone; what a crashed run left under it is replaced.
-    tmp = directory / f".{pgid}.tmp"
+    path = directory / f"{name}.json"
+    # A live group's id (a nonce) is unique on the machine, so a temporary name from it
+    # is ours alone; what a crashed run left under it is replaced.
+    tmp = directory / f".{name}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     except FileNotFoundError:  # the directory went away (a cleanup): make it again
@@ -132,6 +155,24 @@ def record(directory: Path, pgid: int, *, kind: str = "stage") -> Path | None:
         raise
     return path
 
+
+def process_mark(directory: Path, kind: str = "stage") -> str:
+    """A new mark for the processes of one stage (`kind` `stage`) or of the run's hooks
+    (`hook`), to set as `MARK_VARIABLE` in their environment. The first records this
+    process's nonce for the run in `directory`, so the run's end, a resume and the
+    watcher find every process carrying it (`fabro_git.engine.reaper`)."""
+    nonce = _nonces.get(directory)
+    if nonce is None:
+        import secrets
+
+        nonce = _nonces[directory] = secrets.token_hex(8)
+        _write_record(directory, f"mark-{nonce}", {"mark": nonce, "boot": boot_id()})
+    return f"{nonce}.{kind}.{next(_marks)}"
+
+
+# This process's nonce for each record directory, and the count its marks end with.
+_nonces: dict[Path, str] = {}
+_marks = itertools.count(1)
 
 # Record directories known to exist, so a stage's record costs no mkdir.
 _made_dirs: set[Path] = set()
@@ -181,6 +222,7 @@ def _start_watcher(directory: Path) -> _Watcher | None:
 def stop_watcher(directory: Path) -> None:
     """At the run's end, after its own `kill_recorded`: the watcher of `directory`
     exits, having nothing of this process's left to kill."""
+    _nonces.pop(directory, None)
     watcher = _watchers.pop(directory, None)
     if watcher is not None:
         watcher.close()

@@ -18,6 +18,24 @@ which Python can only request by forking instead of vforking, or through `setpri
 one more program started per command; and the watcher kills the whole group, where the
 signal reached the leader only.
 
+A group does not hold everything a stage starts: `setsid`, a double fork or `nohup ... &`
+under a new session leaves it, and the process is re-parented to init. What every such
+process keeps is its environment, so each stage's processes carry a mark there,
+`FABRO_PROCESS_MARK=<nonce>.<kind>.<n>` (the nonce random per run and process, the kind
+`stage` or `hook`, n a count), and every process whose `/proc/<pid>/environ` holds the
+stage's mark is killed when the stage ends; the run's nonce, recorded beside the groups,
+lets the run's end, a resume and the watcher kill whatever is left of the whole run.
+Only a process that replaces its environment (`env -i`) escapes the mark.
+
+Why not a child subreaper (`PR_SET_CHILD_SUBREAPER`)? The watcher is no ancestor of the
+stages' processes, so orphans never reach it; made a subreaper, `git fabro` itself
+would receive them, but could not tell whose stage an orphan came from when parallel
+branches run (nor a foreign orphan from its own children, git and the watcher), and
+would have to reap each one without a `waitpid(-1)` that would steal trio's children;
+and a kill -9 of `git fabro` hands them on to init all the same. The mark answers all
+three. A cgroup per stage would also catch a process that clears its environment, but
+needs a delegated cgroup tree, which a user's shell seldom has.
+
 A pid can be recycled once its group is gone, so a record also holds the leader's start
 time (from `/proc/<pid>/stat`, in clock ticks since boot) and the boot id. A group is
 only signalled when its leader is the very process recorded, or, with the leader gone,
@@ -73,10 +91,59 @@ def alive(pgid: int) -> bool:
     return any(p.pgid == pgid and not p.zombie for p in processes())
 
 
+MARK_VARIABLE = "FABRO_PROCESS_MARK"
+
+
+def pids() -> set[int]:
+    """The pids of the processes now alive (or waiting to be reaped)."""
+    with contextlib.suppress(OSError):
+        return {int(name) for name in os.listdir(_PROC) if name.isdigit()}
+    return set()
+
+
+def marked(mark: str, among: set[int] | None = None) -> list[int]:
+    """The live processes (of `among`, else all) whose environment carries `mark` or a
+    mark under it (`<mark>.<more>`)."""
+    exact = f"{MARK_VARIABLE}={mark}".encode()
+    under = exact + b"."
+    found = []
+    for pid in sorted(pids() if among is None else among):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as fh:
+                environ = fh.read()
+        except OSError:  # gone, or another user's
+            continue
+        if exact not in environ:
+            continue
+        if any(v == exact or v.startswith(under) for v in environ.split(b"\0")):
+            process = read_stat(pid)
+            if process is not None and not process.zombie:
+                found.append(pid)
+    return found
+
+
+def kill_marked(mark: str, *, since: set[int] | None = None) -> list[int]:
+    """SIGKILL every process carrying `mark` (see `marked`); with `since`, only those
+    whose pid was not alive then (a stage's, started after it began). Repeated until
+    none is found, so a child forked during the sweep goes too."""
+    killed: list[int] = []
+    for _ in range(50):
+        among = None if since is None else pids() - since
+        found = [pid for pid in marked(mark, among) if pid != os.getpid()]
+        if not found:
+            break
+        for pid in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        killed += found
+    return killed
+
+
 def kill_recorded(
     directory: Path, *, grace: float = 0.0, owner: int | None = None, kind: str | None = None
 ) -> list[int]:
-    """Kill every recorded group that is still ours; returns the pgids signalled.
+    """Kill every recorded group that is still ours, and every process carrying a
+    recorded run's mark; returns the pgids and marked pids signalled.
 
     With `grace`, SIGTERM first and SIGKILL for what is left after `grace` seconds. With
     `owner`, only the groups that process recorded (another process may since have
@@ -89,12 +156,21 @@ def kill_recorded(
     for path in sorted(directory.glob("*.json")):
         try:
             entry = json.loads(path.read_text())
-            pgid = int(entry["pgid"])
-        except (OSError, ValueError, KeyError, TypeError):
+            mark = entry.get("mark")
+            pgid = int(entry["pgid"]) if mark is None else 0
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             if owner is None:
                 forget(path)
             continue
         if owner is not None and entry.get("owner") != owner:
+            continue
+        if isinstance(mark, str):
+            # The run's nonce: every process of this kind (or any) carrying it goes;
+            # the record stays while hooks may still run.
+            if entry.get("boot") == boot_id() and _PROC.is_dir():
+                killed += kill_marked(mark if kind is None else f"{mark}.{kind}")
+            if kind is None:
+                forget(path)
             continue
         if kind is not None and entry.get("kind", "stage") != kind:
             continue

@@ -779,6 +779,9 @@ class Runtime:
                         oc.TRANSIENT,
                     )
         finally:
+            # Nothing the stage started outlives it, daemons that left its groups too;
+            # then nothing is left to change `.fabro/` behind the check.
+            request.sweep()
             if config is not None:
                 with trio.CancelScope(shield=True):
                     refused = await trio.to_thread.run_sync(

@@ -46,7 +46,7 @@ from fabro_git.engine.replication import LivePush
 from fabro_git.engine.runner import Options, RunFailed, Runtime, Scope, now_iso, walk_finished
 from fabro_git.engine.stage import Handler
 from fabro_git.engine.watchdog import watch_for_stall
-from fabro_git.errors import FabroError, MissingObject, StoreError
+from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, Sink, TailFileSink, tail_after
 from fabro_git.events.envelope import Actor, EventProps
@@ -901,6 +901,12 @@ async def _start_hooks(hooks: LifecycleHooks, *, resuming: bool) -> None:
 
 async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> None:
     from fabro_git.engine.process import argv_for, run_script
+    from fabro_git.engine.stage_env import (
+        NOTICE_CODE,
+        mentioned_stripped,
+        stage_environment,
+        stripped_notice,
+    )
     from fabro_git.workflow.templates import script_environment
 
     commands = list(manifest.settings.get("setup_commands") or [])
@@ -910,10 +916,23 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
     emit(ev.SetupStarted(command_count=len(commands)))
     t0 = time.monotonic()
     logs = make_private_dir(runtime.scratch / "setup")
+    records = process_groups.records_dir(runtime.scratch)
+    sandbox = dict(((manifest.settings.get("config") or {}).get("sandbox") or {}).get("env") or {})
+    try:
+        # Setup commands are swept with the stages', when the walk ends.
+        base = stage_environment(sandbox=sandbox, mark=process_groups.process_mark(records))
+    except ConfigError as exc:
+        raise _SetupFailed(str(exc)) from None
     env = script_environment(
-        os.environ, goal=manifest.goal, inputs=manifest.inputs, run_id=runtime.run_id
+        base, goal=manifest.goal, inputs=manifest.inputs, run_id=runtime.run_id
     )
     for index, command in enumerate(commands):
+        names = mentioned_stripped(command, os.environ, sandbox)
+        if names:
+            where = f"setup command {index + 1}"
+            emit(
+                ev.RunNotice(level="warn", code=NOTICE_CODE, message=stripped_notice(names, where))
+            )
         emit(ev.SetupCommandStarted(command=command, index=index))
         c0 = time.monotonic()
         out, err = logs / f"{index}.stdout", logs / f"{index}.stderr"
@@ -924,7 +943,7 @@ async def _run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> No
             stderr=err,
             env=env,
             timeout=None,
-            groups=process_groups.records_dir(runtime.scratch),
+            groups=records,
         )
         exit_code = -1 if code is None else code
         if exit_code != 0:

@@ -54,6 +54,10 @@ class StageRequest(msgspec.Struct):
     timeout_outcome: Callable[[float], Awaitable[Outcome]] | None = None
     # The record files of the process groups the stage told of, by group id.
     _groups: dict[int, Path | None] = msgspec.field(default_factory=dict)
+    # The mark the stage's processes carry, once one is to start, and the pids alive
+    # before it (`sweep`).
+    _mark: str | None = None
+    _pids_before: set[int] | None = None
 
     # -- facts about the run -------------------------------------------------------------
 
@@ -126,6 +130,38 @@ class StageRequest(msgspec.Struct):
         from fabro_git.engine import process_groups
 
         return process_groups.records_dir(self._runtime.scratch)
+
+    @property
+    def sandbox_env(self) -> dict[str, str]:
+        """`[run.sandbox.env]` of the run's configuration, its references unresolved."""
+        config = self._runtime.manifest.settings.get("config") or {}
+        return dict((config.get("sandbox") or {}).get("env") or {})
+
+    @property
+    def process_mark(self) -> str:
+        """The mark every process this stage starts carries in its environment, so that
+        none outlives the stage (`fabro_git.engine.reaper`)."""
+        if self._mark is None:
+            from fabro_git.engine import process_groups, reaper
+
+            self._pids_before = reaper.pids()
+            self._mark = process_groups.process_mark(self.process_groups)
+        return self._mark
+
+    def environment(self, *, keys: tuple[str, ...] = ()) -> dict[str, str]:
+        """The environment of a process the stage starts (`fabro_git.engine.stage_env`),
+        with the host's values of `keys` too."""
+        from fabro_git.engine.stage_env import stage_environment
+
+        return stage_environment(sandbox=self.sandbox_env, keys=keys, mark=self.process_mark)
+
+    def sweep(self) -> None:
+        """Kill whatever the stage started that is still running (the engine calls this
+        when the stage ends)."""
+        if self._mark is not None:
+            from fabro_git.engine import reaper
+
+            reaper.kill_marked(self._mark, since=self._pids_before)
 
     @property
     def output_listener(self) -> Callable[[str, str], None] | None:

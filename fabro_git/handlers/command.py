@@ -88,18 +88,29 @@ def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def stage_environment(req: StageRequest) -> dict[str, str]:
+def stage_environment(req: StageRequest, *, keys: tuple[str, ...] = ()) -> dict[str, str]:
     """The environment a stage's program runs with (a command's script, an agent CLI):
-    the run's values as FABRO_* variables, and no variable that would point git at
-    another repository than the worktree's."""
+    the stage's (`fabro_git.engine.stage_env`: no secret-named variable but those
+    `[run.sandbox.env]` or `keys` name), and the run's values as FABRO_* variables."""
     env = script_environment(
-        os.environ, goal=req.goal, inputs=req.inputs, run_id=req.run_id, node_id=req.node.id
+        req.environment(keys=keys),
+        goal=req.goal,
+        inputs=req.inputs,
+        run_id=req.run_id,
+        node_id=req.node.id,
     )
     env.update(FABRO_STAGE_ID=req.stage_id, FABRO_WORKTREE=str(req.worktree))
-    env.pop("GIT_DIR", None)
-    env.pop("GIT_WORK_TREE", None)
-    env.pop("GIT_INDEX_FILE", None)
     return env
+
+
+def notice_stripped(req: StageRequest, script: str, where: str) -> None:
+    """A `run.notice` naming the variables `script` mentions but will not get."""
+    from fabro_git.engine.stage_env import NOTICE_CODE, mentioned_stripped, stripped_notice
+    from fabro_git.events.catalogue import RunNotice
+
+    names = mentioned_stripped(script, os.environ, req.sandbox_env)
+    if names:
+        req.emit(RunNotice(level="warn", code=NOTICE_CODE, message=stripped_notice(names, where)))
 
 
 async def execute(req: StageRequest) -> Outcome:
@@ -123,6 +134,7 @@ async def execute(req: StageRequest) -> Outcome:
     stdout_path = req.stage_dir / "stdout.log"
     stderr_path = req.stage_dir / "stderr.log"
     env = stage_environment(req)
+    notice_stripped(req, script, f"the script of {req.node_id}")
     script_name = "script.sh" if language == "shell" else "script.py"
 
     def keep_output() -> dict[str, str]:

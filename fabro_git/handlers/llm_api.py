@@ -56,9 +56,12 @@ def _effort(req: StageRequest) -> Any:
     return effort_of(req.node)
 
 
-def _mcp_specs(req: StageRequest) -> tuple[list[McpServerSpec], list[tuple[str, str, bool]]]:
-    """The run's MCP servers, `{{ env.NAME }}` references resolved; and those that
-    cannot be (server, error, required)."""
+def _mcp_specs(
+    req: StageRequest, base: dict[str, str]
+) -> tuple[list[McpServerSpec], list[tuple[str, str, bool]]]:
+    """The run's MCP servers, `{{ env.NAME }}` references resolved, a stdio server's
+    environment the stage's (`base`) and its own `env`; and those that cannot be
+    (server, error, required)."""
     import msgspec
 
     from fabro_git.agent.mcp import McpServerSpec
@@ -88,7 +91,7 @@ def _mcp_specs(req: StageRequest) -> tuple[list[McpServerSpec], list[tuple[str, 
                     name=name,
                     transport=server.type,
                     argv=argv,
-                    env={k: fill(v, f"env.{k}") for k, v in server.env.items()},
+                    env={**base, **{k: fill(v, f"env.{k}") for k, v in server.env.items()}},
                     url=fill(server.url or "", "url"),
                     headers={k: fill(v, f"headers.{k}") for k, v in server.headers.items()},
                     startup_timeout=startup,
@@ -265,7 +268,9 @@ async def run_agent(
         stamp, max_depth=max(0, node.get_int("max_subagent_depth", DEFAULT_MAX_DEPTH))
     )
 
-    servers, broken = _mcp_specs(req)
+    # What the shell tool and MCP stdio servers run with: the stage's environment.
+    stage_env = req.environment()
+    servers, broken = _mcp_specs(req, stage_env)
     for name, error, required in broken:
         forward(AgentMcpFailed(server_name=name, error=error))
         if required:
@@ -287,6 +292,7 @@ async def run_agent(
             max_turns=max(0, node.get_int("max_turns", DEFAULT_AGENT_MAX_TURNS)),
         ),
         env=os.environ,
+        shell_env=stage_env,
         session_id=session_id,
         conversation=conversation,
         thread_id=thread,

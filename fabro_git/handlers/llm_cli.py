@@ -3,7 +3,8 @@
 The stage writes its prompt (the preamble and the node's rendered prompt, as for the
 built-in agent) to `prompt.md` in its scratch dir and runs the agent CLI the node's
 provider selects (`fabro_git.llm.cli`) in the stage's worktree, through the engine's
-process machinery: its own process group, the stage's environment, the prompt on
+process machinery: its own process group, the stage's environment (with its own
+provider's key, and no other secret-named variable), the prompt on
 stdin, and its output streamed to files. A timeout or Ctrl-C stops the whole group;
 either way the agent session ends, and a stage its timeout cut off still tells the
 files the CLI touched before it was stopped.
@@ -111,7 +112,7 @@ async def run_cli_agent(
             cwd=req.worktree,
             stdout=stdout_path,
             stderr=stderr_path,
-            env=stage_environment(req),
+            env=stage_environment(req, keys=_provider_keys(choice.provider)),
             timeout=None,
             groups=req.process_groups,
             stdin=prompt_path if call.prompt_on_stdin else None,
@@ -162,6 +163,15 @@ async def run_cli_agent(
         # Reached when the stage's timeout or Ctrl-C cuts the CLI off too: every session
         # that started ends.
         req.emit_session(AgentSessionEnded(), session_id=session_id)
+
+
+def _provider_keys(provider: str) -> tuple[str, ...]:
+    """The variables that hold the key of the CLI's provider: the only secret-named
+    host variables it gets, beside what `[run.sandbox.env]` passes."""
+    from fabro_git.llm.catalogue import PROVIDERS
+
+    info = PROVIDERS.get(provider)
+    return info.key_env if info is not None else ()
 
 
 def _failure(program: str, code: int | None, reply: cli.CliReply, stderr: str) -> str | None:

@@ -83,7 +83,14 @@ def _workflow(tmp_path: Path, keys: dict[str, str], *, fail: bool = False) -> Pa
         }}
         """
     )
-    return path
+    # Stages get no secret-named variable the run config does not pass on.
+    config = tmp_path / "secrets.toml"
+    config.write_text(
+        '[workflow]\ngraph = "secrets.fabro"\n[run.sandbox.env]\n'
+        'ANTHROPIC_API_KEY = "{{ env.ANTHROPIC_API_KEY }}"\n'
+        'MY_SERVICE_TOKEN = "{{ env.MY_SERVICE_TOKEN }}"\n'
+    )
+    return config
 
 
 def _env(keys: dict[str, str]) -> dict[str, str]:
@@ -228,7 +235,12 @@ def test_a_key_where_a_long_log_is_cut_is_not_cut_in_half(repo: Path, tmp_path: 
         f'  show [shape=parallelogram, language=python, script="{code}"]\n'
         "  start -> show -> exit\n}\n"
     )
-    proc = run_fabro("run", str(path), "--json", cwd=repo, env={"MY_SERVICE_TOKEN": token})
+    config = tmp_path / "long.toml"
+    config.write_text(
+        '[workflow]\ngraph = "long.fabro"\n'
+        '[run.sandbox.env]\nMY_SERVICE_TOKEN = "{{ env.MY_SERVICE_TOKEN }}"\n'
+    )
+    proc = run_fabro("run", str(config), "--json", cwd=repo, env={"MY_SERVICE_TOKEN": token})
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     scratch = next((Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*"))

@@ -1,0 +1,203 @@
+"""Nothing a stage starts outlives it: processes that leave the stage's process group
+(`setsid`, a double fork, `nohup ... &`), started by a command stage, by the agent's
+shell tool or by an agent CLI, are gone when the stage ends, after Ctrl-C, and after a
+kill -9 of `git fabro`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import fabro_exe, meta_file, run_json, write_workflow
+from llm_server import LlmServer, Reply, ToolUse
+
+KINDS = ("setsid", "double", "nohup")
+
+
+def _daemons(pids: Path) -> str:
+    """A shell script starting three processes that outlive their parent and leave
+    (or would survive the loss of) its group; each writes its pid to `pids/<kind>`."""
+    record = f"echo $$ > {pids}/$0.tmp && mv {pids}/$0.tmp {pids}/$0; exec sleep 600"
+    return (
+        f"setsid sh -c '{record}' setsid </dev/null >/dev/null 2>&1 &\n"
+        f"( sh -c '{record}' double </dev/null >/dev/null 2>&1 & ) &\n"
+        f"nohup sh -c '{record}' nohup </dev/null >/dev/null 2>&1 &\n"
+        f"for k in {' '.join(KINDS)}; do until [ -s {pids}/$k ]; do sleep 0.01; done; done\n"
+    )
+
+
+def _pids(directory: Path) -> list[int]:
+    return [int((directory / kind).read_text()) for kind in KINDS]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _all_gone(pids: list[int], seconds: float = 10) -> bool:
+    deadline = time.monotonic() + seconds
+    while any(_alive(pid) for pid in pids):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+@pytest.fixture
+def pids(tmp_path: Path) -> Iterator[Path]:
+    """Where the daemons write their pids; whatever is left is killed at the end."""
+    directory = tmp_path / "pids"
+    directory.mkdir()
+    yield directory
+    for path in directory.iterdir():
+        with contextlib.suppress(ValueError, ProcessLookupError, PermissionError):
+            os.kill(int(path.read_text()), signal.SIGKILL)
+
+
+# The stage after the one that started the daemons: what of them is alive then (a
+# bounded wait, as a SIGKILL takes a moment to land).
+CHECK = (
+    "for i in $(seq 500); do alive=; for p in $(cat {pids}/setsid {pids}/double {pids}/nohup); do "
+    "s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); "
+    '[ -n "$s" ] && [ "$s" != Z ] && alive="$alive $p"; done; '
+    '[ -z "$alive" ] && break; sleep 0.02; done; echo "alive:$alive"'
+)
+
+
+def _workflow(first: str, pids: Path) -> str:
+    check = CHECK.replace("{pids}", str(pids)).replace('"', '\\"')
+    return f"""\
+digraph D {{
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    {first}
+    check [shape=parallelogram, script="{check}"]
+    start -> first -> check -> exit
+}}
+"""
+
+
+def _script_file(tmp_path: Path, pids: Path) -> Path:
+    path = tmp_path / "daemons.sh"
+    path.write_text(_daemons(pids))
+    return path
+
+
+def test_what_a_command_stage_leaves_running_is_gone_when_it_ends(
+    repo: Path, tmp_path: Path, pids: Path
+) -> None:
+    script = _script_file(tmp_path, pids)
+    write_workflow(repo, _workflow(f'first [shape=parallelogram, script="sh {script}"]', pids))
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert meta_file(repo, result["run_id"], "nodes/check/stdout.log") == "alive:\n"
+
+
+def test_what_the_shell_tool_leaves_running_is_gone_when_the_stage_ends(
+    repo: Path, tmp_path: Path, pids: Path, llm_server: LlmServer
+) -> None:
+    script = _script_file(tmp_path, pids)
+    first = 'first [shape=box, model="claude-sonnet-4-6", prompt="Start the servers"]'
+    write_workflow(repo, _workflow(first, pids))
+    llm_server.script(
+        Reply(
+            text="Starting.", tool_calls=(ToolUse("shell", {"command": f"sh {script}"}, id="s1"),)
+        ),
+        Reply(text="Started."),
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert len(_pids(pids)) == 3  # they were started
+    assert meta_file(repo, result["run_id"], "nodes/check/stdout.log") == "alive:\n"
+
+
+FAKE_CLAUDE = """\
+import json, subprocess, sys
+sys.stdin.read()
+subprocess.run(["sh", sys.argv[0] + ".sh"], check=True)
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
+                  "result": "started", "usage": {"input_tokens": 1, "output_tokens": 1}}))
+"""
+
+
+def test_what_an_agent_cli_leaves_running_is_gone_when_the_stage_ends(
+    repo: Path, tmp_path: Path, pids: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bindir = tmp_path / "cli-bin"
+    bindir.mkdir()
+    claude = bindir / "claude"
+    claude.write_text(f"#!{sys.executable}\n{FAKE_CLAUDE}")
+    claude.chmod(0o755)
+    (bindir / "claude.sh").write_text(_daemons(pids))
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-used")
+    first = 'first [shape=box, backend="cli", provider="anthropic", prompt="Start"]'
+    write_workflow(repo, _workflow(first, pids))
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert meta_file(repo, result["run_id"], "nodes/check/stdout.log") == "alive:\n"
+
+
+def _hanging(repo: Path, tmp_path: Path, pids: Path) -> subprocess.Popen[bytes]:
+    """`git fabro run` of a stage that starts the daemons, says so, and waits."""
+    ready = tmp_path / "ready"
+    script = tmp_path / "hang.sh"
+    script.write_text(_daemons(pids) + f"touch {ready}\nexec sleep 600\n")
+    write_workflow(
+        repo,
+        f"""\
+digraph D {{
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    hang [shape=parallelogram, script="sh {script}"]
+    start -> hang -> exit
+}}
+""",
+    )
+    with (tmp_path / "run.err").open("wb") as err:
+        proc = subprocess.Popen(
+            [*fabro_exe(), "run", "wf.fabro"],
+            cwd=repo,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert proc.poll() is None, (tmp_path / "run.err").read_text()
+        assert time.monotonic() < deadline, "the stage never started its daemons"
+        time.sleep(0.01)
+    return proc
+
+
+def test_ctrl_c_leaves_nothing_of_the_stage_running(repo: Path, tmp_path: Path, pids: Path) -> None:
+    proc = _hanging(repo, tmp_path, pids)
+    daemons = _pids(pids)
+    assert all(_alive(pid) for pid in daemons)
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(timeout=60) == 130, (tmp_path / "run.err").read_text()
+    assert _all_gone(daemons), [pid for pid in daemons if _alive(pid)]
+
+
+def test_a_kill_9_of_the_run_leaves_nothing_of_the_stage_running(
+    repo: Path, tmp_path: Path, pids: Path
+) -> None:
+    proc = _hanging(repo, tmp_path, pids)
+    daemons = _pids(pids)
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    # The run's watcher sees git fabro go, and kills what carries the run's mark.
+    assert _all_gone(daemons), [pid for pid in daemons if _alive(pid)]
