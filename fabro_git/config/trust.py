@@ -157,6 +157,16 @@ def actions(run: RunSection) -> list[Action]:
                     f"run.prepare.steps[{i}]", f"runs {shown(step.shell())} before the first stage"
                 )
             )
+    if run.sandbox is not None:
+        # A literal value acts too: LD_PRELOAD, PATH or GIT_SSH_COMMAND choose what runs.
+        for variable, value in run.sandbox.env.items():
+            names = _env_names(value)
+            words = (
+                f"passes {', '.join('$' + n for n in names)} to every stage process as {variable}"
+                if names
+                else f"sets {variable}={shown(value)} for every stage process"
+            )
+            found.append(Action(f"run.sandbox.env.{variable}", words))
     if run.git is not None and run.git.push_remote is not None:
         found.append(
             Action(
@@ -452,7 +462,7 @@ def ask_on_terminal(question: str) -> Callable[[str], bool] | None:
 # -- a run's recorded configuration ----------------------------------------------------------
 
 # The keys of a run's recorded `[run]` table whose values act (the rest only shape it).
-_ACTING_KEYS = ("hooks", "agent", "prepare", "git")
+_ACTING_KEYS = ("hooks", "agent", "prepare", "git", "sandbox")
 
 
 class RunConfigActions(msgspec.Struct, frozen=True):

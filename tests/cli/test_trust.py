@@ -307,10 +307,13 @@ def test_every_key_that_acts_is_named_and_declarative_ones_are_not() -> None:
             },
             "prepare": {"steps": [{"script": "make setup"}]},
             "git": {"push_remote": "theirs"},
+            "sandbox": {"env": {"GH": "{{ env.GITHUB_TOKEN }}", "LD_PRELOAD": "./x.so"}},
         }
     )
     keys = [action.key for action in actions(hostile)]
     for key in (
+        "run.sandbox.env.GH",
+        "run.sandbox.env.LD_PRELOAD",
         "run.hooks[0]",
         "run.hooks[1]",
         "run.hooks[1].headers.X-Key",
