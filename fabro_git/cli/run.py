@@ -274,10 +274,9 @@ def run(
     if detach:
         _warn_unanswerable_gates(spec.graph, options)
     from fabro_git import redact
-    from fabro_git.config.run_config import config_secrets
 
     redact.remember(spec.inputs)
-    redact.remember_values(config_secrets(spec.settings))
+    _remember_config_secrets(spec.settings)
     opened = create_run(repo, spec, warn=_warn)
     run_id, manifest = opened.run_id, opened.manifest
     from fabro_git.config.trust import record_run_config
@@ -465,6 +464,19 @@ def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
     mark_starting(Path(repo.git_dir), run_id, child.pid)
 
 
+def _remember_config_secrets(settings: dict[str, Any]) -> None:
+    """Mask the credentials the run's configuration holds or hands its stages, on a
+    resume as on the run's start."""
+    import msgspec
+
+    from fabro_git import redact
+    from fabro_git.config.run_config import config_secrets
+
+    # A manifest of another version may not convert: then it has nothing to add.
+    with contextlib.suppress(msgspec.ValidationError):
+        redact.remember_values(config_secrets(settings))
+
+
 def _run_branch_name(manifest: Any) -> str:
     from fabro_git.store import runs as runrefs
 
@@ -525,6 +537,7 @@ def resume(
             ask=ask_on_terminal("Trust it and resume?"),
             repo_root=repo.root,
         )
+    _remember_config_secrets(manifest.settings)
     options = Options(
         auto_approve=auto_approve or bool(manifest.settings.get("auto_approve")),
         answers=list(answers),

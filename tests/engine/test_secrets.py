@@ -253,3 +253,35 @@ def test_a_key_where_a_long_log_is_cut_is_not_cut_in_half(repo: Path, tmp_path: 
     assert "bytes omitted" in excerpt
     objects = _all_objects(repo)
     assert token[:12].encode() not in objects and token[-12:-4].encode() not in objects
+
+
+def test_a_value_the_run_config_passes_under_a_secret_name_stays_masked_on_resume(
+    repo: Path, tmp_path: Path
+) -> None:
+    """`[run.sandbox.env]` hands a stage a secret under a secret-looking name from a
+    host variable whose own name looks harmless: the resume masks it as the run did."""
+    value = "plain-looking-" + secrets.token_hex(8)
+    go = tmp_path / "go"
+    (repo / "pw.fabro").write_text(
+        "digraph P {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        f'  show [shape=parallelogram, script="echo pw=$DB_PASSWORD; test -f {go}"]\n'
+        "  start -> show -> exit\n}\n"
+    )
+    git(repo, "add", "pw.fabro")
+    git(repo, "commit", "-q", "-m", "pw")
+    config = tmp_path / "pw.toml"
+    config.write_text(
+        f'[workflow]\ngraph = "{repo / "pw.fabro"}"\n'
+        '[run.sandbox.env]\nDB_PASSWORD = "{{ env.SERVICE_SETTING }}"\n'
+    )
+    env = {"SERVICE_SETTING": value}
+    proc = run_fabro("run", str(config), "--json", cwd=repo, env=env)
+    assert proc.returncode == 1, proc.stderr
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    go.write_text("")
+    resumed = run_fabro("resume", run_id, cwd=repo, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert git(repo, "show", f"refs/fabro/meta/{run_id}:nodes/show-2/stdout.log").startswith(
+        "pw=***"
+    )
+    assert value[-12:-4].encode() not in _all_objects(repo)
