@@ -191,6 +191,22 @@ class Redactor:
     def mask_text(self, text: str) -> str:
         return self._text.sub(self._replace_text, text)
 
+    def widen_cut(self, text: str, start: int, end: int) -> tuple[int, int]:
+        """The part of `text` to leave out instead of `text[start:end]`, so that no
+        secret is cut in two: a secret across either edge is left out whole (a part of
+        one, kept, would be a part no pattern recognises)."""
+        if start >= end:
+            return start, end
+        for match in self._text.finditer(text):
+            first, last = match.span()
+            if first >= end:
+                break
+            if first < start < last:
+                start = first
+            if first < end < last:
+                end = last
+        return start, end
+
     def stream(self) -> StreamMasker[str]:
         """A masker for one stream of text that arrives in pieces."""
         longest = max(map(len, self._literal), default=0)
@@ -200,9 +216,7 @@ class Redactor:
         """A masker for one stream of bytes (a file read a chunk at a time)."""
         literal = self._literal_bytes
         longest = max(map(len, literal), default=0)
-        return StreamMasker(
-            self._bytes, self._replace_bytes, literal, longest, _BYTES, self._quick
-        )
+        return StreamMasker(self._bytes, self._replace_bytes, literal, longest, _BYTES, self._quick)
 
     def mask_bytes(self, data: bytes) -> bytes:
         if self._quick is not None and self._quick.search(data) is None:
