@@ -87,7 +87,7 @@ def test_a_secret_across_two_reply_deltas_is_masked(
 # Writes all but the secret's last part so that the pipe's first 64 KiB end in the
 # middle of it, waits until the reader has taken them, then writes the rest.
 SHELL = (
-    "python3 -c \"import os, sys, fcntl, termios, struct, time; out = sys.stdout.buffer; "
+    'python3 -c "import os, sys, fcntl, termios, struct, time; out = sys.stdout.buffer; '
     "key = os.environb[b'MY_SERVICE_TOKEN']; "
     "out.write(b'x' * (65536 - 13) + key[:13]); out.flush(); "
     "left = lambda: struct.unpack('i', fcntl.ioctl(1, termios.FIONREAD, b'0000'))[0]; "
