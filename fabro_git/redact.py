@@ -316,13 +316,13 @@ class StreamMasker(Generic[Chunk]):
         alphabet: _Alphabet[Chunk],
         quick: Any,
     ) -> None:
-        self._pattern = pattern
-        self._replace = replace
-        self._literal = literal
+        self._pattern: re.Pattern[Chunk] = pattern
+        self._replace: Callable[[re.Match[Chunk]], Chunk] = replace
+        self._literal: Mapping[Chunk, Chunk] = literal
         self._literal_hold = max(longest - 1, 0)
         self._run_hold = max(RUN_HOLD, longest)
         self._run_head = max(RUN_HEAD, longest)
-        self._alphabet = alphabet
+        self._alphabet: _Alphabet[Chunk] = alphabet
         self._quick = quick
         self._held: Chunk = alphabet.empty
         self._behind: Chunk = alphabet.empty  # released text `_starts_word` may look at

@@ -100,7 +100,7 @@ class EventBus:
         stream.stamp = stamp
         if stream.left is not None and stream.left <= 0:
             return None  # past its limit: nothing more of it is shown or kept
-        piece = stream.take(stream.masker.feed(props.delta))
+        piece = stream.take(stream.masker.feed(props.delta))  # type: ignore[attr-defined]
         if not piece:
             return None
         return self._emit_masked(msgspec.structs.replace(props, delta=piece), stamp)

@@ -9,6 +9,7 @@ a part of one.
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from hypothesis import given, settings
@@ -70,7 +71,7 @@ def chunked(draw: st.DrawFn) -> tuple[str, list[int]]:
 
 def _pieces(data, cuts):  # type: ignore[no-untyped-def]
     edges = [0, *cuts, len(data)]
-    return [data[a:b] for a, b in zip(edges, edges[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(edges)]
 
 
 @settings(max_examples=400, deadline=None)
