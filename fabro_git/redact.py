@@ -22,6 +22,28 @@ A secret becomes `***` and its last four characters, so two keys can still be to
 An environment value is also matched in its JSON-escaped form (a password with a quote in
 it), because events, context and the checkpoint are JSON.
 
+Text that arrives in pieces (a model's streamed reply and reasoning, a tool's output, a
+command's output read into git a chunk at a time) is masked by one `StreamMasker` per
+stream (`Redactor.stream()`, `Redactor.stream_bytes()`), never piece by piece: a secret
+cut across two pieces would be two halves no pattern recognises, and joining the pieces
+would give it back. The masker holds back the tail that could still be the start of a
+secret, so what it releases, joined, is exactly what masking the whole text gives. It
+holds at most:
+
+- the longest secret value (in any of its literal forms) less one character;
+- the trailing run of key-shaped characters (`[A-Za-z0-9_-]`, after `ya29.` too), up to
+  `RUN_HOLD` characters (or the longest value, if longer). A longer run that begins a
+  key shape is held as its first `RUN_HEAD` characters and its last few only: the key
+  becomes `***` and its last four, as it would whole. A longer run that begins none is
+  released, bar the literal hold: where such a run continues a word that looks like a
+  key (`risk-...`), a value inside it may then be masked where the whole text's masking
+  would pass over it; more is masked, never less;
+- from an unfinished private-key block (`-----BEGIN ... PRIVATE KEY-----` without its
+  end), up to `PEM_HOLD` characters.
+
+So a stream's pieces lag behind the text by that much at most, until `flush()` at the
+stream's end releases the rest.
+
 The pattern is compiled once per process from its environment (a run is one process).
 The work product itself, the files a stage writes in its worktree, is the user's code and
 is never rewritten.
@@ -33,18 +55,27 @@ import functools
 import json
 import os
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
 
 MIN_SECRET_LENGTH = 8
 KEEP = 4  # trailing characters a redaction keeps
 MASK = "***"
+# What a stream holds back at most (see the module docstring), in characters (bytes for
+# a byte stream): the run of key-shaped characters that may still become a key; the
+# head of a longer one that is a key; an unfinished private-key block (its body is at
+# most 8000 characters, with room for its two header lines).
+RUN_HOLD = 1024
+RUN_HEAD = 64
+PEM_HOLD = 8400
 
 # Matched against the variable's name, upper-cased.
 _SECRET_NAME = re.compile(
     r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|CREDENTIALS?|PASSWORD|PASSWD|PASSPHRASE|PAT)$"
     r"|PASSWORD|PASSWD|SECRET"
 )
+
+_PEM = r"-----BEGIN [A-Z ]*PRIVATE KEY-----.{0,8000}?-----END [A-Z ]*PRIVATE KEY-----"
 
 # Well-known credential shapes. A shape that starts inside a longer word
 # (`risk-assessment-...`) is left alone (see `_starts_word`); one right after a JSON
@@ -61,7 +92,7 @@ _SHAPES = (
     r"|[rs]k_(?:live|test)_[A-Za-z0-9]{16,}"  # Stripe
     r"|hf_[A-Za-z0-9]{30,}"  # Hugging Face
     r"|npm_[A-Za-z0-9]{36}"  # npm
-    r"|-----BEGIN [A-Z ]*PRIVATE KEY-----.{0,8000}?-----END [A-Z ]*PRIVATE KEY-----"
+    r"|" + _PEM
 )
 _WORD = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-")
 
@@ -136,6 +167,10 @@ class Redactor:
                 literal[escaped] = json.dumps(mask(value), ensure_ascii=False)[1:-1]
                 self._plain = False
         self._literal = literal
+        self._literal_bytes = {
+            form.encode("utf-8", "surrogateescape"): masked.encode("utf-8", "surrogateescape")
+            for form, masked in literal.items()
+        }
         forms = sorted(literal, key=len, reverse=True)
         alternatives = [re.escape(form) for form in forms]
         alternatives.append(_SHAPES)
@@ -162,6 +197,33 @@ class Redactor:
 
     def mask_text(self, text: str) -> str:
         return self._text.sub(self._replace_text, text)
+
+    def widen_cut(self, text: str, start: int, end: int) -> tuple[int, int]:
+        """The part of `text` to leave out instead of `text[start:end]`, so that no
+        secret is cut in two: a secret across either edge is left out whole (a part of
+        one, kept, would be a part no pattern recognises)."""
+        if start >= end:
+            return start, end
+        for match in self._text.finditer(text):
+            first, last = match.span()
+            if first >= end:
+                break
+            if first < start < last:
+                start = first
+            if first < end < last:
+                end = last
+        return start, end
+
+    def stream(self) -> StreamMasker[str]:
+        """A masker for one stream of text that arrives in pieces."""
+        longest = max(map(len, self._literal), default=0)
+        return StreamMasker(self._text, self._replace_text, self._literal, longest, _TEXT, None)
+
+    def stream_bytes(self) -> StreamMasker[bytes]:
+        """A masker for one stream of bytes (a file read a chunk at a time)."""
+        literal = self._literal_bytes
+        longest = max(map(len, literal), default=0)
+        return StreamMasker(self._bytes, self._replace_bytes, literal, longest, _BYTES, self._quick)
 
     def mask_bytes(self, data: bytes) -> bytes:
         if self._quick is not None and self._quick.search(data) is None:
@@ -220,6 +282,170 @@ def _quick_filter(alternatives: list[str]) -> Any:
         return re2.compile(source.encode("utf-8", "surrogateescape"), options)
     except re2.error:
         return None
+
+
+Chunk = TypeVar("Chunk", str, bytes)
+
+
+class _Alphabet(Generic[Chunk]):
+    """The constants a stream masker needs, as text or as bytes."""
+
+    def __init__(self, convert: Callable[[str], Chunk]) -> None:
+        self.empty: Chunk = convert("")
+        self.word: Chunk = convert(
+            "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
+        )
+        self.oauth: Chunk = convert("ya29.")  # the one key shape with a dot
+        self.pem_begin: Chunk = convert("-----BEGIN")
+        self.pem_label: Chunk = convert("PRIVATE KEY")
+        self.dashes: Chunk = convert("-----")
+        self.pem_head: re.Pattern[Chunk] = re.compile(convert(r"-----BEGIN [A-Z ]*"))
+        self.pem: re.Pattern[Chunk] = re.compile(convert(_PEM), re.DOTALL)
+
+
+_TEXT: _Alphabet[str] = _Alphabet(str)
+_BYTES: _Alphabet[bytes] = _Alphabet(str.encode)
+_LOOK_BEHIND = 6  # characters `_starts_word` looks back at most
+
+
+class StreamMasker(Generic[Chunk]):
+    """Masks one stream that arrives in pieces: `feed` each piece and take what it
+    returns, then `flush` at the stream's end (also when it ends early) for the rest.
+    The returned pieces, joined, are the whole text masked (`Redactor.mask_text`), see
+    the module docstring for what is held back meanwhile."""
+
+    def __init__(
+        self,
+        pattern: re.Pattern[Chunk],
+        replace: Callable[[re.Match[Chunk]], Chunk],
+        literal: Mapping[Chunk, Chunk],
+        longest: int,
+        alphabet: _Alphabet[Chunk],
+        quick: Any,
+    ) -> None:
+        self._pattern: re.Pattern[Chunk] = pattern
+        self._replace: Callable[[re.Match[Chunk]], Chunk] = replace
+        self._literal: Mapping[Chunk, Chunk] = literal
+        self._literal_hold = max(longest - 1, 0)
+        self._run_hold = max(RUN_HOLD, longest)
+        self._run_head = max(RUN_HEAD, longest)
+        self._alphabet: _Alphabet[Chunk] = alphabet
+        self._quick = quick
+        self._held: Chunk = alphabet.empty
+        self._behind: Chunk = alphabet.empty  # released text `_starts_word` may look at
+        self.masked = 0  # how many secrets were masked so far
+
+    @property
+    def holding(self) -> int:
+        """How many characters are held back now."""
+        return len(self._held)
+
+    def feed(self, piece: Chunk) -> Chunk:
+        """The masked text that `piece` (and what was held back) lets go now."""
+        if not piece:
+            return self._alphabet.empty
+        return self._step(self._held + piece, final=False)
+
+    def flush(self) -> Chunk:
+        """The rest, masked: the stream has ended."""
+        if not self._held:
+            return self._alphabet.empty
+        return self._step(self._held, final=True)
+
+    def _step(self, pending: Chunk, *, final: bool) -> Chunk:
+        start = len(self._behind)
+        text = self._behind + pending
+        end = len(text)
+        if self._quick is not None and self._quick.search(text) is None:
+            matches: list[re.Match[Chunk]] = []
+        else:
+            matches = list(self._pattern.finditer(text, start))
+        cut, compress = (end, False) if final else self._hold_from(text, start, matches)
+        out: list[Chunk] = []
+        position = start
+        for match in matches:
+            first, last = match.span()
+            if first >= cut:
+                break
+            if last > cut:
+                if last == end and self._may_grow(match.group()):
+                    break  # a shape the whole text may continue (masked or not, see above)
+                cut = last
+            out.append(text[position:first])
+            replaced = self._replace(match)
+            if replaced != match.group():
+                self.masked += 1
+            out.append(replaced)
+            position = last
+        out.append(text[position:cut])
+        held = text[cut:]
+        if compress:
+            # A key too long to hold: its head (for the pattern to match it again from
+            # its start) and its last characters (for its mask); what lies between
+            # matched the key's repeated class and is no longer needed.
+            held = held[: self._run_head] + held[-KEEP:]
+        self._held = held
+        self._behind = text[max(0, cut - _LOOK_BEHIND) : cut]
+        return self._alphabet.empty.join(out)
+
+    def _may_grow(self, found: Chunk) -> bool:
+        """Whether a match that ends where the text does may go on in the next piece:
+        a key shape may; a value and a complete private-key block may not."""
+        return found not in self._literal and not found.startswith(self._alphabet.pem_begin)
+
+    def _hold_from(
+        self, text: Chunk, start: int, matches: list[re.Match[Chunk]]
+    ) -> tuple[int, bool]:
+        """Where the part that may still change begins, and whether it is one long key
+        to hold in short."""
+        alphabet = self._alphabet
+        end = len(text)
+        literal_from = end - self._literal_hold
+        run_from = max(start, len(text.rstrip(alphabet.word)))
+        oauth = len(alphabet.oauth)
+        if run_from >= oauth and text[run_from - oauth : run_from] == alphabet.oauth:
+            run_from = max(start, run_from - oauth)
+        pem_from = self._pem_from(text, start)
+        cut = min(literal_from, run_from, pem_from)
+        if end - run_from > self._run_hold and pem_from >= run_from:
+            # A shape begins a run at most a JSON escape (`\u001b`) after its start.
+            for match in matches:
+                first = match.start()
+                if first > run_from + _LOOK_BEHIND:
+                    break
+                if (
+                    first >= run_from
+                    and match.end() == end
+                    and self._may_grow(match.group())
+                    and _starts_word(text, first)
+                ):
+                    return first, True
+            cut = min(literal_from, pem_from)
+        return max(cut, start), False
+
+    def _pem_from(self, text: Chunk, start: int) -> int:
+        """Where an unfinished private-key block begins (the end of `text`: none)."""
+        alphabet = self._alphabet
+        end = len(text)
+        begin = text.find(alphabet.pem_begin, max(start, end - PEM_HOLD))
+        while begin >= 0:
+            head = alphabet.pem_head.match(text, begin)
+            if head is None:  # `-----BEGIN` and no space after it
+                if end - begin == len(alphabet.pem_begin):
+                    return begin
+                begin = text.find(alphabet.pem_begin, begin + 1)
+                continue
+            after = head.end()
+            if after == end:
+                return begin
+            if text[begin:after].endswith(alphabet.pem_label):
+                dashes = text[after : after + len(alphabet.dashes)]
+                if len(dashes) < len(alphabet.dashes) and alphabet.dashes.startswith(dashes):
+                    return begin
+                if dashes == alphabet.dashes and alphabet.pem.match(text, begin) is None:
+                    return begin
+            begin = text.find(alphabet.pem_begin, begin + 1)
+        return end
 
 
 def from_environ(environ: Mapping[str, str]) -> Redactor:

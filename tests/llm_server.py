@@ -43,7 +43,8 @@ class ToolUse:
 
 @dataclass(frozen=True)
 class Reply:
-    """A successful answer. `text` is streamed a word at a time."""
+    """A successful answer. `text` is streamed a word at a time, or, with `cuts`, in
+    pieces cut at those character offsets (reasoning too)."""
 
     text: str = "ok"
     tool_calls: tuple[ToolUse, ...] = ()
@@ -53,6 +54,7 @@ class Reply:
     reasoning_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    cuts: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -424,7 +426,10 @@ def _stream_error(api: str) -> str:
     return _sse(None, {"error": {"message": message, "type": "server_error", "code": None}})
 
 
-def _words(text: str) -> list[str]:
+def _words(text: str, cuts: tuple[int, ...] = ()) -> list[str]:
+    if cuts:
+        edges = [0, *sorted({cut for cut in cuts if 0 < cut < len(text)}), len(text)]
+        return [text[a:b] for a, b in itertools.pairwise(edges) if b > a]
     parts = text.split(" ")
     return (
         [part + (" " if i < len(parts) - 1 else "") for i, part in enumerate(parts)] if text else []
@@ -509,7 +514,7 @@ def _anthropic_events(reply: Reply, model: str, n: int) -> Iterator[str]:
                     "content_block": {"type": "thinking", "thinking": "", "signature": ""},
                 },
             )
-            for word in _words(block["thinking"]):
+            for word in _words(block["thinking"], reply.cuts):
                 yield _sse(
                     "content_block_delta",
                     {
@@ -535,7 +540,7 @@ def _anthropic_events(reply: Reply, model: str, n: int) -> Iterator[str]:
                     "content_block": {"type": "text", "text": "", "citations": None},
                 },
             )
-            for word in _words(block["text"]):
+            for word in _words(block["text"], reply.cuts):
                 yield _sse(
                     "content_block_delta",
                     {
@@ -674,7 +679,7 @@ def _responses_events(reply: Reply, model: str, n: int) -> Iterator[str]:
                 output_index=index,
                 item={**item, "summary": [], "status": "in_progress"},
             )
-            for word in _words(reply.reasoning or ""):
+            for word in _words(reply.reasoning or "", reply.cuts):
                 yield event(
                     "response.reasoning_summary_text.delta",
                     item_id=item["id"],
@@ -703,7 +708,7 @@ def _responses_events(reply: Reply, model: str, n: int) -> Iterator[str]:
                 content_index=0,
                 part=part,
             )
-            for word in _words(reply.text):
+            for word in _words(reply.text, reply.cuts):
                 yield event(
                     "response.output_text.delta",
                     item_id=item["id"],
@@ -788,9 +793,9 @@ def _chat_events(reply: Reply, model: str, n: int, *, include_usage: bool) -> It
         return chunk([{"index": 0, "delta": fields, "finish_reason": None, "logprobs": None}])
 
     yield delta(role="assistant", content="")
-    for word in _words(reply.reasoning or ""):
+    for word in _words(reply.reasoning or "", reply.cuts):
         yield delta(reasoning_content=word)
-    for word in _words(reply.text):
+    for word in _words(reply.text, reply.cuts):
         yield delta(content=word)
     for i, call in enumerate(reply.tool_calls):
         opening: dict[str, Any] = {

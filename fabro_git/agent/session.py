@@ -573,10 +573,8 @@ class AgentSession:
         )
 
     async def _ask(self, system: str) -> Response:
-        budget = usage.TextBudget()
-
         async def forward(event: StreamEvent) -> None:
-            props = usage.stream_event(event, budget)
+            props = usage.stream_event(event)
             if props is not None:
                 self._emit(props)
 

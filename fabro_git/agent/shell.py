@@ -7,7 +7,9 @@ SIGKILL: a watcher loop or a server the model started does not survive its tool 
 The kill runs shielded, so a cancelled stage still cleans up before it unwinds.
 
 Output (stdout and stderr merged, as a terminal shows them) is streamed to a callback
-as it arrives and kept up to a bound (head and tail), so `yes` cannot fill the memory.
+as it arrives (the event bus masks that stream and bounds it) and kept up to a bound
+(head and tail), so `yes` cannot fill the memory. What is kept is masked as one stream
+before it is cut: a secret across a cut would otherwise leave a half no pattern knows.
 A non-zero exit is a result the model reads, not an error of the tool.
 """
 
@@ -24,12 +26,13 @@ from pathlib import Path
 import msgspec
 import trio
 
+from fabro_git import redact
+
 TERM_GRACE = 2.0
 # After the command exits, how long a background job may keep its output pipe open
 # before the group is stopped; the job is killed either way.
 DRAIN_GRACE = 1.0
 KEEP_CHARS = 500_000
-STREAM_CHARS = 1_000_000
 
 
 class ShellResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -40,15 +43,20 @@ class ShellResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Capture:
-    """The first and last `KEEP_CHARS` characters of the output, and how many fell between."""
+    """The first and last `KEEP_CHARS` characters of the masked output, and how many
+    fell between."""
 
     def __init__(self) -> None:
         self.head: list[str] = []
         self.head_size = 0
         self.tail = ""
         self.dropped = 0
+        self.masker = redact.for_process().stream()
 
     def add(self, text: str) -> None:
+        self._keep(self.masker.feed(text))
+
+    def _keep(self, text: str) -> None:
         room = KEEP_CHARS - self.head_size
         if room > 0:
             self.head.append(text[:room])
@@ -61,6 +69,7 @@ class _Capture:
                 self.tail = self.tail[-KEEP_CHARS:]
 
     def text(self) -> str:
+        self._keep(self.masker.flush())
         middle = f"\n[... {self.dropped} characters not kept ...]\n" if self.dropped else ""
         return "".join(self.head) + middle + self.tail
 
@@ -87,20 +96,16 @@ async def run_shell(
         start_new_session=True,
     )
     capture = _Capture()
-    streamed = 0
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
     assert process.stdout is not None
     stdout = process.stdout
     reader_done = trio.Event()
 
     def take(text: str) -> None:
-        nonlocal streamed
         if not text:
             return
         capture.add(text)
-        if streamed < STREAM_CHARS:
-            on_output(text)
-            streamed += len(text)
+        on_output(text)
 
     async def read_output() -> None:
         try:

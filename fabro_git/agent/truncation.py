@@ -4,7 +4,9 @@ The model sees at most a per-tool number of characters, then of lines; the event
 the whole output. Characters are cut first because a file of two 10 MB lines passes any
 line limit. The cut keeps the head and the tail (a file's imports and its end, a
 command's start-up and its result) or, for listings, only the tail, and says in the text
-how much went, so the model never mistakes a part for the whole.
+how much went, so the model never mistakes a part for the whole. A secret across a cut
+is left out whole (`Redactor.widen_cut`): the conversation is written to git masked,
+and a half secret kept there would be a half no pattern recognises.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 from typing import Literal
 
 import msgspec
+
+from fabro_git import redact
 
 Mode = Literal["head_tail", "tail"]
 
@@ -38,18 +42,21 @@ FALLBACK_LIMIT = OutputLimit(max_chars=20_000, mode="head_tail")
 def truncate_chars(output: str, max_chars: int, mode: Mode) -> str:
     if len(output) <= max_chars:
         return output
-    removed = len(output) - max_chars
+    redactor = redact.for_process()
     if mode == "tail":
+        _, end = redactor.widen_cut(output, 0, len(output) - max_chars)
         return (
-            f"[output truncated: the first {removed} characters were removed; "
-            "the full output is in the run's events]\n\n" + output[-max_chars:]
+            f"[output truncated: the first {end} characters were removed; "
+            "the full output is in the run's events]\n\n" + output[end:]
         )
-    half = max_chars // 2
+    start, end = redactor.widen_cut(
+        output, max_chars // 2, len(output) - (max_chars - max_chars // 2)
+    )
     return (
-        output[:half]
-        + f"\n\n[output truncated: {removed} characters were removed from the middle; "
+        output[:start]
+        + f"\n\n[output truncated: {end - start} characters were removed from the middle; "
         "the full output is in the run's events. Ask for a narrower range to see them.]\n\n"
-        + output[len(output) - (max_chars - half) :]
+        + output[end:]
     )
 
 
@@ -59,10 +66,11 @@ def truncate_lines(output: str, max_lines: int) -> str:
         return output
     head = max_lines // 2
     tail = max_lines - head
-    omitted = len(lines) - head - tail
-    return "\n".join(
-        [*lines[:head], f"[... {omitted} lines omitted ...]", *lines[len(lines) - tail :]]
-    )
+    start = sum(len(line) + 1 for line in lines[:head])
+    end = len(output) - sum(len(line) + 1 for line in lines[len(lines) - tail :]) + 1
+    start, end = redact.for_process().widen_cut(output, start, end)
+    omitted = output.count("\n", start, end)
+    return f"{output[:start]}[... {omitted} lines omitted ...]\n{output[end:]}"
 
 
 def truncate_tool_output(output: str, limit: OutputLimit) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from fabro_git import redact
 from fabro_git.config.locations import open_private
 from fabro_git.engine import process_groups
 
@@ -27,25 +28,45 @@ KILL_GRACE = 2.0
 def excerpt(path: Path, limit: int) -> bytes:
     """The whole file when small, else its head and tail around an omission marker.
 
-    The cuts fall on line ends when a line end is near: a secret cut in two would
-    no longer be recognised, and half of it would reach git.
+    A large file is masked whole, as one stream (a chunk at a time, so memory stays
+    bounded), before it is cut: a secret across a cut would leave a part of it that
+    no pattern recognises. A small one is masked where it is written, as any file.
+    The cuts fall on line ends when a line end is near.
     """
     size = path.stat().st_size
     with path.open("rb") as fh:
         if size <= limit:
             return fh.read()
         half = limit // 2
-        head = fh.read(half)
-        fh.seek(size - half)
-        tail = fh.read()
+        masker = redact.for_process().stream_bytes()
+        head = bytearray()
+        tail = bytearray()
+        total = 0
+        while True:
+            block = fh.read(_EXCERPT_CHUNK)
+            masked = masker.feed(block) if block else masker.flush()
+            total += len(masked)
+            if len(head) < half:
+                head += masked[: half - len(head)]
+            tail += masked
+            if len(tail) > limit:
+                del tail[:-half]
+            if not block:
+                break
+    if total <= limit:  # masking made it small: the tail holds all of it
+        return bytes(tail)
+    del tail[:-half]
     end = head.rfind(b"\n")
     if end >= half // 2:
-        head = head[: end + 1]
+        del head[end + 1 :]
     start = tail.find(b"\n")
     if 0 <= start < half // 2:
-        tail = tail[start + 1 :]
-    marker = f"\n[... {size - len(head) - len(tail)} bytes omitted ...]\n".encode()
-    return head + marker + tail
+        del tail[: start + 1]
+    marker = f"\n[... {total - len(head) - len(tail)} bytes omitted ...]\n".encode()
+    return bytes(head + marker + tail)
+
+
+_EXCERPT_CHUNK = 1 << 20
 
 
 def argv_for(script: str, language: str) -> list[str]:

@@ -134,7 +134,9 @@ class Recorder:
         try:
             for path, data in files.items():
                 if isinstance(data, Path):
-                    all_files[path] = StoredBlob(*self.repo.store_file(data, mask))
+                    all_files[path] = StoredBlob(
+                        *self.repo.store_file(data, self.redactor.stream_bytes())
+                    )
             result = self.meta.write(all_files, message, expected_tip=self.meta_tip)
         except DiskFull:
             raise  # nothing more can be recorded: the run stops at its last checkpoint

@@ -12,6 +12,12 @@ lock is needed. The tail sink writes each line with a single `O_APPEND` write.
 Secrets: every event is checked against the run's redactor (`fabro_git.redact`) as it
 is emitted, and one that holds a secret is rebuilt with it masked before any sink or the
 segment sees it; so the tail, the terminal and the meta ref show the same masked text.
+A piece of a stream (an event with `STREAMED` set: a reply's text or reasoning, a tool's
+output) is masked by its stream's own masker instead, never alone, since a secret may be
+cut across two pieces: a piece carries what the masker lets go (none is emitted while it
+lets go nothing), and the stream's rest goes out as one more piece before the next other
+event of its stage or session (`agent.message`, `agent.tool.completed`, `stage.failed`,
+...), or at `close`. A stream is one kind of piece from one stage and agent session.
 
 Crash consistency: events emitted since the last snapshot live only in the tail. On
 resume, `tail_after()` picks those lines out of the old tail and `restore_pending()`
@@ -24,7 +30,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import msgspec
 
@@ -55,6 +61,7 @@ class EventBus:
         self.redactor = redactor or redact.for_process()
         self._sinks: list[Sink] = list(sinks)
         self._pending: list[bytes] = []
+        self._streams: dict[tuple[str | None, str | None, str], _Stream] = {}
         self.last_event_id: str | None = None
 
     def emit(
@@ -67,25 +74,70 @@ class EventBus:
         session_id: str | None = None,
         parent_session_id: str | None = None,
         actor: Actor | None = None,
-    ) -> Envelope:
+    ) -> Envelope | None:
         """Stamp `props` with an id and time, queue it for the next segment, fan it out.
 
         The event is queued before any sink runs, so a failing sink (a closed terminal)
         cannot lose it from the durable log; the sink's exception still propagates.
+        A stream's piece is held back while its masker lets go nothing: None then.
         """
-        env = make_envelope(
-            self.run_id,
-            props,
-            node_id=node_id,
-            node_label=node_label,
-            stage_id=stage_id,
-            session_id=session_id,
-            parent_session_id=parent_session_id,
-            actor=actor,
-        )
+        stamp = _Stamp(node_id, node_label, stage_id, session_id, parent_session_id, actor)
+        if props.STREAMED:
+            return self._emit_piece(props, stamp)
+        if self._streams:
+            self._end_streams(stage_id, session_id)
+        env = make_envelope(self.run_id, props, **stamp._asdict())
         line = encode_event(env)
         if self.redactor.found_in(line):
             env, line = _redacted(env, self.redactor)
+        return self._send(env, line)
+
+    def _emit_piece(self, props: EventProps, stamp: _Stamp) -> Envelope | None:
+        key = (stamp.stage_id, stamp.session_id, props.NAME)
+        stream = self._streams.get(key)
+        if stream is None:
+            stream = self._streams[key] = _Stream(type(props), self.redactor.stream(), stamp)
+        stream.stamp = stamp
+        if stream.left is not None and stream.left <= 0:
+            return None  # past its limit: nothing more of it is shown or kept
+        piece = stream.take(stream.masker.feed(props.delta))  # type: ignore[attr-defined]
+        if not piece:
+            return None
+        return self._emit_masked(msgspec.structs.replace(props, delta=piece), stamp)
+
+    def _emit_masked(self, props: EventProps, stamp: _Stamp) -> Envelope:
+        """Emit a piece its stream's masker let go: masking it again, alone, could mask
+        a word the whole stream's masking leaves as it is. Its label is masked here."""
+        label = stamp.node_label
+        if label:
+            stamp = stamp._replace(node_label=self.redactor.mask_text(label))
+        env = make_envelope(self.run_id, props, **stamp._asdict())
+        return self._send(env, encode_event(env))
+
+    def _end_streams(self, stage_id: str | None, session_id: str | None) -> None:
+        """Let go the rest of the streams an event of this stage and session ends: its
+        own, and every stream of its stage (a stage event) or of its session (an agent
+        session's event). A run's own events end none."""
+        for key in list(self._streams):
+            stage, session = key[0], key[1]
+            if (stage, session) == (stage_id, session_id) or (
+                (stage_id is not None and stage == stage_id and session_id is None)
+                or (session_id is not None and session == session_id and stage_id is None)
+            ):
+                self._end_stream(key)
+
+    def _end_stream(self, key: tuple[str | None, str | None, str]) -> None:
+        stream = self._streams.pop(key)
+        piece = stream.take(stream.masker.flush())
+        if piece:
+            self._emit_masked(stream.kind(delta=piece), stream.stamp)
+
+    def end_streams(self) -> None:
+        """Let go the rest of every open stream (the run is over)."""
+        for key in list(self._streams):
+            self._end_stream(key)
+
+    def _send(self, env: Envelope, line: bytes) -> Envelope:
         self._pending.append(line)
         self.last_event_id = env.id
         for sink in list(self._sinks):
@@ -126,10 +178,45 @@ class EventBus:
         return len(restored)
 
     def close(self) -> None:
-        """Close every sink. Pending lines stay queued for a final `take_segment`."""
+        """Let go the rest of every stream, then close every sink. Pending lines stay
+        queued for a final `take_segment`."""
+        self.end_streams()
         sinks, self._sinks = self._sinks, []
         for sink in sinks:
             sink.close()
+
+
+class _Stamp(NamedTuple):
+    """An event's envelope fields other than its id and time."""
+
+    node_id: str | None
+    node_label: str | None
+    stage_id: str | None
+    session_id: str | None
+    parent_session_id: str | None
+    actor: Actor | None
+
+
+class _Stream:
+    """One open stream: its kind of piece, its masker, what is left of its limit, and
+    the envelope fields of its last piece (its rest goes out with them)."""
+
+    def __init__(
+        self, kind: type[EventProps], masker: redact.StreamMasker[str], stamp: _Stamp
+    ) -> None:
+        self.kind = kind
+        self.masker = masker
+        self.left = kind.STREAM_LIMIT
+        self.stamp = stamp
+
+    def take(self, piece: str) -> str:
+        """`piece`, cut where the stream's limit runs out. The cut falls in masked
+        text, so it leaves no part of a secret."""
+        if self.left is None:
+            return piece
+        piece = piece[: max(self.left, 0)]
+        self.left -= len(piece)
+        return piece
 
 
 def _redacted(env: Envelope, redactor: redact.Redactor) -> tuple[Envelope, bytes]:

@@ -544,13 +544,25 @@ class AgentMessage(EventProps, kw_only=True):
     tool_call_count: int
 
 
+# Characters of one reply's text that its events carry at most. A longer reply (a 50 MB
+# plan) would otherwise be written into the event log twice more, as deltas and as
+# agent.message, beside its response.md and its offloaded context value.
+EVENT_TEXT_LIMIT = 100_000
+# Characters of one tool call's output its deltas carry at most (its whole output, cut to
+# a head and tail, is in agent.tool.completed).
+TOOL_OUTPUT_STREAM_LIMIT = 1_000_000
+
+
 class AgentTextDelta(EventProps, kw_only=True):
     NAME: ClassVar[str] = "agent.text.delta"
+    STREAMED: ClassVar[bool] = True
+    STREAM_LIMIT: ClassVar[int | None] = EVENT_TEXT_LIMIT
     delta: str
 
 
 class AgentReasoningDelta(EventProps, kw_only=True):
     NAME: ClassVar[str] = "agent.reasoning.delta"
+    STREAMED: ClassVar[bool] = True
     delta: str
 
 
@@ -563,6 +575,8 @@ class AgentToolStarted(EventProps, kw_only=True):
 
 class AgentToolOutputDelta(EventProps, kw_only=True):
     NAME: ClassVar[str] = "agent.tool.output.delta"
+    STREAMED: ClassVar[bool] = True
+    STREAM_LIMIT: ClassVar[int | None] = TOOL_OUTPUT_STREAM_LIMIT
     delta: str
 
 

@@ -25,9 +25,15 @@ import msgspec
 
 
 class EventProps(msgspec.Struct, omit_defaults=True, kw_only=True):
-    """Base of every event's properties Struct. `NAME` is the seed's event name."""
+    """Base of every event's properties Struct. `NAME` is the seed's event name.
+
+    An event with `STREAMED` set is one piece of a stream (its `delta`): the bus masks
+    the stream as a whole, and the stream's pieces carry at most `STREAM_LIMIT`
+    characters between them (None: no limit)."""
 
     NAME: ClassVar[str] = ""
+    STREAMED: ClassVar[bool] = False
+    STREAM_LIMIT: ClassVar[int | None] = None
 
 
 class Actor(msgspec.Struct, omit_defaults=True, kw_only=True):

@@ -192,10 +192,8 @@ async def run_prompt(
         reasoning_effort=_effort(req),
     )
 
-    budget = llm_usage.TextBudget()
-
     async def forward(event: llm.StreamEvent) -> None:
-        props = llm_usage.stream_event(event, budget)
+        props = llm_usage.stream_event(event)
         if props is not None:
             req.emit(props)
 

@@ -8,6 +8,7 @@ published ones, applied to every provider, so the figure is an estimate.
 from __future__ import annotations
 
 from fabro_git.events.catalogue import (
+    EVENT_TEXT_LIMIT,
     AgentMessage,
     AgentOutputReplace,
     AgentOutputStart,
@@ -58,19 +59,6 @@ def token_usage(usage: Usage) -> TokenUsage:
     )
 
 
-# Characters of one reply's text that its events carry at most. A longer reply (a 50 MB
-# plan) would otherwise be written into the event log twice more, as deltas and as
-# agent.message, beside its response.md and its offloaded context value.
-EVENT_TEXT_LIMIT = 100_000
-
-
-class TextBudget:
-    """What is left of EVENT_TEXT_LIMIT for the text deltas of one reply."""
-
-    def __init__(self, limit: int = EVENT_TEXT_LIMIT) -> None:
-        self.left = limit
-
-
 def event_text(text: str, limit: int = EVENT_TEXT_LIMIT) -> str:
     """`text`, or its first `limit` characters and a note of what was left out."""
     if len(text) <= limit:
@@ -88,21 +76,15 @@ def message_event(response: Response) -> AgentMessage:
 
 
 def stream_event(
-    event: StreamEvent, budget: TextBudget | None = None
+    event: StreamEvent,
 ) -> AgentOutputStart | AgentTextDelta | AgentReasoningDelta | AgentOutputReplace | None:
     """The `agent.*` event a stream event is recorded as, if any (tool calls and the
-    final message have their own events, emitted by the caller). With a `budget`, text
-    deltas stop once the reply's text has used it up."""
+    final message have their own events, emitted by the caller). The event bus masks
+    each stream of deltas as a whole and stops a reply's text at `EVENT_TEXT_LIMIT`."""
     if isinstance(event, OutputStart):
         return AgentOutputStart()
     if isinstance(event, TextDelta):
-        if budget is None:
-            return AgentTextDelta(delta=event.delta)
-        if budget.left <= 0:
-            return None
-        delta = event.delta[: budget.left]
-        budget.left -= len(event.delta)
-        return AgentTextDelta(delta=delta)
+        return AgentTextDelta(delta=event.delta)
     if isinstance(event, ReasoningDelta):
         return AgentReasoningDelta(delta=event.delta)
     if isinstance(event, OutputReplace):

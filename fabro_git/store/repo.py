@@ -33,7 +33,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import BinaryIO, cast
+from typing import TYPE_CHECKING, BinaryIO, cast
 
 import msgspec
 from dulwich.errors import NotGitRepository
@@ -49,6 +49,9 @@ from fabro_git.store.backoff import DEADLINE_SECONDS, retrying
 from fabro_git.store.durability import durability
 from fabro_git.store.refwrite import swap_ref
 
+if TYPE_CHECKING:
+    from fabro_git.redact import StreamMasker
+
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
 FALLBACK_NAME = "git fabro"
 FALLBACK_EMAIL = "fabro@localhost"
@@ -61,24 +64,6 @@ _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
 _Side = tuple[bytes | None, int | None, ObjectID | None]
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
 _FILE_CHUNK = 1 << 20  # bytes read at a time when a file is written as a blob
-
-
-def _line_chunks(fh: BinaryIO) -> Iterator[bytes]:
-    """The file's bytes in chunks of about _FILE_CHUNK, each ending at a line end; a
-    line longer than a chunk is cut where the chunk ends."""
-    rest = b""
-    while block := fh.read(_FILE_CHUNK):
-        data = rest + block
-        end = data.rfind(b"\n")
-        if end < 0:
-            rest = b"" if len(data) >= _FILE_CHUNK else data
-            if not rest:
-                yield data
-            continue
-        yield data[: end + 1]
-        rest = data[end + 1 :]
-    if rest:
-        yield rest
 
 
 class HeadInfo(msgspec.Struct, frozen=True):
@@ -793,15 +778,15 @@ class GitRepo:
             raise StoreError(f"cannot write object {sha} to {self._objects_dir}: {err}") from err
         return sha
 
-    def store_file(self, path: Path, mask: Callable[[bytes], bytes]) -> tuple[str, int]:
-        """Write the file at `path` as a blob, through `mask` (secrets out), a bounded
+    def store_file(self, path: Path, masker: StreamMasker[bytes]) -> tuple[str, int]:
+        """Write the file at `path` as a blob, through `masker` (secrets out), a bounded
         chunk at a time: a 500 MB command output costs no more memory than a small one.
         Returns the blob's id and size.
 
-        Chunks end at a line end where there is one, so a secret is never cut in two
-        between them. When masking changes nothing, the file is hashed as it is;
-        otherwise the masked bytes go to a temporary copy beside it first, since a loose
-        object's header needs the final size.
+        The chunks are one stream to the masker, so a secret cut in two between them
+        is masked as it would be whole. When masking changes nothing, the file is hashed
+        as it is; otherwise the masked bytes go to a temporary copy beside it first,
+        since a loose object's header needs the final size.
         """
         import hashlib
         import tempfile
@@ -811,22 +796,25 @@ class GitRepo:
         try:
             with path.open("rb") as fh:
                 copy = None
-                offset = 0
-                for chunk in _line_chunks(fh):
-                    clean = mask(chunk)
-                    if copy is None and clean != chunk:
+                released = 0  # bytes let go, all as they were until the first mask
+                while True:
+                    chunk = fh.read(_FILE_CHUNK)
+                    clean = masker.feed(chunk) if chunk else masker.flush()
+                    if copy is None and masker.masked:
                         fd, name = tempfile.mkstemp(prefix=".masked-", dir=path.parent)
                         masked_copy = Path(name)
                         copy = os.fdopen(fd, "wb")
                         with path.open("rb") as head:
-                            remaining = offset
+                            remaining = released
                             while remaining:
                                 block = head.read(min(remaining, _FILE_CHUNK))
                                 copy.write(block)
                                 remaining -= len(block)
                     if copy is not None:
                         copy.write(clean)
-                    offset += len(chunk)
+                    released += len(clean)
+                    if not chunk:
+                        break
                 if copy is not None:
                     copy.close()
                     source = masked_copy or path
