@@ -311,7 +311,8 @@ class Runtime:
                 if node.handler_type in scope.stop_at:
                     return WalkEnd(final_status(scope), node.id)
             visit = self._enter(scope, node)
-            result = await self.execute_stage(scope, node, visit)
+            stage_id = self._new_stage_id(scope, node)
+            result = await self.execute_stage(scope, node, visit, stage_id)
             stopped = await self._stage_end_hooks(scope, node, result)
             if stopped is not None:
                 decision = stopped
@@ -326,7 +327,7 @@ class Runtime:
                     decision = self._check_goal_gates(scope)
                 elif decision.next_node is not None and self._last_edge is not None:
                     decision = await self._edge_hooks(scope, decision)
-            await self._record(scope, node, visit, result, decision)
+            await self._record(scope, node, visit, stage_id, result, decision)
             if scope.kind == "main":
                 await self._checkpoint_hooks(node, result)
             if decision.error is not None:
@@ -439,7 +440,13 @@ class Runtime:
         return False
 
     async def _record(
-        self, scope: Scope, node: Node, visit: int, result: Outcome, decision: Decision
+        self,
+        scope: Scope,
+        node: Node,
+        visit: int,
+        stage_id: str,
+        result: Outcome,
+        decision: Decision,
     ) -> None:
         """What a scope keeps of a finished stage: the main run checkpoints, a branch
         commits on its ref, a child leaves its files to its parent's stage."""
@@ -448,16 +455,16 @@ class Runtime:
             # finish resumes there rather than looking finished.
             next_node = node.id if decision.error is not None else decision.next_node
             await self.store_call(
-                partial(self._checkpoint, scope, node, visit, result, next_node=next_node)
+                partial(self._checkpoint, scope, node, visit, stage_id, result, next_node=next_node)
             )
         elif scope.kind == "branch":
             from fabro_git.engine.branches import commit_branch_stage
 
             await self.store_call(
-                commit_branch_stage, self, scope, node.id, result.status, f"{node.id}@{visit}"
+                commit_branch_stage, self, scope, node.id, result.status, stage_id
             )
         elif node.handler_type not in NO_WORKTREE_CHANGES:
-            await self._advance_child_tree(scope, f"{node.id}@{visit}")
+            await self._advance_child_tree(scope, stage_id)
 
     async def run_child(self, parent: Scope, node: Node, graph: Graph) -> ChildResult:
         """Walk a child workflow inside `node`'s stage: the parent's worktree and tip, a
@@ -512,6 +519,15 @@ class Runtime:
         scope.visits[node.id] = visit
         return visit
 
+    def _new_stage_id(self, scope: Scope, node: Node) -> str:
+        """The stage_id of the stage about to run: `<qualified node>@<serial>`, the
+        serial counted over the whole run (see `Checkpoint.stage_serials`), so no two
+        executions share one even where visit counts start again or overlap."""
+        qid = scope.qualified(node.id)
+        serial = self.cp.stage_serials.get(qid, 0) + 1
+        self.cp.stage_serials[qid] = serial
+        return f"{qid}@{serial}"
+
     def _check_goal_gates(self, scope: Scope) -> Decision:
         """Where a walk would end: go on (no next node), retry from a gate's retry
         target, or fail when an unsatisfied gate has none."""
@@ -557,11 +573,10 @@ class Runtime:
 
     # -- one stage -----------------------------------------------------------------------
 
-    async def execute_stage(self, scope: Scope, node: Node, visit: int) -> Outcome:
+    async def execute_stage(self, scope: Scope, node: Node, visit: int, stage_id: str) -> Outcome:
         graph = scope.graph
         qid = scope.qualified(node.id)
         label = node.label
-        stage_id = f"{qid}@{visit}"
         handler = self.handlers(node.handler_type)
         policy = policy_for(node, graph)
         self.cp.stage_index += 1
@@ -879,7 +894,7 @@ class Runtime:
         tip = scope.tip
         if self.recorder is None or tip is None:
             return []
-        qid = scope.qualified(stage_id.rpartition("@")[0])
+        qid = stage_id.rpartition("@")[0]
         try:
             tree = await self.store_call(worktree_tree, self, scope.worktree, qid)
         except FabroError:
@@ -904,15 +919,14 @@ class Runtime:
         tree = scope.stage_trees.pop(stage_id, None)
         if tree is None and self.recorder is not None and scope.tip is not None:
             with contextlib.suppress(FabroError):
-                qid = scope.qualified(stage_id.rpartition("@")[0])
+                qid = stage_id.rpartition("@")[0]
                 tree = await self.store_call(worktree_tree, self, scope.worktree, qid)
         if tree is not None:
             scope.base_tree = tree
 
-    def _stage_tree(self, node: Node, visit: int) -> str | None:
+    def _stage_tree(self, node: Node, stage_id: str) -> str | None:
         """The stage's tree: the one `_files_touched` computed, else a fresh scan."""
         assert self.recorder is not None
-        stage_id = f"{node.id}@{visit}"
         if stage_id not in self._stage_trees:
             self.scan_hooks[stage_id] = clean_start.hooks_seen(self)
             return self.recorder.stage_tree(node.id)
@@ -1155,7 +1169,14 @@ class Runtime:
         return tree
 
     def _checkpoint(
-        self, scope: Scope, node: Node, visit: int, result: Outcome, *, next_node: str | None
+        self,
+        scope: Scope,
+        node: Node,
+        visit: int,
+        stage_id: str,
+        result: Outcome,
+        *,
+        next_node: str | None,
     ) -> None:
         cp = self.cp
         self.resumed_attempts.clear()
@@ -1171,7 +1192,7 @@ class Runtime:
         if recorder is None:
             return
         tree: str | None
-        scanned = self.scan_hooks.pop(f"{node.id}@{visit}", None)
+        scanned = self.scan_hooks.pop(stage_id, None)
         if (
             node.handler_type in NO_WORKTREE_CHANGES
             and not scope.merge_parents
@@ -1182,8 +1203,8 @@ class Runtime:
             scanned = None
         else:
             try:
-                tree = self._stage_tree(node, visit)
-                scanned = self.scan_hooks.pop(f"{node.id}@{visit}", scanned)
+                tree = self._stage_tree(node, stage_id)
+                scanned = self.scan_hooks.pop(stage_id, scanned)
             except DiskFull:
                 self._forget_unrecorded_stage(scope)
                 raise  # the run stops resumable, as for every other full-disk write
@@ -1192,7 +1213,7 @@ class Runtime:
                 raise RunFailed(str(err)) from err
         recorder.plan_commit(cp, node.id, result.status, tree, scope.merge_parents)
         scope.merge_parents.clear()
-        scope_kw = {"node_id": node.id, "node_label": node.label, "stage_id": f"{node.id}@{visit}"}
+        scope_kw = {"node_id": node.id, "node_label": node.label, "stage_id": stage_id}
         meta_sha = recorder.snapshot(
             "checkpoint", f"checkpoint {node.id}@{visit}", cp, files, scope=scope_kw
         )
