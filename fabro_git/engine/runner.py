@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from fabro_git.config.locations import make_private_dir
-from fabro_git.engine import clean_start
+from fabro_git.engine import child_progress, clean_start
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
 from fabro_git.engine.context import CheckpointCopy, Context, context_delta, plain
@@ -109,6 +109,8 @@ class Scope(msgspec.Struct):
     # A child workflow makes no commits: the tree after its last stage, which the next
     # stage's files_touched is diffed against (None: its tip's tree).
     base_tree: str | None = None
+    # A child workflow's progress ref (see `child_progress`), None where nothing keeps it.
+    progress_ref: str | None = None
 
     def qualified(self, node_id: str) -> str:
         return f"{self.prefix}{node_id}"
@@ -463,12 +465,20 @@ class Runtime:
             await self.store_call(
                 commit_branch_stage, self, scope, node.id, result.status, stage_id
             )
-        elif node.handler_type not in NO_WORKTREE_CHANGES:
-            await self._advance_child_tree(scope, stage_id)
+        else:
+            if node.handler_type not in NO_WORKTREE_CHANGES:
+                await self._advance_child_tree(scope, stage_id)
+            if decision.next_node is not None and scope.progress_ref is not None:
+                await self.store_call(child_progress.save, self, scope, decision.next_node)
 
-    async def run_child(self, parent: Scope, node: Node, graph: Graph) -> ChildResult:
-        """Walk a child workflow inside `node`'s stage: the parent's worktree and tip, a
-        copy of its context, and stage ids under `<node>/`."""
+    async def run_child(
+        self, parent: Scope, node: Node, graph: Graph, stage_id: str | None = None
+    ) -> ChildResult:
+        """Walk a child workflow inside `node`'s stage (`stage_id`): the parent's worktree
+        and tip, a copy of its context, and stage ids under `<node>/`. A rerun of the
+        stage after a crash goes on from the child's last completed stage."""
+        from fabro_git.store.runs import child_progress_ref
+
         start = graph.start_node()
         assert start is not None  # validation refused graphs without one
         scope = Scope(
@@ -486,13 +496,50 @@ class Runtime:
             merge_parents=parent.merge_parents,
         )
         before = dict(parent.context)
+        begin = start.id
+        if stage_id is not None and self.recorder is not None and parent.tip is not None:
+            scope.progress_ref = child_progress_ref(self.run_id, stage_id)
+            begin = await self._resume_child(scope, begin)
         try:
-            end = await self.walk(scope, start.id)
+            end = await self.walk(scope, begin)
         except RunFailed as exc:
-            return ChildResult(
+            result = ChildResult(
                 oc.FAILED, scope.steps, context_delta(before, scope.context), str(exc)
             )
-        return ChildResult(end.status, scope.steps, context_delta(before, scope.context))
+        else:
+            result = ChildResult(end.status, scope.steps, context_delta(before, scope.context))
+        if scope.progress_ref is not None:
+            await self.store_call(child_progress.drop, self, scope.progress_ref)
+        return result
+
+    async def _resume_child(self, scope: Scope, start: str) -> str:
+        """Put a child scope back where its progress ref says it stood (its files into
+        the worktree, its walk's state); the node to walk from."""
+        from fabro_git.store.adopt import adopt_tree
+
+        assert scope.progress_ref is not None
+        found = await self.store_call(child_progress.load, self, scope.progress_ref)
+        if found is None:
+            return start
+        sha, state = found
+        await self.store_call(adopt_tree, scope.worktree, sha)
+        scope.visits.update(state.visits)
+        scope.outcomes.update(state.outcomes)
+        scope.completed.extend(state.completed)
+        scope.loop_signatures.update(state.loop_signatures)
+        scope.restart_signatures.update(state.restart_signatures)
+        scope.context = Context(state.context)
+        scope.steps = state.steps
+        scope.base_tree = await self.store_call(self._tip_tree, sha)
+        self.emit(
+            ev.RunNotice(
+                level="info",
+                code="child_resumed",
+                message=f"child workflow {scope.prefix.rstrip('/')} goes on at {state.next_node}, "
+                f"after the {len(state.completed)} stages it had completed",
+            )
+        )
+        return state.next_node
 
     def _node(self, scope: Scope, node_id: str) -> Node:
         node = scope.graph.nodes.get(node_id)

@@ -273,7 +273,7 @@ class StageRequest(msgspec.Struct):
     async def run_child(self, graph: Graph) -> ChildResult:
         """Walk `graph` as a child workflow in this stage's worktree, with a copy of the
         context; its stages are named `<this node>/<child node>`."""
-        return await self._runtime.run_child(self._scope, self.node, graph)
+        return await self._runtime.run_child(self._scope, self.node, graph, self.stage_id)
 
     async def run_branches(self, plan: BranchPlan) -> list[BranchResult]:
         """Run parallel branches from this stage, each in its own worktree and on its own
