@@ -101,6 +101,8 @@ class Scope(msgspec.Struct):
     steps: int = 0
     # Handler types the walk stops in front of, without running them (a branch: fan-in, exit).
     stop_at: frozenset[str] = frozenset()
+    # Nodes the walk stops in front of, whatever their type (a branch: its join node).
+    stop_nodes: frozenset[str] = frozenset()
     # Heads merged into the scope's next commit (the fan-in's chosen branch).
     merge_parents: list[str] = msgspec.field(default_factory=list)
     # Trees of the worktree computed for a stage's files_touched, by stage id: a
@@ -303,14 +305,15 @@ class Runtime:
         the walk would end. RunFailed when it cannot go on."""
         while True:
             node = self._node(scope, node_id)
-            if node.handler_type == "exit" or node.handler_type in scope.stop_at:
+            stops = node.handler_type in scope.stop_at or node.id in scope.stop_nodes
+            if node.handler_type == "exit" or stops:
                 gates = self._check_goal_gates(scope)
                 if gates.error is not None:
                     raise RunFailed(gates.error)
                 if gates.next_node is not None:
                     node_id = gates.next_node
                     continue
-                if node.handler_type in scope.stop_at:
+                if stops:
                     return WalkEnd(final_status(scope), node.id)
             visit = self._enter(scope, node)
             stage_id = self._new_stage_id(scope, node)
@@ -1346,8 +1349,9 @@ _WALK_NAMES = {"main": "the run", "branch": "its parallel branch", "child": "its
 NO_WORKTREE_CHANGES = frozenset({"start", "exit", "conditional", "human", "wait"})
 
 # Stages whose files_touched come from their tree diff (an agent's come from its tools):
-# commands, a fan-in (the chosen branch's files) and a manager loop (its child's).
-TRACKS_TREE = frozenset({"command", "tool", "parallel.fan_in", "stack.manager_loop"})
+# commands, a fan-in or a fan-out that merges (the chosen branch's files) and a manager
+# loop (its child's).
+TRACKS_TREE = frozenset({"command", "tool", "parallel", "parallel.fan_in", "stack.manager_loop"})
 # Stages that run commands in the worktree: their test assets are captured.
 RUNS_COMMANDS = frozenset({"command", "tool", "agent", "codergen"})
 # Paths listed at most in one stage's files_touched.
