@@ -113,6 +113,15 @@ class Scope(msgspec.Struct):
     base_tree: str | None = None
     # A child workflow's progress ref (see `child_progress`), None where nothing keeps it.
     progress_ref: str | None = None
+    # Why a child's manager stopped it (see `Supervision`): the stage in flight is cut
+    # off through `halt_scope` and the walk goes no further.
+    halted: str | None = None
+    halt_scope: Any = None
+
+    def halt(self, reason: str) -> None:
+        self.halted = reason
+        if self.halt_scope is not None:
+            self.halt_scope.cancel()
 
     def qualified(self, node_id: str) -> str:
         return f"{self.prefix}{node_id}"
@@ -138,6 +147,17 @@ class WalkEnd(msgspec.Struct):
     stopped_at: str | None = None
 
 
+class Supervision(msgspec.Struct, frozen=True):
+    """A manager loop's controls over its child workflow: every `poll_interval` seconds
+    a cycle checks `stop_condition` on the child's context (true: the child stops, the
+    stage succeeds); after `max_cycles` cycles the child stops and the stage fails. A
+    child that ends on its own ends the stage at once, between polls."""
+
+    poll_interval: float = 45.0
+    max_cycles: int = 1000
+    stop_condition: str | None = None
+
+
 class ChildResult(msgspec.Struct):
     """A child workflow's end: its status (failed with `error`), the stages it ran, and
     the context keys it set."""
@@ -146,6 +166,7 @@ class ChildResult(msgspec.Struct):
     steps: int
     context_updates: dict[str, Any]
     error: str | None = None
+    notes: str | None = None
 
 
 def final_status(scope: Scope) -> str:
@@ -304,6 +325,8 @@ class Runtime:
         to take, or a node the scope stops in front of. Goal gates are checked wherever
         the walk would end. RunFailed when it cannot go on."""
         while True:
+            if scope.halted is not None:
+                return WalkEnd(final_status(scope))
             node = self._node(scope, node_id)
             stops = node.handler_type in scope.stop_at or node.id in scope.stop_nodes
             if node.handler_type == "exit" or stops:
@@ -475,7 +498,12 @@ class Runtime:
                 await self.store_call(child_progress.save, self, scope, decision.next_node)
 
     async def run_child(
-        self, parent: Scope, node: Node, graph: Graph, stage_id: str | None = None
+        self,
+        parent: Scope,
+        node: Node,
+        graph: Graph,
+        stage_id: str | None = None,
+        supervision: Supervision | None = None,
     ) -> ChildResult:
         """Walk a child workflow inside `node`'s stage (`stage_id`): the parent's worktree
         and tip, a copy of its context, and stage ids under `<node>/`. A rerun of the
@@ -504,16 +532,60 @@ class Runtime:
             scope.progress_ref = child_progress_ref(self.run_id, stage_id)
             begin = await self._resume_child(scope, begin)
         try:
-            end = await self.walk(scope, begin)
+            if supervision is None:
+                end = await self.walk(scope, begin)
+            else:
+                end = await self._supervised_walk(scope, begin, supervision)
         except RunFailed as exc:
             result = ChildResult(
                 oc.FAILED, scope.steps, context_delta(before, scope.context), str(exc)
             )
         else:
             result = ChildResult(end.status, scope.steps, context_delta(before, scope.context))
+        if scope.halted is not None:
+            # The manager's word decides: a stop condition that held is a success, cycles
+            # run out a failure, whatever the stage it cut off made of it.
+            stopped = scope.halted.startswith("stop condition")
+            result.status = oc.SUCCEEDED if stopped else oc.FAILED
+            result.error = None if stopped else scope.halted
+            result.notes = scope.halted
         if scope.progress_ref is not None:
             await self.store_call(child_progress.drop, self, scope.progress_ref)
         return result
+
+    async def _supervised_walk(self, scope: Scope, begin: str, rules: Supervision) -> WalkEnd:
+        """Walk the child while its manager polls it (see `Supervision`)."""
+        from fabro_git.outputs.artifacts import ResolvedContext
+        from fabro_git.workflow.conditions import evaluate_condition
+
+        async def poll() -> None:
+            for cycle in range(1, rules.max_cycles + 1):
+                await trio.sleep(rules.poll_interval)
+                context = scope.context
+                if rules.stop_condition and evaluate_condition(
+                    rules.stop_condition,
+                    outcome=str(context.get("outcome") or ""),
+                    preferred_label=context.get("preferred_label"),
+                    context=ResolvedContext(context),
+                ):
+                    scope.halt(f"stop condition {rules.stop_condition!r} held at cycle {cycle}")
+                    return
+            scope.halt(
+                f"the child workflow was still running after {rules.max_cycles} cycles "
+                f"of {rules.poll_interval:g}s (manager.max_cycles)"
+            )
+
+        end: WalkEnd | RunFailed = WalkEnd(oc.FAILED)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll)
+            try:
+                end = await self.walk(scope, begin)
+            except RunFailed as exc:
+                end = exc  # raised outside the nursery, not inside an exception group
+            nursery.cancel_scope.cancel()
+        if isinstance(end, RunFailed):
+            raise end
+        return end
 
     async def _resume_child(self, scope: Scope, start: str) -> str:
         """Put a child scope back where its progress ref says it stood (its files into
@@ -825,8 +897,16 @@ class Runtime:
         bounds every handler type alike. A timeout is a transient failure, unless the
         handler said what it ends with (`StageRequest.on_timeout`)."""
         timeout = node.get_duration("timeout", None)
-        with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
-            result = await self._guarded(handler, request, node)
+        scope = request._scope
+        with trio.CancelScope() as halt:
+            scope.halt_scope = halt
+            try:
+                with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
+                    result = await self._guarded(handler, request, node)
+            finally:
+                scope.halt_scope = None
+        if halt.cancelled_caught:
+            return Outcome.failure(f"stopped by its manager: {scope.halted}", oc.CANCELED)
         if deadline.cancelled_caught:
             assert timeout is not None
             if request.timeout_outcome is not None:
