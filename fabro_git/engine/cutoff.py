@@ -97,9 +97,9 @@ def count_serials_on(cut_off: CutOff, serials: dict[str, int]) -> None:
     """Set each node's stage serial where resume goes on from: past the stages that
     completed after the checkpoint, and just before an open attempt's own serial, so
     its rerun carries its stage_id (a Ctrl-C's final checkpoint counted it already)."""
-    for node, serial in cut_off.serials.items():
-        if serial > serials.get(node, 0):
-            serials[node] = serial
+    for node, highest in cut_off.serials.items():
+        if highest > serials.get(node, 0):
+            serials[node] = highest
     for stage in cut_off.open:
         node, _, serial = stage.stage_id.rpartition("@")
         if serial.isdigit():
