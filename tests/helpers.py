@@ -122,6 +122,7 @@ _DELTA_MAPS = (
     "context_values",
     "loop_failure_signatures",
     "restart_failure_signatures",
+    "stage_serials",
 )
 
 
@@ -136,7 +137,7 @@ def read_checkpoint(cwd: Path, rev: str) -> dict:
     base = json.loads(git(cwd, "show", f"{base_sha}:checkpoint.json"))
     assert "delta_of" not in base, "a delta's base must be a complete checkpoint"
     for name in _DELTA_MAPS:
-        merged = {k: v for k, v in base[name].items() if k not in removed.get(name, [])}
+        merged = {k: v for k, v in base.get(name, {}).items() if k not in removed.get(name, [])}
         merged.update(data[name])
         data[name] = merged
     data["completed_nodes"] = base["completed_nodes"] + data["completed_nodes"]

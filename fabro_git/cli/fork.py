@@ -196,6 +196,8 @@ def _copy_parallel_refs(repo: Any, source_id: str, new_id: str, visits: dict[str
     prefix = f"{runrefs.PARALLEL_PREFIX}{source_id}/"
     for name, sha in repo.list_refs(prefix).items():
         relpath = name[len(prefix) :]
+        if relpath.startswith("_child/"):
+            continue  # a child workflow's progress in a stage the new run starts afresh
         node, _, visit = relpath.split("/", 1)[0].split(".", 1)[0].rpartition("-")
         if visit.isdigit() and int(visit) > visits.get(node, 0):
             continue  # a fan-out that ran after the checkpoint

@@ -5,8 +5,10 @@ scope's worktree as it is now, committed as the *base*. Each branch gets its own
 (detached at the base) and its own ref under `refs/fabro/parallel/<run>/<node>-<visit>/<n>`;
 after every branch stage, the branch's worktree is committed on that ref. The branches
 walk the graph in a trio nursery under a `CapacityLimiter`, each with a deep copy of the
-context, until a fan-in or the exit. The fan-in takes the winning branch's files into its
-scope's worktree and adds the branch head as a parent of the scope's next commit.
+context, until their join node (the nearest node every branch reaches, a fan-in or any
+other stage), or else a fan-in or the exit. The fan-in, or the fan-out itself when the
+join is another kind of stage, takes the winning branch's files into its scope's
+worktree and adds the branch head as a parent of the scope's next commit.
 
 Every git call here runs on a worker thread (`Runtime.store_call`), so branches do not
 wait on each other's git work and the watchdog is never held up.
@@ -70,6 +72,9 @@ class BranchPlan(msgspec.Struct):
     targets: list[str]
     join_policy: str = "wait_all"  # or "first_success"
     max_parallel: int = 4
+    # The node every branch reaches first (`Graph.join_node`): branches stop in front
+    # of it, and the fan-out's scope runs it and what follows, once.
+    join: str | None = None
 
 
 async def run_branches(
@@ -136,6 +141,7 @@ async def run_branches(
             tip=base_sha,
             prefix=parent.prefix,
             stop_at=BRANCH_STOPS,
+            stop_nodes=parent.stop_nodes | {plan.join} if plan.join else parent.stop_nodes,
         )
         join = error = None
         try:

@@ -141,6 +141,10 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     loop_failure_signatures: dict[str, int] = msgspec.field(default_factory=TrackedMap)
     restart_failure_signatures: dict[str, int] = msgspec.field(default_factory=TrackedMap)
     stage_index: int = 0
+    # The last serial of each qualified node's stage executions (`<node>@<serial>` is
+    # the stage_id): counted over the whole run, so loop restarts, branches, child
+    # workflows and resumes never give two executions one stage_id.
+    stage_serials: dict[str, int] = msgspec.field(default_factory=TrackedMap)
     event_segments: int = 0
     last_event_id: str | None = None
     error: str | None = None
@@ -213,6 +217,7 @@ DELTA_MAPS = (
     "context_values",
     "loop_failure_signatures",
     "restart_failure_signatures",
+    "stage_serials",
 )
 # A complete checkpoint at least this often, so a reader applies one delta to one base.
 FULL_EVERY = 50

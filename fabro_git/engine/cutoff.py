@@ -6,6 +6,10 @@ the log would show one attempt that started once and finished twice. So resume f
 closes every open attempt with a `stage.failed` of class `canceled` saying the run was
 interrupted, and the rerun counts on from the highest attempt the log already holds.
 
+Stages that completed after the last checkpoint (inside a fan-out's branches or a child
+workflow, which checkpoint with their parent stage) keep their `stage_id`s: resume counts
+each node's serials on from them, so what runs again gets ids of its own.
+
 Only the events after the last checkpoint can belong to a stage that runs again: the
 last durable segment (a Ctrl-C's `finalize` snapshot holds the stage it stopped) and the
 live tail's lines that no snapshot holds yet.
@@ -39,10 +43,13 @@ class OpenAttempt(msgspec.Struct):
 
 
 class CutOff(msgspec.Struct):
-    """Open attempts, oldest first, and the highest attempt started per `stage_id`."""
+    """Open attempts, oldest first, the highest attempt started per `stage_id`, and the
+    highest serial per qualified node among the stages that completed after the
+    checkpoint (in a branch or a child workflow the checkpoint does not count)."""
 
     open: list[OpenAttempt] = msgspec.field(default_factory=list)
     attempts: dict[str, int] = msgspec.field(default_factory=dict)
+    serials: dict[str, int] = msgspec.field(default_factory=dict)
 
 
 class _Line(msgspec.Struct):
@@ -60,6 +67,7 @@ def find_cut_off(lines: bytes) -> CutOff:
     """Scan event lines (JSONL, in order) for stage attempts that never ended."""
     open_by_stage: dict[str, OpenAttempt] = {}
     attempts: dict[str, int] = {}
+    serials: dict[str, int] = {}
     for raw in lines.splitlines():
         with contextlib.suppress(msgspec.DecodeError):
             line = _decoder.decode(raw)
@@ -78,7 +86,24 @@ def find_cut_off(lines: bytes) -> CutOff:
                 )
             elif line.event in ("stage.completed", "stage.failed"):
                 open_by_stage.pop(line.stage_id, None)
-    return CutOff(list(open_by_stage.values()), attempts)
+            if line.event == "stage.completed":
+                node, _, serial = line.stage_id.rpartition("@")
+                if serial.isdigit():
+                    serials[node] = max(serials.get(node, 0), int(serial))
+    return CutOff(list(open_by_stage.values()), attempts, serials)
+
+
+def count_serials_on(cut_off: CutOff, serials: dict[str, int]) -> None:
+    """Set each node's stage serial where resume goes on from: past the stages that
+    completed after the checkpoint, and just before an open attempt's own serial, so
+    its rerun carries its stage_id (a Ctrl-C's final checkpoint counted it already)."""
+    for node, highest in cut_off.serials.items():
+        if highest > serials.get(node, 0):
+            serials[node] = highest
+    for stage in cut_off.open:
+        node, _, serial = stage.stage_id.rpartition("@")
+        if serial.isdigit():
+            serials[node] = int(serial) - 1
 
 
 def close_cut_off(cut_off: CutOff, emit: Emit) -> None:

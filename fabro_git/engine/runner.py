@@ -26,7 +26,7 @@ import trio
 
 from fabro_git.config.locations import make_private_dir
 from fabro_git.config.protected import ConfigSnapshot, config_change_refused
-from fabro_git.engine import clean_start
+from fabro_git.engine import child_progress, clean_start
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
 from fabro_git.engine.context import CheckpointCopy, Context, context_delta, plain
@@ -102,6 +102,8 @@ class Scope(msgspec.Struct):
     steps: int = 0
     # Handler types the walk stops in front of, without running them (a branch: fan-in, exit).
     stop_at: frozenset[str] = frozenset()
+    # Nodes the walk stops in front of, whatever their type (a branch: its join node).
+    stop_nodes: frozenset[str] = frozenset()
     # Heads merged into the scope's next commit (the fan-in's chosen branch).
     merge_parents: list[str] = msgspec.field(default_factory=list)
     # Trees of the worktree computed for a stage's files_touched, by stage id: a
@@ -110,6 +112,17 @@ class Scope(msgspec.Struct):
     # A child workflow makes no commits: the tree after its last stage, which the next
     # stage's files_touched is diffed against (None: its tip's tree).
     base_tree: str | None = None
+    # A child workflow's progress ref (see `child_progress`), None where nothing keeps it.
+    progress_ref: str | None = None
+    # Why a child's manager stopped it (see `Supervision`): the stage in flight is cut
+    # off through `halt_scope` and the walk goes no further.
+    halted: str | None = None
+    halt_scope: Any = None
+
+    def halt(self, reason: str) -> None:
+        self.halted = reason
+        if self.halt_scope is not None:
+            self.halt_scope.cancel()
 
     def qualified(self, node_id: str) -> str:
         return f"{self.prefix}{node_id}"
@@ -135,6 +148,17 @@ class WalkEnd(msgspec.Struct):
     stopped_at: str | None = None
 
 
+class Supervision(msgspec.Struct, frozen=True):
+    """A manager loop's controls over its child workflow: every `poll_interval` seconds
+    a cycle checks `stop_condition` on the child's context (true: the child stops, the
+    stage succeeds); after `max_cycles` cycles the child stops and the stage fails. A
+    child that ends on its own ends the stage at once, between polls."""
+
+    poll_interval: float = 45.0
+    max_cycles: int = 1000
+    stop_condition: str | None = None
+
+
 class ChildResult(msgspec.Struct):
     """A child workflow's end: its status (failed with `error`), the stages it ran, and
     the context keys it set."""
@@ -143,6 +167,7 @@ class ChildResult(msgspec.Struct):
     steps: int
     context_updates: dict[str, Any]
     error: str | None = None
+    notes: str | None = None
 
 
 def final_status(scope: Scope) -> str:
@@ -301,18 +326,22 @@ class Runtime:
         to take, or a node the scope stops in front of. Goal gates are checked wherever
         the walk would end. RunFailed when it cannot go on."""
         while True:
+            if scope.halted is not None:
+                return WalkEnd(final_status(scope))
             node = self._node(scope, node_id)
-            if node.handler_type == "exit" or node.handler_type in scope.stop_at:
+            stops = node.handler_type in scope.stop_at or node.id in scope.stop_nodes
+            if node.handler_type == "exit" or stops:
                 gates = self._check_goal_gates(scope)
                 if gates.error is not None:
                     raise RunFailed(gates.error)
                 if gates.next_node is not None:
                     node_id = gates.next_node
                     continue
-                if node.handler_type in scope.stop_at:
+                if stops:
                     return WalkEnd(final_status(scope), node.id)
             visit = self._enter(scope, node)
-            result = await self.execute_stage(scope, node, visit)
+            stage_id = self._new_stage_id(scope, node)
+            result = await self.execute_stage(scope, node, visit, stage_id)
             stopped = await self._stage_end_hooks(scope, node, result)
             if stopped is not None:
                 decision = stopped
@@ -327,7 +356,7 @@ class Runtime:
                     decision = self._check_goal_gates(scope)
                 elif decision.next_node is not None and self._last_edge is not None:
                     decision = await self._edge_hooks(scope, decision)
-            await self._record(scope, node, visit, result, decision)
+            await self._record(scope, node, visit, stage_id, result, decision)
             if scope.kind == "main":
                 await self._checkpoint_hooks(node, result)
             if decision.error is not None:
@@ -440,7 +469,13 @@ class Runtime:
         return False
 
     async def _record(
-        self, scope: Scope, node: Node, visit: int, result: Outcome, decision: Decision
+        self,
+        scope: Scope,
+        node: Node,
+        visit: int,
+        stage_id: str,
+        result: Outcome,
+        decision: Decision,
     ) -> None:
         """What a scope keeps of a finished stage: the main run checkpoints, a branch
         commits on its ref, a child leaves its files to its parent's stage."""
@@ -449,20 +484,33 @@ class Runtime:
             # finish resumes there rather than looking finished.
             next_node = node.id if decision.error is not None else decision.next_node
             await self.store_call(
-                partial(self._checkpoint, scope, node, visit, result, next_node=next_node)
+                partial(self._checkpoint, scope, node, visit, stage_id, result, next_node=next_node)
             )
         elif scope.kind == "branch":
             from fabro_git.engine.branches import commit_branch_stage
 
             await self.store_call(
-                commit_branch_stage, self, scope, node.id, result.status, f"{node.id}@{visit}"
+                commit_branch_stage, self, scope, node.id, result.status, stage_id
             )
-        elif node.handler_type not in NO_WORKTREE_CHANGES:
-            await self._advance_child_tree(scope, f"{node.id}@{visit}")
+        else:
+            if node.handler_type not in NO_WORKTREE_CHANGES:
+                await self._advance_child_tree(scope, stage_id)
+            if decision.next_node is not None and scope.progress_ref is not None:
+                await self.store_call(child_progress.save, self, scope, decision.next_node)
 
-    async def run_child(self, parent: Scope, node: Node, graph: Graph) -> ChildResult:
-        """Walk a child workflow inside `node`'s stage: the parent's worktree and tip, a
-        copy of its context, and stage ids under `<node>/`."""
+    async def run_child(
+        self,
+        parent: Scope,
+        node: Node,
+        graph: Graph,
+        stage_id: str | None = None,
+        supervision: Supervision | None = None,
+    ) -> ChildResult:
+        """Walk a child workflow inside `node`'s stage (`stage_id`): the parent's worktree
+        and tip, a copy of its context, and stage ids under `<node>/`. A rerun of the
+        stage after a crash goes on from the child's last completed stage."""
+        from fabro_git.store.runs import child_progress_ref
+
         start = graph.start_node()
         assert start is not None  # validation refused graphs without one
         scope = Scope(
@@ -480,13 +528,94 @@ class Runtime:
             merge_parents=parent.merge_parents,
         )
         before = dict(parent.context)
+        begin = start.id
+        if stage_id is not None and self.recorder is not None and parent.tip is not None:
+            scope.progress_ref = child_progress_ref(self.run_id, stage_id)
+            begin = await self._resume_child(scope, begin)
         try:
-            end = await self.walk(scope, start.id)
+            if supervision is None:
+                end = await self.walk(scope, begin)
+            else:
+                end = await self._supervised_walk(scope, begin, supervision)
         except RunFailed as exc:
-            return ChildResult(
+            result = ChildResult(
                 oc.FAILED, scope.steps, context_delta(before, scope.context), str(exc)
             )
-        return ChildResult(end.status, scope.steps, context_delta(before, scope.context))
+        else:
+            result = ChildResult(end.status, scope.steps, context_delta(before, scope.context))
+        if scope.halted is not None:
+            # The manager's word decides: a stop condition that held is a success, cycles
+            # run out a failure, whatever the stage it cut off made of it.
+            stopped = scope.halted.startswith("stop condition")
+            result.status = oc.SUCCEEDED if stopped else oc.FAILED
+            result.error = None if stopped else scope.halted
+            result.notes = scope.halted
+        if scope.progress_ref is not None:
+            await self.store_call(child_progress.drop, self, scope.progress_ref)
+        return result
+
+    async def _supervised_walk(self, scope: Scope, begin: str, rules: Supervision) -> WalkEnd:
+        """Walk the child while its manager polls it (see `Supervision`)."""
+        from fabro_git.outputs.artifacts import ResolvedContext
+        from fabro_git.workflow.conditions import evaluate_condition
+
+        async def poll() -> None:
+            for cycle in range(1, rules.max_cycles + 1):
+                await trio.sleep(rules.poll_interval)
+                context = scope.context
+                if rules.stop_condition and evaluate_condition(
+                    rules.stop_condition,
+                    outcome=str(context.get("outcome") or ""),
+                    preferred_label=context.get("preferred_label"),
+                    context=ResolvedContext(context),
+                ):
+                    scope.halt(f"stop condition {rules.stop_condition!r} held at cycle {cycle}")
+                    return
+            scope.halt(
+                f"the child workflow was still running after {rules.max_cycles} cycles "
+                f"of {rules.poll_interval:g}s (manager.max_cycles)"
+            )
+
+        end: WalkEnd | RunFailed = WalkEnd(oc.FAILED)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(poll)
+            try:
+                end = await self.walk(scope, begin)
+            except RunFailed as exc:
+                end = exc  # raised outside the nursery, not inside an exception group
+            nursery.cancel_scope.cancel()
+        if isinstance(end, RunFailed):
+            raise end
+        return end
+
+    async def _resume_child(self, scope: Scope, start: str) -> str:
+        """Put a child scope back where its progress ref says it stood (its files into
+        the worktree, its walk's state); the node to walk from."""
+        from fabro_git.store.adopt import adopt_tree
+
+        assert scope.progress_ref is not None
+        found = await self.store_call(child_progress.load, self, scope.progress_ref)
+        if found is None:
+            return start
+        sha, state = found
+        await self.store_call(adopt_tree, scope.worktree, sha)
+        scope.visits.update(state.visits)
+        scope.outcomes.update(state.outcomes)
+        scope.completed.extend(state.completed)
+        scope.loop_signatures.update(state.loop_signatures)
+        scope.restart_signatures.update(state.restart_signatures)
+        scope.context = Context(state.context)
+        scope.steps = state.steps
+        scope.base_tree = await self.store_call(self._tip_tree, sha)
+        self.emit(
+            ev.RunNotice(
+                level="info",
+                code="child_resumed",
+                message=f"child workflow {scope.prefix.rstrip('/')} goes on at {state.next_node}, "
+                f"after the {len(state.completed)} stages it had completed",
+            )
+        )
+        return state.next_node
 
     def _node(self, scope: Scope, node_id: str) -> Node:
         node = scope.graph.nodes.get(node_id)
@@ -512,6 +641,15 @@ class Runtime:
             )
         scope.visits[node.id] = visit
         return visit
+
+    def _new_stage_id(self, scope: Scope, node: Node) -> str:
+        """The stage_id of the stage about to run: `<qualified node>@<serial>`, the
+        serial counted over the whole run (see `Checkpoint.stage_serials`), so no two
+        executions share one even where visit counts start again or overlap."""
+        qid = scope.qualified(node.id)
+        serial = self.cp.stage_serials.get(qid, 0) + 1
+        self.cp.stage_serials[qid] = serial
+        return f"{qid}@{serial}"
 
     def _check_goal_gates(self, scope: Scope) -> Decision:
         """Where a walk would end: go on (no next node), retry from a gate's retry
@@ -558,11 +696,10 @@ class Runtime:
 
     # -- one stage -----------------------------------------------------------------------
 
-    async def execute_stage(self, scope: Scope, node: Node, visit: int) -> Outcome:
+    async def execute_stage(self, scope: Scope, node: Node, visit: int, stage_id: str) -> Outcome:
         graph = scope.graph
         qid = scope.qualified(node.id)
         label = node.label
-        stage_id = f"{qid}@{visit}"
         handler = self.handlers(node.handler_type)
         policy = policy_for(node, graph)
         self.cp.stage_index += 1
@@ -766,10 +903,18 @@ class Runtime:
         config, refused = None, None
         if self.options.in_place:
             config = await trio.to_thread.run_sync(ConfigSnapshot, request.worktree)
+        scope = request._scope
         try:
-            with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
-                result = await self._guarded(handler, request, node)
-            if deadline.cancelled_caught:
+            with trio.CancelScope() as halt:
+                scope.halt_scope = halt
+                try:
+                    with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
+                        result = await self._guarded(handler, request, node)
+                finally:
+                    scope.halt_scope = None
+            if halt.cancelled_caught:
+                result = Outcome.failure(f"stopped by its manager: {scope.halted}", oc.CANCELED)
+            elif deadline.cancelled_caught:
                 assert timeout is not None
                 if request.timeout_outcome is not None:
                     result = await request.timeout_outcome(timeout)
@@ -899,7 +1044,7 @@ class Runtime:
         tip = scope.tip
         if self.recorder is None or tip is None:
             return []
-        qid = scope.qualified(stage_id.rpartition("@")[0])
+        qid = stage_id.rpartition("@")[0]
         try:
             tree = await self.store_call(worktree_tree, self, scope.worktree, qid)
         except FabroError:
@@ -924,15 +1069,14 @@ class Runtime:
         tree = scope.stage_trees.pop(stage_id, None)
         if tree is None and self.recorder is not None and scope.tip is not None:
             with contextlib.suppress(FabroError):
-                qid = scope.qualified(stage_id.rpartition("@")[0])
+                qid = stage_id.rpartition("@")[0]
                 tree = await self.store_call(worktree_tree, self, scope.worktree, qid)
         if tree is not None:
             scope.base_tree = tree
 
-    def _stage_tree(self, node: Node, visit: int) -> str | None:
+    def _stage_tree(self, node: Node, stage_id: str) -> str | None:
         """The stage's tree: the one `_files_touched` computed, else a fresh scan."""
         assert self.recorder is not None
-        stage_id = f"{node.id}@{visit}"
         if stage_id not in self._stage_trees:
             self.scan_hooks[stage_id] = clean_start.hooks_seen(self)
             return self.recorder.stage_tree(node.id)
@@ -1175,7 +1319,14 @@ class Runtime:
         return tree
 
     def _checkpoint(
-        self, scope: Scope, node: Node, visit: int, result: Outcome, *, next_node: str | None
+        self,
+        scope: Scope,
+        node: Node,
+        visit: int,
+        stage_id: str,
+        result: Outcome,
+        *,
+        next_node: str | None,
     ) -> None:
         cp = self.cp
         self.resumed_attempts.clear()
@@ -1191,7 +1342,7 @@ class Runtime:
         if recorder is None:
             return
         tree: str | None
-        scanned = self.scan_hooks.pop(f"{node.id}@{visit}", None)
+        scanned = self.scan_hooks.pop(stage_id, None)
         if (
             node.handler_type in NO_WORKTREE_CHANGES
             and not scope.merge_parents
@@ -1202,8 +1353,8 @@ class Runtime:
             scanned = None
         else:
             try:
-                tree = self._stage_tree(node, visit)
-                scanned = self.scan_hooks.pop(f"{node.id}@{visit}", scanned)
+                tree = self._stage_tree(node, stage_id)
+                scanned = self.scan_hooks.pop(stage_id, scanned)
             except DiskFull:
                 self._forget_unrecorded_stage(scope)
                 raise  # the run stops resumable, as for every other full-disk write
@@ -1212,7 +1363,7 @@ class Runtime:
                 raise RunFailed(str(err)) from err
         recorder.plan_commit(cp, node.id, result.status, tree, scope.merge_parents)
         scope.merge_parents.clear()
-        scope_kw = {"node_id": node.id, "node_label": node.label, "stage_id": f"{node.id}@{visit}"}
+        scope_kw = {"node_id": node.id, "node_label": node.label, "stage_id": stage_id}
         meta_sha = recorder.snapshot(
             "checkpoint", f"checkpoint {node.id}@{visit}", cp, files, scope=scope_kw
         )
@@ -1298,8 +1449,9 @@ _WALK_NAMES = {"main": "the run", "branch": "its parallel branch", "child": "its
 NO_WORKTREE_CHANGES = frozenset({"start", "exit", "conditional", "human", "wait"})
 
 # Stages whose files_touched come from their tree diff (an agent's come from its tools):
-# commands, a fan-in (the chosen branch's files) and a manager loop (its child's).
-TRACKS_TREE = frozenset({"command", "tool", "parallel.fan_in", "stack.manager_loop"})
+# commands, a fan-in or a fan-out that merges (the chosen branch's files) and a manager
+# loop (its child's).
+TRACKS_TREE = frozenset({"command", "tool", "parallel", "parallel.fan_in", "stack.manager_loop"})
 # Stages that run commands in the worktree: their test assets are captured.
 RUNS_COMMANDS = frozenset({"command", "tool", "agent", "codergen"})
 # Paths listed at most in one stage's files_touched.

@@ -701,6 +701,7 @@ async def _drive(
                 message=f"resuming from checkpoint after {cp.current_node or 'start'}; next: {cp.next_node_id or 'start'}",
             )
         )
+    cutoff.count_serials_on(cut_off, cp.stage_serials)
     cutoff.close_cut_off(cut_off, emit)
     cp.status = "running"
     cp.error = None

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from fabro_git.engine.interviewer import Interviewer
     from fabro_git.engine.lifecycle import HookDecision, StageToolHooks
     from fabro_git.engine.outcome import Outcome
-    from fabro_git.engine.runner import ChildResult, Runtime, Scope
+    from fabro_git.engine.runner import ChildResult, Runtime, Scope, Supervision
     from fabro_git.events.envelope import EventProps
     from fabro_git.store.touched import WorktreeSnapshot
     from fabro_git.workflow import Graph, Node
@@ -312,10 +312,13 @@ class StageRequest(msgspec.Struct):
         scope: it may still ask the engine what the stage did (`touched_since`)."""
         self.timeout_outcome = outcome
 
-    async def run_child(self, graph: Graph) -> ChildResult:
+    async def run_child(self, graph: Graph, supervision: Supervision | None = None) -> ChildResult:
         """Walk `graph` as a child workflow in this stage's worktree, with a copy of the
-        context; its stages are named `<this node>/<child node>`."""
-        return await self._runtime.run_child(self._scope, self.node, graph)
+        context; its stages are named `<this node>/<child node>`. A manager loop's
+        `supervision` polls it, and may stop it."""
+        return await self._runtime.run_child(
+            self._scope, self.node, graph, self.stage_id, supervision
+        )
 
     async def run_branches(self, plan: BranchPlan) -> list[BranchResult]:
         """Run parallel branches from this stage, each in its own worktree and on its own

@@ -65,17 +65,23 @@ def thread_of(req: StageRequest) -> str | None:
     return thread if thread and fidelity_of(req) == "full" else None
 
 
+# Rough characters per token, for the summary levels' budgets (Fabro's prompts doc:
+# about 1,500 tokens for summary:medium, 600 for summary:low).
+CHARS_PER_TOKEN = 4
+SUMMARY_BUDGET = {"summary:medium": 1500 * CHARS_PER_TOKEN, "summary:low": 600 * CHARS_PER_TOKEN}
+
+
 def preamble(req: StageRequest) -> str:
+    """What the stage is told of the run before its prompt, by its fidelity: `full` and
+    `truncate` the goal alone; `compact` (the default) a nested list per stage;
+    `summary:high` a Markdown report per stage; `summary:medium` outcomes and notable
+    findings; `summary:low` outcomes alone. The medium and low levels keep to a budget,
+    dropping the oldest stages first."""
     fidelity = fidelity_of(req)
     goal = req.goal
-    lines = [f"Goal: {goal}" if goal else f"Run: {req.run_id}"]
+    head = [f"Goal: {goal}" if goal else f"Run: {req.run_id}"]
     if fidelity in ("truncate", "full"):
-        return "\n".join(lines) + "\n\n"
-    outcomes = req.completed
-    if outcomes:
-        lines += ["", "## Completed stages"]
-        for node_id, record in outcomes.items():
-            lines += stage_summary(req.graph, node_id, record)
+        return "\n".join(head) + "\n\n"
     public = {
         k: v
         for k, v in req.context.items()
@@ -83,10 +89,34 @@ def preamble(req: StageRequest) -> str:
             ("internal.", "graph.", "response.", "command.", "current_node", "human.gate")
         )
     }
+    summarise = {
+        "summary:high": stage_report,
+        "summary:medium": stage_findings,
+        "summary:low": lambda graph, node_id, record: [f"- {node_id}: {record.get('status')}"],
+    }.get(fidelity, stage_summary)
+    stages = [summarise(req.graph, node_id, record) for node_id, record in req.completed.items()]
+    context: list[str] = []
     if public and fidelity != "summary:low":
-        lines += ["", "## Context"]
-        for key, value in sorted(public.items()):
-            lines.append(f"- {key}: {str(value)[:200]}")
+        width = 2000 if fidelity == "summary:high" else 200
+        context = ["", "## Context"]
+        context += [f"- {key}: {str(value)[:width]}" for key, value in sorted(public.items())]
+    budget = SUMMARY_BUDGET.get(fidelity)
+    dropped = 0
+    if budget is not None:
+        size = sum(len(line) + 1 for line in head + context) + 40
+        while stages and size + sum(len(line) + 1 for s in stages for line in s) > budget:
+            stages.pop(0)
+            dropped += 1
+        while len(context) > 2 and size > budget:
+            size -= len(context.pop()) + 1  # the context alone is over: its last keys go
+    lines = list(head)
+    if stages or dropped:
+        lines += ["", "## Completed stages"]
+        if dropped:
+            lines.append(f"- [{dropped} earlier stages left out]")
+        for summary in stages:
+            lines += summary
+    lines += context
     return "\n".join(lines) + "\n\n"
 
 
@@ -130,6 +160,62 @@ def stage_summary(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list
             lines.append("  - Stdout:")
             lines += ["    " + line for line in _head_and_tail(output).splitlines()]
     return lines
+
+
+def stage_findings(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list[str]:
+    """One completed stage for `summary:medium`: its outcome, and what it found: the
+    reason it failed, its notes, its files, its reply's opening, its output's end."""
+    from fabro_git.outputs.artifacts import pointer_path
+
+    lines = [f"- **{node_id}**: {record.get('status')}"]
+    for key, label in (("error", "Error"), ("notes", "Notes")):
+        if record.get(key):
+            lines.append(f"  - {label}: {_one_line(record[key], 300)}")
+    if record.get("files_touched"):
+        files = list(record["files_touched"])
+        more = f" and {len(files) - 10} more" if len(files) > 10 else ""
+        lines.append("  - Files: " + ", ".join(files[:10]) + more)
+    updates = record.get("context_updates")
+    if isinstance(updates, Mapping):
+        reply = updates.get("last_response")
+        if isinstance(reply, str) and reply.strip() and pointer_path(reply) is None:
+            lines.append(f"  - Reply: {_one_line(reply, 200)}")
+        output = updates.get("command.output")
+        if isinstance(output, str) and output.strip() and pointer_path(output) is None:
+            tail = [line[:PREAMBLE_LINE_LIMIT] for line in output.strip("\n").splitlines()[-5:]]
+            lines.append("  - Output ends:")
+            lines += ["    " + line for line in tail]
+    return lines
+
+
+def stage_report(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list[str]:
+    """One completed stage for `summary:high`: a Markdown section with everything
+    `compact` shows, and its error, notes, routing and the context keys it set."""
+    lines = ["", f"### {node_id}: {record.get('status')}"]
+    details = stage_summary(graph, node_id, record)[1:]
+    for key, label in (
+        ("error", "Error"),
+        ("failure_class", "Failure class"),
+        ("notes", "Notes"),
+        ("preferred_label", "Preferred label"),
+    ):
+        if record.get(key):
+            lines.append(f"- {label}: {_one_line(record[key], 2000)}")
+    lines += [line[2:] if line.startswith("  ") else line for line in details]
+    updates = record.get("context_updates")
+    if isinstance(updates, Mapping):
+        reply = updates.get("last_response")
+        if isinstance(reply, str) and reply.strip():
+            lines.append(f"- Reply: {_one_line(reply, 2000)}")
+        keys = sorted(k for k in updates if not k.startswith(("internal.", "response.")))
+        if keys:
+            lines.append("- Context set: " + ", ".join(keys))
+    return lines
+
+
+def _one_line(value: object, limit: int) -> str:
+    text = " ".join(str(value).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _tokens(count: object) -> str:

@@ -27,7 +27,14 @@ from fabro_git.engine.model_choice import (
 from fabro_git.engine.outcome import Outcome, Usage
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
-from fabro_git.events.catalogue import AgentError, AgentMcpFailed, AgentMessage, StagePrompt
+from fabro_git.events.catalogue import (
+    AgentError,
+    AgentMcpFailed,
+    AgentMessage,
+    AgentSessionEnded,
+    AgentSessionStarted,
+    StagePrompt,
+)
 from fabro_git.events.contract import UNSCOPED_EVENTS
 from fabro_git.events.envelope import EventProps
 from fabro_git.handlers.llm import outcome_from_response, thread_of
@@ -44,6 +51,10 @@ DEFAULT_PROMPT_MAX_TOKENS = 4096
 DEFAULT_AGENT_MAX_TOKENS = 16384
 # Model calls an agent stage may make (`max_turns`; 0: no limit).
 DEFAULT_AGENT_MAX_TURNS = 200
+
+
+def new_session_id() -> str:
+    return f"ses_{uuid.uuid4().hex[:16]}"
 
 
 def _target(req: StageRequest) -> tuple[llm.Target, list[llm.Target]]:
@@ -192,14 +203,21 @@ async def run_prompt(
         reasoning_effort=_effort(req),
     )
 
+    # The one call is a session of its own, as an agent stage's loop is: its events
+    # carry the session's id between its started and ended.
+    session_id = new_session_id()
+
     async def forward(event: llm.StreamEvent) -> None:
         props = llm_usage.stream_event(event)
         if props is not None:
-            req.emit(props)
+            req.emit(props, session_id=session_id)
 
     async def report(props: EventProps) -> None:
-        req.emit(props)
+        req.emit(props, session_id=session_id)
 
+    req.emit_session(
+        AgentSessionStarted(provider=target.provider, model=target.model), session_id=session_id
+    )
     try:
         response = await complete(
             request,
@@ -210,10 +228,12 @@ async def run_prompt(
             on_retry=report,
             on_failover=report,
         )
+        req.emit(llm_usage.message_event(response), session_id=session_id)
     except LlmError as err:
-        req.emit(AgentError(error=err.to_dict()))
+        req.emit(AgentError(error=err.to_dict()), session_id=session_id)
         return Outcome.failure(_error_text(err.to_dict()), err.failure_class)
-    req.emit(llm_usage.message_event(response))
+    finally:
+        req.emit_session(AgentSessionEnded(), session_id=session_id)
     req.files["response.md"] = response.text.encode()
     if thread:
         history.messages += [llm.Message.user(prompt), response.as_message()]
@@ -247,7 +267,7 @@ async def run_agent(
         preamble = ""  # the thread's history already holds what a preamble would say
     req.emit(StagePrompt(text=preamble + body))
     req.files["prompt.md"] = (preamble + body).encode()
-    session_id = f"ses_{uuid.uuid4().hex[:16]}"
+    session_id = new_session_id()
     # The model that answered last: after a failover, a fallback's.
     served = [target.model]
 

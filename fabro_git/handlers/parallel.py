@@ -1,12 +1,16 @@
 """Fan-out and fan-in.
 
 A fan-out (`component`) runs one branch per outgoing edge; the engine walks each branch
-in its own worktree and on its own ref until it reaches a fan-in (`tripleoctagon`) or the
-exit (see `fabro_git.engine.branches`). The fan-out's outcome sums the branches up and
-jumps to the fan-in they reached.
+in its own worktree and on its own ref until its join node: the nearest node every
+branch reaches (`Graph.join_node`), a fan-in (`tripleoctagon`) or any other stage. The
+branches do not run it: the fan-out's outcome sums them up and jumps there, and the
+fan-out's scope runs the join and what follows once. Branches that meet nowhere walk on
+to a fan-in or the exit, as before (see `fabro_git.engine.branches`).
 
-The fan-in picks the best branch (status first, then the branch's order) and takes its
-files; its commit has both the scope's tip and the branch head as parents.
+The merge picks the best branch (status first, then the branch's order) and takes its
+files; the commit after it has both the scope's tip and the branch head as parents. A
+fan-in join merges; when the join is another kind of stage, the fan-out merges before
+it jumps there, so that stage works on the merged result.
 """
 
 from __future__ import annotations
@@ -51,7 +55,10 @@ async def fan_out(req: StageRequest) -> Outcome:
     if said.action == "block":
         return Outcome.failure(said.describe("parallel_start"), oc.DETERMINISTIC)
     plan = BranchPlan(
-        [e.target for e in edges], join_policy=policy, max_parallel=node.get_int("max_parallel", 4)
+        [e.target for e in edges],
+        join_policy=policy,
+        max_parallel=node.get_int("max_parallel", 4),
+        join=graph.join_node(node.id),
     )
     finished = await req.run_branches(plan)
     successes = sum(1 for r in finished if r.status in (oc.SUCCEEDED, oc.PARTIAL))
@@ -74,12 +81,18 @@ async def fan_out(req: StageRequest) -> Outcome:
     if said.action == "block":
         return Outcome.failure(said.describe("parallel_complete"), oc.DETERMINISTIC)
     joins = [r.join for r in finished if r.join]
-    join = joins[0] if joins else None
+    join = plan.join if plan.join in joins else (joins[0] if joins else None)
     records = [r.record() for r in finished]
     req.files["parallel_results.json"] = (
         msgspec.json.format(msgspec.json.encode(records), indent=2) + b"\n"
     )
     updates: dict[str, Any] = {"parallel.results": records}
+    if join is not None and graph.nodes[join].handler_type != "parallel.fan_in":
+        merged = await _merge(req, records)
+        if merged is None:
+            join = None  # nothing to merge: the fan-out's failure routes as any failure
+        else:
+            updates.update(merged)
     if policy == "wait_all":
         status = oc.SUCCEEDED if failures == 0 else oc.PARTIAL
         if successes == 0:
@@ -102,26 +115,35 @@ async def fan_out(req: StageRequest) -> Outcome:
     )
 
 
-async def fan_in(req: StageRequest) -> Outcome:
-    records = req.context.get("parallel.results")
-    if not isinstance(records, list) or not records:
-        return Outcome.failure(f"fan-in {req.node.id!r} found no parallel results to merge")
+async def _merge(req: StageRequest, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Take the best branch's files into the stage's worktree; the context keys that say
+    which it was. None when no branch succeeded."""
     candidates = [r for r in records if r.get("status") in (oc.SUCCEEDED, oc.PARTIAL)]
     if not candidates:
-        return Outcome.failure(f"fan-in {req.node.id!r}: every branch failed")
-    best = sorted(candidates, key=lambda r: (RANK.get(r.get("status", ""), 9), r.get("index", 0)))[
-        0
-    ]
+        return None
+    best = min(candidates, key=lambda r: (RANK.get(r.get("status", ""), 9), r.get("index", 0)))
     head = best.get("head_sha")
     if head:
         await req.adopt_branch(head)
-    req.files["parallel_results.json"] = (
-        msgspec.json.format(msgspec.json.encode(records), indent=2) + b"\n"
-    )
     updates = {
         "parallel.fan_in.best_id": best["id"],
         "parallel.fan_in.best_outcome": best["status"],
     }
     if head:
         updates["parallel.fan_in.best_head_sha"] = head
-    return Outcome.success(context_updates=updates, notes=f"selected branch {best['id']}")
+    return updates
+
+
+async def fan_in(req: StageRequest) -> Outcome:
+    records = req.context.get("parallel.results")
+    if not isinstance(records, list) or not records:
+        return Outcome.failure(f"fan-in {req.node.id!r} found no parallel results to merge")
+    updates = await _merge(req, records)
+    if updates is None:
+        return Outcome.failure(f"fan-in {req.node.id!r}: every branch failed")
+    req.files["parallel_results.json"] = (
+        msgspec.json.format(msgspec.json.encode(records), indent=2) + b"\n"
+    )
+    return Outcome.success(
+        context_updates=updates, notes=f"selected branch {updates['parallel.fan_in.best_id']}"
+    )

@@ -12,6 +12,7 @@ import time
 
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.runner import Supervision
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import WorkflowError
 from fabro_git.events.catalogue import SubgraphCompleted, SubgraphStarted
@@ -40,13 +41,43 @@ def load_child(req: StageRequest) -> Graph:
     return child
 
 
+def supervision_of(req: StageRequest) -> Supervision:
+    """The manager loop's controls, with Fabro's defaults (45s, 1,000 cycles)."""
+    node = req.node
+    rules = Supervision()
+    poll = node.get_duration("manager.poll_interval", rules.poll_interval)
+    cycles = node.get_int("manager.max_cycles", rules.max_cycles)
+    if poll is None or poll <= 0 or cycles < 1:
+        raise WorkflowError(
+            f"node {node.id!r}: manager.poll_interval must be above zero and "
+            "manager.max_cycles at least 1",
+            path=req.graph.path,
+            line=node.line,
+            column=node.column,
+        )
+    stop = (node.get("manager.stop_condition") or "").strip() or None
+    if stop is not None:
+        from fabro_git.workflow.conditions import ConditionError, parse_condition
+
+        try:
+            parse_condition(stop)
+        except ConditionError as err:
+            raise WorkflowError(
+                f"node {node.id!r}: manager.stop_condition {stop!r} is not a condition: {err}",
+                path=req.graph.path,
+                line=node.line,
+                column=node.column,
+            ) from err
+    return Supervision(poll_interval=poll, max_cycles=cycles, stop_condition=stop)
+
+
 async def execute(req: StageRequest) -> Outcome:
     child = load_child(req)
     start = child.start_node()
     assert start is not None
     req.emit(SubgraphStarted(start_node=start.id))
     started = time.monotonic()
-    result = await req.run_child(child)
+    result = await req.run_child(child, supervision_of(req))
     req.emit(
         SubgraphCompleted(
             steps_executed=result.steps,
@@ -58,8 +89,9 @@ async def execute(req: StageRequest) -> Outcome:
         return Outcome.failure(
             f"child workflow failed: {result.error}", context_updates=result.context_updates
         )
+    notes = f"child workflow ran {result.steps} stages"
     return Outcome(
         status=result.status,
         context_updates=result.context_updates,
-        notes=f"child workflow ran {result.steps} stages",
+        notes=f"{notes}; {result.notes}" if result.notes else notes,
     )

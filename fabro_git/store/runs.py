@@ -53,6 +53,12 @@ def parallel_ref(run_id: str, node_id: str, branch_index: int) -> str:
     return f"{PARALLEL_PREFIX}{run_id}/{node_id}/{branch_index}"
 
 
+def child_progress_ref(run_id: str, stage_id: str) -> str:
+    """Where a child workflow's progress inside the parent stage `stage_id` is kept:
+    beside the run's branch refs, so `rm`, `prune`, `fetch` and `push` take it along."""
+    return f"{PARALLEL_PREFIX}{run_id}/_child/{stage_id}"
+
+
 # -- the metadata tree ---------------------------------------------------------------
 
 MANIFEST = "manifest.json"
@@ -200,6 +206,11 @@ def branch_commit_message(run_id: str, node_id: str, status: str, branch: str) -
 def fan_out_base_message(run_id: str, node_id: str) -> str:
     """The message of the commit a fan-out makes of the worktree its branches start from."""
     return f"fabro({run_id}): {node_id} fan-out base\n\n{TRAILER_RUN}: {run_id}\n"
+
+
+def child_progress_message(run_id: str, node_id: str, state: str) -> str:
+    """A child workflow's progress commit: its stage, then the walk's state as JSON."""
+    return f"fabro({run_id}): {node_id} child progress\n\n{state}\n"
 
 
 def is_run_commit_for(trailers: Mapping[str, str], run_id: str, completed: int) -> bool:

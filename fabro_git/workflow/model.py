@@ -360,6 +360,59 @@ class Graph(_Attributed, msgspec.Struct, eq=False):
     def exit_nodes(self) -> list[Node]:
         return [node for node in self.nodes.values() if node.handler_type == EXIT]
 
+    def join_node(self, fan_out: str) -> str | None:
+        """Where the branches of the fan-out `fan_out` join: the nearest node that every
+        branch reaches (a fan-in or any other stage), or None when they meet nowhere
+        short of the exit.
+
+        Each outgoing edge's target starts a branch; a branch goes on along every edge
+        (whatever its condition) but not past a fan-in, the exit or the fan-out itself.
+        Nearest: the fewest edges from the branch that is furthest from it, then the
+        fewest in all, then the node declared first. A branch's own target is not a
+        candidate: it runs in its branch.
+        """
+        targets = [edge.target for edge in self.outgoing(fan_out)]
+        if not targets:
+            return None
+        reached: list[dict[str, int]] = []
+        for target in targets:
+            distance: dict[str, int] = {}
+            frontier, steps = [target], 0
+            seen = {target}
+            while frontier:
+                steps += 1
+                following = []
+                for node_id in frontier:
+                    node = self.nodes.get(node_id)
+                    if node is None or node.handler_type in (FAN_IN, EXIT):
+                        continue  # a branch stops there
+                    for edge in self.outgoing(node_id):
+                        if edge.target in seen or edge.target == fan_out:
+                            continue
+                        seen.add(edge.target)
+                        distance[edge.target] = steps
+                        following.append(edge.target)
+                frontier = following
+            reached.append(distance)
+        order = {node_id: index for index, node_id in enumerate(self.nodes)}
+        common = [
+            node_id
+            for node_id in reached[0]
+            if all(node_id in distance for distance in reached[1:])
+            and node_id in self.nodes
+            and self.nodes[node_id].handler_type != EXIT
+        ]
+        if not common:
+            return None
+        return min(
+            common,
+            key=lambda node_id: (
+                max(distance[node_id] for distance in reached),
+                sum(distance[node_id] for distance in reached),
+                order[node_id],
+            ),
+        )
+
     def outgoing(self, node_id: str) -> list[Edge]:
         """Edges leaving `node_id`, in file order."""
         return [self.edges[index] for index in self._edge_index().by_source.get(node_id, ())]

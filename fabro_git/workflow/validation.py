@@ -514,6 +514,27 @@ def _dead_end(check: _Check) -> Iterator[Diagnostic]:
         )
 
 
+def _parallel_join(check: _Check) -> Iterator[Diagnostic]:
+    """Branches of a fan-out that reach no node in common walk on, each on its own, to a
+    fan-in or the exit: whatever they pass runs once per branch, and no branch's files
+    are merged unless a fan-in is on the way."""
+    graph = check.graph
+    for node in graph.nodes.values():
+        if node.handler_type != "parallel" or len(graph.outgoing(node.id)) < 2:
+            continue
+        if graph.join_node(node.id) is not None:
+            continue
+        yield check.on_node(
+            "parallel_join",
+            WARNING,
+            f"the branches of fan-out {node.id!r} never reach a node in common short of the "
+            "exit, so each walks on alone and nothing merges their work; lead them to one "
+            "node, e.g. a fan-in (shape=tripleoctagon), where the run goes on once",
+            node,
+            check.node_pos(node),
+        )
+
+
 def _node_id_valid(check: _Check) -> Iterator[Diagnostic]:
     # Ids name directories and refs: two that differ only in case are one directory
     # and one loose ref on a case-insensitive file system (macOS, Windows).
@@ -1405,6 +1426,7 @@ RULES: tuple[Rule, ...] = (
     _reachability,
     _implicit_node,
     _dead_end,
+    _parallel_join,
     _node_id_valid,
     _condition_syntax,
     _stylesheet_syntax,

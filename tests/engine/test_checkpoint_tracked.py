@@ -41,7 +41,13 @@ def test_a_tracked_map_encodes_copies_and_decodes_as_a_dict() -> None:
     assert Checkpoint(context_values=tracked).context_values is tracked
 
 
-_INT_MAPS = ("node_visits", "node_retries", "loop_failure_signatures", "restart_failure_signatures")
+_INT_MAPS = (
+    "node_visits",
+    "node_retries",
+    "loop_failure_signatures",
+    "restart_failure_signatures",
+    "stage_serials",
+)
 _keys = st.sampled_from(["a", "b", "c", "internal.x"])
 # Values equal in Python but not in JSON (1 == 1.0 == True) must never pass for unchanged.
 _any = st.sampled_from([0, 1, 1.0, True, False, "1", "x", None, [1], [1.0], {"k": 1}])

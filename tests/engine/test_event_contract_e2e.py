@@ -148,6 +148,28 @@ digraph Locks {
 }
 """
 
+# A loop restart (visit counts start again) and a fan-out whose two branches lead to
+# one node: every stage execution still has a stage_id of its own.
+RESTARTS = """\
+digraph Restarts {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    r0    [shape=parallelogram,
+           script="if [ -f .lap ]; then printf done; else touch .lap; printf again; fi"]
+    check [shape=diamond]
+    fan   [shape=component]
+    b1    [shape=parallelogram, script="printf 'b1\\\\n' > b1.txt"]
+    b2    [shape=parallelogram, script="printf 'b2\\\\n' > b2.txt"]
+    both  [shape=parallelogram, script="true"]
+    start -> r0 -> check
+    check -> fan [condition="context.command.output=done"]
+    check -> r0 [loop_restart=true]
+    fan -> b1 -> both
+    fan -> b2 -> both
+    both -> exit
+}
+"""
+
 # A human gate nobody answers within its own timeout: it takes its default.
 GATE_TIMES_OUT = """\
 digraph Unanswered {
@@ -291,6 +313,11 @@ def _gate_times_out(repo: Path, tmp_path: Path, home: Path) -> list[str]:
     return [str(json.loads(out.read_text().splitlines()[-1])["run_id"])]
 
 
+def _restarts(repo: Path, tmp_path: Path, home: Path) -> list[str]:
+    (tmp_path / "restarts.fabro").write_text(RESTARTS)
+    return [_run_json("run", str(tmp_path / "restarts.fabro"), cwd=repo)]
+
+
 def _resume_finds_the_branch_taken(repo: Path, tmp_path: Path, home: Path) -> list[str]:
     """The user checked the run branch out in a worktree of their own: resume cannot
     make the run's worktree, says why and what to do, and works once it is freed."""
@@ -406,6 +433,11 @@ SCENARIOS = [
         notices={"resumed"},
     ),
     Scenario(
+        "loop-restart-and-shared-branch-node",
+        _restarts,
+        SUCCESS | {"loop.restart", "parallel.started", "parallel.completed"},
+    ),
+    Scenario(
         "interrupted-then-resumed",
         _interrupted_then_resumed,
         SUCCESS | {"run.notice"},
@@ -457,6 +489,18 @@ def test_every_event_matches_the_seed(
         assert stamps == sorted(stamps)
         for e in events:
             assert abs(_ms_of_uuid7(e["id"]) - _ms_of_ts(e["ts"])) <= 1000, e
+
+        # Every stage execution has a stage_id of its own, across loop restarts,
+        # branches, children and resumes: one stage.completed per stage_id, and one
+        # start per attempt (a rerun after a crash counts its attempts on under its id).
+        completed = [e["stage_id"] for e in events if e["event"] == "stage.completed"]
+        assert [s for s in set(completed) if completed.count(s) > 1] == []
+        attempts = [
+            (e["stage_id"], e["properties"]["attempt"])
+            for e in events
+            if e["event"] == "stage.started"
+        ]
+        assert len(set(attempts)) == len(attempts), sorted(attempts)
 
         # The durable log on the meta ref is the same bytes as what logs printed.
         meta = f"refs/fabro/meta/{run_id}"

@@ -401,3 +401,79 @@ def test_a_reference_workflow_dry_runs_to_an_end(repo: Path, name: str) -> None:
     else:
         assert proc.returncode == 0, proc.stderr
         assert result["status"] in ("succeeded", "partially_succeeded")
+
+
+# The shape of Fabro's `clone-substack`: two plans converge on a debate, two reviews on a
+# consensus, and no fan-in anywhere. Fabro runs each converging stage once, after the join.
+CLONE_SUBSTACK = """
+digraph CloneSubstack {
+    graph [goal="clone the substack"]
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    plan_fan [shape=component]
+    plan_a [prompt="Plan one way"]
+    plan_b [prompt="Plan another way"]
+    debate [prompt="Weigh the two plans"]
+    implement [prompt="Implement the chosen plan"]
+    review_fan [shape=component]
+    review_a [prompt="Review for bugs"]
+    review_b [prompt="Review for style"]
+    review_consensus [prompt="Agree on the reviews"]
+    start -> plan_fan
+    plan_fan -> plan_a
+    plan_fan -> plan_b
+    plan_a -> debate
+    plan_b -> debate
+    debate -> implement -> review_fan
+    review_fan -> review_a
+    review_fan -> review_b
+    review_a -> review_consensus
+    review_b -> review_consensus
+    review_consensus -> exit
+}
+"""
+
+
+def test_branches_end_at_the_node_they_all_reach(repo: Path) -> None:
+    write_workflow(repo, CLONE_SUBSTACK)
+    proc, result = run_json("run", "wf.fabro", "--dry-run", "--auto-approve", cwd=repo, timeout=90)
+    assert proc.returncode == 0, proc.stderr
+    events = run_events(result["run_id"], repo)
+    nodes = stage_nodes(events)
+    # Branches run concurrently (their order is free) and end before their fan-out does.
+    assert nodes[:1] == ["start"]
+    assert sorted(nodes[1:3]) == ["plan_a", "plan_b"]
+    assert nodes[3:6] == ["plan_fan", "debate", "implement"]
+    assert sorted(nodes[6:8]) == ["review_a", "review_b"]
+    assert nodes[8:] == ["review_fan", "review_consensus", "exit"]
+    # The fan-outs jump to their join, which runs in the main walk.
+    jumps = [
+        (e["properties"]["from_node"], e["properties"]["to_node"])
+        for e in events
+        if e["event"] == "edge.selected" and e["properties"]["is_jump"]
+    ]
+    assert jumps == [("plan_fan", "debate"), ("review_fan", "review_consensus")]
+    assert notices(events, "no_outgoing_edge") == []
+    # And validate has nothing to say about the joins.
+    diagnostics = validate(parse(CLONE_SUBSTACK))
+    assert [d for d in diagnostics if d.rule == "parallel_join"] == []
+
+
+def test_validate_warns_of_branches_that_meet_nowhere() -> None:
+    graph = parse(
+        """
+        digraph Apart {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            fan [shape=component]
+            a [shape=parallelogram, script="true"]
+            b [shape=parallelogram, script="true"]
+            start -> fan
+            fan -> a -> exit
+            fan -> b -> exit
+        }
+        """
+    )
+    [warning] = [d for d in validate(graph) if d.rule == "parallel_join"]
+    assert warning.severity == "warning"
+    assert "fan" in warning.message and "fan-in" in warning.message

@@ -171,6 +171,32 @@ def test_a_server_error_is_retried_and_the_stage_succeeds(
     assert "fix" not in path and "review" in path
 
 
+def test_every_agent_event_of_a_prompt_stage_names_its_session(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    """A prompt stage's one model call is an agent session: started and ended around the
+    call, and every agent event between (a retry, reasoning, text, the message) carries
+    its session_id."""
+    write_workflow(repo, ROUTED % ', model="claude-sonnet-4-6"')
+    llm_server.script(
+        server_error(), Reply(reasoning="weigh it", text='{"preferred_next_label": "approve"}')
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    events = [e for e in _events(repo, result["run_id"]) if e["event"].startswith("agent.")]
+    names = {e["event"] for e in events}
+    assert {"agent.llm.retry", "agent.reasoning.delta", "agent.text.delta"} <= names
+    assert {"agent.output.start", "agent.message"} <= names
+    assert [e for e in events if not e.get("session_id")] == []
+    assert len({e["session_id"] for e in events}) == 1
+    assert events[0]["event"] == "agent.session.started"
+    assert events[-1]["event"] == "agent.session.ended"
+    staged = [
+        e for e in events if e["event"] not in ("agent.session.started", "agent.session.ended")
+    ]
+    assert all(e["node_id"] == "review" and e["stage_id"] == "review@1" for e in staged)
+
+
 def test_a_missing_key_is_refused_before_the_run(
     repo: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -620,3 +620,65 @@ def test_a_setup_commands_background_process_ends_with_the_run(
     spawned.append(background)
     assert proc.returncode == 0, proc.stderr
     assert not _alive(background), "a setup command's background process outlived the run"
+
+
+# -- child workflows ---------------------------------------------------------------------
+
+
+def test_a_child_workflow_resumes_after_its_last_completed_stage(
+    repo: Path, tmp_path: Path, spawned: list[int]
+) -> None:
+    """Killed inside a child after its first stage: resume runs the child on from its
+    second stage, on the first stage's files, and never runs the first again."""
+    ran, marker, ready = tmp_path / "k1-ran", tmp_path / "attempted", tmp_path / "ready"
+    (tmp_path / "k1.sh").write_text(f"printf 'k1\\n' > k1.txt\nprintf 'x\\n' >> {ran}\n")
+    (tmp_path / "k2.sh").write_text(
+        f"""\
+if [ -e {marker} ]; then
+    test "$(cat k1.txt)" = k1 || {{ echo 'k1.txt is gone' >&2; exit 7; }}
+    printf 'k2\\n' > k2.txt
+    exit 0
+fi
+touch {marker}
+echo $$ >> {tmp_path / "pids"}
+touch {ready}
+{_forever(tmp_path)}
+"""
+    )
+    (tmp_path / "kid.fabro").write_text(
+        f"""\
+digraph Kid {{
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    k1 [shape=parallelogram, script="sh {tmp_path / "k1.sh"}"]
+    k2 [shape=parallelogram, script="sh {tmp_path / "k2.sh"}"]
+    start -> k1 -> k2 -> exit
+}}
+"""
+    )
+    workflow = tmp_path / "parent.fabro"
+    workflow.write_text(
+        """\
+digraph Parent {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    kid   [shape=house, stack.child_workflow="kid.fabro"]
+    start -> kid -> exit
+}
+"""
+    )
+    proc = _start(repo, workflow, tmp_path)
+    _wait_for(ready, proc, tmp_path)
+    spawned.extend(int(p) for p in (tmp_path / "pids").read_text().split())
+    _kill_9(proc)
+    run_id = _only_run(repo)
+    _resume(repo, run_id)
+
+    assert ran.read_text() == "x\n", "the child's first stage ran again"
+    events = _events(repo, run_id)
+    completed = [e["node_id"] for e in events if e["event"] == "stage.completed"]
+    assert completed.count("kid/k1") == 1 and completed.count("kid/k2") == 1
+    assert completed.count("kid") == 1
+    assert git(repo, "show", f"fabro/run/{run_id}:k1.txt") == "k1\n"
+    assert git(repo, "show", f"fabro/run/{run_id}:k2.txt") == "k2\n"
+    _attempts(events)
