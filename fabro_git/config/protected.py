@@ -45,6 +45,13 @@ class ConfigSnapshot:
         self.root = Path(root)
         self.entries = _entries(self.root / CONFIG_DIR)
 
+    @property
+    def may_have_changed(self) -> bool:
+        """Whether `changes()` can find anything: False, from one `lstat` and without
+        reading a file, when there was no `.fabro/` and there is none now (most stages:
+        the walk can skip a trip to a worker thread)."""
+        return bool(self.entries) or os.path.lexists(self.root / CONFIG_DIR)
+
     def changes(self) -> list[str]:
         """The `.fabro/...` paths that differ now, sorted; empty when nothing changed."""
         now = _entries(self.root / CONFIG_DIR)
@@ -85,7 +92,7 @@ class ConfigSnapshot:
 def config_change_refused(before: ConfigSnapshot, *, what: str = "the command") -> str | None:
     """None when `.fabro/` is as `before` found it; otherwise it is put back, and this
     says what changed and whether all of it could be undone."""
-    changed = before.changes()
+    changed = before.changes() if before.may_have_changed else []
     if not changed:
         return None
     failed = before.restore()

@@ -12,6 +12,7 @@ run branch, a branch commits on its own ref, a child leaves it to its parent's s
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import time
 import traceback
@@ -902,7 +903,11 @@ class Runtime:
         # the change is put back, even when the stage was cut off.
         config, refused = None, None
         if self.options.in_place:
-            config = await trio.to_thread.run_sync(ConfigSnapshot, request.worktree)
+            # No `.fabro/` (one lstat): nothing to read, so no trip to a worker thread.
+            if os.path.lexists(request.worktree / ".fabro"):
+                config = await trio.to_thread.run_sync(ConfigSnapshot, request.worktree)
+            else:
+                config = ConfigSnapshot(request.worktree)
         scope = request._scope
         try:
             with trio.CancelScope() as halt:
@@ -927,7 +932,7 @@ class Runtime:
             # Nothing the stage started outlives it, daemons that left its groups too;
             # then nothing is left to change `.fabro/` behind the check.
             request.sweep()
-            if config is not None:
+            if config is not None and config.may_have_changed:
                 with trio.CancelScope(shield=True):
                     refused = await trio.to_thread.run_sync(
                         partial(config_change_refused, config, what=f"stage {node.id}")
