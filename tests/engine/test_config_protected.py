@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import git, run_events, run_fabro, run_json, write_workflow
+from helpers import git, run_events, run_fabro, run_json, trust_project, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
 ORIGINAL = "# the project's own settings\n"
@@ -141,5 +141,6 @@ def test_what_a_stage_writes_under_fabro_in_its_worktree_is_never_loaded(
     (repo / ".fabro" / "project.toml").write_text(_planted(marker))
     git(repo, "add", ".fabro")
     git(repo, "commit", "-q", "-m", "the user's own hooks")
+    trust_project(repo)
     assert run_fabro("run", "next.fabro", cwd=repo).returncode == 0
     assert marker.exists()
