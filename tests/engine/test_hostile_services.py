@@ -1,0 +1,90 @@
+"""Services that misbehave, end to end: `git fabro run` against MCP servers and model
+endpoints of the suite's own that die, stall or flood. A broken service is a tool error
+the model reads or a stage failure with a clear message, never a hang or a crash.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from helpers import run_events, run_json, write_workflow
+from llm_server import LlmServer, Reply, ToolUse
+
+AGENT = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=box, model="claude-sonnet-4-6", prompt="Use the tools"]
+    start -> work -> exit
+}
+"""
+
+# Exits (without answering) on its first `tools/call` of a fresh directory; a restarted
+# process finds the marker and answers.
+DYING_SERVER = """\
+import os
+import sys
+
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("flaky")
+MARKER = sys.argv[1]
+
+
+@app.tool()
+def echo(text: str) -> str:
+    \"\"\"Say the text back.\"\"\"
+    if not os.path.exists(MARKER):
+        open(MARKER, "w").close()
+        os._exit(3)
+    return f"echo: {text}"
+
+
+app.run()
+"""
+
+
+def _run_config(repo: Path, servers: str) -> None:
+    (repo / "run.toml").write_text(f'[workflow]\ngraph = "wf.fabro"\n\n{servers}')
+
+
+def _stdio(name: str, argv: list[str]) -> str:
+    return f'[run.agent.mcps.{name}]\ntype = "stdio"\ncommand = {json.dumps(argv)}\n'
+
+
+def _of(events: list[dict], name: str) -> list[dict]:
+    return [event for event in events if event["event"] == name]
+
+
+def test_an_mcp_server_that_dies_during_a_call_is_a_tool_error_and_is_restarted(
+    repo: Path, llm_server: LlmServer, tmp_path: Path
+) -> None:
+    script = tmp_path / "dying_server.py"
+    script.write_text(DYING_SERVER)
+    write_workflow(repo, AGENT)
+    _run_config(repo, _stdio("flaky", [sys.executable, str(script), str(tmp_path / "died")]))
+    llm_server.script(
+        Reply(text="Once.", tool_calls=(ToolUse("mcp__flaky__echo", {"text": "a"}, id="e1"),)),
+        Reply(text="Again.", tool_calls=(ToolUse("mcp__flaky__echo", {"text": "b"}, id="e2"),)),
+        Reply(text="Done."),
+    )
+    proc, result = run_json("run", "run.toml", "--goal", "echo", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    events = run_events(result["run_id"], repo)
+    completed = {e["properties"]["tool_call_id"]: e for e in _of(events, "agent.tool.completed")}
+    # The model read the first call's failure as the tool's error ...
+    first = completed["e1"]["properties"]
+    assert first["is_error"] is True
+    assert "flaky" in first["output"] and "restarted" in first["output"]
+    assert "mcp__flaky__echo" in json.dumps(llm_server.requests[1].body["messages"])
+    # ... and the later call reached the restarted server.
+    second = completed["e2"]["properties"]
+    assert second["is_error"] is False, second
+    assert second["output"] == "echo: b"
+    assert len(llm_server.requests) == 3
+    [warning] = _of(events, "agent.warning")
+    assert warning["properties"]["kind"] == "mcp_server_restarted"
+    assert warning["properties"]["details"]["server_name"] == "flaky"
