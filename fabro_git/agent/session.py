@@ -613,6 +613,11 @@ class AgentSession:
         hooks = self.tool_hooks
         ran = False
         try:
+            if call.unreadable is not None:
+                raise ToolError(
+                    f"the arguments of this {call.name} call could not be read "
+                    f"({call.unreadable}); call it again with arguments that are one JSON object"
+                )
             if tool is None:
                 raise ToolError(
                     f"there is no tool named {call.name!r}; the tools are {', '.join(self._tools)}"

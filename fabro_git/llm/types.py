@@ -47,6 +47,9 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     arguments: dict[str, Any]
     extra: dict[str, Any] | None = None
+    # Why the model's arguments text could not be read (not one JSON object of UTF-8
+    # text); `arguments` is then empty and the call is answered with a tool error.
+    unreadable: str | None = None
 
 
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
 from helpers import run_events, run_json, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
@@ -43,6 +44,16 @@ def echo(text: str) -> str:
 
 
 app.run()
+"""
+
+
+AGENT_ON = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=box, model="%s", prompt="Read a file"]
+    start -> work -> exit
+}
 """
 
 
@@ -88,3 +99,49 @@ def test_an_mcp_server_that_dies_during_a_call_is_a_tool_error_and_is_restarted(
     [warning] = _of(events, "agent.warning")
     assert warning["properties"]["kind"] == "mcp_server_restarted"
     assert warning["properties"]["details"]["server_name"] == "flaky"
+
+
+def _tool_results(body: dict) -> list[tuple[str, bool | None]]:
+    """The tool results a request carries, in any of the three wire formats: their text,
+    and the error flag where the format has one."""
+    found: list[tuple[str, bool | None]] = []
+    for message in body.get("messages") or body.get("input") or []:
+        if message.get("type") == "function_call_output":
+            found.append((message["output"], None))
+        elif message.get("role") == "tool":
+            found.append((message["content"], None))
+        elif isinstance(message.get("content"), list):
+            found += [
+                (block["content"], block["is_error"])
+                for block in message["content"]
+                if block.get("type") == "tool_result"
+            ]
+    return found
+
+
+@pytest.mark.parametrize("model", ["claude-sonnet-4-6", "gpt-5.4", "gemini-3-flash-preview"])
+def test_arguments_with_a_lone_surrogate_are_a_tool_error_the_model_can_correct(
+    repo: Path, llm_server: LlmServer, model: str
+) -> None:
+    write_workflow(repo, AGENT_ON % model)
+    # The server writes the arguments with json.dumps: the surrogate goes out as the
+    # JSON escape "\\udc80", which no UTF-8 text can hold.
+    llm_server.script(
+        Reply(text="Reading.", tool_calls=(ToolUse("read_file", {"path": "\udc80"}, id="r1"),)),
+        Reply(
+            text="Reading again.",
+            tool_calls=(ToolUse("read_file", {"path": "README.md"}, id="r2"),),
+        ),
+        Reply(text="Done."),
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "read", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert len(llm_server.requests) == 3
+    [(text, is_error)] = _tool_results(llm_server.requests[1].body)
+    assert "could not be read" in text and "read_file" in text
+    assert is_error in (True, None)
+    [(text, is_error)] = _tool_results(llm_server.requests[2].body)[1:]
+    assert "hello" in text and not is_error
+    events = run_events(result["run_id"], repo)
+    [stage] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    assert stage

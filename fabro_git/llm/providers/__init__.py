@@ -32,7 +32,7 @@ from fabro_git.llm.errors import (
     StreamDropped,
     Timeout,
 )
-from fabro_git.llm.types import EventSink, Request, Response, Target
+from fabro_git.llm.types import EventSink, Request, Response, Target, ToolCall
 
 # A local server ignores the key, but the OpenAI client insists on one.
 _PLACEHOLDER_KEY = "unused"
@@ -119,6 +119,13 @@ def translate(exc: BaseException, target: Target, *, streaming: bool = False) ->
             code=error_code(body),
             message=error_message(body) or getattr(exc, "message", None) or str(exc),
             headers=headers,
+        )
+    if isinstance(exc, UnicodeDecodeError):
+        # The SDKs decode each SSE line strictly: bytes that are not UTF-8 spoil the line.
+        return StreamDropped(
+            f"the response stream is not UTF-8 text: {exc}",
+            provider=target.provider,
+            model=target.model,
         )
     if "APITimeoutError" in names or "TimeoutException" in names:
         return Timeout("the request timed out", provider=target.provider, model=target.model)
@@ -226,21 +233,35 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def parse_arguments(raw: str, target: Target, tool: str) -> dict[str, Any]:
-    """Tool-call arguments as an object; a model that sends broken JSON is a provider error."""
-    if not raw.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(
-            f"the model sent unparseable arguments for tool {tool!r}: {exc}",
-            provider=target.provider,
-            model=target.model,
-        ) from exc
-    if not isinstance(value, dict):
-        return {"value": value}
-    return value
+def tool_call(
+    call_id: str, name: str, raw: str, *, extra: dict[str, Any] | None = None
+) -> ToolCall:
+    """A tool call from the model's raw arguments text. Arguments that are not one JSON
+    object of UTF-8 text (broken JSON, a lone surrogate escape such as `\\udc80`) make
+    a call marked `unreadable`: the agent answers it with a tool error the model can
+    correct, instead of the stage failing. Names and ids are made safe to store."""
+    arguments: dict[str, Any] = {}
+    unreadable: str | None = None
+    if raw.strip():
+        try:
+            value = msgspec.json.decode(raw)
+        except (msgspec.DecodeError, UnicodeError) as exc:
+            shown = _storable(raw if len(raw) <= 200 else raw[:200] + "...")
+            unreadable = f"{_storable(str(exc))}; the arguments were: {shown}"
+        else:
+            arguments = value if isinstance(value, dict) else {"value": value}
+    return ToolCall(
+        id=_storable(call_id),
+        name=_storable(name),
+        arguments=arguments,
+        extra=extra,
+        unreadable=unreadable,
+    )
+
+
+def _storable(text: str) -> str:
+    """`text` with what UTF-8 cannot hold (lone surrogates) written as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 async def stream_events(

@@ -18,7 +18,7 @@ from fabro_git.llm.providers import (
     error_code,
     error_message,
     from_status,
-    parse_arguments,
+    tool_call,
     translate,
 )
 from fabro_git.llm.types import (
@@ -213,10 +213,10 @@ async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -
     calls: list[ToolCall] = []
     for index in sorted(tools):
         slot = tools[index]
-        call = ToolCall(
-            id=slot["id"] or f"call_{index}",
-            name=slot["name"],
-            arguments=parse_arguments(slot["arguments"], target, slot["name"]),
+        call = tool_call(
+            slot["id"] or f"call_{index}",
+            slot["name"],
+            slot["arguments"],
             extra=extras.get(index),
         )
         calls.append(call)

@@ -12,8 +12,8 @@ from fabro_git.llm.errors import LlmError, StreamDropped
 from fabro_git.llm.providers import (
     Connection,
     from_status,
-    parse_arguments,
     stream_events,
+    tool_call,
 )
 from fabro_git.llm.types import (
     Completed,
@@ -128,11 +128,7 @@ async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
             elif kind == "response.output_item.done" and event.item.type == "function_call":
                 item = event.item
                 raw = item.arguments or arguments.get(item.id or "", "")
-                call = ToolCall(
-                    id=item.call_id,
-                    name=item.name,
-                    arguments=parse_arguments(raw, target, item.name),
-                )
+                call = tool_call(item.call_id, item.name, raw)
                 calls.append(call)
                 await sink(ToolCallReady(call))
             elif kind in ("response.completed", "response.incomplete"):
