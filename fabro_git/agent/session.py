@@ -86,6 +86,7 @@ from fabro_git.llm import catalogue, usage
 from fabro_git.llm.client import RetryPolicy, complete
 from fabro_git.llm.errors import ContextTooLong, LlmError
 from fabro_git.llm.types import (
+    DEFAULT_IDLE_TIMEOUT,
     Message,
     ReasoningEffort,
     Request,
@@ -282,6 +283,7 @@ class AgentSession:
         reasoning_effort: ReasoningEffort | None = None,
         retry_policy: RetryPolicy | None = None,
         request_timeout: float | None = 600.0,
+        stream_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         on_process_group: Callable[[int, bool], object] | None = None,
         toolsets: Sequence[ToolSet] = (),
         tool_hooks: ToolHooks | None = None,
@@ -311,6 +313,7 @@ class AgentSession:
         self.reasoning_effort = reasoning_effort
         self.retry_policy = retry_policy or RetryPolicy()
         self.request_timeout = request_timeout
+        self.stream_idle_timeout = stream_idle_timeout
         self.on_process_group = on_process_group
         self.toolsets = tuple(toolsets)
         self._emit = emit
@@ -561,6 +564,7 @@ class AgentSession:
             max_tokens=self.limits.max_tokens,
             reasoning_effort=self.reasoning_effort,
             timeout=self.request_timeout,
+            idle_timeout=self.stream_idle_timeout,
         )
 
     async def _ask(self, system: str) -> Response:

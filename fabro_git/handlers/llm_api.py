@@ -55,6 +55,13 @@ def _effort(req: StageRequest) -> Any:
     return effort_of(req.node)
 
 
+def _idle_timeout(req: StageRequest) -> float:
+    """`[run.agent] stream_idle_timeout`, or the default."""
+    from fabro_git.config.run_config import stream_idle_timeout
+
+    return stream_idle_timeout(req.agent_config) or llm.DEFAULT_IDLE_TIMEOUT
+
+
 def _mcp_specs(req: StageRequest) -> tuple[list[McpServerSpec], list[tuple[str, str, bool]]]:
     """The run's MCP servers, `{{ env.NAME }}` references resolved; and those that
     cannot be (server, error, required)."""
@@ -184,6 +191,7 @@ async def run_prompt(req: StageRequest, body: str, preamble: str) -> Outcome:
         messages=(*_without_tool_rounds(history.messages), llm.Message.user(prompt)),
         max_tokens=node.get_int("max_tokens", DEFAULT_PROMPT_MAX_TOKENS),
         reasoning_effort=_effort(req),
+        idle_timeout=_idle_timeout(req),
     )
 
     budget = llm_usage.TextBudget()
@@ -287,6 +295,7 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
         thread_id=thread,
         visit=req.visit,
         reasoning_effort=_effort(req),
+        stream_idle_timeout=_idle_timeout(req),
         on_process_group=req.on_process_group,
         toolsets=[*mcp_toolsets, *subagents.toolsets()],
         tool_hooks=req.tool_hooks,

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
 from helpers import run_events, run_json, write_workflow
-from llm_server import LlmServer, Reply, ToolUse
+from llm_server import DripHeaders, LlmServer, Reply, ToolUse
 
 AGENT = """\
 digraph D {
@@ -145,3 +146,28 @@ def test_arguments_with_a_lone_surrogate_are_a_tool_error_the_model_can_correct(
     events = run_events(result["run_id"], repo)
     [stage] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
     assert stage
+
+
+def test_a_model_endpoint_that_drips_its_headers_is_cut_off_by_the_idle_timeout(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    """One header byte every half second never lets a read wait the idle timeout
+    (2 s here): only a deadline on the whole wait for the response ends it. Every
+    attempt drips."""
+    write_workflow(repo, AGENT)
+    (repo / "run.toml").write_text(
+        '[workflow]\ngraph = "wf.fabro"\n\n[run.agent]\nstream_idle_timeout = "2s"\n'
+    )
+    llm_server.script(*[DripHeaders(interval=0.5) for _ in range(10)])
+    began = time.monotonic()
+    proc, result = run_json("run", "run.toml", "--goal", "drip", cwd=repo, timeout=300)
+    took = time.monotonic() - began
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert "stream_idle_timeout" in proc.stderr, proc.stderr
+    # Four attempts (three retries with backoff) of a few seconds each; the drip alone
+    # would hold each for ever.
+    assert took < 120, took
+    events = run_events(result["run_id"], repo)
+    [failed] = [e for e in _of(events, "stage.failed") if e["node_id"] == "work"]
+    assert "no response from the provider" in json.dumps(failed["properties"])

@@ -10,11 +10,13 @@ stream that ends without the provider's closing event is a dropped stream.
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
+import trio
 
 from fabro_git.llm import catalogue
 from fabro_git.llm.errors import (
@@ -32,7 +34,7 @@ from fabro_git.llm.errors import (
     StreamDropped,
     Timeout,
 )
-from fabro_git.llm.types import EventSink, Request, Response, Target, ToolCall
+from fabro_git.llm.types import EventSink, Request, Response, StreamEvent, Target, ToolCall
 
 # A local server ignores the key, but the OpenAI client insists on one.
 _PLACEHOLDER_KEY = "unused"
@@ -93,6 +95,33 @@ async def stream(
         from fabro_git.llm.providers.openai_responses import stream as adapter
     else:
         from fabro_git.llm.providers.chat_completions import stream as adapter
+    idle = request.idle_timeout
+    if idle is None:
+        return await _attempt(adapter, connection, target, request, sink)
+    # The SDK's read timeout (`client_timeout`) bounds each read of the body, but a
+    # server that drips its headers a byte at a time never lets one read wait long:
+    # the wait for the response, up to its first event, has this deadline of its own.
+    with trio.CancelScope(deadline=trio.current_time() + idle) as waiting:
+
+        async def answered(event: StreamEvent) -> None:
+            waiting.deadline = math.inf
+            await sink(event)
+
+        return await _attempt(adapter, connection, target, request, answered)
+    raise Timeout(
+        f"no response from the provider within {idle:g}s (stream_idle_timeout)",
+        provider=target.provider,
+        model=target.model,
+    )
+
+
+async def _attempt(
+    adapter: Adapter,
+    connection: Connection,
+    target: Target,
+    request: Request,
+    sink: EventSink,
+) -> Response:
     try:
         return await adapter(connection, target, request, sink)
     except LlmError:
@@ -102,6 +131,15 @@ async def stream(
         if translated is None:
             raise
         raise translated from exc
+
+
+def client_timeout(request: Request) -> Any:
+    """The SDK client's timeout: the request's, with reads bounded by its idle timeout."""
+    if request.idle_timeout is None:
+        return request.timeout
+    import httpx2
+
+    return httpx2.Timeout(request.timeout, read=request.idle_timeout)
 
 
 def translate(exc: BaseException, target: Target, *, streaming: bool = False) -> LlmError | None:

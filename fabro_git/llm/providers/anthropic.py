@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fabro_git.llm.errors import LlmError, StreamDropped
-from fabro_git.llm.providers import Connection, stream_events, tool_call
+from fabro_git.llm.providers import Connection, client_timeout, stream_events, tool_call
 from fabro_git.llm.types import (
     Completed,
     EventSink,
@@ -106,7 +106,7 @@ async def stream(
         api_key=connection.api_key,
         base_url=connection.base_url,
         max_retries=0,
-        timeout=request.timeout,
+        timeout=client_timeout(request),
     )
     async with client:
         events = await client.messages.create(**request_body(target, request), stream=True)

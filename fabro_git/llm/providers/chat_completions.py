@@ -15,6 +15,7 @@ from typing import Any
 from fabro_git.llm.errors import LlmError, StreamDropped
 from fabro_git.llm.providers import (
     Connection,
+    client_timeout,
     error_code,
     error_message,
     from_status,
@@ -119,7 +120,7 @@ async def stream(
         api_key=connection.api_key,
         base_url=connection.base_url,
         max_retries=0,
-        timeout=request.timeout,
+        timeout=client_timeout(request),
     )
     # The SDK's own stream stops reading at `[DONE]` and abandons its async generators,
     # which trio reports; reading the raw SSE body to its end leaves nothing behind.

@@ -11,6 +11,7 @@ from typing import Any
 from fabro_git.llm.errors import LlmError, StreamDropped
 from fabro_git.llm.providers import (
     Connection,
+    client_timeout,
     from_status,
     stream_events,
     tool_call,
@@ -96,7 +97,7 @@ async def stream(
         api_key=connection.api_key,
         base_url=connection.base_url,
         max_retries=0,
-        timeout=request.timeout,
+        timeout=client_timeout(request),
     )
     async with client:
         events = await client.responses.create(**request_body(target, request), stream=True)
