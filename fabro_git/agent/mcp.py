@@ -6,7 +6,12 @@ yields them as agent `Tool`s named `mcp__<server>__<tool>`. A server that cannot
 started or does not answer is reported (`agent.mcp.failed`) and left out, so the stage
 goes on with the tools it has, unless the server is marked required: then
 `McpRequiredError` ends the stage. Every server that did start is reported with its
-tool count (`agent.mcp.ready`).
+tool count (`agent.mcp.ready`). A server's tools are capped (`MAX_SERVER_TOOLS`,
+`MAX_SERVER_TOOL_BYTES` of schemas), the rest named in an `agent.warning`.
+
+A server that goes away during a tool call (its process exits, its connection
+closes) makes that call a tool error the model reads, and is started again once for
+the calls after it.
 
 Each server lives in a task of its own that owns its transport and session from start
 to close, so its cancel scopes nest properly; the agent's tool calls reach it through
@@ -30,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 
 from fabro_git.agent.tools import Tool, ToolContext, ToolOutcome
@@ -49,6 +55,13 @@ if TYPE_CHECKING:
 
 # Provider tool names are at most 64 characters of [A-Za-z0-9_-].
 MAX_TOOL_NAME = 64
+# What one server may add to every model request: a server offering thousands of tools
+# would otherwise send megabytes of schemas with each call. Tools past either bound are
+# left out, in the server's order, and named in an `agent.warning`.
+MAX_SERVER_TOOLS = 128
+MAX_SERVER_TOOL_BYTES = 256 * 1024
+# Names of left-out tools listed in that warning (the count is always given).
+_LEFT_OUT_SHOWN = 200
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -343,13 +356,38 @@ async def _start_all(
             continue
         server = _Server(spec, running, nursery=nursery, cwd=cwd, errlog=errlog, emit=emit)
         announced = []
+        left_out: list[str] = []
+        size = 0
         for listed in server.tools:
             name = qualified_name(spec.name, listed.name)
             if name in names:
                 continue
+            tool = _tool(server, listed, name)
+            cost = len(msgspec.json.encode(tool.spec))
+            if len(announced) >= MAX_SERVER_TOOLS or size + cost > MAX_SERVER_TOOL_BYTES:
+                left_out.append(listed.name)
+                continue
+            size += cost
             names.add(name)
-            tools.append(_tool(server, listed, name))
+            tools.append(tool)
             announced.append(McpToolSummary(name=name, original_name=listed.name))
+        if left_out:
+            emit(
+                AgentWarning(
+                    kind="mcp_tools_capped",
+                    message=f"MCP server {spec.name!r} offers {len(announced) + len(left_out)} "
+                    f"tools; {len(left_out)} were left out (at most {MAX_SERVER_TOOLS} tools "
+                    f"and {MAX_SERVER_TOOL_BYTES // 1024} KiB of schemas per server), "
+                    f"from {left_out[0]!r} on",
+                    details={
+                        "server_name": spec.name,
+                        "offered": len(announced) + len(left_out),
+                        "kept": len(announced),
+                        "left_out_count": len(left_out),
+                        "left_out": left_out[:_LEFT_OUT_SHOWN],
+                    },
+                )
+            )
         emit(
             AgentMcpReady(
                 server_name=spec.name, tool_count=len(announced), tools=announced, visit=visit

@@ -171,3 +171,54 @@ def test_a_model_endpoint_that_drips_its_headers_is_cut_off_by_the_idle_timeout(
     events = run_events(result["run_id"], repo)
     [failed] = [e for e in _of(events, "stage.failed") if e["node_id"] == "work"]
     assert "no response from the provider" in json.dumps(failed["properties"])
+
+
+# Three thousand tools, each with a long description (about 2 KB of schema apiece).
+FLOODING_SERVER = """\
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("flood")
+
+
+def make(number: int):
+    def tool(text: str) -> str:
+        return f"tool {number}: {text}"
+
+    return tool
+
+
+for number in range(3000):
+    app.add_tool(make(number), name=f"tool_{number:04d}", description="padding " * 250)
+
+app.run()
+"""
+
+
+def test_an_mcp_server_offering_thousands_of_tools_is_capped_with_a_warning(
+    repo: Path, llm_server: LlmServer, tmp_path: Path
+) -> None:
+    from fabro_git.agent.mcp import MAX_SERVER_TOOL_BYTES, MAX_SERVER_TOOLS
+
+    script = tmp_path / "flooding_server.py"
+    script.write_text(FLOODING_SERVER)
+    write_workflow(repo, AGENT)
+    _run_config(repo, _stdio("flood", [sys.executable, str(script)]) + 'startup_timeout = "120s"\n')
+    llm_server.script(Reply(text="Done."))
+    proc, result = run_json("run", "run.toml", "--goal", "flood", cwd=repo, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    [request] = llm_server.requests
+    offered = [tool for tool in request.body["tools"] if tool["name"].startswith("mcp__flood__")]
+    assert 0 < len(offered) <= MAX_SERVER_TOOLS
+    assert len(json.dumps(offered)) <= MAX_SERVER_TOOL_BYTES + 64 * len(offered)
+    events = run_events(result["run_id"], repo)
+    [warning] = [
+        e for e in _of(events, "agent.warning") if e["properties"]["kind"] == "mcp_tools_capped"
+    ]
+    details = warning["properties"]["details"]
+    assert details["server_name"] == "flood"
+    assert details["offered"] == 3000 and details["kept"] == len(offered)
+    assert details["left_out_count"] == 3000 - len(offered)
+    assert details["left_out"][0] == f"tool_{len(offered):04d}"
+    assert "flood" in warning["properties"]["message"]
+    [ready] = _of(events, "agent.mcp.ready")
+    assert ready["properties"]["tool_count"] == len(offered)
