@@ -355,7 +355,7 @@ async def _start_all(
                 return tools, f"MCP server {spec.name!r} is required and did not start: {error}"
             continue
         server = _Server(spec, running, nursery=nursery, cwd=cwd, errlog=errlog, emit=emit)
-        announced = []
+        announced: list[McpToolSummary] = []
         left_out: list[str] = []
         size = 0
         for listed in server.tools:
