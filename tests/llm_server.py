@@ -103,6 +103,14 @@ class StallMidStream:
 
 
 @dataclass(frozen=True)
+class DripHeaders:
+    """A slowloris: send the response's status line and headers one byte every
+    `interval` seconds, until the client gives up or the server stops."""
+
+    interval: float = 5.0
+
+
+@dataclass(frozen=True)
 class Together:
     """Answer with `reply` only once `count` requests scripted with the same `group`
     have arrived, so that each proves the others were sent while it waited. If they do
@@ -114,7 +122,7 @@ class Together:
     timeout: float = 60.0
 
 
-Scripted = Reply | Fault | Drop | StreamError | Stall | StallMidStream | Together
+Scripted = Reply | Fault | Drop | StreamError | Stall | StallMidStream | Together | DripHeaders
 
 
 def apart(group: str) -> Fault:
@@ -315,6 +323,15 @@ class _Handler(BaseHTTPRequestHandler):
             scripted = self.owner.meet(scripted)
         if isinstance(scripted, Fault):
             self._send_json(scripted.status, _error_body(api, scripted), scripted.headers)
+            return
+        if isinstance(scripted, DripHeaders):
+            head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nx-padding: "
+            for byte in itertools.chain(head, itertools.repeat(ord("a"))):
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                if self.owner.stopping.wait(scripted.interval):
+                    break
+            self.close_connection = True
             return
         if isinstance(scripted, Stall):
             time.sleep(scripted.seconds)

@@ -6,7 +6,12 @@ yields them as agent `Tool`s named `mcp__<server>__<tool>`. A server that cannot
 started or does not answer is reported (`agent.mcp.failed`) and left out, so the stage
 goes on with the tools it has, unless the server is marked required: then
 `McpRequiredError` ends the stage. Every server that did start is reported with its
-tool count (`agent.mcp.ready`).
+tool count (`agent.mcp.ready`). A server's tools are capped (`MAX_SERVER_TOOLS`,
+`MAX_SERVER_TOOL_BYTES` of schemas), the rest named in an `agent.warning`.
+
+A server that goes away during a tool call (its process exits, its connection
+closes) makes that call a tool error the model reads, and is started again once for
+the calls after it.
 
 Each server lives in a task of its own that owns its transport and session from start
 to close, so its cancel scopes nest properly; the agent's tool calls reach it through
@@ -30,11 +35,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import trio
 
 from fabro_git.agent.tools import Tool, ToolContext, ToolOutcome
 from fabro_git.agent.workspace import ToolError
-from fabro_git.events.catalogue import AgentMcpFailed, AgentMcpReady, McpToolSummary
+from fabro_git.events.catalogue import (
+    AgentMcpFailed,
+    AgentMcpReady,
+    AgentWarning,
+    McpToolSummary,
+)
 from fabro_git.llm.types import ToolSpec
 
 if TYPE_CHECKING:
@@ -44,6 +55,13 @@ if TYPE_CHECKING:
 
 # Provider tool names are at most 64 characters of [A-Za-z0-9_-].
 MAX_TOOL_NAME = 64
+# What one server may add to every model request: a server offering thousands of tools
+# would otherwise send megabytes of schemas with each call. Tools past either bound are
+# left out, in the server's order, and named in an `agent.warning`.
+MAX_SERVER_TOOLS = 128
+MAX_SERVER_TOOL_BYTES = 256 * 1024
+# Names of left-out tools listed in that warning (the count is always given).
+_LEFT_OUT_SHOWN = 200
 _UNSAFE = re.compile(r"[^A-Za-z0-9_]")
 
 
@@ -105,10 +123,100 @@ def _error_text(exc: BaseException) -> str:
 
 
 @dataclass
-class _Server:
-    spec: McpServerSpec
+class _Running:
+    """One started process (or connection) of a server: its session and tools, and the
+    scope that stops it."""
+
     session: ClientSession
     tools: list[Any]
+    scope: trio.CancelScope
+
+
+class _Server:
+    """A started server, as the agent's tool calls reach it. A server that goes away
+    during a call (its process exited, its connection closed) makes that call a tool
+    error, and is started again once, in the same nursery, for the calls after it."""
+
+    def __init__(
+        self,
+        spec: McpServerSpec,
+        running: _Running,
+        *,
+        nursery: trio.Nursery,
+        cwd: Path,
+        errlog: Path | None,
+        emit: Callable[[Any], object],
+    ) -> None:
+        self.spec = spec
+        self.tools = running.tools
+        self._running: _Running | None = running
+        self._nursery = nursery
+        self._cwd = cwd
+        self._errlog = errlog
+        self._emit = emit
+        self._restarted = False
+        self._lock = trio.Lock()
+
+    async def call(self, name: str, tool: str, arguments: dict[str, Any]) -> Any:
+        """The server's result for one call; `ToolError` if it failed to give one."""
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        running = self._running
+        if running is None:
+            raise ToolError(
+                f"{name}: the MCP server {self.spec.name!r} exited earlier and was not "
+                "restarted again; do without its tools"
+            )
+        try:
+            return await running.session.call_tool(tool, arguments)
+        except MCPError as exc:
+            if exc.code != CONNECTION_CLOSED:
+                raise ToolError(f"{name}: the MCP server refused the call: {exc}") from exc
+            lost: BaseException = exc
+        except Exception as exc:
+            # A broken transport, or a reply the SDK cannot read: the server's fault.
+            lost = exc
+        return await self._lost(name, running, _error_text(lost))
+
+    async def _lost(self, name: str, running: _Running, error: str) -> Any:
+        """The server went away during a call: start it again (once), then fail the call."""
+        async with self._lock:
+            if self._running is running:  # not yet handled by a concurrent call
+                running.scope.cancel()
+                self._running = None
+                if not self._restarted:
+                    self._restarted = True
+                    try:
+                        self._running = await self._nursery.start(
+                            _serve, self.spec, self._cwd, self._errlog
+                        )
+                    except Exception as exc:
+                        self._emit(
+                            AgentMcpFailed(
+                                server_name=self.spec.name,
+                                error=f"exited during a tool call ({error}) and did not "
+                                f"start again: {_error_text(exc)}",
+                            )
+                        )
+                    else:
+                        self._emit(
+                            AgentWarning(
+                                kind="mcp_server_restarted",
+                                message=f"MCP server {self.spec.name!r} exited during a tool "
+                                f"call ({error}); it was restarted",
+                                details={"server_name": self.spec.name, "error": error},
+                            )
+                        )
+        state = (
+            "it was restarted for later calls"
+            if self._running is not None
+            else "it is not available for later calls"
+        )
+        raise ToolError(
+            f"{name}: the MCP server {self.spec.name!r} went away during the call "
+            f"({error}); the call may have partly run, and {state}"
+        )
 
 
 async def _serve(
@@ -116,13 +224,18 @@ async def _serve(
     cwd: Path,
     errlog: Path | None,
     *,
-    task_status: trio.TaskStatus[_Server] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[_Running] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Start one server and hold it open until cancelled; `started` hands it over
-    once its tools are listed. A failure before that propagates to `nursery.start`."""
+    """Start one server and hold it open until cancelled (the stage ends, or the handed
+    over scope is cancelled); `started` hands it over once its tools are listed. A
+    failure before that propagates to `nursery.start`."""
     from mcp.client.session import ClientSession
 
-    with contextlib.ExitStack() as files, trio.CancelScope() as startup:
+    with (
+        trio.CancelScope() as own,
+        contextlib.ExitStack() as files,
+        trio.CancelScope() as startup,
+    ):
         startup.deadline = trio.current_time() + spec.startup_timeout
         async with contextlib.AsyncExitStack() as stack:
             if spec.transport == "stdio":
@@ -159,7 +272,7 @@ async def _serve(
                 if not cursor:
                     break
             startup.deadline = math.inf
-            task_status.started(_Server(spec, session, tools))
+            task_status.started(_Running(session, tools, own))
             await trio.sleep_forever()
     if startup.cancelled_caught:
         raise TimeoutError(f"no answer within {spec.startup_timeout:g}s")
@@ -180,7 +293,7 @@ def _tool(server: _Server, listed: Any, name: str) -> Tool:
 
     async def run(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
         with trio.move_on_after(timeout) as scope:
-            result = await server.session.call_tool(original, arguments)
+            result = await server.call(name, original, arguments)
         if scope.cancelled_caught:
             raise ToolError(f"{name}: the MCP server did not answer within {timeout:g}s")
         return ToolOutcome(output=result_text(result), is_error=bool(result.is_error))
@@ -234,21 +347,47 @@ async def _start_all(
     for spec in specs:
         errlog = log_dir / f"mcp-{_UNSAFE.sub('_', spec.name)}.stderr.log" if log_dir else None
         try:
-            server = await nursery.start(_serve, spec, cwd, errlog)
+            running = await nursery.start(_serve, spec, cwd, errlog)
         except Exception as exc:
             error = _error_text(exc)
             emit(AgentMcpFailed(server_name=spec.name, error=error))
             if spec.required:
                 return tools, f"MCP server {spec.name!r} is required and did not start: {error}"
             continue
-        announced = []
+        server = _Server(spec, running, nursery=nursery, cwd=cwd, errlog=errlog, emit=emit)
+        announced: list[McpToolSummary] = []
+        left_out: list[str] = []
+        size = 0
         for listed in server.tools:
             name = qualified_name(spec.name, listed.name)
             if name in names:
                 continue
+            tool = _tool(server, listed, name)
+            cost = len(msgspec.json.encode(tool.spec))
+            if len(announced) >= MAX_SERVER_TOOLS or size + cost > MAX_SERVER_TOOL_BYTES:
+                left_out.append(listed.name)
+                continue
+            size += cost
             names.add(name)
-            tools.append(_tool(server, listed, name))
+            tools.append(tool)
             announced.append(McpToolSummary(name=name, original_name=listed.name))
+        if left_out:
+            emit(
+                AgentWarning(
+                    kind="mcp_tools_capped",
+                    message=f"MCP server {spec.name!r} offers {len(announced) + len(left_out)} "
+                    f"tools; {len(left_out)} were left out (at most {MAX_SERVER_TOOLS} tools "
+                    f"and {MAX_SERVER_TOOL_BYTES // 1024} KiB of schemas per server), "
+                    f"from {left_out[0]!r} on",
+                    details={
+                        "server_name": spec.name,
+                        "offered": len(announced) + len(left_out),
+                        "kept": len(announced),
+                        "left_out_count": len(left_out),
+                        "left_out": left_out[:_LEFT_OUT_SHOWN],
+                    },
+                )
+            )
         emit(
             AgentMcpReady(
                 server_name=spec.name, tool_count=len(announced), tools=announced, visit=visit

@@ -85,6 +85,7 @@ from fabro_git.llm import catalogue, usage
 from fabro_git.llm.client import RetryPolicy, complete
 from fabro_git.llm.errors import ContextTooLong, LlmError
 from fabro_git.llm.types import (
+    DEFAULT_IDLE_TIMEOUT,
     Message,
     ReasoningEffort,
     Request,
@@ -283,6 +284,7 @@ class AgentSession:
         reasoning_effort: ReasoningEffort | None = None,
         retry_policy: RetryPolicy | None = None,
         request_timeout: float | None = 600.0,
+        stream_idle_timeout: float | None = DEFAULT_IDLE_TIMEOUT,
         on_process_group: Callable[[int, bool], object] | None = None,
         toolsets: Sequence[ToolSet] = (),
         tool_hooks: ToolHooks | None = None,
@@ -320,6 +322,7 @@ class AgentSession:
         self.reasoning_effort = reasoning_effort
         self.retry_policy = retry_policy or RetryPolicy()
         self.request_timeout = request_timeout
+        self.stream_idle_timeout = stream_idle_timeout
         self.on_process_group = on_process_group
         self.toolsets = tuple(toolsets)
         self._emit = emit
@@ -570,6 +573,7 @@ class AgentSession:
             max_tokens=self.limits.max_tokens,
             reasoning_effort=self.reasoning_effort,
             timeout=self.request_timeout,
+            idle_timeout=self.stream_idle_timeout,
         )
 
     async def _ask(self, system: str) -> Response:
@@ -620,6 +624,11 @@ class AgentSession:
         hooks = self.tool_hooks
         ran = False
         try:
+            if call.unreadable is not None:
+                raise ToolError(
+                    f"the arguments of this {call.name} call could not be read "
+                    f"({call.unreadable}); call it again with arguments that are one JSON object"
+                )
             if tool is None:
                 raise ToolError(
                     f"there is no tool named {call.name!r}; the tools are {', '.join(self._tools)}"

@@ -265,6 +265,7 @@ class _Team:
             reasoning_effort=parent.reasoning_effort,
             retry_policy=parent.retry_policy,
             request_timeout=parent.request_timeout,
+            stream_idle_timeout=parent.stream_idle_timeout,
             on_process_group=parent.on_process_group,
             tool_hooks=parent.tool_hooks,
             guard_config=parent.guard_config,

@@ -161,6 +161,9 @@ class AgentConfig(_Table):
     cli_command: list[str] | None = None
     cli_output: Literal["text", "claude-json", "codex-jsonl", "gemini-json"] | None = None
     mcps: dict[str, McpServerConfig] = msgspec.field(default_factory=dict)
+    # How long a model's response may go without a byte (and its headers may take)
+    # before the attempt is cut off; a duration such as "120s".
+    stream_idle_timeout: str | None = None
 
 
 class SandboxConfig(_Table):
@@ -453,6 +456,12 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
     if run.agent is not None:
         for name, server in run.agent.mcps.items():
             _check_mcp_server(name, server, fail)
+        idle = run.agent.stream_idle_timeout
+        if idle is not None and not _positive_duration(idle):
+            fail(
+                ["run", "agent", "stream_idle_timeout"],
+                f"expected a duration such as 30s or 2m, got {idle!r}",
+            )
     command = run.agent.cli_command if run.agent is not None else None
     if command is not None:
         if not command or not command[0].strip():
@@ -500,6 +509,14 @@ def mcp_timeouts(server: McpServerConfig) -> tuple[float, float]:
         pick(server.startup_timeout, server.startup_timeout_secs, MCP_DEFAULT_STARTUP_TIMEOUT),
         pick(server.tool_timeout, server.tool_timeout_secs, MCP_DEFAULT_TOOL_TIMEOUT),
     )
+
+
+def stream_idle_timeout(agent: Mapping[str, Any]) -> float | None:
+    """`[run.agent] stream_idle_timeout` in seconds (checked at load), or None if unset."""
+    from fabro_git.durations import parse_duration
+
+    text = agent.get("stream_idle_timeout")
+    return parse_duration(text.strip()) if isinstance(text, str) else None
 
 
 def resolve_env_references(text: str, environ: Mapping[str, str], where: str) -> str:

@@ -898,7 +898,7 @@ class Runtime:
         """Run the handler inside the stage's one cancel scope: the node's `timeout`
         bounds every handler type alike. A timeout is a transient failure, unless the
         handler said what it ends with (`StageRequest.on_timeout`)."""
-        timeout = node.get_duration("timeout", None)
+        timeout = stage_timeout(node)
         # In the user's checkout, `.fabro/` is theirs: a stage that changed it fails, and
         # the change is put back, even when the stage was cut off.
         config, refused = None, None
@@ -1457,6 +1457,21 @@ NO_WORKTREE_CHANGES = frozenset({"start", "exit", "conditional", "human", "wait"
 # commands, a fan-in or a fan-out that merges (the chosen branch's files) and a manager
 # loop (its child's).
 TRACKS_TREE = frozenset({"command", "tool", "parallel", "parallel.fan_in", "stack.manager_loop"})
+# Seconds a model stage (prompt or agent) may run when its node sets no `timeout`: a
+# provider that keeps a stream alive without finishing cannot hold the run for ever.
+DEFAULT_LLM_STAGE_TIMEOUT = 30 * 60.0
+
+
+def stage_timeout(node: Node) -> float | None:
+    """The node's `timeout` in seconds; for a model stage without one, the default."""
+    from fabro_git.engine.model_choice import LLM_TYPES
+
+    timeout = node.get_duration("timeout", None)
+    if timeout is None and node.handler_type in LLM_TYPES:
+        return DEFAULT_LLM_STAGE_TIMEOUT
+    return timeout
+
+
 # Stages that run commands in the worktree: their test assets are captured.
 RUNS_COMMANDS = frozenset({"command", "tool", "agent", "codergen"})
 # Paths listed at most in one stage's files_touched.

@@ -67,6 +67,13 @@ def _effort(req: StageRequest) -> Any:
     return effort_of(req.node)
 
 
+def _idle_timeout(req: StageRequest) -> float:
+    """`[run.agent] stream_idle_timeout`, or the default."""
+    from fabro_git.config.run_config import stream_idle_timeout
+
+    return stream_idle_timeout(req.agent_config) or llm.DEFAULT_IDLE_TIMEOUT
+
+
 def _mcp_specs(
     req: StageRequest, base: dict[str, str]
 ) -> tuple[list[McpServerSpec], list[tuple[str, str, bool]]]:
@@ -201,6 +208,7 @@ async def run_prompt(
         messages=(*_without_tool_rounds(history.messages), llm.Message.user(prompt)),
         max_tokens=node.get_int("max_tokens", DEFAULT_PROMPT_MAX_TOKENS),
         reasoning_effort=_effort(req),
+        idle_timeout=_idle_timeout(req),
     )
 
     # The one call is a session of its own, as an agent stage's loop is: its events
@@ -316,6 +324,7 @@ async def run_agent(
         thread_id=thread,
         visit=req.visit,
         reasoning_effort=_effort(req),
+        stream_idle_timeout=_idle_timeout(req),
         on_process_group=req.on_process_group,
         toolsets=[*mcp_toolsets, *subagents.toolsets()],
         tool_hooks=req.tool_hooks,

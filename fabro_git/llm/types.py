@@ -47,6 +47,9 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     arguments: dict[str, Any]
     extra: dict[str, Any] | None = None
+    # Why the model's arguments text could not be read (not one JSON object of UTF-8
+    # text); `arguments` is then empty and the call is answered with a tool error.
+    unreadable: str | None = None
 
 
 class ToolResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -80,6 +83,10 @@ class Message(msgspec.Struct, frozen=True, kw_only=True):
         return cls(role="tool", tool_results=tuple(results))
 
 
+# Seconds a model's response may go without a byte (`[run.agent] stream_idle_timeout`).
+DEFAULT_IDLE_TIMEOUT = 120.0
+
+
 class Request(msgspec.Struct, frozen=True, kw_only=True):
     """What to ask: the same for every provider. The target is chosen separately, so a
     failover can send the same request elsewhere."""
@@ -92,6 +99,10 @@ class Request(msgspec.Struct, frozen=True, kw_only=True):
     # Seconds the HTTP client waits on a connection or between stream chunks; None
     # waits for ever (tests on a virtual clock need no deadline of the client's own).
     timeout: float | None = 600.0
+    # Seconds the response's headers, and then each read of its body, may take; past
+    # that the attempt fails as a `Timeout` (a server that drips its headers a byte at
+    # a time is cut off too). None: no such bound.
+    idle_timeout: float | None = None
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):

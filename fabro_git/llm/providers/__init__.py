@@ -10,11 +10,13 @@ stream that ends without the provider's closing event is a dropped stream.
 from __future__ import annotations
 
 import email.utils
+import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import msgspec
+import trio
 
 from fabro_git.llm import catalogue
 from fabro_git.llm.errors import (
@@ -32,7 +34,7 @@ from fabro_git.llm.errors import (
     StreamDropped,
     Timeout,
 )
-from fabro_git.llm.types import EventSink, Request, Response, Target
+from fabro_git.llm.types import EventSink, Request, Response, StreamEvent, Target, ToolCall
 
 # A local server ignores the key, but the OpenAI client insists on one.
 _PLACEHOLDER_KEY = "unused"
@@ -93,6 +95,33 @@ async def stream(
         from fabro_git.llm.providers.openai_responses import stream as adapter
     else:
         from fabro_git.llm.providers.chat_completions import stream as adapter
+    idle = request.idle_timeout
+    if idle is None:
+        return await _attempt(adapter, connection, target, request, sink)
+    # The SDK's read timeout (`client_timeout`) bounds each read of the body, but a
+    # server that drips its headers a byte at a time never lets one read wait long:
+    # the wait for the response, up to its first event, has this deadline of its own.
+    with trio.CancelScope(deadline=trio.current_time() + idle) as waiting:
+
+        async def answered(event: StreamEvent) -> None:
+            waiting.deadline = math.inf
+            await sink(event)
+
+        return await _attempt(adapter, connection, target, request, answered)
+    raise Timeout(
+        f"no response from the provider within {idle:g}s (stream_idle_timeout)",
+        provider=target.provider,
+        model=target.model,
+    )
+
+
+async def _attempt(
+    adapter: Adapter,
+    connection: Connection,
+    target: Target,
+    request: Request,
+    sink: EventSink,
+) -> Response:
     try:
         return await adapter(connection, target, request, sink)
     except LlmError:
@@ -102,6 +131,15 @@ async def stream(
         if translated is None:
             raise
         raise translated from exc
+
+
+def client_timeout(request: Request) -> Any:
+    """The SDK client's timeout: the request's, with reads bounded by its idle timeout."""
+    if request.idle_timeout is None:
+        return request.timeout
+    import httpx2
+
+    return httpx2.Timeout(request.timeout, read=request.idle_timeout)
 
 
 def translate(exc: BaseException, target: Target, *, streaming: bool = False) -> LlmError | None:
@@ -119,6 +157,13 @@ def translate(exc: BaseException, target: Target, *, streaming: bool = False) ->
             code=error_code(body),
             message=error_message(body) or getattr(exc, "message", None) or str(exc),
             headers=headers,
+        )
+    if isinstance(exc, UnicodeDecodeError):
+        # The SDKs decode each SSE line strictly: bytes that are not UTF-8 spoil the line.
+        return StreamDropped(
+            f"the response stream is not UTF-8 text: {exc}",
+            provider=target.provider,
+            model=target.model,
         )
     if "APITimeoutError" in names or "TimeoutException" in names:
         return Timeout("the request timed out", provider=target.provider, model=target.model)
@@ -226,21 +271,35 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def parse_arguments(raw: str, target: Target, tool: str) -> dict[str, Any]:
-    """Tool-call arguments as an object; a model that sends broken JSON is a provider error."""
-    if not raw.strip():
-        return {}
-    try:
-        value = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise InvalidRequest(
-            f"the model sent unparseable arguments for tool {tool!r}: {exc}",
-            provider=target.provider,
-            model=target.model,
-        ) from exc
-    if not isinstance(value, dict):
-        return {"value": value}
-    return value
+def tool_call(
+    call_id: str, name: str, raw: str, *, extra: dict[str, Any] | None = None
+) -> ToolCall:
+    """A tool call from the model's raw arguments text. Arguments that are not one JSON
+    object of UTF-8 text (broken JSON, a lone surrogate escape such as `\\udc80`) make
+    a call marked `unreadable`: the agent answers it with a tool error the model can
+    correct, instead of the stage failing. Names and ids are made safe to store."""
+    arguments: dict[str, Any] = {}
+    unreadable: str | None = None
+    if raw.strip():
+        try:
+            value = msgspec.json.decode(raw)
+        except (msgspec.DecodeError, UnicodeError) as exc:
+            shown = _storable(raw if len(raw) <= 200 else raw[:200] + "...")
+            unreadable = f"{_storable(str(exc))}; the arguments were: {shown}"
+        else:
+            arguments = value if isinstance(value, dict) else {"value": value}
+    return ToolCall(
+        id=_storable(call_id),
+        name=_storable(name),
+        arguments=arguments,
+        extra=extra,
+        unreadable=unreadable,
+    )
+
+
+def _storable(text: str) -> str:
+    """`text` with what UTF-8 cannot hold (lone surrogates) written as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 async def stream_events(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from fabro_git.llm.errors import LlmError, StreamDropped
-from fabro_git.llm.providers import Connection, parse_arguments, stream_events
+from fabro_git.llm.providers import Connection, client_timeout, stream_events, tool_call
 from fabro_git.llm.types import (
     Completed,
     EventSink,
@@ -106,7 +106,7 @@ async def stream(
         api_key=connection.api_key,
         base_url=connection.base_url,
         max_retries=0,
-        timeout=request.timeout,
+        timeout=client_timeout(request),
     )
     async with client:
         events = await client.messages.create(**request_body(target, request), stream=True)
@@ -162,11 +162,7 @@ async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
                     open_tools[event.index]["json"] += delta.partial_json
             elif kind == "content_block_stop" and event.index in open_tools:
                 tool = open_tools.pop(event.index)
-                call = ToolCall(
-                    id=tool["id"],
-                    name=tool["name"],
-                    arguments=parse_arguments(tool["json"], target, tool["name"]),
-                )
+                call = tool_call(tool["id"], tool["name"], tool["json"])
                 calls.append(call)
                 await sink(ToolCallReady(call))
             elif kind == "message_delta":

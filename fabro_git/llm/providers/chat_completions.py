@@ -15,10 +15,11 @@ from typing import Any
 from fabro_git.llm.errors import LlmError, StreamDropped
 from fabro_git.llm.providers import (
     Connection,
+    client_timeout,
     error_code,
     error_message,
     from_status,
-    parse_arguments,
+    tool_call,
     translate,
 )
 from fabro_git.llm.types import (
@@ -119,7 +120,7 @@ async def stream(
         api_key=connection.api_key,
         base_url=connection.base_url,
         max_retries=0,
-        timeout=request.timeout,
+        timeout=client_timeout(request),
     )
     # The SDK's own stream stops reading at `[DONE]` and abandons its async generators,
     # which trio reports; reading the raw SSE body to its end leaves nothing behind.
@@ -213,10 +214,10 @@ async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -
     calls: list[ToolCall] = []
     for index in sorted(tools):
         slot = tools[index]
-        call = ToolCall(
-            id=slot["id"] or f"call_{index}",
-            name=slot["name"],
-            arguments=parse_arguments(slot["arguments"], target, slot["name"]),
+        call = tool_call(
+            slot["id"] or f"call_{index}",
+            slot["name"],
+            slot["arguments"],
             extra=extras.get(index),
         )
         calls.append(call)

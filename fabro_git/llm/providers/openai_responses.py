@@ -11,9 +11,10 @@ from typing import Any
 from fabro_git.llm.errors import LlmError, StreamDropped
 from fabro_git.llm.providers import (
     Connection,
+    client_timeout,
     from_status,
-    parse_arguments,
     stream_events,
+    tool_call,
 )
 from fabro_git.llm.types import (
     Completed,
@@ -96,7 +97,7 @@ async def stream(
         api_key=connection.api_key,
         base_url=connection.base_url,
         max_retries=0,
-        timeout=request.timeout,
+        timeout=client_timeout(request),
     )
     async with client:
         events = await client.responses.create(**request_body(target, request), stream=True)
@@ -128,11 +129,7 @@ async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
             elif kind == "response.output_item.done" and event.item.type == "function_call":
                 item = event.item
                 raw = item.arguments or arguments.get(item.id or "", "")
-                call = ToolCall(
-                    id=item.call_id,
-                    name=item.name,
-                    arguments=parse_arguments(raw, target, item.name),
-                )
+                call = tool_call(item.call_id, item.name, raw)
                 calls.append(call)
                 await sink(ToolCallReady(call))
             elif kind in ("response.completed", "response.incomplete"):
