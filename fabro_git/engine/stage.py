@@ -75,6 +75,13 @@ class StageRequest(msgspec.Struct):
         return dict(self._runtime.manifest.inputs)
 
     @property
+    def git_dir(self) -> Path | None:
+        """The user's repository's common git directory (its config, hooks, refs); None
+        for a runtime without a repository (the engine's in-process tests)."""
+        repo = self._runtime.repo
+        return Path(repo.git_dir) if repo is not None else None
+
+    @property
     def dry_run(self) -> bool:
         return self._runtime.options.dry_run
 

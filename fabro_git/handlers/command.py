@@ -29,6 +29,7 @@ from fabro_git.engine.process import (
     out_of_space,
     run_script,
 )
+from fabro_git.engine.repo_guard import allows_push, push_environment
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import DiskFull, WorkflowError
 from fabro_git.workflow.templates import script_environment
@@ -99,6 +100,7 @@ def stage_environment(req: StageRequest) -> dict[str, str]:
     env.pop("GIT_DIR", None)
     env.pop("GIT_WORK_TREE", None)
     env.pop("GIT_INDEX_FILE", None)
+    env.update(push_environment(env, req.git_dir, allow_push=allows_push(req.graph, req.node)))
     return env
 
 
