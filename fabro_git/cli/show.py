@@ -71,52 +71,53 @@ def select(found: list[Stage], wanted: str) -> Stage:
 
 
 def run(run_id: str, node: str | None) -> int:
-    from fabro_git.cli._runs import resolve_run
+    from fabro_git.cli._runs import objects_of, resolve_run
     from fabro_git.engine.session import load_run
     from fabro_git.events.render import format_duration as format_ms
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
-    manifest, cp, meta, _source = load_run(repo, full_id)
-    found = stages(repo, meta)
-    out = sys.stdout
-    if node is None:
-        out.write(f"run       {full_id}  {manifest.workflow_name}  {cp.status}\n")
-        if manifest.goal:
-            out.write(f"goal      {manifest.goal}\n")
-        out.write("\n")
-        width = max((len(s.label) for s in found), default=5)
-        for stage in found:
-            record = stage.record
-            files = record.get("files_touched") or []
-            extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
-            out.write(
-                f"{stage.label:<{width}}  {record.get('status', '?')!s:<19}"
-                f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
-            )
-        out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
+    with objects_of(full_id):
+        manifest, cp, meta, _source = load_run(repo, full_id)
+        found = stages(repo, meta)
+        out = sys.stdout
+        if node is None:
+            out.write(f"run       {full_id}  {manifest.workflow_name}  {cp.status}\n")
+            if manifest.goal:
+                out.write(f"goal      {manifest.goal}\n")
+            out.write("\n")
+            width = max((len(s.label) for s in found), default=5)
+            for stage in found:
+                record = stage.record
+                files = record.get("files_touched") or []
+                extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
+                out.write(
+                    f"{stage.label:<{width}}  {record.get('status', '?')!s:<19}"
+                    f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
+                )
+            out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
+            return 0
+        stage = select(found, node)
+        record = stage.record
+        out.write(f"stage     {stage.label}\n")
+        out.write(f"status    {record.get('status', '?')}")
+        if record.get("error"):
+            out.write(f": {record['error']}")
+        out.write(f"\nduration  {format_ms(record.get('duration_ms'))}\n")
+        files = record.get("files_touched") or []
+        out.write(f"files     {', '.join(files) if files else '-'}\n")
+        if record.get("notes"):
+            out.write(f"notes     {record['notes']}\n")
+        _artifacts(repo, meta, full_id, stage)
+        for file_name, title in SECTIONS:
+            data = _shown(repo, meta, f"{stage.path}/{file_name}")
+            if not data:
+                continue
+            text = data.decode("utf-8", "replace")
+            out.write(f"\n--- {title} ({file_name})\n")
+            out.write(text if text.endswith("\n") or not text else text + "\n")
         return 0
-    stage = select(found, node)
-    record = stage.record
-    out.write(f"stage     {stage.label}\n")
-    out.write(f"status    {record.get('status', '?')}")
-    if record.get("error"):
-        out.write(f": {record['error']}")
-    out.write(f"\nduration  {format_ms(record.get('duration_ms'))}\n")
-    files = record.get("files_touched") or []
-    out.write(f"files     {', '.join(files) if files else '-'}\n")
-    if record.get("notes"):
-        out.write(f"notes     {record['notes']}\n")
-    _artifacts(repo, meta, full_id, stage)
-    for file_name, title in SECTIONS:
-        data = _shown(repo, meta, f"{stage.path}/{file_name}")
-        if not data:
-            continue
-        text = data.decode("utf-8", "replace")
-        out.write(f"\n--- {title} ({file_name})\n")
-        out.write(text if text.endswith("\n") or not text else text + "\n")
-    return 0
 
 
 def _artifacts(repo: Any, meta: str, run_id: str, stage: Stage) -> None:
