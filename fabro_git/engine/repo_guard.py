@@ -164,6 +164,14 @@ class RepoGuard:
         after = await trio.to_thread.run_sync(self.reader.take)
         if after == baseline:
             return []
+        try:
+            return await self._compare(baseline, after, request)
+        except OSError as err:
+            return [f"the repository changed, and putting it back failed: {err}"]
+
+    async def _compare(
+        self, baseline: RepoState, after: RepoState, request: StageRequest
+    ) -> list[str]:
         problems: list[str] = []
         config_changes = repo_state.config_changes(baseline.config, after.config)
         config_changes += [

@@ -25,6 +25,7 @@ from fabro_git.engine.model_choice import (
     stage_target,
 )
 from fabro_git.engine.outcome import Outcome, Usage
+from fabro_git.engine.repo_guard import allows_push, push_environment
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
 from fabro_git.events.catalogue import AgentError, AgentMcpFailed, AgentMessage, StagePrompt
@@ -281,7 +282,13 @@ async def run_agent(req: StageRequest, body: str, preamble: str) -> Outcome:
             max_tokens=node.get_int("max_tokens", DEFAULT_AGENT_MAX_TOKENS),
             max_turns=max(0, node.get_int("max_turns", DEFAULT_AGENT_MAX_TURNS)),
         ),
-        env=os.environ,
+        # The shell tool's pushes are refused unless the workflow allows them.
+        env={
+            **os.environ,
+            **push_environment(
+                os.environ, req.git_dir, allow_push=allows_push(req.graph, req.node)
+            ),
+        },
         session_id=session_id,
         conversation=conversation,
         thread_id=thread,
