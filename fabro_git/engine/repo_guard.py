@@ -73,6 +73,7 @@ def push_environment(
         config = b""
     urls, pushurls = repo_state.remote_push_urls(config)
     entries = [("pushInsteadOf", url) for url in ["", *urls]]
+    # Not a pushurl that is also some remote's url: `insteadOf` would break its fetch.
     entries += [("insteadOf", url) for url in pushurls if url not in urls]
     try:
         count = int(env.get("GIT_CONFIG_COUNT", "0"))
