@@ -74,7 +74,7 @@ def select(found: list[Stage], wanted: str) -> Stage:
 def run(run_id: str, node: str | None, *, raw: bool = False) -> int:
     """Print the run's stages, or one stage. Everything read from the run passes the
     terminal sanitiser, unless `raw` asks for the run's bytes unchanged (for pipes)."""
-    from fabro_git.cli._runs import resolve_run
+    from fabro_git.cli._runs import objects_of, resolve_run
     from fabro_git.engine.session import load_run
     from fabro_git.events.render import format_duration as format_ms
     from fabro_git.store.repo import GitRepo
@@ -88,52 +88,53 @@ def run(run_id: str, node: str | None, *, raw: bool = False) -> int:
 
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
-    manifest, cp, meta, _source = load_run(repo, full_id)
-    found = stages(repo, meta)
-    out = sys.stdout
-    if node is None:
-        out.write(f"run       {full_id}  {line(manifest.workflow_name)}  {line(cp.status)}\n")
-        if manifest.goal:
-            out.write(f"goal      {text(manifest.goal)}\n")
-        out.write("\n")
-        labels = [line(s.label) for s in found]
-        width = max((len(label) for label in labels), default=5)
-        for label, stage in zip(labels, found, strict=True):
-            record = stage.record
-            files = record.get("files_touched") or []
-            extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
-            out.write(
-                f"{label:<{width}}  {line(record.get('status', '?')):<19}"
-                f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
-            )
-        out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
+    with objects_of(full_id):
+        manifest, cp, meta, _source = load_run(repo, full_id)
+        found = stages(repo, meta)
+        out = sys.stdout
+        if node is None:
+            out.write(f"run       {full_id}  {line(manifest.workflow_name)}  {line(cp.status)}\n")
+            if manifest.goal:
+                out.write(f"goal      {text(manifest.goal)}\n")
+            out.write("\n")
+            labels = [line(s.label) for s in found]
+            width = max((len(label) for label in labels), default=5)
+            for label, stage in zip(labels, found, strict=True):
+                record = stage.record
+                files = record.get("files_touched") or []
+                extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
+                out.write(
+                    f"{label:<{width}}  {line(record.get('status', '?')):<19}"
+                    f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
+                )
+            out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
+            return 0
+        stage = select(found, node)
+        record = stage.record
+        out.write(f"stage     {line(stage.label)}\n")
+        out.write(f"status    {line(record.get('status', '?'))}")
+        if record.get("error"):
+            out.write(f": {text(str(record['error']))}")
+        out.write(f"\nduration  {format_ms(record.get('duration_ms'))}\n")
+        files = record.get("files_touched") or []
+        out.write(f"files     {', '.join(line(f) for f in files) if files else '-'}\n")
+        if record.get("notes"):
+            out.write(f"notes     {text(str(record['notes']))}\n")
+        _artifacts(repo, meta, full_id, stage, line)
+        for file_name, title in SECTIONS:
+            data = _shown(repo, meta, f"{stage.path}/{file_name}")
+            if not data:
+                continue
+            out.write(f"\n--- {title} ({file_name})\n")
+            if not data.endswith(b"\n"):
+                data += b"\n"
+            if raw:
+                out.flush()
+                out.buffer.write(data)
+                out.buffer.flush()
+            else:
+                out.write(printable(data.decode("utf-8", "replace")))
         return 0
-    stage = select(found, node)
-    record = stage.record
-    out.write(f"stage     {line(stage.label)}\n")
-    out.write(f"status    {line(record.get('status', '?'))}")
-    if record.get("error"):
-        out.write(f": {text(str(record['error']))}")
-    out.write(f"\nduration  {format_ms(record.get('duration_ms'))}\n")
-    files = record.get("files_touched") or []
-    out.write(f"files     {', '.join(line(f) for f in files) if files else '-'}\n")
-    if record.get("notes"):
-        out.write(f"notes     {text(str(record['notes']))}\n")
-    _artifacts(repo, meta, full_id, stage, line)
-    for file_name, title in SECTIONS:
-        data = _shown(repo, meta, f"{stage.path}/{file_name}")
-        if not data:
-            continue
-        out.write(f"\n--- {title} ({file_name})\n")
-        if not data.endswith(b"\n"):
-            data += b"\n"
-        if raw:
-            out.flush()
-            out.buffer.write(data)
-            out.buffer.flush()
-        else:
-            out.write(printable(data.decode("utf-8", "replace")))
-    return 0
 
 
 def _artifacts(repo: Any, meta: str, run_id: str, stage: Stage, line: Callable[[Any], str]) -> None:
