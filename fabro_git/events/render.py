@@ -217,6 +217,11 @@ def _pretty_facts(name: str, p: dict[str, Any]) -> str:
                 _short(p.get("command", ""), 60),
                 _short(p.get("stderr", ""), 100),
             )
+        case "agent.text.delta" | "agent.reasoning.delta" | "agent.tool.output.delta":
+            # `logs --pretty` folds a stretch of fragments into one (cli/logs.py).
+            count = p.get("fragments")
+            text = _short(p.get("delta", ""), 160)
+            return f"{_plural(int(count), 'fragment')}: {text}" if count else text
         case "watchdog.timeout":
             idle = p.get("idle_seconds")
             return f"idle {format_duration(idle * 1000 if isinstance(idle, int | float) else None)}"
@@ -260,7 +265,7 @@ def format_pretty(env: dict[str, Any], depth: int = 0) -> str:
     event = str(env.get("event", "?"))
     name = "  " * max(0, depth) + printable(event, one_line=True)
     props = env.get("properties")
-    facts = _pretty_facts(name, props if isinstance(props, dict) else {})
+    facts = _pretty_facts(event, props if isinstance(props, dict) else {})
     node = printable(_node_name(env), one_line=True)
     # Fixed columns, so a screenful reads down: the node column is as wide as most
     # `Label (id)` names; a longer one pushes only its own line's facts along.
