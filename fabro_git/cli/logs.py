@@ -24,6 +24,27 @@ def durable_events(repo: Any, meta_sha: str) -> bytes:
     return runrefs.read_events(repo, meta_sha)
 
 
+def recorded_events(repo: Any, run_id: str) -> tuple[bytes, bytes, int]:
+    """(the meta ref's events, the live tail's events after them, the tail's length):
+    everything the run has recorded so far, each event once."""
+    from fabro_git.errors import StoreError
+    from fabro_git.events.bus import last_event_id, tail_after
+    from fabro_git.store import runs as runrefs
+
+    meta = repo.read_ref(runrefs.meta_ref(run_id))
+    try:
+        durable = durable_events(repo, meta) if meta else b""
+    except StoreError as exc:
+        from fabro_git.engine.session import unreadable_meta
+
+        raise unreadable_meta(run_id, meta or "", exc) from exc
+    live_tail = tail_path(repo, run_id)
+    if not live_tail.exists():
+        return durable, b"", 0
+    data = live_tail.read_bytes()
+    return durable, tail_after(data, last_event_id(durable)), len(data)
+
+
 # Events that record how the run was kept, not what it did: `--pretty` shows them only
 # with -v. The JSON output always has every event.
 BOOKKEEPING = ("metadata.snapshot.", "sandbox.", "git.commit", "git.reset")
@@ -168,9 +189,6 @@ def run(
 ) -> int:
     from fabro_git.cli._runs import resolve_run
     from fabro_git.engine.lock import is_live
-    from fabro_git.errors import StoreError
-    from fabro_git.events.bus import last_event_id, tail_after
-    from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
     keep = Filter(pretty=pretty, verbose=verbose, since_ts=since_timestamp(since))
@@ -180,21 +198,8 @@ def run(
         raise ConfigError(f"-n/--tail expects a number of events, not {tail}")
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
-    meta = repo.read_ref(runrefs.meta_ref(full_id))
-    try:
-        durable = durable_events(repo, meta) if meta else b""
-    except StoreError as exc:
-        from fabro_git.engine.session import unreadable_meta
-
-        raise unreadable_meta(full_id, meta or "", exc) from exc
-    last = last_event_id(durable)
+    durable, extra, offset = recorded_events(repo, full_id)
     live_tail = tail_path(repo, full_id)
-    offset = 0
-    extra = b""
-    if live_tail.exists():
-        data = live_tail.read_bytes()
-        offset = len(data)
-        extra = tail_after(data, last)
     selected = _select(durable, keep) + _select(extra, keep)
     _emit(selected[-tail:] if tail else [] if tail == 0 else selected, keep)
     if not follow:
