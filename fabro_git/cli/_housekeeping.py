@@ -256,8 +256,8 @@ def scratch_of_gone_repositories() -> list[Path]:
             with (entry / "events.jsonl").open("rb") as tail:
                 first = json.loads(tail.readline())
             source = (first.get("properties") or {}).get("source_directory")
-            named = first.get("event") == "run.created" and isinstance(source, str) and source
-            if named and not Path(source).exists():
+            named = first.get("event") == "run.created" and isinstance(source, str)
+            if named and source and not Path(source).exists():
                 found.append(entry)
     return found
 
