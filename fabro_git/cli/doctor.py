@@ -38,6 +38,7 @@ def run(*, json_output: bool) -> int:
         _agent_clis(),
         _stage_environment(os.environ),
         _scratch(),
+        _scratch_of_gone_repositories(),
     ]
     repo = _repo()
     if repo is None:
@@ -204,6 +205,21 @@ def _scratch() -> Check:
             "chmod 700 " + " ".join(str(p) for p in loose[:3]) + (" …" if len(loose) > 3 else ""),
         )
     return Check("scratch", "ok", f"{root} is private")
+
+
+def _scratch_of_gone_repositories() -> Check:
+    from fabro_git.cli._housekeeping import scratch_of_gone_repositories
+
+    found = scratch_of_gone_repositories()
+    if not found:
+        return Check("abandoned scratch", "ok", "every scratch dir's repository still exists")
+    shown = ", ".join(str(p) for p in found[:3]) + (" …" if len(found) > 3 else "")
+    return Check(
+        "abandoned scratch",
+        "warn",
+        f"{len(found)} scratch dir(s) of repositories that no longer exist: {shown}",
+        "git fabro prune (in any repository) removes them",
+    )
 
 
 def _repo() -> Any:

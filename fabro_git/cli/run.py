@@ -297,7 +297,7 @@ def run(
         return 0
     print(f"run {run_id} started", file=sys.stderr)
     renderer = _renderer(output)
-    if output == "all":
+    if output == "all" or renderer.live:
         options.on_output = renderer.command_line
     with _disk_full_names_the_run(run_id):
         result = execute_run(
@@ -590,7 +590,7 @@ def resume(
     if not detached_child:
         print(f"resuming run {full_id}", file=sys.stderr)
     renderer = None if detached_child else _renderer(output)
-    if renderer is not None and output == "all":
+    if renderer is not None and (output == "all" or renderer.live):
         options.on_output = renderer.command_line
     with _disk_full_names_the_run(full_id):
         result = execute_run(
