@@ -46,7 +46,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -59,6 +59,7 @@ from fabro_git.events import catalogue as ev
 from fabro_git.llm import types as llm
 
 if TYPE_CHECKING:
+    from fabro_git.config.run_config import HookConfig
     from fabro_git.engine.outcome import Usage
 
 # Decision points: a hook on these events is awaited unless it says `blocking = false`.
@@ -742,6 +743,45 @@ class LifecycleHooks:
 
 
 RUNNABLE = frozenset({"command", "http", "prompt", "agent"})
+MODEL_KINDS = ("prompt", "agent")
+
+
+def check_hook_models(
+    hooks: Sequence[HookConfig],
+    *,
+    model: str | None,
+    provider: str | None,
+    env: Mapping[str, str],
+) -> None:
+    """Refuse, before the run exists, a prompt or agent hook whose model is unknown or
+    whose provider has no key: such a hook would only fail open at every event."""
+    if not any(hook.kind in MODEL_KINDS for hook in hooks):
+        return  # the SDK layer is imported only for a run that calls a model
+    from fabro_git.errors import ConfigError
+    from fabro_git.llm.errors import MissingCredentials, UnknownModel
+    from fabro_git.llm.providers import connect
+    from fabro_git.llm.resolve import ModelChoice, resolve_target
+
+    run_choice = ModelChoice(model=model, provider=provider) if model or provider else None
+    for i, hook in enumerate(hooks):
+        if hook.kind not in MODEL_KINDS:
+            continue
+        named = hook.name or hook.id or f"{hook.event}-{hook.kind}-{i + 1}"
+        where = f"[[run.hooks]] {hook.kind} hook {named!r} ({hook.event})"
+        try:
+            connect(
+                resolve_target(
+                    [ModelChoice(model=hook.model) if hook.model else None, run_choice], env
+                ),
+                env,
+            )
+        except (UnknownModel, MissingCredentials) as err:
+            raise ConfigError(
+                f"{where}: {err.message}",
+                hint=f"{err.hint}; or name another `model` for the hook"
+                if err.hint
+                else "name another `model` for the hook",
+            ) from None
 
 
 def _in_worktree(hook: Hook) -> bool:

@@ -742,6 +742,20 @@ def test_an_agent_hook_reads_the_worktree_with_its_tools_then_decides(
     assert "built" in json.dumps(second.body["messages"][-1])
 
 
+def test_a_model_hook_whose_model_cannot_be_reached_stops_the_run_before_it_starts(
+    repo: Path,
+) -> None:
+    # Model hooks fail open: an unknown model would only let every event through.
+    configure(
+        repo,
+        model_hook("stage_start", "prompt", "Is it safe?", name="guard", model="no-such-model-x"),
+    )
+    proc = run_fabro("run", "run.toml", cwd=repo)
+    assert proc.returncode != 0
+    assert "guard" in proc.stderr and "no-such-model-x" in proc.stderr
+    assert git(repo, "for-each-ref", "refs/fabro/meta") == ""
+
+
 def test_a_resumed_run_fires_the_hooks_its_manifest_recorded(
     repo: Path, tmp_path: Path, log: Path
 ) -> None:
