@@ -172,6 +172,12 @@ def _build_spec(
         run_cfg.model.fallbacks if run_cfg.model else None,
         cli_command=run_cfg.agent.cli_command if run_cfg.agent else None,
     )
+    if not options.dry_run:
+        from fabro_git.engine.lifecycle import check_hook_models
+
+        check_hook_models(
+            run_cfg.hooks, model=options.model, provider=options.provider, env=os.environ
+        )
     return RunSpec(
         graph=graph,
         # What was validated, not a second read that could see another file.

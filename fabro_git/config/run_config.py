@@ -90,7 +90,7 @@ class ArtifactsConfig(_Table):
 
 
 class HookConfig(_Table):
-    """A lifecycle hook (`fabro_git/hooks/lifecycle.py` fires it). `script` and
+    """A lifecycle hook (`fabro_git/engine/lifecycle.py` fires it). `script` and
     `command` are one shell line under two names; `timeout` ("30s") and `timeout_ms`
     say the same thing, `timeout_ms` first."""
 
@@ -438,6 +438,11 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
                 fail([*where, "url"], f"expected an http:// or https:// URL, got {hook.url!r}")
             if scheme == "http" and hook.tls != "off":
                 fail([*where, "url"], 'a plain http:// URL needs `tls = "off"`; use https://')
+        if hook.max_tool_rounds is not None and hook.max_tool_rounds < 0:
+            fail(
+                [*where, "max_tool_rounds"],
+                f"expected a number of tool rounds (0 or more), got {hook.max_tool_rounds}",
+            )
         if hook.timeout_ms is not None and hook.timeout_ms <= 0:
             fail(
                 [*where, "timeout_ms"],

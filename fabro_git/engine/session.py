@@ -623,6 +623,7 @@ async def _drive(
     hooks: LifecycleHooks,
 ) -> RunResult:
     in_place = manifest.in_place
+    hooks.on_usage = cp.spend  # what a prompt or agent hook's model spends is the run's
     cut_off = cutoff.CutOff()
     if resuming:
         meta = recorder.meta_tip if recorder else None
