@@ -127,7 +127,7 @@ FIXED_SCRIPT = NEEDS_FIX.replace("test -f fixed.txt", "test -f made.txt")
 def test_resume_workflow_takes_a_corrected_workflow_from_the_failed_stage_on(
     repo: Path, tmp_path: Path
 ) -> None:
-    _path, run_id, stderr = _failed_run(repo, tmp_path, WRONG_SCRIPT)
+    _path, run_id, _stderr = _failed_run(repo, tmp_path, WRONG_SCRIPT)
     fixed = tmp_path / "fixed.fabro"
     fixed.write_text(FIXED_SCRIPT)
     meta_before = _ref(repo, f"refs/fabro/meta/{run_id}")
