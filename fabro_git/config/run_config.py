@@ -20,7 +20,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -202,6 +202,9 @@ class RunSection(_Table):
     hooks: list[HookConfig] = msgspec.field(default_factory=list)
     git: GitConfig | None = None
     sandbox: SandboxConfig | None = None
+    # US dollars the run may spend on models: past it, the run stops at its next
+    # checkpoint, resumable (`--max-cost`). Declarative: it acts only by stopping.
+    max_cost: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
 
 class WorkflowSection(_Table):
@@ -304,8 +307,11 @@ def flag_layer(
     model: str | None = None,
     provider: str | None = None,
     push_remote: str | None = None,
+    max_cost: float | None = None,
 ) -> Layer:
     run: dict[str, Any] = {}
+    if max_cost is not None:
+        run["max_cost"] = max_cost
     if push_remote is not None:
         run["git"] = {"push_remote": push_remote}
     if goal is not None:

@@ -183,6 +183,8 @@ TRAILER_RUN = "Fabro-Run"
 TRAILER_COMPLETED = "Fabro-Completed"
 TRAILER_CHECKPOINT = "Fabro-Checkpoint"
 TRAILER_BRANCH = "Fabro-Branch"
+# On the merge commit `resume --rebase REV` adds to a run branch: the commit merged.
+TRAILER_REBASED_ONTO = "Fabro-Rebased-Onto"
 _SNAPSHOT_SUBJECT_RE = re.compile(r"^checkpoint (?P<node>.+)@(?P<visit>\d+)$")
 
 
