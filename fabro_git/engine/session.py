@@ -1163,7 +1163,9 @@ def _undo_unfinished_visit(cp: Checkpoint, node_id: str) -> None:
 
 
 def write_json_result(result: RunResult) -> None:
-    sys.stdout.write(msgspec.json.encode(result.to_json()).decode() + "\n")
+    from fabro_git.terminal import json_printable
+
+    sys.stdout.write(json_printable(msgspec.json.encode(result.to_json()).decode()) + "\n")
     sys.stdout.flush()
 
 
