@@ -380,7 +380,7 @@ class StreamMasker(Generic[Chunk]):
         first: StreamMasker[Chunk] | None = None,
     ) -> None:
         # The pass before this one (the values'), whose output this one masks.
-        self._first = first
+        self._first: StreamMasker[Chunk] | None = first
         self._pattern: re.Pattern[Chunk] = pattern
         self._replace: Callable[[re.Match[Chunk]], Chunk] = replace
         self._literal: Mapping[Chunk, Chunk] = literal
