@@ -53,6 +53,7 @@ def matches(row: RunRow, filters: list[tuple[str, str]], labels: dict[str, str])
 
 
 def run(*, json_output: bool, filters: list[str] | None = None) -> int:
+    from fabro_git.events.render import format_cost
     from fabro_git.store.repo import GitRepo
 
     wanted = parse_filters(filters or [])
@@ -96,7 +97,7 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
         ]
     if any(r.cost for r in rows):
         table = [(*table[0], "COST")] + [
-            (*line, f"${r.cost:.2f}" if r.cost else "-")
+            (*line, format_cost(r.cost) if r.cost else "-")
             for line, r in zip(table[1:], rows, strict=True)
         ]
     if any(labels[r.run_id] for r in rows):

@@ -419,6 +419,7 @@ def _model_use(repo: Any, run_id: str) -> str | None:
     import msgspec
 
     from fabro_git.engine.checkpoint import Checkpoint
+    from fabro_git.events.render import format_cost
     from fabro_git.store import runs as runrefs
 
     try:
@@ -434,7 +435,7 @@ def _model_use(repo: Any, run_id: str) -> str | None:
         f"{tokens.total_tokens:,} tokens ({tokens.input_tokens:,} in / "
         f"{tokens.output_tokens:,} out)"
     )
-    return text + (f", about ${cp.total_cost:.4f}" if cp.total_cost else "")
+    return text + (f", about {format_cost(cp.total_cost)}" if cp.total_cost else "")
 
 
 def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
@@ -590,6 +591,8 @@ def resume(
     if not detached_child:
         print(f"resuming run {full_id}", file=sys.stderr)
     renderer = None if detached_child else _renderer(output)
+    if renderer is not None:
+        renderer.stages_before = cp.stage_index  # the end line counts the whole run
     if renderer is not None and (output == "all" or renderer.live):
         options.on_output = renderer.command_line
     with _disk_full_names_the_run(full_id):
