@@ -370,9 +370,11 @@ def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: 
         write_json_result(result)
     run_id = result.run_id
     if result.status == "interrupted":
-        print(
-            f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`", file=sys.stderr
-        )
+        if not shown:  # else the run's own notice said it, with the resume command
+            print(
+                f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`",
+                file=sys.stderr,
+            )
     elif result.error:
         if not shown:
             from fabro_git import redact
