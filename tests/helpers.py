@@ -260,3 +260,23 @@ def run_config_passing(repo: Path, *names: str, workflow: str = "wf.fabro") -> s
     lines += [f'{name} = "{{{{ env.{name} }}}}"\n' for name in names]
     config.write_text("".join(lines))
     return str(config)
+
+
+def received_within(fd: int, seconds: float) -> bytes:
+    """What the pty `fd` receives within `seconds`: nothing, when all is quiet (to show
+    that nothing is drawn after a prompt)."""
+    import select
+    import time
+
+    got = b""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        if select.select([fd], [], [], left)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got

@@ -79,6 +79,8 @@ def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
         begin = _parse_ts(summary.started)
         if begin is not None:
             duration = int((datetime.now(begin.tzinfo) - begin).total_seconds() * 1000)
+    elif summary.status == "running":
+        duration = _killed_run_duration(repo, run_id, summary)
     return RunRow(
         run_id,
         summary.workflow,
@@ -180,6 +182,36 @@ def missing_in_run(run_id: str, detail: str) -> FabroError:
         f"an earlier checkpoint that is whole (`git fabro rewind {run_id} --list`, "
         f"then `git fabro resume {run_id}`)",
     )
+
+
+def _killed_run_duration(repo: Any, run_id: str, summary: Any) -> int | None:
+    """A run killed outright recorded no end: it ran on after its last checkpoint until
+    its last event, which this repository's live tail holds (if it ran here)."""
+    counted = summary.active_ms
+    checkpoint = _parse_ts(summary.updated or summary.started)
+    last = _last_event_time(tail_path(repo, run_id))
+    if counted is None or checkpoint is None or last is None or last.tzinfo != checkpoint.tzinfo:
+        return counted
+    return counted + max(0, int((last - checkpoint).total_seconds() * 1000))
+
+
+def _last_event_time(tail: Path) -> datetime | None:
+    """The time of the last whole event in a live tail, read from its end."""
+    import msgspec
+
+    try:
+        with tail.open("rb") as fh:
+            fh.seek(0, 2)
+            fh.seek(max(0, fh.tell() - 65536))
+            end = fh.read()
+    except OSError:
+        return None
+    for line in reversed(end.split(b"\n")):
+        with contextlib.suppress(msgspec.DecodeError, AttributeError):
+            when = _parse_ts(str(msgspec.json.decode(line).get("ts", "")))
+            if when is not None:
+                return when
+    return None
 
 
 def tail_path(repo: Any, run_id: str) -> Path:

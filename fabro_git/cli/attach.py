@@ -71,56 +71,74 @@ def _result(repo: Any, run_id: str) -> int:
 
 
 async def _attached(repo: Any, run_id: str, output: str) -> None:
+    events = _RunEvents(repo, run_id, output)
     async with trio.open_nursery() as nursery:
-        gates = _Gates(repo, run_id)
+        gates = _Gates(repo, run_id, before_asking=events.catch_up)
         nursery.start_soon(gates.follow)
-        await _follow_events(repo, run_id, output)
+        await events.follow()
         nursery.cancel_scope.cancel()
 
 
-async def _follow_events(repo: Any, run_id: str, output: str) -> None:
-    """Render the run's events until it ends and its last lines are drawn."""
-    from fabro_git.cli._runs import tail_path
-    from fabro_git.cli.logs import durable_events
-    from fabro_git.engine.lock import is_live
-    from fabro_git.events.bus import last_event_id, tail_after
-    from fabro_git.events.render import ProgressRenderer
-    from fabro_git.store import runs as runrefs
+class _RunEvents:
+    """The run's events drawn as they come: what git holds, then the live tail. A gate
+    catches up on them before it asks, so the stage that led to it is shown ended and the
+    spinner has stepped aside (the run writes its `interview.started` to the tail before
+    it opens the gate)."""
 
-    renderer = ProgressRenderer(stream=sys.stderr, output=output)
-    meta = repo.read_ref(runrefs.meta_ref(run_id))
-    durable = durable_events(repo, meta) if meta else b""
-    tail = tail_path(repo, run_id)
-    offset = 0
-    backlog = durable
-    if tail.exists():
-        data = tail.read_bytes()
-        offset = len(data)
-        backlog += tail_after(data, last_event_id(durable))
-    _render(renderer, backlog)
-    pending = b""
-    idle_checks = 0
-    git_dir = Path(repo.git_dir)
-    try:
-        while True:
-            chunk = b""
-            if tail.exists():
-                with tail.open("rb") as fh:
-                    fh.seek(offset)
-                    chunk = fh.read()
-            if chunk:
-                offset += len(chunk)
-                complete, _, pending = (pending + chunk).rpartition(b"\n")
-                _render(renderer, complete)
-                idle_checks = 0
-                continue
-            if not is_live(git_dir, run_id):
-                idle_checks += 1
-                if idle_checks >= 3:  # let the final lines land before stopping
-                    return
-            await trio.sleep(0.1)
-    finally:
-        renderer.close()
+    def __init__(self, repo: Any, run_id: str, output: str) -> None:
+        from fabro_git.cli._runs import tail_path
+        from fabro_git.events.render import ProgressRenderer
+
+        self.repo = repo
+        self.run_id = run_id
+        self.renderer = ProgressRenderer(stream=sys.stderr, output=output)
+        self.tail = tail_path(repo, run_id)
+        self.offset = 0
+        self.pending = b""
+
+    def catch_up(self) -> bool:
+        """Draw what the tail holds beyond what was drawn; whether there was any."""
+        if not self.tail.exists():
+            return False
+        with self.tail.open("rb") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read()
+        if not chunk:
+            return False
+        self.offset += len(chunk)
+        complete, _, self.pending = (self.pending + chunk).rpartition(b"\n")
+        _render(self.renderer, complete)
+        return True
+
+    async def follow(self) -> None:
+        """Render the run's events until it ends and its last lines are drawn."""
+        from fabro_git.cli.logs import durable_events
+        from fabro_git.engine.lock import is_live
+        from fabro_git.events.bus import last_event_id, tail_after
+        from fabro_git.store import runs as runrefs
+
+        meta = self.repo.read_ref(runrefs.meta_ref(self.run_id))
+        durable = durable_events(self.repo, meta) if meta else b""
+        backlog = durable
+        if self.tail.exists():
+            data = self.tail.read_bytes()
+            self.offset = len(data)
+            backlog += tail_after(data, last_event_id(durable))
+        _render(self.renderer, backlog)
+        idle_checks = 0
+        git_dir = Path(self.repo.git_dir)
+        try:
+            while True:
+                if self.catch_up():
+                    idle_checks = 0
+                    continue
+                if not is_live(git_dir, self.run_id):
+                    idle_checks += 1
+                    if idle_checks >= 3:  # let the final lines land before stopping
+                        return
+                await trio.sleep(0.1)
+        finally:
+            self.renderer.close()
 
 
 def _render(renderer: Any, data: bytes) -> None:
@@ -138,7 +156,7 @@ def _render(renderer: Any, data: bytes) -> None:
 class _Gates:
     """The run's open gates, shown as they open; a line typed here answers the first."""
 
-    def __init__(self, repo: Any, run_id: str) -> None:
+    def __init__(self, repo: Any, run_id: str, *, before_asking: Callable[[], object]) -> None:
         from fabro_git.cli.run import stdin_answers
         from fabro_git.config.locations import run_scratch_dir
         from fabro_git.engine.lock import is_live
@@ -148,6 +166,7 @@ class _Gates:
         self.live: Callable[[], bool] = lambda: is_live(Path(repo.git_dir), run_id)
         self.can_answer = stdin_answers()
         self.open: dict[int, Question] = {}
+        self._before_asking = before_asking
         self._opened = trio.Event()  # set while a question is open
 
     async def follow(self) -> None:
@@ -179,6 +198,7 @@ class _Gates:
             if message.get("by") == "terminal":
                 from fabro_git.terminal import printable
 
+                self._before_asking()
                 answer = printable(str(message.get("answer")), one_line=True)
                 print(f"\n(answered at the run's terminal: {answer})", file=sys.stderr)
             if was_first and self.open:
@@ -189,6 +209,7 @@ class _Gates:
     def _show(self, gate_id: int) -> None:
         from fabro_git.engine.interviewer import format_question
 
+        self._before_asking()
         text = format_question(self.open[gate_id])
         if not self.can_answer:
             text += "(this terminal cannot answer: attach from one whose stdin is a terminal)\n"

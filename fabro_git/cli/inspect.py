@@ -62,6 +62,7 @@ def run(run_id: str, *, json_output: bool) -> int:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
     from fabro_git.cli import _colour as colour
+    from fabro_git.events.render import format_cost
     from fabro_git.terminal import printable
 
     on = colour.wanted(sys.stdout)
@@ -77,7 +78,7 @@ def run(run_id: str, *, json_output: bool) -> int:
         f"meta       {runrefs.meta_ref(full_id)} @ {meta[:12]}",
         f"started    {cp.started_at}",
         f"active     {format_ms(cp.active_ms)}",
-        *([f"cost       ${cp.total_cost:.4f}"] if cp.total_cost else []),
+        *([f"cost       {format_cost(cp.total_cost)}"] if cp.total_cost else []),
         *([_tokens_line(cp.tokens)] if cp.tokens.total_tokens else []),
         f"last node  {cp.current_node or '-'}",
         f"next node  {cp.next_node_id or '-'}",
@@ -159,6 +160,7 @@ def show_retro(run_id: str, *, json_output: bool) -> int:
 def _render_retro(doc: dict[str, Any]) -> str:
     from fabro_git.cli import _colour as colour
     from fabro_git.cli._runs import format_ms
+    from fabro_git.events.render import format_cost
     from fabro_git.terminal import printable
 
     on = colour.wanted(sys.stdout)
@@ -176,7 +178,7 @@ def _render_retro(doc: dict[str, Any]) -> str:
         f"duration   {format_ms(doc.get('duration_ms'))}",
         f"stages     {agg.get('stages', 0)}" + (f" ({counts})" if counts else ""),
         f"retries    {agg.get('total_retries', 0)}",
-        f"cost       {'$' + format(cost, '.4f') if cost is not None else '-'}"
+        f"cost       {format_cost(cost) if cost is not None else '-'}"
         + (
             f" ({agg.get('input_tokens', 0)} tokens in, {agg.get('output_tokens', 0)} out)"
             if agg.get("input_tokens") or agg.get("output_tokens")
@@ -196,7 +198,7 @@ def _render_retro(doc: dict[str, Any]) -> str:
                     str(stage.get("status")),
                     format_ms(stage.get("duration_ms")),
                     str(stage.get("retries", 0)),
-                    f"${stage_cost:.4f}" if stage_cost is not None else "-",
+                    format_cost(stage_cost) if stage_cost is not None else "-",
                     str(len(stage.get("files_touched") or [])),
                 )
             )

@@ -53,6 +53,7 @@ def matches(row: RunRow, filters: list[tuple[str, str]], labels: dict[str, str])
 
 
 def run(*, json_output: bool, filters: list[str] | None = None) -> int:
+    from fabro_git.events.render import format_cost
     from fabro_git.store.repo import GitRepo
 
     wanted = parse_filters(filters or [])
@@ -96,10 +97,8 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
         ]
     spent = sum(r.cost or 0.0 for r in rows)
     if spent:
-        from fabro_git.llm.usage import dollars
-
         table = [(*table[0], "COST")] + [
-            (*line, dollars(r.cost) if r.cost else "-")
+            (*line, format_cost(r.cost) if r.cost else "-")
             for line, r in zip(table[1:], rows, strict=True)
         ]
     if any(labels[r.run_id] for r in rows):
@@ -122,5 +121,7 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
         out.write("  ".join(cells).rstrip() + "\n")
     if spent:
         # What the runs listed cost together, under the table.
-        out.write(f"total {dollars(spent)} over {len(rows)} run{'s' if len(rows) != 1 else ''}\n")
+        out.write(
+            f"total {format_cost(spent)} over {len(rows)} run{'s' if len(rows) != 1 else ''}\n"
+        )
     return 0

@@ -414,9 +414,11 @@ def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: 
             file=sys.stderr,
         )
     elif result.status == "interrupted":
-        print(
-            f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`", file=sys.stderr
-        )
+        if not shown:  # else the run's own notice said it, with the resume command
+            print(
+                f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`",
+                file=sys.stderr,
+            )
     elif result.error:
         if not shown:
             from fabro_git import redact
@@ -484,6 +486,7 @@ def _model_use(repo: Any, run_id: str) -> str | None:
     import msgspec
 
     from fabro_git.engine.checkpoint import Checkpoint
+    from fabro_git.events.render import format_cost
     from fabro_git.store import runs as runrefs
 
     try:
@@ -499,7 +502,7 @@ def _model_use(repo: Any, run_id: str) -> str | None:
         f"{tokens.total_tokens:,} tokens ({tokens.input_tokens:,} in / "
         f"{tokens.output_tokens:,} out)"
     )
-    return text + (f", about ${cp.total_cost:.4f}" if cp.total_cost else "")
+    return text + (f", about {format_cost(cp.total_cost)}" if cp.total_cost else "")
 
 
 def _recorded_max_cost(settings: dict[str, Any]) -> float | None:
@@ -511,10 +514,10 @@ def _recorded_max_cost(settings: dict[str, Any]) -> float | None:
 def _check_spending(run_id: str, spent: float, cap: float | None) -> None:
     """A run already past its cap would stop again after one more stage: refuse."""
     if cap is not None and spent > cap:
-        from fabro_git.llm.usage import dollars
+        from fabro_git.events.render import format_cost
 
         raise ConfigError(
-            f"run {run_id} has spent about {dollars(spent)}, past its cap of {dollars(cap)}",
+            f"run {run_id} has spent about {format_cost(spent)}, past its cap of {format_cost(cap)}",
             hint=f"continue with a higher cap: `git fabro resume {run_id} --max-cost USD`",
         )
 
@@ -711,6 +714,8 @@ def resume(
     if not detached_child:
         print(f"resuming run {full_id}", file=sys.stderr)
     renderer = None if detached_child else _renderer(output)
+    if renderer is not None:
+        renderer.stages_before = cp.stage_index  # the end line counts the whole run
     if renderer is not None and (output == "all" or renderer.live):
         options.on_output = renderer.command_line
     with _disk_full_names_the_run(full_id):

@@ -70,10 +70,12 @@ class SpendingCapReached(Exception):
     checkpoint just saved: the run stops there, resumable as after an interrupt."""
 
     def __init__(self, cost: float, cap: float) -> None:
-        from fabro_git.llm.usage import dollars
+        from fabro_git.events.render import format_cost
 
         self.cost, self.cap = cost, cap
-        super().__init__(f"the run has spent about {dollars(cost)}, past its cap of {dollars(cap)}")
+        super().__init__(
+            f"the run has spent about {format_cost(cost)}, past its cap of {format_cost(cap)}"
+        )
 
 
 class Options(msgspec.Struct):

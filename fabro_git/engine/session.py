@@ -742,7 +742,7 @@ async def _drive(
         await trio.to_thread.run_sync(
             _restore_artifacts, repo, run_id, recorder.meta_tip, cp, scratch
         )
-    if resuming:
+    if resuming and _has_begun(cp, scratch):
         emit(
             ev.RunNotice(
                 level="info",
@@ -937,6 +937,17 @@ def _actor(value: Any) -> Actor:
     if isinstance(value, dict) and isinstance(value.get("login"), str):
         return Actor(kind="user", login=value["login"], auth_method="local")
     return Actor(kind="user", auth_method="local")
+
+
+def _has_begun(cp: Checkpoint, scratch: Path) -> bool:
+    """Whether an earlier process started this run: `run -d` has its detached child load
+    the run it just created the way a resume does, and that first start is no resume."""
+    return (
+        cp.status != "running"
+        or cp.stage_index > 0
+        or bool(cp.node_visits)
+        or _tail_has(scratch, cp.last_event_id, "run.started")
+    )
 
 
 def _tail_has(scratch: Path, last_event_id: str | None, event: str) -> bool:

@@ -63,8 +63,18 @@ def _sha(value: Any) -> str:
     return str(value)[:10] if value else "?"
 
 
+def format_cost(dollars: float) -> str:
+    """A cost in one format wherever one is shown: `$12.34`; under a dollar, four places,
+    so a small run's cost is seen (`$0.0067`, not `$0.01`)."""
+    if dollars >= 1:
+        return f"${dollars:,.2f}"
+    if 0 < dollars < 0.00005:
+        return "<$0.0001"
+    return f"${dollars:.4f}"
+
+
 def _cost(value: Any) -> str:
-    return f"${value:.2f}" if isinstance(value, int | float) else ""
+    return format_cost(value) if isinstance(value, int | float) else ""
 
 
 def _node_name(event: dict[str, Any]) -> str:
@@ -320,7 +330,12 @@ class ProgressRenderer:
             live = bool(isatty and isatty()) and os.environ.get("TERM") != "dumb"
         self.live = live
         self._running: dict[str, tuple[str, float, str]] = {}  # key -> (name, start, doing)
+        # Stages ended: those this renderer saw, after `stages_before` ended in earlier
+        # processes (set by resume), so the end line counts the whole run as its time and
+        # cost do; a resumed run's end line says so.
+        self.stages_before = 0
         self._stages_done = 0
+        self._resumed = False
         self._display: _LiveDisplay | None = None
         # Stages whose output was shown line by line as it came (`command_line`).
         self._streamed: set[str] = set()
@@ -440,6 +455,7 @@ class ProgressRenderer:
                     )
                 ]
             case "run.notice":
+                self._resumed = self._resumed or p.get("code") == "resumed"
                 level = str(p.get("level", "info"))
                 word = {"warn": "warning", "error": "error"}.get(level, "note")
                 style = {"warn": "yellow", "error": "red"}.get(level, "dim")
@@ -447,12 +463,13 @@ class ProgressRenderer:
             case "run.completed":
                 status = str(p.get("status", "?"))
                 mark, style = _MARK.get(status, ("•", ""))
-                extras = [_plural(self._stages_done, "stage")]
+                extras = [_plural(self.stages_before + self._stages_done, "stage")]
                 if p.get("total_cost") is not None:
                     extras.append(_cost(p["total_cost"]))
+                scope = "whole run: " if self._resumed or self.stages_before else ""
                 text = (
                     f"Run {_status(status)} in {format_duration(p.get('duration_ms'))}"
-                    f" ({', '.join(extras)})"
+                    f" ({scope}{', '.join(extras)})"
                 )
                 return [_Line(text, f"bold {style}".strip(), mark)]
             case "run.failed":

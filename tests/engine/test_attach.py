@@ -18,6 +18,7 @@ from helpers import (
     fabro_exe,
     git,
     read_until,
+    received_within,
     run_events,
     run_fabro,
     write_workflow,
@@ -58,6 +59,11 @@ class _Terminal:
 
     def type(self, text: str) -> None:
         os.write(self.leader, text.encode())
+
+    def received_within(self, seconds: float) -> bytes:
+        got = received_within(self.leader, seconds)
+        self.seen += got
+        return got
 
     def close(self) -> int:
         try:
@@ -100,6 +106,34 @@ def test_attach_answers_a_detached_runs_gate(repo: Path) -> None:
     again = run_fabro("attach", run_id[:10], cwd=repo)
     assert again.returncode == 0, again.stderr
     assert f"run {run_id} succeeded" in again.stderr and "Result: branch" in again.stderr
+
+
+def test_attach_shows_the_stage_before_its_gate_then_asks_cleanly(repo: Path) -> None:
+    """A gate that opens while attached: the stage that led to it is shown ended first,
+    the spinner is gone, and the question ends at a `>` prompt nothing draws over."""
+    started = run_fabro("run", "human-gate", "-d", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    term = _Terminal([*fabro_exe(), "attach", run_id], repo)
+    try:
+        term.read_until(b"\n> ")
+        term.type("R\n")  # the revise stage runs while attached, then the gate asks again
+        text = term.read_until(b"\n> ", count=2)
+        after = term.received_within(0.6)
+        assert after == b"", after  # no spinner redrawn over the prompt
+        term.type("A\n")
+        text = term.read_until(b"Result: branch")
+        code = term.close()
+    finally:
+        if term.proc.poll() is None:
+            term.proc.kill()
+            term.close()
+    assert code == 0, text
+    second = text[text.index("\n> ") + 3 :]
+    asked = second[: second.index("\n> ")]
+    assert asked.index("Revise (revise): succeeded") < asked.index("? Publish these notes?"), asked
+    question = asked[asked.index("? Publish these notes?") :]
+    assert "[A] Approve" in question and "[R] Revise" in question, asked
 
 
 def test_attach_to_an_ended_or_unknown_run(repo: Path) -> None:

@@ -67,3 +67,20 @@ def test_detach_warns_about_gates_it_cannot_ask(repo: Path) -> None:
     quiet = run_fabro("run", "human-gate", "-d", "--auto-approve", cwd=repo)
     assert "human gates" not in quiet.stderr
     run_fabro("logs", quiet.stdout.strip(), "-f", cwd=repo, timeout=120)
+
+
+def test_a_detached_run_is_not_called_resumed(repo: Path, tmp_path: Path) -> None:
+    """`run -d` starts its run in a child process that loads it from git: that is the
+    run's start, not a resume; a real resume still says it is one."""
+    go = tmp_path / "go"
+    write_workflow(repo, SLOW_START.replace('script="echo two"', f'script="test -e {go}"'))
+    started = run_fabro("run", "wf.fabro", "-d", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    assert run_fabro("wait", run_id, cwd=repo, timeout=120).returncode == 1
+    pretty = run_fabro("logs", run_id, "--pretty", cwd=repo).stdout
+    assert "run.started" in pretty and "resum" not in pretty, pretty
+    go.touch()
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    assert "note: resuming from checkpoint after two; next: two" in resumed.stderr

@@ -5,28 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import subprocess
-import time
 from pathlib import Path
 
-from helpers import TERMINAL_ESCAPES, fabro_exe, read_until
-
-
-def _drain(fd: int, seconds: float) -> bytes:
-    """Whatever the terminal receives within `seconds` (nothing, when all is quiet)."""
-    got = b""
-    end = time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
-        if select.select([fd], [], [], left)[0]:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            got += chunk
-    return got
+from helpers import TERMINAL_ESCAPES, fabro_exe, read_until, received_within
 
 
 def test_gate_on_a_terminal_is_asked_cleanly(repo: Path) -> None:
@@ -48,7 +30,7 @@ def test_gate_on_a_terminal_is_asked_cleanly(repo: Path) -> None:
     try:
         seen = read_until(leader, b"\n> ", b"")
         # Asked: the spinner must not redraw over the prompt while a person types.
-        quiet = _drain(leader, 0.6)
+        quiet = received_within(leader, 0.6)
         assert quiet == b"", quiet
         os.write(leader, b"A\n")
         seen = read_until(leader, b"Result: branch", seen + quiet)

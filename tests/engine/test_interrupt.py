@@ -99,7 +99,8 @@ def test_interrupt_stops_the_stage_checkpoints_and_resumes(
         assert proc.returncode == 130, stderr
     assert took < 5, f"took {took:.1f}s to stop"
     assert "Traceback" not in stderr
-    assert f"git fabro resume {run_id}" in stderr
+    # Said once: the run's own notice, with no second line from the command repeating it.
+    assert stderr.count(f"git fabro resume {run_id}") == 1, stderr
     # The stage's shell and its sleep are gone (they ran in their own session, so only
     # the engine could have stopped them).
     assert stage and not [
@@ -217,3 +218,42 @@ def test_ctrl_c_at_a_human_gate_waiting_on_the_terminal(repo: Path, tmp_path: Pa
         e for e in events if e["event"] == "edge.selected" and e["properties"]["from_node"] == "ask"
     ]
     assert [e["properties"]["label"] for e in edge] == ["[N] No"]
+
+
+def test_a_killed_run_shows_how_long_it_ran(repo: Path, tmp_path: Path) -> None:
+    """A run killed outright records no end: `ps` shows it ran from its start to its
+    last event, not the time its last checkpoint had counted."""
+    workflow = tmp_path / "slow.fabro"
+    # `slow` times out after 2 s (no checkpoint meanwhile), and is tried again.
+    workflow.write_text(
+        "digraph Slow { start [shape=Mdiamond] exit [shape=Msquare]\n"
+        '  slow [shape=parallelogram, max_retries=1, timeout="2s", script="sleep 600"]\n'
+        "  start -> slow -> exit }\n"
+    )
+    proc = subprocess.Popen(
+        [*fabro_exe(), "run", str(workflow)],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        run_id = None
+        while run_id is None or not tail_has(run_id, "stage.retrying", "slow"):
+            assert proc.poll() is None and time.monotonic() < deadline
+            ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta")
+            run_id = ids.split()[0] if ids.split() else None
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    for pid in pids_with_env(FABRO_RUN_ID=run_id, FABRO_NODE_ID="slow"):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    (row,) = [json.loads(line) for line in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()]
+    assert row["status"] == "interrupted"
+    assert row["duration_ms"] >= 2000, row
+    table = run_fabro("ps", cwd=repo).stdout.splitlines()
+    assert f"{row['duration_ms'] / 1000:.1f}s" in table[1], table

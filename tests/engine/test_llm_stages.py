@@ -465,5 +465,6 @@ def test_the_runs_cost_is_summed_and_shown(repo: Path, llm_server: LlmServer) ->
     row = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])
     assert row["total_cost"] == pytest.approx(cost)
     table = run_fabro("ps", cwd=repo).stdout.splitlines()
-    assert table[0].split()[-1] == "COST" and table[1].endswith(f"${cost:.2f}")
-    assert f"cost       ${cost:.4f}" in run_fabro("inspect", run_id, cwd=repo).stdout
+    shown = f"${cost:,.2f}" if cost >= 1 else f"${cost:.4f}"  # one format everywhere
+    assert table[0].split()[-1] == "COST" and table[1].endswith(shown)
+    assert f"cost       {shown}" in run_fabro("inspect", run_id, cwd=repo).stdout

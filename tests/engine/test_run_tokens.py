@@ -91,3 +91,32 @@ def test_a_run_without_model_calls_shows_no_tokens(repo: Path) -> None:
     assert done["properties"].get("usage") is None
     assert "TOKENS" not in run_fabro("ps", cwd=repo).stdout
     assert "tokens" not in run_fabro("inspect", run_id, cwd=repo).stdout
+
+
+def test_a_resumed_runs_summary_counts_the_whole_run_in_one_cost_format(
+    repo: Path, llm_server: LlmServer, tmp_path: Path
+) -> None:
+    """After a resume, the end line's stages, time and cost are all the whole run's, and
+    it says so; its cost reads as the model line's does, small costs included, and as
+    `ps` and `inspect` show it."""
+    go = tmp_path / "go"
+    write_workflow(
+        repo,
+        FLOW.replace('script="echo noted"', f'script="test -e {go} && echo noted"'),
+    )
+    llm_server.script(
+        Reply(text="asked", input_tokens=1000, output_tokens=100),
+        Reply(text="worked", input_tokens=1000, output_tokens=100),
+    )
+    proc = run_fabro("run", "wf.fabro", "--goal", "count", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    [run_id] = set(re.findall(r"git fabro resume ([0-9A-Z]{26})", proc.stderr))
+    go.touch()
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    # claude-sonnet-4-6 at $3 in and $15 out per million tokens: 2,000 in and 200 out.
+    assert "(whole run: 6 stages, $0.0090)" in resumed.stderr, resumed.stderr
+    assert "about $0.0090" in resumed.stderr
+    assert "$0.01" not in resumed.stderr
+    assert "$0.0090" in run_fabro("ps", cwd=repo).stdout
+    assert "cost       $0.0090" in run_fabro("inspect", run_id, cwd=repo).stdout

@@ -202,7 +202,7 @@ def test_progress_plain_lines() -> None:
         "review: started (command)",
         "review: failed in 2m05s: exit 1",
         "  branch branch_a: partially succeeded in 5.0s",
-        "Run failed in 45.0s (2 stages, $0.15)",
+        "Run failed in 45.0s (2 stages, $0.1500)",
     ]
 
 
