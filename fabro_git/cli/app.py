@@ -102,11 +102,14 @@ def validate(
         typer.Argument(help="Workflow files to check.", show_default=False, metavar="FILE..."),
     ],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Fail (exit 1) on warnings too, not only errors.")
+    ] = False,
 ) -> None:
     """Check workflow files and print their diagnostics."""
     from fabro_git.cli import validate as impl
 
-    raise typer.Exit(impl.run(files, json_output=json_output))
+    raise typer.Exit(impl.run(files, json_output=json_output, strict=strict))
 
 
 @command()
@@ -234,6 +237,12 @@ def run(
             metavar="REMOTE",
         ),
     ] = None,
+    allow_typos: Annotated[
+        bool,
+        typer.Option(
+            "--allow-typos", help="Run even when validation finds typos (did-you-mean warnings)."
+        ),
+    ] = False,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -257,6 +266,7 @@ def run(
             push_remote=push_remote,
             retro=not no_retro,
             retro_narrative=retro_narrative,
+            allow_typos=allow_typos,
         )
     )
 

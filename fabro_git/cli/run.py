@@ -79,6 +79,7 @@ def _build_spec(
     inputs: list[str],
     labels: list[str],
     options: Any,
+    allow_typos: bool = False,
 ) -> Any:
     from fabro_git.config.run_config import default_layers, effective_config, flag_layer, load_layer
     from fabro_git.engine.session import RunSpec
@@ -136,6 +137,8 @@ def _build_spec(
             path=path,
             hint=f"see `git fabro validate {path}`",
         )
+    if not allow_typos:
+        _refuse_typos(path, diagnostics)
     from fabro_git.engine.session import check_options
     from fabro_git.engine.templating import render_goal, render_graph
     from fabro_git.workflow.paths import descendants
@@ -197,6 +200,32 @@ def _print_warnings(path: Path, diagnostics: list[Any]) -> None:
             print(format_diagnostic(path, diagnostic), file=sys.stderr)
 
 
+def _refuse_typos(path: Path, diagnostics: list[Any]) -> None:
+    """A typo with a close known spelling runs, but not as meant: an ignored `promt=`
+    makes the stage an agent with no instruction, a misspelt `conditon=` makes its edge
+    unconditional. Stop before the run costs anything, and name each fix."""
+    from fabro_git.workflow.validation import typos
+
+    slips = typos(diagnostics)
+    if not slips:
+        return
+    lines = []
+    for slip in slips:
+        assert slip.typo is not None
+        written, meant = slip.typo
+        child = " (in its child workflow)" if slip.rule == "child_workflow" else ""
+        lines.append(
+            f"  {path}:{slip.line or 0}:{slip.column or 0}: {written!r} -> {meant!r}{child}"
+        )
+    count = f"{len(slips)} typo" + ("" if len(slips) == 1 else "s")
+    raise WorkflowError(
+        f"{count} found; as written the workflow would not do what they mean, so "
+        "nothing ran:\n" + "\n".join(lines),
+        path=path,
+        hint="fix them as shown, or pass --allow-typos to run the workflow as it stands",
+    )
+
+
 def _take_named_files(graph: Any) -> None:
     """Read every file the workflow names, once: the run reads them from this snapshot
     (and records it), so what it runs is what was validated, on every machine."""
@@ -238,6 +267,7 @@ def run(
     push_remote: str | None = None,
     retro: bool = True,
     retro_narrative: bool = False,
+    allow_typos: bool = False,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -268,6 +298,7 @@ def run(
         inputs=inputs,
         labels=labels,
         options=options,
+        allow_typos=allow_typos,
     )
     _use_run_author(repo, spec.settings)
     check_answers(spec.graph, options.answers)
