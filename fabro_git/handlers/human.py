@@ -9,8 +9,8 @@ from typing import Any
 
 import trio
 
-from fabro_git.engine.edges import accelerator_key, normalize_label
-from fabro_git.engine.interviewer import Choice, Question
+from fabro_git.engine.edges import accelerator_key
+from fabro_git.engine.interviewer import Choice, Question, match
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
 from fabro_git.events.catalogue import InterviewCompleted, InterviewStarted, InterviewTimeout
@@ -24,18 +24,6 @@ def gate_choices(graph: Graph, node: Node) -> list[Choice]:
         label = edge.label or edge.target
         result.append(Choice(accelerator_key(label), label, edge.target, edge.freeform))
     return result
-
-
-def match(answer: str, choices: list[Choice]) -> Choice | None:
-    text = answer.strip()
-    fixed = [c for c in choices if not c.freeform]
-    for c in fixed:
-        if c.key and text.lower() == c.key.lower():
-            return c
-    for c in fixed:
-        if normalize_label(text) == normalize_label(c.label) or text == c.target:
-            return c
-    return None
 
 
 def _what_it_is_about(context: Mapping[str, Any]) -> str:
