@@ -42,7 +42,7 @@ from fabro_git.errors import DiskFull, FabroError, disk_full_in
 from fabro_git.events import catalogue as ev
 from fabro_git.events.envelope import EventProps
 from fabro_git.outputs.artifacts import ArtifactStore, ResolvedContext, referenced_names
-from fabro_git.workflow import Graph, Node
+from fabro_git.workflow import Edge, Graph, Node
 
 if TYPE_CHECKING:
     from fabro_git.engine.clean_start import CleanMark
@@ -1075,6 +1075,7 @@ class Runtime:
                 )
             return self._dead_end(scope, node, result, fanned_out=fanned_out)
         edge = selection.edge
+        self._notice_no_directive(scope, node, result, edge, selection.reason)
         if edge.loop_restart:
             if result.status == oc.FAILED and not may_cross_loop_restart(result.failure_class):
                 return Decision(
@@ -1106,6 +1107,50 @@ class Runtime:
             scope, node, result, edge.target, edge.label, edge.condition, selection.reason, False
         )
         return Decision(edge.target)
+
+    def _notice_no_directive(
+        self, scope: Scope, node: Node, result: Outcome, edge: Edge, reason: str
+    ) -> None:
+        """A reply with no directive where the node offers a choice of labelled or
+        conditional edges: say which edge it took and why, and how a reply chooses. A
+        reviewer that answers `ok` otherwise goes down an edge nobody chose, silently."""
+        if result.directive_given is not False:
+            return
+        edges = scope.graph.outgoing(node.id)
+        if len(edges) < 2 or not any(e.label or e.condition for e in edges):
+            return
+        qid = scope.qualified(node.id)
+        taken = f"{qid} -> {scope.qualified(edge.target)}"
+        if edge.label:
+            taken += f" ({edge.label!r})"
+        if reason == "condition":
+            why = f"it counts as {result.status}, and the condition {edge.condition!r} matched"
+        else:
+            unmatched = "no condition matched, and " if any(e.condition for e in edges) else ""
+            why = (
+                f"it counts as {result.status}; {unmatched}this is the unconditional edge "
+                "of highest weight (then first by target name)"
+            )
+        labels = [e.label for e in edges if e.label and not e.condition]
+        ask = (
+            f'{{"preferred_next_label": "{labels[0]}"}}'
+            if labels
+            else '{"outcome": "succeeded"|"failed"}'
+        )
+        message = (
+            f"{qid}'s reply gave no routing directive, so the run took {taken}: {why}; "
+            f"to choose, the reply ends with a JSON object such as {ask} "
+            "(see Replies in git-fabro(1))"
+        )
+        self.emit(
+            ev.RunNotice(
+                level="info" if reason == "condition" else "warn",
+                code="no_directive",
+                message=message,
+            ),
+            node_id=qid,
+            node_label=node.label,
+        )
 
     def _dead_end(self, scope: Scope, node: Node, result: Outcome, *, fanned_out: bool) -> Decision:
         """A stage that did not fail and has no edge to take ends its walk, as the exit would."""

@@ -174,6 +174,7 @@ def outcome_from_response(
         suggested_next_ids=[str(s) for s in suggested] if isinstance(suggested, list) else [],
         context_updates=updates,
         response=response,
+        directive_given=bool(directives),
     )
 
 

@@ -15,9 +15,11 @@ Choices worth knowing:
   reports the first combination that matches no edge. `outcome=succeeded` beside
   `outcome!=succeeded` is therefore fine; `outcome=succeeded` beside `outcome=failed`
   on an agent is not, since an agent may also finish `partially_succeeded`.
-- `orphan_custom_outcome` follows Fabro: a node that routes on `outcome=` and has no
-  unconditional edge warns, whatever the values; the message names any value no stage
-  reports. `prompt_on_llm_nodes` accepts a label (it becomes the instruction), and
+- `orphan_custom_outcome` warns for a node that routes on an `outcome=` value no stage
+  reports and has no unconditional edge. Fabro warns whatever the values, but for the
+  standard success/failure pair that warning is noise on every run, teaching users to
+  skip warnings: whether the values it names cover every outcome the node can report
+  is `all_conditional_edges`' question, which it answers exactly (an error when not). `prompt_on_llm_nodes` accepts a label (it becomes the instruction), and
   `stylesheet_model_known` knows catalogue ids and aliases, nothing else.
 - A few rules beyond the usual set: `attribute_value` (a typed attribute that does not
   parse, which would otherwise fail mid-run), `command_requires_script`,
@@ -1004,8 +1006,8 @@ def _all_conditional_edges(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _orphan_custom_outcome(check: _Check) -> Iterator[Diagnostic]:
-    """A node that routes on `outcome=` with no unconditional edge: an outcome the
-    conditions do not name (or misspell) leaves the run nowhere to go."""
+    """A node that routes on an `outcome=` value no stage reports, with no unconditional
+    edge: the run will never take that edge, and may find no edge at all."""
     graph = check.graph
     known = set(STANDARD_OUTCOMES) | {"retry"}
     for node in graph.nodes.values():
@@ -1022,14 +1024,16 @@ def _orphan_custom_outcome(check: _Check) -> Iterator[Diagnostic]:
                     tested.append((graph.edges[index], clause.offset, clause.value))
         if not tested:
             continue
-        edge, offset, _value = tested[0]
-        custom = sorted({v for _e, _o, v in tested if normalize_outcome(v) not in known})
-        extra = f"; no stage reports {', '.join(repr(v) for v in custom)}" if custom else ""
+        custom = [(e, o, v) for e, o, v in tested if normalize_outcome(v) not in known]
+        if not custom:
+            continue
+        edge, offset, _value = custom[0]
+        names = sorted({v for _e, _o, v in custom})
         yield check.on_node(
             "orphan_custom_outcome",
             WARNING,
             f"{node.id!r} routes on outcome= conditions but has no unconditional edge to "
-            f"fall back on when none matches{extra}",
+            f"fall back on when none matches; no stage reports {', '.join(map(repr, names))}",
             node,
             check.value_position(edge.positions.get("condition"), offset),
         )

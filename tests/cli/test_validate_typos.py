@@ -167,3 +167,15 @@ def test_validate_strict_fails_on_warnings_and_json_names_the_fix(tmp_path: Path
     clean = "digraph C {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  start -> exit\n}\n"
     (tmp_path / "clean.fabro").write_text(clean)
     assert run_fabro("validate", "--strict", "clean.fabro", cwd=tmp_path).returncode == 0
+
+
+def test_the_standard_success_failure_pair_validates_clean(tmp_path: Path) -> None:
+    (tmp_path / "pair.fabro").write_text(
+        "digraph P {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  test [shape=parallelogram, script="true"]\n  fix [shape=parallelogram, script="true"]\n'
+        '  start -> test\n  test -> exit [condition="outcome=success"]\n'
+        '  test -> fix [condition="outcome=fail"]\n  fix -> exit\n}\n'
+    )
+    proc = run_fabro("validate", "--strict", "pair.fabro", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.splitlines() == ["pair.fabro: valid - workflow 'P', 4 nodes, 4 edges"]
