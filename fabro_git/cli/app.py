@@ -471,7 +471,7 @@ def wait(
         str | None,
         typer.Option(
             "--timeout",
-            help="Give up after this long (30s, 10m, 2h); exit 124.",
+            help="Give up after this long (90 seconds, 30s, 10m, 2h); exit 124.",
             metavar="DURATION",
         ),
     ] = None,
