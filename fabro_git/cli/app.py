@@ -603,6 +603,23 @@ def diff(
     raise typer.Exit(impl.run(run_id, node, stat=stat))
 
 
+@command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def log(
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="A run (id, prefix or workflow name), then options for git log.",
+            show_default=False,
+            metavar="[RUN] [GIT-LOG-OPTIONS]...",
+        ),
+    ] = None,
+) -> None:
+    """git log over a run's metadata ref, or every run's."""
+    from fabro_git.cli import log as impl
+
+    raise typer.Exit(impl.run(args or []))
+
+
 @command()
 def doctor(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,

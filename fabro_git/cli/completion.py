@@ -18,7 +18,7 @@ from typing import Any
 
 SHELLS = ("bash", "zsh", "fish")
 # Positional arguments that name a run, a workflow file or a fixed word.
-RUN_COMMANDS = ("resume", "attach", "logs", "inspect", "fork", "rewind", "dump", "diff")
+RUN_COMMANDS = ("resume", "attach", "logs", "log", "inspect", "fork", "rewind", "dump", "diff")
 CHECKPOINT_COMMANDS = ("fork", "rewind", "diff")
 WORKFLOW_COMMANDS = ("run", "validate", "graph")
 REMOTE_COMMANDS = ("fetch", "push")
