@@ -1023,11 +1023,7 @@ class Runtime:
             and limit
             and scope.loop_signatures.get(sig, 0) >= limit
         ):
-            return Decision(
-                None,
-                f"deterministic failure cycle detected: signature {sig!r} repeated "
-                f"{scope.loop_signatures[sig]} times (limit {limit})",
-            )
+            return Decision(None, _same_failure(qid, result, scope.loop_signatures[sig], limit))
         if result.jump_to_node:
             if result.jump_to_node not in graph.nodes:
                 return Decision(
@@ -1085,11 +1081,8 @@ class Runtime:
             if sig:
                 scope.restart_signatures[sig] = scope.restart_signatures.get(sig, 0) + 1
                 if limit and scope.restart_signatures[sig] >= limit:
-                    return Decision(
-                        None,
-                        f"loop restart circuit breaker: signature {sig!r} repeated "
-                        f"{scope.restart_signatures[sig]} times (limit {limit})",
-                    )
+                    count = scope.restart_signatures[sig]
+                    return Decision(None, _same_failure(qid, result, count, limit))
             self._edge_event(
                 scope,
                 node,
@@ -1408,3 +1401,16 @@ def _event_response(result: Outcome) -> str | None:
             return str(value)
     left = len(response) - OFFLOAD_THRESHOLD
     return f"{response[:OFFLOAD_THRESHOLD]}\n[... {left} more characters, in response.md]"
+
+
+def _same_failure(qid: str, result: Outcome, count: int, limit: int) -> str:
+    """Why a loop stopped, in the words of the failure itself: the signature that
+    counted the repeats is the engine's bookkeeping, not something to show."""
+    # The headline of the error: `command exited with status 1`, not the output after it.
+    why = (result.error or "no reason given").strip().splitlines()[0].split(": ", 1)[0]
+    if len(why) > 200:
+        why = why[:199] + "…"
+    return (
+        f"stage {qid} failed the same way {count} times ({why}); stopping, as another "
+        f"try would fail again (the graph's loop_restart_signature_limit is {limit})"
+    )

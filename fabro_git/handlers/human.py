@@ -28,15 +28,17 @@ def gate_choices(graph: Graph, node: Node) -> list[Choice]:
 
 def _what_it_is_about(context: Mapping[str, Any]) -> str:
     """The previous stage's response, or else the latest command output: what a person
-    is being asked to approve."""
+    is being asked to approve. A response's routing directive is said in words."""
     from fabro_git.outputs.artifacts import resolved
+    from fabro_git.outputs.directives import in_words
 
     last = context.get("last_stage")
-    for key in (f"response.{last}" if last else "", "command.output"):
+    response = f"response.{last}" if last else ""
+    for key in (response, "command.output"):
         # An offloaded value is shown as what it holds, not as its `file://` pointer.
         value = resolved(context.get(key)) if key else None
         if isinstance(value, str) and value.strip():
-            return value
+            return in_words(value) if key == response else value
     return ""
 
 

@@ -76,11 +76,21 @@ def preamble(req: StageRequest) -> str:
         lines += ["", "## Completed stages"]
         for node_id, record in outcomes.items():
             lines += stage_summary(req.graph, node_id, record)
+    # The engine's failure bookkeeping (`failure_signature`, `failure_class`) is not for
+    # a model: what failed is said in words under the stage, above.
     public = {
         k: v
         for k, v in req.context.items()
         if not k.startswith(
-            ("internal.", "graph.", "response.", "command.", "current_node", "human.gate")
+            (
+                "internal.",
+                "graph.",
+                "response.",
+                "command.",
+                "current_node",
+                "human.gate",
+                "failure_",
+            )
         )
     }
     if public and fidelity != "summary:low":
@@ -103,6 +113,9 @@ def stage_summary(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list
     from fabro_git.outputs.artifacts import pointer_path
 
     lines = [f"- **{node_id}**: {record.get('status')}"]
+    error = record.get("error")
+    if record.get("status") == "failed" and isinstance(error, str) and error.strip():
+        lines.append(f"  - What failed: {' '.join(error.split())[:PREAMBLE_LINE_LIMIT]}")
     usage = record.get("usage")
     if isinstance(usage, Mapping) and usage.get("model"):
         lines.append(
