@@ -179,3 +179,9 @@ def test_the_standard_success_failure_pair_validates_clean(tmp_path: Path) -> No
     proc = run_fabro("validate", "--strict", "pair.fabro", cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.splitlines() == ["pair.fabro: valid - workflow 'P', 4 nodes, 4 edges"]
+
+
+def test_the_new_flags_are_completed_in_every_shell() -> None:
+    for shell in ("bash", "zsh", "fish"):
+        script = run_fabro("completion", shell).stdout
+        assert "allow-typos" in script and "strict" in script, shell
