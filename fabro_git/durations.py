@@ -1,5 +1,6 @@
-"""Durations as a person writes them (`250ms`, `30s`, `15m`, `2h`, `1d`): one parser
-for workflow attributes, run configuration and command options alike."""
+"""Durations as a person writes them (`250ms`, `30s`, `15m`, `2h`, `1d`, or `90` for
+seconds): one parser for workflow attributes, run configuration and command options
+alike, so `wait --timeout 90` means what `timeout="90"` on a node means."""
 
 from __future__ import annotations
 
@@ -15,3 +16,16 @@ def parse_duration(text: str) -> float | None:
     if not match:
         return None
     return float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+
+
+def option_seconds(value: str, option: str) -> float:
+    """Seconds for a command option's duration (units in either case), or a user error
+    naming the option and the forms it takes."""
+    from fabro_git.errors import ConfigError
+
+    seconds = parse_duration(value.lower())
+    if seconds is None or not seconds >= 0:
+        raise ConfigError(
+            f"{option} expects a duration such as 90 (seconds), 30s, 10m, 2h or 1d, not {value!r}"
+        )
+    return seconds

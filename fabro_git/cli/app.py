@@ -102,11 +102,14 @@ def validate(
         typer.Argument(help="Workflow files to check.", show_default=False, metavar="FILE..."),
     ],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Fail (exit 1) on warnings too, not only errors.")
+    ] = False,
 ) -> None:
     """Check workflow files and print their diagnostics."""
     from fabro_git.cli import validate as impl
 
-    raise typer.Exit(impl.run(files, json_output=json_output))
+    raise typer.Exit(impl.run(files, json_output=json_output, strict=strict))
 
 
 @command()
@@ -245,6 +248,12 @@ def run(
             metavar="USD",
         ),
     ] = None,
+    allow_typos: Annotated[
+        bool,
+        typer.Option(
+            "--allow-typos", help="Run even when validation finds typos (did-you-mean warnings)."
+        ),
+    ] = False,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -269,6 +278,7 @@ def run(
             retro=not no_retro,
             retro_narrative=retro_narrative,
             max_cost=max_cost,
+            allow_typos=allow_typos,
         )
     )
 
@@ -500,7 +510,7 @@ def wait(
         str | None,
         typer.Option(
             "--timeout",
-            help="Give up after this long (30s, 10m, 2h); exit 124.",
+            help="Give up after this long (90 seconds, 30s, 10m, 2h); exit 124.",
             metavar="DURATION",
         ),
     ] = None,
@@ -630,6 +640,23 @@ def diff(
     from fabro_git.cli import diff as impl
 
     raise typer.Exit(impl.run(run_id, node, stat=stat))
+
+
+@command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def log(
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="A run (id, prefix or workflow name), then options for git log.",
+            show_default=False,
+            metavar="[RUN] [GIT-LOG-OPTIONS]...",
+        ),
+    ] = None,
+) -> None:
+    """git log over a run's metadata ref, or every run's."""
+    from fabro_git.cli import log as impl
+
+    raise typer.Exit(impl.run(args or []))
 
 
 @command()

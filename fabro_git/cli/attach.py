@@ -17,7 +17,7 @@ from typing import Any
 
 import trio
 
-from fabro_git.engine.interviewer import Question
+from fabro_git.engine.interviewer import Question, ask_again, takes
 
 EXIT_BY_STATUS = {"succeeded": 0, "partially_succeeded": 0, "failed": 1, "interrupted": 130}
 
@@ -231,13 +231,9 @@ class _Gates:
             answer = line.strip()
             if not answer and question.default is not None:
                 answer = question.default.label
-            if not answer or not _takes(question, answer):
-                if answer:
-                    from fabro_git.terminal import printable
-
-                    labels = printable(", ".join(c.label for c in question.choices), one_line=True)
-                    sys.stderr.write(f"({answer!r} is none of: {labels})\n")
-                sys.stderr.write("> ")
+            if not answer or not takes(question, answer):
+                # Checked here, so a typo is asked again instead of failing the gate.
+                sys.stderr.write(ask_again(question, answer) + "> ")
                 sys.stderr.flush()
                 continue
             reply = await trio.to_thread.run_sync(
@@ -245,16 +241,6 @@ class _Gates:
             )
             if not reply or not reply.get("accepted"):
                 print("(that question was already answered)", file=sys.stderr)
-
-
-def _takes(question: Question, answer: str) -> bool:
-    """Whether the gate can route on `answer`: a choice's key, label or target, or any
-    text when it has a free-text choice. Checked here, so a typo is asked again instead
-    of failing the gate."""
-    from fabro_git.handlers.human import match
-
-    choices = list(question.choices)
-    return any(c.freeform for c in choices) or match(answer, choices) is not None
 
 
 async def _stdin_lines() -> Any:

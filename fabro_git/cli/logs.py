@@ -165,17 +165,9 @@ def since_timestamp(value: str | None) -> str | None:
         return None
     from datetime import UTC, datetime, timedelta
 
-    from fabro_git.errors import ConfigError
+    from fabro_git.durations import option_seconds
 
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-    text = value.strip().lower()
-    try:
-        amount = float(text[:-1]) if text[-1:] in units else float("nan")
-    except ValueError:
-        amount = float("nan")
-    if not amount >= 0:
-        raise ConfigError(f"--since expects a duration such as 30s, 10m, 2h or 1d, not {value!r}")
-    moment = datetime.now(UTC) - timedelta(seconds=amount * units[text[-1]])
+    moment = datetime.now(UTC) - timedelta(seconds=option_seconds(value, "--since"))
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 

@@ -97,14 +97,9 @@ def _statuses(values: list[str]) -> set[str]:
 def _cutoff(older_than: str | None) -> datetime | None:
     if older_than is None:
         return None
-    from fabro_git.durations import parse_duration
+    from fabro_git.durations import option_seconds
 
-    seconds = parse_duration(older_than.strip())
-    if seconds is None or seconds < 0:
-        raise ConfigError(
-            f"--older-than expects a duration such as 30m, 24h or 30d, not {older_than!r}"
-        )
-    return datetime.now(UTC) - timedelta(seconds=seconds)
+    return datetime.now(UTC) - timedelta(seconds=option_seconds(older_than, "--older-than"))
 
 
 def _matches(row: RunRow, cutoff: datetime | None, wanted: set[str], workflow: str | None) -> bool:

@@ -79,6 +79,7 @@ def _build_spec(
     inputs: list[str],
     labels: list[str],
     options: Any,
+    allow_typos: bool = False,
 ) -> Any:
     from fabro_git.config.run_config import default_layers, effective_config, flag_layer, load_layer
     from fabro_git.engine.session import RunSpec
@@ -123,7 +124,7 @@ def _build_spec(
     run_cfg = config.run
     options.push_remote = run_cfg.git.push_remote if run_cfg.git else None
     options.max_cost = run_cfg.max_cost
-    graph = _validated(path)
+    graph = _validated(path, allow_typos=allow_typos)
     from fabro_git.engine.session import check_options
     from fabro_git.engine.templating import render_goal
     from fabro_git.workflow.templates import check_input_names, check_script_values
@@ -175,9 +176,10 @@ def _build_spec(
     )
 
 
-def _validated(path: Path) -> Any:
+def _validated(path: Path, *, allow_typos: bool = False) -> Any:
     """The workflow at `path`, its warnings printed; a `WorkflowError` listing its
-    errors, which refuse a run (and a resume's `--workflow`)."""
+    errors, which refuse a run (and a resume's `--workflow`), and so do its typos
+    unless `allow_typos`."""
     from fabro_git.workflow import load
     from fabro_git.workflow.validation import validate
 
@@ -194,6 +196,8 @@ def _validated(path: Path) -> Any:
             path=path,
             hint=f"see `git fabro validate {path}`",
         )
+    if not allow_typos:
+        _refuse_typos(path, diagnostics)
     return graph
 
 
@@ -218,6 +222,32 @@ def _print_warnings(path: Path, diagnostics: list[Any]) -> None:
     for diagnostic in diagnostics:
         if diagnostic.severity == "warning":
             print(format_diagnostic(path, diagnostic), file=sys.stderr)
+
+
+def _refuse_typos(path: Path, diagnostics: list[Any]) -> None:
+    """A typo with a close known spelling runs, but not as meant: an ignored `promt=`
+    makes the stage an agent with no instruction, a misspelt `conditon=` makes its edge
+    unconditional. Stop before the run costs anything, and name each fix."""
+    from fabro_git.workflow.validation import typos
+
+    slips = typos(diagnostics)
+    if not slips:
+        return
+    lines = []
+    for slip in slips:
+        assert slip.typo is not None
+        written, meant = slip.typo
+        child = " (in its child workflow)" if slip.rule == "child_workflow" else ""
+        lines.append(
+            f"  {path}:{slip.line or 0}:{slip.column or 0}: {written!r} -> {meant!r}{child}"
+        )
+    count = f"{len(slips)} typo" + ("" if len(slips) == 1 else "s")
+    raise WorkflowError(
+        f"{count} found; as written the workflow would not do what they mean, so "
+        "nothing ran:\n" + "\n".join(lines),
+        path=path,
+        hint="fix them as shown, or pass --allow-typos to run the workflow as it stands",
+    )
 
 
 def _take_named_files(graph: Any) -> None:
@@ -262,6 +292,7 @@ def run(
     retro: bool = True,
     retro_narrative: bool = False,
     max_cost: float | None = None,
+    allow_typos: bool = False,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -293,6 +324,7 @@ def run(
         inputs=inputs,
         labels=labels,
         options=options,
+        allow_typos=allow_typos,
     )
     _use_run_author(repo, spec.settings)
     check_answers(spec.graph, options.answers)

@@ -3,7 +3,8 @@
 Every problem, including a file that cannot be read or parsed, is printed as a
 diagnostic in the compiler-style `path:line:col: severity: [rule] message` form, so
 editors and CI logs can jump to it, and `--json` always yields one document even when a
-file is broken. The exit status is 1 if any file has an error; warnings alone pass.
+file is broken. The exit status is 1 if any file has an error; warnings alone pass
+(Fabro's verdicts), unless `--strict` makes them fail too, as CI may want.
 """
 
 from __future__ import annotations
@@ -69,13 +70,14 @@ def _as_json(path: Path, graph: Graph | None, diagnostics: list[Diagnostic]) -> 
                 "edge": list(d.edge) if d.edge is not None else None,
                 "line": d.line,
                 "column": d.column,
+                "typo": {"written": d.typo[0], "meant": d.typo[1]} if d.typo else None,
             }
             for d in diagnostics
         ],
     }
 
 
-def run(files: list[Path], *, json_output: bool) -> int:
+def run(files: list[Path], *, json_output: bool, strict: bool = False) -> int:
     failed = False
     documents: list[dict[str, Any]] = []
     from fabro_git.cli._examples import workflow_path
@@ -83,6 +85,8 @@ def run(files: list[Path], *, json_output: bool) -> int:
     for path in map(workflow_path, files):
         graph, diagnostics = check_file(path)
         failed = failed or has_errors(diagnostics)
+        if strict:
+            failed = failed or any(d.severity == "warning" for d in diagnostics)
         if json_output:
             documents.append(_as_json(path, graph, diagnostics))
             continue

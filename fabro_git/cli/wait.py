@@ -19,7 +19,7 @@ EXIT_BY_STATUS = {"succeeded": 0, "partially_succeeded": 0, "failed": 1, "interr
 
 def run(run_id: str, *, timeout: str | None) -> int:
     from fabro_git.cli._runs import read_row, resolve_run
-    from fabro_git.cli.logs import since_timestamp
+    from fabro_git.durations import option_seconds
     from fabro_git.engine.lock import is_live, lock_path
     from fabro_git.errors import ConfigError
     from fabro_git.store import runs as runrefs
@@ -30,9 +30,7 @@ def run(run_id: str, *, timeout: str | None) -> int:
     git_dir = Path(repo.git_dir)
     deadline = None
     if timeout is not None:
-        since_timestamp(timeout)  # the same duration syntax as logs --since, checked
-        units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-        deadline = time.monotonic() + float(timeout[:-1]) * units[timeout[-1].lower()]
+        deadline = time.monotonic() + option_seconds(timeout, "--timeout")
     while is_live(git_dir, full_id):
         if deadline is not None and time.monotonic() >= deadline:
             print(f"run {full_id} is still running after {timeout}", file=sys.stderr)

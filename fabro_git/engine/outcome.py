@@ -72,6 +72,9 @@ class Outcome(msgspec.Struct):
     response: str | None = None
     files_touched: list[str] = msgspec.field(default_factory=list)
     usage: Usage | None = None
+    # For a stage that replies (agent, prompt): whether its reply carried a routing
+    # directive. None for stages that do not reply.
+    directive_given: bool | None = None
 
     @property
     def ok(self) -> bool:

@@ -45,7 +45,7 @@ from fabro_git.errors import DiskFull, FabroError, disk_full_in
 from fabro_git.events import catalogue as ev
 from fabro_git.events.envelope import EventProps
 from fabro_git.outputs.artifacts import ArtifactStore, ResolvedContext, referenced_names
-from fabro_git.workflow import Graph, Node
+from fabro_git.workflow import Edge, Graph, Node
 
 if TYPE_CHECKING:
     from fabro_git.engine.clean_start import CleanMark
@@ -1197,11 +1197,7 @@ class Runtime:
             and limit
             and scope.loop_signatures.get(sig, 0) >= limit
         ):
-            return Decision(
-                None,
-                f"deterministic failure cycle detected: signature {sig!r} repeated "
-                f"{scope.loop_signatures[sig]} times (limit {limit})",
-            )
+            return Decision(None, _same_failure(qid, result, scope.loop_signatures[sig], limit))
         if result.jump_to_node:
             if result.jump_to_node not in graph.nodes:
                 return Decision(
@@ -1249,6 +1245,7 @@ class Runtime:
                 )
             return self._dead_end(scope, node, result, fanned_out=fanned_out)
         edge = selection.edge
+        self._notice_no_directive(scope, node, result, edge, selection.reason)
         if edge.loop_restart:
             if result.status == oc.FAILED and not may_cross_loop_restart(result.failure_class):
                 return Decision(
@@ -1258,11 +1255,8 @@ class Runtime:
             if sig:
                 scope.restart_signatures[sig] = scope.restart_signatures.get(sig, 0) + 1
                 if limit and scope.restart_signatures[sig] >= limit:
-                    return Decision(
-                        None,
-                        f"loop restart circuit breaker: signature {sig!r} repeated "
-                        f"{scope.restart_signatures[sig]} times (limit {limit})",
-                    )
+                    count = scope.restart_signatures[sig]
+                    return Decision(None, _same_failure(qid, result, count, limit))
             self._edge_event(
                 scope,
                 node,
@@ -1280,6 +1274,50 @@ class Runtime:
             scope, node, result, edge.target, edge.label, edge.condition, selection.reason, False
         )
         return Decision(edge.target)
+
+    def _notice_no_directive(
+        self, scope: Scope, node: Node, result: Outcome, edge: Edge, reason: str
+    ) -> None:
+        """A reply with no directive where the node offers a choice of labelled or
+        conditional edges: say which edge it took and why, and how a reply chooses. A
+        reviewer that answers `ok` otherwise goes down an edge nobody chose, silently."""
+        if result.directive_given is not False:
+            return
+        edges = scope.graph.outgoing(node.id)
+        if len(edges) < 2 or not any(e.label or e.condition for e in edges):
+            return
+        qid = scope.qualified(node.id)
+        taken = f"{qid} -> {scope.qualified(edge.target)}"
+        if edge.label:
+            taken += f" ({edge.label!r})"
+        if reason == "condition":
+            why = f"it counts as {result.status}, and the condition {edge.condition!r} matched"
+        else:
+            unmatched = "no condition matched, and " if any(e.condition for e in edges) else ""
+            why = (
+                f"it counts as {result.status}; {unmatched}this is the unconditional edge "
+                "of highest weight (then first by target name)"
+            )
+        labels = [e.label for e in edges if e.label and not e.condition]
+        ask = (
+            f'{{"preferred_next_label": "{labels[0]}"}}'
+            if labels
+            else '{"outcome": "succeeded"|"failed"}'
+        )
+        message = (
+            f"{qid}'s reply gave no routing directive, so the run took {taken}: {why}; "
+            f"to choose, the reply ends with a JSON object such as {ask} "
+            "(see Replies in git-fabro(1))"
+        )
+        self.emit(
+            ev.RunNotice(
+                level="info" if reason == "condition" else "warn",
+                code="no_directive",
+                message=message,
+            ),
+            node_id=qid,
+            node_label=node.label,
+        )
 
     def _dead_end(self, scope: Scope, node: Node, result: Outcome, *, fanned_out: bool) -> Decision:
         """A stage that did not fail and has no edge to take ends its walk, as the exit would."""
@@ -1562,3 +1600,16 @@ def _event_response(result: Outcome) -> str | None:
         return response
     left = len(response) - OFFLOAD_THRESHOLD
     return f"{response[:OFFLOAD_THRESHOLD]}\n[... {left} more characters, in response.md]"
+
+
+def _same_failure(qid: str, result: Outcome, count: int, limit: int) -> str:
+    """Why a loop stopped, in the words of the failure itself: the signature that
+    counted the repeats is the engine's bookkeeping, not something to show."""
+    # The headline of the error: `command exited with status 1`, not the output after it.
+    why = (result.error or "no reason given").strip().splitlines()[0].split(": ", 1)[0]
+    if len(why) > 200:
+        why = why[:199] + "…"
+    return (
+        f"stage {qid} failed the same way {count} times ({why}); stopping, as another "
+        f"try would fail again (the graph's loop_restart_signature_limit is {limit})"
+    )

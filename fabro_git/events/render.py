@@ -127,6 +127,16 @@ def _attempt(p: dict[str, Any]) -> str:
     return f"attempt {attempt}/{most}" if most else f"attempt {attempt}"
 
 
+def _error_said(error: object) -> str:
+    """An `agent.error`'s error as a person reads it: its message (and whose), not the
+    record it travels as."""
+    if not isinstance(error, dict):
+        return str(error)
+    message = str(error.get("message") or error.get("kind") or "failed")
+    who = "/".join(str(error[k]) for k in ("provider", "model") if error.get(k))
+    return f"{who}: {message}" if who else message
+
+
 def _error(p: dict[str, Any]) -> str:
     err = p.get("error")
     if not err:
@@ -477,6 +487,7 @@ class ProgressRenderer:
                 error = str(p.get("error") or "")
                 for shown in self._errors_shown:  # said on the stage's own line already
                     error = error.replace(shown, "").strip().rstrip(":").strip()
+                    error = error.replace(" ()", "")  # where it was quoted in brackets
                 if error:
                     text += f": {_short(error, 200)}"
                 return [_Line(text, "bold red", "✗")]
@@ -577,7 +588,8 @@ class ProgressRenderer:
                 ]
             case "agent.error":
                 who = "sub-agent" if event.get("parent_session_id") else "agent"
-                return [_Line(f"{node}: {who} error: {_short(p.get('error', ''), 200)}", "red")]
+                said = _error_said(p.get("error", ""))
+                return [_Line(f"{node}: {who} error: {_short(said, 200)}", "red")]
             case "agent.warning":
                 who = "sub-agent" if event.get("parent_session_id") else "agent"
                 return [

@@ -9,8 +9,8 @@ from typing import Any
 
 import trio
 
-from fabro_git.engine.edges import accelerator_key, normalize_label
-from fabro_git.engine.interviewer import Choice, Question
+from fabro_git.engine.edges import accelerator_key
+from fabro_git.engine.interviewer import Choice, Question, match
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
 from fabro_git.events.catalogue import InterviewCompleted, InterviewStarted, InterviewTimeout
@@ -26,29 +26,19 @@ def gate_choices(graph: Graph, node: Node) -> list[Choice]:
     return result
 
 
-def match(answer: str, choices: list[Choice]) -> Choice | None:
-    text = answer.strip()
-    fixed = [c for c in choices if not c.freeform]
-    for c in fixed:
-        if c.key and text.lower() == c.key.lower():
-            return c
-    for c in fixed:
-        if normalize_label(text) == normalize_label(c.label) or text == c.target:
-            return c
-    return None
-
-
 def _what_it_is_about(context: Mapping[str, Any]) -> str:
     """The previous stage's response, or else the latest command output: what a person
-    is being asked to approve."""
+    is being asked to approve. A response's routing directive is said in words."""
     from fabro_git.outputs.artifacts import resolved
+    from fabro_git.outputs.directives import in_words
 
     last = context.get("last_stage")
-    for key in (f"response.{last}" if last else "", "command.output"):
+    response = f"response.{last}" if last else ""
+    for key in (response, "command.output"):
         # An offloaded value is shown as what it holds, not as its `file://` pointer.
         value = resolved(context.get(key)) if key else None
         if isinstance(value, str) and value.strip():
-            return value
+            return in_words(value) if key == response else value
     return ""
 
 

@@ -85,11 +85,21 @@ def preamble(req: StageRequest) -> str:
     head = [f"Goal: {goal}" if goal else f"Run: {req.run_id}"]
     if fidelity in ("truncate", "full"):
         return "\n".join(head) + "\n\n"
+    # The engine's failure bookkeeping (`failure_signature`, `failure_class`) is not for
+    # a model: what failed is said in words under the stage, in its summary.
     public = {
         k: v
         for k, v in req.context.items()
         if not k.startswith(
-            ("internal.", "graph.", "response.", "command.", "current_node", "human.gate")
+            (
+                "internal.",
+                "graph.",
+                "response.",
+                "command.",
+                "current_node",
+                "human.gate",
+                "failure_",
+            )
         )
     }
     summarise = {
@@ -136,6 +146,9 @@ def stage_summary(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list
     from fabro_git.outputs.artifacts import pointer_path
 
     lines = [f"- **{node_id}**: {record.get('status')}"]
+    error = record.get("error")
+    if record.get("status") == "failed" and isinstance(error, str) and error.strip():
+        lines.append(f"  - What failed: {' '.join(error.split())[:PREAMBLE_LINE_LIMIT]}")
     usage = record.get("usage")
     if isinstance(usage, Mapping) and usage.get("model"):
         lines.append(
@@ -320,6 +333,7 @@ def outcome_from_response(
         suggested_next_ids=[str(s) for s in suggested] if isinstance(suggested, list) else [],
         context_updates=updates,
         response=response,
+        directive_given=bool(directives),
     )
 
 

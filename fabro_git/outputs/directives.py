@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,13 @@ _DECODER = json.JSONDecoder()
 
 def extract_directives(text: str) -> dict[str, Any] | None:
     """The last JSON object in `text` with at least one recognised field, or None."""
-    found: dict[str, Any] | None = None
+    found = find_directives(text)
+    return found[0] if found is not None else None
+
+
+def find_directives(text: str) -> tuple[dict[str, Any], int, int] | None:
+    """The directive `extract_directives` reads, with where it starts and ends in `text`."""
+    found: tuple[dict[str, Any], int, int] | None = None
     pos = text.find("{")
     while pos >= 0:
         try:
@@ -42,11 +49,43 @@ def extract_directives(text: str) -> dict[str, Any] | None:
             pos = text.find("{", pos + 1)
             continue
         if isinstance(value, dict) and any(key in value for key in ROUTING_FIELDS):
-            found = value
+            found = (value, pos, end)
             pos = text.find("{", end)
         else:
             pos = text.find("{", pos + 1)
     return found
+
+
+_FENCE_OPEN = re.compile(r"```[A-Za-z]*\s*$")
+_FENCE_CLOSE = re.compile(r"\s*```")
+
+
+def in_words(text: str) -> str:
+    """A reply as a person reads it: its directive, if any, said in words in its place
+    (`the stage asks to go to: deploy`), not as the JSON a model wrote for the engine."""
+    found = find_directives(text)
+    if found is None:
+        return text
+    directive, start, end = found
+    said = []
+    outcome = directive.get("outcome")
+    if outcome is not None:
+        reason = directive.get("failure_reason")
+        said.append(f"the stage reports: {outcome}" + (f" ({reason})" if reason else ""))
+    label = directive.get("preferred_next_label")
+    if label:
+        said.append(f"the stage asks to go to: {label}")
+    suggested = directive.get("suggested_next_ids")
+    if isinstance(suggested, list) and suggested:
+        said.append("the stage suggests next: " + ", ".join(str(s) for s in suggested))
+    updates = directive.get("context_updates")
+    if isinstance(updates, dict) and updates:
+        said.append("the stage sets: " + ", ".join(f"{k}={v}" for k, v in updates.items()))
+    before, after = text[:start], text[end:]
+    fence_open, fence_close = _FENCE_OPEN.search(before), _FENCE_CLOSE.match(after)
+    if fence_open and fence_close:  # a fence around the directive alone goes with it
+        before, after = before[: fence_open.start()], after[fence_close.end() :]
+    return before + "\n".join(f"({line})" for line in said) + after
 
 
 class StatusFile:

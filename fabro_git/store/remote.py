@@ -169,6 +169,10 @@ def push(
     if not refs:
         return PushReport([], "")
     specs = [f"{ref}:{ref}" for ref in refs]
+    # This push names the metadata refs itself, so the pre-push hook of `git fabro hooks
+    # install` stands aside (a user's own hook it kept still runs): racing this push to
+    # the same refs, it would make them "already exist" and this push fail.
+    env = {**(env or {}), "GIT_FABRO_PRE_PUSH": "1"}
     proc = run_git(["push", "--porcelain", remote, *specs], cwd=repo.root, check=False, env=env)
     results: dict[str, tuple[str, bool, str]] = {}
     for line in out(proc).splitlines():

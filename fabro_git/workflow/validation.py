@@ -1,8 +1,8 @@
 """Lint rules: catch a broken workflow before a run spends time and tokens on it.
 
 Each rule is a small function over the parsed graph that yields `Diagnostic`s with the
-file position of the node, edge or attribute at fault. Errors stop `git fabro run`;
-warnings are printed and the run goes ahead.
+file position of the node, edge or attribute at fault. Errors stop `git fabro run`, and
+so do typos (below); other warnings are printed and the run goes ahead.
 
 Choices worth knowing:
 
@@ -15,9 +15,11 @@ Choices worth knowing:
   reports the first combination that matches no edge. `outcome=succeeded` beside
   `outcome!=succeeded` is therefore fine; `outcome=succeeded` beside `outcome=failed`
   on an agent is not, since an agent may also finish `partially_succeeded`.
-- `orphan_custom_outcome` follows Fabro: a node that routes on `outcome=` and has no
-  unconditional edge warns, whatever the values; the message names any value no stage
-  reports. `prompt_on_llm_nodes` accepts a label (it becomes the instruction), and
+- `orphan_custom_outcome` warns for a node that routes on an `outcome=` value no stage
+  reports and has no unconditional edge. Fabro warns whatever the values, but for the
+  standard success/failure pair that warning is noise on every run, teaching users to
+  skip warnings: whether the values it names cover every outcome the node can report
+  is `all_conditional_edges`' question, which it answers exactly (an error when not). `prompt_on_llm_nodes` accepts a label (it becomes the instruction), and
   `stylesheet_model_known` knows catalogue ids and aliases, nothing else.
 - A few rules beyond the usual set: `attribute_value` (a typed attribute that does not
   parse, which would otherwise fail mid-run), `command_requires_script`,
@@ -26,7 +28,10 @@ Choices worth knowing:
 - Warnings for typos, each with a "did you mean" from `fabro_git.suggest`:
   `implicit_node` (a node only an edge names, `test -> exti`), `unknown_attribute`
   (against the registry in workflow/attributes.py), `condition_typo` (`outcom=...`,
-  `outcome=succeded`) and `dead_end` (a reachable stage with no way out).
+  `outcome=succeded`) and `dead_end` (a reachable stage with no way out). Those with a
+  close known spelling (an attribute, shape, type or condition word) carry it as
+  `Diagnostic.typo`, and `git fabro run` refuses them: a run that goes ahead ignores the
+  attribute or makes the edge unconditional, and costs tokens without doing what was meant.
 """
 
 from __future__ import annotations
@@ -152,10 +157,18 @@ class Diagnostic(msgspec.Struct, frozen=True):
     edge: tuple[str, str] | None = None
     line: int | None = None
     column: int | None = None
+    # A slip of the keyboard with a close known spelling: (as written, meant). A run
+    # refuses these (`--allow-typos` overrides): the workflow would run, but not as meant.
+    typo: tuple[str, str] | None = None
 
 
 def has_errors(diagnostics: Iterable[Diagnostic]) -> bool:
     return any(d.severity == ERROR for d in diagnostics)
+
+
+def typos(diagnostics: Iterable[Diagnostic]) -> list[Diagnostic]:
+    """The warnings that are slips of the keyboard, each with its close known spelling."""
+    return [d for d in diagnostics if d.severity == WARNING and d.typo is not None]
 
 
 class _Check:
@@ -322,21 +335,36 @@ class _Check:
 
     @staticmethod
     def on_node(
-        rule: str, severity: str, message: str, node: Node, pos: tuple[int | None, int | None]
+        rule: str,
+        severity: str,
+        message: str,
+        node: Node,
+        pos: tuple[int | None, int | None],
+        typo: tuple[str, str] | None = None,
     ) -> Diagnostic:
-        return Diagnostic(rule, severity, message, node.id, None, pos[0], pos[1])
+        return Diagnostic(rule, severity, message, node.id, None, pos[0], pos[1], typo)
 
     @staticmethod
     def on_edge(
-        rule: str, severity: str, message: str, edge: Edge, pos: tuple[int | None, int | None]
+        rule: str,
+        severity: str,
+        message: str,
+        edge: Edge,
+        pos: tuple[int | None, int | None],
+        typo: tuple[str, str] | None = None,
     ) -> Diagnostic:
-        return Diagnostic(rule, severity, message, None, (edge.source, edge.target), pos[0], pos[1])
+        edge_ends = (edge.source, edge.target)
+        return Diagnostic(rule, severity, message, None, edge_ends, pos[0], pos[1], typo)
 
     @staticmethod
     def on_graph(
-        rule: str, severity: str, message: str, pos: tuple[int | None, int | None]
+        rule: str,
+        severity: str,
+        message: str,
+        pos: tuple[int | None, int | None],
+        typo: tuple[str, str] | None = None,
     ) -> Diagnostic:
-        return Diagnostic(rule, severity, message, None, None, pos[0], pos[1])
+        return Diagnostic(rule, severity, message, None, None, pos[0], pos[1], typo)
 
 
 Rule = Callable[[_Check], Iterator[Diagnostic]]
@@ -581,7 +609,10 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
                 read_by_conditions.add(key[len("graph.") :])
     reported: set[tuple[str, int, int]] = set()
 
-    def problem(kind: str, key: str, pos: tuple[int | None, int | None]) -> str | None:
+    def problem(
+        kind: str, key: str, pos: tuple[int | None, int | None]
+    ) -> tuple[str, tuple[str, str] | None] | None:
+        """Why nothing reads `key` here, and the (key, meant) typo when one is close."""
         if kind == "graph" and key in read_by_conditions:
             return None
         at = (key, pos[0] or 0, pos[1] or 0)
@@ -591,25 +622,27 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
         places = {"node": "nodes", "edge": "edges", "graph": "the graph"}
         elsewhere = [places[other] for other in places if key in KNOWN[other]]
         if elsewhere:
-            return f"it is read on {' and '.join(elsewhere)}, not on {places[kind]}"
-        suggestion = _did_you_mean(key, KNOWN[kind])
-        if not suggestion:
-            for other in places:
-                close = close_names(key, KNOWN[other])
-                if close:
-                    where = places[other].removesuffix("s").removeprefix("the ")
-                    suggestion = f"; did you mean {close[0]!r}, a {where} attribute?"
-                    break
-        return "nothing reads it" + suggestion
+            return f"it is read on {' and '.join(elsewhere)}, not on {places[kind]}", None
+        close = close_names(key, KNOWN[kind])
+        if close:
+            return "nothing reads it" + _did_you_mean(key, KNOWN[kind]), (key, close[0])
+        for other in places:
+            close = close_names(key, KNOWN[other])
+            if close:
+                where = places[other].removesuffix("s").removeprefix("the ")
+                suggestion = f"; did you mean {close[0]!r}, a {where} attribute?"
+                return "nothing reads it" + suggestion, (key, close[0])
+        return "nothing reads it", None
 
     for key in graph.attrs:
         if key in KNOWN["graph"]:
             continue
         pos = check.key_position(check.graph_pos(key), key)
-        why = problem("graph", key, pos)
-        if why is not None:
+        found = problem("graph", key, pos)
+        if found is not None:
+            why, typo = found
             yield check.on_graph(
-                "unknown_attribute", WARNING, f"unknown graph attribute {key!r}: {why}", pos
+                "unknown_attribute", WARNING, f"unknown graph attribute {key!r}: {why}", pos, typo
             )
     # A subgraph's attributes are Graphviz's (a cluster's label, style, rank), and its
     # label also names a stylesheet class.
@@ -636,28 +669,32 @@ def _unknown_attribute(check: _Check) -> Iterator[Diagnostic]:
             if key in NODE_ATTRIBUTES or key in node.styled:
                 continue
             pos = check.key_position(check.node_pos(node, key), key)
-            why = problem("node", key, pos)
-            if why is not None:
+            found = problem("node", key, pos)
+            if found is not None:
+                why, typo = found
                 yield check.on_node(
                     "unknown_attribute",
                     WARNING,
                     f"node {node.id!r}: unknown attribute {key!r}: {why}",
                     node,
                     pos,
+                    typo,
                 )
     for edge in graph.edges:
         for key in edge.attrs:
             if key in EDGE_ATTRIBUTES:
                 continue
             pos = check.key_position(check.edge_pos(edge, key), key)
-            why = problem("edge", key, pos)
-            if why is not None:
+            found = problem("edge", key, pos)
+            if found is not None:
+                why, typo = found
                 yield check.on_edge(
                     "unknown_attribute",
                     WARNING,
                     f"edge {edge.source} -> {edge.target}: unknown attribute {key!r}: {why}",
                     edge,
                     pos,
+                    typo,
                 )
 
 
@@ -673,6 +710,7 @@ def _condition_typo(check: _Check) -> Iterator[Diagnostic]:
         for clause in condition.clauses():
             key = clause.key
             message = None
+            typo: tuple[str, str] | None = None
             if key == "outcome":
                 if clause.op not in ("=", "!=") or clause.value in outcome_names:
                     continue
@@ -683,6 +721,7 @@ def _condition_typo(check: _Check) -> Iterator[Diagnostic]:
                         f"{'never' if clause.op == '=' else 'always'} true"
                         f"{_did_you_mean(clause.value, close)}"
                     )
+                    typo = (clause.value, close[0])
             elif not key.startswith("context.") and key not in _ROUTING_KEYS:
                 close = close_names(key, _ROUTING_KEYS)
                 # An agent may set any key through context_updates; one its prompt names
@@ -692,6 +731,7 @@ def _condition_typo(check: _Check) -> Iterator[Diagnostic]:
                         f"{key!r} is a context key that no stage sets, so it reads as empty"
                         f"{_did_you_mean(key, close)}"
                     )
+                    typo = (key, close[0])
             if message is None:
                 continue
             pos = check.value_position(edge.positions.get("condition"), clause.offset)
@@ -701,6 +741,7 @@ def _condition_typo(check: _Check) -> Iterator[Diagnostic]:
                 f"edge {edge.source} -> {edge.target}: condition {condition.text!r}: {message}",
                 edge,
                 pos,
+                typo,
             )
 
 
@@ -992,8 +1033,8 @@ def _all_conditional_edges(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _orphan_custom_outcome(check: _Check) -> Iterator[Diagnostic]:
-    """A node that routes on `outcome=` with no unconditional edge: an outcome the
-    conditions do not name (or misspell) leaves the run nowhere to go."""
+    """A node that routes on an `outcome=` value no stage reports, with no unconditional
+    edge: the run will never take that edge, and may find no edge at all."""
     graph = check.graph
     known = set(STANDARD_OUTCOMES) | {"retry"}
     for node in graph.nodes.values():
@@ -1010,14 +1051,16 @@ def _orphan_custom_outcome(check: _Check) -> Iterator[Diagnostic]:
                     tested.append((graph.edges[index], clause.offset, clause.value))
         if not tested:
             continue
-        edge, offset, _value = tested[0]
-        custom = sorted({v for _e, _o, v in tested if normalize_outcome(v) not in known})
-        extra = f"; no stage reports {', '.join(repr(v) for v in custom)}" if custom else ""
+        custom = [(e, o, v) for e, o, v in tested if normalize_outcome(v) not in known]
+        if not custom:
+            continue
+        edge, offset, _value = custom[0]
+        names = sorted({v for _e, _o, v in custom})
         yield check.on_node(
             "orphan_custom_outcome",
             WARNING,
             f"{node.id!r} routes on outcome= conditions but has no unconditional edge to "
-            f"fall back on when none matches{extra}",
+            f"fall back on when none matches; no stage reports {', '.join(map(repr, names))}",
             node,
             check.value_position(edge.positions.get("condition"), offset),
         )
@@ -1079,18 +1122,22 @@ def _type_known(check: _Check) -> Iterator[Diagnostic]:
         explicit = node.explicit_type
         if explicit is not None:
             if explicit not in HANDLER_TYPES and explicit not in TYPE_ALIASES:
+                types = [*HANDLER_TYPES, *TYPE_ALIASES]
+                close = close_names(explicit, types)
                 yield check.on_node(
                     "type_known",
                     WARNING,
                     f"node {node.id!r}: unknown type {explicit!r}"
-                    f"{_did_you_mean(explicit, [*HANDLER_TYPES, *TYPE_ALIASES]) or ';'} known types "
+                    f"{_did_you_mean(explicit, types) or ';'} known types "
                     f"are {', '.join(sorted(HANDLER_TYPES))}",
                     node,
                     check.node_pos(node, "type"),
+                    (explicit, close[0]) if close else None,
                 )
             continue
         shape = node.attrs.get("shape")
         if shape is not None and shape not in SHAPE_TO_TYPE:
+            close = close_names(shape, SHAPE_TO_TYPE)
             yield check.on_node(
                 "type_known",
                 WARNING,
@@ -1099,6 +1146,7 @@ def _type_known(check: _Check) -> Iterator[Diagnostic]:
                 f"{', '.join(sorted(SHAPE_TO_TYPE))}",
                 node,
                 check.node_pos(node, "shape"),
+                (shape, close[0]) if close else None,
             )
 
 
@@ -1420,6 +1468,7 @@ def _child_workflow(check: _Check) -> Iterator[Diagnostic]:
                 f"node {node.id!r}: {what}: {where}: [{problem.rule}] {problem.message}",
                 node,
                 pos,
+                problem.typo,
             )
 
 

@@ -176,7 +176,7 @@ def test_usage_lines_help_and_suggestions() -> None:
     assert "Usage: git fabro validate [OPTIONS] FILE...\n" in validate_help.stdout
     for typo, suggestion in (
         ("valdate", "'validate'"),
-        ("logz", "'logs'"),
+        ("logz", "'log' or 'logs'"),
         ("inpsect", "'inspect'"),
     ):
         proc = run_fabro(typo)

@@ -107,7 +107,7 @@ def test_bash_through_gits_completion(with_run: tuple[Path, str], tmp_path: Path
         """,
         cwd=repo,
     )
-    assert lines[0] == "logs "
+    assert lines[0].split() == ["log", "logs"]
     assert lines[1].split() == ["resume", "rewind"]
     assert lines[2].split() == [run_id, "wf"]
     assert lines[3].split() == ["start@1", "s1@1", "s2@1"]
@@ -210,7 +210,7 @@ def test_fish_script(with_run: tuple[Path, str], tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     # One candidate a line, maybe followed by a tab and a description.
     blocks = [[line.split("\t")[0] for line in b.splitlines()] for b in proc.stdout.split("==\n")]
-    assert blocks[0] == ["logs"]
+    assert blocks[0] == ["log", "logs"]
     assert blocks[1] == ["doctor"]
     assert blocks[2] == [run_id, "wf"]
     assert blocks[3] == ["s1@1", "s2@1", "start@1"]

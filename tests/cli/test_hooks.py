@@ -210,3 +210,21 @@ def test_the_source_tree_hooks_dir_is_the_shipped_script() -> None:
 
     assert (ROOT / "hooks" / "pre-push").read_bytes() == script("pre-push")
     assert script("pre-push").startswith(b"#!/bin/sh\n")
+
+
+def test_git_fabro_push_of_a_new_run_with_the_hook_installed(
+    repo: Path, remote: Path, tmp_path: Path
+) -> None:
+    # git fabro push names the metadata refs itself: the hook must not race it to them.
+    run_id = make_run(repo)
+    marker = tmp_path / "foreign-ran"
+    hook = repo / ".git" / "hooks" / "pre-push"
+    hook.write_text(FOREIGN % (marker, 0))
+    hook.chmod(0o755)
+    assert hooks(repo, "install").returncode == 0
+    proc = run_fabro("push", "origin", run_id, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert "rejected" not in proc.stderr
+    refs = remote_refs(remote)
+    assert {f"refs/heads/fabro/run/{run_id}", f"refs/fabro/meta/{run_id}"} <= refs
+    assert marker.exists()  # the user's own hook still had its say

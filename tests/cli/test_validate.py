@@ -118,6 +118,7 @@ def test_json_document_shape(tmp_path: Path) -> None:
         "edge": ["a", "start"],
         "line": 5,
         "column": 5,
+        "typo": None,
     }
     assert by_rule["terminal_node"]["edge"] is None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from helpers import run_events, run_fabro, write_workflow
@@ -73,9 +74,9 @@ def test_validate_shows_a_child_workflows_warnings_under_its_path(tmp_path: Path
     assert "did you mean 'weight'?" in line
 
 
-def test_run_prints_the_warnings_first_and_goes_ahead(repo: Path) -> None:
+def test_run_prints_the_warnings_first_and_goes_ahead_when_typos_are_allowed(repo: Path) -> None:
     write_workflow(repo, TYPOS, "typos.fabro")
-    proc = run_fabro("run", "typos.fabro", "--dry-run", cwd=repo)
+    proc = run_fabro("run", "typos.fabro", "--dry-run", "--allow-typos", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     warnings = [i for i, line in enumerate(lines) if ": warning: [" in line]
@@ -86,7 +87,7 @@ def test_run_prints_the_warnings_first_and_goes_ahead(repo: Path) -> None:
         and line.endswith("did you mean 'exit'?")
         for line in lines
     )
-    # Warnings never stop a run: it ran as written, where the misspelt condition key
+    # --allow-typos: it ran as written, where the misspelt condition key
     # reads as empty, so the edge to `exti` is never taken.
     run_id = lines[started].split()[1]
     entered = [e["node_id"] for e in run_events(run_id, repo) if e["event"] == "stage.started"]
@@ -108,3 +109,79 @@ def test_a_refused_run_also_shows_the_warning_that_explains_it(repo: Path) -> No
         "'scrpt': nothing reads it; did you mean 'script'?"
     ) in proc.stderr.splitlines()
     assert "[command_requires_script]" in proc.stderr
+
+
+NEWCOMER = """\
+digraph Newcomer {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    test  [shape=parallellogram, script="false"]
+    review [promt="Review the change", lable="Review"]
+    start -> test
+    test -> review [conditon="outcome=success"]
+    test -> exit [condition="outcome=fail"]
+    review -> exit
+}
+"""
+
+
+def test_run_refuses_typos_before_anything_starts(repo: Path) -> None:
+    write_workflow(repo, NEWCOMER, "newcomer.fabro")
+    proc = run_fabro("run", "newcomer.fabro", "--dry-run", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    for fix in (
+        "newcomer.fabro:4:18: 'parallellogram' -> 'parallelogram'",
+        "newcomer.fabro:5:13: 'promt' -> 'prompt'",
+        "newcomer.fabro:5:40: 'lable' -> 'label'",
+        "newcomer.fabro:7:21: 'conditon' -> 'condition'",
+    ):
+        assert "  " + fix in lines, proc.stderr
+    assert any("4 typos found" in line for line in lines)
+    assert "--allow-typos" in proc.stderr
+    assert not any(line.startswith("run ") for line in lines)
+    refs = subprocess.run(
+        ["git", "for-each-ref", "refs/fabro"], cwd=repo, capture_output=True, text=True, check=True
+    )
+    assert refs.stdout == ""  # nothing was created
+
+
+def test_validate_strict_fails_on_warnings_and_json_names_the_fix(tmp_path: Path) -> None:
+    (tmp_path / "newcomer.fabro").write_text(NEWCOMER)
+    assert run_fabro("validate", "newcomer.fabro", cwd=tmp_path).returncode == 0
+    strict = run_fabro("validate", "--strict", "newcomer.fabro", cwd=tmp_path)
+    assert strict.returncode == 1
+    assert "valid with" in strict.stdout  # the verdict is Fabro's; only the status differs
+    proc = run_fabro("validate", "--json", "newcomer.fabro", cwd=tmp_path)
+    (document,) = json.loads(proc.stdout)
+    fixes = {
+        (d["typo"]["written"], d["typo"]["meant"]) for d in document["diagnostics"] if d["typo"]
+    }
+    assert fixes == {
+        ("parallellogram", "parallelogram"),
+        ("promt", "prompt"),
+        ("lable", "label"),
+        ("conditon", "condition"),
+    }
+    clean = "digraph C {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n  start -> exit\n}\n"
+    (tmp_path / "clean.fabro").write_text(clean)
+    assert run_fabro("validate", "--strict", "clean.fabro", cwd=tmp_path).returncode == 0
+
+
+def test_the_standard_success_failure_pair_validates_clean(tmp_path: Path) -> None:
+    (tmp_path / "pair.fabro").write_text(
+        "digraph P {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  test [shape=parallelogram, script="true"]\n  fix [shape=parallelogram, script="true"]\n'
+        '  start -> test\n  test -> exit [condition="outcome=success"]\n'
+        '  test -> fix [condition="outcome=fail"]\n  fix -> exit\n}\n'
+    )
+    proc = run_fabro("validate", "--strict", "pair.fabro", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.splitlines() == ["pair.fabro: valid - workflow 'P', 4 nodes, 4 edges"]
+
+
+def test_the_new_flags_are_completed_in_every_shell() -> None:
+    for shell in ("bash", "zsh", "fish"):
+        script = run_fabro("completion", shell).stdout
+        assert "allow-typos" in script and "strict" in script, shell

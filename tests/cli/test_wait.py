@@ -29,7 +29,7 @@ def test_wait_blocks_until_the_run_ends(repo: Path, hermetic_env: Path) -> None:
     waiter = subprocess.Popen(
         [*fabro_exe(), "wait", run_id], cwd=repo, stderr=subprocess.PIPE, text=True
     )
-    timed_out = run_fabro("wait", run_id, "--timeout", "1s", cwd=repo)
+    timed_out = run_fabro("wait", run_id, "--timeout", "1", cwd=repo)  # bare seconds
     assert timed_out.returncode == 124 and "still running" in timed_out.stderr
     assert waiter.poll() is None  # the run is held at its stage, so wait is too
     (hermetic_env / "go").write_text("")
@@ -45,5 +45,10 @@ def test_wait_exits_as_a_failed_run_did(repo: Path, hermetic_env: Path) -> None:
     run_id = _detached(repo, "exit 3")
     proc = run_fabro("wait", run_id, cwd=repo, timeout=120)
     assert proc.returncode == 1 and "failed" in proc.stderr
+    bare = run_fabro("wait", run_id, "--timeout", "90", cwd=repo)
+    assert bare.returncode == 1 and f"run {run_id} failed" in bare.stderr
     bad = run_fabro("wait", run_id, "--timeout", "soon", cwd=repo)
     assert bad.returncode == 1 and "Traceback" not in bad.stderr
+    assert "--timeout expects a duration such as 90 (seconds), 30s" in bad.stderr
+    since = run_fabro("logs", run_id, "--since", "3600", cwd=repo)
+    assert since.returncode == 0 and "run.failed" in since.stdout

@@ -88,7 +88,7 @@ def test_attach_answers_a_detached_runs_gate(repo: Path) -> None:
         assert "? Publish these notes?" in text and "[A] Approve" in text
         assert "│ - First draft." in text  # what the gate is about
         term.type("maybe\n")  # a typo is asked again, not sent
-        term.read_until(b"is none of: [A] Approve, [R] Revise")
+        term.read_until(b"is none of the choices; type one of: [A] Approve, [R] Revise")
         term.type("A\n")
         text = term.read_until(b"Result: branch")
         code = term.close()

@@ -100,3 +100,30 @@ def test_a_status_json_the_agent_writes_routes_and_the_reply_wins(
         Reply(text='Done. {"preferred_next_label": "ship"}'),
     )
     assert _visited(repo)[-2] == "ship"
+
+
+def test_a_reply_without_a_directive_is_told_which_edge_it_took(repo: Path) -> None:
+    write_workflow(repo, ROUTED % {"prep": "true", "reply": "ok"})
+    proc, result = run_json("run", "wf.fabro", "--dry-run", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    notices = [
+        e["properties"]
+        for e in run_events(result["run_id"], repo)
+        if e["event"] == "run.notice" and e["properties"]["code"] == "no_directive"
+    ]
+    assert [n["level"] for n in notices] == ["warn"]
+    message = notices[0]["message"]
+    assert "judge's reply gave no routing directive, so the run took judge -> fix ('fix')" in (
+        message
+    )
+    assert "unconditional edge of highest weight (then first by target name)" in message
+    assert '{"preferred_next_label": "fix"}' in message
+    assert "[no_directive]" in proc.stderr  # shown as it runs
+    # A reply that names its edge is not told anything.
+    write_workflow(
+        repo, ROUTED % {"prep": "true", "reply": '{\\"preferred_next_label\\": \\"ship\\"}'}
+    )
+    proc, result = run_json("run", "wf.fabro", "--dry-run", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    codes = [e["properties"].get("code") for e in run_events(result["run_id"], repo)]
+    assert "no_directive" not in codes

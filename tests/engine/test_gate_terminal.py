@@ -8,7 +8,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from helpers import TERMINAL_ESCAPES, fabro_exe, read_until, received_within
+from helpers import TERMINAL_ESCAPES, fabro_exe, git, read_until, received_within, write_workflow
 
 
 def test_gate_on_a_terminal_is_asked_cleanly(repo: Path) -> None:
@@ -51,3 +51,73 @@ def test_gate_on_a_terminal_is_asked_cleanly(repo: Path) -> None:
     assert "│ # Release notes" in asked and "│ - First draft." in asked
     assert asked.rindex("│ - First draft.") < asked.index("? Publish these notes?")
     assert "[A] Approve" in asked and "[R] Revise" in asked
+
+
+MERGE = """\
+digraph Merge {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    fix   [shape=parallelogram, script="echo fixed"]
+    gate  [shape=hexagon, label="Merge this fix?"%s]
+    merged [shape=parallelogram, script="echo merged > merged.txt"]
+    start -> fix -> gate
+    gate -> merged [label="[Y] Yes"]
+    gate -> exit [label="[N] No"]
+    merged -> exit
+}
+"""
+
+
+def _run_on_a_terminal(repo: Path, typed: list[bytes]) -> tuple[int, str]:
+    """Run wf.fabro on a pty, typing each line of `typed` when a prompt is shown."""
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [*fabro_exe(), "run", "wf.fabro"],
+        cwd=repo,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        start_new_session=True,
+        env={**os.environ, "TERM": "dumb"},
+    )
+    os.close(follower)
+    seen = b""
+    try:
+        for line in typed:
+            seen = read_until(leader, b"> ", seen)
+            seen = seen.replace(b"> ", b">_", 1)  # this prompt is answered
+            os.write(leader, line + b"\n")
+        seen = read_until(leader, b"Result: ", seen)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(OSError):
+            while os.read(leader, 4096):
+                pass
+        os.close(leader)
+    return code, TERMINAL_ESCAPES.sub(b"", seen).decode(errors="replace")
+
+
+def test_a_stray_answer_at_a_terminal_is_asked_again(repo: Path) -> None:
+    write_workflow(repo, MERGE % "")
+    code, text = _run_on_a_terminal(repo, [b"maybe", b"", b"y"])
+    assert code == 0, text
+    assert "('maybe' is none of the choices; type one of: [Y] Yes, [N] No)" in (text)
+    assert "(this question has no default; type one of: [Y] Yes, [N] No" in text
+    assert text.count("? Merge this fix?") == 1, text
+    assert "failing closed" not in text
+    run_id = re.search(r"run (\S+) started", text).group(1)  # type: ignore[union-attr]
+    assert git(repo, "show", f"fabro/run/{run_id}:merged.txt").strip() == "merged"
+
+
+def test_enter_at_a_terminal_takes_the_gates_default(repo: Path) -> None:
+    write_workflow(repo, MERGE % ', human.default_choice="merged"')
+    code, text = _run_on_a_terminal(repo, [b""])
+    assert code == 0, text
+    assert "none of the choices" not in text and "no default" not in text
+    run_id = re.search(r"run (\S+) started", text).group(1)  # type: ignore[union-attr]
+    assert git(repo, "show", f"fabro/run/{run_id}:merged.txt").strip() == "merged"

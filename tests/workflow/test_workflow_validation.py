@@ -295,27 +295,24 @@ def test_orphan_custom_outcome() -> None:
     assert only(diags, "all_conditional_edges") == []
 
 
-def test_orphan_custom_outcome_also_for_standard_values() -> None:
-    # As in Fabro: routing on outcome= with no unconditional edge warns whatever the
-    # values; here all_conditional_edges also refuses it (a command may only succeed or
-    # fail, so this one is covered and only the warning remains).
+def test_no_orphan_custom_outcome_for_the_standard_pair() -> None:
+    # Unlike Fabro, the success/failure pair does not warn: on a command it covers every
+    # outcome, and where it does not (an agent may finish partially_succeeded),
+    # all_conditional_edges says so, exactly, as an error.
     text = wrap(
         'c [shape=parallelogram, script="true"]\nstart -> c\n'
-        'c -> exit [condition="outcome=succeeded"]\nc -> exit [condition="outcome=failed"]'
+        'c -> exit [condition="outcome=success"]\nc -> exit [condition="outcome=fail"]'
     )
     diags = check(text)
-    assert [d.node_id for d in only(diags, "orphan_custom_outcome")] == ["c"]
+    assert only(diags, "orphan_custom_outcome") == []
     assert only(diags, "all_conditional_edges") == []
-    not_equal = wrap(
-        'c [shape=parallelogram, script="true"]\nstart -> c\n'
-        'c -> exit [condition="outcome!=failed"]\nc -> exit [condition="outcome=failed"]'
+    agent = wrap(
+        "a [prompt=p]\nstart -> a\n"
+        'a -> exit [condition="outcome=succeeded"]\na -> exit [condition="outcome=failed"]'
     )
-    assert [d.node_id for d in only(check(not_equal), "orphan_custom_outcome")] == ["c"]
-    only_not_equal = wrap(
-        'c [shape=parallelogram, script="true"]\nstart -> c\n'
-        'c -> exit [condition="outcome!=failed"]\nc -> exit [condition="context.x=1"]'
-    )
-    assert only(check(only_not_equal), "orphan_custom_outcome") == []
+    diags = check(agent)
+    assert only(diags, "orphan_custom_outcome") == []
+    assert [d.node_id for d in only(diags, "all_conditional_edges")] == ["a"]
 
 
 def test_orphan_custom_outcome_not_with_a_fallback() -> None:
