@@ -1,0 +1,150 @@
+"""The documents say what the code does: the run layout in `docs/storage-format.md` and
+the man page's FILES section against `store/runs.py`, which owns every ref name, tree
+path and trailer, and the README's first workflow against the real command."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from helpers import ROOT
+
+from fabro_git.store import runs
+
+STORAGE = ROOT / "docs" / "storage-format.md"
+MAN = ROOT / "man" / "git-fabro.1"
+README = ROOT / "README.md"
+
+# Constants of store/runs.py that are not an entry at the top of the meta tree.
+NOT_TOP_LEVEL = {
+    "NODE_STATUS": "inside nodes/<node>/",
+    "SNAPSHOT_SUBJECT_INIT": "a commit subject",
+}
+
+
+def _layout_constants() -> dict[str, str]:
+    """Every public string constant of store/runs.py: ref prefixes, tree paths, trailers."""
+    return {
+        name: value
+        for name, value in vars(runs).items()
+        if name.isupper() and not name.startswith("_") and isinstance(value, str)
+    }
+
+
+def _trailers() -> set[str]:
+    """Every `Fabro-*` trailer store/runs.py writes or reads, constants or not."""
+    return set(
+        re.findall(r"\bFabro-[A-Z][A-Za-z]*(?:-[A-Z][A-Za-z]*)*", Path(runs.__file__).read_text())
+    )
+
+
+def _man_plain(text: str) -> str:
+    """roff as it reads: fonts dropped, escapes resolved."""
+    text = re.sub(r"\\f[BIRP]", "", text)
+    return text.replace("\\-", "-").replace("\\(aq", "'").replace("\\e", "\\")
+
+
+def _man_files() -> str:
+    text = MAN.read_text()
+    section = re.search(r"^\.SH FILES\n(.*?)^\.SH ", text, re.M | re.S)
+    assert section, "man/git-fabro.1 has no FILES section"
+    return section.group(1)
+
+
+def _man_meta_tree() -> list[str]:
+    """The paths the FILES section lists under the meta ref: the tags of its .RS list."""
+    files = _man_files()
+    block = re.search(r"^\\fBrefs/fabro/meta/.*?^\.RS\n(.*?)^\.RE", files, re.M | re.S)
+    assert block, "FILES lists no tree under refs/fabro/meta/ID (a .TP list in .RS/.RE)"
+    tags = re.findall(r"^\.TP\n(.*)$", block.group(1), re.M)
+    return [path.strip() for tag in tags for path in _man_plain(tag).split(",")]
+
+
+def _doc_meta_tree() -> list[str]:
+    """The paths docs/storage-format.md lists in its tree under "## The metadata tree"."""
+    text = STORAGE.read_text()
+    section = text[text.index("## The metadata tree") :]
+    block = re.search(r"```text\n(.*?)```", section, re.S)
+    assert block, "storage-format.md has no ```text tree under ## The metadata tree"
+    return [line.split()[0] for line in block.group(1).splitlines() if line[:1].strip()]
+
+
+def _documents() -> dict[str, tuple[str, dict[str, str]]]:
+    """Each document's text and how it writes the placeholders the layout functions take."""
+    angle = {
+        "id": "<id>",
+        "node": "<node>",
+        "node_visit": "<node>-<visit>",
+        "n": "<n>",
+        "stage_id": "<stage_id>",
+        "key": "<key>",
+        "node_slug": "<node_slug>",
+        "path": "<path>",
+        "visit": "<visit>",
+        "status": "<status>",
+    }
+    upper = {
+        "id": "ID",
+        "node": "NODE",
+        "node_visit": "NODE-VISIT",
+        "n": "N",
+        "stage_id": "STAGE_ID",
+        "key": "KEY",
+        "node_slug": "NODE_SLUG",
+        "path": "PATH",
+        "visit": "VISIT",
+        "status": "STATUS",
+    }
+    return {
+        "docs/storage-format.md": (STORAGE.read_text(), angle),
+        "man/git-fabro.1 FILES": (_man_plain(_man_files()), upper),
+    }
+
+
+def _layout_shapes(p: dict[str, str]) -> list[str]:
+    """What the layout functions of store/runs.py make of the placeholders."""
+    shapes = [
+        runs.run_branch_ref(p["id"]),
+        runs.meta_ref(p["id"]),
+        runs.parallel_ref(p["id"], p["node_visit"], p["n"]),  # type: ignore[arg-type]
+        runs.child_progress_ref(p["id"], p["stage_id"]),
+        runs.artifact_path(p["key"]),
+        runs.asset_dir(p["node_slug"], p["n"]),  # type: ignore[arg-type]
+        runs.graph_path(p["path"]),
+        runs.node_dir(p["node"]),
+        runs.snapshot_subject_checkpoint(p["node"], p["visit"]),  # type: ignore[arg-type]
+        runs.snapshot_subject_finalize(p["status"]),
+        # Segment numbers are zero-padded digits: the documents write each digit as N.
+        re.sub(r"\d", "N", runs.segment_path(1)),
+        re.sub(r"\d", "N", runs.flat_segment_path(1)),
+    ]
+    return shapes
+
+
+@pytest.mark.parametrize("document", ["docs/storage-format.md", "man/git-fabro.1 FILES"])
+def test_every_name_of_the_run_layout_is_documented(document: str) -> None:
+    text, placeholders = _documents()[document]
+    missing = []
+    for name, value in _layout_constants().items():
+        shown = f"{value}/" if name.endswith("_DIR") else value
+        after = "" if shown.endswith("/") else r"(?![\w-])"
+        if not re.search(rf"(?<![\w.-]){re.escape(shown)}{after}", text):
+            missing.append(f"{name} = {value!r}")
+    missing += [f"trailer {t}" for t in sorted(_trailers()) if t not in text]
+    missing += [f"path {shape}" for shape in _layout_shapes(placeholders) if shape not in text]
+    assert not missing, f"{document} does not mention: {missing}"
+
+
+@pytest.mark.parametrize("lister", [_doc_meta_tree, _man_meta_tree])
+def test_the_meta_tree_listed_is_the_one_the_code_writes(lister: object) -> None:
+    listed = lister()  # type: ignore[operator]
+    top = {path.split("/")[0] for path in listed}
+    constants = _layout_constants()
+    tree = {
+        value
+        for name, value in constants.items()
+        if name not in NOT_TOP_LEVEL and not value.startswith(("refs/", "Fabro-"))
+    }
+    assert top - tree == set(), f"listed under the meta tree, unknown to store/runs.py: {listed}"
+    assert tree - top == set(), f"in store/runs.py's meta tree, not listed: {sorted(tree - top)}"
