@@ -213,6 +213,7 @@ def find_orphans(repo: GitRepo, kept: set[str]) -> Orphans:
                     and now - entry.stat().st_mtime >= ORPHAN_GRACE_SECONDS
                 ):
                     found.scratch_dirs.append(entry)
+    found.scratch_dirs += [p for p in scratch_of_gone_repositories() if p not in found.scratch_dirs]
     for name, sha in repo.list_refs(runrefs.PARALLEL_PREFIX).items():
         if gone(name[len(runrefs.PARALLEL_PREFIX) :].split("/", 1)[0]):
             found.refs[name] = sha
@@ -228,6 +229,36 @@ def find_orphans(repo: GitRepo, kept: set[str]) -> Orphans:
                     found.lock_files.append(entry)
             elif gone(run_id):
                 found.lock_files.append(entry)
+    return found
+
+
+def scratch_of_gone_repositories() -> list[Path]:
+    """Scratch dirs whose repository no longer exists (deleted with `rm -rf`, say).
+
+    A scratch dir's name holds only a hash of its repository's git dir, so the way back
+    is the `source_directory` its run's first event recorded: when that directory is
+    gone, so is every run the scratch dir could serve. One with no such record, or one
+    touched within the grace period, is left alone."""
+    import json
+
+    root = runs_dir()
+    if not root.is_dir():
+        return []
+    found = []
+    now = time.time()
+    for entry in sorted(root.iterdir()):
+        name = entry.name
+        if len(name) != _ULID_LEN + 13 or name[_ULID_LEN] != "-" or entry.is_symlink():
+            continue
+        with contextlib.suppress(OSError, ValueError, UnicodeDecodeError):
+            if now - entry.stat().st_mtime < ORPHAN_GRACE_SECONDS:
+                continue
+            with (entry / "events.jsonl").open("rb") as tail:
+                first = json.loads(tail.readline())
+            source = (first.get("properties") or {}).get("source_directory")
+            named = first.get("event") == "run.created" and isinstance(source, str)
+            if named and source and not Path(source).exists():
+                found.append(entry)
     return found
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from fabro_git.config.locations import run_scratch_dir
+from fabro_git.errors import FabroError
 
 
 @dataclass
@@ -151,6 +154,30 @@ def resolve_run(repo: Any, arg: str) -> str:
         print(f"{arg} is a workflow: using its latest run, {latest.run_id}", file=sys.stderr)
         return latest.run_id
     return runrefs.resolve_run_id(repo, arg)
+
+
+@contextlib.contextmanager
+def objects_of(run_id: str) -> Iterator[None]:
+    """Reading run `run_id`: an object of it that git no longer has is an error that
+    names the run and the object and says the ways back, never a crash."""
+    from fabro_git.errors import MissingObject
+
+    try:
+        yield
+    except MissingObject as exc:
+        raise missing_in_run(run_id, exc.message) from exc
+
+
+def missing_in_run(run_id: str, detail: str) -> FabroError:
+    from fabro_git.errors import MissingObject
+
+    return MissingObject(
+        f"run {run_id}: {detail}; something removed it (a `git gc --prune=now` while the "
+        "run was writing can)",
+        hint=f"fetch the run from a remote that has it (`git fabro fetch`), or go back to "
+        f"an earlier checkpoint that is whole (`git fabro rewind {run_id} --list`, "
+        f"then `git fabro resume {run_id}`)",
+    )
 
 
 def tail_path(repo: Any, run_id: str) -> Path:

@@ -138,11 +138,14 @@ def demo(
             metavar="DIR",
         ),
     ] = None,
+    keep: Annotated[
+        bool, typer.Option("--keep", help="Keep the temporary repository (a DIR is kept).")
+    ] = False,
 ) -> None:
     """Make a scratch repository and run the hello example in it."""
     from fabro_git.cli import demo as impl
 
-    raise typer.Exit(impl.run(directory))
+    raise typer.Exit(impl.run(directory, keep=keep))
 
 
 class _RunCommand(_Command):

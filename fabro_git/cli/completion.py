@@ -17,11 +17,20 @@ import sys
 from typing import Any
 
 SHELLS = ("bash", "zsh", "fish")
-# Positional arguments that name a run, a workflow file or a fixed word.
-RUN_COMMANDS = ("resume", "attach", "logs", "inspect", "fork", "rewind", "dump", "diff")
-CHECKPOINT_COMMANDS = ("fork", "rewind", "diff")
-WORKFLOW_COMMANDS = ("run", "validate", "graph")
-REMOTE_COMMANDS = ("fetch", "push")
+# What an argument's metavar names, and so what completes it: a run, one of its stages
+# (`NODE[@VISIT]`, completed with the checkpoints of the run before it), a remote, a
+# workflow file or example, a shell. Any command whose help says RUN gets run ids.
+KINDS = {
+    "RUN": "runs",
+    "RUN...": "runs",
+    "RUN[:PATH]": "runs",
+    "NODE[@VISIT]": "checkpoints",
+    "REMOTE": "remotes",
+    "WORKFLOW": "workflows",
+    "FILE": "workflows",
+    "FILE...": "workflows",
+    "SHELL": "shells",
+}
 # Options whose value is a path.
 PATH_OPTIONS = ("-o", "--output", "--goal-file")
 
@@ -82,24 +91,70 @@ def _words(kind: str, arg: str | None) -> list[str]:
 
 def _surface() -> dict[str, list[str]]:
     """command (or `group sub`) -> its options, for every visible command."""
+    return {
+        name: [] if getattr(command, "commands", None) else _options(command)
+        for name, command in _commands().items()
+    }
+
+
+def _commands() -> dict[str, Any]:
+    """command (or `group sub`) -> its click command, for every visible command."""
     import typer.main
 
     from fabro_git.cli.app import app
 
     group: Any = typer.main.get_command(app)
-    out: dict[str, list[str]] = {}
+    out: dict[str, Any] = {}
     for name, command in sorted(group.commands.items()):
         if getattr(command, "hidden", False):
             continue
         subs = getattr(command, "commands", None)
         if subs:
-            out[name] = []
+            out[name] = command
             for sub_name, sub in sorted(subs.items()):
                 if not getattr(sub, "hidden", False):
-                    out[f"{name} {sub_name}"] = _options(sub)
+                    out[f"{name} {sub_name}"] = sub
         else:
-            out[name] = _options(command)
+            out[name] = command
     return out
+
+
+def _positions() -> list[tuple[str, str, str]]:
+    """(command, position, kind) for each positional argument that completes to
+    something: position is its index among the positional words after the command, or
+    `N*` for a list that takes every word from N on. Exact positions come first, so a
+    shell's first matching pattern wins."""
+    exact, rest = [], []
+    for name, command in _commands().items():
+        index = 0
+        for param in command.params:
+            if param.param_type_name != "argument":
+                continue
+            kind = KINDS.get(str(param.metavar or ""))
+            if kind and param.nargs == -1:
+                rest.append((name, f"{index}*", kind))
+            elif kind:
+                exact.append((name, str(index), kind))
+            index += 1
+    return exact + rest
+
+
+def _option_values() -> tuple[list[str], dict[str, str]]:
+    """The options that take a value (so the word after one is no positional), and
+    those whose value completes to something, with its kind."""
+    valued: set[str] = set()
+    kinds: dict[str, str] = {}
+    for command in _commands().values():
+        for param in command.params:
+            if param.param_type_name != "option" or getattr(param, "is_flag", False):
+                continue
+            if getattr(param, "count", False):
+                continue
+            valued.update(param.opts)
+            kind = KINDS.get(str(param.metavar or ""))
+            if kind in ("runs", "remotes"):
+                kinds.update(dict.fromkeys(param.opts, kind))
+    return sorted(valued), kinds
 
 
 def _options(command: Any) -> list[str]:
@@ -134,19 +189,34 @@ def _bash(surface: dict[str, list[str]]) -> str:
         f'        "{name}") opts="{" ".join(opts)}" ;;' for name, opts in surface.items()
     )
     group_cases = "\n".join(f'        {g}) subs="{" ".join(_subs(surface, g))}" ;;' for g in groups)
+    valued, option_kinds = _option_values()
     return _BASH.format(
         commands=" ".join(_top(surface)),
         groups="|".join(groups) or "__none__",
         option_cases=option_cases,
         group_cases=group_cases,
         examples=" ".join(_examples()),
-        run_commands="|".join(RUN_COMMANDS),
-        checkpoint_commands="|".join(CHECKPOINT_COMMANDS),
-        workflow_commands="|".join(WORKFLOW_COMMANDS),
-        remote_commands="|".join(REMOTE_COMMANDS),
+        position_cases=_position_cases('        "{name}:{index}"{rest}) kind={kind} ;;'),
+        option_kind_cases="\n".join(
+            f"    {option}) kind={kind} ;;" for option, kind in option_kinds.items()
+        ),
+        valued_options="|".join(valued),
         path_options="|".join(PATH_OPTIONS),
         shells=" ".join(SHELLS),
     )
+
+
+def _position_cases(pattern: str) -> str:
+    """One shell `case` branch per completing argument, from `pattern` with the
+    command's name, the argument's index (the first one for a list), `*` after a list's
+    index, and its kind."""
+    rows = []
+    for name, position, kind in _positions():
+        index, rest = (position[:-1], "*") if position.endswith("*") else (position, "")
+        if rest:
+            index = ""  # exact positions come first: a list takes the others
+        rows.append(pattern.format(name=name, index=index, rest=rest, kind=kind))
+    return "\n".join(rows)
 
 
 _BASH = r"""# bash completion for git fabro; generated by `git fabro completion bash`.
@@ -157,7 +227,7 @@ _BASH = r"""# bash completion for git fabro; generated by `git fabro completion 
 __git_fabro_complete() {{
     local start=$1 call=$2
     local cur=${{words[cword]}} prev=${{words[cword-1]}}
-    local cmd="" sub="" i positional=0 key opts subs list
+    local cmd="" sub="" first="" i positional=0 key opts subs list kind=""
     for ((i = start; i < cword; i++)); do
         case ${{words[i]}} in
         -*) ;;
@@ -168,8 +238,11 @@ __git_fabro_complete() {{
                 sub=${{words[i]}}
             else
                 case ${{words[i-1]}} in
-                {path_options}|--format|--direction|--goal|-V|--input|--answer|--label|--model|--provider|-n|--tail|--since) ;;
-                *) ((positional++)) ;;
+                {valued_options}) ;;
+                *)
+                    ((positional == 0)) && first=${{words[i]}}
+                    ((positional++))
+                    ;;
                 esac
             fi
             ;;
@@ -203,31 +276,28 @@ __git_fabro_complete() {{
         COMPREPLY=($(compgen -W "$opts" -- "$cur"))
         return
     fi
-    case $cmd in
-    {run_commands})
-        if ((positional == 0)); then
-            list=$($call __complete runs 2>/dev/null)
-        elif [[ $cmd == @({checkpoint_commands}) ]] && ((positional == 1)); then
-            list=$($call __complete checkpoints "${{words[cword-1]}}" 2>/dev/null)
-        fi
-        COMPREPLY=($(compgen -W "$list" -- "$cur"))
-        ;;
-    {workflow_commands})
+    key=$cmd${{sub:+ $sub}}
+    case $prev in
+{option_kind_cases}
+    esac
+    if [[ -z $kind ]]; then
+        case "$key:$positional" in
+{position_cases}
+        esac
+    fi
+    case $kind in
+    runs) list=$($call __complete runs 2>/dev/null) ;;
+    checkpoints) list=$($call __complete checkpoints "$first" 2>/dev/null) ;;
+    remotes) list=$(git remote 2>/dev/null) ;;
+    shells) list="{shells}" ;;
+    workflows)
         compopt -o filenames 2>/dev/null
         __git_fabro_files=1
         COMPREPLY=($(compgen -W "{examples}" -- "$cur") $(compgen -f -- "$cur"))
-        ;;
-    {remote_commands})
-        if ((positional == 0)); then
-            COMPREPLY=($(compgen -W "$(git remote 2>/dev/null)" -- "$cur"))
-        else
-            COMPREPLY=($(compgen -W "$($call __complete runs 2>/dev/null)" -- "$cur"))
-        fi
-        ;;
-    completion)
-        COMPREPLY=($(compgen -W "{shells}" -- "$cur"))
+        return
         ;;
     esac
+    COMPREPLY=($(compgen -W "$list" -- "$cur"))
 }}
 
 # Called by git's own completion for `git fabro ...`. git completes with `-o nospace`
@@ -273,16 +343,18 @@ def _zsh(surface: dict[str, list[str]]) -> str:
     group_cases = "\n".join(
         f"        ({g}) subs=({' '.join(_subs(surface, g))}) ;;" for g in groups
     )
+    valued, option_kinds = _option_values()
     return _ZSH.format(
         commands=" ".join(_top(surface)),
         groups="|".join(groups) or "__none__",
         option_cases=option_cases,
         group_cases=group_cases,
         examples=" ".join(_examples()),
-        run_commands="|".join(RUN_COMMANDS),
-        checkpoint_commands="|".join(CHECKPOINT_COMMANDS),
-        workflow_commands="|".join(WORKFLOW_COMMANDS),
-        remote_commands="|".join(REMOTE_COMMANDS),
+        position_cases=_position_cases('        ("{name}:{index}"{rest}) kind={kind} ;;'),
+        option_kind_cases="\n".join(
+            f"    ({option}) kind={kind} ;;" for option, kind in option_kinds.items()
+        ),
+        valued_options="|".join(valued),
         path_options="|".join(PATH_OPTIONS),
         shells=" ".join(SHELLS),
     )
@@ -299,7 +371,7 @@ _ZSH = r"""#compdef git-fabro
 # zsh's git completion calls _git-fabro for `git fabro ...`.
 
 _git-fabro() {{
-    local cmd="" sub="" key i positional=0
+    local cmd="" sub="" first="" key kind="" i positional=0
     local -a opts subs list
     for ((i = 2; i < CURRENT; i++)); do
         case ${{words[i]}} in
@@ -311,8 +383,11 @@ _git-fabro() {{
                 sub=${{words[i]}}
             else
                 case ${{words[i-1]}} in
-                ({path_options}|--format|--direction|--goal|-V|--input|--answer|--label|--model|--provider|-n|--tail|--since) ;;
-                (*) (( positional++ )) ;;
+                ({valued_options}) ;;
+                (*)
+                    (( positional == 0 )) && first=${{words[i]}}
+                    (( positional++ ))
+                    ;;
                 esac
             fi
             ;;
@@ -341,27 +416,24 @@ _git-fabro() {{
         compadd -- $opts
         return
     fi
-    case $cmd in
-    ({run_commands})
-        if (( positional == 0 )); then
-            list=(${{(f)"$(git fabro __complete runs 2>/dev/null)"}})
-        elif [[ $cmd == ({checkpoint_commands}) ]] && (( positional == 1 )); then
-            list=(${{(f)"$(git fabro __complete checkpoints ${{words[CURRENT-1]}} 2>/dev/null)"}})
-        fi
-        compadd -- $list
-        ;;
-    ({workflow_commands})
+    key="$cmd${{sub:+ $sub}}"
+    case $prev in
+{option_kind_cases}
+    esac
+    if [[ -z $kind ]]; then
+        case "$key:$positional" in
+{position_cases}
+        esac
+    fi
+    case $kind in
+    (runs) compadd -- ${{(f)"$(git fabro __complete runs 2>/dev/null)"}} ;;
+    (checkpoints) compadd -- ${{(f)"$(git fabro __complete checkpoints $first 2>/dev/null)"}} ;;
+    (remotes) compadd -- ${{(f)"$(git remote 2>/dev/null)"}} ;;
+    (shells) compadd -- {shells} ;;
+    (workflows)
         compadd -- {examples}
         _files
         ;;
-    ({remote_commands})
-        if (( positional == 0 )); then
-            compadd -- ${{(f)"$(git remote 2>/dev/null)"}}
-        else
-            compadd -- ${{(f)"$(git fabro __complete runs 2>/dev/null)"}}
-        fi
-        ;;
-    (completion) compadd -- {shells} ;;
     esac
 }}
 
@@ -379,6 +451,7 @@ fi
 
 
 def _fish(surface: dict[str, list[str]]) -> str:
+    valued, option_kinds = _option_values()
     lines = [
         "# fish completion for git fabro; generated by `git fabro completion fish`.",
         "# Load it:  git fabro completion fish | source",
@@ -403,18 +476,44 @@ def _fish(surface: dict[str, list[str]]) -> str:
         "    test (count $words) -gt 0; and contains -- $words[1] $argv",
         "end",
         "",
+        "# The words after `fabro` that are neither options nor an option's value.",
+        "function __git_fabro_words",
+        "    set -l skip 0",
+        "    for word in (__git_fabro_args)",
+        "        if test $skip -eq 1",
+        "            set skip 0",
+        "            continue",
+        "        end",
+        "        switch $word",
+        f"            case {' '.join(valued)}",
+        "                set skip 1",
+        "            case '-*'",
+        "            case '*'",
+        "                echo $word",
+        "        end",
+        "    end",
+        "end",
+        "",
         "function __git_fabro_positional",
-        "    set -l words (string match -v -- '-*' (__git_fabro_args))",
+        "    set -l words (__git_fabro_words)",
         "    math (count $words) - 1",
         "end",
         "",
-        "function __git_fabro_last_word",
-        "    set -l words (string match -v -- '-*' (__git_fabro_args))",
-        "    echo $words[-1]",
+        "# The word after the command: the run a NODE[@VISIT] belongs to.",
+        "function __git_fabro_first_word",
+        "    set -l words (__git_fabro_words)",
+        "    echo $words[2]",
         "end",
         "",
     ]
     top = _top(surface)
+    words = {
+        "runs": "(git fabro __complete runs 2>/dev/null)",
+        "checkpoints": "(git fabro __complete checkpoints (__git_fabro_first_word) 2>/dev/null)",
+        "remotes": "(git remote 2>/dev/null)",
+        "shells": " ".join(SHELLS),
+        "workflows": " ".join(_examples()),
+    }
     lines.append("complete -c git-fabro -f  # files only where a command takes one")
     for target in ("git-fabro", "git"):
         guard = (
@@ -437,19 +536,22 @@ def _fish(surface: dict[str, list[str]]) -> str:
                 )
             for opt in opts:
                 flag = f"-l {opt[2:]}" if opt.startswith("--") else f"-s {opt[1:]}"
-                takes_path = " -r -F" if opt in PATH_OPTIONS else ""
-                lines.append(f"complete -c {target} -n '{condition}' {flag}{takes_path}")
+                takes = " -r -F" if opt in PATH_OPTIONS else ""
+                if opt in option_kinds:
+                    takes = f" -r -f -a '{words[option_kinds[opt]]}'"
+                lines.append(f"complete -c {target} -n '{condition}' {flag}{takes}")
         fabro = "; and __fish_seen_subcommand_from fabro" if target == "git" else ""
-        call = "git fabro"
-        lines += [
-            f"complete -c {target} -f -n '__git_fabro_in {' '.join(RUN_COMMANDS)}{fabro};"
-            f" and test (__git_fabro_positional) -eq 0' -a '({call} __complete runs 2>/dev/null)'",
-            f"complete -c {target} -f -n '__git_fabro_in {' '.join(CHECKPOINT_COMMANDS)}{fabro};"
-            f" and test (__git_fabro_positional) -eq 1'"
-            f" -a '({call} __complete checkpoints (__git_fabro_last_word) 2>/dev/null)'",
-            f"complete -c {target} -F -n '__git_fabro_in {' '.join(WORKFLOW_COMMANDS)}{fabro}' -a '{' '.join(_examples())}'",
-            f"complete -c {target} -f -n '__git_fabro_in {' '.join(REMOTE_COMMANDS)}{fabro};"
-            f" and test (__git_fabro_positional) -eq 0' -a '(git remote 2>/dev/null)'",
-            f"complete -c {target} -f -n '__git_fabro_in completion{fabro}' -a '{' '.join(SHELLS)}'",
-        ]
+        for name, position, kind in _positions():
+            head, _, sub = name.partition(" ")
+            condition = f"__git_fabro_in {head}{fabro}"
+            if sub:
+                condition += f"; and __fish_seen_subcommand_from {sub}"
+            # fish counts a group's subcommand among the words after the command.
+            index = int(position.rstrip("*")) + (1 if sub else 0)
+            test = "-ge" if position.endswith("*") else "-eq"
+            files = "-F" if kind == "workflows" else "-f"
+            lines.append(
+                f"complete -c {target} {files} -n '{condition};"
+                f" and test (__git_fabro_positional) {test} {index}' -a '{words[kind]}'"
+            )
     return "\n".join(lines) + "\n"

@@ -3,6 +3,10 @@
 It makes a scratch repository with one commit (and a local identity, for a machine
 where git has none yet), runs the shipped `hello` example in it for real, and says
 what to look at. Nothing outside the new directory is touched.
+
+A temporary repository (no DIR) is removed when the run is done, with its runs' scratch
+dirs: a newcomer trying the tool wants nothing left behind. `--keep` keeps it to look
+around; a DIR the user named is always kept.
 """
 
 from __future__ import annotations
@@ -16,7 +20,8 @@ from pathlib import Path
 from fabro_git.errors import ConfigError
 
 
-def run(directory: Path | None) -> int:
+def run(directory: Path | None, *, keep: bool = False) -> int:
+    temporary = directory is None
     if directory is None:
         target = Path(tempfile.mkdtemp(prefix="git-fabro-demo-"))
     else:
@@ -35,7 +40,14 @@ def run(directory: Path | None) -> int:
     _git(target, "commit", "-q", "-m", "demo: initial commit")
     print(f"demo repository: {target}", file=sys.stderr)
     code = subprocess.call([sys.executable, "-m", "fabro_git", "run", "hello"], cwd=target)
-    if code == 0:
+    if temporary and not keep:
+        _remove(target)
+        print(
+            f"\nremoved the demo repository {target} (`git fabro demo --keep` keeps it,"
+            " or name a directory: `git fabro demo DIR`)",
+            file=sys.stderr,
+        )
+    elif code == 0:
         print(
             "\nLook around:\n"
             f"  cd {target}\n"
@@ -45,6 +57,21 @@ def run(directory: Path | None) -> int:
             file=sys.stderr,
         )
     return code
+
+
+def _remove(target: Path) -> None:
+    """The scratch repository and the scratch dirs of its runs."""
+    import shutil
+
+    from fabro_git.config.locations import repo_key, runs_dir
+
+    key = f"-{repo_key(target / '.git')}"
+    root = runs_dir()
+    if root.is_dir():
+        for entry in root.iterdir():
+            if entry.name.endswith(key) and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+    shutil.rmtree(target, ignore_errors=True)
 
 
 def _git(cwd: Path, *args: str, check: bool = True) -> str:

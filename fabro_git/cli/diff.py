@@ -15,7 +15,7 @@ from typing import Any
 
 
 def run(run_arg: str, node: str | None, *, stat: bool) -> int:
-    from fabro_git.cli._runs import resolve_run
+    from fabro_git.cli._runs import objects_of, resolve_run
     from fabro_git.engine.session import load_run
     from fabro_git.errors import FabroError
     from fabro_git.store import runs as runrefs
@@ -24,25 +24,26 @@ def run(run_arg: str, node: str | None, *, stat: bool) -> int:
 
     repo = GitRepo.discover(Path.cwd())
     run_id = resolve_run(repo, run_arg)
-    manifest, _cp, _meta, _source = load_run(repo, run_id)
-    if manifest.in_place:
-        raise FabroError(
-            f"run {run_id} ran in place: it made no commits to compare",
-            hint="look at the working tree with `git diff` instead",
-        )
-    tip = repo.read_ref(runrefs.run_branch_ref(run_id))
-    if tip is None:
-        raise FabroError(
-            f"run {run_id} has no branch {runrefs.run_branch_ref(run_id)} here",
-            hint="fetch it with `git fabro fetch`",
-        )
-    if node is None:
-        old, new = manifest.base_sha, tip
-    else:
-        old, new = stage_range(repo, run_id, manifest.base_sha, tip, node)
-    args = ["git", "diff", *(["--stat"] if stat else []), old, new, "--"]
-    sys.stdout.flush()
-    return subprocess.run(args, cwd=repo.root, env=git_env(), check=False).returncode
+    with objects_of(run_id):
+        manifest, _cp, _meta, _source = load_run(repo, run_id)
+        if manifest.in_place:
+            raise FabroError(
+                f"run {run_id} ran in place: it made no commits to compare",
+                hint="look at the working tree with `git diff` instead",
+            )
+        tip = repo.read_ref(runrefs.run_branch_ref(run_id))
+        if tip is None:
+            raise FabroError(
+                f"run {run_id} has no branch {runrefs.run_branch_ref(run_id)} here",
+                hint="fetch it with `git fabro fetch`",
+            )
+        if node is None:
+            old, new = manifest.base_sha, tip
+        else:
+            old, new = stage_range(repo, run_id, manifest.base_sha, tip, node)
+        args = ["git", "diff", *(["--stat"] if stat else []), old, new, "--"]
+        sys.stdout.flush()
+        return subprocess.run(args, cwd=repo.root, env=git_env(), check=False).returncode
 
 
 def stage_range(repo: Any, run_id: str, base: str, tip: str, target: str) -> tuple[str, str]:

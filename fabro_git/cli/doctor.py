@@ -39,12 +39,13 @@ def run(*, json_output: bool) -> int:
         _stage_environment(os.environ),
         _stage_python(os.environ.get("PATH", "")),
         _scratch(),
+        _scratch_of_gone_repositories(),
     ]
     repo = _repo()
     if repo is None:
         checks.append(Check("repository", "ok", "not inside a git repository: run checks skipped"))
     else:
-        checks += [_locks(repo), _worktrees(repo), _project_trust(repo)]
+        checks += [_locks(repo), _worktrees(repo), _project_trust(repo), _objects(repo)]
     problems = sum(c.status == "problem" for c in checks)
     if json_output:
         doc = {"ok": problems == 0, "checks": [asdict(c) for c in checks]}
@@ -240,6 +241,21 @@ def _scratch() -> Check:
     return Check("scratch", "ok", f"{root} is private")
 
 
+def _scratch_of_gone_repositories() -> Check:
+    from fabro_git.cli._housekeeping import scratch_of_gone_repositories
+
+    found = scratch_of_gone_repositories()
+    if not found:
+        return Check("abandoned scratch", "ok", "every scratch dir's repository still exists")
+    shown = ", ".join(str(p) for p in found[:3]) + (" …" if len(found) > 3 else "")
+    return Check(
+        "abandoned scratch",
+        "warn",
+        f"{len(found)} scratch dir(s) of repositories that no longer exist: {shown}",
+        "git fabro prune (in any repository) removes them",
+    )
+
+
 def _repo() -> Any:
     from fabro_git.errors import FabroError
     from fabro_git.store.repo import GitRepo
@@ -305,6 +321,60 @@ def _locks(repo: Any) -> Check:
             f"rm {shown}",
         )
     return Check("locks", "ok", "no stale locks")
+
+
+def _objects(repo: Any) -> Check:
+    """Runs whose refs lead to objects git no longer has (a `git gc --prune=now` while a
+    run was writing). One walk of every run's objects (less what the user's branches
+    and tags hold) answers for all; only when it finds something is each run walked."""
+    from fabro_git.store import runs as runrefs
+
+    runs = runrefs.list_run_ids(repo)
+    if not runs:
+        return Check("objects", "ok", "no runs to check")
+    if not _missing_objects(repo, ["--glob=refs/fabro/meta", "--glob=refs/heads/fabro/run"]):
+        return Check("objects", "ok", f"every object of {len(runs)} run(s) is present")
+    broken: list[str] = []
+    for run_id in runs:
+        tips = [runrefs.meta_ref(run_id)]
+        if repo.read_ref(runrefs.run_branch_ref(run_id)) is not None:
+            tips.append(runrefs.run_branch_ref(run_id))
+        missing = _missing_objects(repo, tips)
+        if missing:
+            broken.append(f"{run_id} ({missing[0]}{' …' if len(missing) > 1 else ''})")
+    if not broken:
+        return Check("objects", "ok", f"every object of {len(runs)} run(s) is present")
+    return Check(
+        "objects",
+        "problem",
+        f"{len(broken)} run(s) lead to objects git no longer has: " + ", ".join(broken),
+        "fetch those runs again from a remote that has them (`git fabro fetch`), or go back "
+        "to an earlier checkpoint (`git fabro rewind RUN --list`)",
+    )
+
+
+def _missing_objects(repo: Any, tips: list[str]) -> list[str]:
+    """The objects reachable from `tips` (and not from the user's branches and tags)
+    that git does not have, as `missing <sha>`; a walk git cannot finish is one too."""
+    args = [
+        "git",
+        "rev-list",
+        "--objects",
+        "--missing=print",
+        *tips,
+        "--not",
+        "--exclude=refs/heads/fabro/*",
+        "--branches",
+        "--tags",
+    ]
+    proc = subprocess.run(args, cwd=repo.root, capture_output=True, text=True, check=False)
+    missing = [
+        f"missing {line[1:].strip()}" for line in proc.stdout.splitlines() if line[:1] == "?"
+    ]
+    if proc.returncode != 0 and not missing:
+        lines = proc.stderr.strip().splitlines()
+        missing.append(lines[-1] if lines else f"git rev-list exited {proc.returncode}")
+    return missing
 
 
 def _run_of_ref(relpath: str) -> str | None:

@@ -25,7 +25,7 @@ STREAM_AT = 1_000_000
 
 
 def run(run_arg: str, output: Path) -> int:
-    from fabro_git.cli._runs import effective_status, resolve_run, tail_path
+    from fabro_git.cli._runs import effective_status, objects_of, resolve_run, tail_path
     from fabro_git.cli._timeline import timeline
     from fabro_git.cli.logs import durable_events
     from fabro_git.confine import UnsafeEntry, checked_parts, write_confined
@@ -45,55 +45,56 @@ def run(run_arg: str, output: Path) -> int:
         )
     repo = GitRepo.discover(Path.cwd())
     run_id = resolve_run(repo, run_arg)
-    manifest, cp, meta, _source = load_run(repo, run_id)
-    files: dict[str, bytes] = {}
-    # Files over STREAM_AT (a command's whole output) are copied from git to the dump
-    # as a stream, never held in memory.
-    streamed: list[str] = []
-    for relpath, size in repo.list_files(meta, ""):
-        if relpath.startswith(f"{runrefs.EVENTS_DIR}/") or relpath == runrefs.MANIFEST:
-            continue
-        if relpath == runrefs.CHECKPOINT:
-            files[relpath] = encode(cp)  # complete, even when git holds a delta
-        elif size > STREAM_AT:
-            streamed.append(relpath)
-        else:
-            files[relpath] = repo.read_file(meta, relpath) or b""
-    import msgspec
+    with objects_of(run_id):
+        manifest, cp, meta, _source = load_run(repo, run_id)
+        files: dict[str, bytes] = {}
+        # Files over STREAM_AT (a command's whole output) are copied from git to the dump
+        # as a stream, never held in memory.
+        streamed: list[str] = []
+        for relpath, size in repo.list_files(meta, ""):
+            if relpath.startswith(f"{runrefs.EVENTS_DIR}/") or relpath == runrefs.MANIFEST:
+                continue
+            if relpath == runrefs.CHECKPOINT:
+                files[relpath] = encode(cp)  # complete, even when git holds a delta
+            elif size > STREAM_AT:
+                streamed.append(relpath)
+            else:
+                files[relpath] = repo.read_file(meta, relpath) or b""
+        import msgspec
 
-    doc: dict[str, Any] = msgspec.to_builtins(manifest)
-    live = is_live(Path(repo.git_dir), run_id)
-    doc["status"] = effective_status(cp.status, live, superseded=bool(manifest.superseded_by))
-    doc["meta_sha"] = meta
-    files["run.json"] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
-    durable = durable_events(repo, meta)
-    tail = tail_path(repo, run_id)
-    # As `logs` shows them: the live tail's events that no snapshot holds yet come last.
-    extra = tail_after(tail.read_bytes(), last_event_id(durable)) if tail.exists() else b""
-    files["events.jsonl"] = durable + extra
-    entries = timeline(repo, run_id, base_sha=manifest.base_sha)
-    width = max(3, len(str(len(entries))))
-    for entry in entries:
-        # Complete, as resume reads it (git holds most stage checkpoints as deltas).
-        recorded = read_checkpoint(repo.read_file, entry.meta_sha)
-        if recorded is not None:
-            name = f"checkpoints/{entry.ordinal:0{width}d}-{entry.label}.json"
-            files[name] = encode(recorded)
-    # Every path is checked before anything is written (`fabro_git.confine`): the run's
-    # metadata names them, and it may come from anywhere.
-    try:
-        for relpath in [*files, *streamed]:
-            checked_parts(relpath)
-        target.mkdir(parents=True, exist_ok=True)
-        for relpath, data in sorted(files.items()):
-            write_confined(target, relpath, data)
-        for relpath in streamed:
-            write_confined(target, relpath, partial(repo.copy_file, meta, relpath))
-    except UnsafeEntry as err:
-        raise err.for_run(run_id) from None
-    print(
-        f"dumped run {run_id} to {target} ({len(files) + len(streamed)} files, "
-        f"{len(entries)} checkpoints)",
-        file=sys.stderr,
-    )
-    return 0
+        doc: dict[str, Any] = msgspec.to_builtins(manifest)
+        live = is_live(Path(repo.git_dir), run_id)
+        doc["status"] = effective_status(cp.status, live, superseded=bool(manifest.superseded_by))
+        doc["meta_sha"] = meta
+        files["run.json"] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+        durable = durable_events(repo, meta)
+        tail = tail_path(repo, run_id)
+        # As `logs` shows them: the live tail's events that no snapshot holds yet come last.
+        extra = tail_after(tail.read_bytes(), last_event_id(durable)) if tail.exists() else b""
+        files["events.jsonl"] = durable + extra
+        entries = timeline(repo, run_id, base_sha=manifest.base_sha)
+        width = max(3, len(str(len(entries))))
+        for entry in entries:
+            # Complete, as resume reads it (git holds most stage checkpoints as deltas).
+            recorded = read_checkpoint(repo.read_file, entry.meta_sha)
+            if recorded is not None:
+                name = f"checkpoints/{entry.ordinal:0{width}d}-{entry.label}.json"
+                files[name] = encode(recorded)
+        # Every path is checked before anything is written (`fabro_git.confine`): the run's
+        # metadata names them, and it may come from anywhere.
+        try:
+            for relpath in [*files, *streamed]:
+                checked_parts(relpath)
+            target.mkdir(parents=True, exist_ok=True)
+            for relpath, data in sorted(files.items()):
+                write_confined(target, relpath, data)
+            for relpath in streamed:
+                write_confined(target, relpath, partial(repo.copy_file, meta, relpath))
+        except UnsafeEntry as err:
+            raise err.for_run(run_id) from None
+        print(
+            f"dumped run {run_id} to {target} ({len(files) + len(streamed)} files, "
+            f"{len(entries)} checkpoints)",
+            file=sys.stderr,
+        )
+        return 0

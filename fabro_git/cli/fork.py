@@ -23,19 +23,20 @@ from fabro_git.cli._timeline import CheckpointEntry, print_timeline, select, tim
 
 
 def run(run_arg: str, target: str | None, *, list_only: bool) -> int:
-    from fabro_git.cli._runs import resolve_run
+    from fabro_git.cli._runs import objects_of, resolve_run
     from fabro_git.engine.session import load_run
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
     source_id = resolve_run(repo, run_arg)
-    manifest, _cp, _meta, _source = load_run(repo, source_id)
-    entries = timeline(repo, source_id, base_sha=manifest.base_sha)
-    if list_only:
-        print_timeline(repo, entries, source_id)
-        return 0
-    entry = select(entries, target, run_id=source_id, command="fork")
-    new_id = fork_run(repo, source_id, entry)
+    with objects_of(source_id):
+        manifest, _cp, _meta, _source = load_run(repo, source_id)
+        entries = timeline(repo, source_id, base_sha=manifest.base_sha)
+        if list_only:
+            print_timeline(repo, entries, source_id)
+            return 0
+        entry = select(entries, target, run_id=source_id, command="fork")
+        new_id = fork_run(repo, source_id, entry)
     from fabro_git.terminal import printable
 
     print(

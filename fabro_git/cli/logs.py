@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,27 @@ def durable_events(repo: Any, meta_sha: str) -> bytes:
     from fabro_git.store import runs as runrefs
 
     return runrefs.read_events(repo, meta_sha)
+
+
+def recorded_events(repo: Any, run_id: str) -> tuple[bytes, bytes, int]:
+    """(the meta ref's events, the live tail's events after them, the tail's length):
+    everything the run has recorded so far, each event once."""
+    from fabro_git.errors import StoreError
+    from fabro_git.events.bus import last_event_id, tail_after
+    from fabro_git.store import runs as runrefs
+
+    meta = repo.read_ref(runrefs.meta_ref(run_id))
+    try:
+        durable = durable_events(repo, meta) if meta else b""
+    except StoreError as exc:
+        from fabro_git.engine.session import unreadable_meta
+
+        raise unreadable_meta(run_id, meta or "", exc) from exc
+    live_tail = tail_path(repo, run_id)
+    if not live_tail.exists():
+        return durable, b"", 0
+    data = live_tail.read_bytes()
+    return durable, tail_after(data, last_event_id(durable)), len(data)
 
 
 # Events that record how the run was kept, not what it did: `--pretty` shows them only
@@ -40,6 +62,7 @@ class Filter:
         # Learnt from every event read, shown or not, so a sub-agent's lines are indented
         # under its parent's even when the parent's start was filtered out.
         self.sessions = SessionDepth()
+        self.fold = DeltaFold()
 
     def keep(self, event: dict[str, Any]) -> bool:
         self.sessions.of(event)
@@ -64,13 +87,64 @@ def _select(data: bytes, keep: Filter) -> list[tuple[bytes, dict[str, Any]]]:
     return out
 
 
-def _emit(selected: list[tuple[bytes, dict[str, Any]]], keep: Filter) -> None:
+# Streamed fragments of one reply, one reasoning or one tool's output: `--pretty` folds
+# each stretch of them into one line unless -v asks for every fragment.
+DELTAS = ("agent.text.delta", "agent.reasoning.delta", "agent.tool.output.delta")
+
+
+class DeltaFold:
+    """Joins the consecutive deltas of one kind from one agent session into one event.
+
+    A stretch ends when its session emits anything else (the message or the tool's
+    completion that the deltas lead up to) or the log ends; deltas of parallel branches
+    interleave freely, so each session keeps its own stretch."""
+
+    def __init__(self) -> None:
+        self._open: dict[tuple[str, str, str], tuple[dict[str, Any], list[str]]] = {}
+
+    def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """The events to print now that `event` was read, folded ones first."""
+        name = str(event.get("event", ""))
+        session = str(event.get("session_id") or event.get("stage_id") or "")
+        node = str(event.get("node_id") or "")
+        if name in DELTAS:
+            key = (name, session, node)
+            props = event.get("properties") or {}
+            if key not in self._open:
+                out = self._close(lambda k: k[1] == session and k[2] == node)
+                self._open[key] = (event, [])
+            else:
+                out = []
+            self._open[key][1].append(str(props.get("delta", "")))
+            return out
+        return [*self._close(lambda k: k[1] == session and k[2] == node), event]
+
+    def flush(self) -> list[dict[str, Any]]:
+        return self._close(lambda _key: True)
+
+    def _close(self, which: Callable[[tuple[str, str, str]], bool]) -> list[dict[str, Any]]:
+        out = []
+        for key in [k for k in self._open if which(k)]:
+            first, parts = self._open.pop(key)
+            props = {"delta": "".join(parts), "fragments": len(parts)}
+            out.append({**first, "properties": props})
+        return out
+
+
+def _emit(
+    selected: list[tuple[bytes, dict[str, Any]]], keep: Filter, *, final: bool = True
+) -> None:
     from fabro_git.cli import _colour as colour
     from fabro_git.events.render import format_pretty
 
     out = sys.stdout
     pretty = keep.pretty
     on = pretty and colour.wanted(out)
+    if pretty and not keep.verbose:
+        events = [e for _line, event in selected for e in keep.fold.feed(event)]
+        if final:
+            events += keep.fold.flush()
+        selected = [(b"", event) for event in events]
     for line, event in selected:
         if pretty:
             text = format_pretty(event, keep.sessions.of(event))
@@ -115,9 +189,6 @@ def run(
 ) -> int:
     from fabro_git.cli._runs import resolve_run
     from fabro_git.engine.lock import is_live
-    from fabro_git.errors import StoreError
-    from fabro_git.events.bus import last_event_id, tail_after
-    from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
     keep = Filter(pretty=pretty, verbose=verbose, since_ts=since_timestamp(since))
@@ -127,21 +198,8 @@ def run(
         raise ConfigError(f"-n/--tail expects a number of events, not {tail}")
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
-    meta = repo.read_ref(runrefs.meta_ref(full_id))
-    try:
-        durable = durable_events(repo, meta) if meta else b""
-    except StoreError as exc:
-        from fabro_git.engine.session import unreadable_meta
-
-        raise unreadable_meta(full_id, meta or "", exc) from exc
-    last = last_event_id(durable)
+    durable, extra, offset = recorded_events(repo, full_id)
     live_tail = tail_path(repo, full_id)
-    offset = 0
-    extra = b""
-    if live_tail.exists():
-        data = live_tail.read_bytes()
-        offset = len(data)
-        extra = tail_after(data, last)
     selected = _select(durable, keep) + _select(extra, keep)
     _emit(selected[-tail:] if tail else [] if tail == 0 else selected, keep)
     if not follow:
@@ -159,11 +217,12 @@ def run(
                 pending += chunk
                 complete, _, pending = pending.rpartition(b"\n")
                 if complete:
-                    _emit(_select(complete + b"\n", keep), keep)
+                    _emit(_select(complete + b"\n", keep), keep, final=False)
                 idle_checks = 0
                 continue
         if not is_live(git_dir, full_id):
             idle_checks += 1
             if idle_checks >= 3:  # let the final lines land before stopping
+                _emit([], keep)
                 return 0
         time.sleep(0.2)

@@ -6,7 +6,7 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -297,7 +297,7 @@ def run(
         return 0
     print(f"run {run_id} started", file=sys.stderr)
     renderer = _renderer(output)
-    if output == "all":
+    if output == "all" or renderer.live:
         options.on_output = renderer.command_line
     with _disk_full_names_the_run(run_id):
         result = execute_run(
@@ -483,6 +483,34 @@ def _run_branch_name(manifest: Any) -> str:
     return manifest.run_branch or runrefs.meta_ref(manifest.run_id)
 
 
+def _resolve_or_restore(repo: Any, prefix: str, resolve: Callable[[Any, str], str]) -> str:
+    """The run `prefix` names; failing that, a run whose meta ref was deleted but whose
+    scratch dir is left, its ref put back where its scratch and branch prove it was."""
+    from fabro_git.engine.lost_meta import find_lost_run, restore_lost_run
+    from fabro_git.errors import RunNotFound
+
+    try:
+        return resolve(repo, prefix)
+    except RunNotFound as err:
+        lost = find_lost_run(repo, prefix)
+        if lost is None:
+            raise
+        if lost.sha is None:
+            raise RunNotFound(
+                f"run {lost.run_id} has no metadata ref (refs/fabro/meta/{lost.run_id}), and "
+                f"its last snapshot cannot be found: {lost.detail}",
+                hint=f"fetch the run from a remote that has it (git fabro fetch origin "
+                f"{lost.run_id}); its scratch dir is {lost.scratch}",
+            ) from err
+        line = restore_lost_run(repo, lost)
+        print(
+            f"run {lost.run_id} had lost its metadata ref; put it back from the run's "
+            f"scratch dir and branch: {line}",
+            file=sys.stderr,
+        )
+        return lost.run_id
+
+
 def resume(
     run_id: str,
     *,
@@ -508,7 +536,7 @@ def resume(
     outlive_readers()
     repo = GitRepo.discover(Path.cwd())
     known = set(runrefs.list_run_ids(repo))
-    full_id = resolve_run(repo, run_id)
+    full_id = _resolve_or_restore(repo, run_id, resolve_run)
     stored = load_run(repo, full_id)
     manifest, cp, _meta, _source = stored
     # A run this repository did not have was found on origin and fetched on demand.
@@ -562,7 +590,7 @@ def resume(
     if not detached_child:
         print(f"resuming run {full_id}", file=sys.stderr)
     renderer = None if detached_child else _renderer(output)
-    if renderer is not None and output == "all":
+    if renderer is not None and (output == "all" or renderer.live):
         options.on_output = renderer.command_line
     with _disk_full_names_the_run(full_id):
         result = execute_run(

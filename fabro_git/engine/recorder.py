@@ -277,7 +277,13 @@ class Recorder:
             self._commit_failed(node_id, message)
             raise StoreError(message) from err
         self._last_scan = (tree, statcheck.index_stamp(self.worktree))
+        self.repo.note_written(tree)  # git wrote it: checked present at the run's end
         return tree
+
+    def missing_objects(self) -> list[str]:
+        """The objects this run wrote, and its two tips, that git no longer has, once
+        those still held in memory are written again (see `GitRepo.missing_written`)."""
+        return self.repo.missing_written([self.run_tip or "", self.meta_tip or ""])
 
     def _stager(self) -> Stager:
         assert self.worktree is not None

@@ -12,6 +12,7 @@ run branch, a branch commits on its own ref, a child leaves it to its parent's s
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import random
 import time
@@ -37,6 +38,7 @@ from fabro_git.engine.failures import failure_signature, is_tracked, may_cross_l
 from fabro_git.engine.lifecycle import LifecycleHooks
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.recorder import Recorder
+from fabro_git.engine.repo_guard import RepoGuard
 from fabro_git.engine.retry import policy_for
 from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.errors import DiskFull, FabroError, disk_full_in
@@ -249,6 +251,8 @@ class Runtime:
         self.steer_targets: list[Callable[[str], None]] = []
         # The edge `route` chose last (from, to, label), for the edge_selected hooks.
         self._last_edge: tuple[str, str, str | None] | None = None
+        # What a stage may not change in the user's repository (see `repo_guard`).
+        self.repo_guard = RepoGuard(self)
 
     def steer(self, text: str) -> bool:
         """Hand `text` to every agent stage in flight; False when none is listening."""
@@ -761,7 +765,9 @@ class Runtime:
                 )
             else:
                 assets = await self._asset_baseline(node, scope)
-                result = await self._call_handler(handler, request, node)
+                result = await self.repo_guard.around(
+                    request, functools.partial(self._call_handler, handler, request, node)
+                )
                 if assets is not None:
                     await self._capture_assets(request, assets)
             files = request.files

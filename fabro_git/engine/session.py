@@ -338,6 +338,18 @@ def unreadable_meta(run_id: str, meta: str, exc: StoreError) -> FabroError:
     )
 
 
+def objects_lost_error(run_id: str, lost: list[str]) -> str:
+    """Why a run that reached its end is failed instead: objects it wrote are gone."""
+    shown = ", ".join(lost[:5]) + (f" and {len(lost) - 5} more" if len(lost) > 5 else "")
+    return (
+        f"{len(lost)} object(s) this run wrote are missing from the repository ({shown}); "
+        "something removed them while the run was writing (a `git gc --prune=now` can). "
+        "The run is not marked succeeded: fetch it from a remote that has it "
+        f"(`git fabro fetch`), or go back to an earlier checkpoint that is whole "
+        f"(`git fabro rewind {run_id} --list`) and resume from there"
+    )
+
+
 def missing_object_error(run_id: str, ref: str, sha: str, exc: StoreError) -> FabroError:
     """A run ref that leads to an object git no longer has, and the ways back."""
     return FabroError(
@@ -981,6 +993,12 @@ async def _finish(
     cp.timestamp = now_iso()
     cp.active_ms = runtime.active_ms()
     final_sha = recorder.run_tip if recorder else None
+    if recorder is not None and status in (oc.SUCCEEDED, oc.PARTIAL):
+        # No success that git cannot back: what the run wrote must still be there.
+        lost = await runtime.store_call(recorder.missing_objects)
+        if lost:
+            status = oc.FAILED
+            error = objects_lost_error(runtime.run_id, lost)
     if status == "interrupted":
         # The stage in flight did not finish: resume runs it again from a clean worktree.
         current = scope.context.get("current_node")

@@ -79,6 +79,13 @@ class StageRequest(msgspec.Struct):
         return dict(self._runtime.manifest.inputs)
 
     @property
+    def git_dir(self) -> Path | None:
+        """The user's repository's common git directory (its config, hooks, refs); None
+        for a runtime without a repository (the engine's in-process tests)."""
+        repo = self._runtime.repo
+        return Path(repo.git_dir) if repo is not None else None
+
+    @property
     def dry_run(self) -> bool:
         return self._runtime.options.dry_run
 
@@ -151,9 +158,15 @@ class StageRequest(msgspec.Struct):
     def environment(self, *, keys: tuple[str, ...] = ()) -> dict[str, str]:
         """The environment of a process the stage starts (`fabro_git.engine.stage_env`),
         with the host's values of `keys` too."""
+        from fabro_git.engine.repo_guard import allows_push, push_environment
         from fabro_git.engine.stage_env import stage_environment
 
-        return stage_environment(sandbox=self.sandbox_env, keys=keys, mark=self.process_mark)
+        env = stage_environment(sandbox=self.sandbox_env, keys=keys, mark=self.process_mark)
+        # Its pushes fail as ordinary git errors unless the workflow says `allow_push`.
+        env.update(
+            push_environment(env, self.git_dir, allow_push=allows_push(self.graph, self.node))
+        )
+        return env
 
     def sweep(self) -> None:
         """Kill whatever the stage started that is still running (the engine calls this

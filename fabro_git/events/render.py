@@ -217,6 +217,11 @@ def _pretty_facts(name: str, p: dict[str, Any]) -> str:
                 _short(p.get("command", ""), 60),
                 _short(p.get("stderr", ""), 100),
             )
+        case "agent.text.delta" | "agent.reasoning.delta" | "agent.tool.output.delta":
+            # `logs --pretty` folds a stretch of fragments into one (cli/logs.py).
+            count = p.get("fragments")
+            text = _short(p.get("delta", ""), 160)
+            return f"{_plural(int(count), 'fragment')}: {text}" if count else text
         case "watchdog.timeout":
             idle = p.get("idle_seconds")
             return f"idle {format_duration(idle * 1000 if isinstance(idle, int | float) else None)}"
@@ -260,7 +265,7 @@ def format_pretty(env: dict[str, Any], depth: int = 0) -> str:
     event = str(env.get("event", "?"))
     name = "  " * max(0, depth) + printable(event, one_line=True)
     props = env.get("properties")
-    facts = _pretty_facts(name, props if isinstance(props, dict) else {})
+    facts = _pretty_facts(event, props if isinstance(props, dict) else {})
     node = printable(_node_name(env), one_line=True)
     # Fixed columns, so a screenful reads down: the node column is as wide as most
     # `Label (id)` names; a longer one pushes only its own line's facts along.
@@ -271,6 +276,9 @@ def format_pretty(env: dict[str, Any], depth: int = 0) -> str:
 
 
 # ---------------------------------------------------------------------------- progress
+
+# The most of one output line a stage's end shows without -v.
+TAIL_LINE_LIMIT = 300
 
 # Streaming chatter a progress display should not print line by line.
 _QUIET_PREFIXES = ("agent.text.", "agent.reasoning.", "agent.output.", "agent.tool.output.")
@@ -326,7 +334,14 @@ class ProgressRenderer:
     def command_line(self, node_id: str, line: str) -> None:
         """One line a command stage printed, shown as it comes (`run -v`); the stage's
         end then does not show its output again. With stages running side by side, each
-        line says whose it is."""
+        line says whose it is. Without -v, on a terminal, the latest line shows beside the
+        stage's spinner instead, so a long command is seen to be doing something."""
+        if self.output != "all":
+            if self.live and self.output == "tail" and line.strip():
+                self._set_doing(node_id, line.strip())
+                if self._display is not None:
+                    self._display.refresh()
+            return
         self._streamed.add(node_id)
         who = f"{node_id} " if len(self._running) > 1 else ""
         self._print(_Line(f"    {who}│ {line.rstrip()}", "dim"))
@@ -570,7 +585,10 @@ class ProgressRenderer:
             keep = 12 if failed else 3
             source = err if failed and err.strip() else out
             # Split at newlines only: a CR or form feed inside a line is shown, not obeyed.
+            # A line is cut: one line of 150 kB is no "last lines" (the live display cuts
+            # each to the terminal's width).
             lines = [line for line in source.split("\n") if line.strip()][-keep:]
+            lines = [line[:TAIL_LINE_LIMIT] for line in lines]
         return [_Line(f"    │ {line.rstrip()}", "dim") for line in lines]
 
     def _set_doing(self, key: str, doing: str) -> None:
@@ -635,6 +653,7 @@ class _LiveDisplay:
                         f"  {format_duration(secs * 1000)}",
                         (f"  {doing}" if doing else "", "dim"),
                     )
+                    label.truncate(max(10, display.console.width - 2), overflow="ellipsis")
                     spinner = display._spinners.setdefault(name, Spinner("dots", style="cyan"))
                     spinner.update(text=label)
                     rows.append(spinner)
@@ -655,7 +674,10 @@ class _LiveDisplay:
         if line.mark:
             text.append(line.mark + " ", style=line.style)
         text.append(line.text, style=line.style if line.mark == "" else "")
-        self.console.print(text)
+        # One screen line each: a long line wrapped over many would push the run's
+        # history off the screen (and a wrapped spinner row leaves stale copies).
+        text.truncate(self.console.width, overflow="ellipsis")
+        self.console.print(text, no_wrap=True, overflow="ellipsis")
 
     def refresh(self) -> None:
         self._live.refresh()

@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, cast
 
@@ -64,6 +64,10 @@ _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
 _Side = tuple[bytes | None, int | None, ObjectID | None]
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
 _FILE_CHUNK = 1 << 20  # bytes read at a time when a file is written as a blob
+# What `missing_written` may write again from memory: objects up to this size, up to
+# this much in all (the rest are only checked).
+_HELD_OBJECT_MAX = 256 * 1024
+_HELD_BUDGET = 32 * 1024 * 1024
 
 
 class HeadInfo(msgspec.Struct, frozen=True):
@@ -107,6 +111,11 @@ class GitRepo:
         # pack list, which `contains_packed` reloads, is looked at by one at a time.
         self._packs_lock = threading.Lock()
         self._last_changes: tuple[tuple[str, str], int, list[tuple[_Side, _Side]]] | None = None
+        # Every object this process wrote or relied on, for `missing_written`: with its
+        # bytes (header, body) while they fit the budget, so a lost one can be written
+        # again; None past it.
+        self._written: dict[str, tuple[bytes, bytes] | None] = {}
+        self._held_bytes = 0
         try:
             self._repo = Repo(controldir=str(head_dir), commondir=str(git_dir), worktree=str(root))
         except (NotGitRepository, UnsupportedExtension, UnsupportedVersion) as err:
@@ -388,7 +397,9 @@ class GitRepo:
         if entry is None or entry[0] & 0o170000 == 0o040000 or entry[0] == 0o160000:
             return None
         proc = run_git(["cat-file", "-s", entry[1].decode()], cwd=self.root, check=False)
-        return int(proc.stdout) if proc.returncode == 0 else None
+        if proc.returncode != 0 or not proc.stdout.strip().isdigit():
+            raise MissingObject(f"blob {entry[1].decode()} ({path}) is missing from {self.git_dir}")
+        return int(proc.stdout)
 
     def copy_file(self, commit: str, path: str, out: BinaryIO) -> bool:
         """Write the file at `path` in `commit` to the open file `out`, streamed from git
@@ -461,7 +472,13 @@ class GitRepo:
         if inside and self.list_dir(commit, inside) is None:
             return []
         spec = ["--", inside] if inside else []
-        proc = run_git(["ls-tree", "-r", "-l", "-z", commit, *spec], cwd=self.root)
+        args = ["ls-tree", "-r", "-l", "-z", commit, *spec]
+        proc = run_git(args, cwd=self.root, check=False)
+        if proc.returncode != 0:
+            detail = proc.stderr.decode("utf-8", "replace").strip()
+            if "not a tree object" in detail or "bad tree" in detail or "bad object" in detail:
+                raise MissingObject(f"a tree of {commit} is missing from {self.git_dir}: {detail}")
+            raise git_failure(args, self.root, proc)
         prefix = inside + "/" if inside else ""
         found: list[tuple[str, int]] = []
         for line in proc.stdout.split(b"\0"):
@@ -470,6 +487,11 @@ class GitRepo:
             if not tab or len(fields) != 4 or fields[1] != b"blob":
                 continue
             relpath = name.decode("utf-8", "surrogateescape").removeprefix(prefix)
+            if not fields[3].isdigit():
+                # git prints BAD for the size of a blob it does not have.
+                raise MissingObject(
+                    f"blob {fields[2].decode()} ({relpath}) is missing from {self.git_dir}"
+                )
             found.append((relpath, int(fields[3])))
         return found
 
@@ -730,9 +752,66 @@ class GitRepo:
         digest.update(data)
         return self._store_loose(digest.hexdigest(), data, header)
 
+    def note_written(self, sha: str) -> None:
+        """Count `sha` (say, a tree git wrote for us) among the objects `missing_written`
+        checks."""
+        self._written.setdefault(sha, None)
+
+    def _remember(self, sha: str, data: bytes, header: bytes) -> None:
+        size = len(data) + len(header)
+        if sha in self._written and self._written[sha] is not None:
+            return
+        if size <= _HELD_OBJECT_MAX and self._held_bytes + size <= _HELD_BUDGET:
+            self._written[sha] = (header, data)
+            self._held_bytes += size
+        else:
+            self._written.setdefault(sha, None)
+
+    def missing_written(self, also: Iterable[str] = ()) -> list[str]:
+        """The objects this process wrote (and `also`) that git does not have now,
+        after writing again those whose bytes are still held: a `git gc --prune=now`
+        can remove an object between its write and the ref move that makes it
+        reachable. One `git cat-file --batch-check` for the lot."""
+        wanted = list(dict.fromkeys([*self._written, *(sha for sha in also if sha)]))
+        missing = self._absent(wanted)
+        lost = []
+        for sha in missing:
+            held = self._written.get(sha)
+            if held is None:
+                lost.append(sha)
+                continue
+            header, data = held
+            self._store_loose(sha, data, header)
+        lost += self._absent([sha for sha in missing if sha not in lost])
+        return lost
+
+    def _absent(self, shas: list[str]) -> list[str]:
+        if not shas:
+            return []
+        import subprocess
+
+        from fabro_git.store._gitcli import git_env
+
+        proc = subprocess.run(
+            ["git", "cat-file", "--batch-check=%(objectname) %(objecttype)"],
+            cwd=self.root,
+            input="\n".join(shas).encode() + b"\n",
+            capture_output=True,
+            env=git_env(),
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise git_failure(["cat-file", "--batch-check"], self.root, proc)
+        return [
+            line.split()[0].decode()
+            for line in proc.stdout.splitlines()
+            if line.endswith(b" missing")
+        ]
+
     def _store_loose(self, sha: str, data: bytes, header: bytes = b"") -> str:
         """Write `header` and `data` (or `data` alone, holding its header) as the loose
         object `sha` unless it exists."""
+        self._remember(sha, data, header)
         path = self._objects_dir / sha[:2] / sha[2:]
         # Looked for first, whatever its size: one syscall against a file written and
         # renamed (a stage's empty log, an unchanged file, is written at every stage).
@@ -836,6 +915,7 @@ class GitRepo:
                 target = self._objects_dir / sha[:2] / sha[2:]
                 target.parent.mkdir(exist_ok=True)
                 os.replace(tmp, target)
+                self.note_written(sha)
             except BaseException:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)

@@ -37,6 +37,7 @@ FABRO_GRAPH: frozenset[str] = frozenset(
         "loop_restart_signature_limit",
         "setup",
         "stack.child_dotfile",
+        "allow_push",
     }
 )
 
@@ -56,6 +57,7 @@ FABRO_NODE: frozenset[str] = frozenset(
         "goal_gate",
         "auto_status",
         "allow_partial",
+        "allow_push",
         "selection",
         "goal",
         # LLM stages (agent, prompt).

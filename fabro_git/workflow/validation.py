@@ -118,7 +118,13 @@ NODE_INTS: tuple[str, ...] = (
     "manager.max_cycles",
     "max_subagent_depth",
 )
-NODE_BOOLS: tuple[str, ...] = ("goal_gate", "auto_status", "allow_partial", "project_memory")
+NODE_BOOLS: tuple[str, ...] = (
+    "goal_gate",
+    "auto_status",
+    "allow_partial",
+    "project_memory",
+    "allow_push",
+)
 NODE_DURATIONS: tuple[str, ...] = ("timeout", "duration", "manager.poll_interval")
 EDGE_INTS: tuple[str, ...] = ("weight",)
 EDGE_BOOLS: tuple[str, ...] = ("loop_restart", "freeform")

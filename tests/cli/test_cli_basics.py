@@ -211,3 +211,25 @@ def test_demo_makes_a_repository_and_runs_hello(tmp_path: Path) -> None:
     assert "Hello" in git(target, "show", f"fabro/run/{row['run_id']}:hello.txt")
     again = run_fabro("demo", str(target), cwd=tmp_path)
     assert again.returncode == 1 and "not an empty directory" in again.stderr
+
+
+def test_demo_in_a_temporary_directory_leaves_nothing_behind_unless_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    from helpers import run_fabro
+
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    runs = Path(os.environ["FABRO_HOME"]) / "runs"
+    proc = run_fabro("demo", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert list(temp.iterdir()) == [] and list(runs.iterdir()) == []
+    assert "removed the demo repository" in proc.stderr and "--keep" in proc.stderr
+    kept = run_fabro("demo", "--keep", cwd=tmp_path)
+    assert kept.returncode == 0, kept.stderr
+    (target,) = temp.iterdir()
+    assert (target / ".git").is_dir() and f"cd {target}" in kept.stderr
+    assert len(list(runs.iterdir())) == 1

@@ -127,3 +127,62 @@ def test_an_offloaded_output_is_shown_as_text_not_as_its_pointer(repo: Path) -> 
     run_id = proc.stderr.split("run ", 1)[1].split()[0]
     checkpoint = run_fabro("inspect", run_id, "--json", cwd=repo).stdout
     assert "file://" in checkpoint  # it was offloaded: the context holds a pointer
+
+
+# Prints a line, waits for the test to have seen it beside the spinner, then prints one
+# line of 150 kB.
+LONG_LINE = """\
+digraph W {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    talk  [shape=parallelogram, script="echo first-line; echo PROGRESS-NOW; while [ ! -e \\"$HOME/go\\" ]; do sleep 0.02; done; printf '%0150000d\\\\n' 7"]
+    start -> talk -> exit
+}
+"""
+
+
+def test_without_verbose_a_terminal_shows_the_latest_line_cut_to_its_width(
+    repo: Path, hermetic_env: Path
+) -> None:
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    write_workflow(repo, LONG_LINE)
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 60, 0, 0))
+    env = {**os.environ, "TERM": "xterm-256color"}
+    env.pop("COLUMNS", None)
+    proc = subprocess.Popen(
+        [*fabro_exe(), "run", "wf.fabro"],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=follower,
+        stderr=follower,
+        start_new_session=True,
+        env=env,
+    )
+    os.close(follower)
+    try:
+        # The stage is still running (it waits for `go`): the line is beside its spinner.
+        seen = _read_until(leader, b"PROGRESS-NOW", b"")
+        assert not (hermetic_env / "go").exists() and proc.poll() is None
+        (hermetic_env / "go").write_text("")
+        seen = _read_until(leader, b"Result: branch", seen)
+        code = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(OSError):
+            while os.read(leader, 4096):
+                pass
+        os.close(leader)
+    assert code == 0, seen.decode(errors="replace")
+    text = ESCAPES.sub(b"", seen).decode(errors="replace")
+    # What the run's display printed (the summary after it may wrap as it will).
+    rows = [row for row in re.split(r"[\r\n]", text[: text.index("Result:")]) if row]
+    assert max(len(row) for row in rows) <= 60, [row for row in rows if len(row) > 60][:3]
+    assert len(seen) < 20_000
+    assert "│ 0000" in text and "talk: succeeded" in text

@@ -215,3 +215,83 @@ def test_fish_script(with_run: tuple[Path, str], tmp_path: Path) -> None:
     assert blocks[2] == [run_id, "wf"]
     assert blocks[3] == ["s1@1", "s2@1", "start@1"]
     assert blocks[4] == ["--output"]
+
+
+@pytest.mark.skipif(
+    shutil.which("zsh") is None or shutil.which("fish") is None, reason="zsh or fish missing"
+)
+def test_every_command_that_takes_a_run_completes_run_ids(
+    with_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    """Not files: run ids after show, rm (every word), wait, interrupt, steer and
+    `trust --run`, and a run's checkpoints after `show RUN`, in all three shells."""
+    repo, run_id = with_run
+    (repo / "a-file").write_text("")
+    runs = [run_id, "wf"]
+    cases = [
+        (["show", ""], runs),
+        (["rm", ""], runs),
+        (["rm", run_id, ""], runs),
+        (["wait", ""], runs),
+        (["wait", "--timeout", "5", ""], runs),
+        (["interrupt", ""], runs),
+        (["steer", ""], runs),
+        (["trust", "--run", ""], runs),
+        (["artifact", "list", ""], runs),
+        (["show", run_id, ""], ["start@1", "s1@1", "s2@1", "exit@1"]),
+    ]
+
+    def quoted(words: list[str]) -> str:
+        return " ".join(w or '""' for w in words)
+
+    bash = _script("bash", tmp_path)
+    calls = "\n".join(
+        f"COMP_WORDS=(git-fabro {quoted(words)}); "
+        f"COMP_CWORD={len(words)}; COMPREPLY=(); _git_fabro_standalone; "
+        'echo "${COMPREPLY[*]}"'
+        for words, _ in cases
+    )
+    lines = _bash(f"source {bash}\n{calls}", cwd=repo)
+    assert [sorted(line.split()) for line in lines] == [sorted(w) for _, w in cases]
+
+    zsh = _script("zsh", tmp_path)
+    calls = "\n".join(
+        f"words=(fabro {quoted(words)}); CURRENT={len(words) + 1}; _git-fabro; print -r -- '==='"
+        for words, _ in cases
+    )
+    proc = subprocess.run(
+        [
+            "zsh",
+            "-f",
+            "-c",
+            f"""
+        source {zsh}
+        compadd() {{ [[ $1 == -- ]] && shift; print -r -- "$*"; }}
+        _files() {{ print FILES; }}
+        {calls}
+        """,
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    blocks = proc.stdout.split("===\n")[:-1]
+    assert [sorted(b.split()) for b in blocks] == [sorted(w) for _, w in cases]
+
+    fish = _script("fish", tmp_path)
+    calls = "\n".join(f"complete -C 'git-fabro {' '.join(words)}'; echo ==" for words, _ in cases)
+    proc = subprocess.run(
+        ["fish", "--no-config", "-c", f"source {fish}\n{calls}"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    blocks = [
+        sorted(line.split("\t")[0] for line in b.splitlines())
+        for b in proc.stdout.split("==\n")[:-1]
+    ]
+    assert blocks == [sorted(w) for _, w in cases]

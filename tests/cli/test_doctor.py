@@ -132,6 +132,32 @@ def test_old_git_and_missing_graphviz(tmp_path: Path) -> None:
     assert "repository: not inside a git repository" in proc.stdout
 
 
+def test_scratch_dirs_of_a_deleted_repository_are_reported_and_pruned(
+    repo: Path, tmp_path: Path
+) -> None:
+    doomed = tmp_path / "doomed"
+    doomed.mkdir()
+    git(doomed, "init", "-q", "-b", "main")
+    git(doomed, "commit", "-q", "--allow-empty", "-m", "initial")
+    proc, _ = run_json("run", "hello", cwd=doomed)
+    assert proc.returncode == 0, proc.stderr
+    runs = Path(os.environ["FABRO_HOME"]) / "runs"
+    (scratch,) = list(runs.iterdir())
+    old = scratch.stat().st_mtime - 7 * 86400  # past the grace period a new run gets
+    os.utime(scratch, (old, old))
+    before = json.loads(run_fabro("doctor", "--json", cwd=repo).stdout)
+    assert next(c for c in before["checks"] if c["name"] == "abandoned scratch")["status"] == "ok"
+    shutil.rmtree(doomed)
+    after = run_fabro("doctor", cwd=repo)
+    assert (
+        f"abandoned scratch: 1 scratch dir(s) of repositories that no longer exist: {scratch}"
+        in (after.stdout)
+    )
+    pruned = run_fabro("prune", "-y", cwd=repo)
+    assert pruned.returncode == 0, pruned.stderr
+    assert f"scratch   {scratch}" in pruned.stdout and not scratch.exists()
+
+
 def _path_without(bindir: Path) -> str:
     return os.pathsep.join(
         entry

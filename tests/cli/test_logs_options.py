@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import run_fabro
+from helpers import run_fabro, run_json, write_workflow
+from llm_server import LlmServer, Reply, ToolUse
 
 
 def _run_hello(repo: Path) -> str:
@@ -58,3 +59,44 @@ def test_a_workflow_name_means_its_latest_run(repo: Path) -> None:
         assert latest in proc.stdout
     missing = run_fabro("logs", "no-such-thing", cwd=repo)
     assert missing.returncode == 1 and "no run matches 'no-such-thing'" in missing.stderr
+
+
+AGENT = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    implement [shape=box, model="sonnet", prompt="Say hello"]
+    start -> implement -> exit
+}
+"""
+
+
+def _agent_run(repo: Path, llm_server: LlmServer) -> str:
+    llm_server.script(
+        Reply(
+            text="Running a command to look around the repository first.",
+            tool_calls=(ToolUse("shell", {"command": "seq 1 40"}, id="s1"),),
+        ),
+        Reply(text="All done here, the greeting is written and the tests pass."),
+    )
+    write_workflow(repo, AGENT)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return result["run_id"]
+
+
+def test_pretty_folds_streamed_fragments_unless_verbose(repo: Path, llm_server: LlmServer) -> None:
+    run_id = _agent_run(repo, llm_server)
+    quiet = run_fabro("logs", run_id, "--pretty", cwd=repo).stdout.splitlines()
+    loud = run_fabro("logs", run_id, "--pretty", "-v", cwd=repo).stdout.splitlines()
+    text = [line for line in quiet if "agent.text.delta" in line]
+    # One line per reply, each with the whole reply, not one per streamed word.
+    assert len(text) == 2, quiet
+    assert "Running a command to look around the repository first." in text[0]
+    assert "All done here" in text[1] and "fragments:" in text[1]
+    assert len([line for line in loud if "agent.text.delta" in line]) > 10
+    output = [line for line in quiet if "agent.tool.output.delta" in line]
+    assert len(output) == 1 and "1 2 3" in output[0]
+    # Folded lines come before the event their stretch led up to.
+    names = [line.split()[1] for line in quiet if line.split()[1].startswith("agent.")]
+    assert names.index("agent.tool.output.delta") < names.index("agent.tool.completed")

@@ -7,7 +7,8 @@ import os
 import shutil
 from pathlib import Path
 
-from helpers import git, run_fabro, write_workflow
+from helpers import git, run_fabro, run_json, write_workflow
+from llm_server import LlmServer, Reply, ToolUse
 
 LOOP = """\
 digraph L {
@@ -54,3 +55,41 @@ def test_show_lists_stages_and_prints_one_in_full(repo: Path, tmp_path: Path) ->
     git(tmp_path, "clone", "-q", str(bare), str(clone))
     assert run_fabro("fetch", cwd=clone).returncode == 0
     assert "lap 2" in run_fabro("show", run_id, "count@2", cwd=clone).stdout
+
+
+AGENT = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    implement [shape=box, model="sonnet", prompt="Count to forty"]
+    start -> implement -> exit
+}
+"""
+
+
+def test_show_prints_the_agents_tool_calls_and_their_results(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    llm_server.script(
+        Reply(
+            text="Counting with the shell.",
+            tool_calls=(ToolUse("shell", {"command": "seq 1 40; printf '\\033[2J'"}, id="s1"),),
+        ),
+        Reply(text="Counted to forty."),
+    )
+    write_workflow(repo, AGENT)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    shown = run_fabro("show", result["run_id"], "implement", cwd=repo).stdout
+    transcript = shown.split("--- transcript (1 tool call; from the run's events)\n")[1]
+    assert transcript.index("said: Counting with the shell.") < transcript.index("> shell ")
+    assert '"command": "seq 1 40;' in transcript
+    rows = transcript.splitlines()
+    first = rows.index(next(r for r in rows if r.startswith("> shell")))
+    assert rows[first + 1].strip() == "1" and "more lines; all of it: show --raw]" in shown
+    assert "40" not in rows[first + 1 : first + 10]
+    # In the order a person reads it: the prompt, what the agent did, its reply.
+    assert shown.index("--- prompt") < shown.index("--- transcript") < shown.index("--- response")
+    assert "\x1b" not in shown
+    raw = run_fabro("show", result["run_id"], "implement", "--raw", cwd=repo).stdout
+    assert "\n  40\n" in raw and "\x1b[2J" in raw

@@ -1,0 +1,75 @@
+"""The pieces of the repository guard, in process: what a config change is called,
+and that the push refusal holds against the ways a user's config routes pushes."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from helpers import git
+
+from fabro_git.engine.repo_guard import push_environment
+from fabro_git.store.repo_state import StateReader, config_changes
+
+
+def test_config_changes_name_each_key() -> None:
+    before = b"[core]\n\tbare = false\n[user]\n\temail = a@b\n"
+    after = b'[core]\n\tbare = true\n\thooksPath = /x\n[alias]\n\tst = !touch p\n[remote "o"]\n\turl = u\n'
+    assert config_changes(before, after) == [
+        "core.bare changed",
+        "user.email removed",
+        "core.hooksPath added",
+        "alias.st added",
+        "remote.o.url added",
+    ]
+    assert config_changes(before, before) == []
+    assert config_changes(before, b"[core\n") == [
+        "the file was rewritten so that git cannot read it"
+    ]
+
+
+def test_a_state_sees_a_ref_rewritten_in_place(repo: Path) -> None:
+    reader = StateReader(repo / ".git")
+    git(repo, "branch", "topic")
+    before = reader.take()
+    git(repo, "commit", "-q", "--allow-empty", "-m", "two")
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    # Written over in place, not renamed into place as git does: the stat data differs.
+    (repo / ".git" / "refs" / "heads" / "topic").write_text(sha + "\n")
+    after = reader.take()
+    assert before.refs["refs/heads/topic"] != after.refs["refs/heads/topic"] == sha
+    git(repo, "pack-refs", "--all")
+    assert reader.take().refs == after.refs
+
+
+def _push(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["git", "push", *args], cwd=repo, env={**os.environ, **env}, capture_output=True, text=True
+    )
+
+
+def test_pushes_are_refused_whatever_the_config_routes_them_through(
+    repo: Path, tmp_path: Path
+) -> None:
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    git(repo, "remote", "add", "explicit", "https://example.invalid/never")
+    git(repo, "config", "remote.explicit.pushurl", f"file://{remote}")
+    git(repo, "config", f"url.{remote.parent}/.pushInsteadOf", "short:")
+    git(repo, "remote", "add", "shortened", "short:remote.git")
+    base = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "a.b", "GIT_CONFIG_VALUE_0": "c"}
+    env = {**base, **push_environment(base, repo / ".git", allow_push=False)}
+    assert env["GIT_CONFIG_KEY_1"].startswith("url.")  # after what the caller had
+    for args in (
+        ["origin", "main"],
+        ["explicit", "main"],
+        ["shortened", "main"],
+        [str(remote), "main"],
+    ):
+        proc = _push(repo, env, *args)
+        assert proc.returncode != 0 and "allow_push" in proc.stderr, (args, proc.stderr)
+    assert git(remote, "for-each-ref") == ""
+    assert push_environment({}, repo / ".git", allow_push=True) == {}
+    assert _push(repo, {}, "origin", "main").returncode == 0
