@@ -148,3 +148,47 @@ def test_the_meta_tree_listed_is_the_one_the_code_writes(lister: object) -> None
     }
     assert top - tree == set(), f"listed under the meta tree, unknown to store/runs.py: {listed}"
     assert tree - top == set(), f"in store/runs.py's meta tree, not listed: {sorted(tree - top)}"
+
+
+def _commands() -> list[str]:
+    """Every command of the app as typed, `model list` for a group's subcommand."""
+    import typer.main
+
+    from fabro_git.cli.app import app
+
+    group = typer.main.get_command(app)
+    names = []
+    for name, command in group.commands.items():  # type: ignore[attr-defined]
+        if getattr(command, "hidden", False):
+            continue
+        sub = getattr(command, "commands", None)
+        names += [f"{name} {n}" for n in sub] if sub else [name]
+    return names
+
+
+def test_the_synopsis_names_every_command_once() -> None:
+    text = MAN.read_text()
+    synopsis = re.search(r"^\.SH SYNOPSIS\n(.*?)^\.SH ", text, re.M | re.S)
+    assert synopsis
+    lines = [_man_plain(line) for line in synopsis.group(1).splitlines()]
+    heads = [
+        line.removeprefix("git fabro ").split(" [")[0]
+        for line in lines
+        if line.startswith("git fabro ")
+    ]
+    said = []
+    for head in heads:
+        words = head.split()
+        if words[0] == "hooks":  # hooks install|uninstall
+            said += [f"{words[0]} {sub}" for sub in words[1].split("|")]
+        elif words and words[0] in ("model", "artifact"):
+            said.append(" ".join(words[:2]))
+        elif words and not words[0].startswith("-"):
+            said.append(words[0])
+    commands = _commands()
+    missing = sorted(set(commands) - set(said))
+    twice = sorted({c for c in said if said.count(c) > 1})
+    unknown = sorted(set(said) - set(commands))
+    assert not (missing or twice or unknown), (
+        f"SYNOPSIS: missing {missing}, twice {twice}, unknown {unknown}"
+    )
