@@ -4,11 +4,12 @@ path and trailer, and the README's first workflow against the real command."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, git, run_fabro, run_json
 
 from fabro_git.store import runs
 
@@ -192,3 +193,84 @@ def test_the_synopsis_names_every_command_once() -> None:
     assert not (missing or twice or unknown), (
         f"SYNOPSIS: missing {missing}, twice {twice}, unknown {unknown}"
     )
+
+
+def _first_workflow() -> str:
+    """The README's first workflow: the ```dot block after its marker."""
+    text = README.read_text()
+    start = text.index("<!-- first-workflow")
+    block = re.search(r"```dot\n(.*?)```", text[start:], re.S)
+    assert block, "no ```dot block after the README's first-workflow marker"
+    return block.group(1)
+
+
+def _stages(repo: Path, run_id: str) -> list[str]:
+    """The nodes of the run branch's stage commits, first to last."""
+    subjects = git(repo, "log", "--reverse", "--format=%s", f"fabro/run/{run_id}").splitlines()
+    return [s.split(": ", 1)[1].split(" (")[0] for s in subjects if s.startswith("fabro(")]
+
+
+def test_the_readmes_first_workflow_validates_and_runs(repo: Path) -> None:
+    (repo / "fix-tests.fabro").write_text(_first_workflow())
+    (repo / "test_ok.py").write_text("def test_ok():\n    assert 1 + 1 == 2\n")
+    git(repo, "add", "test_ok.py")
+    git(repo, "commit", "-q", "-m", "a passing test suite")
+    checked = run_fabro("validate", "fix-tests.fabro", cwd=repo)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "warning" not in checked.stdout, checked.stdout
+
+    proc, result = run_json("run", "fix-tests.fabro", "--dry-run", "--auto-approve", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    assert _stages(repo, result["run_id"]) == ["start", "test", "review", "exit"]
+
+    # A suite that keeps failing, and a fix that changes nothing: the third failure alike
+    # ends the loop, as the README says.
+    (repo / "test_ok.py").write_text("def test_ok():\n    assert 1 + 1 == 3\n")
+    git(repo, "commit", "-q", "-am", "a failing test suite")
+    proc, result = run_json("run", "fix-tests.fabro", "--dry-run", "--auto-approve", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    stages = _stages(repo, result["run_id"])
+    assert stages == ["start", "test", "fix", "test", "fix", "test"], (stages, proc.stderr)
+    assert "repeated 3 times" in proc.stderr, proc.stderr
+
+
+PYTHON_STAGES = """\
+digraph Which {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    shell [shape=parallelogram, script="python3 -c 'import sys; print(sys.prefix)' > shell.txt"]
+    py    [shape=parallelogram, language=python, script="import sys; open('py.txt', 'w').write(sys.prefix)"]
+    start -> shell -> py -> exit
+}
+"""
+
+
+def test_installed_as_the_readme_says_stages_run_the_users_python(repo: Path) -> None:
+    """`git-fabro` on PATH alone (a symlink, pipx): its venv is not what stages run."""
+    import os
+    import subprocess
+    import sys
+
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the tests run outside a virtual environment")
+    own = Path(sys.executable).parent
+    path = os.pathsep.join(
+        entry
+        for entry in os.environ["PATH"].split(os.pathsep)
+        if not (os.path.isdir(entry) and os.path.samefile(entry, own))
+    )
+    (repo / "which.fabro").write_text(PYTHON_STAGES)
+    proc = subprocess.run(
+        [str(own / "git-fabro"), "run", "which.fabro", "--json"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PATH=path),
+        check=False,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout.strip().splitlines()[-1])["run_id"]
+    for name in ("shell.txt", "py.txt"):
+        prefix = git(repo, "show", f"fabro/run/{run_id}:{name}").strip()
+        assert prefix and not os.path.samefile(prefix, sys.prefix), (name, prefix)
