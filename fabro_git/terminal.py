@@ -47,3 +47,15 @@ def printable(text: str, *, one_line: bool = False) -> str:
     """`text` with every control character, bidi control and lone surrogate shown as an
     escape (`\\x1b`), never executed. Newlines and tabs are kept unless `one_line`."""
     return (_ONE_LINE if one_line else _MULTI_LINE).sub(_escape, text)
+
+
+# What JSON leaves raw but a terminal may act on: DEL, the C1 controls (U+009B is CSI),
+# the bidi controls and the line and paragraph separators.
+_JSON_RAW = re.compile("[\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2028\u2029\u2066-\u2069]")
+
+
+def json_printable(line: str) -> str:
+    """A JSON text (`logs`, `--json`) with every character a terminal could act on
+    written as its `\\uXXXX` escape: the same JSON value, nothing for a terminal to
+    execute. (JSON escapes C0 controls itself.)"""
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", line)

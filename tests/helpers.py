@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -213,3 +214,39 @@ def tail_has(run_id: str, event: str, node_id: str) -> bool:
             if found["event"] == event and found.get("node_id") == node_id:
                 return True
     return False
+
+
+# What a terminal program writes besides its text: CSI and OSC sequences.
+TERMINAL_ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def read_until(
+    fd: int,
+    marker: bytes,
+    seen: bytes = b"",
+    *,
+    limit: float = 90,
+    count: int = 1,
+    plain: bool = False,
+) -> bytes:
+    """Read the pty `fd` onto `seen` until `marker` stands in it `count` times (with
+    `plain`, in its text without escape sequences) or the program's side closes; a
+    failed assertion showing what was seen after `limit` seconds."""
+    import select
+    import time
+
+    def found() -> int:
+        return (TERMINAL_ESCAPES.sub(b"", seen) if plain else seen).count(marker)
+
+    deadline = time.monotonic() + limit
+    while found() < count:
+        assert time.monotonic() < deadline, seen.decode(errors="replace")
+        if select.select([fd], [], [], 0.1)[0]:
+            try:
+                chunk = os.read(fd, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+    return seen

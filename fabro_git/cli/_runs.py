@@ -117,9 +117,12 @@ def all_rows(repo: Any, *, warn: bool = True) -> list[RunRow]:
 
     from fabro_git.errors import StoreError
     from fabro_git.store.runs import META_PREFIX as prefix
+    from fabro_git.store.runs import is_run_id
 
     rows = []
     for name, sha in repo.list_refs(prefix).items():
+        if not is_run_id(name[len(prefix) :]):
+            continue
         try:
             rows.append(read_row(repo, name[len(prefix) :], sha))
         except StoreError as exc:

@@ -237,6 +237,14 @@ def run(
             metavar="REMOTE",
         ),
     ] = None,
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost",
+            help="Stop the run at its next checkpoint once its model cost passes USD.",
+            metavar="USD",
+        ),
+    ] = None,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -260,6 +268,7 @@ def run(
             push_remote=push_remote,
             retro=not no_retro,
             retro_narrative=retro_narrative,
+            max_cost=max_cost,
         )
     )
 
@@ -309,6 +318,30 @@ def resume(
             metavar="REMOTE",
         ),
     ] = None,
+    max_cost: Annotated[
+        float | None,
+        typer.Option(
+            "--max-cost",
+            help="Stop the run at its next checkpoint once its model cost passes USD.",
+            metavar="USD",
+        ),
+    ] = None,
+    rebase: Annotated[
+        str | None,
+        typer.Option(
+            "--rebase",
+            help="Merge REV (a fix committed since) into the run branch, then continue.",
+            metavar="REV",
+        ),
+    ] = None,
+    workflow: Annotated[
+        str | None,
+        typer.Option(
+            "--workflow",
+            help="Continue with this corrected workflow (it keeps every completed node).",
+            metavar="FILE",
+        ),
+    ] = None,
 ) -> None:
     """Continue an interrupted or failed run from its last checkpoint."""
     from fabro_git.cli import run as impl
@@ -324,6 +357,9 @@ def resume(
             detached_child=detached_child,
             push_remote=push_remote,
             retro=not no_retro,
+            max_cost=max_cost,
+            rebase=rebase,
+            workflow=workflow,
         )
     )
 

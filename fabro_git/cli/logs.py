@@ -136,6 +136,7 @@ def _emit(
 ) -> None:
     from fabro_git.cli import _colour as colour
     from fabro_git.events.render import format_pretty
+    from fabro_git.terminal import json_printable
 
     out = sys.stdout
     pretty = keep.pretty
@@ -154,7 +155,7 @@ def _emit(
                 style = "red"
             out.write(colour.paint(text, style, on) + "\n")
         else:
-            out.write(line.decode("utf-8", "replace") + "\n")
+            out.write(json_printable(line.decode("utf-8", "replace")) + "\n")
     out.flush()
 
 

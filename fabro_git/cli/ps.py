@@ -94,9 +94,12 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
             (*line, format_tokens(sum(r.tokens)) if any(r.tokens) else "-")
             for line, r in zip(table[1:], rows, strict=True)
         ]
-    if any(r.cost for r in rows):
+    spent = sum(r.cost or 0.0 for r in rows)
+    if spent:
+        from fabro_git.llm.usage import dollars
+
         table = [(*table[0], "COST")] + [
-            (*line, f"${r.cost:.2f}" if r.cost else "-")
+            (*line, dollars(r.cost) if r.cost else "-")
             for line, r in zip(table[1:], rows, strict=True)
         ]
     if any(labels[r.run_id] for r in rows):
@@ -117,4 +120,7 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
         else:
             cells[2] = colour.status(line[2], on, width=widths[2])
         out.write("  ".join(cells).rstrip() + "\n")
+    if spent:
+        # What the runs listed cost together, under the table.
+        out.write(f"total {dollars(spent)} over {len(rows)} run{'s' if len(rows) != 1 else ''}\n")
     return 0

@@ -82,8 +82,6 @@ def _build_spec(
 ) -> Any:
     from fabro_git.config.run_config import default_layers, effective_config, flag_layer, load_layer
     from fabro_git.engine.session import RunSpec
-    from fabro_git.workflow import load
-    from fabro_git.workflow.validation import validate
 
     path = resolve_workflow(workflow)
     if goal_file is not None:
@@ -101,6 +99,7 @@ def _build_spec(
             model=options.model,
             provider=options.provider,
             push_remote=options.push_remote,
+            max_cost=options.max_cost,
         )
     ]
     if path.suffix == ".toml":
@@ -123,33 +122,16 @@ def _build_spec(
         path = config.graph
     run_cfg = config.run
     options.push_remote = run_cfg.git.push_remote if run_cfg.git else None
-    graph = load(path)
-    diagnostics = validate(graph)
-    _print_warnings(path, diagnostics)
-    errors = [d for d in diagnostics if d.severity == "error"]
-    if errors:
-        lines = [
-            f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors
-        ]
-        raise WorkflowError(
-            f"the workflow has {len(errors)} error(s) and cannot run:\n" + "\n".join(lines),
-            path=path,
-            hint=f"see `git fabro validate {path}`",
-        )
+    options.max_cost = run_cfg.max_cost
+    graph = _validated(path)
     from fabro_git.engine.session import check_options
-    from fabro_git.engine.templating import render_goal, render_graph
-    from fabro_git.workflow.paths import descendants
+    from fabro_git.engine.templating import render_goal
     from fabro_git.workflow.templates import check_input_names, check_script_values
 
     merged_inputs = dict(run_cfg.inputs)
     check_input_names(merged_inputs)
     goal = run_cfg.goal if run_cfg.goal is not None else render_goal(graph, inputs=merged_inputs)
-    _take_named_files(graph)
-    render_graph(graph, goal=goal, inputs=merged_inputs)
-    # Children render again each time they run; this finds a missing input in one
-    # before the run exists.
-    for child in descendants(graph):
-        render_graph(child, goal=goal, inputs=merged_inputs)
+    _render(graph, goal, merged_inputs)
     # Prepare steps of a run config are shell as written (not templates): they read
     # $FABRO_GOAL and $FABRO_INPUT_* like every script.
     setup = [step.shell() for step in run_cfg.prepare.steps] if run_cfg.prepare else []
@@ -172,6 +154,12 @@ def _build_spec(
         run_cfg.model.fallbacks if run_cfg.model else None,
         cli_command=run_cfg.agent.cli_command if run_cfg.agent else None,
     )
+    if not options.dry_run:
+        from fabro_git.engine.lifecycle import check_hook_models
+
+        check_hook_models(
+            run_cfg.hooks, model=options.model, provider=options.provider, env=os.environ
+        )
     return RunSpec(
         graph=graph,
         # What was validated, not a second read that could see another file.
@@ -185,6 +173,41 @@ def _build_spec(
         exclude_globs=list(run_cfg.checkpoint.exclude_globs) if run_cfg.checkpoint else [],
         settings=config.settings(),
     )
+
+
+def _validated(path: Path) -> Any:
+    """The workflow at `path`, its warnings printed; a `WorkflowError` listing its
+    errors, which refuse a run (and a resume's `--workflow`)."""
+    from fabro_git.workflow import load
+    from fabro_git.workflow.validation import validate
+
+    graph = load(path)
+    diagnostics = validate(graph)
+    _print_warnings(path, diagnostics)
+    errors = [d for d in diagnostics if d.severity == "error"]
+    if errors:
+        lines = [
+            f"{path}:{d.line or 0}:{d.column or 0}: error: [{d.rule}] {d.message}" for d in errors
+        ]
+        raise WorkflowError(
+            f"the workflow has {len(errors)} error(s) and cannot run:\n" + "\n".join(lines),
+            path=path,
+            hint=f"see `git fabro validate {path}`",
+        )
+    return graph
+
+
+def _render(graph: Any, goal: str, inputs: dict[str, str]) -> None:
+    """Take the files the workflow names and render its templates (and its children's,
+    which render again each time they run: this finds a missing input in one before
+    the run goes on)."""
+    from fabro_git.engine.templating import render_graph
+    from fabro_git.workflow.paths import descendants
+
+    _take_named_files(graph)
+    render_graph(graph, goal=goal, inputs=inputs)
+    for child in descendants(graph):
+        render_graph(child, goal=goal, inputs=inputs)
 
 
 def _print_warnings(path: Path, diagnostics: list[Any]) -> None:
@@ -238,6 +261,7 @@ def run(
     push_remote: str | None = None,
     retro: bool = True,
     retro_narrative: bool = False,
+    max_cost: float | None = None,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -257,6 +281,7 @@ def run(
         push_remote=check_push_remote(push_remote),
         retro=retro,
         retro_narrative=retro_narrative,
+        max_cost=check_max_cost(max_cost),
     )
     repo = GitRepo.discover(Path.cwd())
     repo.require_base()
@@ -322,6 +347,18 @@ def check_push_remote(remote: str | None) -> str | None:
     return remote
 
 
+def check_max_cost(usd: float | None) -> float | None:
+    """`--max-cost USD` is a positive amount of US dollars."""
+    import math
+
+    if usd is not None and not (usd > 0 and math.isfinite(usd)):
+        raise ConfigError(
+            f"--max-cost {usd:g} is no amount to spend",
+            hint="pass US dollars above zero, say --max-cost 5",
+        )
+    return usd
+
+
 def check_answers(graph: Any, answers: list[str]) -> None:
     """Every `--answer` must be one that some gate of the workflow can take: a typo
     would otherwise fail the run at its gate, after all the stages before it ran."""
@@ -369,7 +406,14 @@ def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: 
     if json_output:
         write_json_result(result)
     run_id = result.run_id
-    if result.status == "interrupted":
+    if result.status == "interrupted" and result.error:
+        # Stopped at its spending cap: a plain resume would stop again at once.
+        print(
+            f"run {run_id} stopped: {result.error}; continue it with"
+            f" `git fabro resume {run_id} --max-cost USD` (a higher cap)",
+            file=sys.stderr,
+        )
+    elif result.status == "interrupted":
         print(
             f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`", file=sys.stderr
         )
@@ -382,13 +426,34 @@ def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: 
             print(f"error: run {run_id} failed: {error}", file=sys.stderr)
         print(
             f"hint: see what happened with `git fabro logs {run_id} --pretty`;"
-            f" fix the cause and `git fabro resume {run_id}`",
+            f" {_fix_hint(repo, run_id)}",
             file=sys.stderr,
         )
     elif result.run_branch and result.final_git_commit_sha and not json_output:
         _where_the_result_is(repo, run_id, result.run_branch, base_sha, result.final_git_commit_sha)
     code: int = result.exit_code
     return code
+
+
+def _fix_hint(repo: Any, run_id: str) -> str:
+    """How to continue a failed run after fixing its cause: a stage that failed is
+    fixed in the repository (`--rebase`), a walk that could not go on (no route, a
+    visit limit) in the workflow (`--workflow`)."""
+    from fabro_git.engine import outcome
+    from fabro_git.engine.session import load_run
+
+    plain = f"fix the cause and `git fabro resume {run_id}`"
+    try:
+        manifest, cp, _meta, _source = load_run(repo, run_id)
+    except FabroError:
+        return plain
+    if manifest.in_place:
+        return plain
+    failed = cp.node_outcomes.get(cp.next_node_id or "", {}).get("status") == outcome.FAILED
+    if failed:
+        base = manifest.base_branch or manifest.base_sha[:12]
+        return f"commit a fix and `git fabro resume {run_id} --rebase {base}`"
+    return f"correct the workflow and `git fabro resume {run_id} --workflow FILE`"
 
 
 def _where_the_result_is(repo: Any, run_id: str, branch: str, base: str, tip: str) -> None:
@@ -437,7 +502,42 @@ def _model_use(repo: Any, run_id: str) -> str | None:
     return text + (f", about ${cp.total_cost:.4f}" if cp.total_cost else "")
 
 
-def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
+def _recorded_max_cost(settings: dict[str, Any]) -> float | None:
+    """The cap the run's configuration set (`--max-cost` or `[run] max_cost`)."""
+    value = (settings.get("config") or {}).get("max_cost")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def _check_spending(run_id: str, spent: float, cap: float | None) -> None:
+    """A run already past its cap would stop again after one more stage: refuse."""
+    if cap is not None and spent > cap:
+        from fabro_git.llm.usage import dollars
+
+        raise ConfigError(
+            f"run {run_id} has spent about {dollars(spent)}, past its cap of {dollars(cap)}",
+            hint=f"continue with a higher cap: `git fabro resume {run_id} --max-cost USD`",
+        )
+
+
+def _fixes(repo: Any, run_id: str, stored: Any, rebase: str | None, workflow: str | None) -> Any:
+    """What `--rebase` and `--workflow` bring in, checked before anything changes."""
+    from fabro_git.engine import fixes
+
+    found = fixes.Fixes()
+    manifest, cp = stored.manifest, stored.checkpoint
+    if rebase is not None:
+        found.rebase = fixes.resolve_rebase(repo, rebase, run_id)
+        fixes.check_rebase(repo, run_id, manifest, found.rebase)
+    if workflow is not None:
+        path = resolve_workflow(workflow)
+        graph = _validated(path)
+        fixes.check_workflow(graph, cp, path, run_id)
+        _render(graph, manifest.goal, dict(manifest.inputs))
+        found.workflow = fixes.NewWorkflow(graph=graph, source=graph.source, path=path)
+    return found
+
+
+def _spawn_detached(repo: Any, run_id: str, options: Any, fixes: Any = None) -> None:
     from fabro_git.config.locations import make_private_dir, open_private, run_scratch_dir
     from fabro_git.engine.lock import mark_starting
 
@@ -450,6 +550,12 @@ def _spawn_detached(repo: Any, run_id: str, options: Any) -> None:
         argv += ["--push", options.push_remote]
     if not options.retro:
         argv.append("--no-retro")
+    if options.max_cost is not None:
+        argv += ["--max-cost", repr(options.max_cost)]
+    if fixes is not None and fixes.rebase is not None:
+        argv += ["--rebase", fixes.rebase.sha]
+    if fixes is not None and fixes.workflow is not None:
+        argv += ["--workflow", str(fixes.workflow.path.resolve())]
     log = make_private_dir(run_scratch_dir(Path(repo.git_dir), run_id)) / "detached.log"
     with open(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         child = subprocess.Popen(
@@ -522,6 +628,9 @@ def resume(
     detached_child: bool = False,
     push_remote: str | None = None,
     retro: bool = True,
+    max_cost: float | None = None,
+    rebase: str | None = None,
+    workflow: str | None = None,
 ) -> int:
     from fabro_git.cli._runs import resolve_run
     from fabro_git.cli._streams import outlive_readers
@@ -579,11 +688,23 @@ def resume(
         # The run's own choice holds on every resume; --no-retro here adds to it.
         retro=retro and manifest.settings.get("retro") is not False,
         retro_narrative=bool(manifest.settings.get("retro_narrative")),
+        # A cap given here holds for this resume; else the run's own.
+        max_cost=check_max_cost(max_cost)
+        if max_cost is not None
+        else _recorded_max_cost(manifest.settings),
     )
+    _check_spending(full_id, cp.total_cost, options.max_cost)
+    fixes = _fixes(repo, full_id, stored, rebase, workflow)
     if not detached_child:
-        check_resumable(repo, full_id, stored, options)
+        check_resumable(
+            repo,
+            full_id,
+            stored,
+            options,
+            fixes.workflow.graph if fixes.workflow is not None else None,
+        )
     if detach:
-        _spawn_detached(repo, full_id, options)
+        _spawn_detached(repo, full_id, options, fixes)
         print(full_id)
         return 0
     _use_run_author(repo, manifest.settings)
@@ -601,5 +722,6 @@ def resume(
             resuming=True,
             handlers=handler_for,
             before=fetched,
+            fixes=fixes,
         )
     return _report(result, json_output, repo, manifest.base_sha, shown=not detached_child)

@@ -84,7 +84,11 @@ def _meta_tips(repo: GitRepo) -> dict[str, str]:
     from fabro_git.store import runs as runrefs
 
     prefix = runrefs.META_PREFIX
-    return {name[len(prefix) :]: sha for name, sha in repo.list_refs(prefix).items()}
+    return {
+        name[len(prefix) :]: sha
+        for name, sha in repo.list_refs(prefix).items()
+        if runrefs.is_run_id(name[len(prefix) :])
+    }
 
 
 def _runs(count: int) -> str:

@@ -20,7 +20,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -90,7 +90,7 @@ class ArtifactsConfig(_Table):
 
 
 class HookConfig(_Table):
-    """A lifecycle hook (`fabro_git/hooks/lifecycle.py` fires it). `script` and
+    """A lifecycle hook (`fabro_git/engine/lifecycle.py` fires it). `script` and
     `command` are one shell line under two names; `timeout` ("30s") and `timeout_ms`
     say the same thing, `timeout_ms` first."""
 
@@ -202,6 +202,9 @@ class RunSection(_Table):
     hooks: list[HookConfig] = msgspec.field(default_factory=list)
     git: GitConfig | None = None
     sandbox: SandboxConfig | None = None
+    # US dollars the run may spend on models: past it, the run stops at its next
+    # checkpoint, resumable (`--max-cost`). Declarative: it acts only by stopping.
+    max_cost: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
 
 class WorkflowSection(_Table):
@@ -304,8 +307,11 @@ def flag_layer(
     model: str | None = None,
     provider: str | None = None,
     push_remote: str | None = None,
+    max_cost: float | None = None,
 ) -> Layer:
     run: dict[str, Any] = {}
+    if max_cost is not None:
+        run["max_cost"] = max_cost
     if push_remote is not None:
         run["git"] = {"push_remote": push_remote}
     if goal is not None:
@@ -438,6 +444,11 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
                 fail([*where, "url"], f"expected an http:// or https:// URL, got {hook.url!r}")
             if scheme == "http" and hook.tls != "off":
                 fail([*where, "url"], 'a plain http:// URL needs `tls = "off"`; use https://')
+        if hook.max_tool_rounds is not None and hook.max_tool_rounds < 0:
+            fail(
+                [*where, "max_tool_rounds"],
+                f"expected a number of tool rounds (0 or more), got {hook.max_tool_rounds}",
+            )
         if hook.timeout_ms is not None and hook.timeout_ms <= 0:
             fail(
                 [*where, "timeout_ms"],

@@ -156,6 +156,11 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     total_cost: float = 0.0
     tokens: TokenTotals = msgspec.field(default_factory=TokenTotals)
 
+    def spend(self, usage: Any) -> None:
+        """Count a model call's usage (`engine.outcome.Usage`) in the run's cost and tokens."""
+        self.total_cost += usage.cost or 0.0
+        self.tokens.add(usage)
+
     def __post_init__(self) -> None:
         # Decoded, or given plain dicts: the maps become TrackedMaps before anyone
         # holds them. One assigned later is a plain dict until the next decode; its

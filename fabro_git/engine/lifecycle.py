@@ -3,7 +3,17 @@
 A run's `[[run.hooks]]` (from the run config, `.fabro/project.toml` and the user's
 settings, recorded in the manifest so a resume fires the same ones) name an event, an
 optional `matcher` and a kind: `command` runs `sh -c` in the run's worktree (or, with
-`sandbox = false`, in the user's checkout), `http` POSTs the event's JSON.
+`sandbox = false`, in the user's checkout), `http` POSTs the event's JSON, `prompt` asks
+the hook's model once (its `prompt`, then the event's JSON), and `agent` gives the same
+to an agent session in the run's worktree, which may use its tools for at most
+`max_tool_rounds` rounds before it answers.
+
+A model's reply decides as a webhook's answer does: a JSON object in it, with `ok`
+(true or false) or `decision` (proceed, skip, block, override) and a `reason`. A reply
+with no such object, a model error and a timeout all proceed, each with a notice, as
+Fabro's model hooks fail open: a model that rambles or an outage is not a verdict, and a
+guard meant to hold must be a command hook, whose stray exit status blocks. What the
+model spent is counted in the run's tokens and cost (`on_usage`).
 
 A *blocking* hook is awaited and may decide: proceed, skip, block, or (for
 `edge_selected`) override the edge. A non-blocking one runs beside the run, in the
@@ -36,9 +46,9 @@ import json
 import os
 import re
 import shutil
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 import trio
@@ -46,6 +56,11 @@ import trio
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.engine.emit import Emit
 from fabro_git.events import catalogue as ev
+from fabro_git.llm import types as llm
+
+if TYPE_CHECKING:
+    from fabro_git.config.run_config import HookConfig
+    from fabro_git.engine.outcome import Usage
 
 # Decision points: a hook on these events is awaited unless it says `blocking = false`.
 BLOCKING_BY_DEFAULT = frozenset(
@@ -68,6 +83,17 @@ MATCHED_FIELDS: dict[str, tuple[str, ...]] = {
 DEFAULT_TIMEOUT_MS = {"command": 60_000, "http": 60_000, "prompt": 30_000, "agent": 60_000}
 BLOCK_EXIT = 2
 OUTPUT_EXCERPT = 2000
+# Tool rounds an agent hook may take before it must answer (`max_tool_rounds`).
+DEFAULT_TOOL_ROUNDS = 10
+HOOK_MAX_TOKENS = 1024
+# What a prompt or agent hook is told beside its own prompt: how to answer.
+JUDGE_INSTRUCTIONS = """\
+You are a lifecycle hook of a git fabro workflow run. You are shown one event of the \
+run, as JSON, and a question about it from the person who set up the hook. Decide \
+whether the run may go on past this event.
+
+End your answer with one JSON object on a line of its own: {"ok": true} to let the \
+run go on, or {"ok": false, "reason": "<one sentence>"} to block it."""
 
 Action = Literal["proceed", "skip", "block", "override"]
 _RANK: dict[str, int] = {"proceed": 0, "skip": 1, "override": 1, "block": 2}
@@ -112,6 +138,9 @@ class Hook(msgspec.Struct, frozen=True):
     headers: Mapping[str, str] | None = None
     allowed_env_vars: tuple[str, ...] = ()
     tls: str = "verify"
+    prompt: str | None = None
+    model: str | None = None
+    max_tool_rounds: int = DEFAULT_TOOL_ROUNDS
 
     @classmethod
     def from_config(cls, raw: Mapping[str, Any], index: int) -> Hook:
@@ -142,6 +171,11 @@ class Hook(msgspec.Struct, frozen=True):
             headers=config.headers,
             allowed_env_vars=tuple(config.allowed_env_vars or ()),
             tls=config.tls or "verify",
+            prompt=config.prompt,
+            model=config.model,
+            max_tool_rounds=config.max_tool_rounds
+            if config.max_tool_rounds is not None
+            else DEFAULT_TOOL_ROUNDS,
         )
 
     def matches(self, event: str, payload: Mapping[str, Any]) -> bool:
@@ -171,8 +205,17 @@ class LifecycleHooks:
         emit: Emit,
         dry_run: bool = False,
         sandbox_env: Mapping[str, str] | None = None,
+        model: tuple[str | None, str | None] = (None, None),
+        fallbacks: tuple[str, ...] = (),
     ) -> None:
         self.hooks = hooks
+        # The run's model and provider, and its `[run.model] fallbacks`: a prompt or
+        # agent hook's model when it names none.
+        self.model = model
+        self.fallbacks = fallbacks
+        # Told what each model call of a prompt or agent hook spent (the run's tokens
+        # and cost count it).
+        self.on_usage: Callable[[Usage], None] | None = None
         self.sandbox_env = dict(sandbox_env or {})
         self.run_id = run_id
         self.workflow = workflow
@@ -230,6 +273,7 @@ class LifecycleHooks:
                         message=f"hook {i + 1} of the run's configuration cannot be read ({exc}); it will not fire",
                     )
                 )
+        config = settings.get("config") or {}
         return cls(
             hooks,
             run_id=run_id,
@@ -238,7 +282,9 @@ class LifecycleHooks:
             scratch=scratch,
             emit=emit,
             dry_run=bool(settings.get("dry_run")),
-            sandbox_env=((settings.get("config") or {}).get("sandbox") or {}).get("env"),
+            sandbox_env=(config.get("sandbox") or {}).get("env"),
+            model=(settings.get("model"), settings.get("provider")),
+            fallbacks=tuple((config.get("model") or {}).get("fallbacks") or ()),
         )
 
     def wants(self, event: str) -> bool:
@@ -255,7 +301,7 @@ class LifecycleHooks:
             self._notice(
                 "hook_unsupported",
                 f"hook {hook.name}: {hook.kind} hooks are not supported by this version; "
-                "it will not fire (use a command or http hook)",
+                "it will not fire",
             )
         skipped = [hook.name for hook in self.hooks if hook.kind in RUNNABLE and self._dry_run]
         if skipped:
@@ -369,9 +415,19 @@ class LifecycleHooks:
     async def _run_beside(
         self, hook: Hook, payload: dict[str, Any], scope: trio.CancelScope
     ) -> None:
+        said = PROCEED  # a stopped hook said nothing
         try:
             with scope:
-                await self._run(hook, payload)
+                said = await self._run(hook, payload)
+            if not said.proceeds:
+                # Not a decision point: what it said is heard of, and the run goes on.
+                self._notice(
+                    "hook_not_blocking",
+                    f"{said.describe(payload['event'])}, but it does not block (blocking = false); "
+                    "the run goes on",
+                    payload,
+                    level="info",
+                )
         finally:
             del self._stoppable[scope]
             self._beside.done()
@@ -397,6 +453,8 @@ class LifecycleHooks:
             with trio.move_on_after(hook.timeout) as deadline:
                 if hook.kind == "http":
                     decision = await self._post(hook, payload)
+                elif hook.kind in ("prompt", "agent"):
+                    decision = await self._ask_model(hook, payload)
                 else:
                     decision = await self._command(hook, payload)
         except trio.Cancelled:
@@ -460,6 +518,8 @@ class LifecycleHooks:
         detail = _read(err).strip()[-OUTPUT_EXCERPT:]
         message = f"{payload['event']} hook {hook.name} exited with code {code}"
         self._notice("hook_failed", message + (f": {detail}" if detail else ""), payload)
+        if not hook.blocking:
+            return PROCEED  # heard of in the notice; it decides nothing
         return HookDecision("block", f"hook exited with code {code}", hook=hook.name)
 
     def _environment(
@@ -526,6 +586,147 @@ class LifecycleHooks:
             return HookDecision(hook=hook.name)
         return HookDecision(said.action, said.reason, said.edge_to, hook.name)
 
+    async def _ask_model(self, hook: Hook, payload: dict[str, Any]) -> HookDecision:
+        """A prompt hook's one model call, or an agent hook's session in the worktree,
+        on the hook's prompt and the event's JSON. Model hooks fail open: a model error
+        or a reply without a decision is a notice, and the run goes on."""
+        from fabro_git.llm.resolve import ModelChoice, fallback_targets, resolve_target
+
+        event = payload["event"]
+        model, provider = self.model
+        run_choice = ModelChoice(model=model, provider=provider) if model or provider else None
+        hook_choice = ModelChoice(model=hook.model) if hook.model else None
+        target = resolve_target([hook_choice, run_choice], os.environ)
+        fallbacks = fallback_targets(list(self.fallbacks))
+        # The same JSON a command hook reads on stdin.
+        question = (
+            f"{(hook.prompt or '').strip()}\n\nThe event:\n{msgspec.json.encode(payload).decode()}"
+        )
+        if hook.kind == "prompt":
+            reply, error = await self._prompt_reply(question, target, fallbacks)
+        else:
+            reply, error = await self._agent_reply(hook, question, target, fallbacks)
+        if error is not None:
+            self._notice(
+                "hook_failed",
+                f"{event} hook {hook.name} ({target.provider}/{target.model}) failed: "
+                f"{error}; the run goes on",
+                payload,
+            )
+            return PROCEED
+        said = _decision_in_reply(reply)
+        if said is None:
+            excerpt = " ".join(reply.split())[:200] or "(an empty reply)"
+            self._notice(
+                "hook_unreadable_reply",
+                f"{event} hook {hook.name}: the model's reply holds no decision "
+                f'({{"ok": true}} or {{"ok": false, "reason": ...}}); the run goes on. '
+                f"It said: {excerpt}",
+                payload,
+            )
+            return PROCEED
+        return HookDecision(said.action, said.reason, said.edge_to, hook.name)
+
+    async def _prompt_reply(
+        self, question: str, target: llm.Target, fallbacks: list[llm.Target]
+    ) -> tuple[str, str | None]:
+        """One call without tools: its text, or why it failed."""
+        from fabro_git.llm.client import complete
+        from fabro_git.llm.errors import LlmError
+
+        request = llm.Request(
+            system=JUDGE_INSTRUCTIONS,
+            messages=(llm.Message.user(question),),
+            max_tokens=HOOK_MAX_TOKENS,
+        )
+        try:
+            response = await complete(request, target, fallbacks=fallbacks, env=os.environ)
+        except LlmError as err:
+            return "", str(err)
+        self._spent(response.target.model, response.usage, None)
+        return response.text, None
+
+    async def _agent_reply(
+        self,
+        hook: Hook,
+        question: str,
+        target: llm.Target,
+        fallbacks: list[llm.Target],
+    ) -> tuple[str, str | None]:
+        """An agent session whose tools reach only the run's worktree, for at most
+        `max_tool_rounds` rounds of tool calls and then its answer: its text, or why it
+        gave none."""
+        from fabro_git.agent.session import AgentLimits, AgentSession
+        from fabro_git.engine import process_groups
+        from fabro_git.engine.stage_env import stage_environment
+
+        worktree = self.worktree
+        if worktree is None or not worktree.is_dir():
+            return "", "the run has no worktree for an agent hook to work in"
+        records = process_groups.records_dir(self.scratch)
+        groups: dict[int, Path | None] = {}
+
+        def on_process_group(pgid: int, running: bool) -> None:
+            # Recorded as a hook's, so nothing its shell starts outlives the run.
+            if running:
+                groups[pgid] = process_groups.record(records, pgid, kind="hook")
+            elif not process_groups.alive(pgid):
+                process_groups.forget(groups.pop(pgid, None))
+
+        in_place = worktree.resolve() == self.host_dir.resolve()
+        session = AgentSession(
+            worktree,
+            target=target,
+            fallbacks=fallbacks,
+            emit=_unheard,
+            system_prompt=JUDGE_INSTRUCTIONS,
+            # Its rounds of tool calls, and the call that answers after the last.
+            limits=AgentLimits(max_turns=hook.max_tool_rounds + 1, max_tokens=HOOK_MAX_TOKENS),
+            env=os.environ,
+            shell_env=stage_environment(
+                sandbox=self.sandbox_env,
+                mark=process_groups.process_mark(records, "hook"),
+            ),
+            skill_dirs=[],
+            on_process_group=on_process_group,
+            # An in-place run's `.fabro/` is the user's configuration: no tool changes it.
+            guard_config=worktree if in_place else None,
+        )
+        try:
+            result = await session.run(question)
+        finally:
+            done = session.result()
+            self._spent(target.model, done.usage, done.cost)
+        if result.status == "failed":
+            error = result.error or {}
+            return "", str(error.get("message") or error.get("kind") or "the agent failed")
+        if result.status == "turn_limit":
+            return "", (
+                f"it used its {hook.max_tool_rounds} tool rounds (max_tool_rounds) without answering"
+            )
+        return result.text, None
+
+    def _spent(self, model: str, used: llm.Usage, cost: float | None) -> None:
+        """Count a model hook's tokens and cost in the run's."""
+        from fabro_git.engine.outcome import Usage
+        from fabro_git.llm.usage import estimate_cost
+
+        if self.on_usage is None:
+            return
+        if cost is None:
+            cost = estimate_cost(model, used)
+        self.on_usage(
+            Usage(
+                model=model,
+                input_tokens=used.input_tokens,
+                output_tokens=used.output_tokens,
+                cache_read_tokens=used.cache_read_tokens or None,
+                cache_write_tokens=used.cache_write_tokens or None,
+                reasoning_tokens=used.reasoning_tokens or None,
+                cost=cost,
+            )
+        )
+
     def _notice(
         self,
         code: str,
@@ -541,11 +742,50 @@ class LifecycleHooks:
         )
 
 
-RUNNABLE = frozenset({"command", "http"})
+RUNNABLE = frozenset({"command", "http", "prompt", "agent"})
+MODEL_KINDS = ("prompt", "agent")
+
+
+def check_hook_models(
+    hooks: Sequence[HookConfig],
+    *,
+    model: str | None,
+    provider: str | None,
+    env: Mapping[str, str],
+) -> None:
+    """Refuse, before the run exists, a prompt or agent hook whose model is unknown or
+    whose provider has no key: such a hook would only fail open at every event."""
+    if not any(hook.kind in MODEL_KINDS for hook in hooks):
+        return  # the SDK layer is imported only for a run that calls a model
+    from fabro_git.errors import ConfigError
+    from fabro_git.llm.errors import MissingCredentials, UnknownModel
+    from fabro_git.llm.providers import connect
+    from fabro_git.llm.resolve import ModelChoice, resolve_target
+
+    run_choice = ModelChoice(model=model, provider=provider) if model or provider else None
+    for i, hook in enumerate(hooks):
+        if hook.kind not in MODEL_KINDS:
+            continue
+        named = hook.name or hook.id or f"{hook.event}-{hook.kind}-{i + 1}"
+        where = f"[[run.hooks]] {hook.kind} hook {named!r} ({hook.event})"
+        try:
+            connect(
+                resolve_target(
+                    [ModelChoice(model=hook.model) if hook.model else None, run_choice], env
+                ),
+                env,
+            )
+        except (UnknownModel, MissingCredentials) as err:
+            raise ConfigError(
+                f"{where}: {err.message}",
+                hint=f"{err.hint}; or name another `model` for the hook"
+                if err.hint
+                else "name another `model` for the hook",
+            ) from None
 
 
 def _in_worktree(hook: Hook) -> bool:
-    return hook.kind == "command" and hook.sandbox
+    return (hook.kind == "command" and hook.sandbox) or hook.kind == "agent"
 
 
 class _Tally:
@@ -648,6 +888,29 @@ def _decision_in(text: str) -> HookDecision | None:
         if isinstance(value.get("ok"), bool):
             return HookDecision("proceed" if value["ok"] else "block", reason)
     return None
+
+
+def _decision_in_reply(text: str) -> HookDecision | None:
+    """The decision in a model's reply: as a hook's printed output says it, or else the
+    last JSON object in the reply that holds one (a model wraps it in prose or a code
+    fence)."""
+    said = _decision_in(text)
+    if said is not None:
+        return said
+    decoder = json.JSONDecoder()
+    found = None
+    for start in (i for i, char in enumerate(text) if char == "{"):
+        try:
+            value, _end = decoder.raw_decode(text, start)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            found = _decision_in(json.dumps(value)) or found
+    return found
+
+
+def _unheard(props: object) -> None:
+    """An agent hook's session events: not the run's (they are no stage's)."""
 
 
 _VAR_RE = re.compile(r"\$(?:\{(\w+)\}|(\w+))")

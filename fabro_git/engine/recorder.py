@@ -415,6 +415,9 @@ class Recorder:
             if made is not None:
                 cp.git_commit_sha = expected = made
                 cp.pending_commit = pending = None
+        if self.run_tip != expected and self._merged_fixes(expected):
+            # `resume --rebase` merged a fix on top of the checkpoint: part of the run.
+            cp.git_commit_sha = expected = self.run_tip
         if self.run_tip != expected:
             if not self.repo.is_ancestor(expected, self.run_tip):
                 raise self._moved(
@@ -439,6 +442,21 @@ class Recorder:
             self.run_tip = expected
         if pending is not None:
             self.commit_pending(cp)
+
+    def _merged_fixes(self, checkpoint_sha: str) -> bool:
+        """Whether the branch's tip is `checkpoint_sha` with only `resume --rebase`
+        merges of this run on top (a resume cut off before its next snapshot)."""
+        assert self.run_tip is not None
+        for count, info in enumerate(self.repo.iter_log(self.run_tip)):
+            if info.sha == checkpoint_sha:
+                return count > 0
+            if (
+                count > _RECONCILE_WALK_LIMIT
+                or info.trailers.get(runrefs.TRAILER_RUN) != self.run_id
+                or runrefs.TRAILER_REBASED_ONTO not in info.trailers
+            ):
+                return False
+        return False
 
     def _find_pending_commit(self, pending: PendingCommit) -> str | None:
         """The run commit for `pending`, if the cycle made it before it was cut off: on

@@ -66,6 +66,17 @@ class RunFailed(Exception):
     """Ends the walk: the run cannot go on (visit limit, circuit breaker, no route...)."""
 
 
+class SpendingCapReached(Exception):
+    """The run's model cost passed its cap (`--max-cost`, `[run] max_cost`) at the
+    checkpoint just saved: the run stops there, resumable as after an interrupt."""
+
+    def __init__(self, cost: float, cap: float) -> None:
+        from fabro_git.llm.usage import dollars
+
+        self.cost, self.cap = cost, cap
+        super().__init__(f"the run has spent about {dollars(cost)}, past its cap of {dollars(cap)}")
+
+
 class Options(msgspec.Struct):
     auto_approve: bool = False
     answers: list[str] = msgspec.field(default_factory=list)
@@ -82,6 +93,8 @@ class Options(msgspec.Struct):
     retro: bool = True
     # Ask the run's model for the retro's narrative too (`run --retro-narrative`).
     retro_narrative: bool = False
+    # US dollars the run may spend on models; None: no cap.
+    max_cost: float | None = None
     # Hears each line a command stage prints, as it prints it (`run -v`): (node id, line).
     on_output: Callable[[str, str], None] | None = None
 
@@ -365,6 +378,9 @@ class Runtime:
             await self._record(scope, node, visit, stage_id, result, decision)
             if scope.kind == "main":
                 await self._checkpoint_hooks(node, result)
+                cap = self.options.max_cost
+                if cap is not None and decision.next_node is not None and self.cp.total_cost > cap:
+                    raise SpendingCapReached(self.cp.total_cost, cap)
             if decision.error is not None:
                 raise RunFailed(decision.error)
             if decision.next_node is None:

@@ -37,13 +37,22 @@ from fabro_git.engine.checkpoint import (
 )
 from fabro_git.engine.context import Context
 from fabro_git.engine.emit import Emit
+from fabro_git.engine.fixes import Fixes, apply_fixes
 from fabro_git.engine.gates import AttendedRun, GateDesk, SharedInterviewer
 from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.lifecycle import LifecycleHooks
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.replication import LivePush
-from fabro_git.engine.runner import Options, RunFailed, Runtime, Scope, now_iso, walk_finished
+from fabro_git.engine.runner import (
+    Options,
+    RunFailed,
+    Runtime,
+    Scope,
+    SpendingCapReached,
+    now_iso,
+    walk_finished,
+)
 from fabro_git.engine.stage import Handler
 from fabro_git.engine.watchdog import watch_for_stall
 from fabro_git.errors import ConfigError, FabroError, MissingObject, StoreError
@@ -505,9 +514,11 @@ def execute_run(
     handlers: Callable[[str], Handler | None],
     prepared: OpenRun | None = None,
     before: Sequence[EventProps] = (),
+    fixes: Fixes | None = None,
 ) -> RunResult:
     """Drive the run to its end. `before` are events about how the run got here (resume
-    fetched it from a remote), emitted first."""
+    fetched it from a remote), emitted first; `fixes` what resume brings in first."""
+    fixes = fixes or Fixes()
     if prepared is None:
         lock = RunLock(repo, run_id)
         lock.acquire()
@@ -550,7 +561,10 @@ def execute_run(
             run_tip=run_tip,
             requeue=bus.restore_pending,
         )
-        graph = _load_graph(repo, run_id, manifest, source, meta)
+        if fixes.workflow is not None:
+            graph = fixes.workflow.graph
+        else:
+            graph = _load_graph(repo, run_id, manifest, source, meta)
         # A crash leaves stage commands running; they must not write into the worktree
         # this run restores.
         process_groups.kill_recorded(process_groups.records_dir(scratch))
@@ -590,6 +604,7 @@ def execute_run(
             options,
             resuming,
             handlers,
+            fixes,
         )
     finally:
         records = process_groups.records_dir(scratch)
@@ -617,10 +632,12 @@ async def _drive(
     options: Options,
     resuming: bool,
     handlers: Callable[[str], Handler | None],
+    fixes: Fixes,
     *,
     hooks: LifecycleHooks,
 ) -> RunResult:
     in_place = manifest.in_place
+    hooks.on_usage = cp.spend  # what a prompt or agent hook's model spends is the run's
     cut_off = cutoff.CutOff()
     if resuming:
         meta = recorder.meta_tip if recorder else None
@@ -637,6 +654,24 @@ async def _drive(
             raise missing_object_error(
                 run_id, recorder.run_ref, recorder.run_tip or "", exc
             ) from exc
+    # What resume brings in (`--rebase`, `--workflow`): the next snapshot records it.
+    fixed: dict[str, bytes | None] = {}
+    if recorder is not None and (fixes.rebase is not None or fixes.workflow is not None):
+        meta_tip = recorder.meta_tip
+        assert meta_tip is not None
+        fixed = await trio.to_thread.run_sync(
+            partial(
+                apply_fixes,
+                repo,
+                run_id,
+                manifest,
+                cp,
+                recorder,
+                fixes,
+                emit,
+                partial(_read_dir, repo, meta_tip, run_id=run_id),
+            )
+        )
     # A process killed after the exit checkpoint may have announced run.completed in the
     # tail (now queued for the next segment); the finish must not announce it twice.
     announced = (
@@ -751,10 +786,12 @@ async def _drive(
         hooks=hooks,
     )
     runtime.resumed_attempts = cut_off.attempts
+    runtime.pending_files.update(fixed)
     scope = runtime.main_scope()
     status = "running"
     error: str | None = None
     interrupted = False
+    spent: SpendingCapReached | None = None
     # Signals are taken for the whole drive, the final snapshot included: the first
     # Ctrl-C (or SIGTERM) cancels the stage in flight, later ones only wait for the
     # checkpoint, and none can cut the finish short with a KeyboardInterrupt.
@@ -829,6 +866,17 @@ async def _drive(
                     status, error = oc.FAILED, str(exc)
                 except _SetupFailed as exc:
                     status, error = oc.FAILED, str(exc)
+                except SpendingCapReached as exc:
+                    status, spent = "interrupted", exc
+                    emit(
+                        ev.RunNotice(
+                            level="warn",
+                            code="max_cost_reached",
+                            message=f"{exc}; stopped at the checkpoint after "
+                            f"{cp.current_node}. Continue with a higher cap: "
+                            f"`git fabro resume {run_id} --max-cost USD`",
+                        )
+                    )
             if main_scope.cancelled_caught:
                 if interrupted:
                     status = "interrupted"
@@ -850,6 +898,8 @@ async def _drive(
         )
         if pusher is not None:
             await pusher.finish(signals)
+        if spent is not None:
+            result.error = str(spent)  # why it stopped, for the command's last words
         return result
 
 
@@ -1111,7 +1161,9 @@ def _undo_unfinished_visit(cp: Checkpoint, node_id: str) -> None:
 
 
 def write_json_result(result: RunResult) -> None:
-    sys.stdout.write(msgspec.json.encode(result.to_json()).decode() + "\n")
+    from fabro_git.terminal import json_printable
+
+    sys.stdout.write(json_printable(msgspec.json.encode(result.to_json()).decode()) + "\n")
     sys.stdout.flush()
 
 
@@ -1130,9 +1182,12 @@ def check_in_place_home(repo: GitRepo, run_id: str, manifest: Manifest) -> None:
         )
 
 
-def check_resumable(repo: GitRepo, run_id: str, stored: StoredRun, options: Options) -> None:
+def check_resumable(
+    repo: GitRepo, run_id: str, stored: StoredRun, options: Options, graph: Graph | None = None
+) -> None:
     """Refuse, before a resume touches the run, what `check_options` refuses before a
-    run: a key unset since the run started, an agent CLI uninstalled since."""
+    run: a key unset since the run started, an agent CLI uninstalled since. `graph`
+    is the workflow it goes on with, when not the one it ran."""
     if options.dry_run:
         return
     manifest, _cp, meta, source = stored
@@ -1140,7 +1195,7 @@ def check_resumable(repo: GitRepo, run_id: str, stored: StoredRun, options: Opti
     config = manifest.settings.get("config") or {}
     check_options(
         options,
-        _load_graph(repo, run_id, manifest, source, meta),
+        graph or _load_graph(repo, run_id, manifest, source, meta),
         (config.get("model") or {}).get("fallbacks"),
         cli_command=(config.get("agent") or {}).get("cli_command"),
     )

@@ -38,6 +38,9 @@ class ProviderInfo(msgspec.Struct, frozen=True, kw_only=True):
     key_env: tuple[str, ...]
     base_url_env: str
     default_base_url: str | None
+    # What a stage with no model named runs on: a mid-priced model of the provider's
+    # own (a Sonnet, not an Opus), since with one key set it serves every stage of every
+    # run; a workflow that wants the priciest names it.
     default_model: str | None
     # Local servers need no key: they count as configured once their base URL is set.
     key_required: bool = True
@@ -54,7 +57,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             key_env=("ANTHROPIC_API_KEY",),
             base_url_env="ANTHROPIC_BASE_URL",
             default_base_url=None,
-            default_model="claude-opus-4-7",
+            default_model="claude-sonnet-4-6",
         ),
         ProviderInfo(
             name="openai",
@@ -62,7 +65,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             key_env=("OPENAI_API_KEY",),
             base_url_env="OPENAI_BASE_URL",
             default_base_url=None,
-            default_model="gpt-5.5",
+            default_model="gpt-5.4",
         ),
         ProviderInfo(
             name="gemini",
@@ -70,7 +73,7 @@ PROVIDERS: dict[str, ProviderInfo] = {
             key_env=("GEMINI_API_KEY", "GOOGLE_API_KEY"),
             base_url_env="GEMINI_BASE_URL",
             default_base_url="https://generativelanguage.googleapis.com/v1beta/openai/",
-            default_model="gemini-3.1-pro-preview",
+            default_model="gemini-3-flash-preview",
         ),
         ProviderInfo(
             name="kimi",

@@ -109,3 +109,15 @@ def context_warning(response: Response, context_window: int | None = None) -> Ag
         message=f"{used} of {context_window} context tokens used on {model}",
         details={"used_tokens": used, "context_window": context_window},
     )
+
+
+def dollars(amount: float) -> str:
+    """US dollars as people read them: cents from a dollar up, and below it the four
+    decimals a run of small model calls needs ($0.0045), trailing zeros dropped."""
+    if amount >= 1:
+        return f"${amount:,.2f}"
+    text = f"{amount:.4f}".rstrip("0")
+    whole, _, decimals = text.partition(".")
+    if amount > 0 and not decimals.strip("0"):
+        return "<$0.0001"
+    return f"${whole}.{decimals.ljust(2, '0')}"

@@ -189,6 +189,8 @@ TRAILER_CHECKPOINT = "Fabro-Checkpoint"
 TRAILER_BRANCH = "Fabro-Branch"
 # On the meta snapshot `rewind` adds to the run it replaced: the id of the run that carries on.
 TRAILER_SUPERSEDED_BY = "Fabro-Superseded-By"
+# On the merge commit `resume --rebase REV` adds to a run branch: the commit merged.
+TRAILER_REBASED_ONTO = "Fabro-Rebased-Onto"
 _SNAPSHOT_SUBJECT_RE = re.compile(r"^checkpoint (?P<node>.+)@(?P<visit>\d+)$")
 
 
@@ -345,7 +347,17 @@ def run_refs(repo: GitRepo, run_id: str) -> dict[str, str]:
 
 def list_run_ids(repo: GitRepo) -> list[str]:
     """Ids of the runs this repository has metadata for, oldest first."""
-    return sorted(name[len(META_PREFIX) :] for name in repo.list_refs(META_PREFIX))
+    return sorted(
+        name[len(META_PREFIX) :]
+        for name in repo.list_refs(META_PREFIX)
+        if is_run_id(name[len(META_PREFIX) :])
+    )
+
+
+def is_run_id(name: str) -> bool:
+    """Whether a name read from a ref can be a run id: one path component. A fetched
+    `refs/fabro/meta/a/b` is no run (its id would nest the run's scratch and lock paths)."""
+    return bool(name) and "/" not in name
 
 
 def resolve_run_id(repo: GitRepo, prefix: str, *, remote: str | None = "origin") -> str:
@@ -427,7 +439,9 @@ def _remote_matches(repo: GitRepo, remote: str, wanted: str) -> tuple[list[str],
     matches = sorted(
         name[len(META_PREFIX) :]
         for name in refs
-        if name.startswith(META_PREFIX) and name[len(META_PREFIX) :].upper().startswith(wanted)
+        if name.startswith(META_PREFIX)
+        and is_run_id(name[len(META_PREFIX) :])
+        and name[len(META_PREFIX) :].upper().startswith(wanted)
     )
     return matches, refs
 

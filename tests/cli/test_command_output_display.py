@@ -7,14 +7,10 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import select
 import subprocess
-import time
 from pathlib import Path
 
-from helpers import fabro_exe, run_fabro, write_workflow
-
-ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+from helpers import TERMINAL_ESCAPES, fabro_exe, read_until, run_fabro, write_workflow
 
 # Prints a line, then waits for a file that the test makes only once it has seen it.
 WAITS = """\
@@ -25,21 +21,6 @@ digraph W {
     start -> talk -> exit
 }
 """
-
-
-def _read_until(fd: int, marker: bytes, seen: bytes, limit: float = 60) -> bytes:
-    deadline = time.monotonic() + limit
-    while marker not in ESCAPES.sub(b"", seen):
-        assert time.monotonic() < deadline, seen.decode(errors="replace")
-        if select.select([fd], [], [], 0.1)[0]:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    return seen
 
 
 def test_verbose_shows_a_commands_lines_while_it_runs(repo: Path, hermetic_env: Path) -> None:
@@ -61,11 +42,11 @@ def test_verbose_shows_a_commands_lines_while_it_runs(repo: Path, hermetic_env: 
     try:
         # The stage is still running (it waits for `go`): the line can only be on the
         # terminal if it was shown as it was printed.
-        seen = _read_until(leader, b"READY-LINE", b"")
-        seen = _read_until(leader, b"on-stderr", seen)
+        seen = read_until(leader, b"READY-LINE", b"", plain=True)
+        seen = read_until(leader, b"on-stderr", seen, plain=True)
         assert not (hermetic_env / "go").exists() and proc.poll() is None
         (hermetic_env / "go").write_text("")
-        seen = _read_until(leader, b"Result: branch", seen)
+        seen = read_until(leader, b"Result: branch", seen, plain=True)
         code = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
@@ -76,7 +57,7 @@ def test_verbose_shows_a_commands_lines_while_it_runs(repo: Path, hermetic_env: 
                 pass
         os.close(leader)
     assert code == 0, seen.decode(errors="replace")
-    text = ESCAPES.sub(b"", seen).decode(errors="replace")
+    text = TERMINAL_ESCAPES.sub(b"", seen).decode(errors="replace")
     # Each line once: the stage's end does not print its output a second time.
     assert text.count("│ READY-LINE") == 1 and text.count("│ AFTER-LINE") == 1, text
     assert text.index("│ AFTER-LINE") < text.index("talk: succeeded")
@@ -166,10 +147,10 @@ def test_without_verbose_a_terminal_shows_the_latest_line_cut_to_its_width(
     os.close(follower)
     try:
         # The stage is still running (it waits for `go`): the line is beside its spinner.
-        seen = _read_until(leader, b"PROGRESS-NOW", b"")
+        seen = read_until(leader, b"PROGRESS-NOW", b"", plain=True)
         assert not (hermetic_env / "go").exists() and proc.poll() is None
         (hermetic_env / "go").write_text("")
-        seen = _read_until(leader, b"Result: branch", seen)
+        seen = read_until(leader, b"Result: branch", seen, plain=True)
         code = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
@@ -180,7 +161,7 @@ def test_without_verbose_a_terminal_shows_the_latest_line_cut_to_its_width(
                 pass
         os.close(leader)
     assert code == 0, seen.decode(errors="replace")
-    text = ESCAPES.sub(b"", seen).decode(errors="replace")
+    text = TERMINAL_ESCAPES.sub(b"", seen).decode(errors="replace")
     # What the run's display printed (the summary after it may wrap as it will).
     rows = [row for row in re.split(r"[\r\n]", text[: text.index("Result:")]) if row]
     assert max(len(row) for row in rows) <= 60, [row for row in rows if len(row) > 60][:3]

@@ -176,3 +176,21 @@ def test_fork_refuses_to_copy_an_entry_that_climbs_out(repo: Path) -> None:
     forked = run_fabro("fork", run_id, "exit", cwd=repo)
     _refused(forked, run_id, "'artifacts/..'")
     assert git(repo, "for-each-ref", "refs/fabro") == before
+
+
+def test_a_meta_ref_that_nests_is_no_run(repo: Path) -> None:
+    """`refs/fabro/meta/a/b` names no run: its id would nest the run's scratch and lock
+    paths. ps lists it not, and resume finds no run by it."""
+    write_workflow(
+        repo,
+        "digraph W { start [shape=Mdiamond]; exit [shape=Msquare]; start -> exit }",
+    )
+    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    meta = git(repo, "rev-parse", f"refs/fabro/meta/{run_id}").strip()
+    git(repo, "update-ref", "refs/fabro/meta/nested/inner", meta)
+    listed = run_fabro("ps", "--json", cwd=repo)
+    assert [json.loads(line)["run_id"] for line in listed.stdout.splitlines()] == [run_id]
+    resumed = run_fabro("resume", "nested/inner", cwd=repo)
+    assert resumed.returncode == 1 and "Traceback" not in resumed.stderr
+    assert not list((Path(os.environ["FABRO_HOME"]) / "runs").glob("nested*"))

@@ -232,3 +232,19 @@ def test_a_failed_stages_error_is_shown_escaped_by_every_command(repo: Path) -> 
         if args[0] in ("show", "inspect", "attach", "logs"):
             assert shown in proc.stdout + proc.stderr, args
     assert "\x1b" not in failed.stderr and shown in failed.stderr
+
+
+def test_json_output_writes_what_a_terminal_could_act_on_as_escapes(repo: Path) -> None:
+    """JSON escapes C0 controls, not C1 (U+009B is a CSI), bidi controls or line
+    separators: `logs` and `run --json` write those as \\uXXXX, the same JSON values."""
+    write_workflow(repo, HOSTILE)
+    goal = "fix \x9b2J it\u202eevil\u2028"
+    proc = run_fabro("run", "wf.fabro", "--goal", goal, "--json", cwd=repo)
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    logs = run_fabro("logs", run_id, cwd=repo)
+    for name, text in (("run --json", proc.stdout), ("logs", logs.stdout)):
+        for char in ("\x9b", "\u202e", "\u2028"):
+            assert char not in text, (name, repr(char))
+    events = [json.loads(line) for line in logs.stdout.splitlines()]
+    assert goal in [e["properties"].get("goal") for e in events]
+    assert "\\u009b2J" in logs.stdout

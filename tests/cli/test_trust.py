@@ -7,16 +7,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, run_fabro, run_json
+from helpers import fabro_exe, git, read_until, run_fabro, run_json
 from llm_server import LlmServer, Reply
 
 from fabro_git.config.run_config import RunSection
@@ -198,21 +196,6 @@ def test_declarative_keys_apply_without_trust(tmp_path: Path) -> None:
     assert manifest["goal"] == "tidy"
 
 
-def _read_until(fd: int, marker: bytes, seen: bytes, limit: float = 60) -> bytes:
-    deadline = time.monotonic() + limit
-    while marker not in seen:
-        assert time.monotonic() < deadline, seen.decode(errors="replace")
-        if select.select([fd], [], [], 0.1)[0]:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    return seen
-
-
 def _on_a_terminal(clone: Path, answer: bytes) -> tuple[int, str]:
     import pty
 
@@ -227,10 +210,10 @@ def _on_a_terminal(clone: Path, answer: bytes) -> tuple[int, str]:
     )
     os.close(follower)
     try:
-        seen = _read_until(leader, b"[y/N] ", b"")
+        seen = read_until(leader, b"[y/N] ", b"")
         assert b"[y/N] " in seen, seen.decode(errors="replace")
         os.write(leader, answer + b"\n")
-        seen = _read_until(leader, b"\x00never", seen)  # to the end of its output
+        seen = read_until(leader, b"\x00never", seen)  # to the end of its output
         code = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:

@@ -10,32 +10,25 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
-import select
 import subprocess
-import time
 from pathlib import Path
 
-from helpers import fabro_exe, git, run_events, run_fabro, write_workflow
-
-ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+from helpers import (
+    TERMINAL_ESCAPES,
+    fabro_exe,
+    git,
+    read_until,
+    run_events,
+    run_fabro,
+    write_workflow,
+)
 
 
 def _read_until(
     fd: int, marker: bytes, seen: bytes = b"", limit: float = 90, count: int = 1
 ) -> bytes:
-    deadline = time.monotonic() + limit
-    while ESCAPES.sub(b"", seen).count(marker) < count:
-        assert time.monotonic() < deadline, seen.decode(errors="replace")
-        if select.select([fd], [], [], 0.1)[0]:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    assert ESCAPES.sub(b"", seen).count(marker) >= count, seen.decode(errors="replace")
+    seen = read_until(fd, marker, seen, limit=limit, count=count, plain=True)
+    assert TERMINAL_ESCAPES.sub(b"", seen).count(marker) >= count, seen.decode(errors="replace")
     return seen
 
 
@@ -61,7 +54,7 @@ class _Terminal:
 
     def read_until(self, marker: bytes, count: int = 1) -> str:
         self.seen = _read_until(self.leader, marker, self.seen, count=count)
-        return ESCAPES.sub(b"", self.seen).decode(errors="replace")
+        return TERMINAL_ESCAPES.sub(b"", self.seen).decode(errors="replace")
 
     def type(self, text: str) -> None:
         os.write(self.leader, text.encode())

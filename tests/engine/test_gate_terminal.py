@@ -5,30 +5,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import subprocess
 import time
 from pathlib import Path
 
-from helpers import fabro_exe
-
-ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
-
-
-def _read_until(fd: int, marker: bytes, seen: bytes, limit: float = 60) -> bytes:
-    deadline = time.monotonic() + limit
-    while marker not in seen:
-        assert time.monotonic() < deadline, seen.decode(errors="replace")
-        if select.select([fd], [], [], 0.1)[0]:
-            try:
-                chunk = os.read(fd, 4096)
-            except OSError:
-                break
-            if not chunk:
-                break
-            seen += chunk
-    return seen
+from helpers import TERMINAL_ESCAPES, fabro_exe, read_until
 
 
 def _drain(fd: int, seconds: float) -> bytes:
@@ -64,12 +46,12 @@ def test_gate_on_a_terminal_is_asked_cleanly(repo: Path) -> None:
     )
     os.close(follower)
     try:
-        seen = _read_until(leader, b"\n> ", b"")
+        seen = read_until(leader, b"\n> ", b"")
         # Asked: the spinner must not redraw over the prompt while a person types.
         quiet = _drain(leader, 0.6)
         assert quiet == b"", quiet
         os.write(leader, b"A\n")
-        seen = _read_until(leader, b"Result: branch", seen + quiet)
+        seen = read_until(leader, b"Result: branch", seen + quiet)
         code = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
@@ -80,7 +62,7 @@ def test_gate_on_a_terminal_is_asked_cleanly(repo: Path) -> None:
                 pass
         os.close(leader)
     assert code == 0, seen.decode(errors="replace")
-    text = ESCAPES.sub(b"", seen).decode(errors="replace")
+    text = TERMINAL_ESCAPES.sub(b"", seen).decode(errors="replace")
     asked = text[: text.index("\n> ")]
     assert text.count("? Publish these notes?") == 1, text
     # What it asks about: the notes the previous stage printed, right above the question.

@@ -28,7 +28,7 @@ from helpers import (
     tail_has,
     trust_project,
 )
-from llm_server import LlmServer, Reply, ToolUse
+from llm_server import LlmServer, Recorded, Reply, ToolUse
 
 from fabro_git.events.contract import check_event
 from fabro_git.events.seed import load_contract
@@ -631,17 +631,129 @@ def test_a_stage_retrying_hook_can_stop_the_retries(repo: Path, tmp_path: Path) 
     assert "flaky build, giving up" in failed["properties"]["error"]
 
 
-def test_prompt_hooks_are_named_as_not_run_and_the_run_goes_on(repo: Path) -> None:
+def model_hook(event: str, kind: str, prompt: str, **extra: object) -> str:
+    lines = [
+        "[[run.hooks]]",
+        f"event = {json.dumps(event)}",
+        f"type = {json.dumps(kind)}",
+        f"prompt = {json.dumps(prompt)}",
+    ]
+    lines += [f"{key} = {json.dumps(value)}" for key, value in extra.items()]
+    return "\n".join(lines) + "\n"
+
+
+def asked(request: Recorded, prompt: str) -> tuple[str, dict]:
+    """The text of the request's message that carries `prompt`, and the event JSON the
+    hook put after it."""
+    found: list[str] = []
+
+    def walk(value: object) -> None:
+        if isinstance(value, str) and prompt in value:
+            found.append(value)
+        elif isinstance(value, dict):
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(request.body)
+    [text] = found
+    return text, json.loads(text[text.index("{") :])
+
+
+def test_a_blocking_prompt_hook_whose_model_says_block_fails_the_stage_unrun(
+    repo: Path, llm_server: LlmServer
+) -> None:
     configure(
         repo,
-        '[[run.hooks]]\nname = "guard"\nevent = "stage_start"\ntype = "prompt"\n'
-        'prompt = "Is this safe?"\n',
+        model_hook("stage_start", "prompt", "May this stage run today?", matcher="deploy"),
+    )
+    llm_server.script(
+        Reply(text='Looking at it.\n```json\n{"ok": false, "reason": "deploys are frozen"}\n```')
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    run_id = result["run_id"]
+    assert branch_has(repo, run_id, "built.txt")
+    assert not branch_has(repo, run_id, "deployed.txt")
+    # One call: the hook's prompt and the event's JSON, as a command hook reads it.
+    [request] = llm_server.requests
+    _text, payload = asked(request, "May this stage run today?")
+    assert payload["event"] == "stage_start" and payload["node_id"] == "deploy"
+    assert payload["run_id"] == run_id and payload["workflow_name"] == "H"
+    events = events_of(repo, run_id)
+    [failed] = [e for e in events if e["event"] == "stage.failed"]
+    assert failed["node_id"] == "deploy"
+    assert "deploys are frozen" in failed["properties"]["error"]
+
+
+def test_a_prompt_hook_that_allows_lets_the_stage_run_and_a_non_blocking_block_is_heard_of(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    configure(
+        repo,
+        model_hook("stage_start", "prompt", "Gate: may it run?", matcher="deploy")
+        + model_hook("stage_complete", "prompt", "Review: was it good?", matcher="build"),
+    )
+    llm_server.script_when("Gate: may it run?", Reply(text='{"ok": true}'))
+    llm_server.script_when(
+        "Review: was it good?",
+        Reply(text='{"decision": "block", "reason": "the build log is thin"}'),
     )
     proc, result = run_json("run", "run.toml", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    [notice] = notices(events_of(repo, result["run_id"]), "hook_unsupported")
-    assert "guard" in notice["properties"]["message"]
+    run_id = result["run_id"]
+    assert branch_has(repo, run_id, "deployed.txt")
+    assert len(llm_server.requests) == 2
+    events = events_of(repo, run_id)
+    [heard] = notices(events, "hook_not_blocking")
+    assert "the build log is thin" in heard["properties"]["message"]
+    # The hooks' model calls are the run's spending.
+    [completed] = [e for e in events if e["event"] == "run.completed"]
+    usage = completed["properties"]["usage"]
+    assert (usage["input_tokens"], usage["output_tokens"]) == (24, 10)
+
+
+def test_an_agent_hook_reads_the_worktree_with_its_tools_then_decides(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    configure(
+        repo,
+        model_hook(
+            "stage_start",
+            "agent",
+            "Check the build output before the deploy.",
+            matcher="deploy",
+            max_tool_rounds=2,
+        ),
+    )
+    llm_server.script(
+        Reply(text="Reading.", tool_calls=(ToolUse("read_file", {"path": "built.txt"}, id="r1"),)),
+        Reply(text='The build is there.\n{"ok": true}'),
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
     assert branch_has(repo, result["run_id"], "deployed.txt")
+    first, second = llm_server.requests
+    _text, payload = asked(first, "Check the build output before the deploy.")
+    assert payload["node_id"] == "deploy"
+    # The tool ran in the run's worktree: the model read the build stage's file.
+    assert "built" in json.dumps(second.body["messages"][-1])
+
+
+def test_a_model_hook_whose_model_cannot_be_reached_stops_the_run_before_it_starts(
+    repo: Path,
+) -> None:
+    # Model hooks fail open: an unknown model would only let every event through.
+    configure(
+        repo,
+        model_hook("stage_start", "prompt", "Is it safe?", name="guard", model="no-such-model-x"),
+    )
+    proc = run_fabro("run", "run.toml", cwd=repo)
+    assert proc.returncode != 0
+    assert "guard" in proc.stderr and "no-such-model-x" in proc.stderr
+    assert git(repo, "for-each-ref", "refs/fabro/meta") == ""
 
 
 def test_a_resumed_run_fires_the_hooks_its_manifest_recorded(

@@ -99,9 +99,9 @@ each_provider = pytest.mark.parametrize("p", PROVIDERS, ids=[p.name for p in PRO
 
 # The catalogue's default model of each provider, which a bare provider fallback gets.
 DEFAULT_MODEL = {
-    "anthropic": "claude-opus-4-7",
-    "openai": "gpt-5.5",
-    "gemini": "gemini-3.1-pro-preview",
+    "anthropic": "claude-sonnet-4-6",
+    "openai": "gpt-5.4",
+    "gemini": "gemini-3-flash-preview",
 }
 API_OF = {p.name: p.api for p in PROVIDERS}
 

@@ -327,7 +327,7 @@ def test_an_exhausted_quota_fails_over_to_the_configured_fallback(
     assert proc.returncode == 0, proc.stderr
     assert [(r.api, r.body["model"]) for r in llm_server.requests] == [
         ("responses", "gpt-5.4"),
-        ("anthropic", "claude-opus-4-7"),
+        ("anthropic", "claude-sonnet-4-6"),
     ]
     run_id = result["run_id"]
     assert git(repo, "show", f"fabro/run/{run_id}:fixed") == "fixed\n"
@@ -403,7 +403,7 @@ def test_an_agent_that_failed_over_reports_the_fallbacks_usage(
     events = _events(repo, result["run_id"])
     [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
     usage = completed["properties"]["usage"]
-    assert usage["model"] == "claude-opus-4-7"
+    assert usage["model"] == "claude-sonnet-4-6"
     assert (usage["input_tokens"], usage["output_tokens"]) == (7, 3)
 
 

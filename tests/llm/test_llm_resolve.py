@@ -106,7 +106,7 @@ def test_precedence_the_first_layer_naming_a_model_wins() -> None:
     ) == Target("anthropic", "claude-haiku-4-5")
     # Only a provider: its default model.
     assert resolve_target([None, ModelChoice(provider="gemini")], env) == Target(
-        "gemini", "gemini-3.1-pro-preview"
+        "gemini", "gemini-3-flash-preview"
     )
 
 
@@ -117,7 +117,7 @@ def test_a_local_server_needs_a_model_name() -> None:
 
 def test_fallback_entries_are_providers_models_or_qualified() -> None:
     assert fallback_targets(["gemini", "gpt-5.4", "zai/glm-4.7"]) == [
-        Target("gemini", "gemini-3.1-pro-preview"),
+        Target("gemini", "gemini-3-flash-preview"),
         Target("openai", "gpt-5.4"),
         Target("zai", "glm-4.7"),
     ]
@@ -133,3 +133,22 @@ def test_one_catalogue_serves_the_validator_too() -> None:
         assert info.default_model is None or catalogue.lookup(info.default_model) is not None, (
             info.name
         )
+
+
+def _price(info: catalogue.ModelInfo) -> float:
+    assert info.input_price is not None and info.output_price is not None
+    return info.input_price + info.output_price
+
+
+@pytest.mark.parametrize("name", ["anthropic", "openai", "gemini"])
+def test_a_providers_default_model_is_mid_priced_not_its_priciest(name: str) -> None:
+    # With one key and no model named, every LLM stage runs on this model: it must not
+    # be the most expensive the provider sells (nor its cheapest, weakest one).
+    default = catalogue.lookup(catalogue.PROVIDERS[name].default_model or "")
+    assert default is not None and default.provider == name
+    priced = [m for m in catalogue.MODELS if m.provider == name and m.input_price is not None]
+    prices = sorted({_price(m) for m in priced})
+    assert prices[0] < _price(default) < prices[-1]
+    # Only a key set: that provider's default model serves the run.
+    env = {catalogue.PROVIDERS[name].key_env[0]: "k"}
+    assert resolve_target([None], env) == Target(name, default.id)

@@ -68,18 +68,18 @@ def test_model_test_reaches_every_configured_provider(llm_server: LlmServer) -> 
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = _report(proc.stdout)
     assert set(report) == {
-        "anthropic/claude-opus-4-7",
-        "openai/gpt-5.5",
-        "gemini/gemini-3.1-pro-preview",
+        "anthropic/claude-sonnet-4-6",
+        "openai/gpt-5.4",
+        "gemini/gemini-3-flash-preview",
         "kimi/kimi-k2.5",
     }
     for line in report.values():
         assert re.match(r"ok\s+\d+\.\d\ds\s+'ok' \(12 in, 5 out tokens\)$", line), line
     by_api = {(request.api, request.body["model"]) for request in llm_server.requests}
     assert by_api == {
-        ("anthropic", "claude-opus-4-7"),
-        ("responses", "gpt-5.5"),
-        ("chat", "gemini-3.1-pro-preview"),
+        ("anthropic", "claude-sonnet-4-6"),
+        ("responses", "gpt-5.4"),
+        ("chat", "gemini-3-flash-preview"),
         ("chat", "kimi-k2.5"),
     }
     paths = sorted(request.path for request in llm_server.requests)
@@ -95,7 +95,7 @@ def test_model_test_one_provider_or_model(llm_server: LlmServer) -> None:
     env = provider_env(llm_server)
     proc = run_fabro("model", "test", "--provider", "openai", env=env)
     assert proc.returncode == 0, proc.stderr
-    assert list(_report(proc.stdout)) == ["openai/gpt-5.5"]
+    assert list(_report(proc.stdout)) == ["openai/gpt-5.4"]
 
     proc = run_fabro("model", "test", "--model", "sonnet", env=env)
     assert proc.returncode == 0, proc.stderr
@@ -129,8 +129,8 @@ def test_model_test_reports_the_failing_provider_and_exits_1(llm_server: LlmServ
     proc = run_fabro("model", "test", env=env)
     assert proc.returncode == 1
     report = _report(proc.stdout)
-    assert report["openai/gpt-5.5"].startswith("ok")
-    failed = report["anthropic/claude-opus-4-7"]
+    assert report["openai/gpt-5.4"].startswith("ok")
+    failed = report["anthropic/claude-sonnet-4-6"]
     assert failed.startswith("FAILED")
     assert "(HTTP 401): Incorrect API key provided" in failed and "ANTHROPIC_API_KEY" in failed
     assert "1 of 2 providers failed: anthropic" in proc.stderr
