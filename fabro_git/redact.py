@@ -19,6 +19,9 @@ Two things count as secret:
   `AKIA...`, ...), whatever variable, file or prompt it came from.
 
 A secret becomes `***` and its last four characters, so two keys can still be told apart.
+Values are masked in a pass of their own, before key shapes: a shape that starts inside
+a word (`risk-...` holds `sk-...`) is no key and is left alone, and in one pass its
+match would hide a value further on in that word.
 An environment value is also matched in its JSON-escaped form (a password with a quote in
 it), because events, context and the checkpoint are JSON.
 
@@ -26,7 +29,7 @@ Text that arrives in pieces (a model's streamed reply and reasoning, a tool's ou
 command's output read into git a chunk at a time) is masked by one `StreamMasker` per
 stream (`Redactor.stream()`, `Redactor.stream_bytes()`), never piece by piece: a secret
 cut across two pieces would be two halves no pattern recognises, and joining the pieces
-would give it back. The masker holds back the tail that could still be the start of a
+would give it back. The masker (one per pass, the values' feeding the shapes') holds back the tail that could still be the start of a
 secret, so what it releases, joined, is exactly what masking the whole text gives. It
 holds at most:
 
@@ -35,9 +38,7 @@ holds at most:
   `RUN_HOLD` characters (or the longest value, if longer). A longer run that begins a
   key shape is held as its first `RUN_HEAD` characters and its last few only: the key
   becomes `***` and its last four, as it would whole. A longer run that begins none is
-  released, bar the literal hold: where such a run continues a word that looks like a
-  key (`risk-...`), a value inside it may then be masked where the whole text's masking
-  would pass over it; more is masked, never less;
+  released, bar the literal hold (the values' pass, which runs first, holds that);
 - from an unfinished private-key block (`-----BEGIN ... PRIVATE KEY-----` without its
   end), up to `PEM_HOLD` characters.
 
@@ -173,30 +174,40 @@ class Redactor:
         }
         forms = sorted(literal, key=len, reverse=True)
         alternatives = [re.escape(form) for form in forms]
-        alternatives.append(_SHAPES)
-        source = "|".join(alternatives)
+        # Two passes, values first: a key shape that starts inside a word (`risk-...`)
+        # is left alone, and a match of it would hide a value inside that word from a
+        # single pass (its scan resumes after the match). Where a value and a shape
+        # overlap, the value wins.
+        self._values = _Pass(alternatives) if alternatives else None
+        self._shapes = _Pass([_SHAPES])
+        # Both at once: for `widen_cut` (spans only) and `clean_with_text`.
+        source = "|".join([*alternatives, _SHAPES])
         self._text = re.compile(source, re.DOTALL)
-        self._bytes = re.compile(source.encode("utf-8", "surrogateescape"), re.DOTALL)
-        self._quick = _quick_filter(alternatives)
+        self._quick = _quick_filter([*alternatives, _SHAPES])
 
-    def _replace_text(self, match: re.Match[str]) -> str:
+    def _replace_value_text(self, match: re.Match[str]) -> str:
+        return self._literal[match.group()]
+
+    def _replace_value_bytes(self, match: re.Match[bytes]) -> bytes:
+        return self._literal_bytes[match.group()]
+
+    @staticmethod
+    def _replace_shape_text(match: re.Match[str]) -> str:
         found = match.group()
-        literal = self._literal.get(found)
-        if literal is not None:
-            return literal
         return mask(found) if _starts_word(match.string, match.start()) else found
 
-    def _replace_bytes(self, match: re.Match[bytes]) -> bytes:
-        found = match.group().decode("utf-8", "surrogateescape")
-        literal = self._literal.get(found)
-        if literal is None:
-            if not _starts_word(match.string, match.start()):
-                return match.group()
-            literal = mask(found)
-        return literal.encode("utf-8", "surrogateescape")
+    @staticmethod
+    def _replace_shape_bytes(match: re.Match[bytes]) -> bytes:
+        if not _starts_word(match.string, match.start()):
+            return match.group()
+        return mask(match.group().decode("utf-8", "surrogateescape")).encode(
+            "utf-8", "surrogateescape"
+        )
 
     def mask_text(self, text: str) -> str:
-        return self._text.sub(self._replace_text, text)
+        if self._values is not None:
+            text = self._values.text.sub(self._replace_value_text, text)
+        return self._shapes.text.sub(self._replace_shape_text, text)
 
     def widen_cut(self, text: str, start: int, end: int) -> tuple[int, int]:
         """The part of `text` to leave out instead of `text[start:end]`, so that no
@@ -215,26 +226,56 @@ class Redactor:
         return start, end
 
     def stream(self) -> StreamMasker[str]:
-        """A masker for one stream of text that arrives in pieces."""
-        longest = max(map(len, self._literal), default=0)
-        return StreamMasker(self._text, self._replace_text, self._literal, longest, _TEXT, None)
+        """A masker for one stream of text that arrives in pieces: the two passes of
+        `mask_text`, one masker each, the values' feeding the shapes'."""
+        values = None
+        if self._values is not None:
+            longest = max(map(len, self._literal))
+            values = StreamMasker(
+                self._values.text, self._replace_value_text, self._literal, longest, _TEXT, None
+            )
+        return StreamMasker(
+            self._shapes.text, self._replace_shape_text, {}, 0, _TEXT, None, first=values
+        )
 
     def stream_bytes(self) -> StreamMasker[bytes]:
         """A masker for one stream of bytes (a file read a chunk at a time)."""
-        literal = self._literal_bytes
-        longest = max(map(len, literal), default=0)
-        return StreamMasker(self._bytes, self._replace_bytes, literal, longest, _BYTES, self._quick)
+        values = None
+        if self._values is not None:
+            literal = self._literal_bytes
+            values = StreamMasker(
+                self._values.bytes,
+                self._replace_value_bytes,
+                literal,
+                max(map(len, literal)),
+                _BYTES,
+                self._values.quick,
+            )
+        return StreamMasker(
+            self._shapes.bytes,
+            self._replace_shape_bytes,
+            {},
+            0,
+            _BYTES,
+            self._shapes.quick,
+            first=values,
+        )
 
     def mask_bytes(self, data: bytes) -> bytes:
         if self._quick is not None and self._quick.search(data) is None:
             return data
-        return self._bytes.sub(self._replace_bytes, data)
+        if self._values is not None and self._values.may_match(data):
+            data = self._values.bytes.sub(self._replace_value_bytes, data)
+        if self._shapes.may_match(data):
+            data = self._shapes.bytes.sub(self._replace_shape_bytes, data)
+        return data
 
     def found_in(self, data: bytes) -> bool:
         """Whether `data` may hold a secret (a cheap test before a rewrite)."""
         if self._quick is not None and self._quick.search(data) is None:
             return False
-        return self._bytes.search(data) is not None
+        passes = [self._shapes] if self._values is None else [self._values, self._shapes]
+        return any(p.bytes.search(data) is not None for p in passes)
 
     def clean_with_text(self, encoded: bytes) -> bool:
         """Whether `encoded`, the JSON string form of a text (`msgspec.json.encode` of
@@ -257,6 +298,19 @@ class Redactor:
         if isinstance(value, list):
             return [self.mask_value(v) for v in value]
         return value
+
+
+class _Pass:
+    """One pass of the redactor: its pattern as text and as bytes, and its RE2 filter."""
+
+    def __init__(self, alternatives: list[str]) -> None:
+        source = "|".join(alternatives)
+        self.text = re.compile(source, re.DOTALL)
+        self.bytes = re.compile(source.encode("utf-8", "surrogateescape"), re.DOTALL)
+        self.quick = _quick_filter(alternatives)
+
+    def may_match(self, data: bytes) -> bool:
+        return self.quick is None or self.quick.search(data) is not None
 
 
 def _quick_filter(alternatives: list[str]) -> Any:
@@ -322,7 +376,11 @@ class StreamMasker(Generic[Chunk]):
         longest: int,
         alphabet: _Alphabet[Chunk],
         quick: Any,
+        *,
+        first: StreamMasker[Chunk] | None = None,
     ) -> None:
+        # The pass before this one (the values'), whose output this one masks.
+        self._first: StreamMasker[Chunk] | None = first
         self._pattern: re.Pattern[Chunk] = pattern
         self._replace: Callable[[re.Match[Chunk]], Chunk] = replace
         self._literal: Mapping[Chunk, Chunk] = literal
@@ -333,21 +391,33 @@ class StreamMasker(Generic[Chunk]):
         self._quick = quick
         self._held: Chunk = alphabet.empty
         self._behind: Chunk = alphabet.empty  # released text `_starts_word` may look at
-        self.masked = 0  # how many secrets were masked so far
+        self._masked = 0
+
+    @property
+    def masked(self) -> int:
+        """How many secrets were masked so far."""
+        return self._masked + (self._first.masked if self._first is not None else 0)
 
     @property
     def holding(self) -> int:
         """How many characters are held back now."""
-        return len(self._held)
+        return len(self._held) + (self._first.holding if self._first is not None else 0)
 
     def feed(self, piece: Chunk) -> Chunk:
         """The masked text that `piece` (and what was held back) lets go now."""
+        if self._first is not None:
+            piece = self._first.feed(piece)
         if not piece:
             return self._alphabet.empty
         return self._step(self._held + piece, final=False)
 
     def flush(self) -> Chunk:
         """The rest, masked: the stream has ended."""
+        if self._first is not None:
+            rest = self._first.flush()
+            if rest:
+                released = self._step(self._held + rest, final=True)
+                return released
         if not self._held:
             return self._alphabet.empty
         return self._step(self._held, final=True)
@@ -374,7 +444,7 @@ class StreamMasker(Generic[Chunk]):
             out.append(text[position:first])
             replaced = self._replace(match)
             if replaced != match.group():
-                self.masked += 1
+                self._masked += 1
             out.append(replaced)
             position = last
         out.append(text[position:cut])

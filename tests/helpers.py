@@ -250,3 +250,13 @@ def read_until(
                 break
             seen += chunk
     return seen
+
+
+def run_config_passing(repo: Path, *names: str, workflow: str = "wf.fabro") -> str:
+    """A run config for `repo`'s committed `workflow` whose `[run.sandbox.env]` hands
+    stages the host's `names`: secret-named variables reach a stage only that way."""
+    config = repo.parent / f"pass-{'-'.join(names).lower()}.toml"
+    lines = [f'[workflow]\ngraph = "{repo / workflow}"\n[run.sandbox.env]\n']
+    lines += [f'{name} = "{{{{ env.{name} }}}}"\n' for name in names]
+    config.write_text("".join(lines))
+    return str(config)

@@ -42,11 +42,37 @@ class ToolUse:
 
 
 @dataclass(frozen=True)
+class LongText:
+    """A reply text too long to hold: `size` characters of `unit` repeated, made as it
+    is sent, in deltas of about `piece` characters (a whole number of units)."""
+
+    unit: str
+    size: int
+    piece: int = 1 << 16
+
+    def __bool__(self) -> bool:
+        return self.size > 0
+
+    def pieces(self) -> Iterator[str]:
+        block = self.unit * max(1, self.piece // len(self.unit))
+        left = self.size
+        while left > 0:
+            yield block[:left]
+            left -= len(block)
+
+    def chunks(self) -> Iterator[bytes]:
+        """The text's UTF-8 bytes, a piece at a time (to hash it as git would)."""
+        for piece in self.pieces():
+            yield piece.encode()
+
+
+@dataclass(frozen=True)
 class Reply:
     """A successful answer. `text` is streamed a word at a time, or, with `cuts`, in
-    pieces cut at those character offsets (reasoning too)."""
+    pieces cut at those character offsets (reasoning too); a `LongText` in its own
+    pieces (Anthropic's Messages API only)."""
 
-    text: str = "ok"
+    text: str | LongText = "ok"
     tool_calls: tuple[ToolUse, ...] = ()
     reasoning: str | None = None
     input_tokens: int = 12
@@ -349,7 +375,8 @@ class _Handler(BaseHTTPRequestHandler):
         if not body.get("stream"):
             self._send_json(200, _plain(api, reply, model, n))
             return
-        events = list(_events(api, reply, model, n, include_usage=_wants_usage(body)))
+        # Made as they are sent: a `LongText` reply is never whole in memory.
+        events = _events(api, reply, model, n, include_usage=_wants_usage(body))
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
@@ -443,7 +470,13 @@ def _stream_error(api: str) -> str:
     return _sse(None, {"error": {"message": message, "type": "server_error", "code": None}})
 
 
-def _words(text: str, cuts: tuple[int, ...] = ()) -> list[str]:
+def _words(text: str | LongText, cuts: tuple[int, ...] = ()) -> Iterator[str]:
+    if isinstance(text, LongText):
+        return text.pieces()
+    return iter(_split(text, cuts))
+
+
+def _split(text: str, cuts: tuple[int, ...]) -> list[str]:
     if cuts:
         edges = [0, *sorted({cut for cut in cuts if 0 < cut < len(text)}), len(text)]
         return [text[a:b] for a, b in itertools.pairwise(edges) if b > a]

@@ -132,11 +132,16 @@ class Recorder:
         )
         message = self.redactor.mask_text(f"{subject}\n\n{summary.trailers(self.run_id)}")
         try:
+            # A long reply is its response.md and its offloaded value's two entries:
+            # one file, masked and stored once.
+            stored: dict[Path, StoredBlob] = {}
             for path, data in files.items():
                 if isinstance(data, Path):
-                    all_files[path] = StoredBlob(
-                        *self.repo.store_file(data, self.redactor.stream_bytes())
-                    )
+                    if data not in stored:
+                        stored[data] = StoredBlob(
+                            *self.repo.store_file(data, self.redactor.stream_bytes())
+                        )
+                    all_files[path] = stored[data]
             result = self.meta.write(all_files, message, expected_tip=self.meta_tip)
         except DiskFull:
             raise  # nothing more can be recorded: the run stops at its last checkpoint

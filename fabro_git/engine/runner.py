@@ -1140,7 +1140,8 @@ class Runtime:
             await self.store_call(self.artifacts.write_stage, offloaded, meanwhile)
         result.context_updates = offloaded.record
         for name, data in offloaded.written.items():
-            self.pending_files[artifact_path(name)] = data
+            # A long reply's text file is one blob with its response.md (see artifacts).
+            self.pending_files[artifact_path(name, text=isinstance(data, Path))] = data
         return offloaded.context
 
     def _prune_artifacts(self, files: dict[str, bytes | Path | None]) -> None:
@@ -1155,7 +1156,7 @@ class Runtime:
             return
         keep = referenced_names(cp.context_values, cp.node_outcomes.values())
         for name in self.artifacts.prune(keep):
-            files[artifact_path(name)] = None
+            files[artifact_path(name)] = files[artifact_path(name, text=True)] = None
         cp.artifact_count = sum("/" in name for name in self.artifacts.names())
 
     def _apply(
@@ -1551,10 +1552,12 @@ def _event_response(result: Outcome) -> str | None:
     from fabro_git.outputs.artifacts import OFFLOAD_THRESHOLD, pointer_name
 
     response = result.response
-    if response is None or len(response) <= OFFLOAD_THRESHOLD:
+    if response is None:
         return response
     for key, value in result.context_updates.items():
         if key.startswith("response.") and pointer_name(value) is not None:
             return str(value)
+    if len(response) <= OFFLOAD_THRESHOLD:
+        return response
     left = len(response) - OFFLOAD_THRESHOLD
     return f"{response[:OFFLOAD_THRESHOLD]}\n[... {left} more characters, in response.md]"

@@ -402,14 +402,16 @@ def _restore_artifacts(
     """Write the offloaded values the meta ref holds into this scratch dir, and point the
     checkpoint at them: a resume in another clone (or after the scratch dir was cleaned)
     finds pointers into a directory that is not there."""
-    from fabro_git.outputs.artifacts import ArtifactStore
+    from fabro_git.outputs.artifacts import TEXT_SUFFIX, ArtifactStore, encode_value
 
     store = ArtifactStore(scratch)
     files = _read_dir(repo, meta, runrefs.ARTIFACTS_DIR, run_id=run_id)
+    values = {n.removesuffix(".json"): data for n, data in files.items() if n.endswith(".json")}
+    for name, data in files.items():
+        if name.endswith(TEXT_SUFFIX):  # a value kept as its raw text: a long reply
+            values[name.removesuffix(TEXT_SUFFIX)] = encode_value(data.decode("utf-8", "replace"))
     try:
-        store.materialise(
-            {n.removesuffix(".json"): data for n, data in files.items() if n.endswith(".json")}
-        )
+        store.materialise(values)
     except UnsafeEntry as err:
         raise err.for_run(run_id) from None
     store.repoint(cp.context_values)

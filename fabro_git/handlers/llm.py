@@ -8,12 +8,15 @@ without a model, so every workflow can be run end to end offline.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabro_git.engine.outcome import Outcome, normalize_status
 from fabro_git.engine.stage import StageRequest
 from fabro_git.events.catalogue import StagePrompt
+from fabro_git.outputs.artifacts import TextFile, offloads
 from fabro_git.outputs.directives import StatusFile, extract_directives
 
 if TYPE_CHECKING:
@@ -235,17 +238,74 @@ def _head_and_tail(text: str) -> str:
     return "\n".join(lines)
 
 
+# Bytes at the end of a long reply's file read for its routing directive.
+_DIRECTIVE_TAIL = 1 << 20
+
+
+async def recorded_reply(
+    req: StageRequest, text: str, file: str | None = None, chars: int = 0
+) -> str | TextFile:
+    """Record a stage's reply as its `response.md`, and return what `response.<node>`
+    takes: the text, or, for a reply that is offloaded, the file that holds it, so that
+    git keeps the reply once (its response.md and its offloaded value are one blob, see
+    `fabro_git.outputs.artifacts`). `file` is where the provider streamed a long reply
+    (`chars` characters), and `text` is then only its start."""
+    import trio
+
+    if file is not None:
+        req.files["response.md"] = Path(file)
+        return TextFile(file, chars)
+    if not offloads(text):
+        req.files["response.md"] = text.encode("utf-8", "backslashreplace")
+        return text
+    path = req.stage_dir / "response.md"
+    await trio.to_thread.run_sync(path.write_bytes, text.encode("utf-8", "backslashreplace"))
+    req.files["response.md"] = path
+    return TextFile(str(path), len(text))
+
+
+async def _reply_tail(value: TextFile) -> str:
+    """The end of a long reply's file, where its routing directive is."""
+    import trio
+
+    def read() -> str:
+        with open(value.path, "rb") as fh:
+            fh.seek(max(0, os.path.getsize(value.path) - _DIRECTIVE_TAIL))
+            return fh.read().decode("utf-8", "ignore")
+
+    return await trio.to_thread.run_sync(read)
+
+
+async def outcome_from_reply(
+    node_id: str, text: str, value: str | TextFile, status_file: StatusFile | None = None
+) -> Outcome:
+    """`outcome_from_response` for a reply `recorded_reply` kept: a long reply's
+    directive is looked for in its last megabyte, then in its start (`text`)."""
+    if not isinstance(value, TextFile):
+        return outcome_from_response(node_id, text, status_file)
+    directives = extract_directives(await _reply_tail(value)) or extract_directives(text)
+    return outcome_from_response(node_id, text, status_file, value=value, directives=directives)
+
+
 def outcome_from_response(
-    node_id: str, response: str, status_file: StatusFile | None = None
+    node_id: str,
+    response: str,
+    status_file: StatusFile | None = None,
+    *,
+    value: str | TextFile | None = None,
+    directives: dict[str, Any] | None = None,
 ) -> Outcome:
     """The stage's outcome from its reply; a `status.json` the stage wrote stands in only
-    when the reply carries no directive."""
-    directives = extract_directives(response) or (status_file and status_file.directives()) or {}
+    when the reply carries no directive. `value` is what `response.<node>` takes when it
+    is not `response` (a long reply's file), `directives` those found in it."""
+    if directives is None:
+        directives = extract_directives(response)
+    directives = directives or (status_file and status_file.directives()) or {}
     status = normalize_status(str(directives.get("outcome", "succeeded"))) or "succeeded"
     updates: dict[str, Any] = {
         "last_stage": node_id,
         "last_response": response[:200],
-        f"response.{node_id}": response,
+        f"response.{node_id}": response if value is None else value,
     }
     extra = directives.get("context_updates")
     if isinstance(extra, dict):

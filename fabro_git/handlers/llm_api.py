@@ -37,7 +37,7 @@ from fabro_git.events.catalogue import (
 )
 from fabro_git.events.contract import UNSCOPED_EVENTS
 from fabro_git.events.envelope import EventProps
-from fabro_git.handlers.llm import outcome_from_response, thread_of
+from fabro_git.handlers.llm import outcome_from_reply, recorded_reply, thread_of
 from fabro_git.llm import catalogue
 from fabro_git.llm import types as llm
 from fabro_git.llm.errors import LlmError
@@ -209,6 +209,9 @@ async def run_prompt(
         max_tokens=node.get_int("max_tokens", DEFAULT_PROMPT_MAX_TOKENS),
         reasoning_effort=_effort(req),
         idle_timeout=_idle_timeout(req),
+        # The reply streams to the stage's response.md as it arrives: a long one is
+        # never whole in memory (`recorded_reply`).
+        text_file=str(req.stage_dir / "response.md"),
     )
 
     # The one call is a session of its own, as an agent stage's loop is: its events
@@ -242,12 +245,12 @@ async def run_prompt(
         return Outcome.failure(_error_text(err.to_dict()), err.failure_class)
     finally:
         req.emit_session(AgentSessionEnded(), session_id=session_id)
-    req.files["response.md"] = response.text.encode()
+    value = await recorded_reply(req, response.text, response.text_file, response.length)
     if thread:
         history.messages += [llm.Message.user(prompt), response.as_message()]
         history.turns += 1
         req.save_thread(thread, history.to_bytes())
-    result = outcome_from_response(req.node.id, response.text, status_file)
+    result = await outcome_from_reply(req.node.id, response.text, value, status_file)
     result.usage = stage_usage(
         response.target.model,
         response.usage,
@@ -343,7 +346,8 @@ async def run_agent(
     req.on_timeout(timed_out)
     with req.take_steering(session.steer):
         result = await session.run(body, preamble=preamble)
-    req.files["response.md"] = result.text.encode()
+    if result.status in ("failed", "turn_limit"):  # no response.<node>: kept as it is
+        req.files["response.md"] = result.text.encode("utf-8", "backslashreplace")
     if thread and result.status in ("completed", "turn_limit"):
         req.save_thread(thread, session.conversation.to_bytes())
     spent = stage_usage(served[0], result.usage, result.cost)
@@ -365,7 +369,8 @@ async def run_agent(
             files_touched=touched,
             usage=spent,
         )
-    outcome = outcome_from_response(req.node.id, result.text, status_file)
+    value = await recorded_reply(req, result.text)
+    outcome = await outcome_from_reply(req.node.id, result.text, value, status_file)
     outcome.files_touched = touched
     outcome.usage = spent
     return outcome

@@ -103,6 +103,9 @@ class Request(msgspec.Struct, frozen=True, kw_only=True):
     # that the attempt fails as a `Timeout` (a server that drips its headers a byte at
     # a time is cut off too). None: no such bound.
     idle_timeout: float | None = None
+    # A file the reply's text streams into as it arrives (`ReplyText`), for a caller
+    # that must not hold a very long reply in memory. None: the text is joined in memory.
+    text_file: str | None = None
 
 
 class Usage(msgspec.Struct, frozen=True, kw_only=True):
@@ -134,12 +137,28 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
     reasoning: str | None = None
     reasoning_signature: str | None = None
     response_id: str | None = None
+    # A reply longer than `TEXT_KEPT` characters, streamed to `Request.text_file`: that
+    # file holds it whole (`text_chars` characters) and `text` is only its start.
+    text_file: str | None = None
+    text_chars: int | None = None
+
+    @property
+    def length(self) -> int:
+        """Characters of the whole reply."""
+        return len(self.text) if self.text_chars is None else self.text_chars
+
+    def whole_text(self) -> str:
+        """The whole reply, read back from its file when it was streamed to one."""
+        if self.text_file is None:
+            return self.text
+        with open(self.text_file, encoding="utf-8") as fh:
+            return fh.read()
 
     def as_message(self) -> Message:
         """The assistant turn to append to the conversation."""
         return Message(
             role="assistant",
-            text=self.text,
+            text=self.whole_text(),
             tool_calls=self.tool_calls,
             reasoning=self.reasoning,
             reasoning_signature=self.reasoning_signature,
@@ -188,3 +207,80 @@ EventSink = Callable[[StreamEvent], Awaitable[None]]
 
 async def discard(_event: StreamEvent) -> None:
     """An event sink for callers that want only the final response."""
+
+
+# Characters of a reply held in memory when it also streams to a file
+# (`Request.text_file`); past them the file is the reply and `Response.text` its start.
+# The offload threshold's figure: a reply this long is offloaded, so its stage never
+# needs it whole in memory.
+TEXT_KEPT = 100 * 1024
+# Bytes gathered before one write to the reply's file.
+_TEXT_WRITE = 1 << 20
+
+
+class ReplyText:
+    """A reply's text as its deltas arrive, for an adapter to return in its `Response`.
+
+    Without a file the deltas are joined in memory. With one (`Request.text_file`),
+    every delta is also appended to it (a megabyte at a time, on a worker thread), and
+    only the first `TEXT_KEPT` characters are kept: a 250 MB reply costs the stage a
+    file, not a string. Each attempt starts the file afresh."""
+
+    def __init__(self, file: str | None) -> None:
+        self.file = file
+        self._parts: list[str] = []
+        self._chars = 0  # characters received
+        self._kept = 0  # characters in _parts
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        self._out: Any = None
+
+    async def __aenter__(self) -> ReplyText:
+        if self.file is not None:
+            import trio
+
+            self._out = await trio.open_file(
+                self.file, "w", encoding="utf-8", errors="backslashreplace", newline=""
+            )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._out is not None:
+            try:
+                await self._flush()
+            finally:
+                await self._out.aclose()
+                self._out = None
+
+    async def add(self, delta: str) -> None:
+        self._chars += len(delta)
+        if self._kept <= TEXT_KEPT or self._out is None:
+            self._parts.append(delta)
+            self._kept += len(delta)
+        if self._out is not None:
+            self._pending.append(delta)
+            self._pending_chars += len(delta)
+            if self._pending_chars >= _TEXT_WRITE:
+                await self._flush()
+
+    async def _flush(self) -> None:
+        if self._pending:
+            data = "".join(self._pending)
+            self._pending, self._pending_chars = [], 0
+            await self._out.write(data)
+
+    @property
+    def spilled(self) -> bool:
+        """Whether the reply outgrew memory: the file holds it, `text` its start."""
+        return self._out is not None and self._chars > TEXT_KEPT
+
+    @property
+    def text(self) -> str:
+        joined = "".join(self._parts)
+        return joined[:TEXT_KEPT] if self.spilled else joined
+
+    def fields(self) -> dict[str, Any]:
+        """The `Response` fields that carry the text."""
+        if self.spilled:
+            return {"text": self.text, "text_file": self.file, "text_chars": self._chars}
+        return {"text": self.text}

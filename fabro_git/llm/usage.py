@@ -59,16 +59,21 @@ def token_usage(usage: Usage) -> TokenUsage:
     )
 
 
-def event_text(text: str, limit: int = EVENT_TEXT_LIMIT) -> str:
-    """`text`, or its first `limit` characters and a note of what was left out."""
-    if len(text) <= limit:
+def event_text(text: str, limit: int = EVENT_TEXT_LIMIT, *, length: int | None = None) -> str:
+    """`text`, or its first `limit` characters and a note of what was left out;
+    `length` is the whole text's when `text` is only its start."""
+    length = len(text) if length is None else length
+    if length <= limit:
         return text
-    return text[:limit] + f"\n[... {len(text) - limit} more characters, in the stage's response.md]"
+    return text[:limit] + (
+        f"\n[... {length - limit} more characters, in the stage's response.md"
+        " or its offloaded value]"
+    )
 
 
 def message_event(response: Response) -> AgentMessage:
     return AgentMessage(
-        text=event_text(response.text),
+        text=event_text(response.text, length=response.length),
         model=response.target.model,
         usage=token_usage(response.usage),
         tool_call_count=len(response.tool_calls),

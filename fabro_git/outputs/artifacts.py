@@ -19,6 +19,13 @@ Two files per offloaded value, one blob in git (same bytes, and a hard link in s
   the next checkpoint.
 Parallel branches may set the same key at once: their file names carry the branch
 (`<key>@<branch>`).
+
+A long model reply is text in a file from the start (`TextFile`: the provider's stream
+goes to the stage's `response.md` in scratch), and is offloaded without being read into
+memory: the scratch files get its JSON form, streamed a megabyte at a time, and git
+keeps the reply once. On the meta ref the value is the raw text, `artifacts/<name>.md`
+(the `.md` says so), the very blob of the stage's `response.md`; a resume turns it
+back into the JSON file.
 """
 
 from __future__ import annotations
@@ -36,6 +43,9 @@ import msgspec
 OFFLOAD_THRESHOLD = 100 * 1024
 
 POINTER_PREFIX = "file://"
+# The meta ref's suffix of an offloaded value kept as its raw text (`TextFile`).
+TEXT_SUFFIX = ".md"
+_TEXT_CHUNK = 1 << 20
 _VALUES = ("artifacts", "values")
 
 
@@ -56,10 +66,45 @@ def encode_value(value: Any) -> bytes:
     return msgspec.json.encode(value, enc_hook=str)
 
 
+class TextFile(msgspec.Struct, frozen=True):
+    """A text context value held in a file rather than in memory: a model reply that
+    streamed to disk. Offloading writes its JSON form from the file, and git keeps the
+    file's bytes once (see the module docstring)."""
+
+    path: str
+    chars: int
+
+    def __str__(self) -> str:
+        return f"[{self.chars} characters in {self.path}]"
+
+
+def offloads(value: Any) -> bool:
+    """Whether `value` is over the threshold, so `plan_stage` offloads it."""
+    return isinstance(value, TextFile) or _large(value) is not None
+
+
 def _large(value: Any) -> bytes | None:
     """A value's JSON form when it is over the threshold (to offload), else None."""
     data = encode_value(value)
     return data if len(data) > OFFLOAD_THRESHOLD else None
+
+
+def _json_text(source: Path, out: Any) -> None:
+    """Write the JSON string of the UTF-8 text in `source` to `out`, a chunk at a time:
+    the bytes `encode_value` gives for the whole text (escaping is per character)."""
+    import codecs
+
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    out.write(b'"')
+    with source.open("rb") as fh:
+        while True:
+            chunk = fh.read(_TEXT_CHUNK)
+            text = decoder.decode(chunk, final=not chunk)
+            if text:
+                out.write(msgspec.json.encode(text)[1:-1])
+            if not chunk:
+                break
+    out.write(b'"')
 
 
 def pointer_name(value: Any) -> str | None:
@@ -91,8 +136,10 @@ class Offloaded(msgspec.Struct):
 
     record: dict[str, Any]
     context: dict[str, Any]
-    written: dict[str, bytes]
-    pending: list[tuple[str, str, Any, bytes]] = msgspec.field(default_factory=list)
+    # A `TextFile`'s files map to its file: git keeps them as that raw text.
+    written: dict[str, bytes | Path]
+    # A `TextFile` has no bytes here (None): its JSON form is streamed from its file.
+    pending: list[tuple[str, str, Any, bytes | None]] = msgspec.field(default_factory=list)
 
 
 def resolved(value: Any) -> Any:
@@ -158,8 +205,8 @@ class ArtifactStore:
         """`offload_stage` without writing anything yet: `write_stage` does."""
         result = Offloaded({}, {}, {})
         for key, value in updates.items():
-            data = _large(value)
-            if data is None:
+            data = None if isinstance(value, TextFile) else _large(value)
+            if data is None and not isinstance(value, TextFile):
                 result.record[key] = result.context[key] = value
                 continue
             current = artifact_name(key, tag)
@@ -179,7 +226,13 @@ class ArtifactStore:
         while, time the caller can use (the checkpoint's secret scan of those bytes)."""
 
         def write() -> None:
-            for visit, current, _value, data in offloaded.pending:
+            for visit, current, value, data in offloaded.pending:
+                if data is None:
+                    source = Path(value.path)
+                    self._write_json_text(visit, source)
+                    self._link(visit, current, None)
+                    offloaded.written[visit] = offloaded.written[current] = source
+                    continue
                 if self._write(visit, data):
                     offloaded.written[visit] = data
                 if self._link(visit, current, data):
@@ -188,7 +241,7 @@ class ArtifactStore:
         if not offloaded.pending or meanwhile is None:
             write()
         else:
-            values = [(value, data) for _, _, value, data in offloaded.pending]
+            values = [(v, data) for _, _, v, data in offloaded.pending if data is not None]
             _alongside(write, lambda: meanwhile(values))
         offloaded.pending = []
 
@@ -245,11 +298,12 @@ class ArtifactStore:
         name = pointer_name(value)
         return value if name is None else self.pointer(name)
 
-    def _link(self, source: str, name: str, data: bytes) -> bool:
-        """Make `name` hold `source`'s bytes (`data`), as a hard link where it can."""
+    def _link(self, source: str, name: str, data: bytes | None) -> bool:
+        """Make `name` hold `source`'s bytes (`data`, None when they are not in memory),
+        as a hard link where it can."""
         path = self.path(name)
         try:
-            if path.read_bytes() == data:
+            if data is not None and path.read_bytes() == data:
                 return False
         except FileNotFoundError:
             pass
@@ -258,7 +312,12 @@ class ArtifactStore:
             temp.unlink(missing_ok=True)
             os.link(self.path(source), temp)
         except OSError:
-            return self._write(name, data)
+            if data is None:
+                import shutil
+
+                shutil.copyfile(self.path(source), temp)
+            else:
+                return self._write(name, data)
         os.replace(temp, path)
         return True
 
@@ -273,6 +332,13 @@ class ArtifactStore:
 
         write_confined(self.root, f"{name}.json", data, private=True)
         return True
+
+    def _write_json_text(self, name: str, source: Path) -> None:
+        """Write the JSON form of the text in the file `source` as `name`, streamed."""
+        from fabro_git.confine import write_confined
+
+        self.path(name)
+        write_confined(self.root, f"{name}.json", lambda out: _json_text(source, out), private=True)
 
 
 def _alongside(first: Callable[[], None], second: Callable[[], object]) -> None:

@@ -108,9 +108,10 @@ def node_dir_name(node_id: str, visit: int) -> str:
     return node_id if visit <= 1 else f"{node_id}-{visit}"
 
 
-def artifact_path(name: str) -> str:
-    """Where an offloaded context value is kept: `artifacts/<name>.json`."""
-    return f"{ARTIFACTS_DIR}/{name}.json"
+def artifact_path(name: str, *, text: bool = False) -> str:
+    """Where an offloaded context value is kept: `artifacts/<name>.json`, or for one
+    kept as its raw text (a long reply, `outputs.artifacts.TextFile`) `<name>.md`."""
+    return f"{ARTIFACTS_DIR}/{name}{'.md' if text else '.json'}"
 
 
 _THREAD_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")

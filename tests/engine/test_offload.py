@@ -14,6 +14,7 @@ from helpers import (
     git,
     meta_bytes,
     meta_file,
+    run_config_passing,
     run_events,
     run_fabro,
     run_json,
@@ -262,7 +263,13 @@ def test_secrets_in_an_offloaded_value_are_masked_on_the_meta_ref(repo: Path) ->
         }
         """,
     )
-    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo, env={"MY_SERVICE_TOKEN": token})
+    proc = run_fabro(
+        "run",
+        run_config_passing(repo, "MY_SERVICE_TOKEN"),
+        "--json",
+        cwd=repo,
+        env={"MY_SERVICE_TOKEN": token},
+    )
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     stored = meta_bytes(repo, run_id, "artifacts/command.output.json")

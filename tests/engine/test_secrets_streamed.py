@@ -18,7 +18,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import run_events, run_fabro, write_workflow
+from helpers import run_config_passing, run_events, run_fabro, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
 SECRET = "tok-PLANTEDTOKEN5555abcdef"
@@ -63,17 +63,6 @@ def _assert_nowhere(repo: Path, run_id: str) -> None:
             assert not [p for p in _pieces_of(data) if p in data], path
 
 
-def _passing_the_token(repo: Path) -> str:
-    """A run config for the committed `wf.fabro` that hands stages MY_SERVICE_TOKEN,
-    which they would not get otherwise (a secret-named variable)."""
-    config = repo.parent / "pass-token.toml"
-    config.write_text(
-        f'[workflow]\ngraph = "{repo / "wf.fabro"}"\n'
-        '[run.sandbox.env]\nMY_SERVICE_TOKEN = "{{ env.MY_SERVICE_TOKEN }}"\n'
-    )
-    return str(config)
-
-
 def _joined(events: list[dict], name: str) -> str:
     return "".join(e["properties"]["delta"] for e in events if e["event"] == name)
 
@@ -115,7 +104,9 @@ def test_a_secret_across_the_64k_boundary_of_shell_output_is_masked(
         Reply(text="Done."),
     )
     write_workflow(repo, AGENT % "claude-sonnet-4-6")
-    proc = run_fabro("run", _passing_the_token(repo), "--json", cwd=repo, env=ENV)
+    proc = run_fabro(
+        "run", run_config_passing(repo, "MY_SERVICE_TOKEN"), "--json", cwd=repo, env=ENV
+    )
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     events = run_events(run_id, repo)
@@ -148,7 +139,9 @@ def test_a_secret_at_the_cuts_of_a_long_line_is_masked(repo: Path) -> None:
         "sys.stdout.buffer.write(bytes(line))"
     )
     write_workflow(repo, LONG_LINE % code)
-    proc = run_fabro("run", _passing_the_token(repo), "--json", cwd=repo, env=ENV)
+    proc = run_fabro(
+        "run", run_config_passing(repo, "MY_SERVICE_TOKEN"), "--json", cwd=repo, env=ENV
+    )
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     scratch = next((Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*"))

@@ -50,6 +50,13 @@ FILLER = st.text(alphabet='ab xy-_.\n"\\:k', max_size=30) | st.sampled_from(
 SEPARATOR = st.sampled_from([" ", "\n", ": ", '"', "\\n", "(", ""])
 
 
+# A key shape that starts inside a word, right before a secret in the same word: the
+# shape is left alone and the value inside it is masked all the same.
+MID_WORD = st.sampled_from(
+    ["risk-" + "x" * 20 + "tok-", "risk-" + "a" * 30, "ask-" + "b" * 1100, "risk-", "xghp_"]
+)
+
+
 @st.composite
 def texts(draw: st.DrawFn) -> str:
     parts = []
@@ -58,6 +65,9 @@ def texts(draw: st.DrawFn) -> str:
         if draw(st.booleans()):
             # A key shape counts only at the start of a word: a separator before it.
             parts.append(draw(SEPARATOR) or " ")
+            parts.append(draw(st.sampled_from(SECRETS)))
+        elif draw(st.booleans()):
+            parts.append(draw(MID_WORD))
             parts.append(draw(st.sampled_from(SECRETS)))
     return "".join(parts)
 
@@ -145,3 +155,16 @@ def test_a_long_key_is_held_in_short_and_masked_whole() -> None:
     out.append(masker.feed(" end"))
     out.append(masker.flush())
     assert "".join(out) == "a key: ***tail end"
+
+
+def test_a_value_inside_a_word_a_key_shape_starts_in_is_masked() -> None:
+    """`risk-...` holds the shape `sk-...` mid-word, which is no key and stays; a
+    secret value inside that word is masked all the same, whole and streamed."""
+    text = f"risk-{'x' * 20}{VALUE}-rest and risk-{'a' * 40} and sk-{'k' * 24}"
+    expected = f"risk-{'x' * 20}{redact.mask(VALUE)}-rest and risk-{'a' * 40} and ***kkkk"
+    assert REDACTOR.mask_text(text) == expected
+    assert REDACTOR.mask_bytes(text.encode()) == expected.encode()
+    for size in (1, 7, 64):
+        masker = REDACTOR.stream()
+        out = [masker.feed(text[i : i + size]) for i in range(0, len(text), size)]
+        assert "".join([*out, masker.flush()]) == expected

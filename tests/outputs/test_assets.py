@@ -16,6 +16,7 @@ from helpers import (
     git,
     meta_bytes,
     meta_file,
+    run_config_passing,
     run_events,
     run_fabro,
     run_json,
@@ -370,7 +371,13 @@ def test_a_secret_in_an_asset_never_reaches_git(repo: Path) -> None:
     (repo / ".gitignore").write_text("test-results/\n")
     git(repo, "add", ".gitignore")
     git(repo, "commit", "-q", "-m", "ignore")
-    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo, env={"MY_SERVICE_TOKEN": token})
+    proc = run_fabro(
+        "run",
+        run_config_passing(repo, "MY_SERVICE_TOKEN"),
+        "--json",
+        cwd=repo,
+        env={"MY_SERVICE_TOKEN": token},
+    )
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     stored = meta_file(repo, run_id, "assets/test/retry_1/test-results/log.txt")

@@ -5,7 +5,6 @@ value by its pointer."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from helpers import meta_file, run_events, run_json, write_workflow
@@ -30,7 +29,9 @@ digraph L {
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]
     assert meta_file(repo, run_id, "nodes/plan/response.md") == reply
-    assert json.loads(meta_file(repo, run_id, "artifacts/response.plan.json")) == reply
+    # The offloaded value is kept as the reply's raw text: the blob of response.md.
+    assert meta_file(repo, run_id, "artifacts/response.plan.md") == reply
+    assert meta_file(repo, run_id, "artifacts/plan/response.plan.md") == reply
     events = run_events(run_id, repo)
     deltas = "".join(e["properties"]["delta"] for e in events if e["event"] == "agent.text.delta")
     assert deltas == reply[:100_000]
@@ -38,7 +39,8 @@ digraph L {
     text = message["properties"]["text"]
     assert text.startswith(reply[:100_000])
     assert text.endswith(
-        f"[... {len(reply) - 100_000} more characters, in the stage's response.md]"
+        f"[... {len(reply) - 100_000} more characters, in the stage's response.md"
+        " or its offloaded value]"
     )
     [completed] = [e for e in events if e["event"] == "stage.completed" and e["node_id"] == "plan"]
     pointer = completed["properties"]["response"]

@@ -8,7 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from helpers import git, run_fabro, write_workflow
+from helpers import git, run_config_passing, run_fabro, write_workflow
 
 from fabro_git.engine.recorder import _masked_once
 
@@ -25,7 +25,13 @@ digraph S {
 def test_both_files_of_an_offloaded_value_are_one_masked_blob(repo: Path) -> None:
     token = "svc" + "k3Yq9Zt2Wm4R" + "Xp7Lr2Vn"
     write_workflow(repo, LEAK)
-    proc = run_fabro("run", "wf.fabro", "--json", cwd=repo, env={"MY_SERVICE_TOKEN": token})
+    proc = run_fabro(
+        "run",
+        run_config_passing(repo, "MY_SERVICE_TOKEN"),
+        "--json",
+        cwd=repo,
+        env={"MY_SERVICE_TOKEN": token},
+    )
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     meta = f"refs/fabro/meta/{run_id}"

@@ -15,6 +15,7 @@ from fabro_git.llm.types import (
     EventSink,
     Message,
     ReasoningDelta,
+    ReplyText,
     Request,
     Response,
     StopReason,
@@ -110,11 +111,13 @@ async def stream(
     )
     async with client:
         events = await client.messages.create(**request_body(target, request), stream=True)
-        return await stream_events(events, target, sink, _consume)
+        async with ReplyText(request.text_file) as text:
+            return await stream_events(
+                events, target, sink, lambda e, t, s: _consume(e, t, s, text)
+            )
 
 
-async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
-    text: list[str] = []
+async def _consume(events: Any, target: Target, sink: EventSink, text: ReplyText) -> Response:
     reasoning: list[str] = []
     signature: str | None = None
     calls: list[ToolCall] = []
@@ -143,7 +146,7 @@ async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
                 if block.type == "tool_use":
                     open_tools[event.index] = {"id": block.id, "name": block.name, "json": ""}
                 elif block.type == "text" and block.text:
-                    text.append(block.text)
+                    await text.add(block.text)
                     await sink(TextDelta(block.text))
                 elif block.type == "thinking" and block.thinking:
                     reasoning.append(block.thinking)
@@ -151,7 +154,7 @@ async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
             elif kind == "content_block_delta":
                 delta = event.delta
                 if delta.type == "text_delta":
-                    text.append(delta.text)
+                    await text.add(delta.text)
                     await sink(TextDelta(delta.text))
                 elif delta.type == "thinking_delta":
                     reasoning.append(delta.thinking)
@@ -192,7 +195,7 @@ async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
         )
     response = Response(
         target=target,
-        text="".join(text),
+        **text.fields(),
         tool_calls=tuple(calls),
         usage=Usage(
             input_tokens=input_tokens + cache_read + cache_write,

@@ -28,6 +28,7 @@ from fabro_git.llm.types import (
     Message,
     OutputStart,
     ReasoningDelta,
+    ReplyText,
     Request,
     Response,
     StopReason,
@@ -132,7 +133,8 @@ async def stream(
     ):
         await sink(OutputStart(target))
         try:
-            return await _consume(raw.iter_lines(), target, sink)
+            async with ReplyText(request.text_file) as text:
+                return await _consume(raw.iter_lines(), target, sink, text)
         except StreamDropped:
             raise
         except Exception as exc:
@@ -142,8 +144,9 @@ async def stream(
             raise translated from exc
 
 
-async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -> Response:
-    text: list[str] = []
+async def _consume(
+    lines: AsyncIterator[str], target: Target, sink: EventSink, text: ReplyText
+) -> Response:
     reasoning: list[str] = []
     tools: dict[int, dict[str, str]] = {}
     extras: dict[int, dict[str, Any]] = {}
@@ -186,7 +189,7 @@ async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -
                     await sink(ReasoningDelta(thought))
                 content = delta.get("content")
                 if content:
-                    text.append(content)
+                    await text.add(content)
                     await sink(TextDelta(content))
                 for part in delta.get("tool_calls") or ():
                     slot = tools.setdefault(
@@ -226,7 +229,7 @@ async def _consume(lines: AsyncIterator[str], target: Target, sink: EventSink) -
     completion_details = usage.get("completion_tokens_details") or {}
     response = Response(
         target=target,
-        text="".join(text),
+        **text.fields(),
         tool_calls=tuple(calls),
         usage=Usage(
             input_tokens=usage.get("prompt_tokens") or 0,

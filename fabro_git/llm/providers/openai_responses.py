@@ -21,6 +21,7 @@ from fabro_git.llm.types import (
     EventSink,
     Message,
     ReasoningDelta,
+    ReplyText,
     Request,
     Response,
     StopReason,
@@ -101,11 +102,13 @@ async def stream(
     )
     async with client:
         events = await client.responses.create(**request_body(target, request), stream=True)
-        return await stream_events(events, target, sink, _consume)
+        async with ReplyText(request.text_file) as text:
+            return await stream_events(
+                events, target, sink, lambda e, t, s: _consume(e, t, s, text)
+            )
 
 
-async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
-    text: list[str] = []
+async def _consume(events: Any, target: Target, sink: EventSink, text: ReplyText) -> Response:
     reasoning: list[str] = []
     calls: list[ToolCall] = []
     arguments: dict[str, str] = {}
@@ -119,7 +122,7 @@ async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
         try:
             kind = event.type
             if kind == "response.output_text.delta":
-                text.append(event.delta)
+                await text.add(event.delta)
                 await sink(TextDelta(event.delta))
             elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
                 reasoning.append(event.delta)
@@ -168,7 +171,7 @@ async def _consume(events: Any, target: Target, sink: EventSink) -> Response:
     output_details = getattr(usage, "output_tokens_details", None) if usage else None
     response = Response(
         target=target,
-        text="".join(text),
+        **text.fields(),
         tool_calls=tuple(calls),
         usage=Usage(
             input_tokens=usage.input_tokens if usage else 0,
