@@ -63,13 +63,13 @@ def _parse_ts(value: str) -> datetime | None:
 
 def read_row(repo: Any, run_id: str, meta_sha: str) -> RunRow:
     from fabro_git.engine.lock import is_live
-    from fabro_git.store.runs import MetaSummary
+    from fabro_git.store.runs import TRAILER_SUPERSEDED_BY, MetaSummary
 
     trailers = repo.commit_info(meta_sha).trailers
     summary = MetaSummary.from_trailers(trailers)
     live = is_live(Path(repo.git_dir), run_id)
     status = effective_status(
-        summary.status, live, superseded=bool(trailers.get("Fabro-Superseded-By"))
+        summary.status, live, superseded=bool(trailers.get(TRAILER_SUPERSEDED_BY))
     )
     node = summary.next_node if status in ("running", "interrupted", "failed") else summary.node
     if status == "running" or status == "interrupted":
@@ -100,12 +100,13 @@ def run_labels(repo: Any, meta_sha: str) -> dict[str, str]:
     import msgspec
 
     from fabro_git.errors import FabroError
+    from fabro_git.store.runs import MANIFEST
 
     class _Labels(msgspec.Struct):
         labels: dict[str, str] = {}
 
     try:
-        data = repo.read_file(meta_sha, "manifest.json")
+        data = repo.read_file(meta_sha, MANIFEST)
         return msgspec.json.decode(data, type=_Labels).labels if data else {}
     except (FabroError, msgspec.DecodeError):
         return {}

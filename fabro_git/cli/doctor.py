@@ -37,6 +37,7 @@ def run(*, json_output: bool) -> int:
         *_providers(os.environ),
         _agent_clis(),
         _stage_environment(os.environ),
+        _stage_python(os.environ.get("PATH", "")),
         _scratch(),
         _scratch_of_gone_repositories(),
     ]
@@ -175,6 +176,39 @@ def _stage_environment(environ: dict[str, str] | os._Environ[str]) -> Check:
         f"kept from stages (secret-named): {', '.join(names)}; "
         'pass one on with [run.sandbox.env] NAME = "{{ env.NAME }}" '
         "(an agent CLI gets its own provider's key)",
+    )
+
+
+# What a stage that runs Python tools finds first on PATH.
+_PYTHON_TOOLS = ("python3", "python", "pip", "pytest")
+
+
+def _stage_python(path: str) -> Check:
+    """Whether stages, which get this PATH, would find git fabro's own interpreter first:
+    a venv's bin put on PATH to reach `git-fabro` makes a stage's `python3 -m pytest`
+    run without the project's packages."""
+    own_bin = Path(sys.executable).parent
+    if sys.prefix == sys.base_prefix:
+        return Check("stage python", "ok", "git fabro runs on the system's Python")
+    shadowed = []
+    for tool in _PYTHON_TOOLS:
+        found = shutil.which(tool, path=path)
+        try:
+            if found is not None and os.path.samefile(Path(found).parent, own_bin):
+                shadowed.append(tool)
+        except OSError:
+            continue
+    if not shadowed:
+        return Check(
+            "stage python", "ok", f"git fabro's own environment ({sys.prefix}) is not on PATH"
+        )
+    return Check(
+        "stage python",
+        "warn",
+        f"{', '.join(shadowed)} on PATH come from git fabro's own environment ({own_bin}): "
+        "command stages would run them instead of your project's",
+        "take that directory off PATH and put only the command there "
+        f"(ln -s {own_bin / 'git-fabro'} ~/.local/bin/), or install with `pipx install .`",
     )
 
 

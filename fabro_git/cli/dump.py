@@ -34,6 +34,7 @@ def run(run_arg: str, output: Path) -> int:
     from fabro_git.engine.session import load_run
     from fabro_git.errors import ConfigError
     from fabro_git.events.bus import last_event_id, tail_after
+    from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
     target = output.expanduser()
@@ -51,9 +52,9 @@ def run(run_arg: str, output: Path) -> int:
         # as a stream, never held in memory.
         streamed: list[str] = []
         for relpath, size in repo.list_files(meta, ""):
-            if relpath.startswith("events/") or relpath == "manifest.json":
+            if relpath.startswith(f"{runrefs.EVENTS_DIR}/") or relpath == runrefs.MANIFEST:
                 continue
-            if relpath == "checkpoint.json":
+            if relpath == runrefs.CHECKPOINT:
                 files[relpath] = encode(cp)  # complete, even when git holds a delta
             elif size > STREAM_AT:
                 streamed.append(relpath)

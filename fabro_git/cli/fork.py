@@ -62,9 +62,9 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
     from fabro_git.store import runs as runrefs
 
     at = entry.meta_sha
-    manifest_data = repo.read_file(at, "manifest.json")
+    manifest_data = repo.read_file(at, runrefs.MANIFEST)
     checkpoint = read_checkpoint(repo.read_file, at)
-    source_text = repo.read_file(at, "graph.fabro")
+    source_text = repo.read_file(at, runrefs.GRAPH)
     if manifest_data is None or checkpoint is None or source_text is None:
         raise FabroError(
             f"run {source_id}: the checkpoint {entry.label} ({at[:12]}) is incomplete",
@@ -152,13 +152,13 @@ def fork_run(repo: Any, source_id: str, entry: CheckpointEntry) -> str:
         run_tip=start,
     )
     files: dict[str, bytes | None] = {
-        "manifest.json": encode(new_manifest),
-        "graph.fabro": source_text,
+        runrefs.MANIFEST: encode(new_manifest),
+        runrefs.GRAPH: source_text,
     }
     for directory in (
-        "graphs",
-        "nodes",
-        "prompts",
+        runrefs.GRAPHS_DIR,
+        runrefs.NODES_DIR,
+        runrefs.LEGACY_PROMPTS_DIR,
         runrefs.ARTIFACTS_DIR,
         runrefs.THREADS_DIR,
         runrefs.ASSETS_DIR,

@@ -125,12 +125,13 @@ def show_retro(run_id: str, *, json_output: bool) -> int:
     from fabro_git.engine.session import load_run
     from fabro_git.errors import FabroError
     from fabro_git.outputs import retro
+    from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
     manifest, cp, meta, _source = load_run(repo, full_id)
-    data = repo.read_file(meta, retro.RETRO_FILE)
+    data = repo.read_file(meta, runrefs.RETRO)
     if data is None:
         status = effective_status(cp.status, is_live(Path(repo.git_dir), full_id))
         if manifest.settings.get("retro") is False:
@@ -148,7 +149,7 @@ def show_retro(run_id: str, *, json_output: bool) -> int:
     except (msgspec.DecodeError, ValueError) as exc:
         raise FabroError(
             f"run {full_id}: its retro.json cannot be read ({exc})",
-            hint=f"look at it with `git show {meta}:{retro.RETRO_FILE}`",
+            hint=f"look at it with `git show {meta}:{runrefs.RETRO}`",
         ) from exc
     if json_output:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")

@@ -19,8 +19,6 @@ import msgspec
 from fabro_git.cli._timeline import print_timeline, select, timeline
 from fabro_git.cli.fork import fork_run
 
-SUPERSEDED_TRAILER = "Fabro-Superseded-By"
-
 
 def run(run_arg: str, target: str | None, *, list_only: bool) -> int:
     from fabro_git.cli._runs import resolve_run
@@ -82,7 +80,7 @@ def mark_superseded(repo: Any, source_id: str, new_id: str, label: str, meta: st
     from fabro_git.store import runs as runrefs
     from fabro_git.store.snapshot import MetaSnapshotter
 
-    manifest = decode_manifest(repo.read_file(meta, "manifest.json") or b"")
+    manifest = decode_manifest(repo.read_file(meta, runrefs.MANIFEST) or b"")
     cp = read_checkpoint(repo.read_file, meta) or Checkpoint()
     bus = EventBus(source_id)
     make_emitter(bus)(
@@ -97,13 +95,13 @@ def mark_superseded(repo: Any, source_id: str, new_id: str, label: str, meta: st
     cp.last_event_id = last_event_id(segment)
     manifest = msgspec.structs.replace(manifest, superseded_by=new_id)
     info = repo.commit_info(meta)
-    trailers = {k: v for k, v in info.trailers.items() if k != SUPERSEDED_TRAILER}
-    trailers[SUPERSEDED_TRAILER] = new_id
+    trailers = {k: v for k, v in info.trailers.items() if k != runrefs.TRAILER_SUPERSEDED_BY}
+    trailers[runrefs.TRAILER_SUPERSEDED_BY] = new_id
     message = f"superseded by {new_id}\n\n" + "".join(f"{k}: {v}\n" for k, v in trailers.items())
     MetaSnapshotter(repo, runrefs.meta_ref(source_id)).write(
         {
-            "manifest.json": encode(manifest),
-            "checkpoint.json": encode(cp),
+            runrefs.MANIFEST: encode(manifest),
+            runrefs.CHECKPOINT: encode(cp),
             segment_path(cp.event_segments): segment,
         },
         message,

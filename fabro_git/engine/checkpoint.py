@@ -268,13 +268,15 @@ def read_checkpoint(
     `read_file(commit, path)` reads a file of a meta commit. msgspec.DecodeError when a
     file is not a checkpoint.
     """
-    data = read_file(meta_sha, "checkpoint.json")
+    from fabro_git.store.runs import CHECKPOINT as CHECKPOINT_FILE
+
+    data = read_file(meta_sha, CHECKPOINT_FILE)
     if data is None:
         return None
     if not is_delta(data):
         return msgspec.json.decode(data, type=Checkpoint)
     delta = msgspec.json.decode(data, type=CheckpointDelta)
-    base_data = read_file(delta.delta_of, "checkpoint.json")
+    base_data = read_file(delta.delta_of, CHECKPOINT_FILE)
     if base_data is None or is_delta(base_data):
         raise msgspec.DecodeError(
             f"the checkpoint of {meta_sha[:12]} is a delta on {delta.delta_of[:12]}, "

@@ -177,19 +177,17 @@ def workflow_files(
 ) -> dict[str, bytes | None]:
     """The meta files that record `new` as the run's graph: `graph.fabro`, the manifest
     naming its path, and `graphs/` holding the files it names (the old ones deleted)."""
-    from fabro_git.workflow.paths import SNAPSHOT_DIR
-
     origin = new.graph.origin
     manifest.workflow_path = str(new.path.resolve())
     manifest.workflow_name = new.graph.name
     manifest.workflow_file = origin.relpath if origin is not None else None
     files: dict[str, bytes | None] = {
-        f"{SNAPSHOT_DIR}/{relpath}": None for relpath in read_dir(SNAPSHOT_DIR)
+        runrefs.graph_path(relpath): None for relpath in read_dir(runrefs.GRAPHS_DIR)
     }
     if origin is not None and origin.snapshot is not None:
-        files.update({f"{SNAPSHOT_DIR}/{rel}": data for rel, data in origin.snapshot.items()})
-    files["graph.fabro"] = new.source.encode()
-    files["manifest.json"] = encode(manifest)
+        files.update({runrefs.graph_path(rel): data for rel, data in origin.snapshot.items()})
+    files[runrefs.GRAPH] = new.source.encode()
+    files[runrefs.MANIFEST] = encode(manifest)
     return files
 
 

@@ -71,7 +71,9 @@ _EXCERPT_CHUNK = 1 << 20
 
 def argv_for(script: str, language: str) -> list[str]:
     if language == "python":
-        return [sys.executable, "-c", script]
+        # The user's Python, as a shell stage's `python3` is: git fabro's own interpreter
+        # (a pipx or venv install) has none of the project's packages.
+        return [shutil.which("python3") or sys.executable, "-c", script]
     shell = shutil.which("bash") or "/bin/sh"
     return [shell, "-c", script]
 

@@ -172,7 +172,7 @@ def retro_files(
         return {}
     if narrative is not None:
         document["narrative"] = narrative
-    return {retro.RETRO_FILE: retro.encode(document)}
+    return {runrefs.RETRO: retro.encode(document)}
 
 
 # A run's end waits this long at most for its retro's narrative.

@@ -45,6 +45,7 @@ from fabro_git.errors import DiskFull, FabroError, disk_full_in
 from fabro_git.events import catalogue as ev
 from fabro_git.events.envelope import EventProps
 from fabro_git.outputs.artifacts import ArtifactStore, ResolvedContext, referenced_names
+from fabro_git.store import runs as runrefs
 from fabro_git.workflow import Edge, Graph, Node
 
 if TYPE_CHECKING:
@@ -727,8 +728,8 @@ class Runtime:
         policy = policy_for(node, graph)
         self.cp.stage_index += 1
         index = self.cp.stage_index
-        node_dir = qid.replace("/", "/nodes/") if scope.prefix else node.id
-        node_dir = node_dir if visit == 1 else f"{node_dir}-{visit}"
+        node_dir = qid.replace("/", f"/{runrefs.NODES_DIR}/") if scope.prefix else node.id
+        node_dir = runrefs.node_dir_name(node_dir, visit)
         stage_dir = self.scratch / "nodes" / node_dir
         make_private_dir(stage_dir)
         ctx = scope.context
@@ -880,11 +881,11 @@ class Runtime:
         scope.outcomes[node.id] = record
         scope.completed.append(node.id)
         scope.steps += 1
-        self.pending_files[f"nodes/{node_dir}/status.json"] = (
+        self.pending_files[f"{runrefs.node_dir(node_dir)}/{runrefs.NODE_STATUS}"] = (
             msgspec.json.format(msgspec.json.encode(record), indent=2) + b"\n"
         )
         for name, data in files.items():
-            self.pending_files[f"nodes/{node_dir}/{name}"] = data
+            self.pending_files[f"{runrefs.node_dir(node_dir)}/{name}"] = data
         usage = None
         if result.usage is not None:
             usage = ev.StageUsage(

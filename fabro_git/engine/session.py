@@ -263,8 +263,8 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
         requeue=bus.restore_pending,
     )
     files = {
-        "manifest.json": encode(manifest),
-        "graph.fabro": spec.source.encode(),
+        runrefs.MANIFEST: encode(manifest),
+        runrefs.GRAPH: spec.source.encode(),
     }
     files.update(_workflow_files(graph))
     sha = recorder.snapshot("init", "init", cp, files)
@@ -288,12 +288,10 @@ def create_run_branch(repo: GitRepo, run_id: str, base_sha: str) -> None:
 def _workflow_files(graph: Graph) -> dict[str, bytes]:
     """The files the workflow names (`@file` prompts, child workflows) as this run reads
     them, under `graphs/`: a resume, here or in a clone, reads them from there."""
-    from fabro_git.workflow.paths import SNAPSHOT_DIR
-
     origin = graph.origin
     if origin is None or origin.snapshot is None:
         return {}
-    return {f"{SNAPSHOT_DIR}/{relpath}": data for relpath, data in origin.snapshot.items()}
+    return {runrefs.graph_path(relpath): data for relpath, data in origin.snapshot.items()}
 
 
 def graph_slug(graph: Graph, path: Path | None) -> str:
@@ -320,8 +318,8 @@ def load_run(repo: GitRepo, run_id: str) -> StoredRun:
     if meta is None:
         raise FabroError(f"run {run_id} has no metadata ref {runrefs.meta_ref(run_id)}")
     try:
-        manifest_data = repo.read_file(meta, "manifest.json")
-        source = repo.read_file(meta, "graph.fabro")
+        manifest_data = repo.read_file(meta, runrefs.MANIFEST)
+        source = repo.read_file(meta, runrefs.GRAPH)
         cp = read_checkpoint(repo.read_file, meta)
     except StoreError as exc:
         raise unreadable_meta(run_id, meta, exc) from exc
@@ -378,7 +376,7 @@ def _load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, met
     templates all come from the run's snapshot and manifest, never from the disk."""
     from fabro_git.engine.templating import render_graph
     from fabro_git.workflow import parse
-    from fabro_git.workflow.paths import SNAPSHOT_DIR, Origin
+    from fabro_git.workflow.paths import Origin
 
     path = Path(manifest.workflow_path) if manifest.workflow_path else None
     graph = parse(source, path)
@@ -386,12 +384,12 @@ def _load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, met
     if relpath is not None:
         depth = len(Path(relpath).parts)
         root = path.parents[depth - 1] if path is not None and len(path.parents) >= depth else None
-        snapshot = _read_dir(repo, meta, SNAPSHOT_DIR, run_id=run_id)
+        snapshot = _read_dir(repo, meta, runrefs.GRAPHS_DIR, run_id=run_id)
         graph.origin = Origin(relpath=relpath, root=root, snapshot=snapshot)
     else:
         # Recorded before `graphs/`: @file prompts were kept as prompts/<node>.md.
         for node in graph.nodes.values():
-            saved = repo.read_file(meta, f"prompts/{node.id}.md")
+            saved = repo.read_file(meta, f"{runrefs.LEGACY_PROMPTS_DIR}/{node.id}.md")
             if saved is not None:
                 node.attrs["prompt"] = saved.decode("utf-8")
     render_graph(graph, goal=manifest.goal, inputs=manifest.inputs)

@@ -19,7 +19,6 @@ from typing import Any
 
 import msgspec
 
-RETRO_FILE = "retro.json"
 FORMAT_VERSION = 1
 
 # Stages that only mark where a walk begins and ends: nothing to look back on.

@@ -71,6 +71,10 @@ NODE_STATUS = "status.json"
 ARTIFACTS_DIR = "artifacts"
 THREADS_DIR = "threads"
 ASSETS_DIR = "assets"
+# Runs recorded before `graphs/` kept their @file prompts as `prompts/<node>.md`.
+LEGACY_PROMPTS_DIR = "prompts"
+# Written at the run's end (`outputs.retro`); `inspect --retro` reads it.
+RETRO = "retro.json"
 # Event segments per shard directory: `events/<NNN>/` holds segments NNN000..NNN999, so a
 # snapshot rewrites one shard tree of at most this many entries, however long the run.
 SEGMENTS_PER_SHARD = 1000
@@ -184,6 +188,8 @@ TRAILER_RUN = "Fabro-Run"
 TRAILER_COMPLETED = "Fabro-Completed"
 TRAILER_CHECKPOINT = "Fabro-Checkpoint"
 TRAILER_BRANCH = "Fabro-Branch"
+# On the meta snapshot `rewind` adds to the run it replaced: the id of the run that carries on.
+TRAILER_SUPERSEDED_BY = "Fabro-Superseded-By"
 # On the merge commit `resume --rebase REV` adds to a run branch: the commit merged.
 TRAILER_REBASED_ONTO = "Fabro-Rebased-Onto"
 _SNAPSHOT_SUBJECT_RE = re.compile(r"^checkpoint (?P<node>.+)@(?P<visit>\d+)$")

@@ -39,7 +39,6 @@ MAX_CHILD_DEPTH = 8
 
 CHILD_WORKFLOW = "stack.child_workflow"
 CHILD_SOURCE = "stack.child_dot_source"
-SNAPSHOT_DIR = "graphs"
 
 
 class PathRefused(FabroError):

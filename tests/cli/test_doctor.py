@@ -156,3 +156,34 @@ def test_scratch_dirs_of_a_deleted_repository_are_reported_and_pruned(
     pruned = run_fabro("prune", "-y", cwd=repo)
     assert pruned.returncode == 0, pruned.stderr
     assert f"scratch   {scratch}" in pruned.stdout and not scratch.exists()
+
+
+def _path_without(bindir: Path) -> str:
+    return os.pathsep.join(
+        entry
+        for entry in os.environ["PATH"].split(os.pathsep)
+        if not (os.path.isdir(entry) and os.path.samefile(entry, bindir))
+    )
+
+
+def test_git_fabros_own_python_first_on_path_is_a_warning(repo: Path) -> None:
+    bindir = Path(sys.executable).parent
+    if sys.prefix == sys.base_prefix:
+        import pytest
+
+        pytest.skip("the tests run outside a virtual environment")
+    # The tests put this venv's bin first on PATH, as `export PATH=.venv/bin:$PATH` does.
+    check = _checks(run_fabro("doctor", "--json", cwd=repo))["stage python"]
+    assert check["status"] == "warn", check
+    assert "python3" in check["message"] and str(bindir) in check["message"]
+    assert "ln -s" in check["fix"] and "pipx install" in check["fix"]
+    # The command called by its path, its directory off PATH: stages get the user's Python.
+    clean = subprocess.run(
+        [str(bindir / "git-fabro"), "doctor", "--json"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PATH=_path_without(bindir)),
+        check=False,
+    )
+    assert _checks(clean)["stage python"]["status"] == "ok", clean.stdout + clean.stderr
