@@ -298,6 +298,7 @@ def run(
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import create_run, execute_run, write_json_result
     from fabro_git.handlers import handler_for
+    from fabro_git.handlers.hooks import agent_hook_reply
     from fabro_git.store.repo import GitRepo
 
     outlive_readers()
@@ -364,6 +365,7 @@ def run(
             renderer=renderer,
             resuming=False,
             handlers=handler_for,
+            agent_hooks=agent_hook_reply,
             prepared=opened,
         )
     return _report(result, json_output, repo, manifest.base_sha, shown=True)
@@ -674,6 +676,7 @@ def resume(
     from fabro_git.engine.session import check_resumable, execute_run, load_run
     from fabro_git.events import catalogue as ev
     from fabro_git.handlers import handler_for
+    from fabro_git.handlers.hooks import agent_hook_reply
     from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
@@ -758,6 +761,7 @@ def resume(
             renderer=renderer,
             resuming=True,
             handlers=handler_for,
+            agent_hooks=agent_hook_reply,
             before=fetched,
             fixes=fixes,
         )

@@ -46,7 +46,7 @@ import json
 import os
 import re
 import shutil
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -190,6 +190,14 @@ class Hook(msgspec.Struct, frozen=True):
         )
 
 
+# What answers an `agent` hook: the hooks, the hook, the question, the model and its
+# fallbacks in; the reply's text, or why there is none, out.
+AgentReply = Callable[
+    ["LifecycleHooks", "Hook", str, llm.Target, list[llm.Target]],
+    Awaitable[tuple[str, str | None]],
+]
+
+
 class LifecycleHooks:
     """A run's hooks and what firing them needs. `worktree` is where sandbox hooks run
     (set once the run's worktree is ready); `host_dir` is the user's checkout."""
@@ -216,6 +224,8 @@ class LifecycleHooks:
         # Told what each model call of a prompt or agent hook spent (the run's tokens
         # and cost count it).
         self.on_usage: Callable[[Usage], None] | None = None
+        # Runs an `agent` hook's session (`fabro_git.handlers.hooks.agent_hook_reply`).
+        self.agent_reply: AgentReply | None = None
         self.sandbox_env = dict(sandbox_env or {})
         self.run_id = run_id
         self.workflow = workflow
@@ -643,7 +653,7 @@ class LifecycleHooks:
             response = await complete(request, target, fallbacks=fallbacks, env=os.environ)
         except LlmError as err:
             return "", str(err)
-        self._spent(response.target.model, response.usage, None)
+        self.spent(response.target.model, response.usage, None)
         return response.text, None
 
     async def _agent_reply(
@@ -653,60 +663,13 @@ class LifecycleHooks:
         target: llm.Target,
         fallbacks: list[llm.Target],
     ) -> tuple[str, str | None]:
-        """An agent session whose tools reach only the run's worktree, for at most
-        `max_tool_rounds` rounds of tool calls and then its answer: its text, or why it
-        gave none."""
-        from fabro_git.agent.session import AgentLimits, AgentSession
-        from fabro_git.engine import process_groups
-        from fabro_git.engine.stage_env import stage_environment
+        """An agent session's answer (`agent_reply`, which the layer that has agents
+        gives: the engine does not import them), or why there is none."""
+        if self.agent_reply is None:
+            return "", "agent hooks cannot run here (no agent was given to the run)"
+        return await self.agent_reply(self, hook, question, target, fallbacks)
 
-        worktree = self.worktree
-        if worktree is None or not worktree.is_dir():
-            return "", "the run has no worktree for an agent hook to work in"
-        records = process_groups.records_dir(self.scratch)
-        groups: dict[int, Path | None] = {}
-
-        def on_process_group(pgid: int, running: bool) -> None:
-            # Recorded as a hook's, so nothing its shell starts outlives the run.
-            if running:
-                groups[pgid] = process_groups.record(records, pgid, kind="hook")
-            elif not process_groups.alive(pgid):
-                process_groups.forget(groups.pop(pgid, None))
-
-        in_place = worktree.resolve() == self.host_dir.resolve()
-        session = AgentSession(
-            worktree,
-            target=target,
-            fallbacks=fallbacks,
-            emit=_unheard,
-            system_prompt=JUDGE_INSTRUCTIONS,
-            # Its rounds of tool calls, and the call that answers after the last.
-            limits=AgentLimits(max_turns=hook.max_tool_rounds + 1, max_tokens=HOOK_MAX_TOKENS),
-            env=os.environ,
-            shell_env=stage_environment(
-                sandbox=self.sandbox_env,
-                mark=process_groups.process_mark(records, "hook"),
-            ),
-            skill_dirs=[],
-            on_process_group=on_process_group,
-            # An in-place run's `.fabro/` is the user's configuration: no tool changes it.
-            guard_config=worktree if in_place else None,
-        )
-        try:
-            result = await session.run(question)
-        finally:
-            done = session.result()
-            self._spent(target.model, done.usage, done.cost)
-        if result.status == "failed":
-            error = result.error or {}
-            return "", str(error.get("message") or error.get("kind") or "the agent failed")
-        if result.status == "turn_limit":
-            return "", (
-                f"it used its {hook.max_tool_rounds} tool rounds (max_tool_rounds) without answering"
-            )
-        return result.text, None
-
-    def _spent(self, model: str, used: llm.Usage, cost: float | None) -> None:
+    def spent(self, model: str, used: llm.Usage, cost: float | None) -> None:
         """Count a model hook's tokens and cost in the run's."""
         from fabro_git.engine.outcome import Usage
         from fabro_git.llm.usage import estimate_cost
@@ -909,7 +872,7 @@ def _decision_in_reply(text: str) -> HookDecision | None:
     return found
 
 
-def _unheard(props: object) -> None:
+def unheard(props: object) -> None:
     """An agent hook's session events: not the run's (they are no stage's)."""
 
 

@@ -40,7 +40,7 @@ from fabro_git.engine.emit import Emit
 from fabro_git.engine.fixes import Fixes, apply_fixes
 from fabro_git.engine.gates import AttendedRun, GateDesk, SharedInterviewer
 from fabro_git.engine.interviewer import make_interviewer
-from fabro_git.engine.lifecycle import LifecycleHooks
+from fabro_git.engine.lifecycle import AgentReply, LifecycleHooks
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.replication import LivePush
@@ -517,6 +517,7 @@ def execute_run(
     prepared: OpenRun | None = None,
     before: Sequence[EventProps] = (),
     fixes: Fixes | None = None,
+    agent_hooks: AgentReply | None = None,
 ) -> RunResult:
     """Drive the run to its end. `before` are events about how the run got here (resume
     fetched it from a remote), emitted first; `fixes` what resume brings in first."""
@@ -591,6 +592,7 @@ def execute_run(
         scratch=scratch,
         emit=emit,
     )
+    hooks.agent_reply = agent_hooks
     try:
         return trio.run(
             _drive_hooked,

@@ -127,7 +127,11 @@ def walk(
         options=Options(dry_run=dry_run, in_place=True),
         handlers=handlers,
     )
-    clock = trio.testing.MockClock(autojump_threshold=0) if mock_clock else None
+    # The clock jumps once the walk has been idle for 20 ms of real time, not at once:
+    # a stage's real work (a command's process, a worker thread) is idle to trio, and a
+    # clock that jumped at every such wait would race a child's manager through its
+    # polls (45 s each, 1,000 at most) while `exit 3` ran.
+    clock = trio.testing.MockClock(autojump_threshold=0.02) if mock_clock else None
     status: str | None = None
     error: str | None = None
 
