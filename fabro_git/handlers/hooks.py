@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from fabro_git import llm
     from fabro_git.engine.lifecycle import Hook, LifecycleHooks
+    from fabro_git.llm import types as llm
 
 
 async def agent_hook_reply(
