@@ -280,3 +280,49 @@ def received_within(fd: int, seconds: float) -> bytes:
                 break
             got += chunk
     return got
+
+
+def typed_at_a_terminal(
+    args: list[str],
+    cwd: Path,
+    typed: tuple[bytes, ...] = (),
+    *,
+    prompt: bytes = b"> ",
+    until: bytes = b"\x00end",
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> tuple[int, bytes]:
+    """`git fabro ARGS` with a pty for its terminal, as a person runs it: each of
+    `typed` is typed at the next `prompt`, then the output is read up to `until` (by
+    default to its end). Its exit status and what the terminal received."""
+    import contextlib
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(
+        [*fabro_exe(), *args],
+        cwd=cwd,
+        stdin=follower,
+        stdout=follower,
+        stderr=follower,
+        start_new_session=True,
+        env={**os.environ, **(env or {})},
+    )
+    os.close(follower)
+    seen = b""
+    try:
+        for line in typed:
+            seen = read_until(leader, prompt, seen)
+            seen = seen.replace(prompt, b"\x00answered", 1)  # this prompt is answered
+            os.write(leader, line + b"\n")
+        seen = read_until(leader, until, seen, plain=True)
+        code = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        with contextlib.suppress(OSError):
+            while os.read(leader, 4096):
+                pass
+        os.close(leader)
+    return code, seen.replace(b"\x00answered", prompt)

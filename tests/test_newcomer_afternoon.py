@@ -11,14 +11,17 @@ checkpoint, and a resume with a higher cap finishes it.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import re
-import subprocess
 from pathlib import Path
 
-from helpers import TERMINAL_ESCAPES, fabro_exe, git, read_until, run_fabro, write_workflow
+from helpers import (
+    TERMINAL_ESCAPES,
+    git,
+    run_fabro,
+    typed_at_a_terminal,
+    write_workflow,
+)
 from llm_server import LlmServer, Reply
 
 WORKFLOW = """\
@@ -59,32 +62,7 @@ digraph Spendy {
 def _at_a_terminal(repo: Path, *args: str, typed: tuple[bytes, ...] = ()) -> tuple[int, str]:
     """`git fabro ARGS` on a pty, typing each of `typed` at a `> ` prompt; its exit
     status and what the terminal showed, escape sequences left out."""
-    import pty
-
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [*fabro_exe(), *args],
-        cwd=repo,
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        start_new_session=True,
-    )
-    os.close(follower)
-    seen = b""
-    try:
-        for line in typed:
-            seen = read_until(leader, b"> ", seen, plain=True)
-            seen = seen.replace(b"> ", b">_", 1)  # this prompt is answered
-            os.write(leader, line + b"\n")
-        seen = read_until(leader, b"\x00end", seen)  # to the end of its output
-        code = proc.wait(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        with contextlib.suppress(OSError):
-            os.close(leader)
+    code, seen = typed_at_a_terminal(list(args), repo, typed)
     return code, TERMINAL_ESCAPES.sub(b"", seen).decode(errors="replace")
 
 

@@ -4,9 +4,7 @@ real `git fabro` in a real clone; the terminal prompt on a pty."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -14,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, read_until, run_fabro, run_json
+from helpers import git, run_fabro, run_json, typed_at_a_terminal
 from llm_server import LlmServer, Reply
 
 from fabro_git.config.run_config import RunSection
@@ -197,30 +195,7 @@ def test_declarative_keys_apply_without_trust(tmp_path: Path) -> None:
 
 
 def _on_a_terminal(clone: Path, answer: bytes) -> tuple[int, str]:
-    import pty
-
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro"],
-        cwd=clone,
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        start_new_session=True,
-    )
-    os.close(follower)
-    try:
-        seen = read_until(leader, b"[y/N] ", b"")
-        assert b"[y/N] " in seen, seen.decode(errors="replace")
-        os.write(leader, answer + b"\n")
-        seen = read_until(leader, b"\x00never", seen)  # to the end of its output
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        with contextlib.suppress(OSError):
-            os.close(leader)
+    code, seen = typed_at_a_terminal(["run", "wf.fabro"], clone, (answer,), prompt=b"[y/N] ")
     return code, seen.decode(errors="replace")
 
 

@@ -9,7 +9,15 @@ import re
 import subprocess
 from pathlib import Path
 
-from helpers import TERMINAL_ESCAPES, fabro_exe, git, read_until, received_within, write_workflow
+from helpers import (
+    TERMINAL_ESCAPES,
+    fabro_exe,
+    git,
+    read_until,
+    received_within,
+    typed_at_a_terminal,
+    write_workflow,
+)
 
 
 def test_gate_on_a_terminal_is_asked_cleanly(repo: Path) -> None:
@@ -71,35 +79,9 @@ digraph Merge {
 
 def _run_on_a_terminal(repo: Path, typed: list[bytes]) -> tuple[int, str]:
     """Run wf.fabro on a pty, typing each line of `typed` when a prompt is shown."""
-    import pty
-
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro"],
-        cwd=repo,
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        start_new_session=True,
-        env={**os.environ, "TERM": "dumb"},
+    code, seen = typed_at_a_terminal(
+        ["run", "wf.fabro"], repo, tuple(typed), until=b"Result: ", env={"TERM": "dumb"}
     )
-    os.close(follower)
-    seen = b""
-    try:
-        for line in typed:
-            seen = read_until(leader, b"> ", seen)
-            seen = seen.replace(b"> ", b">_", 1)  # this prompt is answered
-            os.write(leader, line + b"\n")
-        seen = read_until(leader, b"Result: ", seen)
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        with contextlib.suppress(OSError):
-            while os.read(leader, 4096):
-                pass
-        os.close(leader)
     return code, TERMINAL_ESCAPES.sub(b"", seen).decode(errors="replace")
 
 
