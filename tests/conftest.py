@@ -48,8 +48,15 @@ def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     # Pinned commit dates: the same commit is the same object in every run of a test.
     for kind in ("AUTHOR", "COMMITTER"):
         monkeypatch.setenv(f"GIT_{kind}_DATE", "2026-01-01T00:00:00+00:00")
+    # The terminal too: what the shell running pytest has (TERM=dumb, a narrow window,
+    # another locale) must not change what a test sees.
     monkeypatch.setenv("NO_COLOR", "1")
     monkeypatch.setenv("COLUMNS", "120")
+    monkeypatch.setenv("TERM", "xterm-256color")
+    monkeypatch.setenv("LC_ALL", "C.UTF-8")
+    monkeypatch.setenv("LANG", "C.UTF-8")
+    for var in ("LINES", "LANGUAGE", "FORCE_COLOR", "CLICOLOR_FORCE"):
+        monkeypatch.delenv(var, raising=False)
     (home / ".gitconfig").write_text(
         "[init]\n\tdefaultBranch = main\n[user]\n\tname = Test User\n\temail = test@example.com\n"
     )
