@@ -72,6 +72,23 @@ command = functools.partial(app.command, cls=_Command)
 RunArg = Annotated[
     str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
 ]
+# Options `run` and `resume` share.
+PushOption = Annotated[
+    str | None,
+    typer.Option(
+        "--push",
+        help="Push the run's refs to this remote after every checkpoint.",
+        metavar="REMOTE",
+    ),
+]
+MaxCostOption = Annotated[
+    float | None,
+    typer.Option(
+        "--max-cost",
+        help="Stop the run at its next checkpoint once its model cost passes USD.",
+        metavar="USD",
+    ),
+]
 
 
 def _version_callback(value: bool) -> None:
@@ -232,22 +249,8 @@ def run(
             help="Also ask the run's model for the retro's narrative (one call at the end).",
         ),
     ] = False,
-    push_remote: Annotated[
-        str | None,
-        typer.Option(
-            "--push",
-            help="Push the run's refs to this remote after every checkpoint.",
-            metavar="REMOTE",
-        ),
-    ] = None,
-    max_cost: Annotated[
-        float | None,
-        typer.Option(
-            "--max-cost",
-            help="Stop the run at its next checkpoint once its model cost passes USD.",
-            metavar="USD",
-        ),
-    ] = None,
+    push_remote: PushOption = None,
+    max_cost: MaxCostOption = None,
     allow_typos: Annotated[
         bool,
         typer.Option(
@@ -320,22 +323,8 @@ def resume(
         bool, typer.Option("--no-retro", help="Write no retro at the run's end.")
     ] = False,
     detached_child: Annotated[bool, typer.Option("--detached-child", hidden=True)] = False,
-    push_remote: Annotated[
-        str | None,
-        typer.Option(
-            "--push",
-            help="Push the run's refs to this remote after every checkpoint.",
-            metavar="REMOTE",
-        ),
-    ] = None,
-    max_cost: Annotated[
-        float | None,
-        typer.Option(
-            "--max-cost",
-            help="Stop the run at its next checkpoint once its model cost passes USD.",
-            metavar="USD",
-        ),
-    ] = None,
+    push_remote: PushOption = None,
+    max_cost: MaxCostOption = None,
     rebase: Annotated[
         str | None,
         typer.Option(
