@@ -94,7 +94,10 @@ def test_interrupt_stops_the_stage_checkpoints_and_resumes(
     if how == "git-front-end-group":
         # git's front end gets the Ctrl-C too and dies of it (a shell shows 130 for
         # both); git-fabro finishes its checkpoint after, as the rest of this checks.
-        assert proc.returncode in (130, -signal.SIGINT), stderr
+        # git 2.39's own signal handler may reap git-fabro before git's main path waits
+        # for it, and git then says so and exits 128: git's race, not the run's.
+        raced = proc.returncode == 128 and "waitpid for git-fabro failed" in stderr
+        assert proc.returncode in (130, -signal.SIGINT) or raced, stderr
     else:
         assert proc.returncode == 130, stderr
     assert took < 5, f"took {took:.1f}s to stop"
