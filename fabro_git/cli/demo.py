@@ -43,8 +43,9 @@ def run(directory: Path | None, *, keep: bool = False) -> int:
     if temporary and not keep:
         _remove(target)
         print(
-            f"\nremoved the demo repository {target} (`git fabro demo --keep` keeps it,"
-            " or name a directory: `git fabro demo DIR`)",
+            f"\nremoved the demo repository {target}, so the commands above have nothing"
+            " to look at: `git fabro demo --keep` keeps it, or name a directory:"
+            " `git fabro demo DIR`",
             file=sys.stderr,
         )
     elif code == 0:

@@ -228,6 +228,7 @@ def test_demo_in_a_temporary_directory_leaves_nothing_behind_unless_kept(
     assert proc.returncode == 0, proc.stderr
     assert list(temp.iterdir()) == [] and list(runs.iterdir()) == []
     assert "removed the demo repository" in proc.stderr and "--keep" in proc.stderr
+    assert "the commands above have nothing to look at" in proc.stderr
     kept = run_fabro("demo", "--keep", cwd=tmp_path)
     assert kept.returncode == 0, kept.stderr
     (target,) = temp.iterdir()
