@@ -527,6 +527,28 @@ def attach(
 
 
 @command()
+def serve(
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Address to listen on; other than loopback, anyone who can reach it and has the token can act on runs.",
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", help="Port to listen on (0 picks a free one).", metavar="N")
+    ] = 8765,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the page in the default browser.")
+    ] = False,
+) -> None:
+    """Watch and steer this repository's runs in a browser, live."""
+    from fabro_git.cli import serve as impl
+
+    raise typer.Exit(impl.run(host=host, port=port, open_browser=open_browser))
+
+
+@command()
 def interrupt(run_id: RunArg) -> None:
     """Stop a live run at a checkpoint; `resume` continues it."""
     from fabro_git.cli import control as impl

@@ -46,5 +46,3 @@ def run(file: Path, *, fmt: str, output: Path | None, direction: str | None) -> 
     except OSError as exc:
         raise FabroError(f"cannot write {output}: {exc.strerror or exc}") from None
     return 0
-
-
