@@ -14,6 +14,7 @@ running here did since its last snapshot.
     run.artifacts(), run.timeline(), run.events(after=ID)
     EventCursor(repo, run_id, after=ID).follow()   (or .follow_async() from trio)
     follow_all([...]) / follow_all_async([...])    several runs at once
+    follow_all([], new_runs=NewRuns(repo))         every run, new ones too
 
 All of it blocks on git or the disk except `follow_async`/`follow_all_async`, which
 do their reading on worker threads: a trio task calls the rest with
@@ -22,6 +23,7 @@ do their reading on worker threads: a trio task calls the rest with
 
 from fabro_git.engine.reader.events import (
     EventCursor,
+    NewRuns,
     RunEvent,
     decode_lines,
     durable_events,
@@ -69,6 +71,7 @@ __all__ = [
     "Artifact",
     "CheckpointEntry",
     "EventCursor",
+    "NewRuns",
     "RunEvent",
     "RunReader",
     "RunSummary",

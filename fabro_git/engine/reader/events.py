@@ -6,7 +6,8 @@ missing (a clone has no tail; a new run has one segment), and the two never repe
 event: the tail is read after the last event a snapshot holds.
 
 Following a live run is one loop (`_follow_steps`): read what is new, and when nothing
-is, wait a moment unless the run has ended. It is written once and driven two ways:
+is, wait a moment unless the run has ended (several runs are followed by one loop too,
+and the runs a repository starts meanwhile with `NewRuns`). It is written once and driven two ways:
 `EventCursor.follow` sleeps between reads (a command's own thread), `follow_async` runs
 each read on a worker thread and waits with `trio.sleep`, so a trio program (the web
 view, `attach`) is never blocked by git or the disk.
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -194,31 +195,58 @@ class EventCursor:
         return follow_all_async([self], interval=interval)
 
 
-def _follow_steps(cursors: Sequence[EventCursor]) -> Iterator[list[RunEvent] | None]:
-    """The one follow loop: a batch of new events from some cursor, or None for "wait
-    a moment"; it ends once every run has ended and stayed quiet SETTLE_CHECKS times."""
-    idle = dict.fromkeys(range(len(cursors)), 0)
-    while idle:
+class NewRuns:
+    """The runs of a repository as they appear: each call gives a cursor on every run
+    whose meta ref appeared since the last (those in `known` count as seen). Following
+    a whole repository's events picks up the runs started while it follows."""
+
+    def __init__(self, repo: GitRepo, known: Iterable[str] = ()) -> None:
+        self.repo = repo
+        self.seen = set(known)
+
+    def __call__(self) -> list[EventCursor]:
+        fresh = [run_id for run_id in layout.list_run_ids(self.repo) if run_id not in self.seen]
+        self.seen.update(fresh)
+        return [EventCursor(self.repo, run_id) for run_id in fresh]
+
+
+def _follow_steps(
+    cursors: Sequence[EventCursor], new_runs: Callable[[], list[EventCursor]] | None
+) -> Iterator[list[RunEvent] | None]:
+    """The one follow loop: a batch of new events from some run, or None for "wait a
+    moment". Without `new_runs` it ends once every run has ended and stayed quiet
+    SETTLE_CHECKS times; with it, it looks for new runs each round and never ends."""
+    following = list(cursors)
+    idle = [0] * len(following)
+    while new_runs is not None or any(count < SETTLE_CHECKS for count in idle):
+        if new_runs is not None:
+            fresh = new_runs()
+            following += fresh
+            idle += [0] * len(fresh)
         got = False
-        for index in list(idle):
-            batch = cursors[index].read()
+        for index, cursor in enumerate(following):
+            if idle[index] >= SETTLE_CHECKS:
+                continue  # ended: its last lines are read
+            batch = cursor.read()
             if batch:
                 idle[index] = 0
                 got = True
                 yield batch
-            elif not cursors[index].is_live():
+            elif not cursor.is_live():
                 idle[index] += 1
-                if idle[index] >= SETTLE_CHECKS:
-                    del idle[index]
-        if not got and idle:
+        if not got:
             yield None
 
 
 def follow_all(
-    cursors: Sequence[EventCursor], *, interval: float = FOLLOW_INTERVAL
+    cursors: Sequence[EventCursor],
+    *,
+    new_runs: Callable[[], list[EventCursor]] | None = None,
+    interval: float = FOLLOW_INTERVAL,
 ) -> Iterator[list[RunEvent]]:
-    """Follow several runs at once, blocking between reads; ends when all have ended."""
-    for batch in _follow_steps(cursors):
+    """Follow several runs at once (and those `new_runs` finds, e.g. `NewRuns(repo)`),
+    blocking between reads; ends when all have ended, or never with `new_runs`."""
+    for batch in _follow_steps(cursors, new_runs):
         if batch is None:
             time.sleep(interval)
         else:
@@ -226,12 +254,15 @@ def follow_all(
 
 
 async def follow_all_async(
-    cursors: Sequence[EventCursor], *, interval: float = FOLLOW_INTERVAL
+    cursors: Sequence[EventCursor],
+    *,
+    new_runs: Callable[[], list[EventCursor]] | None = None,
+    interval: float = FOLLOW_INTERVAL,
 ) -> AsyncIterator[list[RunEvent]]:
     """`follow_all` for a trio task: each step runs on a worker thread."""
     import trio
 
-    steps = _follow_steps(cursors)
+    steps = _follow_steps(cursors, new_runs)
     done = object()
     while True:
         batch = await trio.to_thread.run_sync(next, steps, done)
