@@ -2,8 +2,8 @@
 
 This module starts it: one listening socket (loopback unless `--host` says otherwise),
 one random token printed in the address, Hypercorn's trio worker until Ctrl-C or
-SIGTERM. The server reads runs through `RepositoryRuns`, the run source for the
-repository it was started in, and nothing else.
+SIGTERM. The server reads runs through `RepositoryRuns`, for the repository it
+was started in (`web.source`, over the run reader), and nothing else.
 """
 
 from __future__ import annotations
@@ -17,79 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from fabro_git.errors import ConfigError, FabroError
-
-
-class RepositoryRuns:
-    """The runs of one repository, read as `ps` and `logs` read them. Each call opens
-    the repository afresh, so calls from several threads share no git object."""
-
-    def __init__(self, start: Path) -> None:
-        from fabro_git.store.repo import GitRepo
-
-        self.git_dir = Path(GitRepo.discover(start).git_dir)
-        self.start = start
-
-    def _repo(self) -> Any:
-        from fabro_git.store.repo import GitRepo
-
-        return GitRepo.discover(self.start)
-
-    def rows(self) -> list[dict[str, Any]]:
-        from fabro_git.cli._runs import all_rows, run_labels
-
-        repo = self._repo()
-        out = []
-        for row in all_rows(repo, warn=False):
-            out.append(
-                {**row.to_json(), "labels": run_labels(repo, row.meta_sha), "live": row.live}
-            )
-        return out
-
-    def exists(self, run_id: str) -> bool:
-        from fabro_git.store import runs as runrefs
-
-        return self._repo().read_ref(runrefs.meta_ref(run_id)) is not None
-
-    def summary(self, run_id: str) -> dict[str, Any]:
-        from fabro_git.cli._runs import read_row
-        from fabro_git.engine.session import load_run
-
-        repo = self._repo()
-        manifest, checkpoint, meta, source = load_run(repo, run_id)
-        row = read_row(repo, run_id, meta)
-        return {
-            **row.to_json(),
-            "live": row.live,
-            "goal": manifest.goal,
-            "labels": manifest.labels,
-            "base_branch": manifest.base_branch,
-            "run_branch": manifest.run_branch,
-            "error": checkpoint.error,
-            "graph_source": source,
-        }
-
-    def events(self, run_id: str) -> tuple[bytes, int]:
-        from fabro_git.cli.logs import recorded_events
-
-        durable, extra, offset = recorded_events(self._repo(), run_id)
-        if durable and not durable.endswith(b"\n"):
-            durable += b"\n"
-        return durable + extra, offset
-
-    def tail(self, run_id: str) -> Path:
-        from fabro_git.config.locations import run_scratch_dir
-
-        return run_scratch_dir(self.git_dir, run_id) / "events.jsonl"
-
-    def live(self, run_id: str) -> bool:
-        from fabro_git.engine.lock import is_live
-
-        return is_live(self.git_dir, run_id)
-
-    def scratch(self, run_id: str) -> Path:
-        from fabro_git.config.locations import run_scratch_dir
-
-        return run_scratch_dir(self.git_dir, run_id)
 
 
 def is_loopback(host: str) -> bool:
@@ -127,6 +54,8 @@ def run(*, host: str, port: int, open_browser: bool) -> int:
 
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port {port}: a port is a number from 0 to 65535")
+    from fabro_git.web.source import RepositoryRuns
+
     runs = RepositoryRuns(Path.cwd())
     sock = listen(host, port)
     bound = sock.getsockname()[1]
@@ -154,7 +83,7 @@ def run(*, host: str, port: int, open_browser: bool) -> int:
     return 0
 
 
-async def _serve(runs: RepositoryRuns, fd: int, token: str, port: int) -> None:
+async def _serve(runs: Any, fd: int, token: str, port: int) -> None:
     import signal
 
     import trio

@@ -25,7 +25,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from fabro_git.web.feeds import Feeds, all_runs_stream, run_stream
-from fabro_git.web.source import RunSource
+from fabro_git.web.source import RepositoryRuns
 
 ASGIApp = Callable[..., Awaitable[None]]
 
@@ -166,12 +166,11 @@ def _package_file(name: str) -> bytes:
 
 
 def build(
-    source: RunSource, token: str, port: int
+    source: RepositoryRuns, token: str, port: int
 ) -> tuple[ASGIApp, Callable[[trio.Nursery], None]]:
     """The guarded app, and the call that gives it the nursery its run feeds live in
     (made when the server starts)."""
     from fabro_git.store.runs import is_run_id
-    from fabro_git.web import stages as stage_view
 
     state: dict[str, Feeds] = {}
 
@@ -210,41 +209,41 @@ def build(
     async def runs(request: Request) -> Response:
         return _json(await blocking(source.rows))
 
-    async def events_of(run_id: str) -> list[dict[str, Any]]:
-        data, _offset = await blocking(source.events, run_id)
-        return stage_view.envelopes(data)
-
     async def run(request: Request) -> Response:
         run_id = await known_run(request)
         if run_id is None:
             return no_run()
-        summary = await blocking(source.summary, run_id)
-        events = await events_of(run_id)
-        summary = {k: v for k, v in summary.items() if k != "graph_source"}
-        return _json(
-            {
-                **summary,
-                "stages": stage_view.stage_rows(events),
-                "nodes": stage_view.node_states(events),
-            }
-        )
+        return _json(await blocking(_run_view, source, run_id))
 
     async def stages(request: Request) -> Response:
         run_id = await known_run(request)
         if run_id is None:
             return no_run()
-        return _json(stage_view.stage_rows(await events_of(run_id)))
+        return _json((await blocking(_run_view, source, run_id))["stages"])
 
     async def stage(request: Request) -> Response:
         run_id = await known_run(request)
         if run_id is None:
             return no_run()
-        found = stage_view.stage_details(
-            await events_of(run_id), str(request.path_params["stage_id"])
-        )
+        found = await blocking(_stage_view, source, run_id, str(request.path_params["stage_id"]))
         if found is None:
             return JSONResponse({"error": "no such stage in this run"}, status_code=404)
         return _json(found)
+
+    async def artifact(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        found = await blocking(_artifact, source, run_id, str(request.path_params["path"]))
+        if found is None:
+            return JSONResponse({"error": "no such artifact in this run"}, status_code=404)
+        name, data = found
+        # Never shown inline: a captured asset may be HTML or SVG written by anyone.
+        return Response(
+            data,
+            media_type="application/octet-stream",
+            headers={"content-disposition": f'attachment; filename="{name}"'},
+        )
 
     async def graph(request: Request) -> Response:
         run_id = await known_run(request)
@@ -262,7 +261,7 @@ def build(
 
     async def every_event(request: Request) -> Response:
         last_id = request.headers.get("last-event-id") or request.query_params.get("after")
-        return SseResponse(lambda send: all_runs_stream(feeds(), last_id, send))
+        return SseResponse(lambda send: all_runs_stream(source, last_id, send))
 
     async def gates(request: Request) -> Response:
         run_id = await known_run(request)
@@ -307,6 +306,7 @@ def build(
         Route("/api/runs/{run_id}/stages", stages),
         Route("/api/runs/{run_id}/stages/{stage_id}", stage),
         Route("/api/runs/{run_id}/graph.svg", graph),
+        Route("/api/runs/{run_id}/artifacts/{path:path}", artifact),
         Route("/api/runs/{run_id}/events", run_events),
         Route("/api/runs/{run_id}/gates", gates),
         Route("/api/runs/{run_id}/{action}", act, methods=["POST"]),
@@ -347,7 +347,9 @@ def _control_message(action: str, payload: dict[str, Any]) -> dict[str, Any] | N
     return None
 
 
-async def _gates(source: RunSource, run_id: str, send: Callable[[bytes], Awaitable[None]]) -> None:
+async def _gates(
+    source: RepositoryRuns, run_id: str, send: Callable[[bytes], Awaitable[None]]
+) -> None:
     """The run's human gates as they open and close, one SSE message each, while it
     lives (the control socket's `attach` stream, as `git fabro attach` reads it)."""
     from fabro_git.engine import control
@@ -362,10 +364,88 @@ async def _gates(source: RunSource, run_id: str, send: Callable[[bytes], Awaitab
         await trio.sleep(0.2)
 
 
-def _graph_svg(source: RunSource, run_id: str) -> bytes:
+def _graph_svg(source: RepositoryRuns, run_id: str) -> bytes:
     """The run's recorded graph, drawn by Graphviz."""
     from fabro_git.workflow.drawing import graphviz, render_dot
     from fabro_git.workflow.parser import parse
 
-    graph_source = str(source.summary(run_id)["graph_source"])
-    return graphviz(render_dot(parse(graph_source)), "svg")
+    return graphviz(render_dot(parse(source.open(run_id).source)), "svg")
+
+
+def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, Any]:
+    """A run as its page shows it: its summary, its stages as its events tell them
+    (the one in flight too) and each node's status and visits."""
+    from fabro_git.web import stages as stage_view
+
+    run = source.open(run_id)
+    envelopes = [event.envelope for event in run.events()]
+    return {
+        **source.summary(run),
+        "stages": stage_view.stage_rows(envelopes),
+        "nodes": stage_view.node_states(envelopes),
+    }
+
+
+def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> dict[str, Any] | None:
+    """One stage: what its events say, and once it is recorded its prompt, reply,
+    command output, diff and artifacts as the run reader reads them."""
+    from fabro_git.engine import reader
+    from fabro_git.errors import ConfigError
+    from fabro_git.web import stages as stage_view
+
+    run = source.open(run_id)
+    events = run.events()
+    found = stage_view.stage_details([event.envelope for event in events], stage_id)
+    if found is None:
+        return None
+    try:
+        recorded: reader.Stage | None = run.stage(stage_id)
+    except ConfigError:
+        recorded = None
+    name, _, visit = stage_id.partition("@")
+    in_flight = reader.Stage("", name, int(visit) if visit.isdigit() else 1, {})
+    found["transcript"] = [
+        {
+            "kind": entry.kind,
+            "depth": entry.depth,
+            "text": entry.text,
+            "tool_name": entry.tool_name,
+            "arguments": entry.arguments,
+            "is_error": entry.is_error,
+        }
+        for entry in reader.transcript(events, recorded or in_flight)
+    ]
+    found["artifacts"] = []
+    if recorded is None:
+        return found
+
+    def text(name: str) -> str | None:
+        data = run.stage_file(recorded, name)
+        return data.decode("utf-8", "replace") if data is not None else None
+
+    found["prompt"] = text("prompt.md") or found["prompt"]
+    found["reply"] = text("response.md") or found["reply"]
+    found["command_output"] = text("stdout.log") or found["command_output"]
+    found["command_stderr"] = text("stderr.log") or found["command_stderr"]
+    found["diff"] = run.stage_diff(recorded) or found["diff"]
+    if recorded.files_touched:
+        found["files_touched"] = recorded.files_touched
+    if recorded.usage:
+        found["usage"] = recorded.usage
+    found["artifacts"] = [
+        item.to_json() for item in reader.stage_artifacts(run.artifacts(), recorded)
+    ]
+    return found
+
+
+def _artifact(source: RepositoryRuns, run_id: str, path: str) -> tuple[str, bytes] | None:
+    """An artifact the run reader lists, by its path in the run's artifact tree."""
+    run = source.open(run_id)
+    for item in run.artifacts():
+        if item.tree_path == path:
+            data = run.read_artifact(item)
+            if data is None:
+                return None
+            shown = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in item.name)
+            return shown[-100:], data
+    return None

@@ -11,68 +11,37 @@ the feed to grow. A finished run is read once per request and needs no feed.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
 
-from fabro_git.terminal import json_printable
-from fabro_git.web.source import RunSource
+from fabro_git.engine.reader import RunEvent, events_after
+from fabro_git.web.source import RepositoryRuns
 
 # How often a live run's tail is looked at: well under the 100 ms an event may take to
 # reach a page, and cheap (one read of what was appended).
 POLL_SECONDS = 0.03
-# A run whose lock nobody holds is ended after this many looks, so its last lines land.
-IDLE_CHECKS_TO_END = 3
+# Every run's stream also looks for new runs each time: a little less often.
+ALL_RUNS_POLL_SECONDS = 0.1
 # A comment line sent on a quiet stream, so a client that went away is noticed.
 KEEPALIVE_SECONDS = 15.0
 
 
-class Event:
-    """One event ready to send: its id and its SSE message."""
-
-    __slots__ = ("id", "message", "run_id")
-
-    def __init__(self, run_id: str, event_id: str, message: bytes) -> None:
-        self.run_id = run_id
-        self.id = event_id
-        self.message = message
-
-
-def parse_lines(run_id: str, data: bytes) -> list[Event]:
-    """The whole event lines in `data` (a line that is not an envelope is skipped, as
-    `logs` skips it)."""
-    out = []
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        text = line.decode("utf-8", "replace")
-        try:
-            envelope = json.loads(text)
-        except ValueError:
-            continue
-        if not isinstance(envelope, dict):
-            continue
-        event_id = _one_line(str(envelope.get("id", "")))
-        printed = json_printable(text)
-        message = f"id: {event_id}\ndata: {printed}\n\n" if event_id else f"data: {printed}\n\n"
-        out.append(Event(run_id, event_id, message.encode("utf-8")))
-    return out
-
-
-def _one_line(text: str) -> str:
-    """An id as an SSE field value (a recorded id is never multi-line, a forged one may be)."""
-    return "".join(ch for ch in text if ch not in "\r\n\0")
+def message(event: RunEvent) -> bytes:
+    """One event as an SSE message: `id:` its id, `data:` the line `logs` prints."""
+    event_id = "".join(ch for ch in event.id if ch not in "\r\n\0")  # a forged id may
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}data: {event.json_text}\n\n".encode()
 
 
 class Feed:
     """A live run's events, growing as the run writes them, until it ends."""
 
-    def __init__(self, source: RunSource, run_id: str) -> None:
+    def __init__(self, source: RepositoryRuns, run_id: str) -> None:
         self.source = source
         self.run_id = run_id
-        self.events: list[Event] = []
+        self.events: list[RunEvent] = []
+        self.messages: list[bytes] = []
         self.ended = False
         self.watchers = 0
         self._grown = trio.Event()
@@ -81,39 +50,20 @@ class Feed:
     async def follow(self) -> None:
         """Load what is recorded, then follow the tail until the run ends."""
         try:
-            data, offset = await trio.to_thread.run_sync(self.source.events, self.run_id)
-            self._add(parse_lines(self.run_id, data))
+            cursor = await trio.to_thread.run_sync(self.source.cursor, self.run_id)
+            self._add(await trio.to_thread.run_sync(cursor.read))
             self.loaded.set()
-            tail = self.source.tail(self.run_id)
-            pending = b""
-            idle_checks = 0
-            while idle_checks < IDLE_CHECKS_TO_END:
-                chunk, live = await trio.to_thread.run_sync(self._read_tail, tail, offset)
-                if chunk:
-                    offset += len(chunk)
-                    complete, _, pending = (pending + chunk).rpartition(b"\n")
-                    self._add(parse_lines(self.run_id, complete))
-                    idle_checks = 0
-                elif not live:
-                    idle_checks += 1
-                await trio.sleep(POLL_SECONDS)
+            async for batch in cursor.follow_async(interval=POLL_SECONDS):
+                self._add(batch)
         finally:
             self.ended = True
             self.loaded.set()
             self._wake()
 
-    def _read_tail(self, tail: Any, offset: int) -> tuple[bytes, bool]:
-        try:
-            with tail.open("rb") as fh:
-                fh.seek(offset)
-                chunk: bytes = fh.read()
-        except OSError:
-            chunk = b""
-        return chunk, chunk != b"" or self.source.live(self.run_id)
-
-    def _add(self, events: list[Event]) -> None:
+    def _add(self, events: list[RunEvent]) -> None:
         if events:
             self.events.extend(events)
+            self.messages.extend(message(event) for event in events)
             self._wake()
 
     def _wake(self) -> None:
@@ -127,7 +77,7 @@ class Feed:
 class Feeds:
     """The feeds of the live runs being watched, each followed by one task."""
 
-    def __init__(self, source: RunSource, nursery: trio.Nursery) -> None:
+    def __init__(self, source: RepositoryRuns, nursery: trio.Nursery) -> None:
         self.source = source
         self.nursery = nursery
         self._feeds: dict[str, Feed] = {}
@@ -147,17 +97,6 @@ class Feeds:
             del self._feeds[feed.run_id]
 
 
-def start_index(events: list[Event], last_id: str | None) -> int:
-    """Where a stream resumes: after the event `last_id` names. Envelope ids grow with
-    time (UUIDv7), so an id this run does not hold resumes after the events before it."""
-    if not last_id:
-        return 0
-    for index, event in enumerate(events):
-        if event.id == last_id:
-            return index + 1
-    return sum(1 for event in events if event.id and event.id <= last_id)
-
-
 Send = Callable[[bytes], Awaitable[None]]
 
 
@@ -165,25 +104,25 @@ async def run_stream(feeds: Feeds, run_id: str, last_id: str | None, send: Send)
     """Send one run's events after `last_id`, following while it lives."""
     source = feeds.source
     if not await trio.to_thread.run_sync(source.live, run_id):
-        data, _offset = await trio.to_thread.run_sync(source.events, run_id)
-        events = parse_lines(run_id, data)
-        for event in events[start_index(events, last_id) :]:
-            await send(event.message)
+        events = await trio.to_thread.run_sync(source.events, run_id, last_id)
+        for start in range(0, len(events), 200):
+            await send(b"".join(message(event) for event in events[start : start + 200]))
         return
     feed = feeds.watch(run_id)
     try:
         await feed.loaded.wait()
-        await _follow(feed, start_index(feed.events, last_id), send)
+        start = len(feed.events) - len(events_after(feed.events, last_id))
+        await _follow(feed, start, send)
     finally:
         feeds.unwatch(feed)
 
 
 async def _follow(feed: Feed, index: int, send: Send) -> None:
     while True:
-        if index < len(feed.events):
-            batch = feed.events[index:]
+        if index < len(feed.messages):
+            batch = feed.messages[index:]
             index += len(batch)
-            await send(b"".join(event.message for event in batch))
+            await send(b"".join(batch))
             continue
         if feed.ended:
             return
@@ -193,25 +132,14 @@ async def _follow(feed: Feed, index: int, send: Send) -> None:
             await send(b":\n\n")
 
 
-async def all_runs_stream(
-    feeds: Feeds, last_id: str | None, send: Send, *, rescan_seconds: float = 1.0
-) -> None:
+async def all_runs_stream(source: RepositoryRuns, last_id: str | None, send: Send) -> None:
     """Send every run's events: each run's recorded events, then the live runs' new ones
     as they come, and those of runs that start later. Never returns by itself. `last_id`
     resumes after that event (ids are ordered by time across runs too)."""
-    seen: set[str] = set()
-    lock = trio.Lock()  # one run's batch at a time, so messages never interleave
+    from fabro_git.engine.reader import follow_all_async
 
-    async def send_whole(message: bytes) -> None:
-        async with lock:
-            await send(message)
-
-    async with trio.open_nursery() as nursery:
-        while True:
-            rows = await trio.to_thread.run_sync(feeds.source.rows)
-            for row in reversed(rows):  # oldest first
-                run_id = str(row["run_id"])
-                if run_id not in seen:
-                    seen.add(run_id)
-                    nursery.start_soon(run_stream, feeds, run_id, last_id, send_whole)
-            await trio.sleep(rescan_seconds)
+    new_runs = await trio.to_thread.run_sync(source.new_runs)
+    async for batch in follow_all_async([], new_runs=new_runs, interval=ALL_RUNS_POLL_SECONDS):
+        wanted = events_after(batch, last_id)
+        if wanted:
+            await send(b"".join(message(event) for event in wanted))

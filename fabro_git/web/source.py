@@ -1,42 +1,74 @@
-"""What the web view needs to read a run, as one small interface.
+"""The runs of the repository the server was started in, read through the run reader.
 
-The server never opens a file or a ref itself: `RunSource` is the one door to the
-repository it was started in, so no path from a URL reaches the file system. Every
-method blocks (git reads), and the app calls them from worker threads.
+`RepositoryRuns` is the web view's one door to the repository: every run, stage, event
+and artifact a page shows is read here, by the engine's run reader, and a URL only ever
+names a run id, a stage or an artifact the reader lists, never a path. Every method
+blocks on git, so the app calls them on worker threads; each call opens the repository
+afresh, so threads share no git object.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+
+from fabro_git.engine import reader
+from fabro_git.store.repo import GitRepo
 
 
-class RunSource(Protocol):
+class RepositoryRuns:
+    def __init__(self, start: Path) -> None:
+        self.start = start
+        self.git_dir = Path(GitRepo.discover(start).git_dir)
+
+    def repo(self) -> GitRepo:
+        return GitRepo.discover(self.start)
+
     def rows(self) -> list[dict[str, Any]]:
-        """Every run, newest first, as `git fabro ps --json` shows it (plus `live`)."""
-        ...
+        """Every run, newest first, as `git fabro ps --json` shows it, with `live`."""
+        return [
+            {**row.to_json(), "labels": row.labels, "live": row.live}
+            for row in reader.list_runs(self.repo(), labels=True)
+        ]
 
     def exists(self, run_id: str) -> bool:
-        """Whether `run_id` (a whole run id, already checked for shape) is a run here."""
-        ...
+        """Whether `run_id` (a whole id, its shape already checked) is a run here."""
+        from fabro_git.store import runs as layout
 
-    def summary(self, run_id: str) -> dict[str, Any]:
-        """The run's row, its goal, branch and base, and its recorded graph's source."""
-        ...
+        return self.repo().read_ref(layout.meta_ref(run_id)) is not None
 
-    def events(self, run_id: str) -> tuple[bytes, int]:
-        """Every event recorded so far, one JSON line each, and how far into the live
-        tail they reach (the offset to follow it from)."""
-        ...
+    def open(self, run_id: str) -> reader.RunReader:
+        return reader.open_run(self.repo(), run_id)
 
-    def tail(self, run_id: str) -> Path:
-        """The run's live event tail (it may not exist)."""
-        ...
+    def summary(self, run: reader.RunReader) -> dict[str, Any]:
+        """The run's row, with its goal, branches, labels and error."""
+        row = run.summary()
+        return {
+            **row.to_json(),
+            "live": row.live,
+            "labels": row.labels,
+            "goal": run.manifest.goal,
+            "base_branch": run.manifest.base_branch,
+            "run_branch": run.manifest.run_branch,
+            "error": run.checkpoint.error,
+        }
+
+    def events(self, run_id: str, after: str | None = None) -> list[reader.RunEvent]:
+        return reader.read_events(self.repo(), run_id, after=after)
+
+    def cursor(self, run_id: str, after: str | None = None) -> reader.EventCursor:
+        return reader.EventCursor(self.repo(), run_id, after=after)
+
+    def new_runs(self) -> reader.NewRuns:
+        return reader.NewRuns(self.repo())
 
     def live(self, run_id: str) -> bool:
-        """Whether a process runs it right now."""
-        ...
+        from fabro_git.engine.lock import is_live
+
+        return is_live(self.git_dir, run_id)
 
     def scratch(self, run_id: str) -> Path:
         """The run's scratch dir, where its control socket lives."""
-        ...
+        from fabro_git.config.locations import run_scratch_dir
+
+        return run_scratch_dir(self.git_dir, run_id)

@@ -1,50 +1,18 @@
-"""A run's stages as the web view shows them, read from its events.
+"""A run's stages as its events tell them, for a page that follows the run live.
 
-Every stage execution has a `stage_id` (`<node>@<serial>`); its events say when it ran,
-how it ended, what it was asked and answered, what its agent did, what its command
-printed and which files it touched (the checkpoint after it holds the diff). Grouping
-them here gives the page one JSON shape for the timeline, the graph's colours and a
-stage's details.
+The run reader reads the stages a run has recorded; a page also needs the one in flight,
+and its status the moment it changes. Every stage execution has a `stage_id`
+(`<node>@<serial>`); its events say when it ran, how it ended, what it was asked and
+answered, what its command printed and which files it touched (the checkpoint after it
+carries the diff). The stage view adds the reader's files once the stage is recorded.
 """
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 # How a stage ends, by event.
 _ENDS = {"stage.completed", "stage.failed"}
-# The agent events that make up a readable transcript (deltas are folded into the
-# messages and tool results that follow them, so they are left out).
-TRANSCRIPT = (
-    "agent.input",
-    "agent.message",
-    "agent.tool.started",
-    "agent.tool.completed",
-    "agent.steering.injected",
-    "agent.error",
-    "agent.warning",
-    "agent.sub.spawned",
-    "agent.sub.completed",
-    "agent.sub.failed",
-    "interview.started",
-    "interview.completed",
-    "interview.timeout",
-)
-
-
-def envelopes(data: bytes) -> list[dict[str, Any]]:
-    out = []
-    for line in data.split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict):
-            out.append(event)
-    return out
 
 
 def _props(event: dict[str, Any]) -> dict[str, Any]:
@@ -75,7 +43,6 @@ class _Stage:
         self.command_stderr: str | None = None
         self.diff: str | None = None
         self.commit: str | None = None
-        self.transcript: list[dict[str, Any]] = []
         self.input_tokens = 0
         self.output_tokens = 0
         self.cost = 0.0
@@ -109,8 +76,6 @@ class _Stage:
                 self.input_tokens += int(_number(usage.get("input_tokens")))
                 self.output_tokens += int(_number(usage.get("output_tokens")))
                 self.cost += _number(usage.get("cost") or props.get("cost"))
-        if name in TRANSCRIPT:
-            self.transcript.append({"event": name, "ts": event.get("ts"), "properties": props})
 
     def row(self) -> dict[str, Any]:
         return {
@@ -133,7 +98,6 @@ class _Stage:
             **self.row(),
             "prompt": self.prompt,
             "reply": self.reply,
-            "transcript": self.transcript,
             "command_output": self.command_output,
             "command_stderr": self.command_stderr,
             "commit": self.commit,

@@ -147,27 +147,29 @@ function transcriptBlock(entries) {
   if (!entries || !entries.length) return null;
   const list = el("ol", { class: "transcript" });
   for (const entry of entries) {
-    const props = entry.properties || {};
-    let text;
-    switch (entry.event) {
-      case "agent.tool.started":
-        text = props.tool_name + "(" + JSON.stringify(props.arguments) + ")";
-        break;
-      case "agent.tool.completed":
-        text = (props.is_error ? "error: " : "") +
-          (typeof props.output === "string" ? props.output : JSON.stringify(props.output));
-        break;
-      case "agent.error":
-        text = JSON.stringify(props.error);
-        break;
-      default:
-        text = props.text || props.message || props.question || props.answer || props.task || JSON.stringify(props);
+    let head = entry.kind;
+    let text = entry.text;
+    if (entry.kind === "tool") {
+      head = "tool " + entry.tool_name;
+      text = entry.arguments;
+    } else if (entry.kind === "result" && entry.is_error) {
+      head = "result (error)";
     }
-    list.append(el("li", { class: "entry " + entry.event.replace(/\./g, "-") },
-      el("span", { class: "kind" }, entry.event.replace(/^agent\./, "")), " ",
-      el("pre", {}, text)));
+    const item = el("li", { class: "entry kind-" + entry.kind },
+      el("span", { class: "kind" }, head), el("pre", {}, text));
+    item.style.setProperty("--depth", String(entry.depth || 0));
+    list.append(item);
   }
   return el("div", { class: "block" }, el("h3", {}, "Transcript"), list);
+}
+
+function artifactsBlock(items) {
+  if (!items || !items.length) return null;
+  return el("div", { class: "block" }, el("h3", {}, "Artifacts"),
+    el("ul", {}, ...items.map((item) => el("li", {},
+      el("a", { href: api + "/artifacts/" + item.path.split("/").map(encodeURIComponent).join("/"),
+        class: "mono" }, item.path),
+      " ", el("span", { class: "muted" }, item.kind + ", " + item.bytes + " bytes")))));
 }
 
 async function showStage(stageId) {
@@ -184,6 +186,7 @@ async function showStage(stageId) {
   document.getElementById("stage-title").replaceChildren(
     stage.label + " (" + stage.stage_id + ") ", statusBadge(stage.status));
   const usage = stage.usage || {};
+  if (stage.cost === null && usage.cost) stage.cost = usage.cost;
   document.getElementById("stage-meta").textContent =
     [stage.handler_type, "attempt " + stage.attempt, formatMs(stage.duration_ms),
       formatTokens(usage.input_tokens) + " in / " + formatTokens(usage.output_tokens) + " out",
@@ -201,6 +204,7 @@ async function showStage(stageId) {
     block("Command stderr", stage.command_stderr, "output"),
     files,
     diffBlock(stage.diff),
+    artifactsBlock(stage.artifacts),
   ].filter((x) => x !== null));
   for (const item of document.querySelectorAll("#timeline li")) {
     item.classList.toggle("selected", item.dataset.stage === stageId);
