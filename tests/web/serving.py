@@ -19,7 +19,7 @@ from helpers import fabro_exe, write_workflow
 # A workflow whose middle stage runs until the test creates a file: the test sees the
 # stage running, then lets it finish.
 WAITING_WORKFLOW = """digraph Waiting {
-    graph [goal="Wait for the test's go-ahead"]
+    graph [goal="Prepare, hold until released, then finish"]
     start [shape=Mdiamond]
     exit  [shape=Msquare]
     prepare [shape=parallelogram, label="Prepare", script="echo prepared"]

@@ -4,7 +4,7 @@ a gate answered by a click, hostile run output shown as text, and 403 without th
 
 Few tests, each through the real command: a browser is slow to start. Without Chromium
 they skip and say why; `.ci/run` installs it, so there they run. With
-FABRO_SERVE_SCREENSHOT=PATH the run-page test saves its screenshot there (the README's
+SERVE_SCREENSHOT=PATH the run-page test saves its screenshot there (the README's
 docs/serve.png is made so).
 """
 
@@ -138,6 +138,11 @@ def test_a_node_turns_from_running_to_succeeded_while_the_run_goes_on(
     )
     assert page.locator("#run-status").inner_text() == "running"
     assert page.locator("#controls").is_visible()  # steer and interrupt, while it runs
+    shot = os.environ.get("SERVE_SCREENSHOT")
+    if shot:  # the README's picture: a run in flight
+        page.locator('#timeline li[data-stage="prepare@1"] button').click()
+        page.wait_for_selector('#stage[data-stage="prepare@1"] pre')
+        page.screenshot(path=shot)
 
     release.touch()  # the stage may finish now
     page.wait_for_selector(f'{node}[data-status="succeeded"]', state="attached")
@@ -148,9 +153,6 @@ def test_a_node_turns_from_running_to_succeeded_while_the_run_goes_on(
     assert "released" in page.locator("#stage-body").inner_text()
     page.wait_for_selector('#events tbody tr[data-event="run.completed"]')
     assert page.locator("#controls").is_hidden()
-    shot = os.environ.get("FABRO_SERVE_SCREENSHOT")
-    if shot:
-        page.screenshot(path=shot)
 
 
 def test_a_gate_is_answered_by_clicking_and_the_run_goes_on(
