@@ -10,6 +10,7 @@ this server, and JSON.
 
 from __future__ import annotations
 
+import contextlib
 import getpass
 import hmac
 import json
@@ -288,6 +289,10 @@ def build(
             return JSONResponse({"error": f"run {run_id} is not running here"}, status_code=409)
         from fabro_git.engine import control
 
+        if message["op"] == "answer":
+            refused = await _unfit_answer(source, run_id, message["id"], message["text"])
+            if refused is not None:
+                return refused
         reply = await blocking(control.request, source.scratch(run_id), message)
         if reply is None:
             return JSONResponse(
@@ -347,6 +352,32 @@ def _control_message(action: str, payload: dict[str, Any]) -> dict[str, Any] | N
     return None
 
 
+async def _unfit_answer(
+    source: RepositoryRuns, run_id: str, gate_id: int, text: str
+) -> Response | None:
+    """Why `text` cannot answer gate `gate_id` (it is not open, or the gate cannot route
+    on it), as the answer to send back; None when it can. The run takes any text, so a
+    typo is caught here, as `attach` catches it, rather than failing the gate."""
+    from fabro_git.engine import control
+    from fabro_git.engine.gates import question_from_record
+    from fabro_git.engine.interviewer import ask_again, takes
+
+    question = None
+    # The run lists its open gates first thing to a client that attaches.
+    listing = control.subscribe(source.scratch(run_id), {"op": "attach"})
+    with trio.move_on_after(2):
+        async with contextlib.aclosing(listing) as messages:
+            async for message in messages:
+                if message.get("id") == gate_id and isinstance(message.get("question"), dict):
+                    question = question_from_record(message["question"])
+                    break
+    if question is None:
+        return JSONResponse({"error": "that question is no longer open"}, status_code=409)
+    if not takes(question, text):
+        return JSONResponse({"error": ask_again(question, text).strip()}, status_code=400)
+    return None
+
+
 async def _gates(
     source: RepositoryRuns, run_id: str, send: Callable[[bytes], Awaitable[None]]
 ) -> None:
@@ -356,10 +387,11 @@ async def _gates(
 
     scratch = source.scratch(run_id)
     while await trio.to_thread.run_sync(source.live, run_id):
-        async for message in control.subscribe(scratch, {"op": "attach"}):
-            if "question" in message or "closed" in message:
-                data = json.dumps(message, ensure_ascii=False)
-                await send(f"data: {data}\n\n".encode())
+        async with contextlib.aclosing(control.subscribe(scratch, {"op": "attach"})) as messages:
+            async for message in messages:
+                if "question" in message or "closed" in message:
+                    data = json.dumps(message, ensure_ascii=False)
+                    await send(f"data: {data}\n\n".encode())
         await send(b":\n\n")  # the run is between listeners (starting, or just ended)
         await trio.sleep(0.2)
 

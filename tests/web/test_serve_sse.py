@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import run_fabro
+from helpers import run_events, run_fabro
 
 from web.serving import Server, get_json, request, start_server, start_waiting_run
 
@@ -164,3 +164,42 @@ def test_a_host_other_than_loopback_is_said_out_loud(repo: Path) -> None:
     assert get_json(running, "/api/runs") == []
     running.stop()
     assert b"warning: listening on 0.0.0.0, not loopback" in running.stderr
+
+
+def test_the_pages_buttons_act_through_the_control_socket(repo: Path, server: Server) -> None:
+    started = run_fabro("run", "human-gate", "-d", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    gates = request(server, f"/api/runs/{run_id}/gates", stream=True)
+    opened = json.loads(gates.next_message()["data"])  # type: ignore[index]
+    assert opened["question"]["text"] == "Publish these notes?"
+    assert "- First draft." in opened["question"]["details"]
+
+    def post(action: str, payload: dict[str, object]) -> tuple[int, dict[str, object]]:
+        response = request(
+            server,
+            f"/api/runs/{run_id}/{action}",
+            method="POST",
+            headers={"Content-Type": "application/json", "Origin": server.base},
+            body=json.dumps(payload).encode(),
+        )
+        return response.status, json.loads(response.buffer)
+
+    status, reply = post("answer", {"id": opened["id"], "text": "maybe"})
+    assert status == 400 and "[A] Approve" in str(reply["error"])  # asked again, not sent
+    status, reply = post("steer", {"text": "keep it short"})
+    assert status == 200 and reply["delivered"] is False  # no agent in flight
+    status, reply = post("answer", {"id": opened["id"], "text": "R"})
+    assert status == 200 and reply["accepted"] is True
+    # Revised, the gate asks again; this time the run is interrupted instead.
+    while "question" not in (again := json.loads(gates.next_message()["data"])):  # type: ignore[index]
+        assert again["closed"] == opened["id"]
+    gates.close()
+    status, reply = post("interrupt", {})
+    assert status == 200 and reply["ok"] is True
+    waited = run_fabro("wait", run_id, cwd=repo)
+    assert waited.returncode == 130, waited.stderr
+    names = [event["event"] for event in run_events(run_id, repo)]
+    assert "run.steer" in names and "run.interrupt" in names
+    status, reply = post("steer", {"text": "too late"})
+    assert status == 409 and "not running" in str(reply["error"])
