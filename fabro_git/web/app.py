@@ -14,9 +14,10 @@ import contextlib
 import getpass
 import hmac
 import json
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from importlib import resources
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode
 
 import trio
@@ -352,21 +353,28 @@ def _control_message(action: str, payload: dict[str, Any]) -> dict[str, Any] | N
     return None
 
 
+def _attach(scratch: Path) -> AsyncGenerator[dict[str, Any], None]:
+    """The run's gates as `attach` hears them (a generator: closed when left early)."""
+    from fabro_git.engine import control
+
+    return cast(
+        "AsyncGenerator[dict[str, Any], None]", control.subscribe(scratch, {"op": "attach"})
+    )
+
+
 async def _unfit_answer(
     source: RepositoryRuns, run_id: str, gate_id: int, text: str
 ) -> Response | None:
     """Why `text` cannot answer gate `gate_id` (it is not open, or the gate cannot route
     on it), as the answer to send back; None when it can. The run takes any text, so a
     typo is caught here, as `attach` catches it, rather than failing the gate."""
-    from fabro_git.engine import control
     from fabro_git.engine.gates import question_from_record
     from fabro_git.engine.interviewer import ask_again, takes
 
     question = None
     # The run lists its open gates first thing to a client that attaches.
-    listing = control.subscribe(source.scratch(run_id), {"op": "attach"})
     with trio.move_on_after(2):
-        async with contextlib.aclosing(listing) as messages:
+        async with contextlib.aclosing(_attach(source.scratch(run_id))) as messages:
             async for message in messages:
                 if message.get("id") == gate_id and isinstance(message.get("question"), dict):
                     question = question_from_record(message["question"])
@@ -383,11 +391,10 @@ async def _gates(
 ) -> None:
     """The run's human gates as they open and close, one SSE message each, while it
     lives (the control socket's `attach` stream, as `git fabro attach` reads it)."""
-    from fabro_git.engine import control
 
     scratch = source.scratch(run_id)
     while await trio.to_thread.run_sync(source.live, run_id):
-        async with contextlib.aclosing(control.subscribe(scratch, {"op": "attach"})) as messages:
+        async with contextlib.aclosing(_attach(scratch)) as messages:
             async for message in messages:
                 if "question" in message or "closed" in message:
                     data = json.dumps(message, ensure_ascii=False)
