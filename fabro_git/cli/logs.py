@@ -1,9 +1,9 @@
-"""`git fabro logs`: a run's events, from the meta ref's segments plus the live tail.
+"""`git fabro logs`: a run's events, as the run reader gives them.
 
-The segments are the durable log; the tail in the scratch dir adds whatever happened
-since the last snapshot. Either may be missing (a clone has no tail; a brand-new run has
-one segment), and the two never repeat an event: the tail is read after the last event
-a snapshot holds.
+The reader (`fabro_git.engine.reader`) gives the meta ref's segments, then what the
+live tail in the scratch dir holds beyond them, each event once; `-f` follows the
+tail with the reader's one follow loop until the run ends. This module decides what is
+printed and how: the JSON lines as recorded, or `--pretty`'s one line per event.
 """
 
 from __future__ import annotations

@@ -103,9 +103,11 @@ def test_follow_prints_a_live_run_as_it_goes_and_ends_with_it(repo: Path, tmp_pa
         go.touch()
         rest, errors = follower.communicate(timeout=120)
     finally:
+        go.touch()  # the run ends whatever happened here
         if follower.poll() is None:
             follower.kill()
             follower.wait()
+        run_fabro("wait", run_id, cwd=repo)
     assert follower.returncode == 0, errors
     printed = (seen + rest).decode().splitlines()
     logs = _lines("logs", run_id, cwd=repo)

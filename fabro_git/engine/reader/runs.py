@@ -37,6 +37,7 @@ class RunSummary(msgspec.Struct):
     tokens: tuple[int, int] = (0, 0)
     # Read from the manifest only when asked (`list_runs(labels=True)`).
     labels: dict[str, str] = {}
+    updated: str = ""  # when its last snapshot was written
 
     def to_json(self) -> dict[str, Any]:
         """The record `ps --json` prints (without its labels)."""
@@ -113,6 +114,7 @@ def run_summary(repo: GitRepo, run_id: str, meta_sha: str | None = None) -> RunS
         meta_sha,
         summary.cost,
         summary.tokens,
+        updated=summary.updated,
     )
 
 
