@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from fabro_git.errors import FabroError
 from fabro_git.web.feeds import Feeds, all_runs_stream, run_stream
 from fabro_git.web.source import RepositoryRuns
 
@@ -317,7 +318,14 @@ def build(
         Route("/api/runs/{run_id}/gates", gates),
         Route("/api/runs/{run_id}/{action}", act, methods=["POST"]),
     ]
-    return Guard(Starlette(routes=routes), token, port), start
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        # A run git cannot read, or Graphviz missing: said as the commands say it.
+        assert isinstance(exc, FabroError)
+        return JSONResponse({"error": exc.message, "hint": exc.hint}, status_code=500)
+
+    app = Starlette(routes=routes, exception_handlers={FabroError: refused})
+    return Guard(app, token, port), start
 
 
 def _json(value: Any) -> Response:

@@ -11,7 +11,9 @@ the feed to grow. A finished run is read once per request and needs no feed.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, cast
 
 import trio
 
@@ -53,8 +55,9 @@ class Feed:
             cursor = await trio.to_thread.run_sync(self.source.cursor, self.run_id)
             self._add(await trio.to_thread.run_sync(cursor.read))
             self.loaded.set()
-            async for batch in cursor.follow_async(interval=POLL_SECONDS):
-                self._add(batch)
+            async with _closing(cursor.follow_async(interval=POLL_SECONDS)) as batches:
+                async for batch in batches:
+                    self._add(batch)
         finally:
             self.ended = True
             self.loaded.set()
@@ -139,7 +142,14 @@ async def all_runs_stream(source: RepositoryRuns, last_id: str | None, send: Sen
     from fabro_git.engine.reader import follow_all_async
 
     new_runs = await trio.to_thread.run_sync(source.new_runs)
-    async for batch in follow_all_async([], new_runs=new_runs, interval=ALL_RUNS_POLL_SECONDS):
-        wanted = events_after(batch, last_id)
-        if wanted:
-            await send(b"".join(message(event) for event in wanted))
+    following = follow_all_async([], new_runs=new_runs, interval=ALL_RUNS_POLL_SECONDS)
+    async with _closing(following) as batches:
+        async for batch in batches:
+            wanted = events_after(batch, last_id)
+            if wanted:
+                await send(b"".join(message(event) for event in wanted))
+
+
+def _closing(batches: AsyncIterator[list[RunEvent]]) -> Any:
+    """The reader's follower, closed when the stream is left (a client hung up)."""
+    return contextlib.aclosing(cast("AsyncGenerator[list[RunEvent], None]", batches))
