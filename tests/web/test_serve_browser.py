@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from helpers import run_events, run_fabro, write_workflow
+from llm_server import LlmServer, Reply, ToolUse
 
 from web.serving import Server, start_server, start_waiting_run
 
@@ -175,28 +176,42 @@ def test_a_gate_is_answered_by_clicking_and_the_run_goes_on(
 HOSTILE = '<script>window.pwned=1</script><img src=x onerror="window.pwned=2"> & done'
 
 
-def test_hostile_run_output_is_shown_as_text(repo: Path, server: Server, tab: Page) -> None:
+def test_a_hostile_reply_and_output_are_shown_as_text(
+    repo: Path, llm_server: LlmServer, server: Server, tab: Page
+) -> None:
+    """A model's reply, a tool call's arguments, a command's output and a node's label
+    all holding markup: the page shows the characters, and nothing of it runs."""
     script = json.dumps(f"printf '%s\\n' '{HOSTILE}'")
     label = json.dumps(HOSTILE)
     write_workflow(
         repo,
         "digraph Hostile {\n"
         "  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
-        f"  say [shape=parallelogram, label={label}, script={script}]\n"
-        "  start -> say -> exit\n}\n",
+        f'  ask [shape=box, label={label}, model="sonnet", prompt="Say it"]\n'
+        f"  say [shape=parallelogram, script={script}]\n"
+        "  start -> ask -> say -> exit\n}\n",
         "hostile.fabro",
+    )
+    llm_server.script(
+        Reply(text="Looking.", tool_calls=(ToolUse("read_file", {"path": HOSTILE}, id="t1"),)),
+        Reply(text=HOSTILE),
     )
     done = run_fabro("run", "hostile.fabro", cwd=repo)
     assert done.returncode == 0, done.stderr
     run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]
     page = tab.open_run(run_id)
-    page.wait_for_selector('#timeline li[data-stage="say@1"] button').click()
-    output = page.locator("#stage-body pre.output").first
+    page.locator('#timeline li[data-stage="ask@1"] button').click()
+    reply = page.locator('#stage[data-stage="ask@1"] pre.reply')
+    reply.wait_for()
+    assert reply.inner_text() == HOSTILE  # the characters, not markup
+    transcript = page.locator("#stage-body .transcript").inner_text()
+    assert "read_file" in transcript and json.dumps(HOSTILE)[1:-1] in transcript
+    page.locator('#timeline li[data-stage="say@1"] button').click()
+    output = page.locator('#stage[data-stage="say@1"] pre.output').first
     output.wait_for()
-    assert output.inner_text().strip() == HOSTILE  # the characters, not markup
-    assert HOSTILE in page.locator('#timeline li[data-stage="say@1"]').inner_text()
-    page.wait_for_selector('#graph g.node[data-node="say"]', state="attached")
-    assert HOSTILE in page.locator('#graph g.node[data-node="say"]').text_content()
+    assert output.inner_text().strip() == HOSTILE
+    assert HOSTILE in page.locator('#timeline li[data-stage="ask@1"]').inner_text()
+    assert HOSTILE in page.locator('#graph g.node[data-node="ask"]').text_content()
     page.wait_for_selector('#events tbody tr[data-event="run.completed"]')
     assert page.evaluate("window.pwned") is None
     assert page.locator("main img, main script").count() == 0

@@ -45,23 +45,36 @@ async function refreshRun() {
 }
 const refreshSoon = debounce(refreshRun, 100);
 
+// Stages are updated in place, keyed by stage id, so a click never meets a list being
+// rebuilt under it.
 function renderTimeline() {
   const list = document.getElementById("timeline");
   const stages = run.stages || [];
   const longest = Math.max(1, ...stages.map((s) => s.duration_ms || 0));
-  list.replaceChildren(...stages.map((stage) => {
-    const bar = el("span", { class: "bar status-" + stage.status });
+  const existing = new Map(Array.from(list.children).map((item) => [item.dataset.stage, item]));
+  stages.forEach((stage, index) => {
+    let item = existing.get(stage.stage_id);
+    existing.delete(stage.stage_id);
+    if (!item) {
+      item = el("li", { "data-stage": stage.stage_id },
+        el("button", { class: "link" }, stage.label), " ",
+        el("span", { class: "badge" }), " ",
+        el("span", { class: "muted duration" }), " ",
+        el("span", { class: "muted cost" }),
+        el("span", { class: "bar" }));
+      item.querySelector("button").addEventListener("click", () => showStage(stage.stage_id));
+    }
+    item.setAttribute("data-status", stage.status);
+    item.querySelector(".badge").replaceChildren(statusBadge(stage.status));
+    item.querySelector(".duration").textContent = formatMs(stage.duration_ms);
+    item.querySelector(".cost").textContent = stage.cost ? formatCost(stage.cost) : "";
+    const bar = item.querySelector(".bar");
+    bar.className = "bar status-" + String(stage.status).replace(/[^a-z_]/g, "");
     bar.style.setProperty("--share", Math.max(2, Math.round(100 * (stage.duration_ms || 0) / longest)) + "%");
-    const item = el("li", { "data-stage": stage.stage_id, "data-status": stage.status },
-      el("button", { class: "link" }, stage.label),
-      " ", statusBadge(stage.status),
-      " ", el("span", { class: "muted" }, formatMs(stage.duration_ms)),
-      stage.cost ? el("span", { class: "muted" }, " " + formatCost(stage.cost)) : null,
-      bar);
-    if (stage.stage_id === selectedStage) item.classList.add("selected");
-    item.querySelector("button").addEventListener("click", () => showStage(stage.stage_id));
-    return item;
-  }));
+    item.classList.toggle("selected", stage.stage_id === selectedStage);
+    if (list.children[index] !== item) list.insertBefore(item, list.children[index] || null);
+  });
+  for (const gone of existing.values()) gone.remove();
 }
 
 async function loadGraph() {
@@ -172,14 +185,18 @@ function artifactsBlock(items) {
       " ", el("span", { class: "muted" }, item.kind + ", " + item.bytes + " bytes")))));
 }
 
+let stageAsks = 0;
+
 async function showStage(stageId) {
   selectedStage = stageId;
+  const asked = ++stageAsks;
   let stage;
   try {
     stage = await fetchJson(api + "/stages/" + encodeURIComponent(stageId));
   } catch (error) {
     return;
   }
+  if (asked !== stageAsks) return; // a later look (another stage, or newer) is on its way
   const panel = document.getElementById("stage");
   panel.hidden = false;
   panel.setAttribute("data-stage", stage.stage_id);
