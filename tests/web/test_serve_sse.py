@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import run_events, run_fabro
+from helpers import git, run_events, run_fabro
 
 from web.serving import Server, get_json, request, start_server, start_waiting_run
 
@@ -203,3 +203,17 @@ def test_the_pages_buttons_act_through_the_control_socket(repo: Path, server: Se
     assert "run.steer" in names and "run.interrupt" in names
     status, reply = post("steer", {"text": "too late"})
     assert status == 409 and "not running" in str(reply["error"])
+
+
+def test_a_run_git_cannot_read_is_an_error_that_says_what_to_do(repo: Path, server: Server) -> None:
+    run_id = "01M8T2GVS8K98Q03J92RPJR39A"
+    git(repo, "update-ref", f"refs/fabro/meta/{run_id}", "HEAD")  # not a snapshot
+    (row,) = get_json(server, "/api/runs")  # listed as the reader lists it
+    assert row["run_id"] == run_id and row["status"] == "unknown"
+    for path in (f"/api/runs/{run_id}", f"/api/runs/{run_id}/graph.svg"):
+        response = request(server, path)
+        assert response.status == 500, path
+        said = json.loads(response.buffer)
+        assert said["error"].startswith(f"run {run_id}: the metadata snapshot")
+        assert "git show" in said["hint"]
+    # (the server's stderr holds no traceback: `stop` checks it)
