@@ -123,14 +123,14 @@ class CommandSink(_Reporting):
     def handle(self, env: Envelope, line: bytes) -> None:
         if self.failed:
             return
-        if self._broken is not None:
-            self.fail(self._broken)
-            return
         if self.process is None:
             if not self._start():
                 return
         elif (code := self.process.poll()) is not None:
             self.fail(f"it exited with code {code} before the run ended")
+            return
+        if self._broken is not None:
+            self.fail(self._broken)
             return
         self._lines.put(_line(line))
 
@@ -170,10 +170,7 @@ class CommandSink(_Reporting):
                 stdin.write(data)
                 stdin.flush()
         except (OSError, ValueError) as exc:
-            code = self.process.poll() if self.process is not None else None
-            self._broken = (
-                f"it exited with code {code}" if code is not None else f"writing to it: {exc}"
-            )
+            self._broken = f"writing to it: {exc}"
         finally:
             with contextlib.suppress(OSError):
                 stdin.close()
@@ -205,9 +202,12 @@ def attach(
     emit: Callable[[Any], object],
     host_dir: Path,
     scratch: Path,
+    warn: Callable[[str], object] | None = None,
 ) -> None:
     """Add the sinks the run's configuration (its manifest's `settings`) names to
-    `bus`. Nothing is opened or started before the first event reaches a sink."""
+    `bus`. Nothing is opened or started before the first event reaches a sink. `warn`
+    also tells the terminal of a failure, while the run's renderer is not attached yet
+    (the first events of a new run)."""
     config = settings.get("config") or {}
     sinks_config = ((config.get("events") or {}) if isinstance(config, dict) else {}).get(
         "sinks"
@@ -218,6 +218,8 @@ def attach(
 
     def notice(message: str) -> None:
         emit(ev.RunNotice(level="warn", code=NOTICE_CODE, message=message))
+        if warn is not None:
+            warn(bus.redactor.mask_text(message))
 
     def environment() -> dict[str, str]:
         from fabro_git.engine import process_groups

@@ -221,7 +221,9 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
 
     bus = EventBus(run_id, [TailFileSink(scratch / "events.jsonl")])
     emit = make_emitter(bus)
-    attach_event_sinks(bus, manifest.settings, emit=emit, host_dir=repo.root, scratch=scratch)
+    attach_event_sinks(
+        bus, manifest.settings, emit=emit, host_dir=repo.root, scratch=scratch, warn=warn
+    )
     emit(
         ev.RunCreated(
             settings=manifest.settings,

@@ -66,7 +66,13 @@ def test_a_failing_sink_is_a_notice_and_the_run_goes_on(repo: Path, tmp_path: Pa
         '[[run.events.sinks]]\ntype = "command"\ncommand = ["/no/such/program"]\n'
         f'[[run.events.sinks]]\ntype = "file"\npath = "{tmp_path}"\n'
     )
-    run_id = _run_with(repo, tmp_path / "run.toml", sinks)
+    config = tmp_path / "run.toml"
+    config.write_text(f'[workflow]\ngraph = "{repo / "wf.fabro"}"\n{sinks}')
+    proc = run_fabro("run", str(config), "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    # Told at the terminal too, though the failure comes before the run's display.
+    assert "warning: event sink 1 (command /no/such/program) failed" in proc.stderr
+    run_id = json.loads(proc.stdout.strip().splitlines()[-1])["run_id"]
     events = [json.loads(line) for line in _logs(repo, run_id).splitlines()]
     notices = [
         e["properties"]["message"]

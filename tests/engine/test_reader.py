@@ -35,6 +35,12 @@ def test_a_finished_run_read_back(repo: Path) -> None:
     assert [s.label for s in run.stages()] == ["start@1", "greet@1", "show@1", "exit@1"]
     greet = run.stage("greet")
     assert greet.status == "succeeded" and greet.files_touched == ["hello.txt"]
+    record = greet.to_json()
+    assert (record["stage"], record["status"], record["files_touched"]) == (
+        "greet@1",
+        "succeeded",
+        ["hello.txt"],
+    )
     show = run.stage("show@1")
     assert run.stage_file(show, "stdout.log") == b"Hello from git fabro!\n" + (
         b"This file was written by a workflow stage.\n2 lines\n"

@@ -69,6 +69,21 @@ class Stage(msgspec.Struct, frozen=True):
         usage = self.record.get("usage")
         return usage if isinstance(usage, dict) else {}
 
+    def to_json(self) -> dict[str, Any]:
+        """The stage as a JSON object (for `--json` output and the web view)."""
+        return {
+            "stage": self.label,
+            "node": self.name,
+            "visit": self.visit,
+            "status": self.status,
+            "error": self.record.get("error"),
+            "started_at": self.record.get("started_at"),
+            "duration_ms": self.duration_ms,
+            "attempt": self.record.get("attempt"),
+            "files_touched": self.files_touched,
+            "usage": self.usage,
+        }
+
     @property
     def slug(self) -> str:
         """Its directory as one path component, as artifacts and assets name it."""
