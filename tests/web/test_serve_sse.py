@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import git, run_events, run_fabro
+from helpers import git, run_events, run_fabro, write_workflow
 
 from web.serving import Server, get_json, request, start_server, start_waiting_run
 
@@ -217,3 +217,28 @@ def test_a_run_git_cannot_read_is_an_error_that_says_what_to_do(repo: Path, serv
         assert said["error"].startswith(f"run {run_id}: the metadata snapshot")
         assert "git show" in said["hint"]
     # (the server's stderr holds no traceback: `stop` checks it)
+
+
+def test_a_stages_artifacts_are_listed_and_downloaded(repo: Path, server: Server) -> None:
+    write_workflow(
+        repo,
+        "digraph Big {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  first [shape=parallelogram, script="seq 1 30000 > numbers.txt; seq 1 30000"]\n'
+        "  start -> first -> exit\n}\n",
+    )
+    done = run_fabro("run", "wf.fabro", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    (row,) = get_json(server, "/api/runs")
+    run_id = row["run_id"]
+    stage = get_json(server, f"/api/runs/{run_id}/stages/first@1")
+    assert stage["status"] == "succeeded" and stage["files_touched"] == ["numbers.txt"]
+    assert stage["diff"].startswith("diff --git a/numbers.txt b/numbers.txt")
+    assert stage["command_output"].startswith("1\n2\n3\n")
+    (listed,) = stage["artifacts"]  # the output, offloaded as a value
+    assert listed["path"] == "first/values/command.output.json"
+    got = request(server, f"/api/runs/{run_id}/artifacts/{listed['path']}")
+    assert got.status == 200
+    assert got.headers["content-disposition"].startswith("attachment;")
+    assert json.loads(got.buffer) == "".join(f"{n}\n" for n in range(1, 30_001))
+    for path in ("first/values/nope.json", "../../../etc/passwd", "%2e%2e/manifest.json"):
+        assert request(server, f"/api/runs/{run_id}/artifacts/{path}").status == 404, path
