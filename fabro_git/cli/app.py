@@ -412,6 +412,45 @@ def logs(
 
 
 @command()
+def events(
+    runs: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="Runs (ids, prefixes or workflow names); every run when none is given.",
+            show_default=False,
+            metavar="RUN...",
+        ),
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "-f",
+            "--follow",
+            help="Keep printing events until the runs end (or, of every run, ever).",
+        ),
+    ] = False,
+    filters: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            help="event=NAME (a glob: 'agent.*') or node=ID; repeatable: any value of a key, every key.",
+            metavar="KEY=VALUE",
+        ),
+    ] = None,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since", help="Only events newer than this (30s, 10m, 2h, 1d).", metavar="DURATION"
+        ),
+    ] = None,
+) -> None:
+    """Print the events of runs (or of every run) as JSON lines, as logs does."""
+    from fabro_git.cli import events as impl
+
+    raise typer.Exit(impl.run(runs or [], follow=follow, filters=filters or [], since=since))
+
+
+@command()
 def inspect(
     run_id: RunArg,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -524,6 +563,28 @@ def attach(
     from fabro_git.cli import attach as impl
 
     raise typer.Exit(impl.run(run_id, output=_output_mode(quiet, verbose)))
+
+
+@command()
+def serve(
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Address to listen on; other than loopback, anyone who can reach it and has the token can act on runs.",
+        ),
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", help="Port to listen on (0 picks a free one).", metavar="N")
+    ] = 8765,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the page in the default browser.")
+    ] = False,
+) -> None:
+    """Watch and steer this repository's runs in a browser, live."""
+    from fabro_git.cli import serve as impl
+
+    raise typer.Exit(impl.run(host=host, port=port, open_browser=open_browser))
 
 
 @command()

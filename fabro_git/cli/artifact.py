@@ -16,86 +16,14 @@ wins, as in the context.
 from __future__ import annotations
 
 import json
-import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from fabro_git.engine.reader import Artifact, RunReader
 from fabro_git.errors import ConfigError
 
-_RETRY_RE = re.compile(r"retry_(\d+)\Z")
-
-
-@dataclass(frozen=True)
-class Item:
-    kind: str  # "asset" or "value"
-    stage: str  # NODE@VISIT, with the parent's id for a child workflow's stage
-    node: str
-    slug: str
-    retry: int | None  # the attempt, for an asset
-    name: str  # the path in the worktree (asset) or `<key>.json` (value)
-    meta_path: str  # where the bytes are on the metadata ref
-    size: int
-
-    @property
-    def tree_path(self) -> str:
-        if self.kind == "asset":
-            return f"{self.slug}/retry_{self.retry}/{self.name}"
-        return f"{self.slug}/values/{self.name}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "stage": self.stage,
-            "node": self.node,
-            "retry": self.retry,
-            "path": self.tree_path,
-            "name": self.name,
-            "bytes": self.size,
-        }
-
-
-def collect(repo: Any, meta: str) -> list[Item]:
-    """Every asset and offloaded value of the snapshot `meta`, in the order the stages
-    ran (then by retry and path); `manifest.json` files aside."""
-    from fabro_git.cli.show import stages
-    from fabro_git.store import runs as layout
-
-    order: dict[str, tuple[int, str, str]] = {}
-    for index, stage in enumerate(stages(repo, meta)):
-        slug = layout.node_slug(stage.path.removeprefix(f"{layout.NODES_DIR}/"))
-        order[slug] = (index, stage.label, stage.name)
-    items: list[Item] = []
-    for relpath, size in repo.list_files(meta, layout.ASSETS_DIR):
-        slug, _, rest = relpath.partition("/")
-        retry_dir, _, name = rest.partition("/")
-        match = _RETRY_RE.match(retry_dir)
-        if not match or not name or name == "manifest.json":
-            continue
-        items.append(
-            _item(order, "asset", slug, int(match.group(1)), name, f"assets/{relpath}", size)
-        )
-    for relpath, size in repo.list_files(meta, layout.ARTIFACTS_DIR):
-        slug, _, name = relpath.partition("/")
-        if not name or "/" in name:
-            continue  # a key's current value: the same bytes as a stage visit's file
-        items.append(_item(order, "value", slug, None, name, f"artifacts/{relpath}", size))
-    items.sort(key=lambda i: (order.get(i.slug, (len(order), "", ""))[0], i.retry or 0, i.name))
-    return items
-
-
-def _item(
-    order: dict[str, tuple[int, str, str]],
-    kind: str,
-    slug: str,
-    retry: int | None,
-    name: str,
-    meta_path: str,
-    size: int,
-) -> Item:
-    _, stage, node = order.get(slug, (0, slug, slug))
-    return Item(kind, stage, node, slug, retry, name, meta_path, size)
+# The reader's names for what this command lists.
+Item = Artifact
 
 
 def select(items: list[Item], node: str | None, retry: int | None) -> list[Item]:
@@ -119,23 +47,19 @@ def human_size(size: int) -> str:
     return f"{size} B"
 
 
-def _open(run_id: str) -> tuple[Any, str, str]:
+def _open(run_id: str) -> RunReader:
     from fabro_git.cli._runs import resolve_run
-    from fabro_git.engine.session import load_run
+    from fabro_git.engine.reader import open_run
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
-    full_id = resolve_run(repo, run_id)
-    _manifest, _cp, meta, _source = load_run(repo, full_id)
-    return repo, full_id, meta
+    return open_run(repo, resolve_run(repo, run_id))
 
 
-def _check_node(items: list[Item], node: str | None, repo: Any, meta: str) -> None:
+def _check_node(items: list[Item], node: str | None, reader: RunReader) -> None:
     if node is None:
         return
-    from fabro_git.cli.show import stages
-
-    found = stages(repo, meta)
+    found = reader.stages()
     if any(node in (s.name, s.label) for s in found) or any(node == i.slug for i in items):
         return
     known = ", ".join(dict.fromkeys(s.label for s in found)) or "none"
@@ -143,9 +67,10 @@ def _check_node(items: list[Item], node: str | None, repo: Any, meta: str) -> No
 
 
 def run_list(run_id: str, node: str | None, retry: int | None, json_output: bool) -> int:
-    repo, full_id, meta = _open(run_id)
-    everything = collect(repo, meta)
-    _check_node(everything, node, repo, meta)
+    reader = _open(run_id)
+    full_id = reader.run_id
+    everything = reader.artifacts()
+    _check_node(everything, node, reader)
     items = select(everything, node, retry)
     out = sys.stdout
     if json_output:
@@ -172,9 +97,7 @@ def run_list(run_id: str, node: str | None, retry: int | None, json_output: bool
     return 0
 
 
-def _write_confined(
-    repo: Any, run_id: str, meta: str, dest: Path, targets: dict[str, Item]
-) -> tuple[int, int]:
+def _write_confined(reader: RunReader, dest: Path, targets: dict[str, Item]) -> tuple[int, int]:
     """Write each target's bytes below `dest`, every path checked first
     (`fabro_git.confine`): tree entry names come from the run's metadata, which may come
     from anywhere, and `dest` may be a checkout whose symlinks lead out of it."""
@@ -185,22 +108,23 @@ def _write_confined(
         for target in targets:
             checked_parts(target)
         for target, item in targets.items():
-            data = repo.read_file(meta, item.meta_path)
+            data = reader.read_artifact(item)
             if data is None:
                 continue
             write_confined(dest, target, data)
             written += 1
             total += len(data)
     except UnsafeEntry as err:
-        raise err.for_run(run_id) from None
+        raise err.for_run(reader.run_id) from None
     return written, total
 
 
 def run_cp(source: str, dest: Path, node: str | None, retry: int | None, tree: bool) -> int:
     run_id, _, wanted = source.partition(":")
-    repo, full_id, meta = _open(run_id)
-    everything = collect(repo, meta)
-    _check_node(everything, node, repo, meta)
+    reader = _open(run_id)
+    full_id = reader.run_id
+    everything = reader.artifacts()
+    _check_node(everything, node, reader)
     items = select(everything, node, retry)
     wanted = wanted.strip("/")
     if wanted:
@@ -222,9 +146,9 @@ def run_cp(source: str, dest: Path, node: str | None, retry: int | None, tree: b
         for slug, attempt in sorted({(i.slug, i.retry) for i in items if i.retry is not None}):
             manifest = f"{slug}/retry_{attempt}/manifest.json"
             meta_path = f"assets/{manifest}"
-            if repo.read_file(meta, meta_path) is not None:
+            if reader.read_file(meta_path) is not None:
                 targets[manifest] = Item("asset", "", "", slug, attempt, "", meta_path, 0)
-    written, total = _write_confined(repo, full_id, meta, dest, targets)
+    written, total = _write_confined(reader, dest, targets)
     sys.stdout.write(
         f"copied {written} file{'s' if written != 1 else ''} ({human_size(total)}) to {dest}\n"
     )

@@ -8,7 +8,6 @@ given, here or at its own terminal. A run that has ended prints its result inste
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any
 import trio
 
 from fabro_git.engine.interviewer import Question, ask_again, takes
+from fabro_git.engine.reader import RunEvent
 
 EXIT_BY_STATUS = {"succeeded": 0, "partially_succeeded": 0, "failed": 1, "interrupted": 130}
 
@@ -86,71 +86,33 @@ class _RunEvents:
     it opens the gate)."""
 
     def __init__(self, repo: Any, run_id: str, output: str) -> None:
-        from fabro_git.cli._runs import tail_path
+        from fabro_git.engine.reader import EventCursor
         from fabro_git.events.render import ProgressRenderer
 
-        self.repo = repo
-        self.run_id = run_id
         self.renderer = ProgressRenderer(stream=sys.stderr, output=output)
-        self.tail = tail_path(repo, run_id)
-        self.offset = 0
-        self.pending = b""
+        self.cursor = EventCursor(repo, run_id)
 
     def catch_up(self) -> bool:
-        """Draw what the tail holds beyond what was drawn; whether there was any."""
-        if not self.tail.exists():
-            return False
-        with self.tail.open("rb") as fh:
-            fh.seek(self.offset)
-            chunk = fh.read()
-        if not chunk:
-            return False
-        self.offset += len(chunk)
-        complete, _, self.pending = (self.pending + chunk).rpartition(b"\n")
-        _render(self.renderer, complete)
-        return True
+        """Draw what the run recorded beyond what was drawn; whether there was any."""
+        batch = self.cursor.read()
+        _render(self.renderer, batch)
+        return bool(batch)
 
     async def follow(self) -> None:
         """Render the run's events until it ends and its last lines are drawn."""
-        from fabro_git.cli.logs import durable_events
-        from fabro_git.engine.lock import is_live
-        from fabro_git.events.bus import last_event_id, tail_after
-        from fabro_git.store import runs as runrefs
-
-        meta = self.repo.read_ref(runrefs.meta_ref(self.run_id))
-        durable = durable_events(self.repo, meta) if meta else b""
-        backlog = durable
-        if self.tail.exists():
-            data = self.tail.read_bytes()
-            self.offset = len(data)
-            backlog += tail_after(data, last_event_id(durable))
-        _render(self.renderer, backlog)
-        idle_checks = 0
-        git_dir = Path(self.repo.git_dir)
         try:
-            while True:
-                if self.catch_up():
-                    idle_checks = 0
-                    continue
-                if not is_live(git_dir, self.run_id):
-                    idle_checks += 1
-                    if idle_checks >= 3:  # let the final lines land before stopping
-                        return
-                await trio.sleep(0.1)
+            async for batch in self.cursor.follow_async(interval=0.1):
+                _render(self.renderer, batch)
         finally:
             self.renderer.close()
 
 
-def _render(renderer: Any, data: bytes) -> None:
+def _render(renderer: Any, events: list[RunEvent]) -> None:
     from fabro_git.events.render import _QUIET_PREFIXES
 
-    for line in data.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and not str(event.get("event", "")).startswith(_QUIET_PREFIXES):
-            renderer.handle_dict(event)
+    for event in events:
+        if not event.name.startswith(_QUIET_PREFIXES):
+            renderer.handle_dict(event.envelope)
 
 
 class _Gates:

@@ -25,15 +25,11 @@ STREAM_AT = 1_000_000
 
 
 def run(run_arg: str, output: Path) -> int:
-    from fabro_git.cli._runs import effective_status, objects_of, resolve_run, tail_path
-    from fabro_git.cli._timeline import timeline
-    from fabro_git.cli.logs import durable_events
+    from fabro_git.cli._runs import objects_of, resolve_run
     from fabro_git.confine import UnsafeEntry, checked_parts, write_confined
     from fabro_git.engine.checkpoint import encode, read_checkpoint
-    from fabro_git.engine.lock import is_live
-    from fabro_git.engine.session import load_run
+    from fabro_git.engine.reader import open_run
     from fabro_git.errors import ConfigError
-    from fabro_git.events.bus import last_event_id, tail_after
     from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
@@ -46,7 +42,8 @@ def run(run_arg: str, output: Path) -> int:
     repo = GitRepo.discover(Path.cwd())
     run_id = resolve_run(repo, run_arg)
     with objects_of(run_id):
-        manifest, cp, meta, _source = load_run(repo, run_id)
+        reader = open_run(repo, run_id)
+        manifest, cp, meta = reader.manifest, reader.checkpoint, reader.meta_sha
         files: dict[str, bytes] = {}
         # Files over STREAM_AT (a command's whole output) are copied from git to the dump
         # as a stream, never held in memory.
@@ -63,16 +60,12 @@ def run(run_arg: str, output: Path) -> int:
         import msgspec
 
         doc: dict[str, Any] = msgspec.to_builtins(manifest)
-        live = is_live(Path(repo.git_dir), run_id)
-        doc["status"] = effective_status(cp.status, live, superseded=bool(manifest.superseded_by))
+        doc["status"] = reader.status
         doc["meta_sha"] = meta
         files["run.json"] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
-        durable = durable_events(repo, meta)
-        tail = tail_path(repo, run_id)
         # As `logs` shows them: the live tail's events that no snapshot holds yet come last.
-        extra = tail_after(tail.read_bytes(), last_event_id(durable)) if tail.exists() else b""
-        files["events.jsonl"] = durable + extra
-        entries = timeline(repo, run_id, base_sha=manifest.base_sha)
+        files["events.jsonl"] = reader.recorded_events()
+        entries = reader.timeline()
         width = max(3, len(str(len(entries))))
         for entry in entries:
             # Complete, as resume reads it (git holds most stage checkpoints as deltas).

@@ -16,17 +16,17 @@ if TYPE_CHECKING:
 def run(run_id: str, *, json_output: bool) -> int:
     from fabro_git.cli._runs import effective_status, format_ms, resolve_run
     from fabro_git.config.locations import run_scratch_dir
-    from fabro_git.engine.lock import is_live
-    from fabro_git.engine.session import load_run
+    from fabro_git.engine.reader import open_run
     from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
-    manifest, cp, meta, _source = load_run(repo, full_id)
-    live = is_live(Path(repo.git_dir), full_id)
+    reader = open_run(repo, full_id)
+    manifest, cp, meta = reader.manifest, reader.checkpoint, reader.meta_sha
+    live = reader.live
     status = effective_status(cp.status, live, superseded=bool(manifest.superseded_by))
-    run_tip = repo.read_ref(runrefs.run_branch_ref(full_id))
+    run_tip = reader.run_tip
     if run_tip is not None:
         from fabro_git.engine.session import missing_object_error
         from fabro_git.errors import MissingObject
@@ -121,8 +121,7 @@ def _tokens_line(tokens: TokenTotals) -> str:
 def show_retro(run_id: str, *, json_output: bool) -> int:
     """`inspect --retro`: the retro the run's end wrote to its meta ref."""
     from fabro_git.cli._runs import effective_status, resolve_run
-    from fabro_git.engine.lock import is_live
-    from fabro_git.engine.session import load_run
+    from fabro_git.engine.reader import open_run
     from fabro_git.errors import FabroError
     from fabro_git.outputs import retro
     from fabro_git.store import runs as runrefs
@@ -130,10 +129,11 @@ def show_retro(run_id: str, *, json_output: bool) -> int:
 
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
-    manifest, cp, meta, _source = load_run(repo, full_id)
-    data = repo.read_file(meta, runrefs.RETRO)
+    reader = open_run(repo, full_id)
+    manifest, cp, meta = reader.manifest, reader.checkpoint, reader.meta_sha
+    data = reader.read_file(runrefs.RETRO)
     if data is None:
-        status = effective_status(cp.status, is_live(Path(repo.git_dir), full_id))
+        status = effective_status(cp.status, reader.live)
         if manifest.settings.get("retro") is False:
             why = "it ran with --no-retro"
         elif status == "running":

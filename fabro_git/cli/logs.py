@@ -1,49 +1,19 @@
-"""`git fabro logs`: a run's events, from the meta ref's segments plus the live tail.
+"""`git fabro logs`: a run's events, as the run reader gives them.
 
-The segments are the durable log; the tail in the scratch dir adds whatever happened
-since the last snapshot. Either may be missing (a clone has no tail; a brand-new run has
-one segment), and the two never repeat an event: the tail is read after the last event
-a snapshot holds.
+The reader (`fabro_git.engine.reader`) gives the meta ref's segments, then what the
+live tail in the scratch dir holds beyond them, each event once; `-f` follows the
+tail with the reader's one follow loop until the run ends. This module decides what is
+printed and how: the JSON lines as recorded, or `--pretty`'s one line per event.
 """
 
 from __future__ import annotations
 
 import sys
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from fabro_git.cli._runs import tail_path
-
-
-def durable_events(repo: Any, meta_sha: str) -> bytes:
-    """Every event the snapshot holds, in order (sharded and old flat layouts alike)."""
-    from fabro_git.store import runs as runrefs
-
-    return runrefs.read_events(repo, meta_sha)
-
-
-def recorded_events(repo: Any, run_id: str) -> tuple[bytes, bytes, int]:
-    """(the meta ref's events, the live tail's events after them, the tail's length):
-    everything the run has recorded so far, each event once."""
-    from fabro_git.errors import StoreError
-    from fabro_git.events.bus import last_event_id, tail_after
-    from fabro_git.store import runs as runrefs
-
-    meta = repo.read_ref(runrefs.meta_ref(run_id))
-    try:
-        durable = durable_events(repo, meta) if meta else b""
-    except StoreError as exc:
-        from fabro_git.engine.session import unreadable_meta
-
-        raise unreadable_meta(run_id, meta or "", exc) from exc
-    live_tail = tail_path(repo, run_id)
-    if not live_tail.exists():
-        return durable, b"", 0
-    data = live_tail.read_bytes()
-    return durable, tail_after(data, last_event_id(durable)), len(data)
-
+from fabro_git.engine.reader import RunEvent
 
 # Events that record how the run was kept, not what it did: `--pretty` shows them only
 # with -v. The JSON output always has every event.
@@ -71,20 +41,9 @@ class Filter:
         return self.since_ts is None or str(event.get("ts", "")) >= self.since_ts
 
 
-def _select(data: bytes, keep: Filter) -> list[tuple[bytes, dict[str, Any]]]:
-    import json
-
-    out = []
-    for line in data.splitlines():
-        if not line.strip():
-            continue
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if keep.keep(event):
-            out.append((line, event))
-    return out
+def _select(events: Sequence[RunEvent], keep: Filter) -> list[tuple[str, dict[str, Any]]]:
+    """The events to print, each with its line as printed and its envelope."""
+    return [(event.json_text, event.envelope) for event in events if keep.keep(event.envelope)]
 
 
 # Streamed fragments of one reply, one reasoning or one tool's output: `--pretty` folds
@@ -131,12 +90,9 @@ class DeltaFold:
         return out
 
 
-def _emit(
-    selected: list[tuple[bytes, dict[str, Any]]], keep: Filter, *, final: bool = True
-) -> None:
+def _emit(selected: list[tuple[str, dict[str, Any]]], keep: Filter, *, final: bool = True) -> None:
     from fabro_git.cli import _colour as colour
     from fabro_git.events.render import format_pretty
-    from fabro_git.terminal import json_printable
 
     out = sys.stdout
     pretty = keep.pretty
@@ -145,7 +101,7 @@ def _emit(
         events = [e for _line, event in selected for e in keep.fold.feed(event)]
         if final:
             events += keep.fold.flush()
-        selected = [(b"", event) for event in events]
+        selected = [("", event) for event in events]
     for line, event in selected:
         if pretty:
             text = format_pretty(event, keep.sessions.of(event))
@@ -155,7 +111,7 @@ def _emit(
                 style = "red"
             out.write(colour.paint(text, style, on) + "\n")
         else:
-            out.write(json_printable(line.decode("utf-8", "replace")) + "\n")
+            out.write(line + "\n")
     out.flush()
 
 
@@ -181,7 +137,7 @@ def run(
     since: str | None = None,
 ) -> int:
     from fabro_git.cli._runs import resolve_run
-    from fabro_git.engine.lock import is_live
+    from fabro_git.engine.reader import EventCursor
     from fabro_git.store.repo import GitRepo
 
     keep = Filter(pretty=pretty, verbose=verbose, since_ts=since_timestamp(since))
@@ -191,31 +147,12 @@ def run(
         raise ConfigError(f"-n/--tail expects a number of events, not {tail}")
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
-    durable, extra, offset = recorded_events(repo, full_id)
-    live_tail = tail_path(repo, full_id)
-    selected = _select(durable, keep) + _select(extra, keep)
+    cursor = EventCursor(repo, full_id)
+    selected = _select(cursor.read(), keep)
     _emit(selected[-tail:] if tail else [] if tail == 0 else selected, keep)
     if not follow:
         return 0
-    git_dir = Path(repo.git_dir)
-    pending = b""
-    idle_checks = 0
-    while True:
-        if live_tail.exists():
-            with live_tail.open("rb") as fh:
-                fh.seek(offset)
-                chunk = fh.read()
-            if chunk:
-                offset += len(chunk)
-                pending += chunk
-                complete, _, pending = pending.rpartition(b"\n")
-                if complete:
-                    _emit(_select(complete + b"\n", keep), keep, final=False)
-                idle_checks = 0
-                continue
-        if not is_live(git_dir, full_id):
-            idle_checks += 1
-            if idle_checks >= 3:  # let the final lines land before stopping
-                _emit([], keep)
-                return 0
-        time.sleep(0.2)
+    for batch in cursor.follow():
+        _emit(_select(batch, keep), keep, final=False)
+    _emit([], keep)  # the folds still open
+    return 0

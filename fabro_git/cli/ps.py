@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from fabro_git.cli import _colour as colour
-from fabro_git.cli._runs import RunRow, all_rows, format_ms, format_tokens, run_labels
+from fabro_git.cli._runs import RunRow, all_rows, format_ms, format_tokens
 
 FILTER_KEYS = ("status", "workflow", "label")
 
@@ -60,9 +60,9 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
     repo = GitRepo.discover(Path.cwd())
     rows = []
     labels: dict[str, dict[str, str]] = {}
-    for row in all_rows(repo):
-        labels[row.run_id] = run_labels(repo, row.meta_sha)
-        if matches(row, wanted, labels[row.run_id]):
+    for row in all_rows(repo, labels=True):
+        labels[row.run_id] = row.labels
+        if matches(row, wanted, row.labels):
             rows.append(row)
     out = sys.stdout
     if json_output:

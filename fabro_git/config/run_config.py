@@ -190,6 +190,22 @@ class GitConfig(_Table):
     push_remote: str | None = None
 
 
+class EventSinkConfig(_Table):
+    """One `[[run.events.sinks]]`: where every event of the run goes as a JSON line, as
+    it is emitted (`fabro_git.engine.event_sinks`). `type = "file"` appends to `path`
+    (relative to the file that names it); `type = "command"` starts `command` (an argv
+    list) or `script` (a shell line) and writes the lines to its stdin."""
+
+    type: Literal["file", "command"]
+    path: str | None = None
+    command: list[str] | None = None
+    script: str | None = None
+
+
+class EventsConfig(_Table):
+    sinks: list[EventSinkConfig] = msgspec.field(default_factory=list)
+
+
 class RunSection(_Table):
     goal: str | None = None
     inputs: dict[str, str] = msgspec.field(default_factory=dict)
@@ -200,6 +216,7 @@ class RunSection(_Table):
     checkpoint: CheckpointConfig | None = None
     artifacts: ArtifactsConfig | None = None
     hooks: list[HookConfig] = msgspec.field(default_factory=list)
+    events: EventsConfig | None = None
     git: GitConfig | None = None
     sandbox: SandboxConfig | None = None
     # US dollars the run may spend on models: past it, the run stops at its next
@@ -296,7 +313,25 @@ def parse_layer(text: str, path: Path, name: str, *, run_config: bool) -> Layer:
         relative = checked.workflow.graph if checked.workflow is not None else DEFAULT_GRAPH
         graph = (path.parent / Path(relative).expanduser()).resolve()
         data = {**data, "workflow": {"graph": str(graph)}}
+    if checked.run.events is not None and checked.run.events.sinks:
+        data = _sink_paths_resolved(data, path.parent)
     return Layer(name, path, data)
+
+
+def _sink_paths_resolved(data: dict[str, Any], directory: Path) -> dict[str, Any]:
+    """`data` with each file sink's path made absolute, from the directory of the file
+    that names it (as a run config's graph is), before layers merge."""
+    run = dict(data["run"])
+    events = dict(run["events"])
+    sinks = []
+    for sink in events["sinks"]:
+        if isinstance(sink.get("path"), str):
+            resolved = (directory / Path(sink["path"]).expanduser()).resolve()
+            sink = {**sink, "path": str(resolved)}
+        sinks.append(sink)
+    events["sinks"] = sinks
+    run["events"] = events
+    return {**data, "run": run}
 
 
 def flag_layer(
@@ -346,9 +381,14 @@ def effective_config(layers: list[Layer]) -> EffectiveConfig:
     merged: dict[str, Any] = {}
     for layer in reversed(layers):
         hooks = merge_hooks(_hooks_of(merged), _hooks_of(layer.data))
+        # Every layer's event sinks are used: the user's beside the project's.
+        sinks = _sinks_of(merged) + _sinks_of(layer.data)
         merged = merge_tables(merged, layer.data)
         if hooks:
             merged["run"] = {**merged.get("run", {}), "hooks": hooks}
+        if sinks:
+            run = merged.get("run", {})
+            merged["run"] = {**run, "events": {**run.get("events", {}), "sinks": sinks}}
     try:
         config = msgspec.convert(merged, RunConfig)
     except msgspec.ValidationError as exc:  # each layer passed alone: a merge mismatch
@@ -366,6 +406,13 @@ def _hooks_of(data: dict[str, Any]) -> list[Any]:
     run = data.get("run")
     hooks = run.get("hooks") if isinstance(run, dict) else None
     return list(hooks) if isinstance(hooks, list) else []
+
+
+def _sinks_of(data: dict[str, Any]) -> list[Any]:
+    run = data.get("run")
+    events = run.get("events") if isinstance(run, dict) else None
+    sinks = events.get("sinks") if isinstance(events, dict) else None
+    return list(sinks) if isinstance(sinks, list) else []
 
 
 def merge_hooks(lower: list[Any], higher: list[Any]) -> list[Any]:
@@ -464,6 +511,22 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
                 re.compile(hook.matcher)
             except re.error as exc:
                 fail([*where, "matcher"], f"not a valid regular expression: {exc}")
+    for i, sink in enumerate(run.events.sinks if run.events is not None else []):
+        where = ["run", "events", "sinks", f"[{i}]"]
+        if sink.type == "file" and not sink.path:
+            fail(where, "a file sink needs `path` (the file every event is appended to)")
+        if sink.type == "file" and (sink.command is not None or sink.script is not None):
+            fail(where, "a file sink takes `path` only")
+        if sink.type == "command":
+            if (sink.script is None) == (sink.command is None):
+                fail(
+                    where,
+                    "a command sink needs exactly one of `script` (a shell line) or `command` (an argv list)",
+                )
+            if sink.command is not None and not sink.command:
+                fail([*where, "command"], "expected a non-empty argv list")
+            if sink.path is not None:
+                fail([*where, "path"], "a command sink takes `command` or `script`, not `path`")
     if run.agent is not None:
         for name, server in run.agent.mcps.items():
             _check_mcp_server(name, server, fail)

@@ -3,8 +3,9 @@
 A clone carries `.fabro/project.toml`, and a run reads it. Most of its keys only shape
 the run (model, labels, goal, inputs, checkpoint globs, artifacts, git author), but some
 act on the user's machine with the user's rights: hooks run programs and post events,
-MCP servers are started or called with headers, `cli_command` and prepare steps run
-programs, `push_remote` chooses where the user's run refs go, and `{{ env.NAME }}`,
+event sinks write every event to a file or to a program they start, MCP servers are
+started or called with headers, `cli_command` and prepare steps run programs,
+`push_remote` chooses where the user's run refs go, and `{{ env.NAME }}`,
 `$NAME` headers and `allowed_env_vars` carry the user's environment out. git never
 runs a clone's hooks, and direnv and mise refuse a directory's config until it is
 allowed; git fabro does the same. Those keys act only after `git fabro trust` recorded
@@ -156,6 +157,15 @@ def actions(run: RunSection) -> list[Action]:
                 Action(
                     f"run.prepare.steps[{i}]", f"runs {shown(step.shell())} before the first stage"
                 )
+            )
+    for i, sink in enumerate(run.events.sinks if run.events is not None else []):
+        key = f"run.events.sinks[{i}]"
+        if sink.type == "file":
+            found.append(Action(key, f"appends every event of the run to {shown(sink.path or '')}"))
+        else:
+            program = sink.script if sink.script is not None else " ".join(sink.command or [])
+            found.append(
+                Action(key, f"runs {shown(program)} for the whole run, every event on its stdin")
             )
     if run.sandbox is not None:
         # A literal value acts too: LD_PRELOAD, PATH or GIT_SSH_COMMAND choose what runs.
@@ -462,7 +472,7 @@ def ask_on_terminal(question: str) -> Callable[[str], bool] | None:
 # -- a run's recorded configuration ----------------------------------------------------------
 
 # The keys of a run's recorded `[run]` table whose values act (the rest only shape it).
-_ACTING_KEYS = ("hooks", "agent", "prepare", "git", "sandbox")
+_ACTING_KEYS = ("hooks", "events", "agent", "prepare", "git", "sandbox")
 
 
 class RunConfigActions(msgspec.Struct, frozen=True):

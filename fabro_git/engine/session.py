@@ -37,6 +37,8 @@ from fabro_git.engine.checkpoint import (
 )
 from fabro_git.engine.context import Context
 from fabro_git.engine.emit import Emit
+from fabro_git.engine.event_sinks import attach as attach_event_sinks
+from fabro_git.engine.event_sinks import close as close_event_sinks
 from fabro_git.engine.fixes import Fixes, apply_fixes
 from fabro_git.engine.gates import AttendedRun, GateDesk, SharedInterviewer
 from fabro_git.engine.interviewer import make_interviewer
@@ -219,6 +221,9 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
 
     bus = EventBus(run_id, [TailFileSink(scratch / "events.jsonl")])
     emit = make_emitter(bus)
+    attach_event_sinks(
+        bus, manifest.settings, emit=emit, host_dir=repo.root, scratch=scratch, warn=warn
+    )
     emit(
         ev.RunCreated(
             settings=manifest.settings,
@@ -537,6 +542,7 @@ def execute_run(
             bus.restore_pending(tail_after(tail.read_bytes(), cp.last_event_id))
         bus.add_sink(TailFileSink(tail))
         emit = make_emitter(bus)
+        attach_event_sinks(bus, manifest.settings, emit=emit, host_dir=repo.root, scratch=scratch)
         run_tip = None if manifest.in_place else repo.read_ref(runrefs.run_branch_ref(run_id))
         if (
             not manifest.in_place
@@ -611,6 +617,7 @@ def execute_run(
             fixes,
         )
     finally:
+        close_event_sinks(bus)  # before the kill: a sink's program reads to the end first
         records = process_groups.records_dir(scratch)
         process_groups.kill_recorded(records, grace=2.0)
         process_groups.stop_watcher(records)

@@ -1,0 +1,112 @@
+"""`git fabro serve`: the web view of this repository's runs (`fabro_git.web`).
+
+This module starts it: one listening socket (loopback unless `--host` says otherwise),
+one random token printed in the address, Hypercorn's trio worker until Ctrl-C or
+SIGTERM. The server reads runs through `RepositoryRuns`, for the repository it
+was started in (`web.source`, over the run reader), and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import secrets
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from fabro_git.errors import ConfigError, FabroError
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The server's listening socket, or an error that says what to do."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise ConfigError(f"--host {host}: cannot resolve it ({exc.strerror})") from None
+    family, _type, _proto, _name, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise FabroError(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}",
+            hint="choose another port with --port N (--port 0 picks a free one)",
+        ) from None
+    sock.listen(128)
+    return sock
+
+
+def run(*, host: str, port: int, open_browser: bool) -> int:
+    import trio
+
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port {port}: a port is a number from 0 to 65535")
+    from fabro_git.web.source import RepositoryRuns
+
+    runs = RepositoryRuns(Path.cwd())
+    sock = listen(host, port)
+    bound = sock.getsockname()[1]
+    token = secrets.token_urlsafe(24)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{bound}/?token={token}"
+    if not is_loopback(host):
+        print(
+            f"warning: listening on {host}, not loopback: anyone who can reach this address"
+            " and has the token can read every run here and answer, steer or interrupt"
+            " live ones",
+            file=sys.stderr,
+        )
+    print(f"git fabro serve: {url}", flush=True)
+    print("(Ctrl-C stops the server; runs go on)", file=sys.stderr, flush=True)
+    if open_browser:
+        import threading
+        import webbrowser
+
+        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+    with contextlib.suppress(KeyboardInterrupt):
+        # Hypercorn takes the socket over by its descriptor, and closes it.
+        trio.run(_serve, runs, sock.detach(), token, bound)
+    print("git fabro serve: stopped", file=sys.stderr)
+    return 0
+
+
+async def _serve(runs: Any, fd: int, token: str, port: int) -> None:
+    import signal
+
+    import trio
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    from fabro_git.web.app import build
+
+    config = Config()
+    config.bind = [f"fd://{fd}"]
+    config.accesslog = None
+    config.errorlog = "-"
+    config.loglevel = "WARNING"
+    config.graceful_timeout = 1.0
+    config.keep_alive_timeout = 30
+    app, start = build(runs, token, port)
+
+    async def stopped() -> None:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _signal in signals:
+                return
+
+    async with trio.open_nursery() as nursery:
+        start(nursery)
+        await serve(app, config, shutdown_trigger=stopped)
+        nursery.cancel_scope.cancel()

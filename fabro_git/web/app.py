@@ -1,0 +1,498 @@
+"""The web view's routes, its guard (token, origin, CSP) and its SSE responses.
+
+Pages are static files of this package, picked from a fixed list (no URL path reaches
+the file system); they fetch JSON and events and put run data into the page as text.
+Every request needs the server's token: the URL printed at start holds it once, the
+answer sets it as an HttpOnly, SameSite=Strict cookie and sends the browser on to the
+same page without it. A request that changes something also needs its Origin to be
+this server, and JSON.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import hmac
+import json
+from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
+from importlib import resources
+from pathlib import Path
+from typing import Any, cast
+from urllib.parse import parse_qsl, urlencode
+
+import trio
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from fabro_git.errors import FabroError
+from fabro_git.web.feeds import Feeds, all_runs_stream, run_stream
+from fabro_git.web.source import RepositoryRuns
+
+ASGIApp = Callable[..., Awaitable[None]]
+
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = [
+    (b"content-security-policy", CSP.encode()),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+    (b"cross-origin-opener-policy", b"same-origin"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+]
+# The files the pages are made of: a URL names one of these, never a path.
+STATIC = {
+    "style.css": "text/css; charset=utf-8",
+    "common.js": "text/javascript; charset=utf-8",
+    "runs.js": "text/javascript; charset=utf-8",
+    "run.js": "text/javascript; charset=utf-8",
+}
+PAGES = {"runs": "index.html", "run": "run.html"}
+SAFE_METHODS = {"GET", "HEAD"}
+MAX_BODY = 64 * 1024
+
+
+def cookie_name(port: int) -> str:
+    # Cookies ignore ports: two servers on one host would share one cookie otherwise.
+    return f"fabro_token_{port}"
+
+
+class Guard:
+    """Lets a request through only with the token, and a state-changing one only from
+    this server's own pages; puts the security headers on every answer."""
+
+    def __init__(self, app: ASGIApp, token: str, port: int) -> None:
+        self.app = app
+        self.token = token
+        self.cookie = cookie_name(port)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_secured(message: MutableMapping[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                headers = [
+                    (name, value)
+                    for name, value in message.get("headers", [])
+                    if name.lower() not in {h for h, _ in SECURITY_HEADERS}
+                ]
+                message = {**message, "headers": headers + SECURITY_HEADERS}
+            await send(message)
+
+        request = Request(scope)
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        offered = query.get("token")
+        if offered is not None and self._matches(offered) and request.method in SAFE_METHODS:
+            # The printed URL: keep the token as a cookie and drop it from the address bar
+            # (and from the browser's history).
+            rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
+            location = scope.get("root_path", "") + scope["path"] + (f"?{rest}" if rest else "")
+            response: Response = Response(status_code=303, headers={"location": location})
+            response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
+            await response(scope, receive, send_secured)
+            return
+        if not self._matches(request.cookies.get(self.cookie, "")) and not self._bearer(request):
+            await PlainTextResponse(
+                "forbidden: open the address `git fabro serve` printed (it holds the token)\n",
+                status_code=403,
+            )(scope, receive, send_secured)
+            return
+        if request.method not in SAFE_METHODS and not self._same_origin(request):
+            await PlainTextResponse(
+                "forbidden: a change must come from this server's own page\n", status_code=403
+            )(scope, receive, send_secured)
+            return
+        await self.app(scope, receive, send_secured)
+
+    def _matches(self, offered: str) -> bool:
+        return hmac.compare_digest(offered.encode(), self.token.encode())
+
+    def _bearer(self, request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        return header.startswith("Bearer ") and self._matches(header[len("Bearer ") :])
+
+    def _same_origin(self, request: Request) -> bool:
+        origin = request.headers.get("origin")
+        host = request.headers.get("host")
+        if not origin or not host or origin != f"http://{host}":
+            return False
+        return request.headers.get("content-type", "").split(";")[0].strip() == "application/json"
+
+
+class SseResponse(Response):
+    """A `text/event-stream` answer written by `produce(send)`; it stops when the client
+    hangs up (the producer is cancelled) or when the producer returns."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, produce: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]]):
+        # No Content-Length: the body goes on until the producer is done.
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream; charset=utf-8"),
+            (b"cache-control", b"no-store"),
+            (b"x-accel-buffering", b"no"),
+        ]
+        self.produce = produce
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+
+        async def body(chunk: bytes) -> None:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+
+        async with trio.open_nursery() as nursery:
+
+            async def until_hangup() -> None:
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(until_hangup)
+            try:
+                await self.produce(body)
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            except OSError:
+                pass  # the client went away mid-write
+            nursery.cancel_scope.cancel()
+
+
+def _package_file(name: str) -> bytes:
+    return (resources.files("fabro_git.web") / "static" / name).read_bytes()
+
+
+def build(
+    source: RepositoryRuns, token: str, port: int
+) -> tuple[ASGIApp, Callable[[trio.Nursery], None]]:
+    """The guarded app, and the call that gives it the nursery its run feeds live in
+    (made when the server starts)."""
+    from fabro_git.store.runs import is_run_id
+
+    state: dict[str, Feeds] = {}
+
+    def feeds() -> Feeds:
+        return state["feeds"]
+
+    def start(nursery: trio.Nursery) -> None:
+        state["feeds"] = Feeds(source, nursery)
+
+    async def blocking(fn: Callable[..., Any], *args: Any) -> Any:
+        return await trio.to_thread.run_sync(fn, *args)
+
+    async def known_run(request: Request) -> str | None:
+        run_id = str(request.path_params["run_id"])
+        if not is_run_id(run_id) or not await blocking(source.exists, run_id):
+            return None
+        return run_id
+
+    def no_run() -> Response:
+        return JSONResponse({"error": "no such run in this repository"}, status_code=404)
+
+    def page(name: str) -> Callable[[Request], Awaitable[Response]]:
+        async def endpoint(request: Request) -> Response:
+            data = await blocking(_package_file, PAGES[name])
+            return Response(data, media_type="text/html; charset=utf-8")
+
+        return endpoint
+
+    async def static(request: Request) -> Response:
+        name = str(request.path_params["name"])
+        if name not in STATIC:
+            return PlainTextResponse("not found\n", status_code=404)
+        data = await blocking(_package_file, name)
+        return Response(data, media_type=STATIC[name], headers={"cache-control": "no-cache"})
+
+    async def runs(request: Request) -> Response:
+        return _json(await blocking(source.rows))
+
+    async def run(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        return _json(await blocking(_run_view, source, run_id))
+
+    async def stages(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        return _json((await blocking(_run_view, source, run_id))["stages"])
+
+    async def stage(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        found = await blocking(_stage_view, source, run_id, str(request.path_params["stage_id"]))
+        if found is None:
+            return JSONResponse({"error": "no such stage in this run"}, status_code=404)
+        return _json(found)
+
+    async def artifact(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        found = await blocking(_artifact, source, run_id, str(request.path_params["path"]))
+        if found is None:
+            return JSONResponse({"error": "no such artifact in this run"}, status_code=404)
+        name, data = found
+        # Never shown inline: a captured asset may be HTML or SVG written by anyone.
+        return Response(
+            data,
+            media_type="application/octet-stream",
+            headers={"content-disposition": f'attachment; filename="{name}"'},
+        )
+
+    async def graph(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        svg = await blocking(_graph_svg, source, run_id)
+        return Response(svg, media_type="image/svg+xml")
+
+    async def run_events(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        last_id = request.headers.get("last-event-id") or request.query_params.get("after")
+        return SseResponse(lambda send: run_stream(feeds(), run_id, last_id, send))
+
+    async def every_event(request: Request) -> Response:
+        last_id = request.headers.get("last-event-id") or request.query_params.get("after")
+        return SseResponse(lambda send: all_runs_stream(source, last_id, send))
+
+    async def gates(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        return SseResponse(lambda send: _gates(source, run_id, send))
+
+    async def act(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        body = await request.body()
+        try:
+            payload = json.loads(body) if len(body) <= MAX_BODY else None
+        except ValueError:
+            payload = None
+        if not isinstance(payload, dict):
+            return JSONResponse({"error": "expected a JSON object"}, status_code=400)
+        action = str(request.path_params["action"])
+        message = _control_message(action, payload)
+        if message is None:
+            return JSONResponse({"error": f"cannot {action} with that"}, status_code=400)
+        if not await blocking(source.live, run_id):
+            return JSONResponse({"error": f"run {run_id} is not running here"}, status_code=409)
+        from fabro_git.engine import control
+
+        if message["op"] == "answer":
+            refused = await _unfit_answer(source, run_id, message["id"], message["text"])
+            if refused is not None:
+                return refused
+        reply = await blocking(control.request, source.scratch(run_id), message)
+        if reply is None:
+            return JSONResponse(
+                {"error": f"run {run_id} does not answer on its control socket"}, status_code=503
+            )
+        return _json(reply)
+
+    routes = [
+        Route("/", page("runs")),
+        Route("/runs/{run_id}", page("run")),
+        Route("/static/{name}", static),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
+        Route("/api/runs", runs),
+        Route("/api/events", every_event),
+        Route("/api/runs/{run_id}", run),
+        Route("/api/runs/{run_id}/stages", stages),
+        Route("/api/runs/{run_id}/stages/{stage_id}", stage),
+        Route("/api/runs/{run_id}/graph.svg", graph),
+        Route("/api/runs/{run_id}/artifacts/{path:path}", artifact),
+        Route("/api/runs/{run_id}/events", run_events),
+        Route("/api/runs/{run_id}/gates", gates),
+        Route("/api/runs/{run_id}/{action}", act, methods=["POST"]),
+    ]
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        # A run git cannot read, or Graphviz missing: said as the commands say it.
+        assert isinstance(exc, FabroError)
+        return JSONResponse({"error": exc.message, "hint": exc.hint}, status_code=500)
+
+    app = Starlette(routes=routes, exception_handlers={FabroError: refused})
+    return Guard(app, token, port), start
+
+
+def _json(value: Any) -> Response:
+    return Response(
+        json.dumps(value, ensure_ascii=False).encode("utf-8"),
+        media_type="application/json",
+        headers={"cache-control": "no-store"},
+    )
+
+
+def _actor() -> dict[str, Any]:
+    try:
+        login: str | None = getpass.getuser()
+    except (KeyError, OSError):
+        login = None
+    return {"login": login, "via": "web"}
+
+
+def _control_message(action: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+    """The control request for a button: answer a gate, steer, interrupt."""
+    if action == "answer":
+        gate_id, text = payload.get("id"), payload.get("text")
+        if not isinstance(gate_id, int) or not isinstance(text, str) or not text.strip():
+            return None
+        return {"op": "answer", "id": gate_id, "text": text}
+    if action == "steer":
+        text = payload.get("text")
+        if not isinstance(text, str) or not text.strip():
+            return None
+        return {"op": "steer", "text": text, "actor": _actor()}
+    if action == "interrupt":
+        return {"op": "interrupt", "actor": _actor()}
+    return None
+
+
+def _attach(scratch: Path) -> AsyncGenerator[dict[str, Any], None]:
+    """The run's gates as `attach` hears them (a generator: closed when left early)."""
+    from fabro_git.engine import control
+
+    return cast(
+        "AsyncGenerator[dict[str, Any], None]", control.subscribe(scratch, {"op": "attach"})
+    )
+
+
+async def _unfit_answer(
+    source: RepositoryRuns, run_id: str, gate_id: int, text: str
+) -> Response | None:
+    """Why `text` cannot answer gate `gate_id` (it is not open, or the gate cannot route
+    on it), as the answer to send back; None when it can. The run takes any text, so a
+    typo is caught here, as `attach` catches it, rather than failing the gate."""
+    from fabro_git.engine.gates import question_from_record
+    from fabro_git.engine.interviewer import ask_again, takes
+
+    question = None
+    # The run lists its open gates first thing to a client that attaches.
+    with trio.move_on_after(2):
+        async with contextlib.aclosing(_attach(source.scratch(run_id))) as messages:
+            async for message in messages:
+                if message.get("id") == gate_id and isinstance(message.get("question"), dict):
+                    question = question_from_record(message["question"])
+                    break
+    if question is None:
+        return JSONResponse({"error": "that question is no longer open"}, status_code=409)
+    if not takes(question, text):
+        return JSONResponse({"error": ask_again(question, text).strip()}, status_code=400)
+    return None
+
+
+async def _gates(
+    source: RepositoryRuns, run_id: str, send: Callable[[bytes], Awaitable[None]]
+) -> None:
+    """The run's human gates as they open and close, one SSE message each, while it
+    lives (the control socket's `attach` stream, as `git fabro attach` reads it)."""
+
+    scratch = source.scratch(run_id)
+    while await trio.to_thread.run_sync(source.live, run_id):
+        async with contextlib.aclosing(_attach(scratch)) as messages:
+            async for message in messages:
+                if "question" in message or "closed" in message:
+                    data = json.dumps(message, ensure_ascii=False)
+                    await send(f"data: {data}\n\n".encode())
+        await send(b":\n\n")  # the run is between listeners (starting, or just ended)
+        await trio.sleep(0.2)
+
+
+def _graph_svg(source: RepositoryRuns, run_id: str) -> bytes:
+    """The run's recorded graph, drawn by Graphviz."""
+    from fabro_git.workflow.drawing import graphviz, render_dot
+    from fabro_git.workflow.parser import parse
+
+    return graphviz(render_dot(parse(source.open(run_id).source)), "svg")
+
+
+def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, Any]:
+    """A run as its page shows it: its summary, its stages as its events tell them
+    (the one in flight too) and each node's status and visits."""
+    from fabro_git.web import stages as stage_view
+
+    run = source.open(run_id)
+    envelopes = [event.envelope for event in run.events()]
+    return {
+        **source.summary(run),
+        "stages": stage_view.stage_rows(envelopes),
+        "nodes": stage_view.node_states(envelopes),
+    }
+
+
+def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> dict[str, Any] | None:
+    """One stage: what its events say, and once it is recorded its prompt, reply,
+    command output, diff and artifacts as the run reader reads them."""
+    from fabro_git.engine import reader
+    from fabro_git.errors import ConfigError
+    from fabro_git.web import stages as stage_view
+
+    run = source.open(run_id)
+    events = run.events()
+    found = stage_view.stage_details([event.envelope for event in events], stage_id)
+    if found is None:
+        return None
+    try:
+        recorded: reader.Stage | None = run.stage(stage_id)
+    except ConfigError:
+        recorded = None
+    name, _, visit = stage_id.partition("@")
+    in_flight = reader.Stage("", name, int(visit) if visit.isdigit() else 1, {})
+    found["transcript"] = [
+        {
+            "kind": entry.kind,
+            "depth": entry.depth,
+            "text": entry.text,
+            "tool_name": entry.tool_name,
+            "arguments": entry.arguments,
+            "is_error": entry.is_error,
+        }
+        for entry in reader.transcript(events, recorded or in_flight)
+    ]
+    found["artifacts"] = []
+    if recorded is None:
+        return found
+
+    def text(name: str) -> str | None:
+        data = run.stage_file(recorded, name)
+        return data.decode("utf-8", "replace") if data is not None else None
+
+    found["prompt"] = text("prompt.md") or found["prompt"]
+    found["reply"] = text("response.md") or found["reply"]
+    found["command_output"] = text("stdout.log") or found["command_output"]
+    found["command_stderr"] = text("stderr.log") or found["command_stderr"]
+    found["diff"] = run.stage_diff(recorded) or found["diff"]
+    if recorded.files_touched:
+        found["files_touched"] = recorded.files_touched
+    if recorded.usage:
+        found["usage"] = recorded.usage
+    found["artifacts"] = [
+        item.to_json() for item in reader.stage_artifacts(run.artifacts(), recorded)
+    ]
+    return found
+
+
+def _artifact(source: RepositoryRuns, run_id: str, path: str) -> tuple[str, bytes] | None:
+    """An artifact the run reader lists, by its path in the run's artifact tree."""
+    run = source.open(run_id)
+    for item in run.artifacts():
+        if item.tree_path == path:
+            data = run.read_artifact(item)
+            if data is None:
+                return None
+            shown = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in item.name)
+            return shown[-100:], data
+    return None

@@ -1,0 +1,155 @@
+"""Runs' events as Server-Sent Events: replay what is recorded, then follow the live tail.
+
+Each event is one SSE message whose `id:` is the envelope's id and whose `data:` line is
+exactly the line `git fabro logs` prints for it (the same `json_printable` text), so a
+client that reconnects with `Last-Event-ID` resumes after that event.
+
+A live run is followed once, however many pages watch it: a `Feed` polls the tail and
+keeps the run's events in order, and each stream is an index into them that waits for
+the feed to grow. A finished run is read once per request and needs no feed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Any, cast
+
+import trio
+
+from fabro_git.engine.reader import RunEvent, events_after
+from fabro_git.web.source import RepositoryRuns
+
+# How often a live run's tail is looked at: well under the 100 ms an event may take to
+# reach a page, and cheap (one read of what was appended).
+POLL_SECONDS = 0.03
+# Every run's stream also looks for new runs each time: a little less often.
+ALL_RUNS_POLL_SECONDS = 0.1
+# A comment line sent on a quiet stream, so a client that went away is noticed.
+KEEPALIVE_SECONDS = 15.0
+
+
+def message(event: RunEvent) -> bytes:
+    """One event as an SSE message: `id:` its id, `data:` the line `logs` prints."""
+    event_id = "".join(ch for ch in event.id if ch not in "\r\n\0")  # a forged id may
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}data: {event.json_text}\n\n".encode()
+
+
+class Feed:
+    """A live run's events, growing as the run writes them, until it ends."""
+
+    def __init__(self, source: RepositoryRuns, run_id: str) -> None:
+        self.source = source
+        self.run_id = run_id
+        self.events: list[RunEvent] = []
+        self.messages: list[bytes] = []
+        self.ended = False
+        self.watchers = 0
+        self._grown = trio.Event()
+        self.loaded = trio.Event()
+
+    async def follow(self) -> None:
+        """Load what is recorded, then follow the tail until the run ends."""
+        try:
+            cursor = await trio.to_thread.run_sync(self.source.cursor, self.run_id)
+            self._add(await trio.to_thread.run_sync(cursor.read))
+            self.loaded.set()
+            async with _closing(cursor.follow_async(interval=POLL_SECONDS)) as batches:
+                async for batch in batches:
+                    self._add(batch)
+        finally:
+            self.ended = True
+            self.loaded.set()
+            self._wake()
+
+    def _add(self, events: list[RunEvent]) -> None:
+        if events:
+            self.events.extend(events)
+            self.messages.extend(message(event) for event in events)
+            self._wake()
+
+    def _wake(self) -> None:
+        self._grown.set()
+        self._grown = trio.Event()
+
+    async def wait_grown(self) -> None:
+        await self._grown.wait()
+
+
+class Feeds:
+    """The feeds of the live runs being watched, each followed by one task."""
+
+    def __init__(self, source: RepositoryRuns, nursery: trio.Nursery) -> None:
+        self.source = source
+        self.nursery = nursery
+        self._feeds: dict[str, Feed] = {}
+
+    def watch(self, run_id: str) -> Feed:
+        feed = self._feeds.get(run_id)
+        if feed is None or (feed.ended and feed.watchers == 0):
+            feed = Feed(self.source, run_id)
+            self._feeds[run_id] = feed
+            self.nursery.start_soon(feed.follow)
+        feed.watchers += 1
+        return feed
+
+    def unwatch(self, feed: Feed) -> None:
+        feed.watchers -= 1
+        if feed.ended and feed.watchers == 0 and self._feeds.get(feed.run_id) is feed:
+            del self._feeds[feed.run_id]
+
+
+Send = Callable[[bytes], Awaitable[None]]
+
+
+async def run_stream(feeds: Feeds, run_id: str, last_id: str | None, send: Send) -> None:
+    """Send one run's events after `last_id`, following while it lives."""
+    source = feeds.source
+    if not await trio.to_thread.run_sync(source.live, run_id):
+        events = await trio.to_thread.run_sync(source.events, run_id, last_id)
+        for start in range(0, len(events), 200):
+            await send(b"".join(message(event) for event in events[start : start + 200]))
+        return
+    feed = feeds.watch(run_id)
+    try:
+        await feed.loaded.wait()
+        start = len(feed.events) - len(events_after(feed.events, last_id))
+        await _follow(feed, start, send)
+    finally:
+        feeds.unwatch(feed)
+
+
+async def _follow(feed: Feed, index: int, send: Send) -> None:
+    while True:
+        if index < len(feed.messages):
+            batch = feed.messages[index:]
+            index += len(batch)
+            await send(b"".join(batch))
+            continue
+        if feed.ended:
+            return
+        with trio.move_on_after(KEEPALIVE_SECONDS) as waited:
+            await feed.wait_grown()
+        if waited.cancelled_caught:
+            await send(b":\n\n")
+
+
+async def all_runs_stream(source: RepositoryRuns, last_id: str | None, send: Send) -> None:
+    """Send every run's events: each run's recorded events, then the live runs' new ones
+    as they come, and those of runs that start later. Never returns by itself. `last_id`
+    resumes after that event (ids are ordered by time across runs too)."""
+    from fabro_git.engine.reader import follow_all_async
+
+    new_runs = await trio.to_thread.run_sync(source.new_runs)
+    following = follow_all_async([], new_runs=new_runs, interval=ALL_RUNS_POLL_SECONDS)
+    async with _closing(following) as batches:
+        async for batch in batches:
+            wanted = events_after(batch, last_id)
+            if wanted:
+                await send(b"".join(message(event) for event in wanted))
+
+
+def _closing(batches: AsyncIterator[list[RunEvent]]) -> Any:
+    """The reader's follower, closed when the stream is left (a client hung up)."""
+    return contextlib.aclosing(cast("AsyncGenerator[list[RunEvent], None]", batches))

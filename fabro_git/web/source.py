@@ -1,0 +1,74 @@
+"""The runs of the repository the server was started in, read through the run reader.
+
+`RepositoryRuns` is the web view's one door to the repository: every run, stage, event
+and artifact a page shows is read here, by the engine's run reader, and a URL only ever
+names a run id, a stage or an artifact the reader lists, never a path. Every method
+blocks on git, so the app calls them on worker threads; each call opens the repository
+afresh, so threads share no git object.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fabro_git.engine import reader
+from fabro_git.store.repo import GitRepo
+
+
+class RepositoryRuns:
+    def __init__(self, start: Path) -> None:
+        self.start = start
+        self.git_dir = Path(GitRepo.discover(start).git_dir)
+
+    def repo(self) -> GitRepo:
+        return GitRepo.discover(self.start)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every run, newest first, as `git fabro ps --json` shows it, with `live`."""
+        return [
+            {**row.to_json(), "labels": row.labels, "live": row.live}
+            for row in reader.list_runs(self.repo(), labels=True)
+        ]
+
+    def exists(self, run_id: str) -> bool:
+        """Whether `run_id` (a whole id, its shape already checked) is a run here."""
+        from fabro_git.store import runs as layout
+
+        return self.repo().read_ref(layout.meta_ref(run_id)) is not None
+
+    def open(self, run_id: str) -> reader.RunReader:
+        return reader.open_run(self.repo(), run_id)
+
+    def summary(self, run: reader.RunReader) -> dict[str, Any]:
+        """The run's row, with its goal, branches, labels and error."""
+        row = run.summary()
+        return {
+            **row.to_json(),
+            "live": row.live,
+            "labels": row.labels,
+            "goal": run.manifest.goal,
+            "base_branch": run.manifest.base_branch,
+            "run_branch": run.manifest.run_branch,
+            "error": run.checkpoint.error,
+        }
+
+    def events(self, run_id: str, after: str | None = None) -> list[reader.RunEvent]:
+        return reader.read_events(self.repo(), run_id, after=after)
+
+    def cursor(self, run_id: str, after: str | None = None) -> reader.EventCursor:
+        return reader.EventCursor(self.repo(), run_id, after=after)
+
+    def new_runs(self) -> reader.NewRuns:
+        return reader.NewRuns(self.repo())
+
+    def live(self, run_id: str) -> bool:
+        from fabro_git.engine.lock import is_live
+
+        return is_live(self.git_dir, run_id)
+
+    def scratch(self, run_id: str) -> Path:
+        """The run's scratch dir, where its control socket lives."""
+        from fabro_git.config.locations import run_scratch_dir
+
+        return run_scratch_dir(self.git_dir, run_id)

@@ -1,0 +1,156 @@
+"""A run's stages as its events tell them, for a page that follows the run live.
+
+The run reader reads the stages a run has recorded; a page also needs the one in flight,
+and its status the moment it changes. Every stage execution has a `stage_id`
+(`<node>@<serial>`); its events say when it ran, how it ended, what it was asked and
+answered, what its command printed and which files it touched (the checkpoint after it
+carries the diff). The stage view adds the reader's files once the stage is recorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# How a stage ends, by event.
+_ENDS = {"stage.completed", "stage.failed"}
+
+
+def _props(event: dict[str, Any]) -> dict[str, Any]:
+    props = event.get("properties")
+    return props if isinstance(props, dict) else {}
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+class _Stage:
+    def __init__(self, stage_id: str, event: dict[str, Any]) -> None:
+        props = _props(event)
+        self.stage_id = stage_id
+        self.node_id = str(event.get("node_id") or "")
+        self.label = str(event.get("node_label") or self.node_id)
+        self.handler_type = str(props.get("handler_type") or "")
+        self.attempt = props.get("attempt")
+        self.started = str(event.get("ts") or "")
+        self.status = "running"
+        self.duration_ms: object = None
+        self.error: str | None = None
+        self.files_touched: list[str] = []
+        self.prompt: str | None = None
+        self.reply: str | None = None
+        self.command_output: str | None = None
+        self.command_stderr: str | None = None
+        self.diff: str | None = None
+        self.commit: str | None = None
+        self.input_tokens = 0
+        self.output_tokens = 0
+        self.cost = 0.0
+
+    def take(self, event: dict[str, Any]) -> None:
+        name = str(event.get("event") or "")
+        props = _props(event)
+        if name == "stage.started":
+            self.status = "running"
+            self.attempt = props.get("attempt", self.attempt)
+        elif name in _ENDS:
+            self.status = str(props.get("status") or ("failed" if name == "stage.failed" else ""))
+            self.duration_ms = props.get("duration_ms")
+            if name == "stage.failed":
+                self.error = str(props.get("error") or "")
+            touched = props.get("files_touched")
+            if isinstance(touched, list):
+                self.files_touched = [str(path) for path in touched]
+            updates = props.get("context_updates")
+            if isinstance(updates, dict):
+                if "command.output" in updates:
+                    self.command_output = str(updates["command.output"])
+                if "command.stderr" in updates:
+                    self.command_stderr = str(updates["command.stderr"])
+        elif name == "stage.prompt":
+            self.prompt = str(props.get("text") or "")
+        elif name == "agent.message":
+            self.reply = str(props.get("text") or "")
+            usage = props.get("usage")
+            if isinstance(usage, dict):
+                self.input_tokens += int(_number(usage.get("input_tokens")))
+                self.output_tokens += int(_number(usage.get("output_tokens")))
+                self.cost += _number(usage.get("cost") or props.get("cost"))
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "stage_id": self.stage_id,
+            "node_id": self.node_id,
+            "label": self.label,
+            "handler_type": self.handler_type,
+            "attempt": self.attempt,
+            "status": self.status,
+            "started": self.started,
+            "duration_ms": self.duration_ms,
+            "error": self.error,
+            "files_touched": self.files_touched,
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
+            "cost": round(self.cost, 6) if self.cost else None,
+        }
+
+    def details(self) -> dict[str, Any]:
+        return {
+            **self.row(),
+            "prompt": self.prompt,
+            "reply": self.reply,
+            "command_output": self.command_output,
+            "command_stderr": self.command_stderr,
+            "commit": self.commit,
+            "diff": self.diff,
+        }
+
+
+def _stages(events: list[dict[str, Any]]) -> list[_Stage]:
+    stages: dict[str, _Stage] = {}
+    last_of_node: dict[str, _Stage] = {}
+    for event in events:
+        name = str(event.get("event") or "")
+        stage_id = event.get("stage_id")
+        if name == "checkpoint.completed":
+            # The checkpoint after a stage carries no stage id: it belongs to the node's
+            # latest stage.
+            stage = last_of_node.get(str(event.get("node_id") or ""))
+            if stage is not None:
+                props = _props(event)
+                stage.commit = str(props.get("git_commit_sha") or "") or None
+                if isinstance(props.get("diff"), str):
+                    stage.diff = props["diff"]
+            continue
+        if not isinstance(stage_id, str) or not stage_id:
+            continue
+        stage = stages.get(stage_id)
+        if stage is None:
+            if name != "stage.started":
+                continue
+            stage = stages[stage_id] = _Stage(stage_id, event)
+            last_of_node[stage.node_id] = stage
+        stage.take(event)
+    return list(stages.values())
+
+
+def stage_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The run's stages in the order they started."""
+    return [stage.row() for stage in _stages(events)]
+
+
+def stage_details(events: list[dict[str, Any]], stage_id: str) -> dict[str, Any] | None:
+    """One stage with its prompt, reply, transcript, command output and diff."""
+    for stage in _stages(events):
+        if stage.stage_id == stage_id:
+            return stage.details()
+    return None
+
+
+def node_states(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per node: the status of its latest stage and how many times it ran."""
+    out: dict[str, dict[str, Any]] = {}
+    for stage in _stages(events):
+        state = out.setdefault(stage.node_id, {"status": stage.status, "visits": 0})
+        state["status"] = stage.status
+        state["visits"] += 1
+    return out

@@ -1,0 +1,71 @@
+// The runs page: `git fabro ps` as a table, with filters, refreshed while it is open.
+"use strict";
+
+let allRuns = [];
+
+function matches(run) {
+  const status = document.getElementById("filter-status").value;
+  const workflow = document.getElementById("filter-workflow").value;
+  const label = document.getElementById("filter-label").value.trim();
+  if (status && run.status !== status) return false;
+  if (workflow && run.workflow !== workflow) return false;
+  if (label) {
+    const [key, ...rest] = label.split("=");
+    const value = rest.join("=");
+    const labels = run.labels || {};
+    if (!(key in labels)) return false;
+    if (rest.length && labels[key] !== value) return false;
+  }
+  return true;
+}
+
+function fillChoices(id, values) {
+  const select = document.getElementById(id);
+  const chosen = select.value;
+  const known = new Set(Array.from(select.options).map((o) => o.value));
+  for (const value of values) {
+    if (!known.has(value)) select.append(el("option", { value }, value.replace(/_/g, " ")));
+  }
+  select.value = chosen;
+}
+
+function render() {
+  fillChoices("filter-status", [...new Set(allRuns.map((r) => r.status))].sort());
+  fillChoices("filter-workflow", [...new Set(allRuns.map((r) => r.workflow))].sort());
+  const body = document.querySelector("#runs tbody");
+  const shown = allRuns.filter(matches);
+  body.replaceChildren(...shown.map((run) => {
+    const usage = run.usage || {};
+    const labels = Object.entries(run.labels || {}).map(([k, v]) => k + "=" + v).join(" ");
+    return el("tr", { "data-run": run.run_id },
+      el("td", {}, el("a", { href: "/runs/" + encodeURIComponent(run.run_id), class: "mono" }, run.run_id)),
+      el("td", {}, run.workflow),
+      el("td", {}, statusBadge(run.status)),
+      el("td", {}, run.current_node || ""),
+      el("td", {}, formatTime(run.started)),
+      el("td", {}, formatMs(run.duration_ms)),
+      el("td", {}, formatCost(run.total_cost)),
+      el("td", {}, formatTokens(usage.input_tokens) + " / " + formatTokens(usage.output_tokens)),
+      el("td", {}, labels));
+  }));
+  document.getElementById("run-count").textContent =
+    shown.length + " of " + allRuns.length + " runs";
+}
+
+async function refresh() {
+  const problem = document.getElementById("problem");
+  try {
+    allRuns = await fetchJson("/api/runs");
+    problem.hidden = true;
+    render();
+  } catch (error) {
+    problem.textContent = "cannot read the runs: " + error.message;
+    problem.hidden = false;
+  }
+}
+
+for (const id of ["filter-status", "filter-workflow", "filter-label"]) {
+  document.getElementById(id).addEventListener("input", render);
+}
+refresh();
+setInterval(refresh, 2000);

@@ -1,0 +1,78 @@
+"""The run reader (`fabro_git.engine.reader`) in process, over a run made by the real
+command: what it reads is what the commands print, and following works from trio."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import trio
+from helpers import run_fabro
+
+from fabro_git.engine import reader
+from fabro_git.store.repo import GitRepo
+
+
+def _hello(repo: Path) -> str:
+    proc = run_fabro("run", "hello", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])["run_id"]
+
+
+def test_a_finished_run_read_back(repo: Path) -> None:
+    run_id = _hello(repo)
+    logs = run_fabro("logs", run_id, cwd=repo).stdout.splitlines()
+    git = GitRepo.discover(repo)
+    assert reader.resolve_run(git, run_id[:10]) == run_id
+    notes: list[str] = []
+    assert reader.resolve_run(git, "hello", note=notes.append) == run_id
+    assert notes == [f"hello is a workflow: using its latest run, {run_id}"]
+    [summary] = reader.list_runs(git, labels=True)
+    assert (summary.run_id, summary.status, summary.workflow) == (run_id, "succeeded", "hello")
+
+    run = reader.open_run(git, run_id)
+    assert run.status == "succeeded" and not run.live
+    assert [s.label for s in run.stages()] == ["start@1", "greet@1", "show@1", "exit@1"]
+    greet = run.stage("greet")
+    assert greet.status == "succeeded" and greet.files_touched == ["hello.txt"]
+    record = greet.to_json()
+    assert (record["stage"], record["status"], record["files_touched"]) == (
+        "greet@1",
+        "succeeded",
+        ["hello.txt"],
+    )
+    show = run.stage("show@1")
+    assert run.stage_file(show, "stdout.log") == b"Hello from git fabro!\n" + (
+        b"This file was written by a workflow stage.\n2 lines\n"
+    )
+    diff = run.stage_diff(greet)
+    assert diff is not None and "+++ b/hello.txt" in diff and "+Hello from git fabro!" in diff
+    assert run.stage_diff(show) is None  # it changed no file
+    assert run.transcript(greet) == []  # no agent
+    assert [entry.label for entry in run.timeline()] == [s.label for s in run.stages()]
+
+    events = run.events()
+    assert [event.json_text for event in events] == logs
+    middle = events[10]
+    assert run.events(after=middle.id) == events[11:]
+    assert run.events(after="00000000-0000-7000-8000-000000000000") == events
+    assert run.events(after="ffffffff-ffff-7fff-bfff-ffffffffffff") == []
+
+
+def test_following_a_finished_run_from_trio_gives_its_events_and_ends(repo: Path) -> None:
+    run_id = _hello(repo)
+    git = GitRepo.discover(repo)
+    expected = reader.read_events(git, run_id)
+
+    async def follow() -> list[reader.RunEvent]:
+        got: list[reader.RunEvent] = []
+        cursor = reader.EventCursor(git, run_id, after=expected[4].id)
+        async for batch in cursor.follow_async(interval=0.01):
+            got += batch
+        return got
+
+    assert trio.run(follow) == expected[5:]
+    # Blocking, several runs at once (here one, named twice), and it ends too.
+    cursors = [reader.EventCursor(git, run_id), reader.EventCursor(git, run_id)]
+    batches = list(reader.follow_all(cursors, interval=0.01))
+    assert [event for batch in batches for event in batch] == expected + expected

@@ -1,0 +1,244 @@
+"""`git fabro serve`'s streams and guard, spoken to as plain HTTP (no browser).
+
+Each SSE message carries one envelope: `data:` exactly the line `git fabro logs` prints
+and `id:` its id; a finished run replays and ends, a live one replays then follows to
+its end; `Last-Event-ID` resumes after that event; a client that hangs up mid-stream
+costs the others nothing. Without the token everything is 403; a change needs this
+server's Origin.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers import git, run_events, run_fabro, write_workflow
+
+from web.serving import Server, get_json, request, start_server, start_waiting_run
+
+
+@pytest.fixture
+def server(repo: Path) -> Iterator[Server]:
+    running = start_server(repo)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def _logs(run_id: str, repo: Path) -> list[str]:
+    proc = run_fabro("logs", run_id, cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.splitlines()
+
+
+def _events(body: bytes) -> list[dict[str, str]]:
+    """The SSE messages of a whole body."""
+    out = []
+    for block in body.decode("utf-8").split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":")
+        )
+        if fields:
+            out.append(fields)
+    return out
+
+
+def test_a_finished_runs_stream_is_what_logs_prints_then_ends(repo: Path, server: Server) -> None:
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    (row,) = get_json(server, "/api/runs")
+    run_id = row["run_id"]
+    assert row["status"] == "succeeded" and row["live"] is False
+
+    response = request(server, f"/api/runs/{run_id}/events", stream=True)
+    assert response.status == 200
+    assert response.headers["content-type"].startswith("text/event-stream")
+    messages = list(response.events())  # it ends by itself: the run is over
+    printed = _logs(run_id, repo)
+    assert [m["data"] for m in messages] == printed
+    assert [m["id"] for m in messages] == [json.loads(line)["id"] for line in printed]
+
+    # Resumed after the fifth event: exactly the rest.
+    again = request(
+        server, f"/api/runs/{run_id}/events", headers={"Last-Event-ID": messages[4]["id"]}
+    )
+    assert [m["data"] for m in _events(again.buffer)] == printed[5:]
+
+
+def test_a_live_run_streams_as_it_goes_and_a_client_may_hang_up(repo: Path, server: Server) -> None:
+    run_id, release = start_waiting_run(repo)
+    watcher = request(server, f"/api/runs/{run_id}/events", stream=True)
+    leaver = request(server, f"/api/runs/{run_id}/events", stream=True)
+    # Both see the run reach the stage that waits, while it waits.
+    for client in (watcher, leaver):
+        for message in client.events():
+            event = json.loads(message["data"])
+            if event["event"] == "stage.started" and event.get("node_id") == "hold":
+                break
+    leaver.close()  # gone mid-stream
+    resumed_after = None
+    seen = []
+    release.touch()
+    for message in watcher.events():
+        seen.append(message)
+        if json.loads(message["data"])["event"] == "stage.completed" and resumed_after is None:
+            resumed_after = message["id"]
+    watcher.close()
+    assert json.loads(seen[-1]["data"])["event"] in ("run.completed", "metadata.snapshot.completed")
+    printed = _logs(run_id, repo)
+    assert any(json.loads(line)["event"] == "run.completed" for line in printed)
+
+    # The whole stream, replayed now that the run is over, is what logs prints; and
+    # resuming after an event met while following gives the rest of it.
+    full = request(server, f"/api/runs/{run_id}/events")
+    assert [m["data"] for m in _events(full.buffer)] == printed
+    assert resumed_after is not None
+    rest = request(server, f"/api/runs/{run_id}/events", headers={"Last-Event-ID": resumed_after})
+    ids = [json.loads(line)["id"] for line in printed]
+    assert [m["data"] for m in _events(rest.buffer)] == printed[ids.index(resumed_after) + 1 :]
+    # The server carried on after the client that left.
+    assert get_json(server, f"/api/runs/{run_id}")["status"] == "succeeded"
+
+
+def test_every_runs_events_come_on_one_stream(repo: Path, server: Server) -> None:
+    for _ in range(2):
+        done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+        assert done.returncode == 0, done.stderr
+    runs = get_json(server, "/api/runs")
+    expected = sum(len(_logs(row["run_id"], repo)) for row in runs)
+    stream = request(server, "/api/events", stream=True)
+    got = []
+    while len(got) < expected:
+        message = stream.next_message()
+        assert message is not None
+        got.append(json.loads(message["data"]))
+    stream.close()
+    assert {event["run_id"] for event in got} == {row["run_id"] for row in runs}
+
+
+def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Server) -> None:
+    for path in ("/", "/api/runs", "/api/events", "/static/run.js", "/api/runs/x/events"):
+        response = request(server, path, token=False)
+        assert response.status == 403, path
+        assert b"token" in response.body()
+    wrong = request(server, "/", token=False, headers={"Cookie": f"fabro_token_{server.port}=nope"})
+    assert wrong.status == 403
+
+    # The printed address: a cookie for this server, and the token leaves the URL.
+    entry = request(server, "/?" + server.url.split("?", 1)[1], token=False)
+    assert entry.status == 303 and entry.headers["location"] == "/"
+    cookie = entry.headers["set-cookie"]
+    assert cookie.startswith(f"fabro_token_{server.port}={server.token};")
+    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    page = request(server, "/", token=False, headers={"Cookie": cookie.split(";")[0]})
+    assert page.status == 200
+    csp = page.headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp
+    assert b"<script" in page.body() and b"<script>" not in page.buffer  # no inline script
+
+    # A change with the token but from elsewhere (or from nowhere) is refused.
+    origin = f"http://127.0.0.1:{server.port}"
+    body = b'{"text": "hello"}'
+    json_type = {"Content-Type": "application/json"}
+    for headers in ({**json_type, "Origin": "http://evil.example"}, json_type):
+        refused = request(server, "/api/runs/x/steer", method="POST", headers=headers, body=body)
+        assert refused.status == 403, headers
+    sent = request(
+        server,
+        "/api/runs/x/steer",
+        method="POST",
+        headers={**json_type, "Origin": origin},
+        body=body,
+    )
+    assert sent.status == 404  # let through, and there is no such run
+    # No URL path reaches the file system: a name outside the page's files is unknown.
+    for path in ("/static/..%2Fapp.py", "/static/../__init__.py", "/static/index.html"):
+        assert request(server, path).status == 404, path
+
+
+def test_a_host_other_than_loopback_is_said_out_loud(repo: Path) -> None:
+    running = start_server(repo, "--host", "0.0.0.0")
+    assert get_json(running, "/api/runs") == []
+    running.stop()
+    assert b"warning: listening on 0.0.0.0, not loopback" in running.stderr
+
+
+def test_the_pages_buttons_act_through_the_control_socket(repo: Path, server: Server) -> None:
+    started = run_fabro("run", "human-gate", "-d", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    gates = request(server, f"/api/runs/{run_id}/gates", stream=True)
+    opened = json.loads(gates.next_message()["data"])  # type: ignore[index]
+    assert opened["question"]["text"] == "Publish these notes?"
+    assert "- First draft." in opened["question"]["details"]
+
+    def post(action: str, payload: dict[str, object]) -> tuple[int, dict[str, object]]:
+        response = request(
+            server,
+            f"/api/runs/{run_id}/{action}",
+            method="POST",
+            headers={"Content-Type": "application/json", "Origin": server.base},
+            body=json.dumps(payload).encode(),
+        )
+        return response.status, json.loads(response.buffer)
+
+    status, reply = post("answer", {"id": opened["id"], "text": "maybe"})
+    assert status == 400 and "[A] Approve" in str(reply["error"])  # asked again, not sent
+    status, reply = post("steer", {"text": "keep it short"})
+    assert status == 200 and reply["delivered"] is False  # no agent in flight
+    status, reply = post("answer", {"id": opened["id"], "text": "R"})
+    assert status == 200 and reply["accepted"] is True
+    # Revised, the gate asks again; this time the run is interrupted instead.
+    while "question" not in (again := json.loads(gates.next_message()["data"])):  # type: ignore[index]
+        assert again["closed"] == opened["id"]
+    gates.close()
+    status, reply = post("interrupt", {})
+    assert status == 200 and reply["ok"] is True
+    waited = run_fabro("wait", run_id, cwd=repo)
+    assert waited.returncode == 130, waited.stderr
+    names = [event["event"] for event in run_events(run_id, repo)]
+    assert "run.steer" in names and "run.interrupt" in names
+    status, reply = post("steer", {"text": "too late"})
+    assert status == 409 and "not running" in str(reply["error"])
+
+
+def test_a_run_git_cannot_read_is_an_error_that_says_what_to_do(repo: Path, server: Server) -> None:
+    run_id = "01M8T2GVS8K98Q03J92RPJR39A"
+    git(repo, "update-ref", f"refs/fabro/meta/{run_id}", "HEAD")  # not a snapshot
+    (row,) = get_json(server, "/api/runs")  # listed as the reader lists it
+    assert row["run_id"] == run_id and row["status"] == "unknown"
+    for path in (f"/api/runs/{run_id}", f"/api/runs/{run_id}/graph.svg"):
+        response = request(server, path)
+        assert response.status == 500, path
+        said = json.loads(response.buffer)
+        assert said["error"].startswith(f"run {run_id}: the metadata snapshot")
+        assert "git show" in said["hint"]
+    # (the server's stderr holds no traceback: `stop` checks it)
+
+
+def test_a_stages_artifacts_are_listed_and_downloaded(repo: Path, server: Server) -> None:
+    write_workflow(
+        repo,
+        "digraph Big {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  first [shape=parallelogram, script="seq 1 30000 > numbers.txt; seq 1 30000"]\n'
+        "  start -> first -> exit\n}\n",
+    )
+    done = run_fabro("run", "wf.fabro", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    (row,) = get_json(server, "/api/runs")
+    run_id = row["run_id"]
+    stage = get_json(server, f"/api/runs/{run_id}/stages/first@1")
+    assert stage["status"] == "succeeded" and stage["files_touched"] == ["numbers.txt"]
+    assert stage["diff"].startswith("diff --git a/numbers.txt b/numbers.txt")
+    assert stage["command_output"].startswith("1\n2\n3\n")
+    (listed,) = stage["artifacts"]  # the output, offloaded as a value
+    assert listed["path"] == "first/values/command.output.json"
+    got = request(server, f"/api/runs/{run_id}/artifacts/{listed['path']}")
+    assert got.status == 200
+    assert got.headers["content-disposition"].startswith("attachment;")
+    assert json.loads(got.buffer) == "".join(f"{n}\n" for n in range(1, 30_001))
+    for path in ("first/values/nope.json", "../../../etc/passwd", "%2e%2e/manifest.json"):
+        assert request(server, f"/api/runs/{run_id}/artifacts/{path}").status == 404, path
