@@ -267,7 +267,7 @@ def kill_recorded(
             entry = json.loads(path.read_text())
             orphan = entry.get("orphan")
             mark = entry.get("mark")
-            pgid = int(entry["pgid"]) if mark is None else 0
+            pgid = int(entry["pgid"]) if mark is None and orphan is None else 0
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             if owner is None:
                 forget(path)
