@@ -242,14 +242,8 @@ async def _serve(
                 from mcp.client.stdio import StdioServerParameters, stdio_client
 
                 log = files.enter_context(open(errlog or os.devnull, "a", encoding="utf-8"))
-                from fabro_git.engine.process_groups import helper_environment
-
                 params = StdioServerParameters(
-                    command=spec.argv[0],
-                    args=list(spec.argv[1:]),
-                    # Marked as the run's own: a stage's end leaves it running.
-                    env=dict(spec.env) | helper_environment(),
-                    cwd=cwd,
+                    command=spec.argv[0], args=list(spec.argv[1:]), env=dict(spec.env), cwd=cwd
                 )
                 read, write = await stack.enter_async_context(stdio_client(params, errlog=log))
             else:

@@ -38,7 +38,6 @@ from fabro_git.engine.reaper import (
 __all__ = [
     "alive",
     "forget",
-    "helper_environment",
     "kill_marked",
     "kill_recorded",
     "process_mark",
@@ -265,14 +264,6 @@ def _become_subreaper() -> None:
         # What this process starts itself inherits this (a stage's environment drops it).
         _Subreaper.own_mark = f"own.{secrets.token_hex(8)}"
         os.environ[MARK_VARIABLE] = _Subreaper.own_mark
-
-
-def helper_environment() -> dict[str, str]:
-    """What to add to the environment of a helper this process starts with an
-    environment of its own (an MCP server), so a stage's end does not take it for an
-    orphan of the stage."""
-    own = _Subreaper.own_mark
-    return {} if own is None else {MARK_VARIABLE: own}
 
 
 def _spared() -> set[int]:

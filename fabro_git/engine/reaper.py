@@ -33,7 +33,8 @@ under a new session leaves it. Three nets catch what leaves:
   stage of the run is running, else at the end of the last one. `git fabro`'s own
   children in a session of their own are told apart by a mark of their own
   (`own.<nonce>`, set in its environment, so what git itself leaves, a detached
-  `git gc --auto`, is spared too), and the watcher by its pid. Killing a recorded group
+  `git gc --auto`, is spared too), and the watcher by its pid; an MCP server carries
+  its stage's mark, and is left running at the end of another stage. Killing a recorded group
   kills everything descended from its members too, found before the group is killed.
 - The mark. Each stage's processes carry `FABRO_PROCESS_MARK=<nonce>.<kind>.<n>` in
   their environment (the nonce random per run and process, the kind `stage` or `hook`,
