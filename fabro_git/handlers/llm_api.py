@@ -332,6 +332,9 @@ async def run_agent(
         toolsets=[*mcp_toolsets, *subagents.toolsets()],
         tool_hooks=req.tool_hooks,
         guard_config=req.worktree if req.in_place else None,
+        # Each reply streams to response.md as it arrives, as a prompt stage's does:
+        # the final one is stored from there, never whole in memory.
+        text_file=str(req.stage_dir / "response.md"),
     )
 
     async def timed_out(seconds: float) -> Outcome:
@@ -369,7 +372,7 @@ async def run_agent(
             files_touched=touched,
             usage=spent,
         )
-    value = await recorded_reply(req, result.text)
+    value = await recorded_reply(req, result.text, result.text_file, result.text_chars or 0)
     outcome = await outcome_from_reply(req.node.id, result.text, value, status_file)
     outcome.files_touched = touched
     outcome.usage = spent
