@@ -247,8 +247,9 @@ class _Subreaper:
 # takes away): an adopted process with no mark is only killed when no other runs.
 running_stages: set[str] = set()
 
-# The adopted processes this process killed or recorded (pid: start time), reaped once
-# they are zombies; and the record of each that is recorded.
+# The processes this process killed as adopted (pid: start time), reaped once they are
+# zombies (never one it did not kill: that may be a child a stage still waits for); and
+# the record of each adopted process recorded.
 _adopted_seen: dict[int, int] = {}
 _adopted_records: dict[int, Path] = {}
 
@@ -307,8 +308,7 @@ def sweep_adopted(mark: str | None, *, hooks_too: bool = True) -> list[int]:
             break
         targets += reaper.descendants([p.pid for p in targets], table)
         found = reaper.kill_processes(targets)
-        for process in targets:
-            _adopted_seen[process.pid] = process.start
+        _adopted_seen.update((p.pid, p.start) for p in targets if p.pid in found)
         if not found:
             break
         killed += found
@@ -331,18 +331,17 @@ def record_adopted(directory: Path) -> None:
             continue
         entry = {"orphan": process.pid, "start": process.start, "boot": boot_id()}
         _adopted_records[process.pid] = _write_record(directory, f"orphan-{process.pid}", entry)
-        _adopted_seen[process.pid] = process.start
-    _reap()
 
 
 def _reap() -> None:
-    """Wait for the adopted processes that have died: zombies no one else waits for."""
+    """Wait for the processes killed as adopted that have died (re-parented to this
+    process by then, if their parent was killed too)."""
     me = os.getpid()
     for pid, started in list(_adopted_seen.items()):
         process = read_stat(pid)
-        if process is None or process.start != started or process.ppid != me:
+        if process is None or process.start != started:
             del _adopted_seen[pid]
-        elif process.zombie:
+        elif process.zombie and process.ppid == me:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, os.WNOHANG)
             del _adopted_seen[pid]

@@ -349,6 +349,13 @@ async def run_agent(
     req.on_timeout(timed_out)
     with req.take_steering(session.steer):
         result = await session.run(body, preamble=preamble)
+    if result.text_file is None:
+        # The file holds a turn's raw reply that is not the one stored: gone, so the
+        # scratch dir keeps no unmasked copy of it.
+        import trio
+
+        raw = req.stage_dir / "response.md"
+        await trio.to_thread.run_sync(lambda: raw.unlink(missing_ok=True))
     if result.status in ("failed", "turn_limit"):  # no response.<node>: kept as it is
         req.files["response.md"] = result.text.encode("utf-8", "backslashreplace")
     if thread and result.status in ("completed", "turn_limit"):
