@@ -1,6 +1,7 @@
 """A 250 MB model reply: the run's peak memory, and the reply stored once, next to git.
 
-One `git fabro run` of a prompt stage whose model (the tests' local wire-format server,
+One `git fabro run` of a prompt stage, and one of an agent stage (`--stage` picks one),
+whose model (the tests' local wire-format server,
 speaking the Anthropic Messages API) replies with `--mb` megabytes of text in 64 KB
 deltas, made as they are sent. Started from a wrapper that reports the peak RSS of the
 process tree (`getrusage(RUSAGE_CHILDREN)`: the largest of `git fabro` and its git
@@ -10,7 +11,7 @@ bytes, named by both `nodes/plan/response.md` and the offloaded value
 the same bytes, whose own peak RSS and time are measured the same way in the same run.
 Targets: peak RSS under 200 MB, one blob.
 
-    python benchmarks/huge_reply.py [--mb 250] [--dir /tmp]
+    python benchmarks/huge_reply.py [--mb 250] [--dir /tmp] [--stage prompt|agent|both]
 """
 
 from __future__ import annotations
@@ -35,19 +36,27 @@ UNIT = "streamed-reply-line-0123456789-abcdefghijklmnopqrstuvwxyz-ABCDEFGHIJ\n"
 WORKFLOW = """digraph P {
   start [shape=Mdiamond]
   exit [shape=Msquare]
-  plan [shape=tab, prompt="Write it all", model="claude-sonnet-4-6"]
+  plan [shape=SHAPE, prompt="Write it all", model="claude-sonnet-4-6"]
   start -> plan -> exit
 }
 """
+# The prompt stage's shape, and the agent stage's.
+SHAPES = {"prompt": "tab", "agent": "box"}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mb", type=int, default=250)
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--stage", choices=[*SHAPES, "both"], default="both")
     args = parser.parse_args()
-    text = LongText(UNIT, args.mb * 1_000_000)
-    root = Path(tempfile.mkdtemp(prefix="fabro-huge-reply-", dir=args.dir))
+    for stage in SHAPES if args.stage == "both" else [args.stage]:
+        measure(stage, args.mb, args.dir)
+
+
+def measure(stage: str, mb: int, directory: str | None) -> None:
+    text = LongText(UNIT, mb * 1_000_000)
+    root = Path(tempfile.mkdtemp(prefix="fabro-huge-reply-", dir=directory))
     server = LlmServer().start()
     try:
         env = dict(os.environ)
@@ -55,7 +64,7 @@ def main() -> None:
         env.update(provider_env(server))
         repo = root / "repo"
         git(root, "init", "-q", "-b", "main", str(repo))
-        (repo / "wf.fabro").write_text(WORKFLOW)
+        (repo / "wf.fabro").write_text(WORKFLOW.replace("SHAPE", SHAPES[stage]))
         git(repo, "add", "wf.fabro")
         git(repo, "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-q", "-m", "wf")
 
@@ -85,7 +94,8 @@ def main() -> None:
             ["git", "--git-dir", str(plain), "hash-object", "-w", str(value)], root, env
         )
         once = big == [digest.hexdigest()] and set(named.values()) == set(big)
-        print(f"reply           {args.mb} MB in {text.piece // 1024} KB deltas")
+        print(f"{stage} stage")
+        print(f"reply           {mb} MB in {text.piece // 1024} KB deltas")
         print(
             f"stored          {len(big)} blob(s) of the reply's size or more"
             f" ({'once, the bytes of the reply' if once else 'NOT once'});"

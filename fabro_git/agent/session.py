@@ -79,6 +79,7 @@ from fabro_git.events.catalogue import (
     AgentToolOutputDelta,
     AgentToolStarted,
     AgentTurnLimit,
+    AgentWarning,
 )
 from fabro_git.events.envelope import EventProps
 from fabro_git.llm import catalogue, usage
@@ -86,6 +87,7 @@ from fabro_git.llm.client import RetryPolicy, complete
 from fabro_git.llm.errors import ContextTooLong, LlmError
 from fabro_git.llm.types import (
     DEFAULT_IDLE_TIMEOUT,
+    TEXT_KEPT,
     Message,
     ReasoningEffort,
     Request,
@@ -185,6 +187,10 @@ class AgentResult(msgspec.Struct, frozen=True, kw_only=True):
     # `LlmError.to_dict()` of the failure that ended a failed run.
     error: dict[str, Any] | None = None
     failure_class: str | None = None
+    # A final reply longer than `TEXT_KEPT` characters, streamed to the session's
+    # `text_file`: that file holds it whole (`text_chars` characters), `text` its start.
+    text_file: str | None = None
+    text_chars: int | None = None
 
 
 def profile_of(target: Target) -> Profile:
@@ -262,6 +268,14 @@ class AgentSession:
     a stage that records them to kill after a crash. Each of `toolsets` adds tools for
     the length of a run; a tool set may name a built-in tool's name only to replace it.
     `tool_hooks` may refuse a tool call before it runs and add a note to its result.
+
+    With `text_file`, each model reply streams to that file as it arrives, and only its
+    first `TEXT_KEPT` characters are held (`fabro_git.llm.types.ReplyText`): the final
+    reply, which ends the session and is never sent again, is the file (`AgentResult`'s
+    `text_file`), stored as it is. A longer reply that comes with tool calls, and must
+    be sent again with the next call, is cut to its first `TEXT_KEPT` characters in the
+    conversation, with an `agent.warning` (`reply_cut`): a model's own context bounds a
+    real one, so only a broken or hostile endpoint sends one, and memory stays bounded.
     """
 
     def __init__(
@@ -289,8 +303,10 @@ class AgentSession:
         toolsets: Sequence[ToolSet] = (),
         tool_hooks: ToolHooks | None = None,
         guard_config: Path | None = None,
+        text_file: str | None = None,
     ) -> None:
         self.worktree = Path(worktree)
+        self.text_file = text_file
         # An in-place run's checkout, whose `.fabro/` no tool may change.
         self.guard_config = guard_config
         self.target = target
@@ -341,6 +357,8 @@ class AgentSession:
         self._cost: float | None = None
         self._turns = 0
         self._text = ""
+        self._text_file: str | None = None
+        self._text_chars: int | None = None
         self._status: Status = "cancelled"
         self._error: LlmError | None = None
         self._stopped: str | None = None  # why the session could not start
@@ -363,6 +381,7 @@ class AgentSession:
         """
         self._status, self._stopped = "cancelled", None
         self._usage, self._cost, self._turns, self._text, self._error = Usage(), None, 0, "", None
+        self._text_file = self._text_chars = None
         self._emit(AgentSessionStarted(provider=self.target.provider, model=self.target.model))
         try:
             self._emit(
@@ -441,6 +460,8 @@ class AgentSession:
         return AgentResult(
             status=self._status,
             text=self._text,
+            text_file=self._text_file,
+            text_chars=self._text_chars,
             usage=self._usage,
             cost=self._cost,
             files_touched=list(self._context.touched),
@@ -536,12 +557,14 @@ class AgentSession:
                 response = await self._ask(system)
             self._turns += 1
             self.conversation.turns += 1
-            self.conversation.messages.append(response.as_message())
+            # Never the whole of a reply streamed to the file: see the class's docstring.
+            self.conversation.messages.append(response.as_message(whole=False))
             self._measured = (
                 response.usage.input_tokens + response.usage.output_tokens,
                 len(self.conversation.messages),
             )
             self._text = response.text
+            self._text_file, self._text_chars = response.text_file, response.text_chars
             self._emit(usage.message_event(response))
             warning = usage.context_warning(response, self.context_window)
             if warning is not None and not self._warned:
@@ -549,6 +572,19 @@ class AgentSession:
                 self._emit(warning)
             if not response.tool_calls:
                 return "completed"
+            if response.text_file is not None:
+                self._text_file = self._text_chars = None
+                self._emit(
+                    AgentWarning(
+                        kind="reply_cut",
+                        message=(
+                            f"the model's reply of {response.length} characters came with "
+                            f"tool calls; the conversation keeps its first {TEXT_KEPT} "
+                            "characters"
+                        ),
+                        details={"characters": response.length, "kept": TEXT_KEPT},
+                    )
+                )
             results = [await self._execute(call) for call in response.tool_calls]
             self.conversation.messages.append(Message.tool(results))
             self._signatures += [_signature(call) for call in response.tool_calls]
@@ -574,6 +610,7 @@ class AgentSession:
             reasoning_effort=self.reasoning_effort,
             timeout=self.request_timeout,
             idle_timeout=self.stream_idle_timeout,
+            text_file=self.text_file,
         )
 
     async def _ask(self, system: str) -> Response:

@@ -28,6 +28,10 @@ def entry() -> None:
     """
     import os
 
+    from fabro_git.engine import reaper
+
+    # This process may adopt what its stages leave behind (`fabro_git.engine.reaper`).
+    reaper.allow_subreaper()
     code = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):

@@ -4,8 +4,10 @@ A stage command runs as the leader of its own process group (and session), recor
 the run's scratch dir while it may be alive, and killed when the run ends, when a
 resumed run starts, and by the run's watcher process the moment `git fabro` dies
 (`fabro_git.engine.reaper` tells how, and how a recycled pid is never mistaken for a
-recorded group), and how what leaves its group is still found: by the mark each
-stage's processes carry in their environment (`process_mark`). On Linux a command is started on the thread trio runs on and waited
+recorded group), and how what leaves its group is still found: by ancestry, `git
+fabro` being the subreaper its stages' orphans are re-parented to (`sweep_adopted`,
+`record_adopted`), and by the mark each stage's processes carry in their environment
+(`process_mark`). On Linux a command is started on the thread trio runs on and waited
 for through a pidfd, without a thread of its own.
 """
 
@@ -25,11 +27,11 @@ import trio
 
 from fabro_git.engine import reaper
 from fabro_git.engine.reaper import (
+    MARK_VARIABLE,
     alive,
     boot_id,
     forget,
     kill_marked,
-    kill_recorded,
     read_stat,
 )
 
@@ -40,9 +42,12 @@ __all__ = [
     "kill_recorded",
     "process_mark",
     "record",
+    "record_adopted",
     "records_dir",
+    "running_stages",
     "start",
     "stop_watcher",
+    "sweep_adopted",
 ]
 
 
@@ -161,6 +166,7 @@ def process_mark(directory: Path, kind: str = "stage") -> str:
     (`hook`), to set as `MARK_VARIABLE` in their environment. The first records this
     process's nonce for the run in `directory`, so the run's end, a resume and the
     watcher find every process carrying it (`fabro_git.engine.reaper`)."""
+    _become_subreaper()
     nonce = _nonces.get(directory)
     if nonce is None:
         import secrets
@@ -226,3 +232,130 @@ def stop_watcher(directory: Path) -> None:
     watcher = _watchers.pop(directory, None)
     if watcher is not None:
         watcher.close()
+
+
+# -- this process as the subreaper of what its stages leave behind ----------------------
+
+
+class _Subreaper:
+    tried = False
+    on = False
+    own_mark: str | None = None  # the mark of this process's own children
+
+
+# The marks of the stages running in this process (`Stage.process_mark` adds, its sweep
+# takes away): an adopted process with no mark is only killed when no other runs.
+running_stages: set[str] = set()
+
+# The processes this process killed as adopted (pid: start time), reaped once they are
+# zombies (never one it did not kill: that may be a child a stage still waits for); and
+# the record of each adopted process recorded.
+_adopted_seen: dict[int, int] = {}
+_adopted_records: dict[int, Path] = {}
+
+
+def _become_subreaper() -> None:
+    if _Subreaper.tried:
+        return
+    _Subreaper.tried = True
+    _Subreaper.on = reaper.become_subreaper()
+    if _Subreaper.on:
+        import secrets
+
+        # What this process starts itself inherits this (a stage's environment drops it).
+        _Subreaper.own_mark = f"own.{secrets.token_hex(8)}"
+        os.environ[MARK_VARIABLE] = _Subreaper.own_mark
+
+
+def _spared() -> set[int]:
+    return {w.process.pid for w in _watchers.values() if w is not None}
+
+
+def _ours(value: str | None) -> bool:
+    """Whether `value` is a mark of this process's, a stage's or hook's of one of its runs."""
+    return value is not None and value.split(".", 1)[0] in _nonces.values()
+
+
+def sweep_adopted(mark: str | None, *, hooks_too: bool = True) -> list[int]:
+    """Kill what was re-parented to this process (see `fabro_git.engine.reaper`), with
+    everything under it: at the end of the stage of `mark`, what carries that mark, and
+    what carries no mark of this run's when no other stage is running; with `mark` None
+    (the run's end), all of it but this process's own helpers (and, unless `hooks_too`,
+    what carries a hook's mark). Returns the pids killed."""
+    if not _Subreaper.on:
+        return []
+    others = running_stages - {mark}
+    killed: list[int] = []
+    for _ in range(50):
+        table = reaper.processes()
+        spared = _spared()
+        targets = []
+        for process in reaper.adopted(table):
+            if process.pid in spared:
+                continue
+            value = reaper.mark_of(process.pid)
+            if value == _Subreaper.own_mark and value is not None:
+                continue
+            if mark is None:
+                if not hooks_too and _ours(value) and ".hook." in str(value):
+                    continue
+            elif value == mark or (value or "").startswith(f"{mark}."):
+                pass
+            elif _ours(value) or others:
+                continue
+            targets.append(process)
+        if not targets:
+            break
+        targets += reaper.descendants([p.pid for p in targets], table)
+        found = reaper.kill_processes(targets)
+        _adopted_seen.update((p.pid, p.start) for p in targets if p.pid in found)
+        if not found:
+            break
+        killed += found
+    for pid in killed:
+        forget(_adopted_records.pop(pid, None))
+    _reap()
+    return killed
+
+
+def record_adopted(directory: Path) -> None:
+    """Record what this process has adopted, so the watcher kills it should this process
+    be killed (after which ancestry no longer leads to it)."""
+    if not _Subreaper.on:
+        return
+    spared = _spared()
+    for process in reaper.adopted():
+        if process.pid in spared or process.pid in _adopted_records:
+            continue
+        if reaper.mark_of(process.pid) == _Subreaper.own_mark:
+            continue
+        entry = {"orphan": process.pid, "start": process.start, "boot": boot_id()}
+        _adopted_records[process.pid] = _write_record(directory, f"orphan-{process.pid}", entry)
+
+
+def _reap() -> None:
+    """Wait for the processes killed as adopted that have died (re-parented to this
+    process by then, if their parent was killed too)."""
+    me = os.getpid()
+    for pid, started in list(_adopted_seen.items()):
+        process = read_stat(pid)
+        if process is None or process.start != started:
+            del _adopted_seen[pid]
+        elif process.zombie and process.ppid == me:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            del _adopted_seen[pid]
+            forget(_adopted_records.pop(pid, None))
+
+
+def kill_recorded(
+    directory: Path, *, grace: float = 0.0, owner: int | None = None, kind: str | None = None
+) -> list[int]:
+    """`reaper.kill_recorded`, and, at the run's end (no `owner`, `kind` None or
+    `stage`), what this process adopted (`sweep_adopted`)."""
+    killed = reaper.kill_recorded(directory, grace=grace, owner=owner, kind=kind)
+    if owner is None and kind in (None, "stage"):
+        killed += sweep_adopted(None, hooks_too=kind is None)
+    if kind is None:
+        _adopted_records.clear()
+    return killed

@@ -19,22 +19,42 @@ one more program started per command; and the watcher kills the whole group, whe
 signal reached the leader only.
 
 A group does not hold everything a stage starts: `setsid`, a double fork or `nohup ... &`
-under a new session leaves it, and the process is re-parented to init. What every such
-process keeps is its environment, so each stage's processes carry a mark there,
-`FABRO_PROCESS_MARK=<nonce>.<kind>.<n>` (the nonce random per run and process, the kind
-`stage` or `hook`, n a count), and every process whose `/proc/<pid>/environ` holds the
-stage's mark is killed when the stage ends; the run's nonce, recorded beside the groups,
-lets the run's end, a resume and the watcher kill whatever is left of the whole run.
-Only a process that replaces its environment (`env -i`) escapes the mark.
+under a new session leaves it. Three nets catch what leaves:
 
-Why not a child subreaper (`PR_SET_CHILD_SUBREAPER`)? The watcher is no ancestor of the
-stages' processes, so orphans never reach it; made a subreaper, `git fabro` itself
-would receive them, but could not tell whose stage an orphan came from when parallel
-branches run (nor a foreign orphan from its own children, git and the watcher), and
-would have to reap each one without a `waitpid(-1)` that would steal trio's children;
-and a kill -9 of `git fabro` hands them on to init all the same. The mark answers all
-three. A cgroup per stage would also catch a process that clears its environment, but
-needs a delegated cgroup tree, which a user's shell seldom has.
+- Ancestry. `git fabro` makes itself a child subreaper (`PR_SET_CHILD_SUBREAPER`,
+  through `prctl`, Linux only), so a process whose parent dies is re-parented to it
+  rather than to init, however it left its group and whatever its environment. What is
+  re-parented to it in another session than its own (`adopted`) it did not start
+  itself: that is what its stages left behind, killed with the whole tree under it
+  (`descendants`, from the parent pid in `/proc/<pid>/stat`) when the stage ends
+  (`fabro_git.engine.process_groups.sweep_adopted`), and all of it when the run ends.
+  Which stage an adopted process came from is told by its mark (below); one with no
+  mark (its environment cleared) is killed at the end of a stage only when no other
+  stage of the run is running, else at the end of the last one. `git fabro`'s own
+  children in a session of their own are told apart by a mark of their own
+  (`own.<nonce>`, set in its environment, so what git itself leaves, a detached
+  `git gc --auto`, is spared too), and the watcher by its pid; an MCP server carries
+  its stage's mark, and is left running at the end of another stage. Killing a recorded group
+  kills everything descended from its members too, found before the group is killed.
+- The mark. Each stage's processes carry `FABRO_PROCESS_MARK=<nonce>.<kind>.<n>` in
+  their environment (the nonce random per run and process, the kind `stage` or `hook`,
+  n a count), and every process whose `/proc/<pid>/environ` holds the stage's mark is
+  killed (with its descendants) when the stage ends; the run's nonce, recorded beside
+  the groups, lets the run's end, a resume and the watcher kill whatever carries it.
+- Records of adopted processes. After a kill -9 of `git fabro` what it had adopted is
+  re-parented to init, where ancestry no longer finds it, so `git fabro` records each
+  adopted process it sees (pid and start time) beside the groups, each time a shell
+  tool call ends, and the watcher kills those too.
+
+Left out: a process that clears its environment, leaves its group's session, and whose
+parent then dies, in a stage still running when `git fabro` is killed with -9 before
+it saw that process (a cgroup per stage would catch that, but needs a delegated cgroup
+tree, which a user's shell seldom has); and a stage that reads `git fabro`'s own mark
+from `/proc` and puts it on its process. Elsewhere than Linux only the groups and the
+marks hold.
+
+The watcher cannot be the subreaper: it is no ancestor of the stages' processes, and a
+subreaper only receives its descendants' orphans.
 
 A pid can be recycled once its group is gone, so a record also holds the leader's start
 time (from `/proc/<pid>/stat`, in clock ticks since boot) and the boot id. A group is
@@ -50,7 +70,9 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -59,6 +81,7 @@ _PROC = Path("/proc")
 
 class ProcessInfo(NamedTuple):
     pid: int
+    ppid: int
     pgid: int
     session: int
     start: int
@@ -136,6 +159,93 @@ def kill_marked(mark: str, *, since: set[int] | None = None) -> list[int]:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         killed += found
+        killed += kill_processes(descendants(found))
+    return killed
+
+
+PR_SET_CHILD_SUBREAPER = 36
+
+# Whether this process may become a subreaper: the `git fabro` command may, a library
+# user's process (a test's) is left as it is.
+_subreaper_allowed: list[bool] = []
+
+
+def allow_subreaper() -> None:
+    """Let `become_subreaper` act in this process."""
+    _subreaper_allowed.append(True)
+
+
+def become_subreaper() -> bool:
+    """Make this process the one that orphans among its descendants are re-parented to
+    (Linux's `PR_SET_CHILD_SUBREAPER`), if `allow_subreaper` was called; whether it
+    now is."""
+    if not _subreaper_allowed or not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return bool(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
+    except (OSError, AttributeError):
+        return False
+
+
+def descendants(roots: Iterable[int], table: list[ProcessInfo] | None = None) -> list[ProcessInfo]:
+    """The live processes descended from `roots` (the roots left out), by the parent
+    each has now."""
+    children: dict[int, list[ProcessInfo]] = {}
+    for process in processes() if table is None else table:
+        children.setdefault(process.ppid, []).append(process)
+    stack = list(roots)
+    seen = set(stack)
+    found = []
+    while stack:
+        for child in children.get(stack.pop(), ()):
+            if child.pid not in seen:
+                seen.add(child.pid)
+                stack.append(child.pid)
+                if not child.zombie:
+                    found.append(child)
+    return found
+
+
+def adopted(table: list[ProcessInfo] | None = None) -> list[ProcessInfo]:
+    """This process's live children in another session than its own: those it started
+    in a session of their own (told apart by the caller), and what was re-parented to it
+    as a subreaper."""
+    me, session = os.getpid(), os.getsid(0)
+    return [
+        p
+        for p in (processes() if table is None else table)
+        if p.ppid == me and p.session != session and not p.zombie
+    ]
+
+
+def mark_of(pid: int) -> str | None:
+    """The `MARK_VARIABLE` in process `pid`'s environment; None without one (or when
+    it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            environ = fh.read()
+    except OSError:
+        return None
+    prefix = MARK_VARIABLE.encode() + b"="
+    for item in environ.split(b"\0"):
+        if item.startswith(prefix):
+            return item[len(prefix) :].decode("utf-8", "replace")
+    return None
+
+
+def kill_processes(targets: Iterable[ProcessInfo]) -> list[int]:
+    """SIGKILL each of `targets` that is still the process it was (same start time)."""
+    killed = []
+    for process in targets:
+        now = read_stat(process.pid)
+        if now is None or now.start != process.start or now.zombie:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(process.pid, signal.SIGKILL)
+            killed.append(process.pid)
     return killed
 
 
@@ -156,13 +266,23 @@ def kill_recorded(
     for path in sorted(directory.glob("*.json")):
         try:
             entry = json.loads(path.read_text())
+            orphan = entry.get("orphan")
             mark = entry.get("mark")
-            pgid = int(entry["pgid"]) if mark is None else 0
+            pgid = int(entry["pgid"]) if mark is None and orphan is None else 0
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             if owner is None:
                 forget(path)
             continue
         if owner is not None and entry.get("owner") != owner:
+            continue
+        if isinstance(orphan, int):
+            # A process `git fabro` adopted: killed, with all under it, if still itself.
+            if kind not in (None, "stage"):
+                continue
+            process = read_stat(orphan) if entry.get("boot") == boot_id() else None
+            if process is not None and process.start == entry.get("start"):
+                killed += kill_processes([process, *descendants([orphan])])
+            forget(path)
             continue
         if isinstance(mark, str):
             # The run's nonce: every process of this kind (or any) carrying it goes;
@@ -175,7 +295,12 @@ def kill_recorded(
         if kind is not None and entry.get("kind", "stage") != kind:
             continue
         if still_ours(pgid, entry.get("start"), entry.get("boot")):
+            # What left the group from under its members goes too: found first, as a
+            # member's death re-parents its children.
+            table = processes()
+            below = descendants([p.pid for p in table if p.pgid == pgid], table)
             _stop(pgid, grace)
+            kill_processes(p for p in below if p.pgid != pgid)
             killed.append(pgid)
         forget(path)
     return killed
@@ -228,6 +353,7 @@ def read_stat(pid: int) -> ProcessInfo | None:
     try:
         return ProcessInfo(
             pid=pid,
+            ppid=int(fields[1]),
             pgid=int(fields[2]),
             session=int(fields[3]),
             start=int(fields[19]),

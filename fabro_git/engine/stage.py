@@ -153,6 +153,7 @@ class StageRequest(msgspec.Struct):
 
             self._pids_before = reaper.pids()
             self._mark = process_groups.process_mark(self.process_groups)
+            process_groups.running_stages.add(self._mark)
         return self._mark
 
     def environment(self, *, keys: tuple[str, ...] = ()) -> dict[str, str]:
@@ -172,9 +173,13 @@ class StageRequest(msgspec.Struct):
         """Kill whatever the stage started that is still running (the engine calls this
         when the stage ends)."""
         if self._mark is not None:
-            from fabro_git.engine import reaper
+            from fabro_git.engine import process_groups, reaper
 
+            process_groups.running_stages.discard(self._mark)
             reaper.kill_marked(self._mark, since=self._pids_before)
+            # What left the stage's groups and was re-parented to this process, mark
+            # or none (`env -i`).
+            process_groups.sweep_adopted(self._mark)
 
     @property
     def output_listener(self) -> Callable[[str, str], None] | None:
@@ -231,8 +236,12 @@ class StageRequest(msgspec.Struct):
 
         if running:
             self._groups[pgid] = process_groups.record(self.process_groups, pgid)
-        elif not process_groups.alive(pgid):
-            process_groups.forget(self._groups.pop(pgid, None))
+        else:
+            if not process_groups.alive(pgid):
+                process_groups.forget(self._groups.pop(pgid, None))
+            # What the group left running is now this process's child: noted for the
+            # watcher, should this process be killed before the stage ends.
+            process_groups.record_adopted(self.process_groups)
 
     async def fire_hook(self, event: str, **fields: Any) -> HookDecision:
         """Fire the run's lifecycle hooks for `event`, stamped with this stage's node."""

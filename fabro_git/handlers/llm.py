@@ -360,7 +360,7 @@ async def execute(req: StageRequest) -> Outcome:
             f"({len(prompt)} characters of prompt)"
         )
     req.files["prompt.md"] = prompt.encode()
-    req.files["response.md"] = response.encode()
-    result = outcome_from_response(node.id, response, status_file)
+    value = await recorded_reply(req, response)  # stored once, as a real reply is
+    result = await outcome_from_reply(node.id, response, value, status_file)
     result.notes = "dry-run: simulated backend"
     return result

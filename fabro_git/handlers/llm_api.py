@@ -332,6 +332,9 @@ async def run_agent(
         toolsets=[*mcp_toolsets, *subagents.toolsets()],
         tool_hooks=req.tool_hooks,
         guard_config=req.worktree if req.in_place else None,
+        # Each reply streams to response.md as it arrives, as a prompt stage's does:
+        # the final one is stored from there, never whole in memory.
+        text_file=str(req.stage_dir / "response.md"),
     )
 
     async def timed_out(seconds: float) -> Outcome:
@@ -346,6 +349,13 @@ async def run_agent(
     req.on_timeout(timed_out)
     with req.take_steering(session.steer):
         result = await session.run(body, preamble=preamble)
+    if result.text_file is None:
+        # The file holds a turn's raw reply that is not the one stored: gone, so the
+        # scratch dir keeps no unmasked copy of it.
+        import trio
+
+        raw = req.stage_dir / "response.md"
+        await trio.to_thread.run_sync(lambda: raw.unlink(missing_ok=True))
     if result.status in ("failed", "turn_limit"):  # no response.<node>: kept as it is
         req.files["response.md"] = result.text.encode("utf-8", "backslashreplace")
     if thread and result.status in ("completed", "turn_limit"):
@@ -369,7 +379,7 @@ async def run_agent(
             files_touched=touched,
             usage=spent,
         )
-    value = await recorded_reply(req, result.text)
+    value = await recorded_reply(req, result.text, result.text_file, result.text_chars or 0)
     outcome = await outcome_from_reply(req.node.id, result.text, value, status_file)
     outcome.files_touched = touched
     outcome.usage = spent

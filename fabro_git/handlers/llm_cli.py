@@ -39,7 +39,7 @@ from fabro_git.events.catalogue import (
     StagePrompt,
 )
 from fabro_git.handlers.command import stage_environment
-from fabro_git.handlers.llm import outcome_from_response
+from fabro_git.handlers.llm import outcome_from_reply, recorded_reply
 from fabro_git.handlers.llm_api import stage_usage
 from fabro_git.llm import cli
 from fabro_git.llm import types as llm
@@ -138,7 +138,8 @@ async def run_cli_agent(
                 ),
                 session_id=session_id,
             )
-        req.files["response.md"] = reply.text.encode()
+        # A long reply's response.md and its offloaded value are one blob.
+        value = await recorded_reply(req, reply.text)
         req.emit(AgentProcessingEnd(), session_id=session_id)
         failure = _failure(call.argv[0], code, reply, stderr_text)
         if failure is not None:
@@ -154,7 +155,7 @@ async def run_cli_agent(
                 response=reply.text or None,
                 notes=f"exit code {code}",
             )
-        result = outcome_from_response(node.id, reply.text, status_file)
+        result = await outcome_from_reply(node.id, reply.text, value, status_file)
         result.files_touched = files
         result.usage = spent
         result.notes = f"{call.argv[0]} exited 0"

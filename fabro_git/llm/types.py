@@ -154,11 +154,13 @@ class Response(msgspec.Struct, frozen=True, kw_only=True):
         with open(self.text_file, encoding="utf-8") as fh:
             return fh.read()
 
-    def as_message(self) -> Message:
-        """The assistant turn to append to the conversation."""
+    def as_message(self, *, whole: bool = True) -> Message:
+        """The assistant turn to append to the conversation; unless `whole`, with only
+        the start of a reply streamed to a file (`TEXT_KEPT` characters), so that a
+        huge reply is not read back into memory."""
         return Message(
             role="assistant",
-            text=self.whole_text(),
+            text=self.whole_text() if whole else self.text,
             tool_calls=self.tool_calls,
             reasoning=self.reasoning,
             reasoning_signature=self.reasoning_signature,

@@ -107,7 +107,9 @@ def test_a_large_response_is_offloaded_and_a_later_preamble_points_to_it(repo: P
     pointer = checkpoint["context_values"]["response.plan"]
     path = pointer_file(pointer)
     assert path.name == "response.plan.json"
-    assert json.loads(meta_bytes(repo, run_id, "artifacts/response.plan.json")) == response
+    # Stored as its text, one blob with response.md (as a real model's reply is).
+    assert meta_bytes(repo, run_id, "artifacts/response.plan.md") == response.encode()
+    assert meta_bytes(repo, run_id, "nodes/plan/response.md") == response.encode()
     assert json.loads(path.read_bytes()) == response
     plan = json.loads(meta_file(repo, run_id, "nodes/plan/status.json"))
     visit_path = pointer_file(plan["context_updates"]["response.plan"])

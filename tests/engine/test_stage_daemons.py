@@ -1,7 +1,8 @@
 """Nothing a stage starts outlives it: processes that leave the stage's process group
 (`setsid`, a double fork, `nohup ... &`), started by a command stage, by the agent's
 shell tool or by an agent CLI, are gone when the stage ends, after Ctrl-C, and after a
-kill -9 of `git fabro`.
+kill -9 of `git fabro`; so are those that also clear their environment (`env -i`), which
+only their ancestry ties to the stage.
 """
 
 from __future__ import annotations
@@ -19,17 +20,21 @@ import pytest
 from helpers import fabro_exe, meta_file, run_json, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
-KINDS = ("setsid", "double", "nohup")
+KINDS = ("setsid", "double", "nohup", "bare-setsid", "bare-double")
 
 
 def _daemons(pids: Path) -> str:
-    """A shell script starting three processes that outlive their parent and leave
-    (or would survive the loss of) its group; each writes its pid to `pids/<kind>`."""
+    """A shell script starting processes that outlive their parent and leave (or would
+    survive the loss of) its group, the `bare-` ones with an emptied environment; each
+    writes its pid to `pids/<kind>`."""
     record = f"echo $$ > {pids}/$0.tmp && mv {pids}/$0.tmp {pids}/$0; exec sleep 600"
+    quiet = "</dev/null >/dev/null 2>&1"
     return (
-        f"setsid sh -c '{record}' setsid </dev/null >/dev/null 2>&1 &\n"
-        f"( sh -c '{record}' double </dev/null >/dev/null 2>&1 & ) &\n"
-        f"nohup sh -c '{record}' nohup </dev/null >/dev/null 2>&1 &\n"
+        f"setsid sh -c '{record}' setsid {quiet} &\n"
+        f"( sh -c '{record}' double {quiet} & ) &\n"
+        f"nohup sh -c '{record}' nohup {quiet} &\n"
+        f"env -i setsid sh -c '{record}' bare-setsid {quiet} &\n"
+        f"( env -i sh -c '{record}' bare-double {quiet} & ) &\n"
         f"for k in {' '.join(KINDS)}; do until [ -s {pids}/$k ]; do sleep 0.01; done; done\n"
     )
 
@@ -69,7 +74,7 @@ def pids(tmp_path: Path) -> Iterator[Path]:
 # The stage after the one that started the daemons: what of them is alive then (a
 # bounded wait, as a SIGKILL takes a moment to land).
 CHECK = (
-    "for i in $(seq 500); do alive=; for p in $(cat {pids}/setsid {pids}/double {pids}/nohup); do "
+    "for i in $(seq 500); do alive=; for p in $(cat {pids}/*); do "
     "s=$(cut -d' ' -f3 /proc/$p/stat 2>/dev/null); "
     '[ -n "$s" ] && [ "$s" != Z ] && alive="$alive $p"; done; '
     '[ -z "$alive" ] && break; sleep 0.02; done; echo "alive:$alive"'
@@ -119,7 +124,7 @@ def test_what_the_shell_tool_leaves_running_is_gone_when_the_stage_ends(
     )
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    assert len(_pids(pids)) == 3  # they were started
+    assert len(_pids(pids)) == len(KINDS)  # they were started
     assert meta_file(repo, result["run_id"], "nodes/check/stdout.log") == "alive:\n"
 
 
@@ -200,4 +205,64 @@ def test_a_kill_9_of_the_run_leaves_nothing_of_the_stage_running(
     os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=10) == -signal.SIGKILL
     # The run's watcher sees git fabro go, and kills what carries the run's mark.
+    assert _all_gone(daemons), [pid for pid in daemons if _alive(pid)]
+
+
+def _hanging_agent(
+    repo: Path, tmp_path: Path, pids: Path, llm_server: LlmServer
+) -> subprocess.Popen[bytes]:
+    """`git fabro run` of an agent stage whose shell tool starts the daemons in one call
+    (they outlive it) and waits in the next."""
+    ready = tmp_path / "ready"
+    script = _script_file(tmp_path, pids)
+    write_workflow(
+        repo,
+        """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=box, model="claude-sonnet-4-6", prompt="Start the servers"]
+    start -> work -> exit
+}
+""",
+    )
+    llm_server.script(
+        Reply(text="Starting.", tool_calls=(ToolUse("shell", {"command": f"sh {script}"}),)),
+        Reply(
+            text="Waiting.",
+            tool_calls=(ToolUse("shell", {"command": f"touch {ready}; exec sleep 600"}),),
+        ),
+        Reply(text="Done."),
+    )
+    with (tmp_path / "run.err").open("wb") as err:
+        proc = subprocess.Popen(
+            [*fabro_exe(), "run", "wf.fabro", "--goal", "g"],
+            cwd=repo,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        assert proc.poll() is None, (tmp_path / "run.err").read_text()
+        assert time.monotonic() < deadline, "the agent never started its daemons"
+        time.sleep(0.01)
+    return proc
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "kill-9"])
+def test_what_the_shell_tool_left_running_is_gone_when_the_run_is_stopped(
+    repo: Path, tmp_path: Path, pids: Path, llm_server: LlmServer, how: str
+) -> None:
+    proc = _hanging_agent(repo, tmp_path, pids, llm_server)
+    # The tool call's end killed its group; those that left it are still running.
+    daemons = [pid for pid in _pids(pids) if _alive(pid)]
+    assert int((pids / "bare-setsid").read_text()) in daemons
+    if how == "ctrl-c":
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, (tmp_path / "run.err").read_text()
+    else:
+        os.kill(proc.pid, signal.SIGKILL)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
     assert _all_gone(daemons), [pid for pid in daemons if _alive(pid)]

@@ -1,18 +1,22 @@
 """A reply of tens of megabytes streams to a file as it arrives and is stored in git
 once: the run's memory does not grow with the reply, and `response.md` and the
-offloaded `response.<node>` on the meta ref are one blob. (`benchmarks/huge_reply.py`
-measures the same at 250 MB.)"""
+offloaded `response.<node>` on the meta ref are one blob, from a prompt stage and from
+an agent stage (where a huge reply that comes with tool calls is cut in the
+conversation it is sent again with). A long reply of an agent CLI or of `--dry-run` is
+stored once too. (`benchmarks/huge_reply.py` measures the same at 250 MB.)"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
-from helpers import git, run_fabro, write_workflow
-from llm_server import LlmServer, LongText, Reply
+import pytest
+from helpers import git, meta_bytes, run_events, run_fabro, run_json, write_workflow
+from llm_server import LlmServer, LongText, Reply, ToolUse
 
 MB = 1_000_000
 SIZE = 24 * MB
@@ -105,3 +109,121 @@ digraph H {
     assert "plan/values/response.plan.md" in listed.stdout, listed.stdout
     review = llm_server.requests[-1].body["messages"][-1]["content"]
     assert f"See: {pointer.removeprefix('file://')}" in review
+
+
+def _stored_once(repo: Path, run_id: str, node: str, size: int) -> str:
+    """The one blob of `size` bytes or more: `response.md` and the offloaded value."""
+    listing = git(repo, "cat-file", "--batch-all-objects", "--batch-check")
+    big = [line.split()[0] for line in listing.splitlines() if int(line.split()[2]) >= size]
+    assert len(big) == 1, big
+    assert _reply_blobs(repo, run_id, node) == big[0]
+    return big[0]
+
+
+def _reply_blobs(repo: Path, run_id: str, node: str) -> str:
+    """The blob `response.md` and the offloaded value both name; no value of the reply's
+    JSON form is stored beside it."""
+    meta = f"refs/fabro/meta/{run_id}"
+    listed = git(repo, "ls-tree", "-r", "--name-only", meta, "artifacts").split()
+    assert f"artifacts/{node}/response.{node}.md" in listed, listed
+    named = {
+        git(repo, "rev-parse", f"{meta}:{path}").strip()
+        for path in (f"nodes/{node}/response.md", *listed)
+    }
+    assert len(named) == 1, (listed, named)
+    return named.pop()
+
+
+def test_an_agent_stage_streams_a_huge_reply_to_a_file_and_stores_it_once(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(
+        repo,
+        """\
+digraph H {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    plan [shape=box, prompt="Write it all", model="claude-sonnet-4-6"]
+    start -> plan -> exit
+}
+""",
+    )
+    llm_server.script(
+        Reply(text="Looking.", tool_calls=(ToolUse("shell", {"command": "true"}),)),
+        Reply(text="short"),
+    )
+    _, baseline = _peak_run(repo)
+    # A hostile endpoint: a huge reply with a tool call (sent again with the next call),
+    # then a huge final one.
+    text = LongText(UNIT, SIZE)
+    llm_server.script(
+        Reply(text=text, tool_calls=(ToolUse("shell", {"command": "true"}),)),
+        Reply(text=text),
+    )
+    run_id, peak = _peak_run(repo)
+
+    assert peak - baseline < SIZE // 2, (peak // MB, baseline // MB)
+    assert _stored_once(repo, run_id, "plan", SIZE) == _blob_id(text)
+    # The intermediate reply went back to the model cut, and the run said so.
+    resent = llm_server.requests[-1].body["messages"][1]
+    assert resent["role"] == "assistant"
+    assert len(json.dumps(resent)) < 200_000
+    [warning] = [e for e in run_events(run_id, repo) if e["event"] == "agent.warning"]
+    assert warning["properties"]["kind"] == "reply_cut"
+    assert warning["properties"]["details"] == {"characters": SIZE, "kept": 100 * 1024}
+
+
+LONG = "a line of the reply\n" * 15_000  # 300 KB: offloaded
+
+FAKE_CLAUDE = """\
+import json, sys
+sys.stdin.read()
+print(json.dumps({"type": "result", "subtype": "success", "is_error": False,
+                  "result": "a line of the reply\\n" * 15_000,
+                  "usage": {"input_tokens": 1, "output_tokens": 1}}))
+"""
+
+
+def test_an_agent_cli_s_long_reply_is_stored_once(
+    repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bindir = tmp_path / "cli-bin"
+    bindir.mkdir()
+    claude = bindir / "claude"
+    claude.write_text(f"#!{sys.executable}\n{FAKE_CLAUDE}")
+    claude.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-used")
+    write_workflow(
+        repo,
+        """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    plan [shape=box, backend="cli", provider="anthropic", prompt="Plan"]
+    start -> plan -> exit
+}
+""",
+    )
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    _reply_blobs(repo, result["run_id"], "plan")
+    assert meta_bytes(repo, result["run_id"], "nodes/plan/response.md") == LONG.encode()
+
+
+def test_a_dry_run_s_long_reply_is_stored_once(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    plan [shape=box, prompt="Plan", dry_run.response="RESPONSE"]
+    start -> plan -> exit
+}
+""".replace("RESPONSE", LONG.replace("\n", "\\n")),
+    )
+    proc, result = run_json("run", "wf.fabro", "--dry-run", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    _reply_blobs(repo, result["run_id"], "plan")
+    assert meta_bytes(repo, result["run_id"], "nodes/plan/response.md") == LONG.encode()
