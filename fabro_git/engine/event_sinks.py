@@ -11,7 +11,8 @@ the line `git fabro logs` prints for it (redacted on the bus, as every event):
   environment (`fabro_git.engine.stage_env`: no secret-named variable but what
   `[run.sandbox.env]` passes) and the run's process mark, so the run's watcher kills it
   should `git fabro` die. It lives as long as the run: at the run's end its stdin is
-  closed, it is given a moment to read to the end, and then its process group is killed.
+  closed, it has CLOSE_GRACE seconds to read to the end, and then its process group is
+  killed.
 
 A sink is an observer: one that cannot be opened, started or written to is reported
 once as a `run.notice` warning (`event_sink_failed`) and left out for the rest of the
@@ -42,7 +43,7 @@ from fabro_git.terminal import json_printable
 
 NOTICE_CODE = "event_sink_failed"
 # How long a sink's program has to read its last lines once its stdin is closed.
-CLOSE_GRACE = 5.0
+CLOSE_GRACE = 2.0
 
 Notice = Callable[[str], object]
 

@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from helpers import read_until, run_fabro, write_workflow
+from helpers import fabro_exe, read_until, run_fabro, write_workflow
 
 
 def _run_hello(repo: Path) -> str:
@@ -113,3 +113,27 @@ def test_follow_prints_a_live_run_as_it_goes_and_ends_with_it(repo: Path, tmp_pa
     logs = _lines("logs", run_id, cwd=repo)
     assert printed == [line for line in logs if json.loads(line)["event"].startswith("stage.")]
     assert json.loads(printed[-1])["node_id"] == "exit"
+
+
+def test_following_every_run_picks_up_a_run_started_meanwhile(repo: Path) -> None:
+    earlier = _run_hello(repo)
+    # Started without git's front end, so the kill below reaches the command itself.
+    follower = subprocess.Popen(
+        [*fabro_exe(), "events", "--follow", "--filter", "event=run.completed"],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert follower.stdout is not None
+        fd = follower.stdout.fileno()
+        seen = read_until(fd, b'"event":"run.completed"')  # the earlier run's, at once
+        later = _run_hello(repo)
+        seen = read_until(fd, b'"event":"run.completed"', seen, count=2)
+        assert follower.poll() is None  # every run, so it goes on
+    finally:
+        follower.kill()
+        follower.communicate()
+    runs = [json.loads(line)["run_id"] for line in seen.decode().splitlines()]
+    assert runs == [earlier, later]

@@ -8,7 +8,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from helpers import git, run_fabro, write_workflow
+from helpers import git, pids_with_env, run_fabro, write_workflow
 
 from fabro_git.engine.event_sinks import NOTICE_CODE, CommandSink
 from fabro_git.events.catalogue import RunNotice
@@ -43,12 +43,14 @@ def test_a_file_and_a_program_get_every_event_as_logs_prints_it(repo: Path, tmp_
     sinks = (
         '[[run.events.sinks]]\ntype = "file"\npath = "out/events.jsonl"\n'
         '[[run.events.sinks]]\ntype = "command"\n'
-        f'script = "env > {environment}; cat > {received}"\n'
+        # It reads to the end, then would stay: the run's end stops it.
+        f'script = "env > {environment}; cat > {received}; exec env SINK_LEFT={tmp_path} sleep 600"\n'
     )
     (tmp_path / "out").mkdir()
     run_id = _run_with(
         repo, tmp_path / "run.toml", sinks, env={"SINK_TEST_API_KEY": "sk-not-for-sinks"}
     )
+    assert pids_with_env(SINK_LEFT=str(tmp_path)) == []
     logs = _logs(repo, run_id)
     assert '"event":"run.completed"' in logs
     # A relative path is the run config's directory's.
