@@ -43,6 +43,7 @@ import trio
 from fabro_git.agent import memory as memory_files
 from fabro_git.agent import skills as skill_files
 from fabro_git.agent.mcp import McpRequiredError
+from fabro_git.agent.permissions import PermissionGate
 from fabro_git.agent.tools import (
     PROFILE_TOOLS,
     TOOLS,
@@ -262,6 +263,8 @@ class AgentSession:
     a stage that records them to kill after a crash. Each of `toolsets` adds tools for
     the length of a run; a tool set may name a built-in tool's name only to replace it.
     `tool_hooks` may refuse a tool call before it runs and add a note to its result.
+    `permissions` decides which calls run at all (`fabro_git.agent.permissions`); without
+    it every tool runs.
     """
 
     def __init__(
@@ -289,6 +292,7 @@ class AgentSession:
         toolsets: Sequence[ToolSet] = (),
         tool_hooks: ToolHooks | None = None,
         guard_config: Path | None = None,
+        permissions: PermissionGate | None = None,
     ) -> None:
         self.worktree = Path(worktree)
         # An in-place run's checkout, whose `.fabro/` no tool may change.
@@ -327,6 +331,7 @@ class AgentSession:
         self.toolsets = tuple(toolsets)
         self._emit = emit
         self.tool_hooks = tool_hooks
+        self.permissions = permissions
         self._workspace = Workspace(self.worktree, guard_config=guard_config)
         self._context = ToolContext(
             workspace=self._workspace,
@@ -636,6 +641,10 @@ class AgentSession:
             if tool.strict:
                 check_arguments(tool, call.arguments)
             refusal = None
+            if self.permissions is not None:
+                refusal = await self.permissions.check(call.name, call.arguments, self._emit)
+            if refusal is not None:
+                raise ToolError(refusal)
             if hooks is not None:
                 refusal = await hooks.before_tool(call.name, call.id, call.arguments)
             if refusal is not None:
