@@ -47,8 +47,8 @@ from fabro_git.llm import types as llm
 from fabro_git.llm.errors import LlmError
 
 if TYPE_CHECKING:
-    from fabro_git.agent.permissions import Answer, Level, PermissionGate
     from fabro_git.agent.mcp import McpServerSpec
+    from fabro_git.agent.permissions import Answer, Level, PermissionGate
     from fabro_git.agent.session import Conversation
     from fabro_git.outputs.directives import StatusFile
 
