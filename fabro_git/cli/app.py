@@ -81,6 +81,15 @@ PushOption = Annotated[
         metavar="REMOTE",
     ),
 ]
+PermissionsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--permissions",
+        help="Agents' permission level where the workflow sets none: read-only, "
+        "read-write (the default) or full.",
+        metavar="LEVEL",
+    ),
+]
 MaxCostOption = Annotated[
     float | None,
     typer.Option(
@@ -257,6 +266,7 @@ def run(
             "--allow-typos", help="Run even when validation finds typos (did-you-mean warnings)."
         ),
     ] = False,
+    permissions: PermissionsOption = None,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -282,6 +292,7 @@ def run(
             retro_narrative=retro_narrative,
             max_cost=max_cost,
             allow_typos=allow_typos,
+            permissions=permissions,
         )
     )
 

@@ -80,6 +80,7 @@ def _build_spec(
     labels: list[str],
     options: Any,
     allow_typos: bool = False,
+    permissions: str | None = None,
 ) -> Any:
     from fabro_git.config.run_config import default_layers, effective_config, flag_layer, load_layer
     from fabro_git.engine.session import RunSpec
@@ -101,6 +102,7 @@ def _build_spec(
             provider=options.provider,
             push_remote=options.push_remote,
             max_cost=options.max_cost,
+            permissions=check_permissions(permissions),
         )
     ]
     if path.suffix == ".toml":
@@ -293,6 +295,7 @@ def run(
     retro_narrative: bool = False,
     max_cost: float | None = None,
     allow_typos: bool = False,
+    permissions: str | None = None,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -326,6 +329,7 @@ def run(
         labels=labels,
         options=options,
         allow_typos=allow_typos,
+        permissions=permissions,
     )
     _use_run_author(repo, spec.settings)
     check_answers(spec.graph, options.answers)
@@ -379,6 +383,18 @@ def check_push_remote(remote: str | None) -> str | None:
             hint="pass a remote name such as origin (see `git remote -v`)",
         )
     return remote
+
+
+def check_permissions(level: str | None) -> str | None:
+    """`--permissions LEVEL` names one of the agents' permission levels."""
+    from fabro_git.agent.permissions import LEVELS, check_level
+
+    if level is not None and check_level(level) is None:
+        raise ConfigError(
+            f"--permissions {level!r} is no permission level",
+            hint=f"pass one of {', '.join(LEVELS)}",
+        )
+    return level
 
 
 def check_max_cost(usd: float | None) -> float | None:
