@@ -36,18 +36,18 @@ def _pairs(values: list[str], option: str) -> dict[str, str]:
 
 
 def resolve_workflow(arg: str) -> Path:
-    from fabro_git.cli._examples import example_names, find_example
+    """The workflow file `arg` names: a path, or a project, personal or shipped
+    workflow's name (`fabro_git.cli._workflows`)."""
+    from fabro_git.cli._workflows import named_workflows, repository_root, workflow_path
 
-    path = Path(arg).expanduser()
+    path = workflow_path(arg)
     if path.exists():
         return path
-    example = find_example(arg)
-    if example is not None:
-        return example
+    names = sorted({w.name for w in named_workflows(repository_root())})
     raise ConfigError(
-        f"no workflow file {arg!r}",
-        hint="pass a path to a .fabro or run.toml file, or one of the shipped examples: "
-        + ", ".join(example_names()),
+        f"no workflow file {arg!r}, and no workflow has that name",
+        hint="pass a path to a .fabro or run.toml file, or a workflow's name (see "
+        "`git fabro workflow list`): " + ", ".join(names),
     )
 
 
@@ -296,6 +296,7 @@ def run(
     max_cost: float | None = None,
     allow_typos: bool = False,
     permissions: str | None = None,
+    reply_node: str | None = None,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -372,7 +373,36 @@ def run(
             agent_hooks=agent_hook_reply,
             prepared=opened,
         )
+    if reply_node is not None:
+        _print_reply(result, json_output, repo, reply_node)
+        return _report(result, False, repo, manifest.base_sha, shown=True)
     return _report(result, json_output, repo, manifest.base_sha, shown=True)
+
+
+def _print_reply(result: Any, json_output: bool, repo: Any, node: str) -> None:
+    """The reply of the run's `node` on stdout (`git fabro exec`): as it is, or in the
+    run's JSON object as `reply`."""
+    import json
+
+    from fabro_git.cli.show import select, stages
+    from fabro_git.engine.session import load_run
+    from fabro_git.terminal import json_printable, printable
+
+    reply = ""
+    try:
+        _manifest, _checkpoint, meta, _source = load_run(repo, result.run_id)
+        stage = select(stages(repo, meta), node)
+        reply = (repo.read_file(meta, f"{stage.path}/response.md") or b"").decode(
+            "utf-8", "replace"
+        )
+    except FabroError:
+        pass  # the stage never answered: the report below says why
+    if json_output:
+        document = {**result.to_json(), "reply": reply}
+        sys.stdout.write(json_printable(json.dumps(document)) + "\n")
+    elif reply:
+        sys.stdout.write(printable(reply).rstrip("\n") + "\n")
+    sys.stdout.flush()
 
 
 def check_push_remote(remote: str | None) -> str | None:
