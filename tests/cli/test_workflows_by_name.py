@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 from helpers import git, run_fabro, run_json, write_workflow
@@ -65,6 +66,9 @@ def test_workflow_list_shows_project_and_personal_workflows(repo: Path) -> None:
 
     plain = run_fabro("workflow", "list", cwd=repo).stdout
     assert "review" in plain and "mine" in plain and "personal" in plain
+    # Completion offers them, first the project's, with the shipped examples after.
+    offered = run_fabro("__complete", "workflows", cwd=repo).stdout.split()
+    assert offered[:2] == ["review", "mine"] and "hello" in offered
 
     # The created starter is valid, and a name is found by validate too.
     assert run_fabro("validate", "review", cwd=repo).returncode == 0
@@ -136,3 +140,25 @@ def test_exec_makes_a_run_that_ps_show_and_resume_know(repo: Path, llm_server: L
     assert plain.returncode == 0, plain.stderr
     assert plain.stdout.strip() == "ok"  # the server's default reply
     assert "fabro/run/" in plain.stderr
+
+
+def test_bash_completes_a_project_workflows_name(repo: Path, tmp_path: Path) -> None:
+    assert run_fabro("workflow", "create", "release-notes", cwd=repo).returncode == 0
+    script = tmp_path / "completion.bash"
+    script.write_text(run_fabro("completion", "bash").stdout)
+    proc = subprocess.run(
+        [
+            "bash",
+            "--norc",
+            "--noprofile",
+            "-c",
+            f"source {script}; COMP_WORDS=(git-fabro run rel); COMP_CWORD=2; "
+            '_git_fabro_standalone; echo "${COMPREPLY[*]}"',
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["release-notes"]
