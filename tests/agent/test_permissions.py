@@ -146,3 +146,12 @@ def test_no_denies_one_call_and_asks_again_next_time(agent: Harness, worktree: P
         "permission_denied",
         "permission_granted",
     ]
+
+
+def test_a_project_file_granting_full_permissions_needs_trust() -> None:
+    from fabro_git.config.run_config import AgentConfig, RunSection
+    from fabro_git.config.trust import actions
+
+    [action] = actions(RunSection(agent=AgentConfig(permissions="full")))
+    assert action.key == "run.agent.permissions" and "shell" in action.words
+    assert actions(RunSection(agent=AgentConfig(permissions="read-only"))) == []

@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from helpers import git, run_events, run_json, typed_at_a_terminal, write_workflow
+from helpers import git, run_events, run_fabro, run_json, typed_at_a_terminal, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
 REVIEW = """\
@@ -137,3 +137,18 @@ def test_a_read_write_agent_is_asked_about_the_shell_on_a_terminal(
     assert not tools["s2"]["is_error"] and not tools["s3"]["is_error"]
     kinds = [e["properties"]["kind"] for e in _of(events, "agent.warning")]
     assert kinds == ["permission_denied", "permission_raised"]
+
+
+def test_permissions_on_the_command_line_set_the_level_of_nodes_that_set_none(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, REVIEW % "")
+    bad = run_fabro("run", "wf.fabro", "--permissions", "everything", cwd=repo)
+    assert bad.returncode == 1 and "read-only, read-write, full" in bad.stderr
+    llm_server.script(
+        Reply(text="", tool_calls=(ToolUse("shell", {"command": "echo ran > ran.txt"}, id="s"),)),
+        Reply(text="Done."),
+    )
+    proc, result = run_json("run", "wf.fabro", "--permissions", "full", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert git(repo, "show", f"fabro/run/{result['run_id']}:ran.txt") == "ran\n"
