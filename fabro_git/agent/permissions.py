@@ -97,6 +97,18 @@ class PermissionGate:
         # for the first answer, which may have raised the level meanwhile.
         self._asking = trio.Lock()
 
+    def prompt_section(self) -> str:
+        """What the model is told of its level, so it need not learn it by refusals."""
+        allowed = {
+            "read-only": "read and search files",
+            "read-write": "read, search and change files",
+            "full": "use every tool you have",
+        }[self.level]
+        return (
+            f"Your permission level is {self.level}: you may {allowed}. Other tool calls "
+            "are refused unless the user allows them."
+        )
+
     async def check(self, tool: str, arguments: Mapping[str, Any], emit: Emit) -> str | None:
         """None to run the call; else why it was not run, for the model to read."""
         if allows(self.level, tool):

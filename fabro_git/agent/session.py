@@ -494,6 +494,8 @@ class AgentSession:
                 ]
             ),
         ]
+        if self.permissions is not None:
+            sections.append(self.permissions.prompt_section())
         if memory.text:
             sections.append("# Project instructions\n\n" + memory.text)
         if skills:

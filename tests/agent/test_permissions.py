@@ -100,6 +100,8 @@ def test_a_read_only_agent_is_refused_writes_and_the_shell(agent: Harness, workt
     assert results["r"]["is_error"] is False
     completed = {e["tool_call_id"]: e for e in agent.of("agent.tool.completed")}
     assert completed["w"]["is_error"] and completed["s"]["is_error"]
+    # The model was told its level up front.
+    assert "Your permission level is read-only" in agent.requests("anthropic")[0].body["system"]
 
 
 def test_always_raises_the_level_for_the_rest_of_the_session(
