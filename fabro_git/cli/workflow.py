@@ -157,7 +157,7 @@ def list_workflows(*, json_output: bool) -> int:
     root = repository_root()
     found = named_workflows(root)
     first: dict[str, NamedWorkflow] = {}
-    rows = []
+    rows: list[dict[str, str | None]] = []
     for workflow in found:
         winner = first.setdefault(workflow.name, workflow)
         path = workflow.path
@@ -178,9 +178,9 @@ def list_workflows(*, json_output: bool) -> int:
         return 0
     from fabro_git.terminal import printable
 
-    width = max((len(row["name"]) for row in rows), default=4)
+    width = max((len(str(row["name"])) for row in rows), default=4)
     for row in rows:
         note = f"  (shadowed by the {row['shadowed_by']} one)" if row["shadowed_by"] else ""
-        goal = f"  {printable(row['goal'], one_line=True)[:70]}" if row["goal"] else ""
+        goal = f"  {printable(str(row['goal']), one_line=True)[:70]}" if row["goal"] else ""
         print(f"{row['name']:<{width}}  {row['origin']:<8}  {row['path']}{goal}{note}")
     return 0
