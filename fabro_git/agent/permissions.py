@@ -80,6 +80,14 @@ def check_level(value: str) -> Level | None:
     return None
 
 
+def answer_of(text: str) -> Answer | None:
+    """`text` as an answer to the question, or None when it is none."""
+    for answer in get_args(Answer):
+        if text == answer:
+            return answer
+    return None
+
+
 def describe_call(tool: str, arguments: Mapping[str, Any], limit: int = 200) -> str:
     """`shell(command="make test")`: a call as a person is asked about it."""
     parts = [f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in arguments.items()]

@@ -151,7 +151,7 @@ def permission_level(req: StageRequest) -> tuple[Level, str]:
 def permission_gate(req: StageRequest, emit: Callable[[EventProps], object]) -> PermissionGate:
     """The stage's gate: its level, and the run's terminal to ask beyond it, when a
     person is there (through the run's interviewer, as a human gate asks)."""
-    from fabro_git.agent.permissions import PermissionGate, describe_call
+    from fabro_git.agent.permissions import PermissionGate, answer_of, describe_call
     from fabro_git.engine.interviewer import Choice, Question, match
 
     level, source = permission_level(req)
@@ -165,7 +165,7 @@ def permission_gate(req: StageRequest, emit: Callable[[EventProps], object]) -> 
         started = time.monotonic()
         answer = await req.interviewer.ask(Question(text=text, choices=choices, default=None))
         chosen = match(answer, choices) if answer is not None else None
-        said: Answer | None = chosen.target if chosen is not None else None  # type: ignore[assignment]
+        said = answer_of(chosen.target) if chosen is not None else None
         emit(
             InterviewCompleted(
                 question=text,
