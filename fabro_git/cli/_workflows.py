@@ -86,13 +86,18 @@ def named_workflows(repo_root: Path | None) -> list[NamedWorkflow]:
 def find_named(arg: str, repo_root: Path | None) -> NamedWorkflow | None:
     """The workflow `arg` names: exactly, in lookup order, else the one whose name it
     begins. Several beginning with it is an error that lists them."""
+    # `hello.fabro` names a shipped example, as it always did; a missing file's name
+    # is never taken for the start of another's.
+    file_like = arg.endswith((".fabro", ".toml"))
     name = arg.removesuffix(".fabro")
     if not NAME.fullmatch(name):
         return None
     known = named_workflows(repo_root)
     for workflow in known:
-        if workflow.name == name:
+        if workflow.name == name and (workflow.origin == "example" or not file_like):
             return workflow
+    if file_like:
+        return None
     starting: dict[str, NamedWorkflow] = {}
     for workflow in known:
         if workflow.name.startswith(name):

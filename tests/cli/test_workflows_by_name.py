@@ -92,6 +92,9 @@ def test_a_project_workflow_shadows_a_personal_one_and_an_ambiguous_name_is_refu
     assert "review-code (project)" in proc.stderr and "review-docs (project)" in proc.stderr
     assert git(repo, "for-each-ref", "refs/heads/fabro") == ""
     assert run_fabro("graph", "review", "--format", "dot", cwd=repo).returncode == 1
+    # A file name that is missing is not taken for the start of a workflow's name.
+    missing = run_fabro("validate", "review.fabro", cwd=repo)
+    assert missing.returncode == 1 and "review-code" not in missing.stdout + missing.stderr
 
     # A project workflow is found before a personal one of the same name.
     personal = _personal_dir() / "review-code"
