@@ -152,3 +152,37 @@ def test_permissions_on_the_command_line_set_the_level_of_nodes_that_set_none(
     proc, result = run_json("run", "wf.fabro", "--permissions", "full", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert git(repo, "show", f"fabro/run/{result['run_id']}:ran.txt") == "ran\n"
+
+
+GATED = """\
+digraph D {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    work [shape=box, model="sonnet", prompt="Build it"]
+    gate [shape=hexagon, label="Ship it?"]
+    start -> work -> gate
+    gate -> exit [label="[A] Approve"]
+    gate -> work [label="[R] Rework"]
+}
+"""
+
+
+def test_answers_queued_for_human_gates_are_not_spent_on_permission_questions(
+    repo: Path, llm_server: LlmServer
+) -> None:
+    write_workflow(repo, GATED)
+    llm_server.script(
+        Reply(text="", tool_calls=(ToolUse("shell", {"command": "echo x > x.txt"}, id="s"),)),
+        Reply(text="Built."),
+    )
+    code, seen = typed_at_a_terminal(
+        ["run", "wf.fabro", "--no-retro", "--answer", "A"], repo, (), prompt=b"> "
+    )
+    text = seen.decode(errors="replace")
+    assert code == 0, text
+    assert "wants to run" not in text
+    run_id = git(
+        repo, "for-each-ref", "--format=%(refname:lstrip=4)", "refs/heads/fabro/run"
+    ).strip()
+    tools = _completed_tools(run_events(run_id, repo))
+    assert tools["s"]["is_error"] and "nobody could be asked" in tools["s"]["output"]
