@@ -182,7 +182,7 @@ def test_the_synopsis_names_every_command_once() -> None:
         words = head.split()
         if words[0] == "hooks":  # hooks install|uninstall
             said += [f"{words[0]} {sub}" for sub in words[1].split("|")]
-        elif words and words[0] in ("model", "artifact"):
+        elif words and words[0] in ("model", "artifact", "workflow"):
             said.append(" ".join(words[:2]))
         elif words and not words[0].startswith("-"):
             said.append(words[0])

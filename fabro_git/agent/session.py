@@ -43,6 +43,7 @@ import trio
 from fabro_git.agent import memory as memory_files
 from fabro_git.agent import skills as skill_files
 from fabro_git.agent.mcp import McpRequiredError
+from fabro_git.agent.permissions import PermissionGate
 from fabro_git.agent.tools import (
     PROFILE_TOOLS,
     TOOLS,
@@ -276,6 +277,9 @@ class AgentSession:
     be sent again with the next call, is cut to its first `TEXT_KEPT` characters in the
     conversation, with an `agent.warning` (`reply_cut`): a model's own context bounds a
     real one, so only a broken or hostile endpoint sends one, and memory stays bounded.
+
+    `permissions` decides which calls run at all (`fabro_git.agent.permissions`); without
+    it every tool runs.
     """
 
     def __init__(
@@ -304,6 +308,7 @@ class AgentSession:
         tool_hooks: ToolHooks | None = None,
         guard_config: Path | None = None,
         text_file: str | None = None,
+        permissions: PermissionGate | None = None,
     ) -> None:
         self.worktree = Path(worktree)
         self.text_file = text_file
@@ -343,6 +348,7 @@ class AgentSession:
         self.toolsets = tuple(toolsets)
         self._emit = emit
         self.tool_hooks = tool_hooks
+        self.permissions = permissions
         self._workspace = Workspace(self.worktree, guard_config=guard_config)
         self._context = ToolContext(
             workspace=self._workspace,
@@ -510,6 +516,8 @@ class AgentSession:
                 ]
             ),
         ]
+        if self.permissions is not None:
+            sections.append(self.permissions.prompt_section())
         if memory.text:
             sections.append("# Project instructions\n\n" + memory.text)
         if skills:
@@ -673,6 +681,10 @@ class AgentSession:
             if tool.strict:
                 check_arguments(tool, call.arguments)
             refusal = None
+            if self.permissions is not None:
+                refusal = await self.permissions.check(call.name, call.arguments, self._emit)
+            if refusal is not None:
+                raise ToolError(refusal)
             if hooks is not None:
                 refusal = await hooks.before_tool(call.name, call.id, call.arguments)
             if refusal is not None:

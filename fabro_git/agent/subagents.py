@@ -268,6 +268,8 @@ class _Team:
             stream_idle_timeout=parent.stream_idle_timeout,
             on_process_group=parent.on_process_group,
             tool_hooks=parent.tool_hooks,
+            # The parent's gate: a child works at its level, and is asked as it is.
+            permissions=parent.permissions,
             guard_config=parent.guard_config,
             toolsets=[_fixed(shared), crew.toolset_at(self.depth + 1)],
         )

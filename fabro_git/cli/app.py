@@ -81,6 +81,15 @@ PushOption = Annotated[
         metavar="REMOTE",
     ),
 ]
+PermissionsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--permissions",
+        help="Agents' permission level where the workflow sets none: read-only, "
+        "read-write (the default) or full.",
+        metavar="LEVEL",
+    ),
+]
 MaxCostOption = Annotated[
     float | None,
     typer.Option(
@@ -185,7 +194,7 @@ def run(
     workflow: Annotated[
         str,
         typer.Argument(
-            help="Workflow file, or the name of a shipped example.",
+            help="Workflow file, or the name of a project, personal or shipped workflow.",
             show_default=False,
             metavar="WORKFLOW",
         ),
@@ -257,6 +266,7 @@ def run(
             "--allow-typos", help="Run even when validation finds typos (did-you-mean warnings)."
         ),
     ] = False,
+    permissions: PermissionsOption = None,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -282,6 +292,7 @@ def run(
             retro_narrative=retro_narrative,
             max_cost=max_cost,
             allow_typos=allow_typos,
+            permissions=permissions,
         )
     )
 
@@ -863,6 +874,87 @@ def model_test(
     from fabro_git.cli import model as impl
 
     raise typer.Exit(impl.run_test(provider=provider, model=model))
+
+
+@command("exec")
+def exec_prompt(
+    prompt: Annotated[
+        str, typer.Argument(help="What the agent is to do.", show_default=False, metavar="PROMPT")
+    ],
+    permissions: PermissionsOption = None,
+    model: Annotated[str | None, typer.Option("--model", help="The agent's model.")] = None,
+    provider: Annotated[
+        str | None, typer.Option("--provider", help="The agent's provider.")
+    ] = None,
+    in_place: Annotated[
+        bool,
+        typer.Option(
+            "--in-place", help="Work in this checkout, without a worktree or run-branch commits."
+        ),
+    ] = False,
+    auto_approve: Annotated[
+        bool,
+        typer.Option("--auto-approve", help="Ask nothing: deny every tool call beyond the level."),
+    ] = False,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object: the run and its reply.")
+    ] = False,
+) -> None:
+    """Run one agent session on PROMPT here, as a one-stage run."""
+    from fabro_git.cli import exec_prompt as impl
+
+    raise typer.Exit(
+        impl.run(
+            prompt,
+            permissions=permissions,
+            model=model,
+            provider=provider,
+            in_place=in_place,
+            json_output=json_output,
+            auto_approve=auto_approve,
+        )
+    )
+
+
+@command()
+def init() -> None:
+    """Set this repository up: .fabro/project.toml and a first workflow, hello."""
+    from fabro_git.cli import workflow as impl
+
+    raise typer.Exit(impl.init())
+
+
+workflow_app = typer.Typer(
+    name="workflow",
+    help="List the workflows runnable by name, and start new ones.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+app.add_typer(workflow_app, name="workflow")
+
+
+@workflow_app.command("list", cls=_Command)
+def workflow_list(
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+) -> None:
+    """List the project's, your own and the shipped workflows, in lookup order."""
+    from fabro_git.cli import workflow as impl
+
+    raise typer.Exit(impl.list_workflows(json_output=json_output))
+
+
+@workflow_app.command("create", cls=_Command)
+def workflow_create(
+    name: Annotated[
+        str, typer.Argument(help="The new workflow's name.", show_default=False, metavar="NAME")
+    ],
+    goal: Annotated[str | None, typer.Option("--goal", help="The workflow's goal.")] = None,
+) -> None:
+    """Write a starter workflow in .fabro/workflows/NAME/."""
+    from fabro_git.cli import workflow as impl
+
+    raise typer.Exit(impl.create(name, goal=goal))
 
 
 artifact_app = typer.Typer(

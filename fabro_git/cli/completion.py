@@ -19,7 +19,7 @@ from typing import Any
 SHELLS = ("bash", "zsh", "fish")
 # What an argument's metavar names, and so what completes it: a run, one of its stages
 # (`NODE[@VISIT]`, completed with the checkpoints of the run before it), a remote, a
-# workflow file or example, a shell. Any command whose help says RUN gets run ids.
+# workflow file or name, a shell. Any command whose help says RUN gets run ids.
 KINDS = {
     "RUN": "runs",
     "RUN...": "runs",
@@ -62,6 +62,10 @@ def _words(kind: str, arg: str | None) -> list[str]:
         from fabro_git.cli._examples import example_names
 
         return example_names()
+    if kind == "workflows":
+        from fabro_git.cli._workflows import named_workflows, repository_root
+
+        return list(dict.fromkeys(w.name for w in named_workflows(repository_root())))
     from pathlib import Path
 
     from fabro_git.store import runs as runrefs
@@ -174,12 +178,6 @@ def _subs(surface: dict[str, list[str]], group: str) -> list[str]:
     return [name.split(" ", 1)[1] for name in surface if name.startswith(group + " ")]
 
 
-def _examples() -> list[str]:
-    from fabro_git.cli._examples import example_names
-
-    return example_names()
-
-
 # -- bash ---------------------------------------------------------------------------------
 
 
@@ -195,7 +193,6 @@ def _bash(surface: dict[str, list[str]]) -> str:
         groups="|".join(groups) or "__none__",
         option_cases=option_cases,
         group_cases=group_cases,
-        examples=" ".join(_examples()),
         position_cases=_position_cases('        "{name}:{index}"{rest}) kind={kind} ;;'),
         option_kind_cases="\n".join(
             f"    {option}) kind={kind} ;;" for option, kind in option_kinds.items()
@@ -293,7 +290,7 @@ __git_fabro_complete() {{
     workflows)
         compopt -o filenames 2>/dev/null
         __git_fabro_files=1
-        COMPREPLY=($(compgen -W "{examples}" -- "$cur") $(compgen -f -- "$cur"))
+        COMPREPLY=($(compgen -W "$($call __complete workflows 2>/dev/null)" -- "$cur") $(compgen -f -- "$cur"))
         return
         ;;
     esac
@@ -349,7 +346,6 @@ def _zsh(surface: dict[str, list[str]]) -> str:
         groups="|".join(groups) or "__none__",
         option_cases=option_cases,
         group_cases=group_cases,
-        examples=" ".join(_examples()),
         position_cases=_position_cases('        ("{name}:{index}"{rest}) kind={kind} ;;'),
         option_kind_cases="\n".join(
             f"    ({option}) kind={kind} ;;" for option, kind in option_kinds.items()
@@ -431,7 +427,7 @@ _git-fabro() {{
     (remotes) compadd -- ${{(f)"$(git remote 2>/dev/null)"}} ;;
     (shells) compadd -- {shells} ;;
     (workflows)
-        compadd -- {examples}
+        compadd -- ${{(f)"$(git fabro __complete workflows 2>/dev/null)"}}
         _files
         ;;
     esac
@@ -512,7 +508,7 @@ def _fish(surface: dict[str, list[str]]) -> str:
         "checkpoints": "(git fabro __complete checkpoints (__git_fabro_first_word) 2>/dev/null)",
         "remotes": "(git remote 2>/dev/null)",
         "shells": " ".join(SHELLS),
-        "workflows": " ".join(_examples()),
+        "workflows": "(git fabro __complete workflows 2>/dev/null)",
     }
     lines.append("complete -c git-fabro -f  # files only where a command takes one")
     for target in ("git-fabro", "git"):

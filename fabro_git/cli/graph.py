@@ -27,7 +27,7 @@ def run(file: Path, *, fmt: str, output: Path | None, direction: str | None) -> 
         rankdir = DIRECTIONS.get(direction.lower())
         if rankdir is None:
             raise ConfigError(f"unknown direction {direction!r}: choose lr or tb")
-    from fabro_git.cli._examples import workflow_path
+    from fabro_git.cli._workflows import workflow_path
 
     graph = load(workflow_path(file))
     dot_source = render_dot(graph, direction=rankdir)

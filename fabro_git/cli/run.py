@@ -36,18 +36,18 @@ def _pairs(values: list[str], option: str) -> dict[str, str]:
 
 
 def resolve_workflow(arg: str) -> Path:
-    from fabro_git.cli._examples import example_names, find_example
+    """The workflow file `arg` names: a path, or a project, personal or shipped
+    workflow's name (`fabro_git.cli._workflows`)."""
+    from fabro_git.cli._workflows import named_workflows, repository_root, workflow_path
 
-    path = Path(arg).expanduser()
+    path = workflow_path(arg)
     if path.exists():
         return path
-    example = find_example(arg)
-    if example is not None:
-        return example
+    names = sorted({w.name for w in named_workflows(repository_root())})
     raise ConfigError(
-        f"no workflow file {arg!r}",
-        hint="pass a path to a .fabro or run.toml file, or one of the shipped examples: "
-        + ", ".join(example_names()),
+        f"no workflow file {arg!r}, and no workflow has that name",
+        hint="pass a path to a .fabro or run.toml file, or a workflow's name (see "
+        "`git fabro workflow list`): " + ", ".join(names),
     )
 
 
@@ -80,6 +80,7 @@ def _build_spec(
     labels: list[str],
     options: Any,
     allow_typos: bool = False,
+    permissions: str | None = None,
 ) -> Any:
     from fabro_git.config.run_config import default_layers, effective_config, flag_layer, load_layer
     from fabro_git.engine.session import RunSpec
@@ -101,6 +102,7 @@ def _build_spec(
             provider=options.provider,
             push_remote=options.push_remote,
             max_cost=options.max_cost,
+            permissions=check_permissions(permissions),
         )
     ]
     if path.suffix == ".toml":
@@ -293,6 +295,8 @@ def run(
     retro_narrative: bool = False,
     max_cost: float | None = None,
     allow_typos: bool = False,
+    permissions: str | None = None,
+    reply_node: str | None = None,
 ) -> int:
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
@@ -326,6 +330,7 @@ def run(
         labels=labels,
         options=options,
         allow_typos=allow_typos,
+        permissions=permissions,
     )
     _use_run_author(repo, spec.settings)
     check_answers(spec.graph, options.answers)
@@ -368,7 +373,36 @@ def run(
             agent_hooks=agent_hook_reply,
             prepared=opened,
         )
+    if reply_node is not None:
+        _print_reply(result, json_output, repo, reply_node)
+        return _report(result, False, repo, manifest.base_sha, shown=True)
     return _report(result, json_output, repo, manifest.base_sha, shown=True)
+
+
+def _print_reply(result: Any, json_output: bool, repo: Any, node: str) -> None:
+    """The reply of the run's `node` on stdout (`git fabro exec`): as it is, or in the
+    run's JSON object as `reply`."""
+    import json
+
+    from fabro_git.cli.show import select, stages
+    from fabro_git.engine.session import load_run
+    from fabro_git.terminal import json_printable, printable
+
+    reply = ""
+    try:
+        _manifest, _checkpoint, meta, _source = load_run(repo, result.run_id)
+        stage = select(stages(repo, meta), node)
+        reply = (repo.read_file(meta, f"{stage.path}/response.md") or b"").decode(
+            "utf-8", "replace"
+        )
+    except FabroError:
+        pass  # the stage never answered: the report below says why
+    if json_output:
+        document = {**result.to_json(), "reply": reply}
+        sys.stdout.write(json_printable(json.dumps(document)) + "\n")
+    elif reply:
+        sys.stdout.write(printable(reply).rstrip("\n") + "\n")
+    sys.stdout.flush()
 
 
 def check_push_remote(remote: str | None) -> str | None:
@@ -379,6 +413,18 @@ def check_push_remote(remote: str | None) -> str | None:
             hint="pass a remote name such as origin (see `git remote -v`)",
         )
     return remote
+
+
+def check_permissions(level: str | None) -> str | None:
+    """`--permissions LEVEL` names one of the agents' permission levels."""
+    from fabro_git.agent.permissions import LEVELS, check_level
+
+    if level is not None and check_level(level) is None:
+        raise ConfigError(
+            f"--permissions {level!r} is no permission level",
+            hint=f"pass one of {', '.join(LEVELS)}",
+        )
+    return level
 
 
 def check_max_cost(usd: float | None) -> float | None:

@@ -80,7 +80,7 @@ def _as_json(path: Path, graph: Graph | None, diagnostics: list[Diagnostic]) -> 
 def run(files: list[Path], *, json_output: bool, strict: bool = False) -> int:
     failed = False
     documents: list[dict[str, Any]] = []
-    from fabro_git.cli._examples import workflow_path
+    from fabro_git.cli._workflows import workflow_path
 
     for path in map(workflow_path, files):
         graph, diagnostics = check_file(path)

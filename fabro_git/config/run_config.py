@@ -164,6 +164,8 @@ class AgentConfig(_Table):
     # How long a model's response may go without a byte (and its headers may take)
     # before the attempt is cut off; a duration such as "120s".
     stream_idle_timeout: str | None = None
+    # The permission level of agent stages that set none (`fabro_git.agent.permissions`).
+    permissions: Literal["read-only", "read-write", "full"] | None = None
 
 
 class SandboxConfig(_Table):
@@ -343,8 +345,11 @@ def flag_layer(
     provider: str | None = None,
     push_remote: str | None = None,
     max_cost: float | None = None,
+    permissions: str | None = None,
 ) -> Layer:
     run: dict[str, Any] = {}
+    if permissions is not None:
+        run["agent"] = {"permissions": permissions}
     if max_cost is not None:
         run["max_cost"] = max_cost
     if push_remote is not None:

@@ -3,7 +3,8 @@
 A clone carries `.fabro/project.toml`, and a run reads it. Most of its keys only shape
 the run (model, labels, goal, inputs, checkpoint globs, artifacts, git author), but some
 act on the user's machine with the user's rights: hooks run programs and post events,
-event sinks write every event to a file or to a program they start, MCP servers are
+event sinks write every event to a file or to a program they start, agents given the
+`full` permission level run shell commands without asking, MCP servers are
 started or called with headers, `cli_command` and prepare steps run programs,
 `push_remote` chooses where the user's run refs go, and `{{ env.NAME }}`,
 `$NAME` headers and `allowed_env_vars` carry the user's environment out. git never
@@ -101,6 +102,13 @@ def actions(run: RunSection) -> list[Action]:
         found += _hook_actions(f"run.hooks[{i}]", hook)
     agent = run.agent
     if agent is not None:
+        if agent.permissions == "full":
+            found.append(
+                Action(
+                    "run.agent.permissions",
+                    "lets agent stages run shell commands and MCP tools without asking",
+                )
+            )
         if agent.cli_command is not None:
             found.append(
                 Action(

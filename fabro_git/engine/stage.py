@@ -191,6 +191,22 @@ class StageRequest(msgspec.Struct):
     def interviewer(self) -> Interviewer:
         return self._runtime.interviewer
 
+    @property
+    def person_at_terminal(self) -> bool:
+        """Whether a person at the run's terminal may be asked to let an agent go beyond
+        its permission level: not under `--auto-approve` or `--answer`, nor without a
+        terminal (scripted answers are for human gates, not for widening what an agent
+        may do)."""
+        import sys
+
+        options = self._runtime.options
+        if options.auto_approve or options.answers or not options.interactive:
+            return False
+        try:
+            return sys.stdin is not None and sys.stdin.isatty()
+        except (OSError, ValueError):
+            return False
+
     # -- what a stage may do -------------------------------------------------------------
 
     def emit(

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fabro_git.engine import outcome as oc
@@ -33,6 +35,8 @@ from fabro_git.events.catalogue import (
     AgentMessage,
     AgentSessionEnded,
     AgentSessionStarted,
+    InterviewCompleted,
+    InterviewStarted,
     StagePrompt,
 )
 from fabro_git.events.contract import UNSCOPED_EVENTS
@@ -44,6 +48,7 @@ from fabro_git.llm.errors import LlmError
 
 if TYPE_CHECKING:
     from fabro_git.agent.mcp import McpServerSpec
+    from fabro_git.agent.permissions import Answer, Level, PermissionGate
     from fabro_git.agent.session import Conversation
     from fabro_git.outputs.directives import StatusFile
 
@@ -120,6 +125,57 @@ def _mcp_specs(
         except ConfigError as err:
             broken.append((name, str(err), server.required))
     return specs, broken
+
+
+def permission_level(req: StageRequest) -> tuple[Level, str]:
+    """The agent's permission level and where it was set: the node's `permissions`,
+    else `[run.agent] permissions` (which `--permissions` sets), else the default.
+    Validation refuses a level that is none; the engine checks again here."""
+    from fabro_git.agent.permissions import DEFAULT_LEVEL, check_level
+
+    for value, source in (
+        (req.node.get("permissions"), f"permissions={req.node.get('permissions')} on the node"),
+        (req.agent_config.get("permissions"), "the run's [run.agent] permissions"),
+    ):
+        if value:
+            level = check_level(str(value))
+            if level is None:
+                raise ConfigError(
+                    f"node {req.node.id!r}: permissions {value!r} is no level; "
+                    "use read-only, read-write or full"
+                )
+            return level, source
+    return DEFAULT_LEVEL, "the default"
+
+
+def permission_gate(req: StageRequest, emit: Callable[[EventProps], object]) -> PermissionGate:
+    """The stage's gate: its level, and the run's terminal to ask beyond it, when a
+    person is there (through the run's interviewer, as a human gate asks)."""
+    from fabro_git.agent.permissions import PermissionGate, answer_of, describe_call
+    from fabro_git.engine.interviewer import Choice, Question, match
+
+    level, source = permission_level(req)
+    if not req.person_at_terminal:
+        return PermissionGate(level, source=source)
+    choices = [Choice("y", "yes", "yes"), Choice("a", "always", "always"), Choice("n", "no", "no")]
+
+    async def ask(tool: str, arguments: Mapping[str, Any]) -> Answer | None:
+        text = f"Agent {req.node_id} wants to run: {describe_call(tool, arguments)}. Allow it?"
+        emit(InterviewStarted(question=text, question_type="multiple_choice"))
+        started = time.monotonic()
+        answer = await req.interviewer.ask(Question(text=text, choices=choices, default=None))
+        chosen = match(answer, choices) if answer is not None else None
+        said = answer_of(chosen.target) if chosen is not None else None
+        emit(
+            InterviewCompleted(
+                question=text,
+                answer=said or "",
+                duration_ms=int((time.monotonic() - started) * 1000),
+            )
+        )
+        return said
+
+    return PermissionGate(level, ask=ask, source=source)
 
 
 def stage_usage(model: str, used: llm.Usage, cost: float | None) -> Usage:
@@ -335,6 +391,7 @@ async def run_agent(
         # Each reply streams to response.md as it arrives, as a prompt stage's does:
         # the final one is stored from there, never whole in memory.
         text_file=str(req.stage_dir / "response.md"),
+        permissions=permission_gate(req, forward),
     )
 
     async def timed_out(seconds: float) -> Outcome:

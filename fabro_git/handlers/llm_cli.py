@@ -16,6 +16,10 @@ to read them from: from the last checkpoint's scan and the stage's own when noth
 can have run in between (`fabro_git.engine.clean_start`), else from snapshots of the
 dirty set (`fabro_git.store.touched`).
 Commits the CLI makes on the run branch are adopted by the checkpoint.
+
+The stage's permission level becomes the CLI's own flags where its profile knows them
+(`fabro_git.llm.cli.PERMISSION_FLAGS`); a `cli_command` of the user's gets a
+`run.notice` that the level cannot be enforced for it.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from fabro_git.events.catalogue import (
     AgentProcessingEnd,
     AgentSessionEnded,
     AgentSessionStarted,
+    RunNotice,
     StagePrompt,
 )
 from fabro_git.handlers.command import stage_environment
@@ -62,6 +67,19 @@ async def run_cli_agent(
     prompt = preamble + body
     req.emit(StagePrompt(text=prompt))
     req.files["prompt.md"] = prompt.encode()
+    from fabro_git.handlers.llm_api import permission_level
+
+    level, source = permission_level(req)
+    if custom:
+        req.emit(
+            RunNotice(
+                level="warn",
+                code="permissions_not_enforced",
+                message=f"node {node.id}: the permission level {level} ({source}) cannot be "
+                f"enforced for the agent CLI {custom[0]} ([run.agent] cli_command): it runs "
+                "with whatever permissions it gives itself",
+            )
+        )
     prompt_path = req.stage_dir / "cli-prompt.md"
     with open(open_private(prompt_path, os.O_WRONLY | os.O_TRUNC), "wb") as fh:
         fh.write(prompt.encode())
@@ -75,6 +93,7 @@ async def run_cli_agent(
             node_id=node.id,
             custom=custom,
             custom_output=settings.get("cli_output"),
+            permissions=level,
         )
     except cli.NoProfile as err:  # check_stages refuses this before the run
         raise ConfigError(f"node {node.id!r}: no agent CLI for provider {err}") from None

@@ -61,6 +61,28 @@ def program_for(provider: str, custom: Sequence[str] | None) -> str:
     return profile.program
 
 
+# Each CLI's own flags for the agents' permission levels (`fabro_git.agent.permissions`):
+# claude's permission modes, codex's sandboxes, gemini's approval modes. Nobody can
+# answer a CLI's own prompts, so what a level does not allow is refused, not asked.
+PERMISSION_FLAGS: dict[str, dict[str, list[str]]] = {
+    "claude": {
+        "read-only": ["--permission-mode", "plan"],
+        "read-write": ["--permission-mode", "acceptEdits"],
+        "full": ["--permission-mode", "bypassPermissions"],
+    },
+    "codex": {
+        "read-only": ["--sandbox", "read-only"],
+        "read-write": ["--full-auto"],
+        "full": ["--sandbox", "danger-full-access"],
+    },
+    "gemini": {
+        "read-only": ["--approval-mode", "default"],
+        "read-write": ["--approval-mode", "auto_edit"],
+        "full": ["--approval-mode", "yolo"],
+    },
+}
+
+
 def invocation(
     provider: str,
     *,
@@ -71,9 +93,12 @@ def invocation(
     node_id: str,
     custom: Sequence[str] | None = None,
     custom_output: str | None = None,
+    permissions: str = "read-write",
 ) -> CliInvocation:
     """The argv for one stage. Placeholders in a custom command are replaced item by
-    item; the prompt never passes through a shell."""
+    item; the prompt never passes through a shell. A built-in profile passes its CLI's
+    flags for the `permissions` level; a custom command gets none (the caller says the
+    level cannot be enforced)."""
     if custom:
         values = {
             "{prompt_file}": prompt_file,
@@ -88,20 +113,13 @@ def invocation(
     if profile is None:
         raise NoProfile(provider)
     with_model = ["--model", model] if model else []
+    level = PERMISSION_FLAGS[profile.program][permissions]
     if profile.program == "claude":
-        # The prompt comes on stdin; edits are accepted without asking, as nobody can.
-        argv = [
-            "claude",
-            "-p",
-            "--output-format",
-            "json",
-            "--permission-mode",
-            "acceptEdits",
-            *with_model,
-        ]
+        # The prompt comes on stdin.
+        argv = ["claude", "-p", "--output-format", "json", *level, *with_model]
     elif profile.program == "codex":
-        # `-` reads the prompt from stdin; --full-auto lets it edit the workspace.
-        argv = ["codex", "exec", "--json", "--full-auto", *with_model, "-"]
+        # `-` reads the prompt from stdin.
+        argv = ["codex", "exec", "--json", *level, *with_model, "-"]
     else:
         # gemini appends -p to what stdin holds; a short prompt goes in -p alone.
         inline = len(prompt.encode()) <= ARGV_PROMPT_LIMIT
@@ -109,8 +127,7 @@ def invocation(
             "gemini",
             "--output-format",
             "json",
-            "--approval-mode",
-            "auto_edit",
+            *level,
             *with_model,
             "-p",
             prompt if inline else "Carry out the task given above.",

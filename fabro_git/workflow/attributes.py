@@ -75,6 +75,7 @@ FABRO_NODE: frozenset[str] = frozenset(
         "backend",
         "speed",
         "max_subagent_depth",
+        "permissions",
         "dry_run.response",
         # Commands.
         "script",

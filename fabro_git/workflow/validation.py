@@ -24,7 +24,7 @@ Choices worth knowing:
 - A few rules beyond the usual set: `attribute_value` (a typed attribute that does not
   parse, which would otherwise fail mid-run), `command_requires_script`,
   `script_template` (a template in a python script, where no substitution is safe, or
-  in a here-document that expands nothing) and `selection_valid`.
+  in a here-document that expands nothing), `selection_valid` and `permissions_valid`.
 - Warnings for typos, each with a "did you mean" from `fabro_git.suggest`:
   `implicit_node` (a node only an edge names, `test -> exti`), `unknown_attribute`
   (against the registry in workflow/attributes.py), `condition_typo` (`outcom=...`,
@@ -1114,6 +1114,22 @@ def _selection_valid(check: _Check) -> Iterator[Diagnostic]:
             )
 
 
+def _permissions_valid(check: _Check) -> Iterator[Diagnostic]:
+    from fabro_git.agent.permissions import LEVELS, check_level
+
+    for node in check.graph.nodes.values():
+        value = node.attrs.get("permissions")
+        if value is not None and check_level(value.strip()) is None:
+            yield check.on_node(
+                "permissions_valid",
+                ERROR,
+                f"node {node.id!r}: permissions={value!r} is no permission level; "
+                f"use one of {', '.join(LEVELS)}",
+                node,
+                check.node_pos(node, "permissions"),
+            )
+
+
 # Nodes -----------------------------------------------------------------------------------
 
 
@@ -1494,6 +1510,7 @@ RULES: tuple[Rule, ...] = (
     _freeform_edge_count,
     _random_selection_no_conditions,
     _selection_valid,
+    _permissions_valid,
     _type_known,
     _fidelity_valid,
     _retry_target_exists,

@@ -65,7 +65,7 @@ AGENT = """\
 digraph D {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    implement [shape=box, model="sonnet", prompt="Say hello"]
+    implement [shape=box, model="sonnet", permissions="full", prompt="Say hello"]
     start -> implement -> exit
 }
 """

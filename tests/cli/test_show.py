@@ -61,7 +61,7 @@ AGENT = """\
 digraph D {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    implement [shape=box, model="sonnet", prompt="Count to forty"]
+    implement [shape=box, model="sonnet", permissions="full", prompt="Count to forty"]
     start -> implement -> exit
 }
 """

@@ -25,7 +25,7 @@ AGENT = """\
 digraph D {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    work [shape=box%s]
+    work [shape=box, permissions="full"%s]
     start -> work -> exit
 }
 """

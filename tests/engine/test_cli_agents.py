@@ -415,6 +415,52 @@ def test_a_custom_command_template_runs_any_cli(
     assert message["properties"]["text"] == "done by myagent"
 
 
+@pytest.mark.parametrize(
+    ("provider", "level", "flags"),
+    [
+        ("anthropic", "read-only", ["--permission-mode", "plan"]),
+        ("openai", "read-only", ["--sandbox", "read-only"]),
+        ("gemini", "full", ["--approval-mode", "yolo"]),
+    ],
+)
+def test_a_cli_agent_gets_its_clis_own_flags_for_its_permission_level(
+    repo: Path,
+    agent_bin: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    provider: str,
+    level: str,
+    flags: list[str],
+) -> None:
+    write_workflow(repo, SIMPLE % f', provider="{provider}", permissions="{level}"')
+    log = _plan(tmp_path, monkeypatch, reply="looked")
+    proc, _result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    [call] = _calls(log)
+    argv = call["argv"]
+    assert any(argv[i : i + 2] == flags for i in range(len(argv))), argv
+    for other in ("acceptEdits", "--full-auto", "auto_edit"):
+        assert other not in argv
+
+
+def test_a_custom_cli_is_run_with_a_notice_that_its_level_cannot_be_enforced(
+    repo: Path, agent_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _project(repo, '[run.agent]\ncli_command = ["myagent", "{prompt_file}"]\n')
+    write_workflow(repo, SIMPLE % ', permissions="read-only"')
+    log = _plan(tmp_path, monkeypatch, reply="done by myagent")
+    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert len(_calls(log)) == 1
+    notices = [
+        e["properties"]
+        for e in _of(_events(repo, result["run_id"]), "run.notice")
+        if e["properties"]["code"] == "permissions_not_enforced"
+    ]
+    [notice] = notices
+    assert "read-only" in notice["message"] and "myagent" in notice["message"]
+
+
 def test_a_bad_placeholder_in_the_command_template_is_refused(repo: Path, agent_bin: Path) -> None:
     _project(repo, '[run.agent]\ncli_command = ["myagent", "{promt}"]\n', trusted=False)
     write_workflow(repo, SIMPLE % "")

@@ -80,7 +80,7 @@ def test_in_place_an_agent_cannot_change_fabro(
         """digraph A {
             start [shape=Mdiamond]
             exit  [shape=Msquare]
-            work  [shape=box, model="sonnet", prompt="Set things up"]
+            work  [shape=box, model="sonnet", permissions="full", prompt="Set things up"]
             start -> work -> exit
         }""",
     )

@@ -52,7 +52,7 @@ STATUS_ROUTED = """\
 digraph S {
     start  [shape=Mdiamond]
     exit   [shape=Msquare]
-    judge  [shape=%(shape)s, model="sonnet", prompt="Judge it"]
+    judge  [shape=%(shape)s, model="sonnet", permissions="full", prompt="Judge it"]
     ship   [shape=parallelogram, script="echo ship"]
     deploy [shape=parallelogram, script="echo deploy"]
     start -> judge

@@ -18,7 +18,7 @@ AGENT = """\
 digraph D {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    work [shape=box, model="claude-sonnet-4-6", prompt="Use the tools"]
+    work [shape=box, model="claude-sonnet-4-6", permissions="full", prompt="Use the tools"]
     start -> work -> exit
 }
 """

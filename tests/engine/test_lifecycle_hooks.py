@@ -458,7 +458,7 @@ AGENT = """\
 digraph A {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    work [shape=box, model="sonnet", prompt="Clean up"]
+    work [shape=box, model="sonnet", permissions="full", prompt="Clean up"]
     start -> work -> exit
 }
 """

@@ -122,7 +122,7 @@ AGENT = """\
 digraph D {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    work [shape=box, prompt="Tidy the notes"%s]
+    work [shape=box, permissions="full", prompt="Tidy the notes"%s]
     start -> work -> exit
 }
 """

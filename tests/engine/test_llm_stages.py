@@ -43,7 +43,7 @@ AGENT = """\
 digraph D {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    work [shape=box, prompt="Tidy the notes"]
+    work [shape=box, permissions="full", prompt="Tidy the notes"]
     start -> work -> exit
 }
 """

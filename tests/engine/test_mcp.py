@@ -78,7 +78,7 @@ AGENT = """\
 digraph D {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    work [shape=box, model="claude-sonnet-4-6", prompt="Keep notes"]
+    work [shape=box, model="claude-sonnet-4-6", permissions="full", prompt="Keep notes"]
     start -> work -> exit
 }
 """

@@ -32,7 +32,7 @@ AGENT = """\
 digraph D {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    work [shape=box, model="%s", prompt="Say the token"]
+    work [shape=box, model="%s", permissions="full", prompt="Say the token"]
     start -> work -> exit
 }
 """

@@ -114,7 +114,7 @@ def test_what_the_shell_tool_leaves_running_is_gone_when_the_stage_ends(
     repo: Path, tmp_path: Path, pids: Path, llm_server: LlmServer
 ) -> None:
     script = _script_file(tmp_path, pids)
-    first = 'first [shape=box, model="claude-sonnet-4-6", prompt="Start the servers"]'
+    first = 'first [shape=box, model="claude-sonnet-4-6", permissions="full", prompt="Start the servers"]'
     write_workflow(repo, _workflow(first, pids))
     llm_server.script(
         Reply(

@@ -115,7 +115,7 @@ AGENT = """\
 digraph D {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    work [shape=box, model="claude-sonnet-4-6", prompt="Look around"]
+    work [shape=box, model="claude-sonnet-4-6", permissions="full", prompt="Look around"]
     start -> work -> exit
 }
 """

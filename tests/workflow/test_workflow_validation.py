@@ -356,6 +356,19 @@ def test_selection_valid() -> None:
     assert diag.severity == "warning"
 
 
+def test_permissions_valid() -> None:
+    (diag,) = only(
+        check(wrap('a [prompt=p, permissions="read-mostly"]\nstart -> a -> exit')),
+        "permissions_valid",
+    )
+    assert diag.severity == "error"
+    assert "read-only, read-write, full" in diag.message
+    for level in ("read-only", "read-write", "full"):
+        fine = wrap(f'a [prompt=p, permissions="{level}"]\nstart -> a -> exit')
+        assert only(check(fine), "permissions_valid") == []
+        assert only(check(fine), "unknown_attribute") == []
+
+
 # Nodes ---------------------------------------------------------------------------------
 
 
