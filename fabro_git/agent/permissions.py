@@ -23,15 +23,22 @@ from typing import Any, Literal, get_args
 
 import trio
 
+from fabro_git.config.run_config import (
+    DEFAULT_PERMISSION_LEVEL,
+    PERMISSION_LEVELS,
+    PermissionLevel,
+    permission_level,
+)
 from fabro_git.events.catalogue import AgentWarning
 from fabro_git.events.envelope import EventProps
 
-Level = Literal["read-only", "read-write", "full"]
+Level = PermissionLevel
 Category = Literal["read", "write", "subagent", "shell"]
 Answer = Literal["yes", "always", "no"]
 
-LEVELS: tuple[Level, ...] = get_args(Level)
-DEFAULT_LEVEL: Level = "read-write"
+LEVELS = PERMISSION_LEVELS
+DEFAULT_LEVEL = DEFAULT_PERMISSION_LEVEL
+check_level = permission_level
 
 _CATEGORIES: dict[str, Category] = {
     "read_file": "read",
@@ -70,14 +77,6 @@ def level_needed(tool: str) -> Level:
 
 def allows(level: Level, tool: str) -> bool:
     return LEVELS.index(level) >= LEVELS.index(level_needed(tool))
-
-
-def check_level(value: str) -> Level | None:
-    """`value` as a level, or None when it names none."""
-    for level in LEVELS:
-        if value == level:
-            return level
-    return None
 
 
 def answer_of(text: str) -> Answer | None:

@@ -384,17 +384,14 @@ def _print_reply(result: Any, json_output: bool, repo: Any, node: str) -> None:
     run's JSON object as `reply`."""
     import json
 
-    from fabro_git.cli.show import select, stages
-    from fabro_git.engine.session import load_run
+    from fabro_git.engine.reader import open_run
     from fabro_git.terminal import json_printable, printable
 
     reply = ""
     try:
-        _manifest, _checkpoint, meta, _source = load_run(repo, result.run_id)
-        stage = select(stages(repo, meta), node)
-        reply = (repo.read_file(meta, f"{stage.path}/response.md") or b"").decode(
-            "utf-8", "replace"
-        )
+        run = open_run(repo, result.run_id)
+        stage = run.stage(node)
+        reply = (run.stage_file(stage, "response.md") or b"").decode("utf-8", "replace")
     except FabroError:
         pass  # the stage never answered: the report below says why
     if json_output:

@@ -20,7 +20,7 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
@@ -48,6 +48,23 @@ HOOK_EVENTS = (
     "post_tool_use",
     "post_tool_use_failure",
 )
+
+
+# The permission levels of agent stages, lowest first (`fabro_git.agent.permissions`
+# says what each lets through). Named here, at the bottom of the package stack, because
+# a workflow's `permissions` attribute and `[run.agent] permissions` are checked with
+# them as well as the agent's tool dispatch.
+PermissionLevel = Literal["read-only", "read-write", "full"]
+PERMISSION_LEVELS: tuple[PermissionLevel, ...] = get_args(PermissionLevel)
+DEFAULT_PERMISSION_LEVEL: PermissionLevel = "read-write"
+
+
+def permission_level(value: str) -> PermissionLevel | None:
+    """`value` as a permission level, or None when it names none."""
+    for level in PERMISSION_LEVELS:
+        if value == level:
+            return level
+    return None
 
 
 class _Table(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -165,7 +182,7 @@ class AgentConfig(_Table):
     # before the attempt is cut off; a duration such as "120s".
     stream_idle_timeout: str | None = None
     # The permission level of agent stages that set none (`fabro_git.agent.permissions`).
-    permissions: Literal["read-only", "read-write", "full"] | None = None
+    permissions: PermissionLevel | None = None
 
 
 class SandboxConfig(_Table):

@@ -276,12 +276,18 @@ def _ours(value: str | None) -> bool:
     return value is not None and value.split(".", 1)[0] in _nonces.values()
 
 
+def _outlives_the_walk(mark: str) -> bool:
+    """Whether a process of this mark lives until the run's very end rather than the
+    walk's: a non-blocking hook still running, an event sink's program still reading."""
+    return any(f".{kind}." in mark for kind in ("hook", "sink"))
+
+
 def sweep_adopted(mark: str | None, *, hooks_too: bool = True) -> list[int]:
     """Kill what was re-parented to this process (see `fabro_git.engine.reaper`), with
     everything under it: at the end of the stage of `mark`, what carries that mark, and
     what carries no mark of this run's when no other stage is running; with `mark` None
     (the run's end), all of it but this process's own helpers (and, unless `hooks_too`,
-    what carries a hook's mark). Returns the pids killed."""
+    what carries a hook's or an event sink's mark). Returns the pids killed."""
     if not _Subreaper.on:
         return []
     others = running_stages - {mark}
@@ -297,7 +303,7 @@ def sweep_adopted(mark: str | None, *, hooks_too: bool = True) -> list[int]:
             if value == _Subreaper.own_mark and value is not None:
                 continue
             if mark is None:
-                if not hooks_too and _ours(value) and ".hook." in str(value):
+                if not hooks_too and _ours(value) and _outlives_the_walk(str(value)):
                     continue
             elif value == mark or (value or "").startswith(f"{mark}."):
                 pass

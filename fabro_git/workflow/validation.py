@@ -1115,7 +1115,8 @@ def _selection_valid(check: _Check) -> Iterator[Diagnostic]:
 
 
 def _permissions_valid(check: _Check) -> Iterator[Diagnostic]:
-    from fabro_git.agent.permissions import LEVELS, check_level
+    from fabro_git.config.run_config import PERMISSION_LEVELS as LEVELS
+    from fabro_git.config.run_config import permission_level as check_level
 
     for node in check.graph.nodes.values():
         value = node.attrs.get("permissions")

@@ -221,7 +221,7 @@ def _hanging_agent(
 digraph D {
     start [shape=Mdiamond]
     exit [shape=Msquare]
-    work [shape=box, model="claude-sonnet-4-6", prompt="Start the servers"]
+    work [shape=box, model="claude-sonnet-4-6", permissions="full", prompt="Start the servers"]
     start -> work -> exit
 }
 """,
