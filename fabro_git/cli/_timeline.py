@@ -15,7 +15,7 @@ from typing import Any
 from fabro_git.errors import FabroError
 from fabro_git.store import runs as runrefs
 
-# The subject the walk gives each stage's meta snapshot (engine/runner.py `_checkpoint`).
+# The subject the walk gives each stage's meta snapshot (engine/recorder.py `checkpoint`).
 _SUBJECT = re.compile(r"checkpoint (\S+)@(\d+)")
 
 
@@ -39,8 +39,8 @@ class CheckpointEntry:
         checkpoint = read_checkpoint(repo.read_file, self.meta_sha)
         if checkpoint is None:
             return "?"
-        outcome = checkpoint.node_outcomes.get(self.node) or {}
-        return str(outcome.get("status", "?"))
+        outcome = checkpoint.node_outcomes.get(self.node)
+        return str(outcome.get("status", "?")) if outcome else "?"
 
 
 def timeline(repo: Any, run_id: str, *, base_sha: str | None) -> list[CheckpointEntry]:

@@ -1,19 +1,23 @@
-"""Walks run in this process: a Runtime over a parsed graph, without git (no recorder),
-its events collected from a real EventBus. Fast enough to run on trio's MockClock."""
+"""Walks run in this process: a Runtime over a parsed graph, in a real temporary git
+repository with a real recorder (a run in place: its checkpoints go to the meta ref, it
+has no run branch of its own), its events collected from a real EventBus. Fast enough
+to run on trio's MockClock."""
 
 from __future__ import annotations
 
+import subprocess
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import trio
 import trio.testing
 
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
 from fabro_git.engine.interviewer import Interviewer, Question, make_interviewer
+from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime
 from fabro_git.engine.session import make_emitter
 from fabro_git.engine.stage import Handler
@@ -91,6 +95,8 @@ def walk(
     graph = parse(textwrap.dedent(source))
     worktree = tmp_path / "worktree"
     worktree.mkdir(parents=True, exist_ok=True)
+    base_sha = _init_repository(worktree)
+    repo = GitRepo.discover(worktree)
     manifest = Manifest(
         run_id="RUN",
         workflow_name=graph.name,
@@ -99,7 +105,7 @@ def walk(
         goal="",
         inputs={},
         labels={},
-        base_sha="0" * 40,
+        base_sha=base_sha,
         base_branch=None,
         run_branch=None,
         meta_ref="refs/fabro/meta/RUN",
@@ -112,14 +118,27 @@ def walk(
     )
     sink = Collect()
     bus = EventBus("RUN", [sink])
+    emit = make_emitter(bus)
+    recorder = Recorder(
+        repo,
+        "RUN",
+        workflow_slug="wf",
+        emit=emit,
+        take_segment=bus.take_segment,
+        worktree=None,  # in place: the run has no worktree or branch of its own
+        exclude_globs=[],
+        meta_tip=None,
+        run_tip=None,
+        requeue=bus.restore_pending,
+    )
     runtime = Runtime(
         run_id="RUN",
-        repo=cast(GitRepo, None),  # no recorder: the walk makes no git call
+        repo=repo,
         graph=graph,
         manifest=manifest,
         checkpoint=Checkpoint(status="running", started_at="", timestamp=""),
-        emit_event=make_emitter(bus),
-        recorder=None,
+        emit_event=emit,
+        recorder=recorder,
         scratch=tmp_path / "scratch",
         worktree=worktree,
         interviewer=interviewer
@@ -158,6 +177,23 @@ def walk(
             await walk_main()
             nursery.cancel_scope.cancel()
 
-    trio.run(main, clock=clock)
+    try:
+        trio.run(main, clock=clock)
+    finally:
+        repo.close()
     seconds = clock.current_time() if clock else 0.0
     return Walked(status, error, sink.events, runtime, seconds, worktree, sink.times)
+
+
+def _init_repository(path: Path) -> str:
+    """A fresh repository in `path` with one commit; its sha."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=path, check=True, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    (path / "README.md").write_text("hello\n")
+    git("add", "README.md")
+    git("commit", "-q", "-m", "initial")
+    return git("rev-parse", "HEAD")
