@@ -38,7 +38,6 @@ from fabro_git.engine.checkpoint import (
     read_checkpoint,
 )
 from fabro_git.engine.emit import Emit
-from fabro_git.engine.outcome import event_status
 from fabro_git.errors import DiskFull, FabroError, RefRaceError, StoreError
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import last_event_id
@@ -143,7 +142,9 @@ class Recorder:
         """Steps 2 and 3 for a stage of the main run whose worktree is `tree` (None: the
         run has no branch of its own): the meta snapshot, then the run-branch commit
         (with `merge_parents` as further parents). Returns the commit made, if any;
-        CheckpointNotWritten when git refused either (reported already)."""
+        CheckpointNotWritten when git refused either (reported already). The caller
+        announces `checkpoint.completed` (with `stage_diff`): live replication hears
+        the walk's events."""
         self.plan_commit(cp, stage.node_id, stage.status, tree, merge_parents)
         subject = f"checkpoint {stage.node_id}@{stage.visit}"
         if self.snapshot("checkpoint", subject, cp, files, stage=stage) is None:
@@ -156,7 +157,6 @@ class Recorder:
                 "(see the error above)",
                 snapshot_written=False,
             )
-        before = self.run_tip
         sha = self.commit_pending(cp, node_label=stage.node_label)
         if sha is None and cp.pending_commit is not None:
             raise CheckpointNotWritten(
@@ -165,18 +165,9 @@ class Recorder:
             )
         if sha is not None and tree is not None:
             self._trees[sha] = tree
-        self.emit(
-            ev.CheckpointCompleted(
-                status=event_status(stage.status),
-                git_commit_sha=sha or self.run_tip,
-                diff=self._stage_diff(before, sha, tree),
-            ),
-            node_id=stage.node_id,
-            node_label=stage.node_label,
-        )
         return sha
 
-    def _stage_diff(self, before: str | None, sha: str | None, tree: str | None) -> str | None:
+    def stage_diff(self, before: str | None, sha: str | None, tree: str | None) -> str | None:
         """The stage's change as a patch of 20 kB at most, for `checkpoint.completed`."""
         if sha is None or before is None or tree is None or tree == self.tip_tree(before):
             return None

@@ -23,6 +23,7 @@ from fabro_git.engine import child_progress, clean_start
 from fabro_git.engine.checkpoint import now_iso
 from fabro_git.engine.clean_start import CleanStart
 from fabro_git.engine.ledger import Ledger, PendingFile
+from fabro_git.engine.outcome import event_status
 from fabro_git.engine.recorder import CheckpointNotWritten, StageCheckpoint
 from fabro_git.engine.scope import (
     Decision,
@@ -32,7 +33,7 @@ from fabro_git.engine.scope import (
     SpendingCapReached,
 )
 from fabro_git.errors import DiskFull, FabroError
-from fabro_git.events.catalogue import CheckpointFailed, GitCommit
+from fabro_git.events.catalogue import CheckpointCompleted, CheckpointFailed, GitCommit
 from fabro_git.outputs.artifacts import referenced_names
 from fabro_git.store import runs as runrefs
 from fabro_git.store import worktree as worktrees
@@ -143,6 +144,15 @@ class MainRecording:
         scope.tip = recorder.run_tip
         clean_start.after_checkpoint(
             ledger, node.handler_type, scanned=scanned, tree=tree, sha=sha, parent=before
+        )
+        ledger.emit(
+            CheckpointCompleted(
+                status=event_status(stage.result.status),
+                git_commit_sha=sha or recorder.run_tip,
+                diff=recorder.stage_diff(before, sha, tree),
+            ),
+            node_id=node.id,
+            node_label=node.label,
         )
 
     def _tree(self, scope: Scope, stage: FinishedStage) -> tuple[str | None, int | None]:

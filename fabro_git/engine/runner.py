@@ -209,7 +209,7 @@ class Runtime:
     def active_ms(self) -> int:
         return self.ledger.active_ms()
 
-    async def store_call(self, fn: Callable[..., T], *args: Any) -> T:
+    async def store_call(self, fn: Callable[..., T], *args: object) -> T:
         return await self.ledger.call(fn, *args)
 
     def steer(self, text: str) -> bool:
@@ -233,7 +233,6 @@ class Runtime:
         """Emit an event's properties Struct, with the envelope's stage and
         agent-session fields."""
         self.emitted += 1
-        fields: dict[str, Any] = {"actor": actor} if actor is not None else {}
         self.emit_event(
             event,
             node_id=node_id,
@@ -241,7 +240,7 @@ class Runtime:
             stage_id=stage_id,
             session_id=session_id,
             parent_session_id=parent_session_id,
-            **fields,
+            actor=actor,
         )
 
     # -- the main walk -----------------------------------------------------------------
@@ -614,7 +613,7 @@ class Runtime:
             recorder = self.recorder
             stage_files = [data for data in files.values() if isinstance(data, bytes)]
 
-            def meanwhile(values: list[tuple[Any, bytes]]) -> None:
+            def meanwhile(values: list[tuple[object, bytes]]) -> None:
                 recorder.premask(values, stage_files)
 
             await ledger.call(artifacts.write_stage, offloaded, meanwhile)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from fabro_git.engine.ledger import Ledger
     from fabro_git.engine.lifecycle import HookDecision, LifecycleHooks, StageToolHooks
     from fabro_git.engine.options import Options
-    from fabro_git.engine.outcome import Outcome
+    from fabro_git.engine.outcome import Outcome, StageRecord
     from fabro_git.engine.scope import ChildResult, Supervision, WalkEnd
     from fabro_git.events.envelope import EventProps
     from fabro_git.store.touched import WorktreeSnapshot
@@ -152,7 +152,7 @@ class StageRequest(msgspec.Struct):
         return dict(config.get("agent") or {})
 
     @property
-    def completed(self) -> Mapping[str, Mapping[str, Any]]:
+    def completed(self) -> Mapping[str, StageRecord]:
         """The outcome records of the stages this walk has completed, by node id."""
         return self._scope.outcomes
 
@@ -266,7 +266,7 @@ class StageRequest(msgspec.Struct):
         elif not process_groups.alive(pgid):
             process_groups.forget(self._groups.pop(pgid, None))
 
-    async def fire_hook(self, event: str, **fields: Any) -> HookDecision:
+    async def fire_hook(self, event: str, **fields: object) -> HookDecision:
         """Fire the run's lifecycle hooks for `event`, stamped with this stage's node."""
         return await self._services.hooks.fire(
             event,

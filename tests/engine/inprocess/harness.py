@@ -5,9 +5,11 @@ to run on trio's MockClock."""
 
 from __future__ import annotations
 
+import contextlib
+import math
 import subprocess
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,7 +151,9 @@ def walk(
     # The clock jumps once the walk has been idle for 20 ms of real time, not at once:
     # a stage's real work (a command's process, a worker thread) is idle to trio, and a
     # clock that jumped at every such wait would race a child's manager through its
-    # polls (45 s each, 1,000 at most) while `exit 3` ran.
+    # polls (45 s each, 1,000 at most) while `exit 3` ran. It never jumps while a
+    # worker thread runs (git work: a checkpoint, the repository guard's look around
+    # a stage), however long a loaded machine makes it.
     clock = trio.testing.MockClock(autojump_threshold=0.02) if mock_clock else None
     status: str | None = None
     error: str | None = None
@@ -178,7 +182,8 @@ def walk(
             nursery.cancel_scope.cancel()
 
     try:
-        trio.run(main, clock=clock)
+        with _still_while_threads_run(clock):
+            trio.run(main, clock=clock)
     finally:
         repo.close()
     seconds = clock.current_time() if clock else 0.0
@@ -197,3 +202,32 @@ def _init_repository(path: Path) -> str:
     git("add", "README.md")
     git("commit", "-q", "-m", "initial")
     return git("rev-parse", "HEAD")
+
+
+@contextlib.contextmanager
+def _still_while_threads_run(clock: trio.testing.MockClock | None) -> Iterator[None]:
+    """While the walk runs, the clock's autojump is off whenever a worker thread runs
+    (every `trio.to_thread.run_sync` of the process, for the walk's duration)."""
+    if clock is None:
+        yield
+        return
+    original = trio.to_thread.run_sync
+    threshold = clock.autojump_threshold
+    running = 0
+
+    async def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        nonlocal running
+        running += 1
+        clock.autojump_threshold = math.inf
+        try:
+            return await original(fn, *args, **kwargs)
+        finally:
+            running -= 1
+            if not running:
+                clock.autojump_threshold = threshold
+
+    trio.to_thread.run_sync = run_sync  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        trio.to_thread.run_sync = original
