@@ -528,7 +528,8 @@ def _fix_hint(repo: Any, run_id: str) -> str:
         return plain
     if manifest.in_place:
         return plain
-    failed = cp.node_outcomes.get(cp.next_node_id or "", {}).get("status") == outcome.FAILED
+    last = cp.node_outcomes.get(cp.next_node_id or "")
+    failed = last is not None and last["status"] == outcome.FAILED
     if failed:
         base = manifest.base_branch or manifest.base_sha[:12]
         return f"commit a fix and `git fabro resume {run_id} --rebase {base}`"

@@ -10,8 +10,8 @@ other stage), or else a fan-in or the exit. The fan-in, or the fan-out itself wh
 join is another kind of stage, takes the winning branch's files into its scope's
 worktree and adds the branch head as a parent of the scope's next commit.
 
-Every git call here runs on a worker thread (`Runtime.store_call`), so branches do not
-wait on each other's git work and the watchdog is never held up.
+Every git call here runs on a worker thread (`Ledger.call`), so branches do not wait on
+each other's git work and the watchdog is never held up.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,19 +28,19 @@ import trio
 
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.context import Context, context_delta
+from fabro_git.engine.recording import BranchRecording
+from fabro_git.engine.scope import RunFailed, Scope, WalkEnd
 from fabro_git.errors import DiskFull, FabroError
-from fabro_git.events.catalogue import (
-    CheckpointFailed,
-    GitCommit,
-    GitReset,
-    ParallelBranchCompleted,
-    ParallelBranchStarted,
-)
+from fabro_git.events.catalogue import GitReset, ParallelBranchCompleted, ParallelBranchStarted
 from fabro_git.store import runs as runrefs
+from fabro_git.store import worktree as worktrees
 
 if TYPE_CHECKING:
-    from fabro_git.engine.runner import Runtime, Scope
+    from fabro_git.engine.ledger import Ledger
     from fabro_git.workflow import Node
+
+# The walk a branch takes: its scope, from its first node.
+Walk = Callable[[Scope, str], Awaitable[WalkEnd]]
 
 BRANCH_STOPS = frozenset({"parallel.fan_in", "exit"})
 
@@ -54,7 +55,7 @@ class BranchResult(msgspec.Struct):
     error: str | None = None
 
     def record(self) -> dict[str, Any]:
-        data = {
+        data: dict[str, Any] = {
             "id": self.id,
             "index": self.index,
             "status": self.status,
@@ -78,92 +79,89 @@ class BranchPlan(msgspec.Struct):
 
 
 async def run_branches(
-    runtime: Runtime, parent: Scope, node: Node, visit: int, plan: BranchPlan
+    ledger: Ledger, walk: Walk, parent: Scope, node: Node, visit: int, plan: BranchPlan
 ) -> list[BranchResult]:
     """Run every branch of `plan` to its fan-in; one result per target, in order."""
-    from fabro_git.engine.runner import RunFailed, Scope
-
-    limiter = trio.CapacityLimiter(max(1, plan.max_parallel))
     qid = parent.qualified(node.id)
-    recorder = runtime.recorder
-    isolated = recorder is not None and parent.tip is not None
-    base_sha = await runtime.store_call(_fan_out_base, runtime, parent, qid) if isolated else None
-    refs_name = await runtime.store_call(_fresh_refs_name, runtime, qid, visit) if isolated else ""
-    base_context = dict(parent.context)
-    results: list[BranchResult | None] = [None] * len(plan.targets)
-    done = trio.Event()
+    fan_out = FanOut(ledger, walk, parent, plan, qid, visit)
+    if parent.tip is not None:
+        base_sha = await ledger.call(_fan_out_base, ledger, parent, qid)
+        fan_out.base = (base_sha, await ledger.call(_fresh_refs_name, ledger, qid, visit))
+    limiter = trio.CapacityLimiter(max(1, plan.max_parallel))
+    async with trio.open_nursery() as nursery:
+        for index, target in enumerate(plan.targets):
+            nursery.start_soon(fan_out.branch, limiter, index, target, nursery.cancel_scope)
+    return fan_out.finished()
 
-    async def branch(index: int, target: str, cancel_rest: trio.CancelScope) -> None:
+
+class FanOut:
+    """One fan-out's branches as they run side by side, and their results."""
+
+    def __init__(
+        self, ledger: Ledger, walk: Walk, parent: Scope, plan: BranchPlan, qid: str, visit: int
+    ) -> None:
+        self.ledger, self.walk, self.parent, self.plan = ledger, walk, parent, plan
+        self.qid, self.visit = qid, visit
+        # The branches' first commit and their refs' directory; None when the scope has
+        # no commits of its own (a run in place): the branches share its worktree.
+        self.base: tuple[str, str] | None = None
+        self.base_context = dict(parent.context)
+        self.results: list[BranchResult | None] = [None] * len(plan.targets)
+        self.done = trio.Event()
+
+    async def branch(
+        self,
+        limiter: trio.CapacityLimiter,
+        index: int,
+        target: str,
+        cancel_rest: trio.CancelScope,
+    ) -> None:
         # A branch that cannot even start (its worktree or ref refused) is a failed
         # branch with that error, not an exception that takes its siblings down.
         try:
             async with limiter:
-                await run_one(index, target, cancel_rest)
+                await self._run_one(index, target, cancel_rest)
         except DiskFull:
             raise
         except FabroError as err:
-            results[index] = BranchResult(index, target, oc.FAILED, None, error=str(err))
-            runtime.emit(
+            self.results[index] = BranchResult(index, target, oc.FAILED, None, error=str(err))
+            self.ledger.emit(
                 ParallelBranchCompleted(
                     index=index, duration_ms=0, status=oc.event_status(oc.FAILED)
                 ),
-                node_id=parent.qualified(target),
+                node_id=self.parent.qualified(target),
             )
 
-    async def run_one(index: int, target: str, cancel_rest: trio.CancelScope) -> None:
-        tnode = parent.graph.nodes.get(target)
-        label = tnode.label if tnode else target
-        runtime.emit(
-            ParallelBranchStarted(index=index), node_id=parent.qualified(target), node_label=label
-        )
+    async def _run_one(self, index: int, target: str, cancel_rest: trio.CancelScope) -> None:
+        parent, emit = self.parent, self.ledger.emit
+        target_node = parent.graph.nodes.get(target)
+        label = target_node.label if target_node else target
+        emit(ParallelBranchStarted(index=index), node_id=parent.qualified(target), node_label=label)
         started = time.monotonic()
-        worktree = runtime.scratch / "parallel" / f"{qid}-{visit}" / str(index)
-        ref = None
-        if isolated:
-            assert base_sha is not None
-            ref = _branch_ref(runtime, refs_name, index)
-            await runtime.store_call(
-                _open_branch, runtime, worktree, ref, base_sha, f"fabro: branch {index} of {qid}"
-            )
-        else:
-            worktree = parent.worktree
-        scope = Scope(
-            kind="branch",
-            graph=parent.graph,
-            context=Context(base_context).fork(),
-            worktree=worktree,
-            visits=dict(parent.visits),
-            outcomes={},
-            completed=[],
-            loop_signatures=parent.loop_signatures,
-            restart_signatures=parent.restart_signatures,
-            ref=ref,
-            tip=base_sha,
-            prefix=parent.prefix,
-            stop_at=BRANCH_STOPS,
-            stop_nodes=parent.stop_nodes | {plan.join} if plan.join else parent.stop_nodes,
-        )
+        scope = await self._open(index)
         join = error = None
         try:
-            end = await runtime.walk(scope, target)
+            end = await self.walk(scope, target)
             status, join = end.status, end.stopped_at
         except RunFailed as exc:
             status, error = oc.FAILED, str(exc)
         finally:
-            if ref is not None:
+            if scope.ref is not None:
                 with trio.CancelScope(shield=True), contextlib.suppress(FabroError):
-                    await runtime.store_call(_close_branch, runtime, worktree)
-        results[index] = BranchResult(
+                    await self.ledger.call(
+                        worktrees.remove_worktree, self.ledger.repo, scope.worktree
+                    )
+        self.results[index] = BranchResult(
             index=index,
             id=target,
             status=status,
             head_sha=scope.tip,
-            context_updates=context_delta(base_context, scope.context),
+            context_updates=context_delta(self.base_context, scope.context),
             join=join,
             error=error,
         )
         duration_ms = int((time.monotonic() - started) * 1000)
-        runtime.emit(
+        emit(
             ParallelBranchCompleted(
                 index=index, duration_ms=duration_ms, status=oc.event_status(status)
             ),
@@ -171,137 +169,103 @@ async def run_branches(
             node_label=label,
         )
         if (
-            plan.join_policy == "first_success"
+            self.plan.join_policy == "first_success"
             and status in (oc.SUCCEEDED, oc.PARTIAL)
-            and not done.is_set()
+            and not self.done.is_set()
         ):
-            done.set()
+            self.done.set()
             cancel_rest.cancel()
 
-    async with trio.open_nursery() as nursery:
-        for index, target in enumerate(plan.targets):
-            nursery.start_soon(branch, index, target, nursery.cancel_scope)
-
-    finished = []
-    for index, target in enumerate(plan.targets):
-        result = results[index]
-        if result is None:
-            result = BranchResult(
-                index, target, oc.SKIPPED, None, error="cancelled: another branch succeeded first"
-            )
-        finished.append(result)
-    return finished
-
-
-def commit_branch_stage(
-    runtime: Runtime, scope: Scope, node_id: str, status: str, stage_id: str
-) -> None:
-    """Commit a branch stage's worktree on the branch's ref (on a worker thread), with
-    the tree its files_touched came from when there is one.
-
-    RunFailed when git cannot, which fails the branch: its work must not go missing
-    from the fan-in. A full disk stops the whole run at its last checkpoint instead.
-    """
-    from fabro_git.engine.runner import RunFailed
-    from fabro_git.store import worktree as wt
-
-    recorder = runtime.recorder
-    early = scope.stage_trees.pop(stage_id, None)
-    if recorder is None or scope.ref is None or scope.tip is None:
-        return
-    qid = scope.qualified(node_id)
-    try:
-        tree = early or wt.snapshot_tree(scope.worktree, exclude_globs=recorder.exclude_globs)
-        message = recorder.redactor.mask_text(
-            runrefs.branch_commit_message(
-                runtime.run_id, qid, status, scope.prefix.rstrip("/") or node_id
-            )
+    async def _open(self, index: int) -> Scope:
+        """The branch's scope: its own worktree and ref, or its parent's worktree."""
+        ledger, parent, plan = self.ledger, self.parent, self.plan
+        worktree, ref, tip, tag = parent.worktree, None, None, None
+        if self.base is not None:
+            tip, refs_name = self.base
+            worktree = ledger.scratch / "parallel" / f"{self.qid}-{self.visit}" / str(index)
+            ref = runrefs.parallel_ref(ledger.run_id, refs_name, index)
+            message = f"fabro: branch {index} of {self.qid}"
+            await ledger.call(_open_branch, ledger, worktree, ref, tip, message)
+            # Branches may set the same key at once: each keeps its own file.
+            tag = ref.removeprefix(f"{runrefs.PARALLEL_PREFIX}{ledger.run_id}/")
+        return Scope(
+            recording=BranchRecording(ledger),
+            graph=parent.graph,
+            context=Context(self.base_context).fork(),
+            worktree=worktree,
+            visits=dict(parent.visits),
+            outcomes={},
+            completed=[],
+            loop_signatures=parent.loop_signatures,
+            restart_signatures=parent.restart_signatures,
+            ref=ref,
+            tip=tip,
+            prefix=parent.prefix,
+            branch_tag=tag,
+            stop_at=BRANCH_STOPS,
+            stop_nodes=parent.stop_nodes | {plan.join} if plan.join else parent.stop_nodes,
         )
-        parents = [scope.tip, *scope.merge_parents]
-        sha = runtime.repo.write_commit(tree=tree, parents=parents, message=message)
-        runtime.repo.update_ref(scope.ref, sha, old=scope.tip, message=f"fabro: branch stage {qid}")
-    except DiskFull:
-        raise
-    except FabroError as err:
-        error = f"could not record the files of {qid}: {err}"
-        runtime.emit(CheckpointFailed(error=error), node_id=qid)
-        raise RunFailed(error) from err
-    scope.merge_parents.clear()
-    scope.tip = sha
-    runtime.emit(GitCommit(sha=sha), node_id=qid)
+
+    def finished(self) -> list[BranchResult]:
+        """One result per target, in order: a branch cut off by another's success as skipped."""
+        finished = []
+        for index, target in enumerate(self.plan.targets):
+            result = self.results[index]
+            if result is None:
+                result = BranchResult(
+                    index,
+                    target,
+                    oc.SKIPPED,
+                    None,
+                    error="cancelled: another branch succeeded first",
+                )
+            finished.append(result)
+        return finished
 
 
-async def adopt_branch(runtime: Runtime, scope: Scope, node: Node, head: str) -> None:
+async def adopt_branch(ledger: Ledger, scope: Scope, node: Node, head: str) -> None:
     """The fan-in's choice: the branch's files become the scope's worktree, and the scope's
     next commit has both its tip and the branch head as parents, so `git log` shows the
     branch's own commits and nothing already committed is rewritten."""
     from fabro_git.store.adopt import adopt_tree
 
-    if runtime.recorder is None or scope.tip is None or head == scope.tip:
+    if scope.tip is None or head == scope.tip:
         return
-    await runtime.store_call(adopt_tree, scope.worktree, head)
+    await ledger.call(adopt_tree, scope.worktree, head)
     scope.merge_parents.append(head)
-    runtime.emit(GitReset(sha=head), node_id=scope.qualified(node.id), node_label=node.label)
+    ledger.emit(GitReset(sha=head), node_id=scope.qualified(node.id), node_label=node.label)
 
 
-def worktree_tree(runtime: Runtime, worktree: Path, qid: str) -> str | None:
-    """A scope's worktree as it is now, as a tree (on a worker thread): the run's own
-    worktree through the recorder (which adopts commits a stage made there), a branch's
-    by a scan of its own index."""
-    from fabro_git.store import worktree as wt
-
-    recorder = runtime.recorder
-    assert recorder is not None
-    if recorder.worktree is not None and Path(worktree) == Path(recorder.worktree):
-        return recorder.stage_tree(qid)
-    return wt.snapshot_tree(worktree, exclude_globs=recorder.exclude_globs)
-
-
-def _fan_out_base(runtime: Runtime, parent: Scope, qid: str) -> str:
+def _fan_out_base(ledger: Ledger, parent: Scope, qid: str) -> str:
     """The branches' starting commit: the scope's worktree as it is now, on its tip."""
-    recorder = runtime.recorder
-    assert recorder is not None and parent.tip is not None
-    tree = worktree_tree(runtime, parent.worktree, qid)
-    if tree is None or tree == runtime.repo.commit_info(parent.tip).tree:
+    recorder, repo = ledger.recorder, ledger.repo
+    assert parent.tip is not None
+    tree = recorder.worktree_tree(parent.worktree, qid)
+    if tree is None or tree == repo.commit_info(parent.tip).tree:
         return parent.tip
-    return runtime.repo.write_commit(
+    return repo.write_commit(
         tree=tree,
         parents=[parent.tip],
-        message=recorder.redactor.mask_text(runrefs.fan_out_base_message(runtime.run_id, qid)),
+        message=recorder.redactor.mask_text(runrefs.fan_out_base_message(ledger.run_id, qid)),
     )
 
 
-def _fresh_refs_name(runtime: Runtime, qid: str, visit: int) -> str:
+def _fresh_refs_name(ledger: Ledger, qid: str, visit: int) -> str:
     """The ref directory for this run of a fan-out: `<node>-<visit>`, or, when a retry or
     a resume runs the same visit again, `<node>-<visit>.<n>`. Branch refs are only ever
     created, never moved back, so a run's refs that were pushed stay fast-forwards."""
-    from fabro_git.store import runs as runrefs
-
     name, n = f"{qid}-{visit}", 1
-    while runtime.repo.list_refs(f"{runrefs.PARALLEL_PREFIX}{runtime.run_id}/{name}"):
+    while ledger.repo.list_refs(f"{runrefs.PARALLEL_PREFIX}{ledger.run_id}/{name}"):
         n += 1
         name = f"{qid}-{visit}.{n}"
     return name
 
 
-def _branch_ref(runtime: Runtime, refs_name: str, index: int) -> str:
-    from fabro_git.store import runs as runrefs
-
-    return runrefs.parallel_ref(runtime.run_id, refs_name, index)
-
-
-def _open_branch(runtime: Runtime, worktree: Path, ref: str, base_sha: str, message: str) -> None:
-    from fabro_git.store import worktree as wt
-
-    runtime.repo.update_ref(ref, base_sha, old=None, message=message)
+def _open_branch(ledger: Ledger, worktree: Path, ref: str, base_sha: str, message: str) -> None:
+    repo = ledger.repo
+    repo.update_ref(ref, base_sha, old=None, message=message)
     if worktree.exists():
         with contextlib.suppress(FabroError):
-            wt.remove_worktree(runtime.repo, worktree)
+            worktrees.remove_worktree(repo, worktree)
         shutil.rmtree(worktree, ignore_errors=True)
-    wt.add_worktree(runtime.repo, worktree, branch=None, commit=base_sha)
-
-
-def _close_branch(runtime: Runtime, worktree: Path) -> None:
-    from fabro_git.store import worktree as wt
-
-    wt.remove_worktree(runtime.repo, worktree)
+    worktrees.add_worktree(repo, worktree, branch=None, commit=base_sha)

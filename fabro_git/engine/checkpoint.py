@@ -17,11 +17,27 @@ from __future__ import annotations
 import itertools
 import operator
 from collections.abc import Callable
-from typing import Any, TypeVar
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
+if TYPE_CHECKING:
+    from fabro_git.engine.outcome import StageRecord, Usage
+
+    StageRecords = dict[str, StageRecord]
+else:
+    # Read as stored, key for key and value for value: a record an older version
+    # wrote loads and is written back byte for byte.
+    StageRecords = dict[str, dict[str, Any]]
+
 FORMAT_VERSION = 1
+
+
+def now_iso() -> str:
+    """The time now as checkpoints and manifests write it (UTC, milliseconds)."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
 class PendingCommit(msgspec.Struct, kw_only=True):
@@ -48,7 +64,7 @@ class TokenTotals(msgspec.Struct, kw_only=True):
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
-    def add(self, usage: Any) -> None:
+    def add(self, usage: Usage) -> None:
         """Add a stage's usage (`engine.outcome.Usage`: counts that may be None)."""
         self.input_tokens += usage.input_tokens or 0
         self.output_tokens += usage.output_tokens or 0
@@ -134,7 +150,7 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     completed_nodes: list[str] = msgspec.field(default_factory=list)
     node_visits: dict[str, int] = msgspec.field(default_factory=TrackedMap)
     node_retries: dict[str, int] = msgspec.field(default_factory=TrackedMap)
-    node_outcomes: dict[str, dict[str, Any]] = msgspec.field(default_factory=TrackedMap)
+    node_outcomes: StageRecords = msgspec.field(default_factory=TrackedMap)
     context_values: dict[str, Any] = msgspec.field(default_factory=TrackedMap)
     git_commit_sha: str | None = None
     pending_commit: PendingCommit | None = None
@@ -156,7 +172,7 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     total_cost: float = 0.0
     tokens: TokenTotals = msgspec.field(default_factory=TokenTotals)
 
-    def spend(self, usage: Any) -> None:
+    def spend(self, usage: Usage) -> None:
         """Count a model call's usage (`engine.outcome.Usage`) in the run's cost and tokens."""
         self.total_cost += usage.cost or 0.0
         self.tokens.add(usage)
@@ -203,7 +219,7 @@ class Manifest(msgspec.Struct, kw_only=True):
 _encoder = msgspec.json.Encoder(order="deterministic")
 
 
-def encode(obj: Any) -> bytes:
+def encode(obj: object) -> bytes:
     return msgspec.json.format(_encoder.encode(obj), indent=2) + b"\n"
 
 
@@ -251,7 +267,7 @@ def apply_delta(base: Checkpoint, delta: CheckpointDelta) -> Checkpoint:
     """The complete checkpoint that `delta` stands for."""
     fields = {name: getattr(delta, name) for name in Checkpoint.__struct_fields__}
     for name in DELTA_MAPS:
-        merged: TrackedMap[Any] = TrackedMap(getattr(base, name))
+        merged: TrackedMap[object] = TrackedMap(getattr(base, name))
         for key in delta.removed.get(name, ()):
             merged.pop(key, None)
         merged.update(fields[name])
@@ -319,9 +335,9 @@ class DeltaWriter:
         self.full_every = full_every
         self._base_sha: str | None = None
         # The maps' entries as the base held them: the very objects.
-        self._base_entries: dict[str, dict[str, Any]] = {}
+        self._base_entries: dict[str, dict[str, object]] = {}
         # A map whose values are all of one scalar type: that type and a copy of it.
-        self._base_plain: dict[str, tuple[type, dict[str, Any]]] = {}
+        self._base_plain: dict[str, tuple[type, dict[str, object]]] = {}
         self._base_completed: list[str] = []
         self._since_base = 0
         # The maps whose changes since the base are known without comparing them whole.
@@ -334,10 +350,10 @@ class DeltaWriter:
         done = len(self._base_completed)
         if cp.completed_nodes[:done] != self._base_completed:
             return None  # the walk went back (a checkpoint git refused): start afresh
-        changed: dict[str, dict[str, Any]] = {}
+        changed: dict[str, dict[str, object]] = {}
         removed: dict[str, list[str]] = {}
         for name in DELTA_MAPS:
-            current: dict[str, Any] = getattr(cp, name)
+            current: dict[str, object] = getattr(cp, name)
             base = self._base_entries[name]
             keys = self._keys_to_compare(name, current)
             if keys is not None:
@@ -361,7 +377,7 @@ class DeltaWriter:
         fields.update(changed, completed_nodes=cp.completed_nodes[done:])
         return CheckpointDelta(**fields, delta_of=self._base_sha, removed=removed)
 
-    def _keys_to_compare(self, name: str, current: dict[str, Any]) -> set[str] | None:
+    def _keys_to_compare(self, name: str, current: dict[str, object]) -> set[str] | None:
         """The keys of the map `name` that may differ from the base: those noted since it
         was last compared whole (None: it must be compared whole)."""
         tracking = self._tracked.get(name)
@@ -372,7 +388,9 @@ class DeltaWriter:
             return None
         return touched | tracking.differed
 
-    def _compare_whole(self, name: str, current: dict[str, Any]) -> tuple[dict[str, Any], set[str]]:
+    def _compare_whole(
+        self, name: str, current: dict[str, object]
+    ) -> tuple[dict[str, object], set[str]]:
         """The entries of the map `name` that differ from the base, and the base's keys it
         no longer has, entry by entry."""
         base = self._base_entries[name]
@@ -396,7 +414,7 @@ class DeltaWriter:
         self._base_plain = {}
         self._tracked = {}
         for name in DELTA_MAPS:
-            values: dict[str, Any] = getattr(cp, name)
+            values: dict[str, object] = getattr(cp, name)
             kinds = set(map(type, values.values()))
             if len(kinds) == 1 and kinds <= {int, str}:
                 self._base_plain[name] = (kinds.pop(), dict(values))
@@ -411,7 +429,7 @@ class _Tracking(msgspec.Struct):
     `TrackedMap.track` generation it notes keys for, and the keys that differed from the
     base when it was last compared whole (none for the base's own map)."""
 
-    tracked: TrackedMap[Any]
+    tracked: TrackedMap[object]
     generation: int
     differed: set[str]
 
@@ -420,7 +438,7 @@ _SCALARS = (str, int, bool)
 _MISSING = object()
 
 
-def _changed_entries(current: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
+def _changed_entries(current: dict[str, object], base: dict[str, object]) -> dict[str, object]:
     """The entries of `current` that would not encode as they did in the base.
 
     A run's maps mostly grow, so the base's keys usually lead `current` in the same
@@ -435,7 +453,7 @@ def _changed_entries(current: dict[str, Any], base: dict[str, Any]) -> dict[str,
     values = list(current.values())
     held_values = list(base.values())
     held = map(operator.is_, values, held_values)
-    changed: dict[str, Any] = {}
+    changed: dict[str, object] = {}
     for i in itertools.compress(range(n), map(operator.not_, held)):
         if not _unchanged(values[i], held_values[i]):
             changed[keys[i]] = values[i]
@@ -444,7 +462,7 @@ def _changed_entries(current: dict[str, Any], base: dict[str, Any]) -> dict[str,
     return changed
 
 
-def _unchanged(value: Any, base: Any) -> bool:
+def _unchanged(value: object, base: object) -> bool:
     """Whether `value` encodes as `base` (the object the base held; `_MISSING` for none)."""
     if base is _MISSING:
         return False

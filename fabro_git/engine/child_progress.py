@@ -18,17 +18,20 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from fabro_git.engine.checkpoint import StageRecords
+from fabro_git.engine.context import plain
 from fabro_git.errors import FabroError
 from fabro_git.store import runs as runrefs
 
 if TYPE_CHECKING:
-    from fabro_git.engine.runner import Runtime, Scope
+    from fabro_git.engine.ledger import Ledger
+    from fabro_git.engine.scope import Scope
 
 
 class ChildProgress(msgspec.Struct, kw_only=True):
     next_node: str
     visits: dict[str, int]
-    outcomes: dict[str, dict[str, Any]]
+    outcomes: StageRecords
     completed: list[str]
     loop_signatures: dict[str, int]
     restart_signatures: dict[str, int]
@@ -36,13 +39,10 @@ class ChildProgress(msgspec.Struct, kw_only=True):
     steps: int
 
 
-def save(runtime: Runtime, scope: Scope, next_node: str) -> None:
+def save(ledger: Ledger, scope: Scope, next_node: str) -> None:
     """Commit where the child stands after a stage that leads on to `next_node`."""
-    from fabro_git.engine.context import plain
-
-    recorder = runtime.recorder
     ref, tree = scope.progress_ref, scope.base_tree
-    if recorder is None or ref is None or tree is None or scope.tip is None:
+    if ref is None or tree is None or scope.tip is None:
         return
     state = ChildProgress(
         next_node=next_node,
@@ -54,31 +54,32 @@ def save(runtime: Runtime, scope: Scope, next_node: str) -> None:
         context=plain(dict(scope.context)),
         steps=scope.steps,
     )
-    message = recorder.redactor.mask_text(
+    message = ledger.recorder.redactor.mask_text(
         runrefs.child_progress_message(
-            runtime.run_id, scope.prefix.rstrip("/"), msgspec.json.encode(state).decode()
+            ledger.run_id, scope.prefix.rstrip("/"), msgspec.json.encode(state).decode()
         )
     )
-    sha = runtime.repo.write_commit(tree=tree, parents=[scope.tip], message=message)
-    old = runtime.repo.read_ref(ref)
-    runtime.repo.update_ref(ref, sha, old=old, message=f"fabro: child progress {next_node}")
+    repo = ledger.repo
+    sha = repo.write_commit(tree=tree, parents=[scope.tip], message=message)
+    old = repo.read_ref(ref)
+    repo.update_ref(ref, sha, old=old, message=f"fabro: child progress {next_node}")
 
 
-def load(runtime: Runtime, ref: str) -> tuple[str, ChildProgress] | None:
+def load(ledger: Ledger, ref: str) -> tuple[str, ChildProgress] | None:
     """The progress commit on `ref` and the state it holds, if any (a state git cannot
     read back counts as none: the child starts afresh)."""
-    sha = runtime.repo.read_ref(ref)
+    sha = ledger.repo.read_ref(ref)
     if sha is None:
         return None
     try:
-        info = runtime.repo.commit_info(sha)
+        info = ledger.repo.commit_info(sha)
         body = info.message.split("\n\n", 1)[1]
         return sha, msgspec.json.decode(body.strip(), type=ChildProgress)
     except (FabroError, IndexError, msgspec.DecodeError):
         return None
 
 
-def drop(runtime: Runtime, ref: str) -> None:
-    sha = runtime.repo.read_ref(ref)
+def drop(ledger: Ledger, ref: str) -> None:
+    sha = ledger.repo.read_ref(ref)
     if sha is not None:
-        runtime.repo.delete_ref(ref, old=sha, message="fabro: child workflow ended")
+        ledger.repo.delete_ref(ref, old=sha, message="fabro: child workflow ended")

@@ -37,10 +37,13 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from fabro_git.errors import FabroError
 from fabro_git.store import statcheck
 
 if TYPE_CHECKING:
-    from fabro_git.engine.runner import Runtime, Scope
+    from pathlib import Path
+
+    from fabro_git.engine.ledger import Ledger
 
 
 class CleanMark(msgspec.Struct, frozen=True):
@@ -60,26 +63,20 @@ class CleanStart(msgspec.Struct, frozen=True):
     tree: str
 
 
-def hooks_seen(runtime: Runtime) -> int | None:
-    """Taken just before a scan: how many hooks had started, or None while one runs."""
-    hooks = runtime.hooks
-    return None if hooks.busy else hooks.started
-
-
-async def after_fresh_checkout(runtime: Runtime) -> None:
+async def after_fresh_checkout(ledger: Ledger) -> None:
     """Leave a mark when the run's worktree was just checked out from its tip and
     nothing has run in it yet: the first stages need no snapshot either."""
-    runtime.clean_mark = None
-    recorder = runtime.recorder
-    if recorder is None or recorder.worktree is None or recorder.run_tip is None:
+    ledger.clean_mark = None
+    recorder = ledger.recorder
+    if recorder.worktree is None or recorder.run_tip is None:
         return
-    seen = hooks_seen(runtime)
-    tree = await runtime.store_call(runtime._tip_tree, recorder.run_tip)
-    _leave(runtime, seen, tree, recorder.run_tip)
+    seen = ledger.hooks_seen()
+    tree = await ledger.call(recorder.tip_tree, recorder.run_tip)
+    _leave(ledger, seen, tree, recorder.run_tip)
 
 
 def after_checkpoint(
-    runtime: Runtime,
+    ledger: Ledger,
     handler_type: str,
     *,
     scanned: int | None,
@@ -93,18 +90,18 @@ def after_checkpoint(
 
     A start or conditional node runs nothing and its checkpoint scans nothing: the
     mark before it still holds after it, for the same tree, if nothing else ran."""
-    previous, runtime.clean_mark = runtime.clean_mark, None
+    previous, ledger.clean_mark = ledger.clean_mark, None
     if (
         scanned is None
         and handler_type in RUN_NOTHING
         and previous is not None
         and tree == previous.tree
-        and _holds(runtime, previous, tip=parent)
+        and _holds(ledger, previous, tip=parent)
     ):
         scanned = previous.hooks_started
     if scanned is None or tree is None or sha is None:
         return
-    _leave(runtime, scanned, tree, sha)
+    _leave(ledger, scanned, tree, sha)
 
 
 # Nodes that run no code and wait for nobody (a human or a `wait` node may see the
@@ -112,11 +109,10 @@ def after_checkpoint(
 RUN_NOTHING = frozenset({"start", "conditional"})
 
 
-def _leave(runtime: Runtime, scanned: int | None, tree: str, tip: str) -> None:
-    recorder = runtime.recorder
+def _leave(ledger: Ledger, scanned: int | None, tree: str, tip: str) -> None:
+    recorder = ledger.recorder
     if (
         scanned is None
-        or recorder is None
         or recorder.worktree is None
         or recorder.exclude_globs
         or recorder.run_tip != tip
@@ -125,58 +121,52 @@ def _leave(runtime: Runtime, scanned: int | None, tree: str, tip: str) -> None:
     stamp = statcheck.index_stamp(recorder.worktree)
     if stamp is None:
         return
-    runtime.clean_mark = CleanMark(runtime.cp.stage_index, tip, tree, stamp, scanned)
+    ledger.clean_mark = CleanMark(ledger.checkpoint.stage_index, tip, tree, stamp, scanned)
 
 
-def _holds(runtime: Runtime, mark: CleanMark, *, tip: str | None) -> bool:
+def _holds(ledger: Ledger, mark: CleanMark, *, tip: str | None) -> bool:
     """Whether `mark` still says what the run's worktree is, for the current stage,
     which started on `tip`."""
-    recorder = runtime.recorder
+    recorder = ledger.recorder
     return (
-        recorder is not None
-        and recorder.worktree is not None
+        recorder.worktree is not None
         and not recorder.exclude_globs
-        and runtime.cp.stage_index == mark.stage_index + 1
+        and ledger.checkpoint.stage_index == mark.stage_index + 1
         and tip == mark.tip
-        and hooks_seen(runtime) == mark.hooks_started
+        and ledger.hooks_seen() == mark.hooks_started
         and statcheck.index_stamp(recorder.worktree) == mark.index_stamp
     )
 
 
-def take(runtime: Runtime, scope: Scope) -> CleanStart | None:
-    """The worktree before the current stage, if the last checkpoint's scan still says
-    it; None when the stage must take a snapshot. The mark is used at most once."""
-    mark, runtime.clean_mark = runtime.clean_mark, None
-    recorder = runtime.recorder
+def take(ledger: Ledger, worktree: Path) -> CleanStart | None:
+    """The worktree before the current stage of the main run (in `worktree`), if the
+    last checkpoint's scan still says it; None when the stage must take a snapshot.
+    The mark is used at most once."""
+    mark, ledger.clean_mark = ledger.clean_mark, None
+    recorder = ledger.recorder
     if (
         mark is None
-        or scope.kind != "main"
-        or recorder is None
-        or scope.worktree != recorder.worktree
-        or not _holds(runtime, mark, tip=recorder.run_tip)
+        or worktree != recorder.worktree
+        or not _holds(ledger, mark, tip=recorder.run_tip)
     ):
         return None
     return CleanStart(mark.tip, mark.tree)
 
 
 async def touched_since(
-    runtime: Runtime, scope: Scope, stage_id: str, start: CleanStart, *, limit: int
+    ledger: Ledger, touched: list[str], start: CleanStart, *, limit: int
 ) -> list[str]:
-    """The stage's files_touched from its own stage tree (which its checkpoint then
-    reuses) against the tree it started from, plus the files of commits it made."""
-    recorder = runtime.recorder
-    assert recorder is not None
-    found = set(await runtime._files_touched(scope, stage_id))
+    """The stage's files_touched: `touched`, from its own stage tree (which its
+    checkpoint then reuses) against the tree it started from, plus the files of
+    commits it made."""
+    recorder = ledger.recorder
+    found = set(touched)
     tip = recorder.run_tip
     if tip is not None and tip != start.tip:
-        from fabro_git.errors import FabroError
-
         try:
-            new = await runtime.store_call(runtime._tip_tree, tip)
+            new = await ledger.call(recorder.tip_tree, tip)
             found.update(
-                await runtime.store_call(
-                    lambda: runtime.repo.changed_paths(start.tree, new, limit=limit)
-                )
+                await ledger.call(lambda: ledger.repo.changed_paths(start.tree, new, limit=limit))
             )
         except FabroError:
             pass  # the commits' files are in the tree diff too, unless put back since

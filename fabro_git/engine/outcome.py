@@ -6,12 +6,13 @@ Statuses use the four public names (`succeeded`, `failed`, `partially_succeeded`
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, NotRequired, TypedDict, cast
 
 import msgspec
 
-if TYPE_CHECKING:
-    from fabro_git.events.catalogue import FailureClass, StageStatus
+from fabro_git.events.catalogue import FailureClass, StageStatus
+
+__all__ = ["StageRecord", "StageStatus", "UsageRecord"]
 
 SUCCEEDED = "succeeded"
 FAILED = "failed"
@@ -92,28 +93,91 @@ class Outcome(msgspec.Struct):
     def retry(cls, error: str, failure_class: str = TRANSIENT, **kw: Any) -> Outcome:
         return cls(status=RETRY, error=error, failure_class=failure_class, **kw)
 
-    def to_record(self) -> dict[str, Any]:
-        """The JSON form stored in checkpoints and `status.json`."""
-        record: dict[str, Any] = {"status": self.status}
-        for key in ("error", "failure_class", "preferred_label", "jump_to_node", "notes"):
-            value = getattr(self, key)
-            if value is not None:
-                record[key] = value
+    def to_record(
+        self,
+        *,
+        node_id: str,
+        visit: int,
+        attempt: int,
+        started_at: str,
+        duration_ms: int,
+        failure_signature: str | None,
+    ) -> StageRecord:
+        """The record of the finished stage, stored in checkpoints and `status.json`."""
+        record = StageRecord(status=event_status(self.status))
+        if self.error is not None:
+            record["error"] = self.error
+        if self.failure_class is not None:
+            record["failure_class"] = self.failure_class
+        if self.preferred_label is not None:
+            record["preferred_label"] = self.preferred_label
+        if self.jump_to_node is not None:
+            record["jump_to_node"] = self.jump_to_node
+        if self.notes is not None:
+            record["notes"] = self.notes
         record["suggested_next_ids"] = list(self.suggested_next_ids)
         record["context_updates"] = dict(self.context_updates)
         record["files_touched"] = list(self.files_touched)
         if self.usage is not None:
-            record["usage"] = {
-                k: v for k, v in msgspec.structs.asdict(self.usage).items() if v is not None
-            }
+            record["usage"] = cast(
+                "UsageRecord",
+                {k: v for k, v in msgspec.structs.asdict(self.usage).items() if v is not None},
+            )
+        record["node_id"] = node_id
+        record["visit"] = visit
+        record["attempt"] = attempt
+        record["started_at"] = started_at
+        record["duration_ms"] = duration_ms
+        if failure_signature:
+            record["failure_signature"] = failure_signature
         return record
+
+
+class UsageRecord(TypedDict, total=False):
+    """A stage's model usage as its record keeps it: the counts it has (no nulls)."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+    speed: str
+    cost: float
+
+
+class StageRecord(TypedDict):
+    """A finished stage as the checkpoint's `node_outcomes` and its `status.json` keep
+    it. A dict, typed: its JSON is the stored format, keys in this order, and a key
+    whose value would be null is left out (runs written before stay readable as they
+    are). The engine replaces a record, never changes one in place (the checkpoint
+    delta relies on it)."""
+
+    # One of the `StageStatus` words when this engine writes it; read as any string,
+    # so that a record an older version wrote still loads.
+    status: str
+    error: NotRequired[str]
+    failure_class: NotRequired[str]
+    preferred_label: NotRequired[str]
+    jump_to_node: NotRequired[str]
+    notes: NotRequired[str]
+    suggested_next_ids: NotRequired[list[str]]
+    context_updates: NotRequired[dict[str, Any]]
+    files_touched: NotRequired[list[str]]
+    usage: NotRequired[UsageRecord]
+    node_id: NotRequired[str]
+    visit: NotRequired[int]
+    attempt: NotRequired[int]
+    started_at: NotRequired[str]
+    duration_ms: NotRequired[int]
+    failure_signature: NotRequired[str]
 
 
 def event_status(status: str) -> StageStatus:
     """An outcome's status as the events type it (the statuses are the same four words)."""
-    return cast("StageStatus", status)
+    return cast(StageStatus, status)
 
 
 def event_failure_class(failure_class: str) -> FailureClass:
     """A failure class as the events type it."""
-    return cast("FailureClass", failure_class)
+    return cast(FailureClass, failure_class)

@@ -25,7 +25,9 @@ import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
+
+import msgspec
 
 from fabro_git import redact
 from fabro_git.engine.checkpoint import (
@@ -49,6 +51,25 @@ from fabro_git.store.staging import Stager
 
 # The layout lives in `store.runs`; these names stay importable from here.
 __all__ = ["MetaSummary", "Recorder", "run_commit_message", "segment_path"]
+
+
+class CheckpointNotWritten(Exception):
+    """A stage's checkpoint did not reach git (the error was reported). `snapshot_written`
+    says whether the meta snapshot did, and only the run-branch commit is missing."""
+
+    def __init__(self, message: str, *, snapshot_written: bool) -> None:
+        super().__init__(message)
+        self.snapshot_written = snapshot_written
+
+
+class StageCheckpoint(msgspec.Struct, frozen=True):
+    """The stage a checkpoint records, as its snapshot and commit name it."""
+
+    node_id: str
+    node_label: str
+    stage_id: str
+    visit: int
+    status: str
 
 
 class Recorder:
@@ -90,6 +111,72 @@ class Recorder:
         # Big files already scanned for the next snapshot, by id: the file, and what
         # the snapshot writes for it (its masked bytes, or the blob they are already).
         self._premasked: dict[int, tuple[bytes, bytes | StoredBlob]] = {}
+        # The tree of each commit looked up or made, by commit.
+        self._trees: dict[str, str] = {}
+
+    def tip_tree(self, commit: str) -> str:
+        """The tree of `commit` (asked of git once)."""
+        tree = self._trees.get(commit)
+        if tree is None:
+            tree = self._trees[commit] = self.repo.commit_info(commit).tree
+        return tree
+
+    def worktree_tree(self, worktree: Path, qid: str) -> str | None:
+        """A scope's worktree as it is now, as a tree: the run's own worktree as its
+        checkpoint takes it (adopting commits a stage made there), another (a parallel
+        branch's) by a scan of its own index."""
+        if self.worktree is not None and Path(worktree) == Path(self.worktree):
+            return self.stage_tree(qid)
+        return wt.snapshot_tree(worktree, exclude_globs=self.exclude_globs)
+
+    # -- the checkpoint of a stage ------------------------------------------------------
+
+    def checkpoint(
+        self,
+        cp: Checkpoint,
+        stage: StageCheckpoint,
+        tree: str | None,
+        merge_parents: list[str],
+        files: Mapping[str, bytes | Path | None],
+    ) -> str | None:
+        """Steps 2 and 3 for a stage of the main run whose worktree is `tree` (None: the
+        run has no branch of its own): the meta snapshot, then the run-branch commit
+        (with `merge_parents` as further parents). Returns the commit made, if any;
+        CheckpointNotWritten when git refused either (reported already). The caller
+        announces `checkpoint.completed` (with `stage_diff`): live replication hears
+        the walk's events."""
+        self.plan_commit(cp, stage.node_id, stage.status, tree, merge_parents)
+        subject = f"checkpoint {stage.node_id}@{stage.visit}"
+        if self.snapshot("checkpoint", subject, cp, files, stage=stage) is None:
+            cp.pending_commit = None
+            # Going on would pile stages onto a record git does not hold (and end with
+            # a success nothing backs); stop, so resume redoes this stage from the last
+            # checkpoint git does hold.
+            raise CheckpointNotWritten(
+                f"the checkpoint after {stage.node_id} could not be written to git "
+                "(see the error above)",
+                snapshot_written=False,
+            )
+        sha = self.commit_pending(cp, node_label=stage.node_label)
+        if sha is None and cp.pending_commit is not None:
+            raise CheckpointNotWritten(
+                f"the run-branch commit for {stage.node_id} could not be made (see the error above)",
+                snapshot_written=True,
+            )
+        if sha is not None and tree is not None:
+            self._trees[sha] = tree
+        return sha
+
+    def stage_diff(self, before: str | None, sha: str | None, tree: str | None) -> str | None:
+        """The stage's change as a patch of 20 kB at most, for `checkpoint.completed`."""
+        if sha is None or before is None or tree is None or tree == self.tip_tree(before):
+            return None
+        diff = None
+        with contextlib.suppress(FabroError):
+            diff = self.repo.small_tree_diff(self.tip_tree(before), tree, max_bytes=20_000)
+            if diff is None and self.worktree is not None:
+                diff = wt.diff_text(self.worktree, before, sha, max_bytes=20_000)
+        return diff or None
 
     # -- snapshots -----------------------------------------------------------------
 
@@ -100,25 +187,18 @@ class Recorder:
         cp: Checkpoint,
         files: Mapping[str, bytes | Path | None],
         *,
-        scope: dict[str, Any] | None = None,
+        stage: StageCheckpoint | None = None,
     ) -> str | None:
-        """Write one meta snapshot. Returns its sha, or None when git refused (reported).
+        """Write one meta snapshot (of `stage`'s checkpoint, if given). Returns its sha,
+        or None when git refused (reported).
 
         A file given as a Path (a command's whole output) is streamed into git, masked
         on the way, rather than read into memory."""
-        scope = scope or {}
-        self.emit(ev.MetadataSnapshotStarted(phase=phase, branch=self.meta_ref), **scope)
+        stamp = _stamp(stage)
+        self.emit(ev.MetadataSnapshotStarted(phase=phase, branch=self.meta_ref), **stamp)
         started = time.monotonic()
         segment = self.take_segment()
-        mask = self.redactor.mask_bytes
-        premasked, self._premasked = self._premasked, {}
-        all_files: dict[str, bytes | StoredBlob | None] = _masked_once(mask, files, premasked)
-        if segment:
-            cp.event_segments += 1
-            all_files[segment_path(cp.event_segments)] = segment
-            cp.last_event_id = last_event_id(segment) or cp.last_event_id
-        delta = self._deltas.delta(cp) if phase == "checkpoint" else None
-        all_files[runrefs.CHECKPOINT] = mask(encode(cp if delta is None else delta))
+        all_files, whole = self._snapshot_files(phase, cp, files, segment)
         summary = MetaSummary(
             status=cp.status,
             workflow=self.workflow_slug,
@@ -150,27 +230,10 @@ class Recorder:
                 # Not durable: keep the lines for the next snapshot.
                 cp.event_segments -= 1
                 self._requeue(segment)
-            self.degraded = True
-            self.emit(
-                ev.MetadataSnapshotFailed(
-                    phase=phase,
-                    branch=self.meta_ref,
-                    duration_ms=_ms(started),
-                    failure_kind="write",
-                    error=str(err),
-                ),
-                **scope,
-            )
-            self.emit(
-                ev.RunNotice(
-                    level="error",
-                    code="checkpoint_metadata_write_failed",
-                    message=f"could not write the metadata snapshot to {self.meta_ref}: {err}",
-                )
-            )
+            self._snapshot_failed(phase, started, err, stamp)
             return None
         self.meta_tip = result.commit_sha
-        self._deltas.written(cp, result.commit_sha, whole=delta is None)
+        self._deltas.written(cp, result.commit_sha, whole=whole)
         self.emit(
             ev.MetadataSnapshotCompleted(
                 phase=phase,
@@ -180,11 +243,54 @@ class Recorder:
                 bytes=result.bytes,
                 commit_sha=result.commit_sha,
             ),
-            **scope,
+            **stamp,
         )
         return result.commit_sha
 
-    def premask(self, values: Iterable[tuple[Any, bytes]], files: Iterable[bytes]) -> None:
+    def _snapshot_files(
+        self,
+        phase: ev.SnapshotPhase,
+        cp: Checkpoint,
+        files: Mapping[str, bytes | Path | None],
+        segment: bytes,
+    ) -> tuple[dict[str, bytes | StoredBlob | None], bool]:
+        """The snapshot's in-memory files, masked: the stage's, the event segment, and
+        `checkpoint.json` (a delta for a stage checkpoint, where one will do); and
+        whether that checkpoint is whole."""
+        mask = self.redactor.mask_bytes
+        premasked, self._premasked = self._premasked, {}
+        all_files: dict[str, bytes | StoredBlob | None] = _masked_once(mask, files, premasked)
+        if segment:
+            cp.event_segments += 1
+            all_files[segment_path(cp.event_segments)] = segment
+            cp.last_event_id = last_event_id(segment) or cp.last_event_id
+        delta = self._deltas.delta(cp) if phase == "checkpoint" else None
+        all_files[runrefs.CHECKPOINT] = mask(encode(cp if delta is None else delta))
+        return all_files, delta is None
+
+    def _snapshot_failed(
+        self, phase: ev.SnapshotPhase, started: float, err: FabroError, stamp: _Stamp
+    ) -> None:
+        self.degraded = True
+        self.emit(
+            ev.MetadataSnapshotFailed(
+                phase=phase,
+                branch=self.meta_ref,
+                duration_ms=_ms(started),
+                failure_kind="write",
+                error=str(err),
+            ),
+            **stamp,
+        )
+        self.emit(
+            ev.RunNotice(
+                level="error",
+                code="checkpoint_metadata_write_failed",
+                message=f"could not write the metadata snapshot to {self.meta_ref}: {err}",
+            )
+        )
+
+    def premask(self, values: Iterable[tuple[object, bytes]], files: Iterable[bytes]) -> None:
         """Scan a stage's big files for secrets and write their masked bytes as blobs,
         ahead of the snapshot that will name them (while the artifact store writes its
         copy): that snapshot takes the results. The file objects are kept with them, so
@@ -478,6 +584,20 @@ class Recorder:
 
 
 _RECONCILE_WALK_LIMIT = 10_000
+
+
+class _Stamp(TypedDict, total=False):
+    """The envelope fields of a stage checkpoint's snapshot events."""
+
+    node_id: str
+    node_label: str
+    stage_id: str
+
+
+def _stamp(stage: StageCheckpoint | None) -> _Stamp:
+    if stage is None:
+        return {}
+    return {"node_id": stage.node_id, "node_label": stage.node_label, "stage_id": stage.stage_id}
 
 
 def _ms(started: float) -> int:

@@ -43,7 +43,7 @@ from fabro_git.store import repo_state
 from fabro_git.store.repo_state import RepoState, StateReader
 
 if TYPE_CHECKING:
-    from fabro_git.engine.runner import Runtime
+    from fabro_git.engine.ledger import Ledger
     from fabro_git.engine.stage import StageRequest
     from fabro_git.workflow import Graph, Node
 
@@ -101,13 +101,11 @@ class RepoGuard:
     """One per run: the state before the first of the stages in flight, and the checks
     after each."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self.runtime = runtime
-        # No repository (an engine test's fake runtime): nothing to guard.
-        self.enabled = runtime.repo is not None
-        self.git_dir = Path(runtime.repo.git_dir) if self.enabled else Path()
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.git_dir = Path(ledger.repo.git_dir)
         self.reader = StateReader(self.git_dir)
-        self._owned = _owned_pattern(runtime.run_id)
+        self._owned = _owned_pattern(ledger.run_id)
         # Stages running side by side (parallel branches, a parallel node around them)
         # share one baseline, taken when the first of them started.
         self._baseline: RepoState | None = None
@@ -117,8 +115,6 @@ class RepoGuard:
         self, request: StageRequest, call: Callable[[], Awaitable[Outcome]]
     ) -> Outcome:
         """Run the stage (`call`), then fail it if it changed the user's repository."""
-        if not self.enabled:
-            return await call()
         if self._in_flight == 0 or self._baseline is None:
             self._baseline = await trio.to_thread.run_sync(self.reader.take)
         self._in_flight += 1
@@ -192,7 +188,7 @@ class RepoGuard:
             if changes:
                 repo_state.put_back_tree(self.git_dir / area, before_tree, after_tree)
                 problems.append(f"the repository's {name}: " + ", ".join(changes) + " — put back")
-        refs, remote_refs, kept = await self.runtime.store_call(
+        refs, remote_refs, kept = await self.ledger.call(
             self._ref_changes, baseline.refs, after.refs
         )
         if refs:
@@ -209,7 +205,7 @@ class RepoGuard:
         self, before: dict[str, str], after: dict[str, str]
     ) -> tuple[list[str], list[str], dict[str, str | None]]:
         """(changes to report, remote-tracking changes, refs let be at their new values)."""
-        repo = self.runtime.repo
+        repo = self.ledger.repo
         reported: list[str] = []
         remote: list[str] = []
         kept: dict[str, str | None] = {}
@@ -297,10 +293,8 @@ class RepoGuard:
         """Put back the run branch and the meta ref if the stage deleted them, or moved
         the meta ref; what was done, for a notice. A put-back that fails raises, naming
         the `git update-ref` line."""
-        recorder = self.runtime.recorder
-        if recorder is None:
-            return []
-        repo = self.runtime.repo
+        recorder = self.ledger.recorder
+        repo = self.ledger.repo
         done: list[str] = []
         wanted = (
             (recorder.meta_ref, recorder.meta_tip, True),
@@ -321,7 +315,7 @@ class RepoGuard:
                     f"{request.node_id} {'deleted' if found is None else 'moved'} {ref}, and "
                     f"it could not be put back: {err.message}",
                     hint=f"put it back with `git update-ref {ref} {expected}`, then "
-                    f"`git fabro resume {self.runtime.run_id}`",
+                    f"`git fabro resume {self.ledger.run_id}`",
                 ) from err
             done.append(
                 f"{ref} was {'deleted' if found is None else 'moved to ' + found[:12]} "

@@ -142,7 +142,6 @@ def retro_document(runtime: Runtime, status: str, error: str | None) -> dict[str
     """The run's retro, from every event of the run: those git holds and those the next
     snapshot is about to add."""
     recorder = runtime.recorder
-    assert recorder is not None
     cp, manifest = runtime.cp, runtime.manifest
     events = runrefs.read_events(runtime.repo, recorder.meta_tip) if recorder.meta_tip else b""
     return retro.derive(
@@ -183,7 +182,7 @@ async def narrative_for(runtime: Runtime, status: str, error: str | None) -> dic
     """The narrative of the run's retro (`run --retro-narrative`), or None, said why."""
     why: str | None = "a dry run calls no model"
     narrative = None
-    if not runtime.options.dry_run and runtime.recorder is not None:
+    if not runtime.options.dry_run:
         try:
             document = retro_document(runtime, status, error if status == oc.FAILED else None)
         except FabroError as exc:

@@ -773,6 +773,7 @@ async def _drive(
             goal=manifest.goal or None,
         )
     )
+    assert recorder is not None  # every run has one
     runtime = Runtime(
         run_id=run_id,
         repo=repo,
@@ -870,7 +871,7 @@ async def _drive(
                         # The checkout is the tip's tree: a CLI stage needs no snapshot.
                         from fabro_git.engine import clean_start
 
-                        await clean_start.after_fresh_checkout(runtime)
+                        await clean_start.after_fresh_checkout(runtime.ledger)
                     await _start_hooks(hooks, resuming=resuming)
                     status = await runtime.run_main(scope)
                 except RunFailed as exc:
@@ -1175,7 +1176,8 @@ def _undo_unfinished_visit(cp: Checkpoint, node_id: str) -> None:
     """A stage stopped before its outcome was recorded was no visit: resume runs the same
     visit again (as after a kill -9), and a node with max_visits=1 can still run."""
     entered = cp.node_visits.get(node_id, 0)
-    if entered and cp.node_outcomes.get(node_id, {}).get("visit") != entered:
+    record = cp.node_outcomes.get(node_id)
+    if entered and (record.get("visit") if record else None) != entered:
         if entered == 1:
             del cp.node_visits[node_id]
         else:

@@ -19,20 +19,54 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import msgspec
+import trio
+
+from fabro_git.engine import branches, child_walks, threads
+from fabro_git.engine.clean_start import CleanStart
+from fabro_git.engine.clean_start import touched_since as clean_touched_since
+from fabro_git.engine.scope import Scope
 
 if TYPE_CHECKING:
     from fabro_git.engine.branches import BranchPlan, BranchResult
-    from fabro_git.engine.clean_start import CleanStart
+    from fabro_git.engine.checkpoint import Manifest
     from fabro_git.engine.interviewer import Interviewer
-    from fabro_git.engine.lifecycle import HookDecision, StageToolHooks
-    from fabro_git.engine.outcome import Outcome
-    from fabro_git.engine.runner import ChildResult, Runtime, Scope, Supervision
+    from fabro_git.engine.ledger import Ledger
+    from fabro_git.engine.lifecycle import HookDecision, LifecycleHooks, StageToolHooks
+    from fabro_git.engine.options import Options
+    from fabro_git.engine.outcome import Outcome, StageRecord
+    from fabro_git.engine.scope import ChildResult, Supervision, WalkEnd
     from fabro_git.events.envelope import EventProps
     from fabro_git.store.touched import WorktreeSnapshot
     from fabro_git.workflow import Graph, Node
+
+
+class StageServices(Protocol):
+    """What of the run a stage reaches through its request (`runner.Runtime` is it)."""
+
+    run_id: str
+    manifest: Manifest
+    options: Options
+    interviewer: Interviewer
+    hooks: LifecycleHooks
+    ledger: Ledger
+    steer_targets: list[Callable[[str], None]]
+
+    def emit(
+        self,
+        event: EventProps,
+        /,
+        *,
+        node_id: str | None = None,
+        node_label: str | None = None,
+        stage_id: str | None = None,
+        session_id: str | None = None,
+        parent_session_id: str | None = None,
+    ) -> None: ...
+
+    async def walk(self, scope: Scope, node_id: str) -> WalkEnd: ...
 
 
 class StageRequest(msgspec.Struct):
@@ -45,7 +79,7 @@ class StageRequest(msgspec.Struct):
     worktree: Path
     stage_dir: Path
     node_dir: str
-    _runtime: Runtime
+    _services: StageServices
     _scope: Scope
     # Files for the stage's `nodes/<dir>/` entry on the meta ref, beyond status.json: their
     # bytes, or the path of a file in scratch that the checkpoint streams into git.
@@ -68,59 +102,57 @@ class StageRequest(msgspec.Struct):
 
     @property
     def run_id(self) -> str:
-        return self._runtime.run_id
+        return self._services.run_id
 
     @property
     def goal(self) -> str:
-        return self._runtime.manifest.goal
+        return self._services.manifest.goal
 
     @property
     def inputs(self) -> dict[str, str]:
-        return dict(self._runtime.manifest.inputs)
+        return dict(self._services.manifest.inputs)
 
     @property
-    def git_dir(self) -> Path | None:
-        """The user's repository's common git directory (its config, hooks, refs); None
-        for a runtime without a repository (the engine's in-process tests)."""
-        repo = self._runtime.repo
-        return Path(repo.git_dir) if repo is not None else None
+    def git_dir(self) -> Path:
+        """The user's repository's common git directory (its config, hooks, refs)."""
+        return Path(self._services.ledger.repo.git_dir)
 
     @property
     def dry_run(self) -> bool:
-        return self._runtime.options.dry_run
+        return self._services.options.dry_run
 
     @property
     def in_place(self) -> bool:
         """Whether the run works in the user's checkout (`--in-place`): its `.fabro/` is
         then the user's configuration, which no stage may change."""
-        return self._runtime.options.in_place
+        return self._services.options.in_place
 
     @property
     def run_model(self) -> tuple[str | None, str | None]:
         """The run's model and provider: `--model`/`--provider` over `[run.model]`."""
-        options = self._runtime.options
+        options = self._services.options
         return options.model, options.provider
 
     @property
     def model_fallbacks(self) -> list[str]:
         """`[run.model] fallbacks` of the run's configuration."""
-        config = self._runtime.manifest.settings.get("config") or {}
+        config = self._services.manifest.settings.get("config") or {}
         return list((config.get("model") or {}).get("fallbacks") or [])
 
     @property
     def mcp_servers(self) -> dict[str, dict[str, Any]]:
         """`[run.agent.mcps]` of the run's configuration: server name → its table."""
-        config = self._runtime.manifest.settings.get("config") or {}
+        config = self._services.manifest.settings.get("config") or {}
         return dict((config.get("agent") or {}).get("mcps") or {})
 
     @property
     def agent_config(self) -> Mapping[str, Any]:
         """`[run.agent]` of the run's configuration (how `backend="cli"` stages run)."""
-        config = self._runtime.manifest.settings.get("config") or {}
+        config = self._services.manifest.settings.get("config") or {}
         return dict(config.get("agent") or {})
 
     @property
-    def completed(self) -> Mapping[str, Mapping[str, Any]]:
+    def completed(self) -> Mapping[str, StageRecord]:
         """The outcome records of the stages this walk has completed, by node id."""
         return self._scope.outcomes
 
@@ -136,12 +168,12 @@ class StageRequest(msgspec.Struct):
         resume after a crash) can kill what they leave running."""
         from fabro_git.engine import process_groups
 
-        return process_groups.records_dir(self._runtime.scratch)
+        return process_groups.records_dir(self._services.ledger.scratch)
 
     @property
     def sandbox_env(self) -> dict[str, str]:
         """`[run.sandbox.env]` of the run's configuration, its references unresolved."""
-        config = self._runtime.manifest.settings.get("config") or {}
+        config = self._services.manifest.settings.get("config") or {}
         return dict((config.get("sandbox") or {}).get("env") or {})
 
     @property
@@ -185,11 +217,11 @@ class StageRequest(msgspec.Struct):
     def output_listener(self) -> Callable[[str, str], None] | None:
         """Who wants a command's output line by line as it is printed (`run -v`): called
         with the node id and the line; None when nobody does."""
-        return self._runtime.options.on_output
+        return self._services.options.on_output
 
     @property
     def interviewer(self) -> Interviewer:
-        return self._runtime.interviewer
+        return self._services.interviewer
 
     @property
     def person_at_terminal(self) -> bool:
@@ -199,7 +231,7 @@ class StageRequest(msgspec.Struct):
         may do)."""
         import sys
 
-        options = self._runtime.options
+        options = self._services.options
         if options.auto_approve or options.answers or not options.interactive:
             return False
         try:
@@ -218,7 +250,7 @@ class StageRequest(msgspec.Struct):
     ) -> None:
         """Emit an event stamped with this stage (node id, label and stage id), and with
         the agent session it comes from, if any."""
-        self._runtime.emit(
+        self._services.emit(
             props,
             node_id=self.node_id,
             node_label=self.node.label,
@@ -232,12 +264,12 @@ class StageRequest(msgspec.Struct):
     ) -> None:
         """Emit an agent session's lifecycle event, which is not stage-scoped: it carries
         the session ids alone (a sub-agent's names its parent's)."""
-        self._runtime.emit(props, session_id=session_id, parent_session_id=parent_session_id)
+        self._services.emit(props, session_id=session_id, parent_session_id=parent_session_id)
 
     @contextlib.contextmanager
     def take_steering(self, receive: Callable[[str], None]) -> Iterator[None]:
         """While the block runs, text sent with `git fabro steer` goes to `receive`."""
-        targets = self._runtime.steer_targets
+        targets = self._services.steer_targets
         targets.append(receive)
         try:
             yield
@@ -259,9 +291,9 @@ class StageRequest(msgspec.Struct):
             # watcher, should this process be killed before the stage ends.
             process_groups.record_adopted(self.process_groups)
 
-    async def fire_hook(self, event: str, **fields: Any) -> HookDecision:
+    async def fire_hook(self, event: str, **fields: object) -> HookDecision:
         """Fire the run's lifecycle hooks for `event`, stamped with this stage's node."""
-        return await self._runtime.hooks.fire(
+        return await self._services.hooks.fire(
             event,
             node_id=self.node_id,
             node_label=self.node.label,
@@ -275,7 +307,7 @@ class StageRequest(msgspec.Struct):
         listens for tool events."""
         from fabro_git.engine.lifecycle import TOOL_EVENTS, StageToolHooks
 
-        hooks = self._runtime.hooks
+        hooks = self._services.hooks
         if not any(hooks.wants(event) for event in TOOL_EVENTS):
             return None
         return StageToolHooks(hooks, node_id=self.node_id, node_label=self.node.label)
@@ -284,12 +316,9 @@ class StageRequest(msgspec.Struct):
         """The worktree as the stage finds it, for `touched_since`: its dirty files and
         their stat data, or, when the last checkpoint's scan still says what it is,
         that (no scan at all; see `clean_start`)."""
-        import trio
-
-        from fabro_git.engine import clean_start
         from fabro_git.store.touched import take_snapshot
 
-        start = clean_start.take(self._runtime, self._scope)
+        start = self._scope.recording.clean_start(self._scope)
         if start is not None:
             return start
         return await trio.to_thread.run_sync(take_snapshot, self.worktree)
@@ -299,15 +328,12 @@ class StageRequest(msgspec.Struct):
     ) -> list[str]:
         """The paths changed since `before` was taken, commits the stage made included:
         the `files_touched` of a stage whose program edits files with its own tools."""
-        import trio
-
-        from fabro_git.engine import clean_start
         from fabro_git.store.touched import take_snapshot, touched_paths
 
-        if isinstance(before, clean_start.CleanStart):
-            return await clean_start.touched_since(
-                self._runtime, self._scope, self.stage_id, before, limit=limit
-            )
+        if isinstance(before, CleanStart):
+            scope = self._scope
+            touched = await scope.recording.files_touched(scope, self.stage_id)
+            return await clean_touched_since(self._services.ledger, touched, before, limit=limit)
         snapshot = before
 
         def diff() -> list[str]:
@@ -321,28 +347,25 @@ class StageRequest(msgspec.Struct):
         """A parallel branch's own copy of a thread: branches running side by side
         each carry the thread on from the fan-out, never into one another."""
         scope = self._scope
-        return f"{thread_id}@{scope.ref}" if scope.kind == "branch" and scope.ref else None
+        return f"{thread_id}@{scope.ref}" if scope.branch_tag is not None and scope.ref else None
 
     async def load_thread(self, thread_id: str) -> bytes | None:
         """The conversation of `thread_id` as the last stage of that thread left it
         (None for a new thread): kept on the meta ref, so a resume finds it. In a
         parallel branch, the branch's own copy, else the thread as the fan-out left it."""
-        from fabro_git.engine import threads
-
+        ledger = self._services.ledger
         own = self._branch_thread(thread_id)
         if own is not None:
-            data = await threads.load(self._runtime, own)
+            data = await threads.load(ledger, own)
             if data is not None:
                 return data
-        return await threads.load(self._runtime, thread_id)
+        return await threads.load(ledger, thread_id)
 
     def save_thread(self, thread_id: str, data: bytes) -> None:
         """Keep the conversation of `thread_id` for the next stage of that thread; it is
         written with this stage's checkpoint (in a parallel branch, as the branch's own
         copy)."""
-        from fabro_git.engine import threads
-
-        threads.save(self._runtime, self._branch_thread(thread_id) or thread_id, data)
+        threads.save(self._services.ledger, self._branch_thread(thread_id) or thread_id, data)
 
     def on_timeout(self, outcome: Callable[[float], Awaitable[Outcome]]) -> None:
         """What the stage ends with if its `timeout` (in seconds, passed in) cuts it off.
@@ -354,23 +377,29 @@ class StageRequest(msgspec.Struct):
         """Walk `graph` as a child workflow in this stage's worktree, with a copy of the
         context; its stages are named `<this node>/<child node>`. A manager loop's
         `supervision` polls it, and may stop it."""
-        return await self._runtime.run_child(
-            self._scope, self.node, graph, self.stage_id, supervision
+        services = self._services
+        return await child_walks.run_child(
+            services.ledger,
+            services.walk,
+            self._scope,
+            self.node,
+            graph,
+            self.stage_id,
+            supervision,
         )
 
     async def run_branches(self, plan: BranchPlan) -> list[BranchResult]:
         """Run parallel branches from this stage, each in its own worktree and on its own
         ref, until each reaches a fan-in or the exit."""
-        from fabro_git.engine.branches import run_branches
-
-        return await run_branches(self._runtime, self._scope, self.node, self.visit, plan)
+        services = self._services
+        return await branches.run_branches(
+            services.ledger, services.walk, self._scope, self.node, self.visit, plan
+        )
 
     async def adopt_branch(self, head: str) -> None:
         """Take a finished branch's files into this stage's worktree; the stage's commit
         then has the branch head as a second parent."""
-        from fabro_git.engine.branches import adopt_branch
-
-        await adopt_branch(self._runtime, self._scope, self.node, head)
+        await branches.adopt_branch(self._services.ledger, self._scope, self.node, head)
 
 
 # The name the design speaks of; one type.

@@ -14,23 +14,22 @@ from typing import TYPE_CHECKING
 from fabro_git.store.runs import thread_path
 
 if TYPE_CHECKING:
-    from fabro_git.engine.runner import Runtime
+    from fabro_git.engine.ledger import Ledger
 
 
-async def load(runtime: Runtime, thread_id: str) -> bytes | None:
+async def load(ledger: Ledger, thread_id: str) -> bytes | None:
     """The thread's saved conversation: one written since the last checkpoint, else the
     one the meta ref holds, else None (a new thread)."""
     path = thread_path(thread_id)
-    pending = runtime.pending_files.get(path)
+    pending = ledger.pending_files.get(path)
     if isinstance(pending, bytes):
         return pending
-    recorder = runtime.recorder
-    if recorder is None or recorder.meta_tip is None:
+    tip = ledger.recorder.meta_tip
+    if tip is None:
         return None
-    tip = recorder.meta_tip
-    return await runtime.store_call(runtime.repo.read_file, tip, path)
+    return await ledger.call(ledger.repo.read_file, tip, path)
 
 
-def save(runtime: Runtime, thread_id: str, data: bytes) -> None:
+def save(ledger: Ledger, thread_id: str, data: bytes) -> None:
     """Keep the thread's conversation; the next checkpoint writes it to the meta ref."""
-    runtime.pending_files[thread_path(thread_id)] = data
+    ledger.pending_files[thread_path(thread_id)] = data

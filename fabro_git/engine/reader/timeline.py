@@ -39,8 +39,8 @@ class CheckpointEntry(msgspec.Struct, frozen=True):
         checkpoint = read_checkpoint(repo.read_file, self.meta_sha)
         if checkpoint is None:
             return "?"
-        outcome = checkpoint.node_outcomes.get(self.node) or {}
-        return str(outcome.get("status", "?"))
+        outcome = checkpoint.node_outcomes.get(self.node)
+        return str(outcome.get("status", "?")) if outcome else "?"
 
 
 def timeline(repo: GitRepo, run_id: str, *, base_sha: str | None) -> list[CheckpointEntry]:

@@ -1,19 +1,25 @@
-"""Walks run in this process: a Runtime over a parsed graph, without git (no recorder),
-its events collected from a real EventBus. Fast enough to run on trio's MockClock."""
+"""Walks run in this process: a Runtime over a parsed graph, in a real temporary git
+repository with a real recorder (a run in place: its checkpoints go to the meta ref, it
+has no run branch of its own), its events collected from a real EventBus. Fast enough
+to run on trio's MockClock."""
 
 from __future__ import annotations
 
+import contextlib
+import math
+import subprocess
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import trio
 import trio.testing
 
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
 from fabro_git.engine.interviewer import Interviewer, Question, make_interviewer
+from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime
 from fabro_git.engine.session import make_emitter
 from fabro_git.engine.stage import Handler
@@ -91,6 +97,8 @@ def walk(
     graph = parse(textwrap.dedent(source))
     worktree = tmp_path / "worktree"
     worktree.mkdir(parents=True, exist_ok=True)
+    base_sha = _init_repository(worktree)
+    repo = GitRepo.discover(worktree)
     manifest = Manifest(
         run_id="RUN",
         workflow_name=graph.name,
@@ -99,7 +107,7 @@ def walk(
         goal="",
         inputs={},
         labels={},
-        base_sha="0" * 40,
+        base_sha=base_sha,
         base_branch=None,
         run_branch=None,
         meta_ref="refs/fabro/meta/RUN",
@@ -112,14 +120,27 @@ def walk(
     )
     sink = Collect()
     bus = EventBus("RUN", [sink])
+    emit = make_emitter(bus)
+    recorder = Recorder(
+        repo,
+        "RUN",
+        workflow_slug="wf",
+        emit=emit,
+        take_segment=bus.take_segment,
+        worktree=None,  # in place: the run has no worktree or branch of its own
+        exclude_globs=[],
+        meta_tip=None,
+        run_tip=None,
+        requeue=bus.restore_pending,
+    )
     runtime = Runtime(
         run_id="RUN",
-        repo=cast(GitRepo, None),  # no recorder: the walk makes no git call
+        repo=repo,
         graph=graph,
         manifest=manifest,
         checkpoint=Checkpoint(status="running", started_at="", timestamp=""),
-        emit_event=make_emitter(bus),
-        recorder=None,
+        emit_event=emit,
+        recorder=recorder,
         scratch=tmp_path / "scratch",
         worktree=worktree,
         interviewer=interviewer
@@ -130,7 +151,9 @@ def walk(
     # The clock jumps once the walk has been idle for 20 ms of real time, not at once:
     # a stage's real work (a command's process, a worker thread) is idle to trio, and a
     # clock that jumped at every such wait would race a child's manager through its
-    # polls (45 s each, 1,000 at most) while `exit 3` ran.
+    # polls (45 s each, 1,000 at most) while `exit 3` ran. It never jumps while a
+    # worker thread runs (git work: a checkpoint, the repository guard's look around
+    # a stage), however long a loaded machine makes it.
     clock = trio.testing.MockClock(autojump_threshold=0.02) if mock_clock else None
     status: str | None = None
     error: str | None = None
@@ -158,6 +181,53 @@ def walk(
             await walk_main()
             nursery.cancel_scope.cancel()
 
-    trio.run(main, clock=clock)
+    try:
+        with _still_while_threads_run(clock):
+            trio.run(main, clock=clock)
+    finally:
+        repo.close()
     seconds = clock.current_time() if clock else 0.0
     return Walked(status, error, sink.events, runtime, seconds, worktree, sink.times)
+
+
+def _init_repository(path: Path) -> str:
+    """A fresh repository in `path` with one commit; its sha."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], cwd=path, check=True, capture_output=True, text=True)
+        return done.stdout.strip()
+
+    git("init", "-q", "-b", "main")
+    (path / "README.md").write_text("hello\n")
+    git("add", "README.md")
+    git("commit", "-q", "-m", "initial")
+    return git("rev-parse", "HEAD")
+
+
+@contextlib.contextmanager
+def _still_while_threads_run(clock: trio.testing.MockClock | None) -> Iterator[None]:
+    """While the walk runs, the clock's autojump is off whenever a worker thread runs
+    (every `trio.to_thread.run_sync` of the process, for the walk's duration)."""
+    if clock is None:
+        yield
+        return
+    original = trio.to_thread.run_sync
+    threshold = clock.autojump_threshold
+    running = 0
+
+    async def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        nonlocal running
+        running += 1
+        clock.autojump_threshold = math.inf
+        try:
+            return await original(fn, *args, **kwargs)
+        finally:
+            running -= 1
+            if not running:
+                clock.autojump_threshold = threshold
+
+    trio.to_thread.run_sync = run_sync  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        trio.to_thread.run_sync = original
