@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from fabro_git.engine.control import GateUpdate
 from fabro_git.engine.interviewer import Question, ask_again, takes
 
 EXIT_BY_STATUS = {"succeeded": 0, "partially_succeeded": 0, "failed": 1, "interrupted": 130}
@@ -177,29 +178,27 @@ class _Gates:
                 nursery.start_soon(self._read_answers)
             # A run just started with `run -d` may not listen yet: try until it does.
             while self.live():
-                async for message in control.subscribe(self.scratch, {"op": "attach"}):
+                async for message in control.subscribe(self.scratch, control.Attach()):
                     self._take(message)
                 await trio.sleep(0.2)
             nursery.cancel_scope.cancel()
 
-    def _take(self, message: dict[str, Any]) -> None:
-        from fabro_git.engine.gates import question_from_record
-
-        if isinstance(message.get("question"), dict) and isinstance(message.get("id"), int):
+    def _take(self, message: GateUpdate) -> None:
+        if message.question is not None and message.id is not None:
             first = not self.open
-            self.open[message["id"]] = question_from_record(message["question"])
+            self.open[message.id] = message.question
             self._opened.set()
             if first:
-                self._show(message["id"])
-        elif isinstance(message.get("closed"), int):
-            gate_id = message["closed"]
+                self._show(message.id)
+        elif message.closed is not None:
+            gate_id = message.closed
             was_first = bool(self.open) and next(iter(self.open)) == gate_id
             self.open.pop(gate_id, None)
-            if message.get("by") == "terminal":
+            if message.by == "terminal":
                 from fabro_git.terminal import printable
 
                 self._before_asking()
-                answer = printable(str(message.get("answer")), one_line=True)
+                answer = printable(str(message.answer), one_line=True)
                 print(f"\n(answered at the run's terminal: {answer})", file=sys.stderr)
             if was_first and self.open:
                 self._show(next(iter(self.open)))
@@ -237,9 +236,9 @@ class _Gates:
                 sys.stderr.flush()
                 continue
             reply = await trio.to_thread.run_sync(
-                control.request, self.scratch, {"op": "answer", "id": gate_id, "text": answer}
+                control.request, self.scratch, control.Answer(id=gate_id, text=answer)
             )
-            if not reply or not reply.get("accepted"):
+            if not reply or not reply.accepted:
                 print("(that question was already answered)", file=sys.stderr)
 
 
