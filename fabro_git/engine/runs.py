@@ -410,20 +410,8 @@ def fork_run(repo: GitRepo, source_id: str, point: ForkPoint) -> str:
     scratch = make_private_dir(run_scratch_dir(repo.git_dir, new_id))
     bus = EventBus(new_id, [TailFileSink(scratch / "events.jsonl")])
     emit = make_emitter(bus)
-    created = _source_created_properties(repo, at)
-    created.update(
-        run_dir=str(scratch),
-        source_directory=str(repo.root),
-        repo_origin_url=manifest.origin_url,
-        fork_source_ref={**forked_from, "git_commit_sha": start},
-        in_place=False,
-    )
-    created.setdefault("settings", stored.manifest.settings)
-    created.setdefault("labels", stored.manifest.labels)
-    created.setdefault("workflow_slug", stored.manifest.workflow_slug)
-    created.setdefault("provenance", {"subject": {"kind": "user", "login": _login()}})
-    created.setdefault("graph", {})
-    emit(ev.RunCreated(**{k: v for k, v in created.items() if v is not None}))
+    fork_source = {**forked_from, "git_commit_sha": start}
+    emit(_forked_created_event(repo, at, manifest, scratch, fork_source))
     emit(
         ev.RunNotice(
             level="info",
@@ -461,6 +449,27 @@ def fork_run(repo: GitRepo, source_id: str, point: ForkPoint) -> str:
     _create_fork_branch(repo, source_id, new_id, start, meta_sha, point.label)
     _copy_parallel_refs(repo, source_id, new_id, checkpoint.node_visits)
     return new_id
+
+
+def _forked_created_event(
+    repo: GitRepo, at: str, manifest: Manifest, scratch: Path, fork_source: dict[str, object]
+) -> ev.RunCreated:
+    """The new run's `run.created`: the source's own (its graph, source and settings),
+    with what is the new run's."""
+    created = _source_created_properties(repo, at)
+    created.update(
+        run_dir=str(scratch),
+        source_directory=str(repo.root),
+        repo_origin_url=manifest.origin_url,
+        fork_source_ref=fork_source,
+        in_place=False,
+    )
+    created.setdefault("settings", manifest.settings)
+    created.setdefault("labels", manifest.labels)
+    created.setdefault("workflow_slug", manifest.workflow_slug)
+    created.setdefault("provenance", {"subject": {"kind": "user", "login": _login()}})
+    created.setdefault("graph", {})
+    return ev.RunCreated(**{k: v for k, v in created.items() if v is not None})
 
 
 def _fork_start(checkpoint: Checkpoint, point: ForkPoint, base_sha: str) -> str:
