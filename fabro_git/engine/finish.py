@@ -89,7 +89,7 @@ async def finish(
     await _release_worktree(runtime, status)
     # The run's last record holds what its last hooks said (their notices).
     await runtime.hooks.wait_all_done()
-    _final_snapshot(runtime, status, error, narrative)
+    await runtime.store_call(_final_snapshot, runtime, status, error, narrative)
     manifest = runtime.manifest
     return RunResult(
         runtime.run_id, status, manifest.run_branch, manifest.meta_ref, final_sha, error
@@ -160,7 +160,7 @@ async def _release_worktree(runtime: Runtime, status: str) -> None:
     emit(ev.SandboxCleanupStarted(provider="local"))
     started = time.monotonic()
     try:
-        git_worktree.remove_worktree(runtime.repo, recorder.worktree)
+        await runtime.store_call(git_worktree.remove_worktree, runtime.repo, recorder.worktree)
         emit(
             ev.SandboxCleanupCompleted(
                 provider="local", duration_ms=int((time.monotonic() - started) * 1000)
@@ -173,6 +173,7 @@ async def _release_worktree(runtime: Runtime, status: str) -> None:
 def _final_snapshot(
     runtime: Runtime, status: str, error: str | None, narrative: dict[str, Any] | None
 ) -> None:
+    """The `finalize` snapshot (on a worker thread: it writes to git)."""
     recorder = runtime.recorder
     if recorder is None:
         return

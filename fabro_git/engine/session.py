@@ -151,7 +151,9 @@ async def _drive(run: OpenRun, request: DriveRequest, hooks: LifecycleHooks) -> 
     # A process killed after the exit checkpoint may have announced run.completed in the
     # tail (now queued for the next segment); the finish must not announce it twice.
     announced = (
-        resuming and walk_finished(run.checkpoint, run.graph) and _tail_has(run, "run.completed")
+        resuming
+        and walk_finished(run.checkpoint, run.graph)
+        and await trio.to_thread.run_sync(_tail_has, run, "run.completed")
     )
     if resuming and run.checkpoint.status in TERMINAL and run.checkpoint.status != outcomes.FAILED:
         return _result_as_stored(run)
@@ -300,7 +302,7 @@ async def _announce_start(
         await trio.to_thread.run_sync(
             restore_artifacts, run.repo, run.run_id, recorder.meta_tip, checkpoint, run.scratch
         )
-    if resuming and _has_begun(run):
+    if resuming and await trio.to_thread.run_sync(_has_begun, run):
         emit(
             ev.RunNotice(
                 level="info",
