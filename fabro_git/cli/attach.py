@@ -11,14 +11,17 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from fabro_git.engine.control import GateUpdate
 from fabro_git.engine.interviewer import Question, ask_again, takes
+
+if TYPE_CHECKING:
+    from fabro_git.store.repo import GitRepo
 
 EXIT_BY_STATUS = {"succeeded": 0, "partially_succeeded": 0, "failed": 1, "interrupted": 130}
 
@@ -42,7 +45,7 @@ def run(run_id: str, *, output: str = "tail") -> int:
     return _result(repo, full_id)
 
 
-def _result(repo: Any, run_id: str) -> int:
+def _result(repo: GitRepo, run_id: str) -> int:
     """Say how the run ended (or stands) and exit as it did."""
     from fabro_git.cli._runs import read_row
     from fabro_git.cli.run import _where_the_result_is
@@ -71,7 +74,7 @@ def _result(repo: Any, run_id: str) -> int:
     return EXIT_BY_STATUS.get(status, 1)
 
 
-async def _attached(repo: Any, run_id: str, output: str) -> None:
+async def _attached(repo: GitRepo, run_id: str, output: str) -> None:
     events = _RunEvents(repo, run_id, output)
     async with trio.open_nursery() as nursery:
         gates = _Gates(repo, run_id, before_asking=events.catch_up)
@@ -86,7 +89,7 @@ class _RunEvents:
     spinner has stepped aside (the run writes its `interview.started` to the tail before
     it opens the gate)."""
 
-    def __init__(self, repo: Any, run_id: str, output: str) -> None:
+    def __init__(self, repo: GitRepo, run_id: str, output: str) -> None:
         from fabro_git.cli._runs import tail_path
         from fabro_git.events.render import ProgressRenderer
 
@@ -157,7 +160,7 @@ def _render(renderer: Any, data: bytes) -> None:
 class _Gates:
     """The run's open gates, shown as they open; a line typed here answers the first."""
 
-    def __init__(self, repo: Any, run_id: str, *, before_asking: Callable[[], object]) -> None:
+    def __init__(self, repo: GitRepo, run_id: str, *, before_asking: Callable[[], object]) -> None:
         from fabro_git.cli.run import stdin_answers
         from fabro_git.config.locations import run_scratch_dir
         from fabro_git.engine.lock import is_live
@@ -242,7 +245,7 @@ class _Gates:
                 print("(that question was already answered)", file=sys.stderr)
 
 
-async def _stdin_lines() -> Any:
+async def _stdin_lines() -> AsyncIterator[str]:
     """Lines of stdin as they come. One read in flight at a time, never abandoned
     between questions, so no line typed is lost to a read nobody waits for."""
     fd = sys.stdin.fileno()

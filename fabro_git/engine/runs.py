@@ -103,7 +103,7 @@ def make_emitter(bus: EventBus) -> Emit:
     return emit
 
 
-def graph_record(graph: Graph) -> dict[str, Any]:
+def graph_record(graph: Graph) -> dict[str, object]:
     return {
         "name": graph.name,
         "attrs": dict(graph.attrs),
