@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
+from fabro_git.engine.control import GateUpdate
 from fabro_git.engine.interviewer import Question, ask_again, takes
 from fabro_git.engine.reader import RunEvent
+
+if TYPE_CHECKING:
+    from fabro_git.store.repo import GitRepo
 
 EXIT_BY_STATUS = {"succeeded": 0, "partially_succeeded": 0, "failed": 1, "interrupted": 130}
 
@@ -41,7 +45,7 @@ def run(run_id: str, *, output: str = "tail") -> int:
     return _result(repo, full_id)
 
 
-def _result(repo: Any, run_id: str) -> int:
+def _result(repo: GitRepo, run_id: str) -> int:
     """Say how the run ended (or stands) and exit as it did."""
     from fabro_git.cli._runs import read_row
     from fabro_git.cli.run import _where_the_result_is
@@ -70,7 +74,7 @@ def _result(repo: Any, run_id: str) -> int:
     return EXIT_BY_STATUS.get(status, 1)
 
 
-async def _attached(repo: Any, run_id: str, output: str) -> None:
+async def _attached(repo: GitRepo, run_id: str, output: str) -> None:
     events = _RunEvents(repo, run_id, output)
     async with trio.open_nursery() as nursery:
         gates = _Gates(repo, run_id, before_asking=events.catch_up)
@@ -85,7 +89,7 @@ class _RunEvents:
     spinner has stepped aside (the run writes its `interview.started` to the tail before
     it opens the gate)."""
 
-    def __init__(self, repo: Any, run_id: str, output: str) -> None:
+    def __init__(self, repo: GitRepo, run_id: str, output: str) -> None:
         from fabro_git.engine.reader import EventCursor
         from fabro_git.events.render import ProgressRenderer
 
@@ -118,7 +122,7 @@ def _render(renderer: Any, events: list[RunEvent]) -> None:
 class _Gates:
     """The run's open gates, shown as they open; a line typed here answers the first."""
 
-    def __init__(self, repo: Any, run_id: str, *, before_asking: Callable[[], object]) -> None:
+    def __init__(self, repo: GitRepo, run_id: str, *, before_asking: Callable[[], object]) -> None:
         from fabro_git.cli.run import stdin_answers
         from fabro_git.config.locations import run_scratch_dir
         from fabro_git.engine.lock import is_live
@@ -139,29 +143,27 @@ class _Gates:
                 nursery.start_soon(self._read_answers)
             # A run just started with `run -d` may not listen yet: try until it does.
             while self.live():
-                async for message in control.subscribe(self.scratch, {"op": "attach"}):
+                async for message in control.subscribe(self.scratch, control.Attach()):
                     self._take(message)
                 await trio.sleep(0.2)
             nursery.cancel_scope.cancel()
 
-    def _take(self, message: dict[str, Any]) -> None:
-        from fabro_git.engine.gates import question_from_record
-
-        if isinstance(message.get("question"), dict) and isinstance(message.get("id"), int):
+    def _take(self, message: GateUpdate) -> None:
+        if message.question is not None and message.id is not None:
             first = not self.open
-            self.open[message["id"]] = question_from_record(message["question"])
+            self.open[message.id] = message.question
             self._opened.set()
             if first:
-                self._show(message["id"])
-        elif isinstance(message.get("closed"), int):
-            gate_id = message["closed"]
+                self._show(message.id)
+        elif message.closed is not None:
+            gate_id = message.closed
             was_first = bool(self.open) and next(iter(self.open)) == gate_id
             self.open.pop(gate_id, None)
-            if message.get("by") == "terminal":
+            if message.by == "terminal":
                 from fabro_git.terminal import printable
 
                 self._before_asking()
-                answer = printable(str(message.get("answer")), one_line=True)
+                answer = printable(str(message.answer), one_line=True)
                 print(f"\n(answered at the run's terminal: {answer})", file=sys.stderr)
             if was_first and self.open:
                 self._show(next(iter(self.open)))
@@ -199,13 +201,13 @@ class _Gates:
                 sys.stderr.flush()
                 continue
             reply = await trio.to_thread.run_sync(
-                control.request, self.scratch, {"op": "answer", "id": gate_id, "text": answer}
+                control.request, self.scratch, control.Answer(id=gate_id, text=answer)
             )
-            if not reply or not reply.get("accepted"):
+            if not reply or not reply.accepted:
                 print("(that question was already answered)", file=sys.stderr)
 
 
-async def _stdin_lines() -> Any:
+async def _stdin_lines() -> AsyncIterator[str]:
     """Lines of stdin as they come. One read in flight at a time, never abandoned
     between questions, so no line typed is lost to a read nobody waits for."""
     fd = sys.stdin.fileno()

@@ -9,13 +9,20 @@ from __future__ import annotations
 
 import getpass
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fabro_git.errors import FabroError
 
+if TYPE_CHECKING:
+    from fabro_git.engine import control
 
-def _send(run_id: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+
+def _send(
+    run_id: str, make: Callable[[control.Requester], control.Request]
+) -> tuple[str, control.Reply]:
+    """Send the request `make` builds (given who asks) to the run's control socket."""
     from fabro_git.cli._runs import resolve_run
     from fabro_git.config.locations import run_scratch_dir
     from fabro_git.engine import control
@@ -34,20 +41,22 @@ def _send(run_id: str, payload: dict[str, Any]) -> tuple[str, dict[str, Any]]:
     except (KeyError, OSError):
         login = None
     reply = control.request(
-        run_scratch_dir(Path(repo.git_dir), full_id), {**payload, "actor": {"login": login}}
+        run_scratch_dir(Path(repo.git_dir), full_id), make(control.Requester(login=login))
     )
     if reply is None:
         raise FabroError(
             f"run {full_id} is running but does not answer on its control socket",
             hint="it may still be starting (try again in a moment), or run by an older git fabro",
         )
-    if not reply.get("ok"):
-        raise FabroError(f"run {full_id} refused: {reply.get('error', 'no reason given')}")
+    if not reply.ok:
+        raise FabroError(f"run {full_id} refused: {reply.error or 'no reason given'}")
     return full_id, reply
 
 
 def interrupt(run_id: str) -> int:
-    full_id, _ = _send(run_id, {"op": "interrupt"})
+    from fabro_git.engine import control
+
+    full_id, _ = _send(run_id, lambda actor: control.Interrupt(actor=actor))
     print(
         f"run {full_id} is stopping at a checkpoint; continue it with `git fabro resume {full_id}`",
         file=sys.stderr,
@@ -58,8 +67,10 @@ def interrupt(run_id: str) -> int:
 def steer(run_id: str, text: str) -> int:
     if not text.strip():
         raise FabroError("steering text is empty", hint='git fabro steer RUN "what to do instead"')
-    full_id, reply = _send(run_id, {"op": "steer", "text": text})
-    if reply.get("delivered"):
+    from fabro_git.engine import control
+
+    full_id, reply = _send(run_id, lambda actor: control.Steer(text=text, actor=actor))
+    if reply.delivered:
         print(f"run {full_id}: the agent in flight takes it before its next turn", file=sys.stderr)
         return 0
     print(

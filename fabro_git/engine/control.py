@@ -10,7 +10,10 @@ has it. One request a connection, one JSON line each way:
 
 A few requests are answered by a stream of lines instead, until the run ends or the
 client hangs up: `{"op": "attach"}` is followed by one line per human gate opening or
-closing (`git fabro attach`).
+closing (`GateUpdate`, for `git fabro attach`).
+
+Requests are the tagged union `Request`, told apart by `op`; replies are `Reply`, whose
+fields a request does not use are left out, so the lines are the ones above.
 
 A Unix socket path is limited to about 100 bytes, and scratch paths can be longer; on
 Linux the path is reached through `/proc/self/fd/<dir fd>/control.sock`, which the
@@ -27,15 +30,80 @@ import struct
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import trio
 
+from fabro_git.engine.interviewer import Question
+from fabro_git.events.envelope import Actor
+
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 64 * 1024
 
-Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+class GateUpdate(msgspec.Struct, frozen=True, omit_defaults=True):
+    """One line of an `attach` stream: a gate opened (`question`, `id`), or the gate
+    `closed`, with its `answer` and who gave it (`by`: "terminal" or "attach")."""
+
+    question: Question | None = None
+    id: int | None = None
+    closed: int | None = None
+    answer: str | None = None
+    by: str | None = None
+
+
+Send = Callable[[GateUpdate], Awaitable[None]]
+
+
+class Requester(msgspec.Struct, frozen=True):
+    """Who asked, as the requesting command said: a user of this machine either way."""
+
+    login: str | None = None
+
+    def as_actor(self) -> Actor:
+        if self.login is not None:
+            return Actor(kind="user", login=self.login, auth_method="local")
+        return Actor(kind="user", auth_method="local")
+
+
+class _Request(msgspec.Struct, frozen=True, kw_only=True, tag_field="op", omit_defaults=True):
+    actor: Requester = Requester()
+
+
+class Interrupt(_Request, frozen=True, tag="interrupt"):
+    """Stop the stage in flight at a checkpoint (`git fabro interrupt`)."""
+
+
+class Steer(_Request, frozen=True, tag="steer"):
+    """Text for the agent stages in flight (`git fabro steer`)."""
+
+    text: str
+
+
+class Answer(_Request, frozen=True, tag="answer"):
+    """An answer to the open gate `id` (`git fabro attach`)."""
+
+    id: int
+    text: str
+
+
+class Attach(_Request, frozen=True, tag="attach"):
+    """Follow the run's gates as they open and close: answered by a stream."""
+
+
+Request = Interrupt | Steer | Answer | Attach
+
+
+class Reply(msgspec.Struct, frozen=True, omit_defaults=True):
+    ok: bool
+    error: str | None = None
+    delivered: bool | None = None  # to a steer: whether an agent in flight took it
+    accepted: bool | None = None  # to an answer: whether its gate was still open
+
+
+_request_decoder = msgspec.json.Decoder(Request)
+_reply_decoder = msgspec.json.Decoder(Reply)
+_update_decoder = msgspec.json.Decoder(GateUpdate)
 
 
 class Stream(msgspec.Struct, frozen=True):
@@ -45,7 +113,7 @@ class Stream(msgspec.Struct, frozen=True):
     run: Callable[[Send], Awaitable[None]]
 
 
-Handle = Callable[[dict[str, Any]], Awaitable[dict[str, Any] | Stream]]
+Handle = Callable[[Request], Awaitable[Reply | Stream]]
 
 
 def socket_path(scratch: Path) -> Path:
@@ -74,7 +142,7 @@ def _same_user(sock: trio.socket.SocketType) -> bool:
 
 
 async def serve(
-    scratch: Path, handle: Handle, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    scratch: Path, handle: Handle, *, task_status: trio.TaskStatus[Path] = trio.TASK_STATUS_IGNORED
 ) -> None:
     """Answer control requests until cancelled; the socket file goes with the server."""
     path = socket_path(scratch)
@@ -112,30 +180,41 @@ async def _answer(conn: trio.socket.SocketType, handle: Handle) -> None:
                 if not chunk:
                     break
                 data += chunk
+        line = data.split(b"\n", 1)[0]
         try:
-            request = json.loads(data.split(b"\n", 1)[0] or b"null")
-            reply = await handle(request) if isinstance(request, dict) else None
-        except ValueError:
-            reply = None
+            reply = await handle(_request_decoder.decode(line))
+        except msgspec.ValidationError:
+            reply = Reply(ok=False, error=f"unknown request {_op_of(line)!r}")
+        except msgspec.DecodeError:
+            reply = Reply(ok=False, error="not a control request")
         if isinstance(reply, Stream):
             await _stream(conn, reply)
             return
         with contextlib.suppress(OSError):
-            await _send_line(conn, reply or {"ok": False, "error": "not a control request"})
+            await _send_bytes(conn, msgspec.json.encode(reply))
 
 
-async def _send_line(conn: trio.socket.SocketType, message: dict[str, Any]) -> None:
-    out = json.dumps(message).encode() + b"\n"
+def _op_of(line: bytes) -> object:
+    """The `op` of a request that is no `Request`, for the error."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value.get("op") if isinstance(value, dict) else None
+
+
+async def _send_bytes(conn: trio.socket.SocketType, line: bytes) -> None:
+    out = line + b"\n"
     while out:
         out = out[await conn.send(out) :]
 
 
 async def _stream(conn: trio.socket.SocketType, reply: Stream) -> None:
-    async def send(message: dict[str, Any]) -> None:
-        await _send_line(conn, message)
+    async def send(message: GateUpdate) -> None:
+        await _send_bytes(conn, msgspec.json.encode(message))
 
     with contextlib.suppress(OSError):
-        await send({"ok": True})
+        await _send_bytes(conn, msgspec.json.encode(Reply(ok=True)))
         async with trio.open_nursery() as nursery:
 
             async def until_hangup() -> None:
@@ -148,9 +227,7 @@ async def _stream(conn: trio.socket.SocketType, reply: Stream) -> None:
             nursery.cancel_scope.cancel()
 
 
-def request(
-    scratch: Path, payload: dict[str, Any], *, timeout: float = 10.0
-) -> dict[str, Any] | None:
+def request(scratch: Path, payload: Request, *, timeout: float = 10.0) -> Reply | None:
     """Send one request to the run's control socket; None when nothing is listening."""
     path = socket_path(scratch)
     if not path.exists():
@@ -162,7 +239,7 @@ def request(
                 sock.connect(address)
         except (ConnectionRefusedError, FileNotFoundError):
             return None  # a socket file left by a run that was killed
-        sock.sendall(json.dumps(payload).encode() + b"\n")
+        sock.sendall(msgspec.json.encode(payload) + b"\n")
         data = b""
         while b"\n" not in data:
             chunk = sock.recv(4096)
@@ -170,13 +247,12 @@ def request(
                 break
             data += chunk
     try:
-        reply = json.loads(data.split(b"\n", 1)[0])
-    except ValueError:
+        return _reply_decoder.decode(data.split(b"\n", 1)[0])
+    except msgspec.DecodeError:
         return None
-    return reply if isinstance(reply, dict) else None
 
 
-async def subscribe(scratch: Path, payload: dict[str, Any]) -> AsyncIterator[dict[str, Any]]:
+async def subscribe(scratch: Path, payload: Request) -> AsyncIterator[GateUpdate]:
     """Send a streaming request and yield the run's lines until it hangs up. Yields
     nothing when nothing is listening."""
     path = socket_path(scratch)
@@ -187,7 +263,7 @@ async def subscribe(scratch: Path, payload: dict[str, Any]) -> AsyncIterator[dic
                 await sock.connect(address)
         except (ConnectionRefusedError, FileNotFoundError):
             return
-        await _send_line(sock, payload)
+        await _send_bytes(sock, msgspec.json.encode(payload))
         data = b""
         while True:
             chunk = await sock.recv(65536)
@@ -196,7 +272,5 @@ async def subscribe(scratch: Path, payload: dict[str, Any]) -> AsyncIterator[dic
             data += chunk
             *lines, data = data.split(b"\n")
             for line in lines:
-                with contextlib.suppress(ValueError):
-                    message = json.loads(line)
-                    if isinstance(message, dict):
-                        yield message
+                with contextlib.suppress(msgspec.DecodeError):
+                    yield _update_decoder.decode(line)

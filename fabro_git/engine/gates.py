@@ -12,13 +12,13 @@ closed, as it always did. How long a gate waits is the node's business (`timeout
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Protocol
 
 import msgspec
 import trio
 
-from fabro_git.engine.interviewer import Choice, Interviewer, Question
+from fabro_git.engine.control import GateUpdate, Send
+from fabro_git.engine.interviewer import Interviewer, Question
 
 
 class OpenGate(msgspec.Struct):
@@ -27,36 +27,6 @@ class OpenGate(msgspec.Struct):
     done: trio.Event = msgspec.field(default_factory=trio.Event)
     answer: str | None = None
     by: str | None = None  # "terminal" or "attach"
-
-
-def question_record(question: Question) -> dict[str, Any]:
-    """A question as JSON, for the control socket."""
-
-    def choice(c: Choice) -> dict[str, Any]:
-        return {"key": c.key, "label": c.label, "target": c.target, "freeform": c.freeform}
-
-    return {
-        "text": question.text,
-        "choices": [choice(c) for c in question.choices],
-        "default": choice(question.default) if question.default else None,
-        "details": question.details,
-    }
-
-
-def question_from_record(record: dict[str, Any]) -> Question:
-    def choice(c: dict[str, Any]) -> Choice:
-        return Choice(c.get("key"), str(c["label"]), str(c["target"]), bool(c.get("freeform")))
-
-    default = record.get("default")
-    return Question(
-        text=str(record.get("text", "")),
-        choices=[choice(c) for c in record.get("choices") or []],
-        default=choice(default) if isinstance(default, dict) else None,
-        details=str(record.get("details") or ""),
-    )
-
-
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class Lively(Protocol):
@@ -132,11 +102,11 @@ class GateDesk:
                 for gate_id, gate in list(self.open.items()):
                     if gate_id not in shown:
                         shown[gate_id] = gate
-                        await send({"question": question_record(gate.question), "id": gate_id})
+                        await send(GateUpdate(question=gate.question, id=gate_id))
                 for gate_id, gate in list(shown.items()):
                     if gate_id not in self.open:
                         del shown[gate_id]
-                        await send({"closed": gate_id, "answer": gate.answer, "by": gate.by})
+                        await send(GateUpdate(closed=gate_id, answer=gate.answer, by=gate.by))
                 if changed is self._changed:
                     await changed.wait()
         finally:

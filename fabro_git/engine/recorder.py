@@ -188,12 +188,13 @@ class Recorder:
         files: Mapping[str, bytes | Path | None],
         *,
         stage: StageCheckpoint | None = None,
+        trailers: Mapping[str, str] | None = None,
     ) -> str | None:
         """Write one meta snapshot (of `stage`'s checkpoint, if given). Returns its sha,
         or None when git refused (reported).
 
         A file given as a Path (a command's whole output) is streamed into git, masked
-        on the way, rather than read into memory."""
+        on the way, rather than read into memory. `trailers` go after the summary's."""
         stamp = _stamp(stage)
         self.emit(ev.MetadataSnapshotStarted(phase=phase, branch=self.meta_ref), **stamp)
         started = time.monotonic()
@@ -210,7 +211,8 @@ class Recorder:
             cost=cp.total_cost or None,
             tokens=(cp.tokens.input_tokens, cp.tokens.output_tokens),
         )
-        message = self.redactor.mask_text(f"{subject}\n\n{summary.trailers(self.run_id)}")
+        extra = "".join(f"{key}: {value}\n" for key, value in (trailers or {}).items())
+        message = self.redactor.mask_text(f"{subject}\n\n{summary.trailers(self.run_id)}{extra}")
         try:
             # A long reply is its response.md and its offloaded value's two entries:
             # one file, masked and stored once.

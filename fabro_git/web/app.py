@@ -20,12 +20,14 @@ from pathlib import Path
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode
 
+import msgspec
 import trio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from fabro_git.engine import control
 from fabro_git.errors import FabroError
 from fabro_git.web.feeds import Feeds, all_runs_stream, run_stream
 from fabro_git.web.source import RepositoryRuns
@@ -289,10 +291,8 @@ def build(
             return JSONResponse({"error": f"cannot {action} with that"}, status_code=400)
         if not await blocking(source.live, run_id):
             return JSONResponse({"error": f"run {run_id} is not running here"}, status_code=409)
-        from fabro_git.engine import control
-
-        if message["op"] == "answer":
-            refused = await _unfit_answer(source, run_id, message["id"], message["text"])
+        if isinstance(message, control.Answer):
+            refused = await _unfit_answer(source, run_id, message.id, message.text)
             if refused is not None:
                 return refused
         reply = await blocking(control.request, source.scratch(run_id), message)
@@ -300,7 +300,7 @@ def build(
             return JSONResponse(
                 {"error": f"run {run_id} does not answer on its control socket"}, status_code=503
             )
-        return _json(reply)
+        return _json(msgspec.to_builtins(reply))
 
     routes = [
         Route("/", page("runs")),
@@ -336,37 +336,35 @@ def _json(value: Any) -> Response:
     )
 
 
-def _actor() -> dict[str, Any]:
+def _actor() -> control.Requester:
     try:
         login: str | None = getpass.getuser()
     except (KeyError, OSError):
         login = None
-    return {"login": login, "via": "web"}
+    return control.Requester(login=login)
 
 
-def _control_message(action: str, payload: dict[str, Any]) -> dict[str, Any] | None:
+def _control_message(action: str, payload: dict[str, Any]) -> control.Request | None:
     """The control request for a button: answer a gate, steer, interrupt."""
     if action == "answer":
         gate_id, text = payload.get("id"), payload.get("text")
         if not isinstance(gate_id, int) or not isinstance(text, str) or not text.strip():
             return None
-        return {"op": "answer", "id": gate_id, "text": text}
+        return control.Answer(id=gate_id, text=text)
     if action == "steer":
         text = payload.get("text")
         if not isinstance(text, str) or not text.strip():
             return None
-        return {"op": "steer", "text": text, "actor": _actor()}
+        return control.Steer(text=text, actor=_actor())
     if action == "interrupt":
-        return {"op": "interrupt", "actor": _actor()}
+        return control.Interrupt(actor=_actor())
     return None
 
 
-def _attach(scratch: Path) -> AsyncGenerator[dict[str, Any], None]:
+def _attach(scratch: Path) -> AsyncGenerator[control.GateUpdate, None]:
     """The run's gates as `attach` hears them (a generator: closed when left early)."""
-    from fabro_git.engine import control
-
     return cast(
-        "AsyncGenerator[dict[str, Any], None]", control.subscribe(scratch, {"op": "attach"})
+        "AsyncGenerator[control.GateUpdate, None]", control.subscribe(scratch, control.Attach())
     )
 
 
@@ -376,7 +374,6 @@ async def _unfit_answer(
     """Why `text` cannot answer gate `gate_id` (it is not open, or the gate cannot route
     on it), as the answer to send back; None when it can. The run takes any text, so a
     typo is caught here, as `attach` catches it, rather than failing the gate."""
-    from fabro_git.engine.gates import question_from_record
     from fabro_git.engine.interviewer import ask_again, takes
 
     question = None
@@ -384,8 +381,8 @@ async def _unfit_answer(
     with trio.move_on_after(2):
         async with contextlib.aclosing(_attach(source.scratch(run_id))) as messages:
             async for message in messages:
-                if message.get("id") == gate_id and isinstance(message.get("question"), dict):
-                    question = question_from_record(message["question"])
+                if message.id == gate_id and message.question is not None:
+                    question = message.question
                     break
     if question is None:
         return JSONResponse({"error": "that question is no longer open"}, status_code=409)
@@ -404,9 +401,8 @@ async def _gates(
     while await trio.to_thread.run_sync(source.live, run_id):
         async with contextlib.aclosing(_attach(scratch)) as messages:
             async for message in messages:
-                if "question" in message or "closed" in message:
-                    data = json.dumps(message, ensure_ascii=False)
-                    await send(f"data: {data}\n\n".encode())
+                if message.question is not None or message.closed is not None:
+                    await send(b"data: " + msgspec.json.encode(message) + b"\n\n")
         await send(b":\n\n")  # the run is between listeners (starting, or just ended)
         await trio.sleep(0.2)
 

@@ -1,0 +1,76 @@
+"""The run's worktree: its scratch checkout of the run branch, made ready for a drive.
+
+A new run adds it; a resume reuses it (reset to the branch's tip), or makes it again
+when it was removed, half removed or left behind by a repository that moved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+from pathlib import Path
+
+from fabro_git.config.locations import runs_dir
+from fabro_git.engine.emit import Emit
+from fabro_git.errors import FabroError, StoreError
+from fabro_git.events import catalogue as ev
+from fabro_git.store import runs as runrefs
+from fabro_git.store import worktree as git_worktree
+from fabro_git.store.repo import GitRepo
+
+
+def ensure_worktree(
+    repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Emit, *, new: bool = False
+) -> tuple[Path, bool]:
+    """The run's worktree at the run branch's tip: reuse, reset or rebuild it. A `new`
+    run made its branch and scratch dir just now: nothing of git's can hold either, so
+    git's list of worktrees is not consulted."""
+    path = scratch / "worktree"
+    branch = runrefs.run_branch_name(run_id)
+    if new:
+        git_worktree.add_worktree(repo, path, branch=branch, commit=run_tip, new=True)
+        return path, True
+    # One listing for both checks below; `add_worktree` lists again under its lock.
+    checkouts = git_worktree.checkouts_of(repo, branch)
+    checkouts = _drop_stale_checkouts(repo, checkouts, path)
+    if (path / ".git").exists():
+        try:
+            git_worktree.checkout(path, run_tip)
+            emit(ev.GitReset(sha=run_tip))
+            return path, False
+        except FabroError:
+            with contextlib.suppress(FabroError):
+                git_worktree.remove_worktree(repo, path)
+            shutil.rmtree(path, ignore_errors=True)
+    for other in checkouts:
+        if other.resolve() != path.resolve():
+            raise StoreError(
+                f"run {run_id}: its branch {branch} is checked out at {other}, and a branch "
+                "can be checked out in one worktree only",
+                hint=f"switch that worktree away (git -C {other} switch --detach) or remove it "
+                f"(git worktree remove {other}), then run the command again",
+            )
+    git_worktree.add_worktree(repo, path, branch=branch, commit=run_tip)
+    return path, True
+
+
+def _drop_stale_checkouts(repo: GitRepo, checkouts: list[Path], path: Path) -> list[Path]:
+    """Remove this repository's other scratch checkouts of the run branch (`checkouts`,
+    where it is checked out); returns those left.
+
+    The scratch dir is keyed by the repository's path, so a repository that moved (or
+    a scratch dir from before the key) leaves a checkout of the run branch under the old
+    name, and git refuses a second one. We hold the run lock and a run worktree holds
+    nothing git lacks, so it goes (its files first: after a move, its link back to the
+    repository is broken and `git worktree remove` refuses it).
+    """
+    root = runs_dir().resolve()
+    left = []
+    for other in checkouts:
+        resolved = other.resolve()
+        if resolved != path.resolve() and resolved.is_relative_to(root):
+            shutil.rmtree(other, ignore_errors=True)
+            git_worktree.remove_worktree(repo, other)
+        else:
+            left.append(other)
+    return left
