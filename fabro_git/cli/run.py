@@ -81,7 +81,8 @@ def _build_spec(
     options: Any,
     allow_typos: bool = False,
 ) -> Any:
-    from fabro_git.config.run_config import default_layers, effective_config, flag_layer, load_layer
+    from fabro_git.config.run_config import effective_config, flag_layer, load_layer
+    from fabro_git.config.trust import default_layers
     from fabro_git.engine.session import RunSpec
 
     path = resolve_workflow(workflow)

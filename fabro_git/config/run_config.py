@@ -326,21 +326,6 @@ def flag_layer(
     return Layer("flags", None, {"run": run} if run else {})
 
 
-def default_layers(
-    repo_root: Path | None, *, ask: Callable[[str], bool] | None = None
-) -> list[Layer]:
-    """The project and user layers, highest first. The project layer's acting keys
-    need the user's trust (`fabro_git.config.trust`): `ask` puts an untrusted file to
-    the user, and without it such a file is refused."""
-    layers = []
-    if repo_root is not None:
-        from fabro_git.config.trust import trusted_project_layer
-
-        layers.append(trusted_project_layer(repo_root, ask=ask))
-    layers.append(load_layer(user_settings_path(), "user settings", run_config=False))
-    return layers
-
-
 def effective_config(layers: list[Layer]) -> EffectiveConfig:
     """Merge `layers` (highest first) into the configuration a run uses."""
     merged: dict[str, Any] = {}

@@ -38,6 +38,7 @@ from fabro_git.config.run_config import (
     Layer,
     RunSection,
     find_line,
+    load_layer,
     parse_layer,
     user_settings_path,
 )
@@ -525,3 +526,16 @@ def check_run_config(
         " was never approved here)",
         hint=f"read it with `git fabro inspect {run_id}`, then run `git fabro trust --run {run_id}`",
     )
+
+
+def default_layers(
+    repo_root: Path | None, *, ask: Callable[[str], bool] | None = None
+) -> list[Layer]:
+    """The project and user layers, highest first. The project layer's acting keys
+    need the user's trust (`trusted_project_layer`): `ask` puts an untrusted file to
+    the user, and without it such a file is refused."""
+    layers = []
+    if repo_root is not None:
+        layers.append(trusted_project_layer(repo_root, ask=ask))
+    layers.append(load_layer(user_settings_path(), "user settings", run_config=False))
+    return layers
