@@ -51,7 +51,6 @@ LONG_FUNCTIONS = {
     "handlers/llm_cli.py:run_cli_agent",
     # to shorten next
     "cli/app.py:run",
-    "cli/completion.py:_fish",
     "cli/run.py:_build_spec",
     "cli/run.py:run",
     "cli/run.py:resume",
@@ -75,13 +74,8 @@ CIRCLE_IMPORTS = {
     ("fabro_git.engine.stage", "fabro_git.engine.branches"),
     ("fabro_git.cli.show", "fabro_git.cli.artifact"),
     # to untie next
-    ("fabro_git.config.run_config", "fabro_git.config.trust"),
-    ("fabro_git.llm.providers", "fabro_git.llm.providers.anthropic"),
-    ("fabro_git.llm.providers", "fabro_git.llm.providers.openai_responses"),
-    ("fabro_git.llm.providers", "fabro_git.llm.providers.chat_completions"),
     ("fabro_git.handlers.llm", "fabro_git.handlers.llm_api"),
     ("fabro_git.handlers.llm_api", "fabro_git.handlers.llm_cli"),
-    ("fabro_git.cli.app", "fabro_git.cli.completion"),
 }
 
 
