@@ -74,8 +74,6 @@ CIRCLE_IMPORTS = {
     ("fabro_git.engine.stage", "fabro_git.engine.branches"),
     ("fabro_git.cli.show", "fabro_git.cli.artifact"),
     # to untie next
-    ("fabro_git.handlers.llm", "fabro_git.handlers.llm_api"),
-    ("fabro_git.handlers.llm_api", "fabro_git.handlers.llm_cli"),
 }
 
 

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.model_choice import (
-    backend_of,
     effort_of,
     stage_fallbacks,
     stage_target,
@@ -37,7 +36,7 @@ from fabro_git.events.catalogue import (
 )
 from fabro_git.events.contract import UNSCOPED_EVENTS
 from fabro_git.events.envelope import EventProps
-from fabro_git.handlers.llm import outcome_from_reply, recorded_reply, thread_of
+from fabro_git.handlers.prompting import outcome_from_reply, recorded_reply, thread_of
 from fabro_git.llm import catalogue
 from fabro_git.llm import types as llm
 from fabro_git.llm.errors import LlmError
@@ -267,10 +266,6 @@ async def run_agent(
     from fabro_git.agent.subagents import DEFAULT_MAX_DEPTH, SubAgents
 
     node = req.node
-    if backend_of(node) == "cli":
-        from fabro_git.handlers.llm_cli import run_cli_agent
-
-        return await run_cli_agent(req, body, preamble, status_file)
     target, fallbacks = _target(req)
     thread = thread_of(req)
     conversation = await _conversation(req, thread)
