@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from fabro_git.engine.context import HIDDEN_FROM_PROMPT
 from fabro_git.engine.outcome import Outcome, normalize_status
 from fabro_git.engine.stage import StageRequest
 from fabro_git.outputs.artifacts import TextFile, offloads
@@ -87,17 +88,7 @@ def preamble(req: StageRequest) -> str:
     public = {
         k: v
         for k, v in req.context.items()
-        if not k.startswith(
-            (
-                "internal.",
-                "graph.",
-                "response.",
-                "command.",
-                "current_node",
-                "human.gate",
-                "failure_",
-            )
-        )
+        if not k.startswith(HIDDEN_FROM_PROMPT)
     }
     summarise = {
         "summary:high": stage_report,
