@@ -18,7 +18,6 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar
@@ -43,7 +42,7 @@ from fabro_git.engine.retry import policy_for
 from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.errors import DiskFull, FabroError, disk_full_in
 from fabro_git.events import catalogue as ev
-from fabro_git.events.envelope import EventProps
+from fabro_git.events.envelope import EventProps, format_ts
 from fabro_git.outputs.artifacts import ArtifactStore, ResolvedContext, referenced_names
 from fabro_git.store import runs as runrefs
 from fabro_git.workflow import Edge, Graph, Node
@@ -58,8 +57,7 @@ T = TypeVar("T")
 
 
 def now_iso() -> str:
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return format_ts(time.time_ns() // 1_000_000)
 
 
 class RunFailed(Exception):
