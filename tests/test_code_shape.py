@@ -55,8 +55,6 @@ LONG_FUNCTIONS = {
     "cli/run.py:resume",
     "config/run_config.py:_check_run_section",
     "config/trust.py:actions",
-    "events/render.py:_pretty_facts",
-    "events/render.py:ProgressRenderer._describe",
     "handlers/command.py:execute",
     "handlers/llm_api.py:run_agent",
     "handlers/parallel.py:fan_out",
