@@ -53,8 +53,6 @@ LONG_FUNCTIONS = {
     "cli/run.py:_build_spec",
     "cli/run.py:run",
     "cli/run.py:resume",
-    "config/run_config.py:_check_run_section",
-    "config/trust.py:actions",
     "handlers/command.py:execute",
     "handlers/llm_api.py:run_agent",
     "handlers/parallel.py:fan_out",

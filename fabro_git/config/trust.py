@@ -36,6 +36,7 @@ from fabro_git.config.run_config import (
     DefaultsConfig,
     HookConfig,
     Layer,
+    McpServerConfig,
     RunSection,
     find_line,
     load_layer,
@@ -109,48 +110,7 @@ def actions(run: RunSection) -> list[Action]:
                 )
             )
         for name, server in agent.mcps.items():
-            key = f"run.agent.mcps.{name}"
-            if server.type == "http":
-                found.append(
-                    Action(
-                        key, f"connects to MCP server {shown(name)} at {shown(server.url or '')}"
-                    )
-                )
-            else:
-                program = (
-                    server.script if server.script is not None else " ".join(server.command or [])
-                )
-                found.append(Action(key, f"starts MCP server {shown(name)}: {shown(program)}"))
-            for header, value in server.headers.items():
-                names = _env_names(value)
-                carried = (
-                    f"with {', '.join('$' + n for n in names)}" if names else "(a literal value)"
-                )
-                found.append(
-                    Action(
-                        f"{key}.headers.{header}",
-                        f"sends header {shown(header)} {carried} to {shown(server.url or name)}",
-                    )
-                )
-            for variable, value in server.env.items():
-                names = _env_names(value)
-                if names:
-                    found.append(
-                        Action(
-                            f"{key}.env.{variable}",
-                            f"passes {', '.join('$' + n for n in names)} to MCP server {shown(name)} as {variable}",
-                        )
-                    )
-            for part in [server.url or "", server.script or "", *(server.command or [])]:
-                names = _env_names(part)
-                if names:
-                    found.append(
-                        Action(
-                            key,
-                            f"puts {', '.join('$' + n for n in names)} into MCP server {shown(name)}'s command or URL",
-                        )
-                    )
-                    break
+            found += _mcp_actions(name, server)
     if run.prepare is not None:
         for i, step in enumerate(run.prepare.steps):
             found.append(
@@ -175,6 +135,48 @@ def actions(run: RunSection) -> list[Action]:
                 f"pushes run refs to remote {shown(run.git.push_remote)} after every checkpoint",
             )
         )
+    return found
+
+
+def _mcp_actions(name: str, server: McpServerConfig) -> list[Action]:
+    """What starting or connecting to MCP server `name` does, and what it is given."""
+    key = f"run.agent.mcps.{name}"
+    found: list[Action] = []
+    if server.type == "http":
+        found.append(
+            Action(key, f"connects to MCP server {shown(name)} at {shown(server.url or '')}")
+        )
+    else:
+        program = server.script if server.script is not None else " ".join(server.command or [])
+        found.append(Action(key, f"starts MCP server {shown(name)}: {shown(program)}"))
+    for header, value in server.headers.items():
+        names = _env_names(value)
+        carried = f"with {', '.join('$' + n for n in names)}" if names else "(a literal value)"
+        found.append(
+            Action(
+                f"{key}.headers.{header}",
+                f"sends header {shown(header)} {carried} to {shown(server.url or name)}",
+            )
+        )
+    for variable, value in server.env.items():
+        names = _env_names(value)
+        if names:
+            found.append(
+                Action(
+                    f"{key}.env.{variable}",
+                    f"passes {', '.join('$' + n for n in names)} to MCP server {shown(name)} as {variable}",
+                )
+            )
+    for part in [server.url or "", server.script or "", *(server.command or [])]:
+        names = _env_names(part)
+        if names:
+            found.append(
+                Action(
+                    key,
+                    f"puts {', '.join('$' + n for n in names)} into MCP server {shown(name)}'s command or URL",
+                )
+            )
+            break
     return found
 
 
