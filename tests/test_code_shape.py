@@ -56,8 +56,6 @@ LONG_FUNCTIONS = {
     "handlers/command.py:execute",
     "handlers/llm_api.py:run_agent",
     "handlers/parallel.py:fan_out",
-    "llm/providers/anthropic.py:_consume",
-    "llm/providers/chat_completions.py:_consume",
     "store/statcheck.py:scan",
 }
 

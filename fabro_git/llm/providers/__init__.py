@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import email.utils
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import msgspec
 import trio
@@ -34,6 +34,8 @@ from fabro_git.llm.errors import (
     Timeout,
 )
 from fabro_git.llm.types import Request, Response, Target, ToolCall
+
+_Item = TypeVar("_Item")
 
 # A local server ignores the key, but the OpenAI client insists on one.
 _PLACEHOLDER_KEY = "unused"
@@ -76,6 +78,25 @@ async def ensure_sdk(api: catalogue.Api) -> None:
 
     if ("anthropic" if api == "anthropic" else "openai") not in sys.modules:
         await trio.to_thread.run_sync(load_sdk, api)
+
+
+async def read_to_end(
+    items: AsyncIterable[_Item], handle: Callable[[_Item], Awaitable[None]]
+) -> None:
+    """Give each item of a stream to `handle`, and raise the first `LlmError` it raises
+    once the stream has ended: after a failure the rest is read without being handled,
+    so the SDK's async generators finish instead of being abandoned (trio reports
+    those)."""
+    failure: LlmError | None = None
+    async for item in items:
+        if failure is not None:
+            continue
+        try:
+            await handle(item)
+        except LlmError as err:
+            failure = err
+    if failure is not None:
+        raise failure
 
 
 def client_timeout(request: Request) -> Any:
