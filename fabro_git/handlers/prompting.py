@@ -85,11 +85,7 @@ def preamble(req: StageRequest) -> str:
         return "\n".join(head) + "\n\n"
     # The engine's failure bookkeeping (`failure_signature`, `failure_class`) is not for
     # a model: what failed is said in words under the stage, in its summary.
-    public = {
-        k: v
-        for k, v in req.context.items()
-        if not k.startswith(HIDDEN_FROM_PROMPT)
-    }
+    public = {k: v for k, v in req.context.items() if not k.startswith(HIDDEN_FROM_PROMPT)}
     summarise = {
         "summary:high": stage_report,
         "summary:medium": stage_findings,
