@@ -10,6 +10,9 @@ from typing import Any
 
 from fabro_git.terminal import printable
 
+# An event, or its properties, as decoded from its JSON line.
+JsonObject = dict[str, Any]
+
 
 def format_duration(ms: float | int | None) -> str:
     """`340ms`, `8.0s`, `2m05s`, `1h02m`."""
@@ -26,14 +29,14 @@ def format_duration(ms: float | int | None) -> str:
     return f"{secs // 3600}h{secs % 3600 // 60:02d}m"
 
 
-def status_word(value: Any) -> str:
+def status_word(value: object) -> str:
     return str(value or "?").replace("_", " ")
 
 
 _SPACES = re.compile(r"[ \t\n]+")
 
 
-def shorten(value: Any, limit: int = 80) -> str:
+def shorten(value: object, limit: int = 80) -> str:
     """`value` on one line of at most `limit` characters: runs of spaces and newlines
     become one space, and every other control character is shown as its escape."""
     text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
@@ -41,7 +44,7 @@ def shorten(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def short_sha(value: Any) -> str:
+def short_sha(value: object) -> str:
     return str(value)[:10] if value else "?"
 
 
@@ -55,11 +58,11 @@ def format_cost(dollars: float) -> str:
     return f"${dollars:.4f}"
 
 
-def cost_text(value: Any) -> str:
+def cost_text(value: object) -> str:
     return format_cost(value) if isinstance(value, int | float) else ""
 
 
-def node_name(event: dict[str, Any]) -> str:
+def node_name(event: JsonObject) -> str:
     node_id = event.get("node_id")
     label = event.get("node_label")
     if not node_id:
@@ -83,7 +86,7 @@ _EDGE_WHY = {
 }
 
 
-def edge_text(p: dict[str, Any]) -> str:
+def edge_text(p: JsonObject) -> str:
     """`fix -> test`, with the label and why the edge was taken when that is news:
     a condition that held, a chosen label; an edge that is the only way on says nothing."""
     text = f"{p.get('from_node', '?')} -> {p.get('to_node', '?')}"
@@ -102,7 +105,7 @@ def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"
 
 
-def attempt_text(p: dict[str, Any]) -> str:
+def attempt_text(p: JsonObject) -> str:
     attempt, most = p.get("attempt"), p.get("max_attempts")
     if attempt is None or (attempt == 1 and most in (None, 1)):
         return ""
@@ -119,7 +122,7 @@ def error_said(error: object) -> str:
     return f"{who}: {message}" if who else message
 
 
-def error_text(p: dict[str, Any]) -> str:
+def error_text(p: JsonObject) -> str:
     err = p.get("error")
     if not err:
         return ""

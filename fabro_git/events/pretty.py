@@ -4,9 +4,9 @@ duration, the edge taken and why, errors); the JSON events stay the record."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from fabro_git.events.phrases import (
+    JsonObject,
     attempt_text,
     cost_text,
     edge_text,
@@ -21,17 +21,17 @@ from fabro_git.events.phrases import (
 from fabro_git.terminal import printable
 
 
-def _facts_run_created(p: dict[str, Any]) -> str:
+def _facts_run_created(p: JsonObject) -> str:
     return joined(str(p.get("workflow_slug") or ""), f"dir {p.get('run_dir', '?')}")
 
 
-def _facts_run_started(p: dict[str, Any]) -> str:
+def _facts_run_started(p: JsonObject) -> str:
     base = f"on {p['base_branch']}@{short_sha(p.get('base_sha'))}" if p.get("base_branch") else ""
     goal = f"goal: {shorten(p['goal'])}" if p.get("goal") else ""
     return joined(str(p.get("name", "")), base, goal)
 
 
-def _facts_run_completed(p: dict[str, Any]) -> str:
+def _facts_run_completed(p: JsonObject) -> str:
     return joined(
         str(p.get("status", "?")),
         format_duration(p.get("duration_ms")),
@@ -40,19 +40,19 @@ def _facts_run_completed(p: dict[str, Any]) -> str:
     )
 
 
-def _facts_run_failed(p: dict[str, Any]) -> str:
+def _facts_run_failed(p: JsonObject) -> str:
     return joined("failed", format_duration(p.get("duration_ms")), error_text(p))
 
 
-def _facts_run_notice(p: dict[str, Any]) -> str:
+def _facts_run_notice(p: JsonObject) -> str:
     return f"{p.get('level', '?')} {p.get('code', '')}: {shorten(p.get('message', ''), 160)}"
 
 
-def _facts_stage_started(p: dict[str, Any]) -> str:
+def _facts_stage_started(p: JsonObject) -> str:
     return joined(str(p.get("handler_type", "")), attempt_text(p))
 
 
-def _facts_stage_completed(p: dict[str, Any]) -> str:
+def _facts_stage_completed(p: JsonObject) -> str:
     touched = p.get("files_touched") or []
     return joined(
         str(p.get("status", "?")),
@@ -63,27 +63,27 @@ def _facts_stage_completed(p: dict[str, Any]) -> str:
     )
 
 
-def _facts_stage_failed(p: dict[str, Any]) -> str:
+def _facts_stage_failed(p: JsonObject) -> str:
     return joined(error_text(p), "will retry" if p.get("will_retry") else "no retry")
 
 
-def _facts_stage_retrying(p: dict[str, Any]) -> str:
+def _facts_stage_retrying(p: JsonObject) -> str:
     return joined(attempt_text(p), f"in {format_duration(p.get('delay_ms'))}")
 
 
-def _facts_edge_selected(p: dict[str, Any]) -> str:
+def _facts_edge_selected(p: JsonObject) -> str:
     return edge_text(p)
 
 
-def _facts_checkpoint_completed(p: dict[str, Any]) -> str:
+def _facts_checkpoint_completed(p: JsonObject) -> str:
     return joined(str(p.get("status", "")), short_sha(p.get("git_commit_sha")))
 
 
-def _facts_metadata_snapshot_started(p: dict[str, Any]) -> str:
+def _facts_metadata_snapshot_started(p: JsonObject) -> str:
     return joined(str(p.get("phase", "")), str(p.get("branch", "")))
 
 
-def _facts_metadata_snapshot_completed(p: dict[str, Any]) -> str:
+def _facts_metadata_snapshot_completed(p: JsonObject) -> str:
     return joined(
         str(p.get("phase", "")),
         format_duration(p.get("duration_ms")),
@@ -92,46 +92,46 @@ def _facts_metadata_snapshot_completed(p: dict[str, Any]) -> str:
     )
 
 
-def _facts_metadata_snapshot_failed(p: dict[str, Any]) -> str:
+def _facts_metadata_snapshot_failed(p: JsonObject) -> str:
     return joined(str(p.get("phase", "")), str(p.get("failure_kind", "")), error_text(p))
 
 
-def _facts_git_commit(p: dict[str, Any]) -> str:
+def _facts_git_commit(p: JsonObject) -> str:
     return short_sha(p.get("sha"))
 
 
-def _facts_git_push(p: dict[str, Any]) -> str:
+def _facts_git_push(p: JsonObject) -> str:
     return joined(str(p.get("branch", "")), "ok" if p.get("success") else "FAILED")
 
 
-def _facts_parallel_started(p: dict[str, Any]) -> str:
+def _facts_parallel_started(p: JsonObject) -> str:
     return f"{p.get('branch_count', '?')} branches"
 
 
-def _facts_parallel_branch_completed(p: dict[str, Any]) -> str:
+def _facts_parallel_branch_completed(p: JsonObject) -> str:
     return joined(str(p.get("status", "?")), format_duration(p.get("duration_ms")))
 
 
-def _facts_parallel_completed(p: dict[str, Any]) -> str:
+def _facts_parallel_completed(p: JsonObject) -> str:
     return joined(
         f"{p.get('success_count', 0)} succeeded, {p.get('failure_count', 0)} failed",
         format_duration(p.get("duration_ms")),
     )
 
 
-def _facts_interview_started(p: dict[str, Any]) -> str:
+def _facts_interview_started(p: JsonObject) -> str:
     return f"{shorten(p.get('question', ''))} ({p.get('question_type', '')})"
 
 
-def _facts_interview_completed(p: dict[str, Any]) -> str:
+def _facts_interview_completed(p: JsonObject) -> str:
     return joined(f"answer: {shorten(p.get('answer', ''))}", format_duration(p.get("duration_ms")))
 
 
-def _facts_interview_timeout(p: dict[str, Any]) -> str:
+def _facts_interview_timeout(p: JsonObject) -> str:
     return f"timed out after {format_duration(p.get('duration_ms'))}"
 
 
-def _facts_subgraph_completed(p: dict[str, Any]) -> str:
+def _facts_subgraph_completed(p: JsonObject) -> str:
     return joined(
         str(p.get("status", "?")),
         f"{p.get('steps_executed', '?')} steps",
@@ -139,7 +139,7 @@ def _facts_subgraph_completed(p: dict[str, Any]) -> str:
     )
 
 
-def _facts_setup_command_completed(p: dict[str, Any]) -> str:
+def _facts_setup_command_completed(p: JsonObject) -> str:
     return joined(
         f"#{p.get('index')} exit {p.get('exit_code')}",
         format_duration(p.get("duration_ms")),
@@ -147,7 +147,7 @@ def _facts_setup_command_completed(p: dict[str, Any]) -> str:
     )
 
 
-def _facts_setup_failed(p: dict[str, Any]) -> str:
+def _facts_setup_failed(p: JsonObject) -> str:
     return joined(
         f"#{p.get('index')} exit {p.get('exit_code')}",
         shorten(p.get("command", ""), 60),
@@ -155,19 +155,19 @@ def _facts_setup_failed(p: dict[str, Any]) -> str:
     )
 
 
-def _facts_agent_text_delta(p: dict[str, Any]) -> str:
+def _facts_agent_text_delta(p: JsonObject) -> str:
     count = p.get("fragments")
     text = shorten(p.get("delta", ""), 160)
     return f"{plural(int(count), 'fragment')}: {text}" if count else text
 
 
-def _facts_watchdog_timeout(p: dict[str, Any]) -> str:
+def _facts_watchdog_timeout(p: JsonObject) -> str:
     idle = p.get("idle_seconds")
     return f"idle {format_duration(idle * 1000 if isinstance(idle, int | float) else None)}"
 
 
 # What `logs --pretty` says of each event after its name; others get `_generic`.
-_FACTS: dict[str, Callable[[dict[str, Any]], str]] = {
+_FACTS: dict[str, Callable[[JsonObject], str]] = {
     "run.created": _facts_run_created,
     "run.started": _facts_run_started,
     "run.completed": _facts_run_completed,
@@ -203,12 +203,12 @@ _FACTS: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-def _pretty_facts(name: str, p: dict[str, Any]) -> str:
+def _pretty_facts(name: str, p: JsonObject) -> str:
     facts = _FACTS.get(name)
     return facts(p) if facts is not None else _generic(p)
 
 
-def _generic(p: dict[str, Any]) -> str:
+def _generic(p: JsonObject) -> str:
     parts = []
     for key, value in p.items():
         if key == "error" and isinstance(value, str):
@@ -227,7 +227,7 @@ class SessionDepth:
     def __init__(self) -> None:
         self._depth: dict[str, int] = {}
 
-    def of(self, env: dict[str, Any]) -> int:
+    def of(self, env: JsonObject) -> int:
         session, parent = env.get("session_id"), env.get("parent_session_id")
         if not isinstance(session, str):
             return 0
@@ -237,7 +237,7 @@ class SessionDepth:
         return self._depth[session]
 
 
-def format_pretty(env: dict[str, Any], depth: int = 0) -> str:
+def format_pretty(env: JsonObject, depth: int = 0) -> str:
     """One line for a person: `HH:MM:SS.mmm  event  node  facts` (time is UTC). A
     sub-agent's event (`depth` below the stage's own agent) is indented under it."""
     ts = str(env.get("ts", ""))

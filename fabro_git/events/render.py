@@ -16,12 +16,13 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO
 
 import msgspec
 
 from fabro_git.events.envelope import Envelope
 from fabro_git.events.phrases import (
+    JsonObject,
     attempt_text,
     cost_text,
     edge_text,
@@ -130,7 +131,7 @@ class ProgressRenderer:
             self._display = None
 
     # -----------------------------------------------------------------------------
-    def handle_dict(self, event: dict[str, Any]) -> None:
+    def handle_dict(self, event: JsonObject) -> None:
         """Render one decoded event (what `logs -f` reads back from the tail)."""
         name = str(event.get("event", ""))
         props = event.get("properties") or {}
@@ -151,14 +152,12 @@ class ProgressRenderer:
         if name in ("run.completed", "run.failed"):
             self.close()
 
-    def _describe(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str
-    ) -> list[_Line]:
+    def _describe(self, name: str, event: JsonObject, p: JsonObject, key: str) -> list[_Line]:
         describe = _DESCRIBE.get(name)
         return describe(self, name, event, p, key, node_name(event)) if describe else []
 
     def _on_run_started(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         goal = f" - {shorten(p['goal'], 100)}" if p.get("goal") else ""
         return [
@@ -169,7 +168,7 @@ class ProgressRenderer:
         ]
 
     def _on_stage_started(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         if p.get("handler_type") in ("start", "exit"):
             self._bookends.add(key)
@@ -182,7 +181,7 @@ class ProgressRenderer:
         return [_Line(f"{node}: started ({extra})" if extra else f"{node}: started", "dim")]
 
     def _on_stage_completed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         self._running.pop(key, None)
         self._stages_done += 1
@@ -202,7 +201,7 @@ class ProgressRenderer:
         return [_Line(text, style, mark), *self._output_tail(p, failed=status == "failed")]
 
     def _on_stage_failed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         if not p.get("will_retry"):
             return []  # its stage.completed line says it, once
@@ -210,7 +209,7 @@ class ProgressRenderer:
         return [_Line(f"{node}: attempt failed: {err}", "yellow", "✗")]
 
     def _on_stage_retrying(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -221,14 +220,14 @@ class ProgressRenderer:
         ]
 
     def _on_edge_selected(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         if not p.get("label") and p.get("reason") == "unconditional":
             return []  # the only way on: the next stage's line says where it went
         return [_Line(f"  {edge_text(p)}", "cyan", "")]
 
     def _on_loop_restart(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -238,7 +237,7 @@ class ProgressRenderer:
         ]
 
     def _on_run_notice(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         self._resumed = self._resumed or p.get("code") == "resumed"
         level = str(p.get("level", "info"))
@@ -247,7 +246,7 @@ class ProgressRenderer:
         return [_Line(f"{word}: {p.get('message', '')} [{p.get('code', '')}]", style)]
 
     def _on_run_completed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         status = str(p.get("status", "?"))
         mark, style = _MARK.get(status, ("•", ""))
@@ -262,7 +261,7 @@ class ProgressRenderer:
         return [_Line(text, f"bold {style}".strip(), mark)]
 
     def _on_run_failed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         text = f"Run failed after {format_duration(p.get('duration_ms'))}"
         error = str(p.get("error") or "")
@@ -274,12 +273,12 @@ class ProgressRenderer:
         return [_Line(text, "bold red", "✗")]
 
     def _on_run_interrupt(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [_Line("interrupt requested; stopping after a checkpoint", "yellow")]
 
     def _on_checkpoint_failed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -289,7 +288,7 @@ class ProgressRenderer:
         ]
 
     def _on_metadata_snapshot_failed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -299,7 +298,7 @@ class ProgressRenderer:
         ]
 
     def _on_parallel_started(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -309,7 +308,7 @@ class ProgressRenderer:
         ]
 
     def _on_parallel_branch_started(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         self._running[key] = (node, time.monotonic(), "branch")
         if self.live:
@@ -317,7 +316,7 @@ class ProgressRenderer:
         return []
 
     def _on_parallel_branch_completed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         self._running.pop(key, None)
         status = str(p.get("status", "?"))
@@ -331,7 +330,7 @@ class ProgressRenderer:
         ]
 
     def _on_parallel_completed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -340,7 +339,7 @@ class ProgressRenderer:
         ]
 
     def _on_interview_started(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         question = str(p.get("question", ""))
         if question == event.get("node_label"):
@@ -348,13 +347,13 @@ class ProgressRenderer:
         return [_Line(f"{node}: {shorten(question, 200)}", "bold")]
 
     def _on_interview_completed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         answer = shorten(p.get("answer", ""), 100)
         return [_Line(f"{node}: answered '{answer}'", "dim")]
 
     def _on_interview_timeout(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -364,7 +363,7 @@ class ProgressRenderer:
         ]
 
     def _on_subgraph_completed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -374,7 +373,7 @@ class ProgressRenderer:
         ]
 
     def _on_setup_failed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -384,12 +383,12 @@ class ProgressRenderer:
         ]
 
     def _on_sandbox_failed(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [_Line(f"warning: {name}: {shorten(p.get('error', ''), 200)}", "yellow")]
 
     def _on_watchdog_timeout(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -399,13 +398,13 @@ class ProgressRenderer:
         ]
 
     def _on_agent_tool_started(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         self._set_doing(key, f"{p.get('tool_name', 'tool')} {shorten(p.get('arguments', ''), 40)}")
         return []
 
     def _on_agent_failover(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         return [
             _Line(
@@ -415,19 +414,19 @@ class ProgressRenderer:
         ]
 
     def _on_agent_error(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         who = "sub-agent" if event.get("parent_session_id") else "agent"
         said = error_said(p.get("error", ""))
         return [_Line(f"{node}: {who} error: {shorten(said, 200)}", "red")]
 
     def _on_agent_warning(
-        self, name: str, event: dict[str, Any], p: dict[str, Any], key: str, node: str
+        self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
         who = "sub-agent" if event.get("parent_session_id") else "agent"
         return [_Line(f"{node}: {who} warning: {shorten(p.get('message', ''), 200)}", "yellow")]
 
-    def _output_tail(self, p: dict[str, Any], *, failed: bool) -> list[_Line]:
+    def _output_tail(self, p: JsonObject, *, failed: bool) -> list[_Line]:
         """The end of a command stage's output, dimmed under its line."""
         if self.output == "none":
             return []
