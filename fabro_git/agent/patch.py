@@ -73,19 +73,9 @@ def parse(text: str) -> list[Operation]:
     while index < len(body):
         line = body[index]
         lineno = index + 2
+        operation: Operation
         if line.startswith(ADD):
-            path = _path(line, ADD, lineno)
-            index += 1
-            added: list[str] = []
-            while index < len(body) and not body[index].startswith("*** "):
-                if not body[index].startswith("+"):
-                    raise PatchError(
-                        f"line {index + 2}: every line of an added file starts with '+', "
-                        f"got {body[index]!r}"
-                    )
-                added.append(body[index][1:])
-                index += 1
-            operation: Operation = AddFile(path=path, lines=tuple(added))
+            operation, index = _added_file(body, index)
         elif line.startswith(DELETE):
             operation = DeleteFile(path=_path(line, DELETE, lineno))
             index += 1
@@ -113,6 +103,22 @@ def parse(text: str) -> list[Operation]:
     if not operations:
         raise PatchError("the patch holds no file operations")
     return operations
+
+
+def _added_file(body: list[str], index: int) -> tuple[AddFile, int]:
+    """The `*** Add File:` at `index` and its `+` lines; the index after them."""
+    path = _path(body[index], ADD, index + 2)
+    index += 1
+    added: list[str] = []
+    while index < len(body) and not body[index].startswith("*** "):
+        if not body[index].startswith("+"):
+            raise PatchError(
+                f"line {index + 2}: every line of an added file starts with '+', "
+                f"got {body[index]!r}"
+            )
+        added.append(body[index][1:])
+        index += 1
+    return AddFile(path=path, lines=tuple(added)), index
 
 
 def _path(line: str, prefix: str, lineno: int) -> str:

@@ -17,6 +17,7 @@ import contextlib
 import shutil
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -72,15 +73,15 @@ class Removal:
 def plan(repo: GitRepo, run_id: str, row: RunRow | None) -> Removal:
     from fabro_git.engine.lock import lock_path, starting_path
     from fabro_git.store import runs as runrefs
-    from fabro_git.store import worktree as wt
+    from fabro_git.store.worktree import checkouts_of, worktrees_under
 
     git_dir = Path(repo.git_dir)
     root = runs_dir()
-    worktrees = [p for p in wt.worktrees_under(repo, root) if run_of(p, root) == run_id]
+    worktrees = [p for p in worktrees_under(repo, root) if run_of(p, root) == run_id]
     scratch = run_scratch_dir(git_dir, run_id)
     locks = [p for p in (lock_path(git_dir, run_id), starting_path(git_dir, run_id)) if p.exists()]
     checked_out = [
-        p for p in wt.checkouts_of(repo, runrefs.run_branch_name(run_id)) if p not in worktrees
+        p for p in checkouts_of(repo, runrefs.run_branch_name(run_id)) if p not in worktrees
     ]
     return Removal(
         run_id=run_id,
@@ -142,13 +143,13 @@ def remove_worktree(repo: GitRepo, path: Path) -> None:
     """Remove a scratch worktree and its registration, also when its link back to the
     repository is broken (a repository that moved): then its files go first, and the
     registration of the missing directory is pruned."""
-    from fabro_git.store import worktree as wt
+    from fabro_git.store import worktree
 
     try:
-        wt.remove_worktree(repo, path)
+        worktree.remove_worktree(repo, path)
     except FabroError:
         shutil.rmtree(path, ignore_errors=True)
-        wt.remove_worktree(repo, path)
+        worktree.remove_worktree(repo, path)
 
 
 def run_of(path: Path, root: Path) -> str | None:
@@ -191,7 +192,7 @@ def find_orphans(repo: GitRepo, kept: set[str]) -> Orphans:
     A run's `.starting` marker whose process died is stale even when the run stays."""
     from fabro_git.engine.lock import is_live
     from fabro_git.store import runs as runrefs
-    from fabro_git.store import worktree as wt
+    from fabro_git.store.worktree import worktrees_under
 
     git_dir = Path(repo.git_dir)
     root = runs_dir()
@@ -200,35 +201,50 @@ def find_orphans(repo: GitRepo, kept: set[str]) -> Orphans:
     def gone(run_id: str | None) -> bool:
         return run_id is not None and run_id not in kept and not is_live(git_dir, run_id)
 
-    found.worktrees = [p for p in wt.worktrees_under(repo, root) if gone(run_of(p, root))]
-    key = f"-{repo_key(git_dir)}"
-    if root.is_dir():
-        now = time.time()
-        for entry in sorted(root.iterdir()):
-            if not (entry.name.endswith(key) and len(entry.name) == _ULID_LEN + len(key)):
-                continue
-            with contextlib.suppress(OSError):
-                if (
-                    gone(entry.name[:_ULID_LEN])
-                    and now - entry.stat().st_mtime >= ORPHAN_GRACE_SECONDS
-                ):
-                    found.scratch_dirs.append(entry)
+    found.worktrees = [p for p in worktrees_under(repo, root) if gone(run_of(p, root))]
+    found.scratch_dirs = _scratch_of_gone_runs(root, f"-{repo_key(git_dir)}", gone)
     found.scratch_dirs += [p for p in scratch_of_gone_repositories() if p not in found.scratch_dirs]
     for name, sha in repo.list_refs(runrefs.PARALLEL_PREFIX).items():
         if gone(name[len(runrefs.PARALLEL_PREFIX) :].split("/", 1)[0]):
             found.refs[name] = sha
+    found.lock_files = _stale_locks(git_dir, kept, gone)
+    return found
+
+
+def _scratch_of_gone_runs(root: Path, key: str, gone: Callable[[str], bool]) -> list[Path]:
+    """This repository's scratch dirs (named `<run id>-<key>`) of runs that are gone,
+    untouched for the grace period."""
+    found: list[Path] = []
+    if not root.is_dir():
+        return found
+    now = time.time()
+    for entry in sorted(root.iterdir()):
+        if not (entry.name.endswith(key) and len(entry.name) == _ULID_LEN + len(key)):
+            continue
+        with contextlib.suppress(OSError):
+            if gone(entry.name[:_ULID_LEN]) and now - entry.stat().st_mtime >= ORPHAN_GRACE_SECONDS:
+                found.append(entry)
+    return found
+
+
+def _stale_locks(git_dir: Path, kept: set[str], gone: Callable[[str], bool]) -> list[Path]:
+    """Lock files of runs that are gone, and `.starting` markers whose process died."""
+    from fabro_git.engine.lock import is_live
+
+    found: list[Path] = []
     locks = git_dir / "fabro" / "locks"
-    if locks.is_dir():
-        for entry in sorted(locks.iterdir()):
-            run_id = entry.name.split(".", 1)[0]
-            if len(run_id) != _ULID_LEN:
-                continue
-            if entry.suffix == ".starting" and run_id in kept:
-                # Not live with the marker there: the process it names has died.
-                if not is_live(git_dir, run_id):
-                    found.lock_files.append(entry)
-            elif gone(run_id):
-                found.lock_files.append(entry)
+    if not locks.is_dir():
+        return found
+    for entry in sorted(locks.iterdir()):
+        run_id = entry.name.split(".", 1)[0]
+        if len(run_id) != _ULID_LEN:
+            continue
+        if entry.suffix == ".starting" and run_id in kept:
+            # Not live with the marker there: the process it names has died.
+            if not is_live(git_dir, run_id):
+                found.append(entry)
+        elif gone(run_id):
+            found.append(entry)
     return found
 
 

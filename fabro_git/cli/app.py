@@ -763,9 +763,11 @@ def completion(
     ],
 ) -> None:
     """Print a shell completion script."""
+    import typer.main
+
     from fabro_git.cli import completion as impl
 
-    raise typer.Exit(impl.run(shell))
+    raise typer.Exit(impl.run(shell, typer.main.get_command(app)))
 
 
 @command("__complete", hidden=True)

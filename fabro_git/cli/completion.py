@@ -35,13 +35,14 @@ KINDS = {
 PATH_OPTIONS = ("-o", "--output", "--goal-file")
 
 
-def run(shell: str) -> int:
+def run(shell: str, cli: Any) -> int:
+    """Print the script for `shell`, written from `cli`, the click group of `git fabro`."""
     from fabro_git.errors import ConfigError
 
     if shell not in SHELLS:
         raise ConfigError(f"no completion for {shell!r}; the shells are bash, zsh and fish")
-    surface = _surface()
-    script = {"bash": _bash, "zsh": _zsh, "fish": _fish}[shell](surface)
+    commands = _commands(cli)
+    script = {"bash": _bash, "zsh": _zsh, "fish": _fish}[shell](_surface(commands), commands)
     sys.stdout.write(script)
     return 0
 
@@ -93,21 +94,16 @@ def _words(kind: str, arg: str | None) -> list[str]:
 # -- the CLI's shape --------------------------------------------------------------------
 
 
-def _surface() -> dict[str, list[str]]:
+def _surface(commands: dict[str, Any]) -> dict[str, list[str]]:
     """command (or `group sub`) -> its options, for every visible command."""
     return {
         name: [] if getattr(command, "commands", None) else _options(command)
-        for name, command in _commands().items()
+        for name, command in commands.items()
     }
 
 
-def _commands() -> dict[str, Any]:
+def _commands(group: Any) -> dict[str, Any]:
     """command (or `group sub`) -> its click command, for every visible command."""
-    import typer.main
-
-    from fabro_git.cli.app import app
-
-    group: Any = typer.main.get_command(app)
     out: dict[str, Any] = {}
     for name, command in sorted(group.commands.items()):
         if getattr(command, "hidden", False):
@@ -123,13 +119,13 @@ def _commands() -> dict[str, Any]:
     return out
 
 
-def _positions() -> list[tuple[str, str, str]]:
+def _positions(commands: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(command, position, kind) for each positional argument that completes to
     something: position is its index among the positional words after the command, or
     `N*` for a list that takes every word from N on. Exact positions come first, so a
     shell's first matching pattern wins."""
     exact, rest = [], []
-    for name, command in _commands().items():
+    for name, command in commands.items():
         index = 0
         for param in command.params:
             if param.param_type_name != "argument":
@@ -143,12 +139,12 @@ def _positions() -> list[tuple[str, str, str]]:
     return exact + rest
 
 
-def _option_values() -> tuple[list[str], dict[str, str]]:
+def _option_values(commands: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     """The options that take a value (so the word after one is no positional), and
     those whose value completes to something, with its kind."""
     valued: set[str] = set()
     kinds: dict[str, str] = {}
-    for command in _commands().values():
+    for command in commands.values():
         for param in command.params:
             if param.param_type_name != "option" or getattr(param, "is_flag", False):
                 continue
@@ -181,19 +177,19 @@ def _subs(surface: dict[str, list[str]], group: str) -> list[str]:
 # -- bash ---------------------------------------------------------------------------------
 
 
-def _bash(surface: dict[str, list[str]]) -> str:
+def _bash(surface: dict[str, list[str]], commands: dict[str, Any]) -> str:
     groups = sorted({name.split(" ", 1)[0] for name in surface if " " in name})
     option_cases = "\n".join(
         f'        "{name}") opts="{" ".join(opts)}" ;;' for name, opts in surface.items()
     )
     group_cases = "\n".join(f'        {g}) subs="{" ".join(_subs(surface, g))}" ;;' for g in groups)
-    valued, option_kinds = _option_values()
+    valued, option_kinds = _option_values(commands)
     return _BASH.format(
         commands=" ".join(_top(surface)),
         groups="|".join(groups) or "__none__",
         option_cases=option_cases,
         group_cases=group_cases,
-        position_cases=_position_cases('        "{name}:{index}"{rest}) kind={kind} ;;'),
+        position_cases=_position_cases('        "{name}:{index}"{rest}) kind={kind} ;;', commands),
         option_kind_cases="\n".join(
             f"    {option}) kind={kind} ;;" for option, kind in option_kinds.items()
         ),
@@ -203,12 +199,12 @@ def _bash(surface: dict[str, list[str]]) -> str:
     )
 
 
-def _position_cases(pattern: str) -> str:
+def _position_cases(pattern: str, commands: dict[str, Any]) -> str:
     """One shell `case` branch per completing argument, from `pattern` with the
     command's name, the argument's index (the first one for a list), `*` after a list's
     index, and its kind."""
     rows = []
-    for name, position, kind in _positions():
+    for name, position, kind in _positions(commands):
         index, rest = (position[:-1], "*") if position.endswith("*") else (position, "")
         if rest:
             index = ""  # exact positions come first: a list takes the others
@@ -332,7 +328,7 @@ complete -o bashdefault -o default -F _git_fabro_standalone git-fabro
 # -- zsh ----------------------------------------------------------------------------------
 
 
-def _zsh(surface: dict[str, list[str]]) -> str:
+def _zsh(surface: dict[str, list[str]], commands: dict[str, Any]) -> str:
     groups = sorted({name.split(" ", 1)[0] for name in surface if " " in name})
     option_cases = "\n".join(
         f"        ({_zsh_quote(name)}) opts=({' '.join(opts)}) ;;" for name, opts in surface.items()
@@ -340,13 +336,13 @@ def _zsh(surface: dict[str, list[str]]) -> str:
     group_cases = "\n".join(
         f"        ({g}) subs=({' '.join(_subs(surface, g))}) ;;" for g in groups
     )
-    valued, option_kinds = _option_values()
+    valued, option_kinds = _option_values(commands)
     return _ZSH.format(
         commands=" ".join(_top(surface)),
         groups="|".join(groups) or "__none__",
         option_cases=option_cases,
         group_cases=group_cases,
-        position_cases=_position_cases('        ("{name}:{index}"{rest}) kind={kind} ;;'),
+        position_cases=_position_cases('        ("{name}:{index}"{rest}) kind={kind} ;;', commands),
         option_kind_cases="\n".join(
             f"    ({option}) kind={kind} ;;" for option, kind in option_kinds.items()
         ),
@@ -446,9 +442,10 @@ fi
 # -- fish ---------------------------------------------------------------------------------
 
 
-def _fish(surface: dict[str, list[str]]) -> str:
-    valued, option_kinds = _option_values()
-    lines = [
+def _fish_functions(valued: list[str]) -> list[str]:
+    """The helper functions the fish completions call; `valued` are the options that
+    take a value."""
+    return [
         "# fish completion for git fabro; generated by `git fabro completion fish`.",
         "# Load it:  git fabro completion fish | source",
         "# or save it as ~/.config/fish/completions/git-fabro.fish",
@@ -502,6 +499,11 @@ def _fish(surface: dict[str, list[str]]) -> str:
         "end",
         "",
     ]
+
+
+def _fish(surface: dict[str, list[str]], commands: dict[str, Any]) -> str:
+    valued, option_kinds = _option_values(commands)
+    lines = _fish_functions(valued)
     top = _top(surface)
     words = {
         "runs": "(git fabro __complete runs 2>/dev/null)",
@@ -537,7 +539,7 @@ def _fish(surface: dict[str, list[str]]) -> str:
                     takes = f" -r -f -a '{words[option_kinds[opt]]}'"
                 lines.append(f"complete -c {target} -n '{condition}' {flag}{takes}")
         fabro = "; and __fish_seen_subcommand_from fabro" if target == "git" else ""
-        for name, position, kind in _positions():
+        for name, position, kind in _positions(commands):
             head, _, sub = name.partition(" ")
             condition = f"__git_fabro_in {head}{fabro}"
             if sub:

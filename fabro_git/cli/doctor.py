@@ -17,7 +17,10 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from fabro_git.store.repo import GitRepo
 
 MIN_GIT = (2, 31)
 
@@ -266,7 +269,7 @@ def _repo() -> Any:
         return None
 
 
-def _project_trust(repo: Any) -> Check:
+def _project_trust(repo: GitRepo) -> Check:
     """A `.fabro/project.toml` whose hooks, servers or pushes wait for `git fabro trust`."""
     from fabro_git.config.trust import TRUST_HINT, TrustStore, read_project, untrusted_words
     from fabro_git.errors import FabroError
@@ -286,7 +289,7 @@ def _project_trust(repo: Any) -> Check:
     return Check(name, "warn", untrusted_words(project, status), TRUST_HINT)
 
 
-def _locks(repo: Any) -> Check:
+def _locks(repo: GitRepo) -> Check:
     """Run locks of runs that no longer exist, and ref locks a killed process left."""
     from fabro_git.engine.lock import is_live
     from fabro_git.store import runs as runrefs
@@ -323,7 +326,7 @@ def _locks(repo: Any) -> Check:
     return Check("locks", "ok", "no stale locks")
 
 
-def _objects(repo: Any) -> Check:
+def _objects(repo: GitRepo) -> Check:
     """Runs whose refs lead to objects git no longer has (a `git gc --prune=now` while a
     run was writing). One walk of every run's objects (less what the user's branches
     and tags hold) answers for all; only when it finds something is each run walked."""
@@ -353,7 +356,7 @@ def _objects(repo: Any) -> Check:
     )
 
 
-def _missing_objects(repo: Any, tips: list[str]) -> list[str]:
+def _missing_objects(repo: GitRepo, tips: list[str]) -> list[str]:
     """The objects reachable from `tips` (and not from the user's branches and tags)
     that git does not have, as `missing <sha>`; a walk git cannot finish is one too."""
     args = [
@@ -390,16 +393,16 @@ def _run_of_ref(relpath: str) -> str | None:
     return None
 
 
-def _worktrees(repo: Any) -> Check:
+def _worktrees(repo: GitRepo) -> Check:
     """Run worktrees under the scratch dir whose run is gone, or finished but kept."""
     from fabro_git.config.locations import runs_dir
     from fabro_git.engine.lock import is_live
     from fabro_git.errors import FabroError
     from fabro_git.store import runs as runrefs
-    from fabro_git.store import worktree as wt
+    from fabro_git.store.worktree import all_worktrees
 
     try:
-        entries = wt.all_worktrees(repo)
+        entries = all_worktrees(repo)
     except FabroError as err:
         return Check("worktrees", "warn", f"cannot list worktrees: {err.message}")
     root = runs_dir().resolve()

@@ -119,12 +119,12 @@ def since_timestamp(value: str | None) -> str | None:
     """`--since 10m` as the RFC 3339 time it names, in the events' own format."""
     if value is None:
         return None
-    from datetime import UTC, datetime, timedelta
+    import time
 
     from fabro_git.durations import option_seconds
+    from fabro_git.events.envelope import format_ts
 
-    moment = datetime.now(UTC) - timedelta(seconds=option_seconds(value, "--since"))
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+    return format_ts(int((time.time() - option_seconds(value, "--since")) * 1000))
 
 
 def run(

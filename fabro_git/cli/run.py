@@ -8,9 +8,13 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fabro_git.errors import ConfigError, FabroError, WorkflowError, disk_full_in
+
+if TYPE_CHECKING:
+    from fabro_git.store.repo import GitRepo
+    from fabro_git.workflow import Graph
 
 
 @contextlib.contextmanager
@@ -82,7 +86,8 @@ def _build_spec(
     allow_typos: bool = False,
     permissions: str | None = None,
 ) -> Any:
-    from fabro_git.config.run_config import default_layers, effective_config, flag_layer, load_layer
+    from fabro_git.config.run_config import effective_config, flag_layer, load_layer
+    from fabro_git.config.trust import default_layers
     from fabro_git.engine.session import RunSpec
 
     path = resolve_workflow(workflow)
@@ -203,7 +208,7 @@ def _validated(path: Path, *, allow_typos: bool = False) -> Any:
     return graph
 
 
-def _render(graph: Any, goal: str, inputs: dict[str, str]) -> None:
+def _render(graph: Graph, goal: str, inputs: dict[str, str]) -> None:
     """Take the files the workflow names and render its templates (and its children's,
     which render again each time they run: this finds a missing input in one before
     the run goes on)."""
@@ -252,7 +257,7 @@ def _refuse_typos(path: Path, diagnostics: list[Any]) -> None:
     )
 
 
-def _take_named_files(graph: Any) -> None:
+def _take_named_files(graph: Graph) -> None:
     """Read every file the workflow names, once: the run reads them from this snapshot
     (and records it), so what it runs is what was validated, on every machine."""
     from fabro_git.workflow.paths import Origin, collect_files, origin_for
@@ -261,7 +266,7 @@ def _take_named_files(graph: Any) -> None:
     graph.origin = Origin(relpath=disk.relpath, root=disk.root, snapshot=collect_files(graph))
 
 
-def _use_run_author(repo: Any, settings: dict[str, Any]) -> None:
+def _use_run_author(repo: GitRepo, settings: dict[str, Any]) -> None:
     """The run's commits carry `[run.git.author]` when its configuration names one."""
     author = ((settings.get("config") or {}).get("git") or {}).get("author") or {}
     if author:
@@ -436,7 +441,7 @@ def check_max_cost(usd: float | None) -> float | None:
     return usd
 
 
-def check_answers(graph: Any, answers: list[str]) -> None:
+def check_answers(graph: Graph, answers: list[str]) -> None:
     """Every `--answer` must be one that some gate of the workflow can take: a typo
     would otherwise fail the run at its gate, after all the stages before it ran."""
     from fabro_git.handlers.human import gate_choices, match
@@ -460,7 +465,7 @@ def check_answers(graph: Any, answers: list[str]) -> None:
             )
 
 
-def _warn_unanswerable_gates(graph: Any, options: Any) -> None:
+def _warn_unanswerable_gates(graph: Graph, options: Any) -> None:
     """A detached run has no terminal: a gate with no answer queued fails closed."""
     from fabro_git.workflow.model import HUMAN
 
@@ -475,7 +480,7 @@ def _warn_unanswerable_gates(graph: Any, options: Any) -> None:
         )
 
 
-def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: bool) -> int:
+def _report(result: Any, json_output: bool, repo: GitRepo, base_sha: str, *, shown: bool) -> int:
     """After the run: where its result is, or what to do about it. `shown` says the
     progress display already printed the failure, so it is not printed again."""
     from fabro_git.engine.session import write_json_result
@@ -514,7 +519,7 @@ def _report(result: Any, json_output: bool, repo: Any, base_sha: str, *, shown: 
     return code
 
 
-def _fix_hint(repo: Any, run_id: str) -> str:
+def _fix_hint(repo: GitRepo, run_id: str) -> str:
     """How to continue a failed run after fixing its cause: a stage that failed is
     fixed in the repository (`--rebase`), a walk that could not go on (no route, a
     visit limit) in the workflow (`--workflow`)."""
@@ -536,7 +541,7 @@ def _fix_hint(repo: Any, run_id: str) -> str:
     return f"correct the workflow and `git fabro resume {run_id} --workflow FILE`"
 
 
-def _where_the_result_is(repo: Any, run_id: str, branch: str, base: str, tip: str) -> None:
+def _where_the_result_is(repo: GitRepo, run_id: str, branch: str, base: str, tip: str) -> None:
     try:
         commits, files = repo.change_summary(base, tip)
     except FabroError:
@@ -558,7 +563,7 @@ def _where_the_result_is(repo: Any, run_id: str, branch: str, base: str, tip: st
     print(printable("\n".join(lines)), file=sys.stderr)
 
 
-def _model_use(repo: Any, run_id: str) -> str | None:
+def _model_use(repo: GitRepo, run_id: str) -> str | None:
     """The run's tokens and cost as its last checkpoint records them, or None when it
     called no model."""
     import msgspec
@@ -600,7 +605,9 @@ def _check_spending(run_id: str, spent: float, cap: float | None) -> None:
         )
 
 
-def _fixes(repo: Any, run_id: str, stored: Any, rebase: str | None, workflow: str | None) -> Any:
+def _fixes(
+    repo: GitRepo, run_id: str, stored: Any, rebase: str | None, workflow: str | None
+) -> Any:
     """What `--rebase` and `--workflow` bring in, checked before anything changes."""
     from fabro_git.engine import fixes
 
@@ -618,7 +625,7 @@ def _fixes(repo: Any, run_id: str, stored: Any, rebase: str | None, workflow: st
     return found
 
 
-def _spawn_detached(repo: Any, run_id: str, options: Any, fixes: Any = None) -> None:
+def _spawn_detached(repo: GitRepo, run_id: str, options: Any, fixes: Any = None) -> None:
     from fabro_git.config.locations import make_private_dir, open_private, run_scratch_dir
     from fabro_git.engine.lock import mark_starting
 
@@ -670,7 +677,7 @@ def _run_branch_name(manifest: Any) -> str:
     return manifest.run_branch or runrefs.meta_ref(manifest.run_id)
 
 
-def _resolve_or_restore(repo: Any, prefix: str, resolve: Callable[[Any, str], str]) -> str:
+def _resolve_or_restore(repo: GitRepo, prefix: str, resolve: Callable[[Any, str], str]) -> str:
     """The run `prefix` names; failing that, a run whose meta ref was deleted but whose
     scratch dir is left, its ref put back where its scratch and branch prove it was."""
     from fabro_git.engine.lost_meta import find_lost_run, restore_lost_run

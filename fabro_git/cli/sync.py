@@ -29,8 +29,8 @@ def fetch(remote: str, run: str | None = None) -> int:
     1 when a run was kept as it is because the remote's would rewrite it."""
     from fabro_git.store import remote as rem
     from fabro_git.store import runs as runrefs
-    from fabro_git.store import worktree as wt
     from fabro_git.store.repo import GitRepo
+    from fabro_git.store.worktree import checked_out_branches
 
     repo = GitRepo.discover(Path.cwd())
     before = _meta_tips(repo)
@@ -38,7 +38,7 @@ def fetch(remote: str, run: str | None = None) -> int:
     # (yours after `git switch`, or a live run's) are left out, and said so.
     checked_out = {
         ref: path
-        for ref, path in wt.checked_out_branches(repo).items()
+        for ref, path in checked_out_branches(repo).items()
         if ref.startswith(runrefs.RUN_BRANCH_PREFIX)
     }
     if run is None:

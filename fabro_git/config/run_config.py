@@ -383,21 +383,6 @@ def flag_layer(
     return Layer("flags", None, {"run": run} if run else {})
 
 
-def default_layers(
-    repo_root: Path | None, *, ask: Callable[[str], bool] | None = None
-) -> list[Layer]:
-    """The project and user layers, highest first. The project layer's acting keys
-    need the user's trust (`fabro_git.config.trust`): `ask` puts an untrusted file to
-    the user, and without it such a file is refused."""
-    layers = []
-    if repo_root is not None:
-        from fabro_git.config.trust import trusted_project_layer
-
-        layers.append(trusted_project_layer(repo_root, ask=ask))
-    layers.append(load_layer(user_settings_path(), "user settings", run_config=False))
-    return layers
-
-
 def effective_config(layers: list[Layer]) -> EffectiveConfig:
     """Merge `layers` (highest first) into the configuration a run uses."""
     merged: dict[str, Any] = {}
@@ -476,64 +461,46 @@ def merge_tables(lower: dict[str, Any], higher: dict[str, Any]) -> dict[str, Any
 # -- checks and messages -----------------------------------------------------------------------
 
 
+Fail = Callable[[list[str], str], None]
+
+
 def _check_run_section(run: RunSection, path: Path, text: str) -> None:
     def fail(keys: list[str], message: str) -> None:
         raise SourceError(f"{key_path(keys)}: {message}", path=path, line=find_line(text, keys))
 
     if run.prepare is not None:
-        for i, step in enumerate(run.prepare.steps):
-            where = ["run", "prepare", "steps", f"[{i}]"]
-            if (step.script is None) == (step.command is None):
-                fail(
-                    where,
-                    "a prepare step needs exactly one of `script` (a shell line) or `command` (an argv list)",
-                )
-            if step.command is not None and not step.command:
-                fail([*where, "command"], "expected a non-empty argv list")
+        _check_prepare(run.prepare, fail)
     for i, hook in enumerate(run.hooks):
         where = ["run", "hooks", f"[{i}]"]
-        if hook.event not in HOOK_EVENTS:
+        _check_hook_kind(hook, where, fail)
+        _check_hook_limits(hook, where, fail)
+    _check_sinks(run.events, fail)
+    if run.agent is not None:
+        _check_agent(run.agent, fail)
+    for name, value in (run.sandbox.env if run.sandbox is not None else {}).items():
+        keys = ["run", "sandbox", "env", name]
+        if not ENV_NAME.fullmatch(name):
+            fail(keys, "a variable name is letters, digits and '_', not starting with a digit")
+        _only_env_references(keys, value, fail)
+    if run.git is not None:
+        _check_git(run.git, fail)
+
+
+def _check_prepare(prepare: PrepareConfig, fail: Fail) -> None:
+    for i, step in enumerate(prepare.steps):
+        where = ["run", "prepare", "steps", f"[{i}]"]
+        if (step.script is None) == (step.command is None):
             fail(
-                [*where, "event"],
-                f"unknown event {hook.event!r}; expected one of {', '.join(HOOK_EVENTS)}",
+                where,
+                "a prepare step needs exactly one of `script` (a shell line) or `command` (an argv list)",
             )
-        kind = hook.kind
-        if kind == "command":
-            if hook.shell is None:
-                fail(where, "a command hook needs `command`")
-            if hook.command is not None and hook.script is not None:
-                fail([*where, "script"], "give `command` or `script`, not both")
-        else:
-            needs = {"http": "url", "prompt": "prompt", "agent": "prompt"}[kind]
-            if getattr(hook, needs) is None:
-                fail(where, f"a {kind} hook needs `{needs}`")
-        if kind == "http" and hook.url is not None:
-            scheme = hook.url.partition(":")[0].lower()
-            if scheme not in ("http", "https"):
-                fail([*where, "url"], f"expected an http:// or https:// URL, got {hook.url!r}")
-            if scheme == "http" and hook.tls != "off":
-                fail([*where, "url"], 'a plain http:// URL needs `tls = "off"`; use https://')
-        if hook.max_tool_rounds is not None and hook.max_tool_rounds < 0:
-            fail(
-                [*where, "max_tool_rounds"],
-                f"expected a number of tool rounds (0 or more), got {hook.max_tool_rounds}",
-            )
-        if hook.timeout_ms is not None and hook.timeout_ms <= 0:
-            fail(
-                [*where, "timeout_ms"],
-                f"expected a positive number of milliseconds, got {hook.timeout_ms}",
-            )
-        if hook.timeout is not None and not _positive_duration(hook.timeout):
-            fail(
-                [*where, "timeout"],
-                f"expected a duration such as 500ms, 30s or 2m, got {hook.timeout!r}",
-            )
-        if hook.matcher is not None:
-            try:
-                re.compile(hook.matcher)
-            except re.error as exc:
-                fail([*where, "matcher"], f"not a valid regular expression: {exc}")
-    for i, sink in enumerate(run.events.sinks if run.events is not None else []):
+        if step.command is not None and not step.command:
+            fail([*where, "command"], "expected a non-empty argv list")
+
+
+def _check_sinks(events: EventsConfig | None, fail: Fail) -> None:
+    """Each `[[run.events.sinks]]` entry names what its type needs, and only that."""
+    for i, sink in enumerate(events.sinks if events is not None else []):
         where = ["run", "events", "sinks", f"[{i}]"]
         if sink.type == "file" and not sink.path:
             fail(where, "a file sink needs `path` (the file every event is appended to)")
@@ -549,16 +516,67 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
                 fail([*where, "command"], "expected a non-empty argv list")
             if sink.path is not None:
                 fail([*where, "path"], "a command sink takes `command` or `script`, not `path`")
-    if run.agent is not None:
-        for name, server in run.agent.mcps.items():
-            _check_mcp_server(name, server, fail)
-        idle = run.agent.stream_idle_timeout
-        if idle is not None and not _positive_duration(idle):
-            fail(
-                ["run", "agent", "stream_idle_timeout"],
-                f"expected a duration such as 30s or 2m, got {idle!r}",
-            )
-    command = run.agent.cli_command if run.agent is not None else None
+
+
+def _check_hook_kind(hook: HookConfig, where: list[str], fail: Fail) -> None:
+    """The hook's event, and what its kind needs: a command, a URL or a prompt."""
+    if hook.event not in HOOK_EVENTS:
+        fail(
+            [*where, "event"],
+            f"unknown event {hook.event!r}; expected one of {', '.join(HOOK_EVENTS)}",
+        )
+    kind = hook.kind
+    if kind == "command":
+        if hook.shell is None:
+            fail(where, "a command hook needs `command`")
+        if hook.command is not None and hook.script is not None:
+            fail([*where, "script"], "give `command` or `script`, not both")
+    else:
+        needs = {"http": "url", "prompt": "prompt", "agent": "prompt"}[kind]
+        if getattr(hook, needs) is None:
+            fail(where, f"a {kind} hook needs `{needs}`")
+    if kind == "http" and hook.url is not None:
+        scheme = hook.url.partition(":")[0].lower()
+        if scheme not in ("http", "https"):
+            fail([*where, "url"], f"expected an http:// or https:// URL, got {hook.url!r}")
+        if scheme == "http" and hook.tls != "off":
+            fail([*where, "url"], 'a plain http:// URL needs `tls = "off"`; use https://')
+
+
+def _check_hook_limits(hook: HookConfig, where: list[str], fail: Fail) -> None:
+    """The hook's numbers, durations and matcher."""
+    if hook.max_tool_rounds is not None and hook.max_tool_rounds < 0:
+        fail(
+            [*where, "max_tool_rounds"],
+            f"expected a number of tool rounds (0 or more), got {hook.max_tool_rounds}",
+        )
+    if hook.timeout_ms is not None and hook.timeout_ms <= 0:
+        fail(
+            [*where, "timeout_ms"],
+            f"expected a positive number of milliseconds, got {hook.timeout_ms}",
+        )
+    if hook.timeout is not None and not _positive_duration(hook.timeout):
+        fail(
+            [*where, "timeout"],
+            f"expected a duration such as 500ms, 30s or 2m, got {hook.timeout!r}",
+        )
+    if hook.matcher is not None:
+        try:
+            re.compile(hook.matcher)
+        except re.error as exc:
+            fail([*where, "matcher"], f"not a valid regular expression: {exc}")
+
+
+def _check_agent(agent: AgentConfig, fail: Fail) -> None:
+    for name, server in agent.mcps.items():
+        _check_mcp_server(name, server, fail)
+    idle = agent.stream_idle_timeout
+    if idle is not None and not _positive_duration(idle):
+        fail(
+            ["run", "agent", "stream_idle_timeout"],
+            f"expected a duration such as 30s or 2m, got {idle!r}",
+        )
+    command = agent.cli_command
     if command is not None:
         if not command or not command[0].strip():
             fail(["run", "agent", "cli_command"], "expected a non-empty argv list")
@@ -569,15 +587,13 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
                         ["run", "agent", "cli_command"],
                         f"unknown placeholder {name}; expected one of {', '.join(CLI_PLACEHOLDERS)}",
                     )
-    for name, value in (run.sandbox.env if run.sandbox is not None else {}).items():
-        keys = ["run", "sandbox", "env", name]
-        if not ENV_NAME.fullmatch(name):
-            fail(keys, "a variable name is letters, digits and '_', not starting with a digit")
-        _only_env_references(keys, value, fail)
-    remote = run.git.push_remote if run.git is not None else None
+
+
+def _check_git(git: GitConfig, fail: Fail) -> None:
+    remote = git.push_remote
     if remote is not None and (not remote.strip() or remote.startswith("-") or "\n" in remote):
         fail(["run", "git", "push_remote"], f"{remote!r} cannot name a git remote")
-    author = run.git.author if run.git is not None else None
+    author = git.author
     if author is not None:
         for field_name in ("name", "email"):
             value = getattr(author, field_name)
@@ -659,9 +675,7 @@ def _resolved_or_none(text: str) -> str | None:
         return None
 
 
-def _check_mcp_server(
-    name: str, server: McpServerConfig, fail: Callable[[list[str], str], None]
-) -> None:
+def _check_mcp_server(name: str, server: McpServerConfig, fail: Fail) -> None:
     from fabro_git.durations import parse_duration
 
     where = ["run", "agent", "mcps", name]

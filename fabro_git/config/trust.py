@@ -38,8 +38,10 @@ from fabro_git.config.run_config import (
     DefaultsConfig,
     HookConfig,
     Layer,
+    McpServerConfig,
     RunSection,
     find_line,
+    load_layer,
     parse_layer,
     user_settings_path,
 )
@@ -117,48 +119,7 @@ def actions(run: RunSection) -> list[Action]:
                 )
             )
         for name, server in agent.mcps.items():
-            key = f"run.agent.mcps.{name}"
-            if server.type == "http":
-                found.append(
-                    Action(
-                        key, f"connects to MCP server {shown(name)} at {shown(server.url or '')}"
-                    )
-                )
-            else:
-                program = (
-                    server.script if server.script is not None else " ".join(server.command or [])
-                )
-                found.append(Action(key, f"starts MCP server {shown(name)}: {shown(program)}"))
-            for header, value in server.headers.items():
-                names = _env_names(value)
-                carried = (
-                    f"with {', '.join('$' + n for n in names)}" if names else "(a literal value)"
-                )
-                found.append(
-                    Action(
-                        f"{key}.headers.{header}",
-                        f"sends header {shown(header)} {carried} to {shown(server.url or name)}",
-                    )
-                )
-            for variable, value in server.env.items():
-                names = _env_names(value)
-                if names:
-                    found.append(
-                        Action(
-                            f"{key}.env.{variable}",
-                            f"passes {', '.join('$' + n for n in names)} to MCP server {shown(name)} as {variable}",
-                        )
-                    )
-            for part in [server.url or "", server.script or "", *(server.command or [])]:
-                names = _env_names(part)
-                if names:
-                    found.append(
-                        Action(
-                            key,
-                            f"puts {', '.join('$' + n for n in names)} into MCP server {shown(name)}'s command or URL",
-                        )
-                    )
-                    break
+            found += _mcp_actions(name, server)
     if run.prepare is not None:
         for i, step in enumerate(run.prepare.steps):
             found.append(
@@ -192,6 +153,48 @@ def actions(run: RunSection) -> list[Action]:
                 f"pushes run refs to remote {shown(run.git.push_remote)} after every checkpoint",
             )
         )
+    return found
+
+
+def _mcp_actions(name: str, server: McpServerConfig) -> list[Action]:
+    """What starting or connecting to MCP server `name` does, and what it is given."""
+    key = f"run.agent.mcps.{name}"
+    found: list[Action] = []
+    if server.type == "http":
+        found.append(
+            Action(key, f"connects to MCP server {shown(name)} at {shown(server.url or '')}")
+        )
+    else:
+        program = server.script if server.script is not None else " ".join(server.command or [])
+        found.append(Action(key, f"starts MCP server {shown(name)}: {shown(program)}"))
+    for header, value in server.headers.items():
+        names = _env_names(value)
+        carried = f"with {', '.join('$' + n for n in names)}" if names else "(a literal value)"
+        found.append(
+            Action(
+                f"{key}.headers.{header}",
+                f"sends header {shown(header)} {carried} to {shown(server.url or name)}",
+            )
+        )
+    for variable, value in server.env.items():
+        names = _env_names(value)
+        if names:
+            found.append(
+                Action(
+                    f"{key}.env.{variable}",
+                    f"passes {', '.join('$' + n for n in names)} to MCP server {shown(name)} as {variable}",
+                )
+            )
+    for part in [server.url or "", server.script or "", *(server.command or [])]:
+        names = _env_names(part)
+        if names:
+            found.append(
+                Action(
+                    key,
+                    f"puts {', '.join('$' + n for n in names)} into MCP server {shown(name)}'s command or URL",
+                )
+            )
+            break
     return found
 
 
@@ -543,3 +546,16 @@ def check_run_config(
         " was never approved here)",
         hint=f"read it with `git fabro inspect {run_id}`, then run `git fabro trust --run {run_id}`",
     )
+
+
+def default_layers(
+    repo_root: Path | None, *, ask: Callable[[str], bool] | None = None
+) -> list[Layer]:
+    """The project and user layers, highest first. The project layer's acting keys
+    need the user's trust (`trusted_project_layer`): `ask` puts an untrusted file to
+    the user, and without it such a file is refused."""
+    layers = []
+    if repo_root is not None:
+        layers.append(trusted_project_layer(repo_root, ask=ask))
+    layers.append(load_layer(user_settings_path(), "user settings", run_config=False))
+    return layers

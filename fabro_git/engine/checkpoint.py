@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import itertools
 import operator
+import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
+
+from fabro_git.events.envelope import format_ts
 
 if TYPE_CHECKING:
     from fabro_git.engine.outcome import StageRecord, Usage
@@ -36,8 +38,7 @@ FORMAT_VERSION = 1
 
 def now_iso() -> str:
     """The time now as checkpoints and manifests write it (UTC, milliseconds)."""
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return format_ts(time.time_ns() // 1_000_000)
 
 
 class PendingCommit(msgspec.Struct, kw_only=True):

@@ -19,8 +19,14 @@ import msgspec
 
 from fabro_git.engine.checkpoint import TrackedMap
 
-# Keys the engine sets on every stage: never part of what a branch or child "produced".
-_BOOKKEEPING = ("internal.", "current_node", "outcome", "preferred_label", "failure_")
+# The one list of context keys by who reads them (prefixes, for `str.startswith`).
+# The engine's own records of the walk (`failure_signature`, `failure_class`, ...).
+ENGINE_KEYS = ("internal.", "current_node", "failure_")
+# Set on every stage: never part of what a branch or child "produced".
+_BOOKKEEPING = (*ENGINE_KEYS, "outcome", "preferred_label")
+# Left out of a model's preamble: the engine's records, the graph's attributes, and
+# stage outputs the preamble gives in words under each stage.
+HIDDEN_FROM_PROMPT = (*ENGINE_KEYS, "graph.", "response.", "command.", "human.gate")
 
 
 def context_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:

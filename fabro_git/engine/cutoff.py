@@ -23,9 +23,9 @@ from typing import Any
 
 import msgspec
 
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint
 from fabro_git.engine.emit import Emit
+from fabro_git.engine.outcome import CANCELED, event_failure_class
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import tail_after
 from fabro_git.store import runs as runrefs
@@ -113,7 +113,7 @@ def close_cut_off(cut_off: CutOff, emit: Emit) -> None:
             ev.StageFailed(
                 index=stage.index,
                 error=INTERRUPTED,
-                failure_class=oc.event_failure_class(oc.CANCELED),
+                failure_class=event_failure_class(CANCELED),
                 will_retry=True,
             ),
             node_id=stage.node_id,

@@ -149,6 +149,35 @@ def cli_choice(
     return CliChoice(target.provider, target.model if named else None, found)
 
 
+def _checked_target(
+    node: Node,
+    *,
+    model: str | None,
+    provider: str | None,
+    env: Mapping[str, str],
+    cli_command: Sequence[str] | None,
+) -> Target | None:
+    """The target of one LLM stage (None for an agent CLI stage), or the `FabroError`
+    that says why it cannot run."""
+    backend = backend_of(node)
+    if node.handler_type != "prompt" and backend not in BACKENDS:
+        raise _node_error(
+            node, "backend", f"backend={backend!r} is not one of {', '.join(BACKENDS)}"
+        )
+    effort_of(node)
+    if node.handler_type != "prompt" and backend == "cli":
+        # The CLI brings its own credentials: only that it is installed is checked.
+        cli_choice(node, model=model, provider=provider, env=env, custom=cli_command)
+        return None
+    try:
+        return stage_target(node, model=model, provider=provider, env=env)
+    except UnknownModel as err:
+        if node_choice(node) is None:
+            raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
+        key = "model" if node.get("model") or node.get("llm_model") else "provider"
+        raise _node_error(node, key, err.message, hint=err.hint) from None
+
+
 def check_stages(
     graphs: Iterable[Graph],
     *,
@@ -174,24 +203,11 @@ def check_stages(
         for node in graph.nodes.values():
             if not is_llm(node):
                 continue
-            backend = backend_of(node)
-            if node.handler_type != "prompt" and backend not in BACKENDS:
-                raise _node_error(
-                    node, "backend", f"backend={backend!r} is not one of {', '.join(BACKENDS)}"
-                )
-            effort_of(node)
-            if node.handler_type != "prompt" and backend == "cli":
-                # The CLI brings its own credentials: only that it is installed is checked.
-                cli_choice(node, model=model, provider=provider, env=env, custom=cli_command)
-                continue
-            try:
-                target = stage_target(node, model=model, provider=provider, env=env)
-            except UnknownModel as err:
-                if node_choice(node) is None:
-                    raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
-                key = "model" if node.get("model") or node.get("llm_model") else "provider"
-                raise _node_error(node, key, err.message, hint=err.hint) from None
-            targets[node.id] = target
+            target = _checked_target(
+                node, model=model, provider=provider, env=env, cli_command=cli_command
+            )
+            if target is not None:
+                targets[node.id] = target
     if not targets:
         return targets  # the SDK layer is imported only for a run that calls a model
     from fabro_git.llm.providers import connect

@@ -35,8 +35,7 @@ from typing import TYPE_CHECKING
 import trio
 
 from fabro_git.engine import lock
-from fabro_git.engine import outcome as oc
-from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.outcome import DETERMINISTIC, FAILED, Outcome
 from fabro_git.errors import FabroError
 from fabro_git.events import catalogue as ev
 from fabro_git.store import repo_state
@@ -140,9 +139,9 @@ class RepoGuard:
         if not problems:
             return result
         message = f"{request.node_id} changed the user's repository: " + "; ".join(problems)
-        if result.status == oc.FAILED and result.error:
+        if result.status == FAILED and result.error:
             message = f"{result.error}\n{message}"
-        return Outcome.failure(message, oc.DETERMINISTIC, notes=result.notes)
+        return Outcome.failure(message, DETERMINISTIC, notes=result.notes)
 
     def _notice(
         self, request: StageRequest, problems: list[str], *, level: ev.NoticeLevel = "error"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
-from fabro_git.engine import outcome as oc
+from fabro_git.engine.outcome import FAILED
 from fabro_git.errors import FabroError
 from fabro_git.events import catalogue as ev
 from fabro_git.outputs import retro
@@ -184,7 +184,7 @@ async def narrative_for(runtime: Runtime, status: str, error: str | None) -> dic
     narrative = None
     if not runtime.options.dry_run:
         try:
-            document = retro_document(runtime, status, error if status == oc.FAILED else None)
+            document = retro_document(runtime, status, error if status == FAILED else None)
         except FabroError as exc:
             document, why = None, str(exc)
         if document is not None:

@@ -18,21 +18,34 @@ SCRIPT_ATTRS = ("script", "tool_command")
 _MISSING_INPUT_HINT = "pass missing inputs with -V NAME=VALUE (or [run.inputs] in a run config)"
 
 
-def render_graph(graph: Graph, *, goal: str, inputs: Mapping[str, str]) -> None:
-    from fabro_git.workflow.templates import render, render_script
+class _Renderer:
+    """Renders one attribute value of `graph`; a failure names the file and line."""
 
-    def one(value: str, where: str, line: int | None, language: str | None = None) -> str:
+    def __init__(self, graph: Graph, goal: str, inputs: Mapping[str, str]) -> None:
+        self.graph = graph
+        self.goal = goal
+        self.inputs = inputs
+
+    def __call__(
+        self, value: str, where: str, line: int | None, language: str | None = None
+    ) -> str:
+        from fabro_git.workflow.templates import render, render_script
+
         if "{{" not in value and "{%" not in value and "$goal" not in value:
             return value
         try:
             if language is None:
-                return render(value, goal=goal, inputs=inputs)
-            return render_script(value, inputs=inputs, language=language)
+                return render(value, goal=self.goal, inputs=self.inputs)
+            return render_script(value, inputs=self.inputs, language=language)
         except FabroError as err:
-            loc = f"{graph.path}:{line}" if graph.path and line else str(graph.path or "<workflow>")
+            path = self.graph.path
+            loc = f"{path}:{line}" if path and line else str(path or "<workflow>")
             hint = _MISSING_INPUT_HINT if "undefined input" in err.message else None
             raise ConfigError(f"{loc}: {where}: {err}", hint=hint) from err
 
+
+def render_graph(graph: Graph, *, goal: str, inputs: Mapping[str, str]) -> None:
+    one = _Renderer(graph, goal, inputs)
     for key, value in list(graph.attrs.items()):
         if key in ("goal", "label"):
             graph.attrs[key] = one(value, f"graph attribute {key}", None)

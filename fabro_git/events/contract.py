@@ -60,14 +60,23 @@ def check_event(event: Any, catalogue: Mapping[str, EventSpec]) -> list[str]:
         return [f"event is a JSON {_json_type_of(event)}, not an object"]
     name = event.get("event")
     where = name if isinstance(name, str) else "<no event name>"
-    problems: list[str] = []
+    problems = _envelope_problems(where, event, catalogue)
+    if isinstance(name, str):
+        problems += _property_problems(where, catalogue.get(name), event)
+    return problems
 
+
+def _envelope_problems(
+    where: str, event: dict[str, Any], catalogue: Mapping[str, EventSpec]
+) -> list[str]:
+    """The envelope's fields: known, typed, and the id, time and stage id well formed."""
     envelope = envelope_spec(catalogue)
-    for key in event:
-        if key not in envelope:
-            problems.append(f"{where}: envelope field {key!r} is not in the seed's envelope")
+    problems = [
+        f"{where}: envelope field {key!r} is not in the seed's envelope"
+        for key in event
+        if key not in envelope
+    ]
     problems += _check_fields(where, "", event, envelope)
-
     event_id = event.get("id")
     if isinstance(event_id, str) and not UUID7_RE.match(event_id):
         problems.append(f"{where}: id {event_id!r} is not a lowercase UUID v7")
@@ -83,17 +92,17 @@ def check_event(event: Any, catalogue: Mapping[str, EventSpec]) -> list[str]:
             problems.append(
                 f"{where}: stage_id {stage_id!r} does not belong to node_id {event['node_id']!r}"
             )
+    return problems
 
-    if not isinstance(name, str):
-        return problems
-    spec = catalogue.get(name)
+
+def _property_problems(where: str, spec: EventSpec | None, event: dict[str, Any]) -> list[str]:
+    """The event's name known, its scope right, and its properties those documented."""
     if spec is None:
-        problems.append(f"{where}: unknown event name (not in the seed's catalogue)")
-        return problems
+        return [f"{where}: unknown event name (not in the seed's catalogue)"]
     props = event.get("properties")
     if not isinstance(props, dict):
-        return problems  # already reported as a missing or mistyped envelope field
-    problems += _scope_problems(where, event, props)
+        return []  # already reported as a missing or mistyped envelope field
+    problems = _scope_problems(where, event, props)
     for key in props:
         if key not in spec.properties:
             problems.append(f"{where}: property {key!r} is not documented for this event")

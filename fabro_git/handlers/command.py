@@ -20,8 +20,7 @@ from pathlib import Path
 
 import trio
 
-from fabro_git.engine import outcome as oc
-from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.outcome import DETERMINISTIC, TRANSIENT, Outcome
 from fabro_git.engine.process import (
     META_LIMIT,
     argv_for,
@@ -153,7 +152,7 @@ async def execute(req: StageRequest) -> Outcome:
 
     async def timed_out(seconds: float) -> Outcome:
         return Outcome.failure(
-            f"command timed out after {seconds:g}s", oc.TRANSIENT, context_updates=keep_output()
+            f"command timed out after {seconds:g}s", TRANSIENT, context_updates=keep_output()
         )
 
     req.on_timeout(timed_out)
@@ -196,7 +195,7 @@ async def execute(req: StageRequest) -> Outcome:
         )
     return Outcome.failure(
         f"command exited with status {code}{detail}",
-        oc.DETERMINISTIC,
+        DETERMINISTIC,
         context_updates=updates,
         notes=notes,
     )

@@ -19,14 +19,12 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.model_choice import (
-    backend_of,
     effort_of,
     stage_fallbacks,
     stage_target,
 )
-from fabro_git.engine.outcome import Outcome, Usage
+from fabro_git.engine.outcome import BUDGET, DETERMINISTIC, TRANSIENT, Outcome, Usage
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
 from fabro_git.events.catalogue import (
@@ -41,7 +39,7 @@ from fabro_git.events.catalogue import (
 )
 from fabro_git.events.contract import UNSCOPED_EVENTS
 from fabro_git.events.envelope import EventProps
-from fabro_git.handlers.llm import outcome_from_reply, recorded_reply, thread_of
+from fabro_git.handlers.prompting import outcome_from_reply, recorded_reply, thread_of
 from fabro_git.llm import catalogue
 from fabro_git.llm import types as llm
 from fabro_git.llm.errors import LlmError
@@ -49,7 +47,7 @@ from fabro_git.llm.errors import LlmError
 if TYPE_CHECKING:
     from fabro_git.agent.mcp import McpServerSpec
     from fabro_git.agent.permissions import Answer, Level, PermissionGate
-    from fabro_git.agent.session import Conversation
+    from fabro_git.agent.session import AgentResult, Conversation
     from fabro_git.outputs.directives import StatusFile
 
 DEFAULT_PROMPT_MAX_TOKENS = 4096
@@ -323,10 +321,6 @@ async def run_agent(
     from fabro_git.agent.subagents import DEFAULT_MAX_DEPTH, SubAgents
 
     node = req.node
-    if backend_of(node) == "cli":
-        from fabro_git.handlers.llm_cli import run_cli_agent
-
-        return await run_cli_agent(req, body, preamble, status_file)
     target, fallbacks = _target(req)
     thread = thread_of(req)
     conversation = await _conversation(req, thread)
@@ -355,18 +349,9 @@ async def run_agent(
 
     # What the shell tool and MCP stdio servers run with: the stage's environment.
     stage_env = req.environment()
-    servers, broken = _mcp_specs(req, stage_env)
-    for name, error, required in broken:
-        forward(AgentMcpFailed(server_name=name, error=error))
-        if required:
-            return Outcome.failure(
-                f"MCP server {name!r} is required and cannot start: {error}", oc.DETERMINISTIC
-            )
-    mcp_toolsets = []
-    if servers:
-        from fabro_git.agent.mcp import toolset
-
-        mcp_toolsets.append(toolset(servers, log_dir=req.stage_dir))
+    mcp_toolsets, refused = _mcp_toolsets(req, stage_env, forward)
+    if refused is not None:
+        return refused
     session = AgentSession(
         req.worktree,
         target=target,
@@ -398,7 +383,7 @@ async def run_agent(
         done = session.result()
         return Outcome.failure(
             f"agent stage {node.id} timed out after {seconds:g}s ({done.turns} model calls)",
-            oc.TRANSIENT,
+            TRANSIENT,
             files_touched=list(done.files_touched),
             usage=stage_usage(served[0], done.usage, done.cost),
         )
@@ -418,21 +403,47 @@ async def run_agent(
     if thread and result.status in ("completed", "turn_limit"):
         req.save_thread(thread, session.conversation.to_bytes())
     spent = stage_usage(served[0], result.usage, result.cost)
+    return await _agent_outcome(req, result, spent, status_file)
+
+
+def _mcp_toolsets(
+    req: StageRequest, stage_env: dict[str, str], forward: Callable[[EventProps], None]
+) -> tuple[list[Any], Outcome | None]:
+    """The toolset of the stage's MCP servers, each that cannot start reported; with the
+    stage's failure instead when a required one is among them."""
+    servers, broken = _mcp_specs(req, stage_env)
+    for name, error, required in broken:
+        forward(AgentMcpFailed(server_name=name, error=error))
+        if required:
+            return [], Outcome.failure(
+                f"MCP server {name!r} is required and cannot start: {error}", DETERMINISTIC
+            )
+    if not servers:
+        return [], None
+    from fabro_git.agent.mcp import toolset
+
+    return [toolset(servers, log_dir=req.stage_dir)], None
+
+
+async def _agent_outcome(
+    req: StageRequest, result: AgentResult, spent: Usage, status_file: StatusFile
+) -> Outcome:
+    """The stage's outcome from how the agent's session ended."""
     touched = list(result.files_touched)
     if result.status == "failed":
         error = _error_text(result.error or {})
         return Outcome.failure(
             error,
-            result.failure_class or oc.DETERMINISTIC,
+            result.failure_class or DETERMINISTIC,
             files_touched=touched,
             usage=spent,
             response=result.text or None,
         )
     if result.status == "turn_limit":
         return Outcome.failure(
-            f"agent stage {node.id} reached its turn limit ({result.turns} model calls) "
+            f"agent stage {req.node.id} reached its turn limit ({result.turns} model calls) "
             "without a final answer",
-            oc.BUDGET,
+            BUDGET,
             files_touched=touched,
             usage=spent,
         )

@@ -44,8 +44,8 @@ from fabro_git.events.catalogue import (
     StagePrompt,
 )
 from fabro_git.handlers.command import stage_environment
-from fabro_git.handlers.llm import outcome_from_reply, recorded_reply
 from fabro_git.handlers.llm_api import stage_usage
+from fabro_git.handlers.prompting import outcome_from_reply, recorded_reply
 from fabro_git.llm import cli
 from fabro_git.llm import types as llm
 from fabro_git.outputs.directives import StatusFile

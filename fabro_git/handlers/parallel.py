@@ -20,14 +20,21 @@ from typing import Any
 
 import msgspec
 
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.branches import BranchPlan
-from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.outcome import (
+    DETERMINISTIC,
+    FAILED,
+    PARTIAL,
+    SKIPPED,
+    SUCCEEDED,
+    Outcome,
+    event_status,
+)
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import WorkflowError
 from fabro_git.events.catalogue import ParallelBranchResult, ParallelCompleted, ParallelStarted
 
-RANK = {oc.SUCCEEDED: 0, oc.PARTIAL: 1, oc.SKIPPED: 2, oc.FAILED: 3}
+RANK = {SUCCEEDED: 0, PARTIAL: 1, SKIPPED: 2, FAILED: 3}
 
 
 async def fan_out(req: StageRequest) -> Outcome:
@@ -53,7 +60,7 @@ async def fan_out(req: StageRequest) -> Outcome:
     req.emit(ParallelStarted(visit=req.visit, branch_count=len(edges)))
     said = await req.fire_hook("parallel_start", branch_count=len(edges))
     if said.action == "block":
-        return Outcome.failure(said.describe("parallel_start"), oc.DETERMINISTIC)
+        return Outcome.failure(said.describe("parallel_start"), DETERMINISTIC)
     plan = BranchPlan(
         [e.target for e in edges],
         join_policy=policy,
@@ -61,8 +68,8 @@ async def fan_out(req: StageRequest) -> Outcome:
         join=graph.join_node(node.id),
     )
     finished = await req.run_branches(plan)
-    successes = sum(1 for r in finished if r.status in (oc.SUCCEEDED, oc.PARTIAL))
-    failures = sum(1 for r in finished if r.status == oc.FAILED)
+    successes = sum(1 for r in finished if r.status in (SUCCEEDED, PARTIAL))
+    failures = sum(1 for r in finished if r.status == FAILED)
     req.emit(
         ParallelCompleted(
             visit=req.visit,
@@ -71,7 +78,7 @@ async def fan_out(req: StageRequest) -> Outcome:
             failure_count=failures,
             results=[
                 ParallelBranchResult(
-                    id=r.id, status=oc.event_status(r.status), context_updates=r.context_updates
+                    id=r.id, status=event_status(r.status), context_updates=r.context_updates
                 )
                 for r in finished
             ],
@@ -79,7 +86,7 @@ async def fan_out(req: StageRequest) -> Outcome:
     )
     said = await req.fire_hook("parallel_complete", success_count=successes, failure_count=failures)
     if said.action == "block":
-        return Outcome.failure(said.describe("parallel_complete"), oc.DETERMINISTIC)
+        return Outcome.failure(said.describe("parallel_complete"), DETERMINISTIC)
     joins = [r.join for r in finished if r.join]
     join = plan.join if plan.join in joins else (joins[0] if joins else None)
     records = [r.record() for r in finished]
@@ -94,21 +101,21 @@ async def fan_out(req: StageRequest) -> Outcome:
         else:
             updates.update(merged)
     if policy == "wait_all":
-        status = oc.SUCCEEDED if failures == 0 else oc.PARTIAL
+        status = SUCCEEDED if failures == 0 else PARTIAL
         if successes == 0:
-            status = oc.FAILED
+            status = FAILED
     else:
-        status = oc.SUCCEEDED if successes else oc.FAILED
+        status = SUCCEEDED if successes else FAILED
     error = (
         None
-        if status != oc.FAILED
+        if status != FAILED
         else "every parallel branch failed: "
         + "; ".join(f"{r.id}: {r.error or r.status}" for r in finished)
     )
     return Outcome(
         status=status,
         error=error,
-        failure_class=oc.DETERMINISTIC if error else None,
+        failure_class=DETERMINISTIC if error else None,
         context_updates=updates,
         jump_to_node=join,
         notes=f"{successes} of {len(finished)} branches succeeded",
@@ -118,7 +125,7 @@ async def fan_out(req: StageRequest) -> Outcome:
 async def _merge(req: StageRequest, records: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Take the best branch's files into the stage's worktree; the context keys that say
     which it was. None when no branch succeeded."""
-    candidates = [r for r in records if r.get("status") in (oc.SUCCEEDED, oc.PARTIAL)]
+    candidates = [r for r in records if r.get("status") in (SUCCEEDED, PARTIAL)]
     if not candidates:
         return None
     best = min(candidates, key=lambda r: (RANK.get(r.get("status", ""), 9), r.get("index", 0)))

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import time
 
-from fabro_git.engine import outcome as oc
-from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.outcome import FAILED, Outcome, event_status
 from fabro_git.engine.runner import Supervision
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import WorkflowError
@@ -81,11 +80,11 @@ async def execute(req: StageRequest) -> Outcome:
     req.emit(
         SubgraphCompleted(
             steps_executed=result.steps,
-            status=oc.event_status(result.status),
+            status=event_status(result.status),
             duration_ms=int((time.monotonic() - started) * 1000),
         )
     )
-    if result.status == oc.FAILED:
+    if result.status == FAILED:
         return Outcome.failure(
             f"child workflow failed: {result.error}", context_updates=result.context_updates
         )

@@ -138,7 +138,8 @@ async def _with_retries(
     on_retry: RetryHook,
     rng: random.Random,
 ) -> Response:
-    from fabro_git.llm.providers import connect, ensure_sdk, stream
+    from fabro_git.llm.providers import connect, ensure_sdk
+    from fabro_git.llm.providers.streaming import stream
 
     connection = connect(target, env)
     await ensure_sdk(connection.provider.api)

@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 from urllib.parse import quote
 
 import msgspec
@@ -61,7 +61,7 @@ def artifact_name(key: str, tag: str | None = None) -> str:
     return name
 
 
-def encode_value(value: Any) -> bytes:
+def encode_value(value: object) -> bytes:
     """A context value's serialised JSON form (anything else becomes its string form)."""
     return msgspec.json.encode(value, enc_hook=str)
 
@@ -78,18 +78,18 @@ class TextFile(msgspec.Struct, frozen=True):
         return f"[{self.chars} characters in {self.path}]"
 
 
-def offloads(value: Any) -> bool:
+def offloads(value: object) -> bool:
     """Whether `value` is over the threshold, so `plan_stage` offloads it."""
     return isinstance(value, TextFile) or _large(value) is not None
 
 
-def _large(value: Any) -> bytes | None:
+def _large(value: object) -> bytes | None:
     """A value's JSON form when it is over the threshold (to offload), else None."""
     data = encode_value(value)
     return data if len(data) > OFFLOAD_THRESHOLD else None
 
 
-def _json_text(source: Path, out: Any) -> None:
+def _json_text(source: Path, out: IO[bytes]) -> None:
     """Write the JSON string of the UTF-8 text in `source` to `out`, a chunk at a time:
     the bytes `encode_value` gives for the whole text (escaping is per character)."""
     import codecs
@@ -107,7 +107,7 @@ def _json_text(source: Path, out: Any) -> None:
     out.write(b'"')
 
 
-def pointer_name(value: Any) -> str | None:
+def pointer_name(value: object) -> str | None:
     """The artifact name a `file://` pointer names (`<key>` or `<node_slug>/<key>`),
     whichever scratch dir it points into; None for any other value."""
     if not isinstance(value, str) or not value.startswith(POINTER_PREFIX):
@@ -122,7 +122,7 @@ def pointer_name(value: Any) -> str | None:
     return None
 
 
-def pointer_path(value: Any) -> Path | None:
+def pointer_path(value: object) -> Path | None:
     """The file a `file://` pointer names; None for any other value."""
     if pointer_name(value) is None:
         return None

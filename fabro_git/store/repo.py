@@ -21,7 +21,6 @@ resolves to the main working tree, so `git fabro ps` behaves the same there.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import functools
 import hashlib
 import itertools
@@ -29,17 +28,16 @@ import os
 import re
 import sys
 import threading
-import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, cast
+from typing import TYPE_CHECKING, BinaryIO
 
 import msgspec
 from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked, SharedPerm
 from dulwich.graph import can_fast_forward
-from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, parse_tree, valid_hexsha
+from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
 from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
@@ -47,21 +45,17 @@ from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, Store
 from fabro_git.store._gitcli import git_failure, out, run_git, start_git
 from fabro_git.store.backoff import DEADLINE_SECONDS, retrying
 from fabro_git.store.durability import durability
+from fabro_git.store.identity import Identities, Identity
 from fabro_git.store.refwrite import swap_ref
+from fabro_git.store.tree_diff import TreeDiffs
 
 if TYPE_CHECKING:
     from fabro_git.redact import StreamMasker
 
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
-FALLBACK_NAME = "git fabro"
-FALLBACK_EMAIL = "fabro@localhost"
 _TEMP_ATTEMPTS = 100
 _tmp_counter = itertools.count()
-_SMALL_DIFF_FILES = 20
-_SMALL_DIFF_BYTES = 256 * 1024
 _LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
-# One side of a file change: (path, mode, sha), all None for a side that does not exist.
-_Side = tuple[bytes | None, int | None, ObjectID | None]
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
 _FILE_CHUNK = 1 << 20  # bytes read at a time when a file is written as a blob
 # What `missing_written` may write again from memory: objects up to this size, up to
@@ -86,17 +80,6 @@ class CommitInfo(msgspec.Struct, frozen=True):
     commit_time: int
 
 
-class Identity(msgspec.Struct, frozen=True):
-    name: str
-    email: str
-    time: int
-    tz_offset: int  # seconds east of UTC
-
-    @property
-    def raw(self) -> bytes:
-        return f"{self.name} <{self.email}>".encode()
-
-
 class GitRepo:
     """A non-bare git repository, opened at its common git dir."""
 
@@ -104,13 +87,10 @@ class GitRepo:
         self.root = root
         self.git_dir = git_dir
         self._objects_dir = git_dir / "objects"
-        self._ident_cache: dict[tuple[str, str], tuple[str, str]] = {}
         self._fanout_dirs: set[str] = set()
-        self._entries_cache: dict[str, dict[bytes, tuple[int, ObjectID]]] = {}
         # Big blobs are stored from several threads at once (`store_blob`): dulwich's
         # pack list, which `contains_packed` reloads, is looked at by one at a time.
         self._packs_lock = threading.Lock()
-        self._last_changes: tuple[tuple[str, str], int, list[tuple[_Side, _Side]]] | None = None
         # Every object this process wrote or relied on, for `missing_written`: with its
         # bytes (header, body) while they fit the budget, so a lost one can be written
         # again; None past it.
@@ -502,111 +482,17 @@ class GitRepo:
             yield info
             next_sha = info.parents[0] if info.parents else None
 
+    @functools.cached_property
+    def _diffs(self) -> TreeDiffs:
+        return TreeDiffs(self._repo.object_store, self.tree_body)
+
     def small_tree_diff(self, old_tree: str, new_tree: str, *, max_bytes: int) -> str | None:
-        """A unified diff between two trees, computed in-process when the change is small
-        (a few files of modest size); None when it is not, so the caller can ask git.
-
-        Spawning `git diff` costs more than the rest of a small checkpoint; for the
-        handful of changed files a typical stage leaves, reading the blobs here is faster.
-        """
-        import io
-
-        from dulwich.patch import write_object_diff
-
-        store = self._repo.object_store
-        changes = self._changes(old_tree, new_tree, _SMALL_DIFF_FILES)
-        if len(changes) > _SMALL_DIFF_FILES:
-            return None
-        total = 0
-        for change in changes:
-            for _, mode, sha in change:
-                if sha is None or mode is None:
-                    continue
-                if mode & 0o170000 == 0o160000:
-                    return None  # a submodule: leave it to git
-                total += len(store.get_raw(sha)[1])
-                if total > _SMALL_DIFF_BYTES:
-                    return None
-        out = io.BytesIO()
-        for old_side, new_side in changes:
-            write_object_diff(out, store, old_side, new_side)
-        data = out.getvalue()
-        if len(data) > max_bytes:
-            cut = data.rfind(b"\n", 0, max_bytes) + 1 or max_bytes
-            return data[:cut].decode("utf-8", "replace") + f"[diff truncated at {cut} bytes]\n"
-        return data.decode("utf-8", "replace")
+        """See `TreeDiffs.small_diff`."""
+        return self._diffs.small_diff(old_tree, new_tree, max_bytes=max_bytes)
 
     def changed_paths(self, old_tree: str, new_tree: str, *, limit: int) -> list[str]:
-        """The paths of the files added, changed or removed between two trees, in path
-        order; at most `limit` of them."""
-        paths: list[str] = []
-        for old_side, new_side in self._changes(old_tree, new_tree, limit):
-            path = new_side[0] if new_side[0] is not None else old_side[0]
-            if path is not None and (not paths or paths[-1] != path.decode()):
-                paths.append(path.decode("utf-8", "replace"))
-        return paths[:limit]
-
-    def _changes(self, old_tree: str, new_tree: str, limit: int) -> list[tuple[_Side, _Side]]:
-        """`_tree_changes` as a list, remembered for the last pair of trees: a stage's
-        checkpoint asks for its files and then its diff, of the same two trees."""
-        last = self._last_changes
-        if last is not None and last[0] == (old_tree, new_tree) and last[1] >= limit:
-            return last[2][: limit + 1]
-        changes = list(self._tree_changes(old_tree, new_tree, b"", limit=limit))
-        self._last_changes = ((old_tree, new_tree), limit, changes)
-        return changes
-
-    def _tree_changes(
-        self, old_tree: str | None, new_tree: str | None, prefix: bytes, *, limit: int
-    ) -> Iterator[tuple[_Side, _Side]]:
-        """The files that differ between two trees, in path order, descending only into
-        subtrees whose ids differ (so the cost follows the change, not the tree); at
-        most `limit` + 1 of them."""
-        if old_tree == new_tree:
-            return
-        old = self._tree_entries(old_tree) if old_tree else {}
-        new = self._tree_entries(new_tree) if new_tree else {}
-        names = {n for n, v in new.items() if old.get(n) != v} | {n for n in old if n not in new}
-        emitted = 0
-
-        def order(name: bytes) -> bytes:
-            entry = new.get(name) or old[name]
-            return name + b"/" if entry[0] & 0o170000 == 0o040000 else name
-
-        for name in sorted(names, key=order):
-            path = prefix + name
-            before, after = old.get(name), new.get(name)
-            before_dir = before is not None and before[0] & 0o170000 == 0o040000
-            after_dir = after is not None and after[0] & 0o170000 == 0o040000
-            sides: list[tuple[_Side, _Side]] = []
-            if before is not None and not before_dir:
-                if after is not None and not after_dir:
-                    sides.append(((path, before[0], before[1]), (path, after[0], after[1])))
-                else:
-                    sides.append(((path, before[0], before[1]), (None, None, None)))
-            elif after is not None and not after_dir and before is None:
-                sides.append(((None, None, None), (path, after[0], after[1])))
-            for side in sides:
-                yield side
-                emitted += 1
-                if emitted > limit:
-                    return
-            if before_dir or after_dir:
-                for side in self._tree_changes(
-                    before[1].decode() if before_dir and before else None,
-                    after[1].decode() if after_dir and after else None,
-                    path + b"/",
-                    limit=limit - emitted,
-                ):
-                    yield side
-                    emitted += 1
-                    if emitted > limit:
-                        return
-            if after is not None and not after_dir and before_dir:
-                yield (None, None, None), (path, after[0], after[1])
-                emitted += 1
-                if emitted > limit:
-                    return
+        """See `TreeDiffs.changed_paths`."""
+        return self._diffs.changed_paths(old_tree, new_tree, limit=limit)
 
     def change_summary(self, base: str, tip: str) -> tuple[int, int]:
         """(commits, files changed) from `base` to `tip`, as `git log`/`git diff` count."""
@@ -633,27 +519,6 @@ class GitRepo:
                 f"the history between {ancestor[:12]} and {descendant[:12]} is incomplete: "
                 f"commit {err.args[0]!r} is missing from {self.git_dir}"
             ) from err
-
-    def _tree_entries(self, sha: str) -> dict[bytes, tuple[int, ObjectID]]:
-        """A tree's entries, {name: (mode, hex id)}, parsed in C from its raw bytes.
-
-        The last few are kept: a stage's tree is diffed against the one before, which
-        was the new side of the stage before's diff. Building `TreeEntry` records for a
-        thousand-entry tree, twice a stage, cost more than the rest of the diff.
-        """
-        cache = self._entries_cache
-        entries = cache.pop(sha, None)
-        if entries is None:
-            raw = self.tree_body(sha)
-            # parse_tree gives hex ids: ObjectIDs, typed as such without a call per entry.
-            entries = cast(
-                dict[bytes, tuple[int, ObjectID]],
-                {name: (mode, hexsha) for name, mode, hexsha in parse_tree(raw, 20)},
-            )
-            if len(cache) >= 4:
-                del cache[next(iter(cache))]
-        cache[sha] = entries
-        return entries
 
     def tree_body(self, sha: str) -> bytes:
         """The serialised entries of tree `sha`, as git stores them (no `Tree` built)."""
@@ -708,6 +573,22 @@ class GitRepo:
             except KeyError:
                 return None
         return mode, sha
+
+    # -- identity --------------------------------------------------------------------
+
+    @functools.cached_property
+    def identities(self) -> Identities:
+        return Identities(self._repo.get_config_stack)
+
+    def author(self) -> Identity:
+        return self.identities.author()
+
+    def committer(self) -> Identity:
+        return self.identities.committer()
+
+    def override_author(self, name: str | None, email: str | None) -> None:
+        """See `Identities.override_author`."""
+        self.identities.override_author(name, email)
 
     # -- writing objects -------------------------------------------------------------
 
@@ -868,35 +749,10 @@ class GitRepo:
         since a loose object's header needs the final size.
         """
         import hashlib
-        import tempfile
 
-        source = path
-        masked_copy: Path | None = None
+        masked_copy: list[Path] = []
         try:
-            with path.open("rb") as fh:
-                copy = None
-                released = 0  # bytes let go, all as they were until the first mask
-                while True:
-                    chunk = fh.read(_FILE_CHUNK)
-                    clean = masker.feed(chunk) if chunk else masker.flush()
-                    if copy is None and masker.masked:
-                        fd, name = tempfile.mkstemp(prefix=".masked-", dir=path.parent)
-                        masked_copy = Path(name)
-                        copy = os.fdopen(fd, "wb")
-                        with path.open("rb") as head:
-                            remaining = released
-                            while remaining:
-                                block = head.read(min(remaining, _FILE_CHUNK))
-                                copy.write(block)
-                                remaining -= len(block)
-                    if copy is not None:
-                        copy.write(clean)
-                    released += len(clean)
-                    if not chunk:
-                        break
-                if copy is not None:
-                    copy.close()
-                    source = masked_copy or path
+            source = _masked(path, masker, masked_copy)
             size = source.stat().st_size
             digest = hashlib.sha1(b"blob %d\0" % size)
             compressor = zlib.compressobj(_LOOSE_COMPRESSION)
@@ -926,8 +782,8 @@ class GitRepo:
                 raise full from err
             raise StoreError(f"cannot write {path} to {self._objects_dir}: {err}") from err
         finally:
-            if masked_copy is not None:
-                masked_copy.unlink(missing_ok=True)
+            for copy in masked_copy:
+                copy.unlink(missing_ok=True)
         return sha, size
 
     def _open_temp(self, fanout: Path, prefix: str) -> tuple[int, str]:
@@ -951,65 +807,45 @@ class GitRepo:
                 self._fanout_dirs.discard(prefix)
         raise StoreError(f"cannot create a temporary object file in {fanout}")
 
-    # -- identity --------------------------------------------------------------------
-
-    def author(self) -> Identity:
-        return self._identity("AUTHOR", "author")
-
-    def committer(self) -> Identity:
-        return self._identity("COMMITTER", "committer")
-
-    def override_author(self, name: str | None, email: str | None) -> None:
-        """Author this object's commits as `name <email>` (a run's `[run.git.author]`),
-        over git's config and GIT_AUTHOR_*; the committer stays whoever runs the tool,
-        as with `git commit --author`. A part left None keeps git's value."""
-        current_name, current_email = self._names("AUTHOR", "author")
-        self._ident_cache[("AUTHOR", "author")] = (
-            _clean_ident(name or "") or current_name,
-            _clean_ident(email or "").strip("<>") or current_email,
-        )
-
-    def _identity(self, kind: str, section: str) -> Identity:
-        name, email = self._names(kind, section)
-        when = _parse_git_date(os.environ.get(f"GIT_{kind}_DATE"))
-        if when is None:
-            now = int(time.time())
-            when = (now, time.localtime(now).tm_gmtoff)
-        return Identity(name=name, email=email, time=when[0], tz_offset=when[1])
-
-    def _names(self, kind: str, section: str) -> tuple[str, str]:
-        """Name and email for `kind`; config is read once per repository object, since
-        reading git's config stack costs more than writing a commit."""
-        key = (kind, section)
-        cached = self._ident_cache.get(key)
-        if cached is not None:
-            return cached
-        config = self._repo.get_config_stack()
-
-        def setting(*keys: tuple[str, str]) -> str | None:
-            for sec, name in keys:
-                try:
-                    value = config.get((sec,), name)
-                except KeyError:
-                    continue
-                if value:
-                    return value.decode("utf-8", "replace")
-            return None
-
-        name = os.environ.get(f"GIT_{kind}_NAME") or setting((section, "name"), ("user", "name"))
-        email = os.environ.get(f"GIT_{kind}_EMAIL") or setting(
-            (section, "email"), ("user", "email")
-        )
-        email = email or os.environ.get("EMAIL")
-        result = (
-            _clean_ident(name) or FALLBACK_NAME,
-            _clean_ident(email).strip("<>") or FALLBACK_EMAIL,
-        )
-        self._ident_cache[key] = result
-        return result
-
 
 # -- helpers -------------------------------------------------------------------------
+
+
+def _masked(path: Path, masker: StreamMasker[bytes], copies: list[Path]) -> Path:
+    """`path` when `masker` changes nothing in it; else a masked copy beside it, added
+    to `copies` as soon as it exists (the caller removes it)."""
+    import tempfile
+
+    with path.open("rb") as fh:
+        copy = None
+        released = 0  # bytes let go, all as they were until the first mask
+        while True:
+            chunk = fh.read(_FILE_CHUNK)
+            clean = masker.feed(chunk) if chunk else masker.flush()
+            if copy is None and masker.masked:
+                fd, name = tempfile.mkstemp(prefix=".masked-", dir=path.parent)
+                copies.append(Path(name))
+                copy = os.fdopen(fd, "wb")
+                _copy_head(path, released, copy)
+            if copy is not None:
+                copy.write(clean)
+            released += len(clean)
+            if not chunk:
+                break
+        if copy is not None:
+            copy.close()
+            return copies[0]
+    return path
+
+
+def _copy_head(path: Path, size: int, out: BinaryIO) -> None:
+    """Copy the first `size` bytes of `path` to `out`."""
+    with path.open("rb") as head:
+        remaining = size
+        while remaining:
+            block = head.read(min(remaining, _FILE_CHUNK))
+            out.write(block)
+            remaining -= len(block)
 
 
 def parse_trailers(message: str) -> dict[str, str]:
@@ -1064,32 +900,6 @@ def ref_conflict_error(name: str, conflict: str) -> RepositoryError:
 
 def _one_line(message: str) -> bytes:
     return " ".join(message.split()).encode()
-
-
-def _clean_ident(value: str | None) -> str:
-    # git strips these from identities; a stray "<" or newline would corrupt the header.
-    return "".join(ch for ch in (value or "") if ch not in "<>\n\0").strip()
-
-
-def _parse_git_date(value: str | None) -> tuple[int, int] | None:
-    """GIT_*_DATE in git's internal (`[@]<epoch> <+hhmm>`) or ISO 8601 form."""
-    if not value:
-        return None
-    match = re.fullmatch(r"@?(\d+)(?:\s+([+-])(\d\d)(\d\d))?", value.strip())
-    if match:
-        offset = 0
-        if match.group(2):
-            offset = int(match.group(3)) * 3600 + int(match.group(4)) * 60
-            offset = -offset if match.group(2) == "-" else offset
-        return int(match.group(1)), offset
-    try:
-        parsed = _dt.datetime.fromisoformat(value.strip())
-    except ValueError:
-        return None
-    if parsed.tzinfo is None:
-        parsed = parsed.astimezone()
-    delta = parsed.utcoffset() or _dt.timedelta(0)
-    return int(parsed.timestamp()), int(delta.total_seconds())
 
 
 def _is_run_worktree(worktree_git_dir: Path, toplevel: Path) -> bool:

@@ -108,32 +108,8 @@ class MetaSnapshotter:
         listing = old.copy()
         changed = False
         for name, change in changes.items():
-            path = f"{where}{name.decode('utf-8', 'surrogateescape')}"
-            current = listing.entries.get(name)
-            if change is None:
-                if current is not None:
-                    listing.remove(name)
-                    changed = True
-            elif isinstance(change, bytes | StoredBlob):
-                if current is not None and current[0] == _DIR:
-                    raise StoreError(
-                        f"cannot write file {path} in {self.ref}: a directory of that name exists"
-                    )
-                sha = change.sha if isinstance(change, StoredBlob) else self._blob(change)
-                if current != (_FILE, sha):
-                    listing.put(name, _FILE, sha)
-                    changed = True
-            else:
-                if current is not None and current[0] != _DIR:
-                    raise StoreError(f"cannot write under {path}/ in {self.ref}: {path} is a file")
-                sub = self._apply(current[1] if current is not None else None, change, path + "/")
-                if sub is None:
-                    if current is not None:
-                        listing.remove(name)
-                        changed = True
-                elif current != (_DIR, sub):
-                    listing.put(name, _DIR, sub)
-                    changed = True
+            # Every change is applied: `changed` must not stop at the first.
+            changed = self._apply_entry(listing, name, change, where) or changed
         if not listing.entries:
             return None
         if tree_sha is not None and not changed:
@@ -144,6 +120,45 @@ class MetaSnapshotter:
         sha = self.repo.store_raw(b"tree", listing.raw())
         self._remember(sha, listing)
         return sha
+
+    def _apply_entry(
+        self,
+        listing: TreeListing,
+        name: bytes,
+        change: bytes | StoredBlob | _Changes | None,
+        where: str,
+    ) -> bool:
+        """Apply one entry's change to `listing` (a removal, a file, or a subtree's
+        changes); whether the listing changed."""
+        path = f"{where}{name.decode('utf-8', 'surrogateescape')}"
+        current = listing.entries.get(name)
+        if change is None:
+            if current is None:
+                return False
+            listing.remove(name)
+            return True
+        if isinstance(change, bytes | StoredBlob):
+            if current is not None and current[0] == _DIR:
+                raise StoreError(
+                    f"cannot write file {path} in {self.ref}: a directory of that name exists"
+                )
+            sha = change.sha if isinstance(change, StoredBlob) else self._blob(change)
+            if current == (_FILE, sha):
+                return False
+            listing.put(name, _FILE, sha)
+            return True
+        if current is not None and current[0] != _DIR:
+            raise StoreError(f"cannot write under {path}/ in {self.ref}: {path} is a file")
+        sub = self._apply(current[1] if current is not None else None, change, path + "/")
+        if sub is None:
+            if current is None:
+                return False
+            listing.remove(name)
+            return True
+        if current == (_DIR, sub):
+            return False
+        listing.put(name, _DIR, sub)
+        return True
 
     def _blob(self, data: bytes) -> str:
         sha = self._blob_ids.get(id(data))

@@ -362,6 +362,45 @@ def _nest(leaves: dict[bytes, tuple[int, str] | None]) -> _Changes:
     return root
 
 
+def _apply_entry(
+    repo: GitRepo,
+    listing: TreeListing,
+    name: bytes,
+    change: tuple[int, str] | _Changes | None,
+    known: dict[str, TreeListing],
+    fresh: dict[str, TreeListing],
+) -> bool:
+    """Apply one entry's change to `listing` (a removal, a file, or a subtree's
+    changes); whether the listing changed."""
+    current = listing.entries.get(name)
+    if change is None:
+        if current is None:
+            return False
+        if current[0] == _DIR:
+            raise _Conflict
+        listing.remove(name)
+        return True
+    if isinstance(change, tuple):
+        if current is not None and current[0] == _DIR:
+            raise _Conflict
+        if current == change:
+            return False
+        listing.put(name, *change)
+        return True
+    if current is not None and current[0] != _DIR:
+        raise _Conflict
+    sub = _apply(repo, current[1] if current is not None else None, change, known, fresh)
+    if sub is None:
+        if current is None:
+            return False
+        listing.remove(name)
+        return True
+    if current == (_DIR, sub):
+        return False
+    listing.put(name, _DIR, sub)
+    return True
+
+
 def _apply(
     repo: GitRepo,
     tree_sha: str | None,
@@ -382,30 +421,8 @@ def _apply(
     listing = old.copy()
     changed = False
     for name, change in changes.items():
-        current = listing.entries.get(name)
-        if change is None:
-            if current is not None:
-                if current[0] == _DIR:
-                    raise _Conflict
-                listing.remove(name)
-                changed = True
-        elif isinstance(change, tuple):
-            if current is not None and current[0] == _DIR:
-                raise _Conflict
-            if current != change:
-                listing.put(name, *change)
-                changed = True
-        else:
-            if current is not None and current[0] != _DIR:
-                raise _Conflict
-            sub = _apply(repo, current[1] if current is not None else None, change, known, fresh)
-            if sub is None:
-                if current is not None:
-                    listing.remove(name)
-                    changed = True
-            elif current != (_DIR, sub):
-                listing.put(name, _DIR, sub)
-                changed = True
+        # Every change is applied: `changed` must not stop at the first.
+        changed = _apply_entry(repo, listing, name, change, known, fresh) or changed
     if not listing.entries:
         return None
     if tree_sha is not None and not changed:

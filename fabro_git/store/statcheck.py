@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Collection
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -179,73 +180,99 @@ def scan(worktree: Path, stamp: tuple[int, int] | None, *, limit: int) -> Worktr
     entries = index.entries
     keys = _stat_keys(index)
     result = WorktreeChanges(index)
-    changed, added = result.changed, result.added
-    index_mtime = stamp[0]
     seen = 0
     stack = [b""]
     root = os.fsencode(worktree)
-    is_dir, is_reg, is_link = stat.S_ISDIR, stat.S_ISREG, stat.S_ISLNK
-    # One pass of a Python loop per file of the worktree: what it does per file is
-    # kept to the `lstat` and one tuple comparison.
     while stack:
         rel = stack.pop()
+        if rel in entries:
+            return None  # a file or link that became a directory
         try:
             with os.scandir(os.path.join(root, rel) if rel else root) as it:
-                dir_entries = list(it)
+                listed = list(it)
         except OSError:
             return None
-        prefix = rel + b"/" if rel else b""
-        for found in dir_entries:
-            name = found.name  # bytes: the directory was named in bytes
-            if name == b".git":
-                if not rel:
-                    continue
-                return None  # a nested repository: git decides whether it is a gitlink
-            relpath = prefix + name
-            try:
-                st = found.stat(follow_symlinks=False)
-            except OSError:
-                return None
-            mode = st.st_mode
-            if is_dir(mode):
-                if relpath in entries:
-                    return None  # a file or link that became a directory
-                stack.append(relpath)
-                continue
-            if not (is_reg(mode) or is_link(mode)):
-                return None
-            if name == b".gitignore":
-                result.ignore_files.append(relpath)
-            elif name == b".gitattributes":
-                result.attribute_files.append(relpath)
-            key = keys.get(relpath)
-            if key is None:
-                added[relpath] = st
-            else:
-                seen += 1
-                # Unchanged only when the stat data certainly match what git recorded,
-                # by git's own rules: "racily clean" included (an mtime not older than
-                # the index proves nothing), an inode only when git recorded one.
-                if st.st_mtime_ns < index_mtime and key == (
-                    st.st_size & 0xFFFFFFFF,
-                    st.st_mtime_ns // 1000,
-                    st.st_ctime_ns // 1000,
-                    2 if is_link(mode) else (1 if mode & 0o100 else 0),
-                    st.st_ino & 0xFFFFFFFF if key[4] else 0,
-                ):
-                    continue
-                changed[relpath] = st
-            if len(changed) + len(added) > limit:
-                return None
-    if seen != len(entries):
-        for relpath in entries:
-            if not os.path.lexists(os.path.join(root, relpath)):
-                result.deleted.append(relpath)
-                if result.count > limit:
-                    return None
-        if seen + len(result.deleted) != len(entries):
-            return None  # a path both seen and missing: a directory in the way
+        counted = _compare_directory(listed, rel, keys, result, stamp[0], stack, limit)
+        if counted is None:
+            return None
+        seen += counted
+    if seen != len(entries) and not _find_deleted(root, entries, result, seen, limit):
+        return None
     return result
+
+
+def _compare_directory(
+    listed: list[os.DirEntry[bytes]],
+    rel: bytes,
+    keys: dict[bytes, tuple[int, int, int, int, int]],
+    result: WorktreeChanges,
+    index_mtime: int,
+    subdirectories: list[bytes],
+    limit: int,
+) -> int | None:
+    """Sort the files of one directory into `result` (its subdirectories onto
+    `subdirectories`); the number of index entries found, or None when only git can
+    say."""
+    changed, added = result.changed, result.added
+    is_dir, is_reg, is_link = stat.S_ISDIR, stat.S_ISREG, stat.S_ISLNK
+    prefix = rel + b"/" if rel else b""
+    seen = 0
+    # One pass of a Python loop per file of the worktree: what it does per file is
+    # kept to the `lstat` and one tuple comparison.
+    for found in listed:
+        name = found.name  # bytes: the directory was named in bytes
+        if name == b".git":
+            if rel:
+                return None  # a nested repository: git decides whether it is a gitlink
+            continue
+        relpath = prefix + name
+        try:
+            st = found.stat(follow_symlinks=False)
+        except OSError:
+            return None
+        mode = st.st_mode
+        if is_dir(mode):
+            subdirectories.append(relpath)
+            continue
+        if not (is_reg(mode) or is_link(mode)):
+            return None
+        if name == b".gitignore":
+            result.ignore_files.append(relpath)
+        elif name == b".gitattributes":
+            result.attribute_files.append(relpath)
+        key = keys.get(relpath)
+        if key is None:
+            added[relpath] = st
+        else:
+            seen += 1
+            # Unchanged only when the stat data certainly match what git recorded,
+            # by git's own rules: "racily clean" included (an mtime not older than
+            # the index proves nothing), an inode only when git recorded one.
+            if st.st_mtime_ns < index_mtime and key == (
+                st.st_size & 0xFFFFFFFF,
+                st.st_mtime_ns // 1000,
+                st.st_ctime_ns // 1000,
+                2 if is_link(mode) else (1 if mode & 0o100 else 0),
+                st.st_ino & 0xFFFFFFFF if key[4] else 0,
+            ):
+                continue
+            changed[relpath] = st
+        if len(changed) + len(added) > limit:
+            return None
+    return seen
+
+
+def _find_deleted(
+    root: bytes, entries: Collection[bytes], result: WorktreeChanges, seen: int, limit: int
+) -> bool:
+    """Add the index's paths that are gone from the worktree to `result`; False when
+    only git can say (too many, or a path both seen and missing)."""
+    for relpath in entries:
+        if not os.path.lexists(os.path.join(root, relpath)):
+            result.deleted.append(relpath)
+            if result.count > limit:
+                return False
+    return seen + len(result.deleted) == len(entries)  # else a directory in the way
 
 
 # What the index says of each path, in the form an `lstat` is compared with, kept per

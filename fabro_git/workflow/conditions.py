@@ -19,8 +19,9 @@ is parsed, so validation reports them.
 from __future__ import annotations
 
 import functools
+import operator
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -354,16 +355,23 @@ def _clause(
             return compile_pattern(value).search(left) is not None
         except PatternError:
             return False
-    a, b = _number(left), _number(value)
+    return _compare(clause.op, left, value)
+
+
+_ORDER: dict[str, Callable[[float, float], bool]] = {
+    ">": operator.gt,
+    "<": operator.lt,
+    ">=": operator.ge,
+    "<=": operator.le,
+}
+
+
+def _compare(op: str, left: str, right: str) -> bool:
+    """`left op right` as numbers; false when either is not one."""
+    a, b = _number(left), _number(right)
     if a is None or b is None:
         return False
-    if clause.op == ">":
-        return a > b
-    if clause.op == "<":
-        return a < b
-    if clause.op == ">=":
-        return a >= b
-    return a <= b
+    return _ORDER.get(op, operator.le)(a, b)
 
 
 def _eval(expr: Expr, outcome: str, preferred_label: str, context: Mapping[str, object]) -> bool:

@@ -16,6 +16,7 @@ reference literally or splits the value into words, and never runs it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 PLAIN = "plain"  # unquoted, or in $(...) / `...`
@@ -29,6 +30,7 @@ _ARITH = "arith"  # $(( ... ))
 _BACKTICK = "backtick"
 _COMMENT = "comment"
 _WORD_BREAK = " \t\n;&|()<>"
+_AGAIN = -1
 
 
 @dataclass
@@ -80,51 +82,63 @@ class ShellQuoting:
                     return
                 continue
             i = self._pos
-            char = text[i]
             top = self._stack[-1] if self._stack else PLAIN
-            step = 1
-            if top == _COMMENT:
-                if char == "\n":
-                    self._stack.pop()
-                    continue
-            elif top == SINGLE:
-                if char == "'":
-                    self._stack.pop()
-            elif top == ANSI:
-                if char == "\\":
-                    step = 2
-                elif char == "'":
-                    self._stack.pop()
-            elif top == DOUBLE:
-                if char == "\\":
-                    step = 2
-                elif char == '"':
-                    self._stack.pop()
-                elif char == "`":
-                    self._stack.append(_BACKTICK)
-                elif char == "$" and text.startswith("$(", i):
-                    step = self._open_paren(i)
-            elif top == _ARITH:
-                if char == "(":
-                    self._depth[-1] += 1
-                elif char == ")":
-                    if self._depth[-1] == 0:
-                        if i + 1 >= len(text):
-                            return
-                        self._stack.pop()
-                        self._depth.pop()
-                        step = 2
-                    else:
-                        self._depth[-1] -= 1
-            else:
-                step = self._plain(i, char, top)
+            inside = _INSIDE.get(top)
+            step = inside(self, i, text[i]) if inside else self._plain(i, text[i], top)
+            if step == _AGAIN:
+                continue
             if step <= 0:
                 return
             self._pos = i + step
 
+    # One step inside each kind of quoting: how far to move on (0 waits for more text,
+    # _AGAIN looks at the same character in the state it has just changed to).
+
+    def _in_comment(self, i: int, char: str) -> int:
+        if char == "\n":
+            self._stack.pop()
+            return _AGAIN
+        return 1
+
+    def _in_single(self, i: int, char: str) -> int:
+        if char == "'":
+            self._stack.pop()
+        return 1
+
+    def _in_ansi(self, i: int, char: str) -> int:
+        if char == "\\":
+            return 2
+        if char == "'":
+            self._stack.pop()
+        return 1
+
+    def _in_double(self, i: int, char: str) -> int:
+        if char == "\\":
+            return 2
+        if char == '"':
+            self._stack.pop()
+        elif char == "`":
+            self._stack.append(_BACKTICK)
+        elif char == "$" and self.text.startswith("$(", i):
+            return self._open_paren(i)
+        return 1
+
+    def _in_arith(self, i: int, char: str) -> int:
+        if char == "(":
+            self._depth[-1] += 1
+        elif char == ")":
+            if self._depth[-1] != 0:
+                self._depth[-1] -= 1
+                return 1
+            if i + 1 >= len(self.text):
+                return 0
+            self._stack.pop()
+            self._depth.pop()
+            return 2
+        return 1
+
     def _plain(self, i: int, char: str, top: str) -> int:
         """One step in unquoted text (top level, $(...) or `...`); 0 waits for more."""
-        text = self.text
         if char == "\\":
             return 2
         if char == "'":
@@ -132,21 +146,32 @@ class ShellQuoting:
         elif char == '"':
             self._stack.append(DOUBLE)
         elif char == "$":
-            if i + 1 >= len(text):
-                return 0
-            if text[i + 1] == "'":
-                self._stack.append(ANSI)
-                return 2
-            if text[i + 1] == "(":
-                return self._open_paren(i)
+            return self._dollar(i)
         elif char == "`":
             if top == _BACKTICK:
                 self._stack.pop()
             else:
                 self._stack.append(_BACKTICK)
-        elif char == "#" and (i == 0 or text[i - 1] in _WORD_BREAK):
+        elif char == "#" and (i == 0 or self.text[i - 1] in _WORD_BREAK):
             self._stack.append(_COMMENT)
-        elif char == "(" and top == _SUBST:
+        else:
+            return self._plain_structure(i, char, top)
+        return 1
+
+    def _dollar(self, i: int) -> int:
+        text = self.text
+        if i + 1 >= len(text):
+            return 0
+        if text[i + 1] == "'":
+            self._stack.append(ANSI)
+            return 2
+        if text[i + 1] == "(":
+            return self._open_paren(i)
+        return 1
+
+    def _plain_structure(self, i: int, char: str, top: str) -> int:
+        """Parentheses of a $(...), a here-document operator, the end of a line."""
+        if char == "(" and top == _SUBST:
             self._depth[-1] += 1
         elif char == ")" and top == _SUBST:
             if self._depth[-1] == 0:
@@ -154,7 +179,7 @@ class ShellQuoting:
                 self._depth.pop()
             else:
                 self._depth[-1] -= 1
-        elif char == "<" and text.startswith("<<", i):
+        elif char == "<" and self.text.startswith("<<", i):
             return self._heredoc_operator(i)
         elif char == "\n" and self._pending:
             self._heredoc = self._pending.pop(0)
@@ -229,3 +254,13 @@ def reference(variable: str, state: str) -> str | None:
     if state == HEREDOC_QUOTED:
         return None
     return "${" + variable + "}"
+
+
+# The step for each quoting state; any other state scans as plain text.
+_INSIDE: dict[str, Callable[[ShellQuoting, int, str], int]] = {
+    _COMMENT: ShellQuoting._in_comment,
+    SINGLE: ShellQuoting._in_single,
+    ANSI: ShellQuoting._in_ansi,
+    DOUBLE: ShellQuoting._in_double,
+    _ARITH: ShellQuoting._in_arith,
+}

@@ -294,24 +294,36 @@ def _substitute(
                 )
             out.append("{%" + part + "%}")
         else:
-            name, literal = _expression(part)
-            if literal is not None:
-                out.append(literal)
-            elif (replacement := value(name, offset, out)) is not None:
-                out.append(replacement)
-            elif strict:
-                if _INPUT_RE.match(name):
-                    raise TemplateError(
-                        f"undefined input {{{{ {name} }}}}: pass it with -V {name[7:]}=VALUE",
-                        offset=offset,
-                    )
-                raise TemplateError(
-                    f"unknown template variable {{{{ {name} }}}}: only goal and inputs.NAME exist",
-                    offset=offset,
-                )
-            else:
-                out.append("{{" + part + "}}")
+            out.append(_expression_value(part, offset, value, out, strict=strict))
     return "".join(out)
+
+
+def _expression_value(
+    part: str,
+    offset: int,
+    value: Callable[[str, int, list[str]], str | None],
+    out: list[str],
+    *,
+    strict: bool,
+) -> str:
+    """What `{{ part }}` renders as; not strict, an unknown name stays as written."""
+    name, literal = _expression(part)
+    if literal is not None:
+        return literal
+    replacement = value(name, offset, out)
+    if replacement is not None:
+        return replacement
+    if not strict:
+        return "{{" + part + "}}"
+    if _INPUT_RE.match(name):
+        raise TemplateError(
+            f"undefined input {{{{ {name} }}}}: pass it with -V {name[7:]}=VALUE",
+            offset=offset,
+        )
+    raise TemplateError(
+        f"unknown template variable {{{{ {name} }}}}: only goal and inputs.NAME exist",
+        offset=offset,
+    )
 
 
 def template_variables(text: str) -> set[str]:

@@ -10,10 +10,9 @@ stream that ends without the provider's closing event is a dropped stream.
 from __future__ import annotations
 
 import email.utils
-import math
 import time
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import msgspec
 import trio
@@ -34,7 +33,9 @@ from fabro_git.llm.errors import (
     StreamDropped,
     Timeout,
 )
-from fabro_git.llm.types import EventSink, Request, Response, StreamEvent, Target, ToolCall
+from fabro_git.llm.types import Request, Response, Target, ToolCall
+
+_Item = TypeVar("_Item")
 
 # A local server ignores the key, but the OpenAI client insists on one.
 _PLACEHOLDER_KEY = "unused"
@@ -75,62 +76,27 @@ async def ensure_sdk(api: catalogue.Api) -> None:
     """`load_sdk` in a worker thread the first time, so the trio loop keeps running."""
     import sys
 
-    import trio
-
     if ("anthropic" if api == "anthropic" else "openai") not in sys.modules:
         await trio.to_thread.run_sync(load_sdk, api)
 
 
-Adapter = Callable[[Connection, Target, Request, EventSink], Awaitable[Response]]
-
-
-async def stream(
-    connection: Connection, target: Target, request: Request, sink: EventSink
-) -> Response:
-    """Run one attempt through the adapter for the provider's protocol."""
-    adapter: Adapter
-    if connection.provider.api == "anthropic":
-        from fabro_git.llm.providers.anthropic import stream as adapter
-    elif connection.provider.api == "openai-responses":
-        from fabro_git.llm.providers.openai_responses import stream as adapter
-    else:
-        from fabro_git.llm.providers.chat_completions import stream as adapter
-    idle = request.idle_timeout
-    if idle is None:
-        return await _attempt(adapter, connection, target, request, sink)
-    # The SDK's read timeout (`client_timeout`) bounds each read of the body, but a
-    # server that drips its headers a byte at a time never lets one read wait long:
-    # the wait for the response, up to its first event, has this deadline of its own.
-    with trio.CancelScope(deadline=trio.current_time() + idle) as waiting:
-
-        async def answered(event: StreamEvent) -> None:
-            waiting.deadline = math.inf
-            await sink(event)
-
-        return await _attempt(adapter, connection, target, request, answered)
-    raise Timeout(
-        f"no response from the provider within {idle:g}s (stream_idle_timeout)",
-        provider=target.provider,
-        model=target.model,
-    )
-
-
-async def _attempt(
-    adapter: Adapter,
-    connection: Connection,
-    target: Target,
-    request: Request,
-    sink: EventSink,
-) -> Response:
-    try:
-        return await adapter(connection, target, request, sink)
-    except LlmError:
-        raise
-    except Exception as exc:
-        translated = translate(exc, target)
-        if translated is None:
-            raise
-        raise translated from exc
+async def read_to_end(
+    items: AsyncIterable[_Item], handle: Callable[[_Item], Awaitable[None]]
+) -> None:
+    """Give each item of a stream to `handle`, and raise the first `LlmError` it raises
+    once the stream has ended: after a failure the rest is read without being handled,
+    so the SDK's async generators finish instead of being abandoned (trio reports
+    those)."""
+    failure: LlmError | None = None
+    async for item in items:
+        if failure is not None:
+            continue
+        try:
+            await handle(item)
+        except LlmError as err:
+            failure = err
+    if failure is not None:
+        raise failure
 
 
 def client_timeout(request: Request) -> Any:

@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabro_git.llm.errors import LlmError, StreamDropped
-from fabro_git.llm.providers import Connection, client_timeout, stream_events, tool_call
+from fabro_git.llm.errors import StreamDropped
+from fabro_git.llm.providers import (
+    Connection,
+    client_timeout,
+    read_to_end,
+    stream_events,
+    tool_call,
+)
 from fabro_git.llm.types import (
     Completed,
     EventSink,
@@ -117,98 +123,110 @@ async def stream(
             )
 
 
+class _Reply:
+    """What the stream has said so far, event by event."""
+
+    def __init__(self, sink: EventSink, text: ReplyText) -> None:
+        self.sink = sink
+        self.text = text
+        self.reasoning: list[str] = []
+        self.signature: str | None = None
+        self.calls: list[ToolCall] = []
+        self.open_tools: dict[int, dict[str, Any]] = {}
+        self.response_id: str | None = None
+        self.stop: str | None = None
+        self.input_tokens = self.output_tokens = self.thinking_tokens = 0
+        self.cache_read = self.cache_write = 0
+        self.finished = False
+
+    async def handle(self, event: Any) -> None:
+        kind = event.type
+        if kind == "message_start":
+            self.message_start(event.message)
+        elif kind == "content_block_start":
+            await self.block_start(event.index, event.content_block)
+        elif kind == "content_block_delta":
+            await self.block_delta(event.index, event.delta)
+        elif kind == "content_block_stop" and event.index in self.open_tools:
+            tool = self.open_tools.pop(event.index)
+            call = tool_call(tool["id"], tool["name"], tool["json"])
+            self.calls.append(call)
+            await self.sink(ToolCallReady(call))
+        elif kind == "message_delta":
+            self.stop = event.delta.stop_reason or self.stop
+            self.message_usage(event.usage)
+        elif kind == "message_stop":
+            self.finished = True
+
+    def message_start(self, message: Any) -> None:
+        self.response_id = message.id
+        usage = message.usage
+        self.input_tokens = usage.input_tokens or 0
+        self.cache_read = usage.cache_read_input_tokens or 0
+        self.cache_write = usage.cache_creation_input_tokens or 0
+        self.output_tokens = usage.output_tokens or 0
+
+    async def block_start(self, index: int, block: Any) -> None:
+        if block.type == "tool_use":
+            self.open_tools[index] = {"id": block.id, "name": block.name, "json": ""}
+        elif block.type == "text" and block.text:
+            await self.text.add(block.text)
+            await self.sink(TextDelta(block.text))
+        elif block.type == "thinking" and block.thinking:
+            self.reasoning.append(block.thinking)
+            await self.sink(ReasoningDelta(block.thinking))
+
+    async def block_delta(self, index: int, delta: Any) -> None:
+        if delta.type == "text_delta":
+            await self.text.add(delta.text)
+            await self.sink(TextDelta(delta.text))
+        elif delta.type == "thinking_delta":
+            self.reasoning.append(delta.thinking)
+            await self.sink(ReasoningDelta(delta.thinking))
+        elif delta.type == "signature_delta":
+            self.signature = delta.signature
+        elif delta.type == "input_json_delta" and index in self.open_tools:
+            self.open_tools[index]["json"] += delta.partial_json
+
+    def message_usage(self, usage: Any) -> None:
+        """The final counts of `message_delta`; a count it leaves out keeps its value."""
+        self.output_tokens = usage.output_tokens or self.output_tokens
+        self.input_tokens = usage.input_tokens or self.input_tokens
+        self.cache_read = usage.cache_read_input_tokens or self.cache_read
+        self.cache_write = usage.cache_creation_input_tokens or self.cache_write
+        details = getattr(usage, "output_tokens_details", None)
+        if details is not None:
+            self.thinking_tokens = getattr(details, "thinking_tokens", 0) or 0
+
+    def response(self, target: Target) -> Response:
+        return Response(
+            target=target,
+            **self.text.fields(),
+            tool_calls=tuple(self.calls),
+            usage=Usage(
+                input_tokens=self.input_tokens + self.cache_read + self.cache_write,
+                output_tokens=self.output_tokens,
+                reasoning_tokens=self.thinking_tokens,
+                cache_read_tokens=self.cache_read,
+                cache_write_tokens=self.cache_write,
+            ),
+            stop_reason=_STOP.get(self.stop or "", "other"),
+            provider_stop_reason=self.stop,
+            reasoning="".join(self.reasoning) or None,
+            reasoning_signature=self.signature,
+            response_id=self.response_id,
+        )
+
+
 async def _consume(events: Any, target: Target, sink: EventSink, text: ReplyText) -> Response:
-    reasoning: list[str] = []
-    signature: str | None = None
-    calls: list[ToolCall] = []
-    open_tools: dict[int, dict[str, Any]] = {}
-    response_id: str | None = None
-    stop: str | None = None
-    input_tokens = output_tokens = thinking_tokens = cache_read = cache_write = 0
-    finished = False
-    # After a failure, read on to the end of the stream without handling more: the
-    # SDK's async generators then finish instead of being abandoned (trio reports those).
-    failure: LlmError | None = None
-    async for event in events:
-        if failure is not None:
-            continue
-        try:
-            kind = event.type
-            if kind == "message_start":
-                response_id = event.message.id
-                usage = event.message.usage
-                input_tokens = usage.input_tokens or 0
-                cache_read = usage.cache_read_input_tokens or 0
-                cache_write = usage.cache_creation_input_tokens or 0
-                output_tokens = usage.output_tokens or 0
-            elif kind == "content_block_start":
-                block = event.content_block
-                if block.type == "tool_use":
-                    open_tools[event.index] = {"id": block.id, "name": block.name, "json": ""}
-                elif block.type == "text" and block.text:
-                    await text.add(block.text)
-                    await sink(TextDelta(block.text))
-                elif block.type == "thinking" and block.thinking:
-                    reasoning.append(block.thinking)
-                    await sink(ReasoningDelta(block.thinking))
-            elif kind == "content_block_delta":
-                delta = event.delta
-                if delta.type == "text_delta":
-                    await text.add(delta.text)
-                    await sink(TextDelta(delta.text))
-                elif delta.type == "thinking_delta":
-                    reasoning.append(delta.thinking)
-                    await sink(ReasoningDelta(delta.thinking))
-                elif delta.type == "signature_delta":
-                    signature = delta.signature
-                elif delta.type == "input_json_delta" and event.index in open_tools:
-                    open_tools[event.index]["json"] += delta.partial_json
-            elif kind == "content_block_stop" and event.index in open_tools:
-                tool = open_tools.pop(event.index)
-                call = tool_call(tool["id"], tool["name"], tool["json"])
-                calls.append(call)
-                await sink(ToolCallReady(call))
-            elif kind == "message_delta":
-                stop = event.delta.stop_reason or stop
-                usage = event.usage
-                output_tokens = usage.output_tokens or output_tokens
-                if usage.input_tokens:
-                    input_tokens = usage.input_tokens
-                if usage.cache_read_input_tokens:
-                    cache_read = usage.cache_read_input_tokens
-                if usage.cache_creation_input_tokens:
-                    cache_write = usage.cache_creation_input_tokens
-                details = getattr(usage, "output_tokens_details", None)
-                if details is not None:
-                    thinking_tokens = getattr(details, "thinking_tokens", 0) or 0
-            elif kind == "message_stop":
-                finished = True
-        except LlmError as err:
-            failure = err
-    if failure is not None:
-        raise failure
-    if not finished:
+    reply = _Reply(sink, text)
+    await read_to_end(events, reply.handle)
+    if not reply.finished:
         raise StreamDropped(
             "the response stream ended before message_stop",
             provider=target.provider,
             model=target.model,
         )
-    response = Response(
-        target=target,
-        **text.fields(),
-        tool_calls=tuple(calls),
-        usage=Usage(
-            input_tokens=input_tokens + cache_read + cache_write,
-            output_tokens=output_tokens,
-            reasoning_tokens=thinking_tokens,
-            cache_read_tokens=cache_read,
-            cache_write_tokens=cache_write,
-        ),
-        stop_reason=_STOP.get(stop or "", "other"),
-        provider_stop_reason=stop,
-        reasoning="".join(reasoning) or None,
-        reasoning_signature=signature,
-        response_id=response_id,
-    )
+    response = reply.response(target)
     await sink(Completed(response))
     return response

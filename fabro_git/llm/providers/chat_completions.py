@@ -12,13 +12,14 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fabro_git.llm.errors import LlmError, StreamDropped
+from fabro_git.llm.errors import StreamDropped
 from fabro_git.llm.providers import (
     Connection,
     client_timeout,
     error_code,
     error_message,
     from_status,
+    read_to_end,
     tool_call,
     translate,
 )
@@ -144,104 +145,118 @@ async def stream(
             raise translated from exc
 
 
+class _Reply:
+    """What the stream has said so far, chunk by chunk."""
+
+    def __init__(self, target: Target, sink: EventSink, text: ReplyText) -> None:
+        self.target = target
+        self.sink = sink
+        self.text = text
+        self.reasoning: list[str] = []
+        self.tools: dict[int, dict[str, str]] = {}
+        self.extras: dict[int, dict[str, Any]] = {}
+        self.finish: str | None = None
+        self.usage: dict[str, Any] = {}
+        self.response_id: str | None = None
+        self.event: str | None = None
+
+    async def line(self, line: str) -> None:
+        """One line of the SSE body: an `event:` name, or a `data:` chunk."""
+        if line.startswith("event:"):
+            self.event = line[6:].strip()
+            return
+        if not line.startswith("data:"):
+            return
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return  # read on to the end of the body
+        chunk = json.loads(data)
+        if self.event == "error" or (isinstance(chunk, dict) and "error" in chunk):
+            raise from_status(
+                self.target,
+                status=None,
+                code=error_code(chunk),
+                message=error_message(chunk) or data,
+                headers={},
+            )
+        self.event = None
+        self.response_id = self.response_id or chunk.get("id")
+        self.usage = chunk.get("usage") or self.usage
+        for choice in (chunk.get("choices") or [])[:1]:
+            await self.choice(choice)
+
+    async def choice(self, choice: dict[str, Any]) -> None:
+        delta = choice.get("delta") or {}
+        thought = delta.get("reasoning_content") or delta.get("reasoning")
+        if isinstance(thought, str) and thought:
+            self.reasoning.append(thought)
+            await self.sink(ReasoningDelta(thought))
+        content = delta.get("content")
+        if content:
+            await self.text.add(content)
+            await self.sink(TextDelta(content))
+        for part in delta.get("tool_calls") or ():
+            self.tool_part(part)
+        if choice.get("finish_reason"):
+            self.finish = choice["finish_reason"]
+
+    def tool_part(self, part: dict[str, Any]) -> None:
+        slot = self.tools.setdefault(part.get("index", 0), {"id": "", "name": "", "arguments": ""})
+        if part.get("id"):
+            slot["id"] = part["id"]
+        if isinstance(part.get("extra_content"), dict):
+            self.extras[part.get("index", 0)] = part["extra_content"]
+        function = part.get("function") or {}
+        slot["name"] += function.get("name") or ""
+        slot["arguments"] += function.get("arguments") or ""
+
+    async def tool_calls(self) -> list[ToolCall]:
+        calls: list[ToolCall] = []
+        for index in sorted(self.tools):
+            slot = self.tools[index]
+            call = tool_call(
+                slot["id"] or f"call_{index}",
+                slot["name"],
+                slot["arguments"],
+                extra=self.extras.get(index),
+            )
+            calls.append(call)
+            await self.sink(ToolCallReady(call))
+        return calls
+
+    def response(self, finish: str, calls: list[ToolCall]) -> Response:
+        usage = self.usage
+        prompt_details = usage.get("prompt_tokens_details") or {}
+        completion_details = usage.get("completion_tokens_details") or {}
+        return Response(
+            target=self.target,
+            **self.text.fields(),
+            tool_calls=tuple(calls),
+            usage=Usage(
+                input_tokens=usage.get("prompt_tokens") or 0,
+                output_tokens=usage.get("completion_tokens") or 0,
+                reasoning_tokens=completion_details.get("reasoning_tokens") or 0,
+                cache_read_tokens=prompt_details.get("cached_tokens") or 0,
+                cache_write_tokens=prompt_details.get("cache_write_tokens") or 0,
+            ),
+            stop_reason=_STOP.get(finish, "other"),
+            provider_stop_reason=finish,
+            reasoning="".join(self.reasoning) or None,
+            response_id=self.response_id,
+        )
+
+
 async def _consume(
     lines: AsyncIterator[str], target: Target, sink: EventSink, text: ReplyText
 ) -> Response:
-    reasoning: list[str] = []
-    tools: dict[int, dict[str, str]] = {}
-    extras: dict[int, dict[str, Any]] = {}
-    finish: str | None = None
-    usage: dict[str, Any] = {}
-    response_id: str | None = None
-    event: str | None = None
-    # After a failure, read on to the end of the stream without handling more: the
-    # SDK's async generators then finish instead of being abandoned (trio reports those).
-    failure: LlmError | None = None
-    async for line in lines:
-        if failure is not None:
-            continue
-        try:
-            if line.startswith("event:"):
-                event = line[6:].strip()
-                continue
-            if not line.startswith("data:"):
-                continue
-            data = line[5:].strip()
-            if data == "[DONE]":
-                continue  # read on to the end of the body
-            chunk = json.loads(data)
-            if event == "error" or (isinstance(chunk, dict) and "error" in chunk):
-                raise from_status(
-                    target,
-                    status=None,
-                    code=error_code(chunk),
-                    message=error_message(chunk) or data,
-                    headers={},
-                )
-            event = None
-            response_id = response_id or chunk.get("id")
-            usage = chunk.get("usage") or usage
-            for choice in (chunk.get("choices") or [])[:1]:
-                delta = choice.get("delta") or {}
-                thought = delta.get("reasoning_content") or delta.get("reasoning")
-                if isinstance(thought, str) and thought:
-                    reasoning.append(thought)
-                    await sink(ReasoningDelta(thought))
-                content = delta.get("content")
-                if content:
-                    await text.add(content)
-                    await sink(TextDelta(content))
-                for part in delta.get("tool_calls") or ():
-                    slot = tools.setdefault(
-                        part.get("index", 0), {"id": "", "name": "", "arguments": ""}
-                    )
-                    if part.get("id"):
-                        slot["id"] = part["id"]
-                    if isinstance(part.get("extra_content"), dict):
-                        extras[part.get("index", 0)] = part["extra_content"]
-                    function = part.get("function") or {}
-                    slot["name"] += function.get("name") or ""
-                    slot["arguments"] += function.get("arguments") or ""
-                if choice.get("finish_reason"):
-                    finish = choice["finish_reason"]
-        except LlmError as err:
-            failure = err
-    if failure is not None:
-        raise failure
-    if finish is None:
+    reply = _Reply(target, sink, text)
+    await read_to_end(lines, reply.line)
+    if reply.finish is None:
         raise StreamDropped(
             "the response stream ended without a finish_reason",
             provider=target.provider,
             model=target.model,
         )
-    calls: list[ToolCall] = []
-    for index in sorted(tools):
-        slot = tools[index]
-        call = tool_call(
-            slot["id"] or f"call_{index}",
-            slot["name"],
-            slot["arguments"],
-            extra=extras.get(index),
-        )
-        calls.append(call)
-        await sink(ToolCallReady(call))
-    prompt_details = usage.get("prompt_tokens_details") or {}
-    completion_details = usage.get("completion_tokens_details") or {}
-    response = Response(
-        target=target,
-        **text.fields(),
-        tool_calls=tuple(calls),
-        usage=Usage(
-            input_tokens=usage.get("prompt_tokens") or 0,
-            output_tokens=usage.get("completion_tokens") or 0,
-            reasoning_tokens=completion_details.get("reasoning_tokens") or 0,
-            cache_read_tokens=prompt_details.get("cached_tokens") or 0,
-            cache_write_tokens=prompt_details.get("cache_write_tokens") or 0,
-        ),
-        stop_reason=_STOP.get(finish, "other"),
-        provider_stop_reason=finish,
-        reasoning="".join(reasoning) or None,
-        response_id=response_id,
-    )
+    response = reply.response(reply.finish, await reply.tool_calls())
     await sink(Completed(response))
     return response

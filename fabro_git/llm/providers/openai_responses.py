@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabro_git.llm.errors import LlmError, StreamDropped
+from fabro_git.llm.errors import StreamDropped
 from fabro_git.llm.providers import (
     Connection,
     client_timeout,
     from_status,
+    read_to_end,
     stream_events,
     tool_call,
 )
@@ -108,82 +109,87 @@ async def stream(
             )
 
 
+class _Reply:
+    """What the stream has said so far, event by event."""
+
+    def __init__(self, target: Target, sink: EventSink, text: ReplyText) -> None:
+        self.target = target
+        self.sink = sink
+        self.text = text
+        self.reasoning: list[str] = []
+        self.calls: list[ToolCall] = []
+        self.arguments: dict[str, str] = {}
+        self.final: Any = None
+
+    async def handle(self, event: Any) -> None:
+        kind = event.type
+        if kind == "response.output_text.delta":
+            await self.text.add(event.delta)
+            await self.sink(TextDelta(event.delta))
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            self.reasoning.append(event.delta)
+            await self.sink(ReasoningDelta(event.delta))
+        elif kind == "response.function_call_arguments.delta":
+            self.arguments[event.item_id] = self.arguments.get(event.item_id, "") + event.delta
+        elif kind == "response.output_item.done" and event.item.type == "function_call":
+            item = event.item
+            raw = item.arguments or self.arguments.get(item.id or "", "")
+            call = tool_call(item.call_id, item.name, raw)
+            self.calls.append(call)
+            await self.sink(ToolCallReady(call))
+        elif kind in ("response.completed", "response.incomplete"):
+            self.final = event.response
+        elif kind == "response.failed":
+            error = event.response.error
+            raise from_status(
+                self.target,
+                status=None,
+                code=getattr(error, "code", None),
+                message=getattr(error, "message", None) or "the response failed",
+                headers={},
+            )
+        elif kind == "error":
+            raise from_status(
+                self.target, status=None, code=event.code, message=event.message, headers={}
+            )
+
+    def response(self, final: Any) -> Response:
+        usage = final.usage
+        stop: StopReason = "tool_use" if self.calls else "end_turn"
+        provider_stop = final.status
+        if final.status == "incomplete":
+            reason = getattr(final.incomplete_details, "reason", None)
+            provider_stop = reason or "incomplete"
+            stop = "content_filter" if reason == "content_filter" else "max_tokens"
+        input_details = getattr(usage, "input_tokens_details", None) if usage else None
+        output_details = getattr(usage, "output_tokens_details", None) if usage else None
+        return Response(
+            target=self.target,
+            **self.text.fields(),
+            tool_calls=tuple(self.calls),
+            usage=Usage(
+                input_tokens=usage.input_tokens if usage else 0,
+                output_tokens=usage.output_tokens if usage else 0,
+                reasoning_tokens=getattr(output_details, "reasoning_tokens", 0) or 0,
+                cache_read_tokens=getattr(input_details, "cached_tokens", 0) or 0,
+                cache_write_tokens=getattr(input_details, "cache_write_tokens", 0) or 0,
+            ),
+            stop_reason=stop,
+            provider_stop_reason=provider_stop,
+            reasoning="".join(self.reasoning) or None,
+            response_id=final.id,
+        )
+
+
 async def _consume(events: Any, target: Target, sink: EventSink, text: ReplyText) -> Response:
-    reasoning: list[str] = []
-    calls: list[ToolCall] = []
-    arguments: dict[str, str] = {}
-    final: Any = None
-    # After a failure, read on to the end of the stream without handling more: the
-    # SDK's async generators then finish instead of being abandoned (trio reports those).
-    failure: LlmError | None = None
-    async for event in events:
-        if failure is not None:
-            continue
-        try:
-            kind = event.type
-            if kind == "response.output_text.delta":
-                await text.add(event.delta)
-                await sink(TextDelta(event.delta))
-            elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
-                reasoning.append(event.delta)
-                await sink(ReasoningDelta(event.delta))
-            elif kind == "response.function_call_arguments.delta":
-                arguments[event.item_id] = arguments.get(event.item_id, "") + event.delta
-            elif kind == "response.output_item.done" and event.item.type == "function_call":
-                item = event.item
-                raw = item.arguments or arguments.get(item.id or "", "")
-                call = tool_call(item.call_id, item.name, raw)
-                calls.append(call)
-                await sink(ToolCallReady(call))
-            elif kind in ("response.completed", "response.incomplete"):
-                final = event.response
-            elif kind == "response.failed":
-                error = event.response.error
-                raise from_status(
-                    target,
-                    status=None,
-                    code=getattr(error, "code", None),
-                    message=getattr(error, "message", None) or "the response failed",
-                    headers={},
-                )
-            elif kind == "error":
-                raise from_status(
-                    target, status=None, code=event.code, message=event.message, headers={}
-                )
-        except LlmError as err:
-            failure = err
-    if failure is not None:
-        raise failure
-    if final is None:
+    reply = _Reply(target, sink, text)
+    await read_to_end(events, reply.handle)
+    if reply.final is None:
         raise StreamDropped(
             "the response stream ended before response.completed",
             provider=target.provider,
             model=target.model,
         )
-    usage = final.usage
-    stop: StopReason = "tool_use" if calls else "end_turn"
-    provider_stop = final.status
-    if final.status == "incomplete":
-        reason = getattr(final.incomplete_details, "reason", None)
-        provider_stop = reason or "incomplete"
-        stop = "content_filter" if reason == "content_filter" else "max_tokens"
-    input_details = getattr(usage, "input_tokens_details", None) if usage else None
-    output_details = getattr(usage, "output_tokens_details", None) if usage else None
-    response = Response(
-        target=target,
-        **text.fields(),
-        tool_calls=tuple(calls),
-        usage=Usage(
-            input_tokens=usage.input_tokens if usage else 0,
-            output_tokens=usage.output_tokens if usage else 0,
-            reasoning_tokens=getattr(output_details, "reasoning_tokens", 0) or 0,
-            cache_read_tokens=getattr(input_details, "cached_tokens", 0) or 0,
-            cache_write_tokens=getattr(input_details, "cache_write_tokens", 0) or 0,
-        ),
-        stop_reason=stop,
-        provider_stop_reason=provider_stop,
-        reasoning="".join(reasoning) or None,
-        response_id=final.id,
-    )
+    response = reply.response(reply.final)
     await sink(Completed(response))
     return response
