@@ -146,6 +146,31 @@ def test_goal_gate_sends_the_run_back(repo: Path) -> None:
     )
 
 
+def test_loop_restart_resets_visits_after_transient_failures(repo: Path) -> None:
+    write_workflow(
+        repo,
+        """
+        digraph LR {
+            start [shape=Mdiamond]
+            exit [shape=Msquare]
+            count [shape=parallelogram, script="n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) > n", max_visits=1]
+            gate [shape=parallelogram, script="test $(cat n) -ge 3 || sleep 5", timeout="300ms"]
+            start -> count -> gate
+            gate -> exit [condition="outcome=succeeded"]
+            gate -> count [condition="outcome=failed", loop_restart=true]
+        }
+        """,
+    )
+    # A timeout is transient, so it may cross the loop_restart edge; the restart resets
+    # visit counts, so `count` (max_visits=1) runs again each time.
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    events = run_events(result["run_id"], repo)
+    assert [n for n, _ in stages(events)].count("count") == 3
+    restarts = [e["properties"] for e in events if e["event"] == "loop.restart"]
+    assert restarts == [{"from_node": "gate", "to_node": "count"}] * 2
+
+
 PARALLEL = """
 digraph P {
     start [shape=Mdiamond]
