@@ -7,6 +7,7 @@ from the machine's own configuration, and a fresh repository fixture made by rea
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,15 +64,36 @@ def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.M
     return home
 
 
+# The repository every `repo` starts as, made once per worker for each identity and
+# date the environment pins (the same commit object a fresh `git init` would give):
+# copying it costs a third of making it again.
+_IDENTITY_VARS = tuple(
+    f"GIT_{who}_{what}" for who in ("AUTHOR", "COMMITTER") for what in ("NAME", "EMAIL", "DATE")
+)
+_repo_templates: dict[tuple[str | None, ...], Path] = {}
+
+
+def _repo_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    key = tuple(os.environ.get(var) for var in _IDENTITY_VARS)
+    if key not in _repo_templates:
+        path = tmp_path_factory.mktemp("repo-template") / "repo"
+        path.mkdir()
+        git(path, "init", "-q", "-b", "main")
+        (path / "README.md").write_text("hello\n")
+        git(path, "add", "README.md")
+        git(path, "commit", "-q", "-m", "initial")
+        _repo_templates[key] = path
+    return _repo_templates[key]
+
+
 @pytest.fixture
-def repo(tmp_path: Path) -> Iterator[Path]:
+def repo(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A fresh repository with one commit on `main`."""
     path = tmp_path / "repo"
-    path.mkdir()
-    git(path, "init", "-q", "-b", "main")
-    (path / "README.md").write_text("hello\n")
-    git(path, "add", "README.md")
-    git(path, "commit", "-q", "-m", "initial")
+    shutil.copytree(_repo_template(tmp_path_factory), path, symlinks=True)
+    # The copies have new inodes and ctimes: the index learns them now, as a fresh
+    # repository's index would hold them.
+    git(path, "update-index", "-q", "--refresh")
     yield path
 
 

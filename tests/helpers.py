@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -10,8 +11,11 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
@@ -84,17 +88,33 @@ def run_json(
     return proc, json.loads(lines[-1])
 
 
-def run_events(run_id: str, cwd: Path) -> list[dict]:
+def run_events(run_id: str, cwd: Path, env: dict[str, str] | None = None) -> list[dict]:
     """The run's events as `git fabro logs` prints them, each one checked against the
-    events contract: every test that reads a run's events checks what it reads."""
-    import json
-
-    proc = run_fabro("logs", run_id, cwd=cwd)
+    events contract: every test that reads a run's events checks what it reads. The one
+    way tests read a run's events."""
+    proc = run_fabro("logs", run_id, cwd=cwd, env=env)
     assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     problems = [problem for event in events for problem in contract_problems(event)]
     assert problems == [], "events break the contract:\n" + "\n".join(problems[:20])
     return events
+
+
+def events_named(events: list[dict], name: str, node: str | None = None) -> list[dict]:
+    """The events called `name` (of node `node`, when given), in order."""
+    return [e for e in events if e["event"] == name and (node is None or e.get("node_id") == node)]
+
+
+def bare_remote(tmp_path: Path, name: str = "origin.git", *, origin_of: Path | None = None) -> Path:
+    """A new bare repository under `tmp_path`: the remote a test pushes to and clones or
+    fetches from. With `origin_of`, it is that repository's `origin`, holding its `main`."""
+    remote = tmp_path / name
+    git(tmp_path, "init", "-q", "--bare", str(remote))
+    if origin_of is not None:
+        git(origin_of, "remote", "add", "origin", str(remote))
+        git(origin_of, "push", "-q", "origin", "main")
+    return remote
 
 
 @functools.cache
@@ -173,10 +193,7 @@ def meta_bytes(repo: Path, run_id: str, path: str) -> bytes:
 def fresh_clone(repo: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
     """A clone of `repo` through a bare remote that has fetched every run, and the
     environment of another machine (its own FABRO_HOME: no scratch dir of the run)."""
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
+    origin = bare_remote(tmp_path, origin_of=repo)
     pushed = run_fabro("push", "origin", cwd=repo)
     assert pushed.returncode == 0, pushed.stderr
     clone = tmp_path / "clone"
@@ -203,6 +220,29 @@ def pids_with_env(**variables: str) -> list[int]:
         if wanted <= env and state != "Z":
             pids.append(int(entry.name))
     return pids
+
+
+def wait_until(
+    condition: Callable[[], T | None],
+    *,
+    process: subprocess.Popen[Any] | None = None,
+    limit: float = 90,
+    what: str = "the condition",
+) -> T:
+    """Look at `condition` every 20 ms until it gives something true, and return that: a
+    failed assertion once `limit` seconds pass or `process` ends first. The one place
+    tests wait for something another process does (a file, an event in a run's tail)."""
+    import time
+
+    deadline = time.monotonic() + limit
+    while not (found := condition()):
+        if process is not None:
+            assert process.poll() is None, (
+                f"the process ended (exit {process.returncode}) before {what}"
+            )
+        assert time.monotonic() < deadline, f"no {what} after {limit:g}s"
+        time.sleep(0.02)
+    return found
 
 
 def tail_has(run_id: str, event: str, node_id: str) -> bool:
@@ -282,6 +322,95 @@ def received_within(fd: int, seconds: float) -> bytes:
     return got
 
 
+class Terminal:
+    """`git fabro ARGS` on a pty for its terminal (stdin too, unless `stdin` is off), as a
+    person runs it: the one way tests read what a terminal receives. `env` adds to the
+    environment; a None value removes a variable."""
+
+    def __init__(
+        self,
+        args: list[str],
+        cwd: Path,
+        *,
+        env: dict[str, str | None] | None = None,
+        stdin: bool = True,
+    ) -> None:
+        import pty
+
+        full_env = dict(os.environ)
+        for name, value in (env or {}).items():
+            if value is None:
+                full_env.pop(name, None)
+            else:
+                full_env[name] = value
+        self.leader, follower = pty.openpty()
+        self.proc = subprocess.Popen(
+            [*fabro_exe(), *args],
+            cwd=cwd,
+            stdin=follower if stdin else subprocess.DEVNULL,
+            stdout=follower,
+            stderr=follower,
+            start_new_session=True,
+            env=full_env,
+        )
+        os.close(follower)
+        self.seen = b""
+        self.closed = False
+
+    def read_until(self, marker: bytes, count: int = 1, *, limit: float = 90) -> str:
+        """Read until `marker` stands `count` times in the text seen (escape sequences
+        left out); that text. A failed assertion if the program ends first."""
+        self.seen = read_until(self.leader, marker, self.seen, limit=limit, count=count, plain=True)
+        text = TERMINAL_ESCAPES.sub(b"", self.seen)
+        assert text.count(marker) >= count, self.seen.decode(errors="replace")
+        return text.decode(errors="replace")
+
+    def type(self, text: str) -> None:
+        os.write(self.leader, text.encode())
+
+    def received_within(self, seconds: float) -> bytes:
+        got = received_within(self.leader, seconds)
+        self.seen += got
+        return got
+
+    def close(self, timeout: float = 90) -> int:
+        """Wait for the program to end (killed if it has not after `timeout` seconds);
+        its exit status. What it wrote meanwhile is added to `seen`."""
+        if self.closed:
+            return self.proc.wait()
+        self.closed = True
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            with contextlib.suppress(OSError):
+                while chunk := os.read(self.leader, 4096):
+                    self.seen += chunk
+            os.close(self.leader)
+
+    def __enter__(self) -> Terminal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # After a failure, the program is not waited for.
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.close(timeout=0.1 if exc[0] is not None else 90)
+
+
+def on_a_terminal(
+    args: list[str], cwd: Path, *, env: dict[str, str | None] | None = None
+) -> tuple[int, bytes]:
+    """`git fabro ARGS` with a terminal for its output and nothing on stdin: its exit
+    status and all the terminal received."""
+    with Terminal(args, cwd, env=env, stdin=False) as terminal:
+        # Read as it writes (a full pty would block it), to the end.
+        terminal.seen = read_until(terminal.leader, b"\x00end", limit=60)
+        code = terminal.close(timeout=60)
+    return code, terminal.seen
+
+
 def typed_at_a_terminal(
     args: list[str],
     cwd: Path,
@@ -295,34 +424,17 @@ def typed_at_a_terminal(
     """`git fabro ARGS` with a pty for its terminal, as a person runs it: each of
     `typed` is typed at the next `prompt`, then the output is read up to `until` (by
     default to its end). Its exit status and what the terminal received."""
-    import contextlib
-    import pty
-
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [*fabro_exe(), *args],
-        cwd=cwd,
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        start_new_session=True,
-        env={**os.environ, **(env or {})},
-    )
-    os.close(follower)
-    seen = b""
+    terminal = Terminal(args, cwd, env=dict(env or {}))
     try:
         for line in typed:
-            seen = read_until(leader, prompt, seen)
-            seen = seen.replace(prompt, b"\x00answered", 1)  # this prompt is answered
-            os.write(leader, line + b"\n")
-        seen = read_until(leader, until, seen, plain=True)
-        code = proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        with contextlib.suppress(OSError):
-            while os.read(leader, 4096):
-                pass
-        os.close(leader)
-    return code, seen.replace(b"\x00answered", prompt)
+            terminal.seen = read_until(terminal.leader, prompt, terminal.seen)
+            # This prompt is answered: the next line typed waits for the next one.
+            terminal.seen = terminal.seen.replace(prompt, b"\x00answered", 1)
+            terminal.type(line.decode() + "\n")
+        terminal.seen = read_until(terminal.leader, until, terminal.seen, plain=True)
+    except BaseException:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            terminal.close(timeout=0.1)
+        raise
+    code = terminal.close(timeout=timeout)
+    return code, terminal.seen.replace(b"\x00answered", prompt)

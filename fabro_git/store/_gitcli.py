@@ -17,8 +17,12 @@ import os
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fabro_git.errors import DiskFull, FabroError, StoreError, ToolMissing, disk_full_message
+
+if TYPE_CHECKING:
+    from fabro_git.store.backoff import Clock
 
 _LOCATION_VARS = (
     "GIT_DIR",
@@ -47,17 +51,19 @@ def run_git(
     check: bool = True,
     env: Mapping[str, str] | None = None,
     retry_transient: bool = False,
+    clock: Clock | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run `git ARGS` in `cwd`, capturing output. StoreError (with git's stderr) on failure.
 
     With `retry_transient`, a failure git blames on another git process (a held lock, a
     directory removed by `git prune`) is retried with a bounded backoff first; use it
-    only for commands that are safe to run twice.
+    only for commands that are safe to run twice. The backoff waits on `clock` (by
+    default the real one).
     """
     if not retry_transient:
         proc = _run_once(args, cwd, input, env)
     else:
-        from fabro_git.store.backoff import is_transient_git_failure, retrying
+        from fabro_git.store.backoff import SYSTEM_CLOCK, is_transient_git_failure, retrying
 
         def attempt() -> subprocess.CompletedProcess[bytes]:
             proc = _run_once(args, cwd, input, env)
@@ -68,7 +74,11 @@ def run_git(
             return proc
 
         try:
-            proc = retrying(attempt, transient=lambda err: isinstance(err, _TransientFailure))
+            proc = retrying(
+                attempt,
+                transient=lambda err: isinstance(err, _TransientFailure),
+                clock=clock or SYSTEM_CLOCK,
+            )
         except _TransientFailure as err:
             proc = err.proc
     if check and proc.returncode != 0:

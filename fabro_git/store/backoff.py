@@ -10,6 +10,10 @@ short, jittered pause, for a bounded time, and only then is git's own error repo
 The caller says which failures are transient. A lost compare-and-swap never is: a ref
 that moved to another value is refused at first sight, never retried into an
 overwrite. This module is the one place that decides how long to wait.
+
+The waiting is done on a `Clock` the caller may pass: the real one by default, and in
+the tests a fake one whose `sleep` moves time at once, so that a lock held past the
+deadline is reported without four real seconds of waiting.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import random
 import re
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 T = TypeVar("T")
 
@@ -41,6 +45,27 @@ _TRANSIENT_GIT = re.compile(
 )
 
 
+class Clock(Protocol):
+    """What a backoff reads the time from and waits on."""
+
+    def monotonic(self) -> float: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    """The real clock: `time.monotonic` and a blocking `time.sleep`."""
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+
+SYSTEM_CLOCK: Clock = SystemClock()
+
+
 def is_transient_git_failure(stderr: str) -> bool:
     """Whether git's message says another git process was in the way, not a real error."""
     return _TRANSIENT_GIT.search(stderr) is not None
@@ -51,17 +76,18 @@ def retrying(
     *,
     transient: Callable[[Exception], bool],
     deadline: float = DEADLINE_SECONDS,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> T:
     """`operation()`, tried again while it raises an exception `transient` accepts,
-    until `deadline` seconds have passed; then the last exception propagates."""
-    end = time.monotonic() + deadline
+    until `deadline` seconds have passed on `clock`; then the last exception propagates."""
+    end = clock.monotonic() + deadline
     delay = _FIRST_DELAY
     while True:
         try:
             return operation()
         except Exception as err:
             pause = delay * random.uniform(0.5, 1.5)
-            if not transient(err) or time.monotonic() + pause > end:
+            if not transient(err) or clock.monotonic() + pause > end:
                 raise
-        time.sleep(pause)
+        clock.sleep(pause)
         delay = min(delay * 2, _MAX_DELAY)

@@ -43,7 +43,7 @@ from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_s
 
 from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError, disk_full_in
 from fabro_git.store._gitcli import git_failure, out, run_git, start_git
-from fabro_git.store.backoff import DEADLINE_SECONDS, retrying
+from fabro_git.store.backoff import DEADLINE_SECONDS, SYSTEM_CLOCK, Clock, retrying
 from fabro_git.store.durability import durability
 from fabro_git.store.identity import Identities, Identity
 from fabro_git.store.refwrite import swap_ref
@@ -83,8 +83,12 @@ class CommitInfo(msgspec.Struct, frozen=True):
 class GitRepo:
     """A non-bare git repository, opened at its common git dir."""
 
-    def __init__(self, root: Path, git_dir: Path, head_dir: Path) -> None:
+    def __init__(
+        self, root: Path, git_dir: Path, head_dir: Path, *, clock: Clock = SYSTEM_CLOCK
+    ) -> None:
         self.root = root
+        # What a ref move held up by another git's lock waits on (`store.backoff`).
+        self.clock = clock
         self.git_dir = git_dir
         self._objects_dir = git_dir / "objects"
         self._fanout_dirs: set[str] = set()
@@ -123,7 +127,7 @@ class GitRepo:
     # -- opening ---------------------------------------------------------------------
 
     @classmethod
-    def discover(cls, path: Path | None = None) -> GitRepo:
+    def discover(cls, path: Path | None = None, *, clock: Clock = SYSTEM_CLOCK) -> GitRepo:
         start = Path(path) if path is not None else Path.cwd()
         if not start.is_dir():
             raise RepositoryError(f"{start} is not a directory")
@@ -163,8 +167,8 @@ class GitRepo:
         if git_dir != common_dir and _is_run_worktree(git_dir, toplevel):
             main = _main_worktree(common_dir)
             if main is not None:
-                return cls(main, common_dir, common_dir)
-        return cls(toplevel, common_dir, git_dir)
+                return cls(main, common_dir, common_dir, clock=clock)
+        return cls(toplevel, common_dir, git_dir, clock=clock)
 
     def close(self) -> None:
         self._repo.close()
@@ -272,7 +276,7 @@ class GitRepo:
             )
 
         with self._ref_errors(name, "updated"):
-            ok = retrying(attempt, transient=_held_lock_or_dir_race)
+            ok = retrying(attempt, transient=_held_lock_or_dir_race, clock=self.clock)
         if not ok:
             raise self._race(name, expected=old)
 
@@ -283,6 +287,7 @@ class GitRepo:
             ok = retrying(
                 lambda: self._repo.refs.remove_if_equals(ref, ObjectID(old.encode())),
                 transient=_held_lock_or_dir_race,
+                clock=self.clock,
             )
         if not ok:
             raise self._race(name, expected=old)

@@ -31,6 +31,7 @@ from pathlib import Path
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.errors import RefRaceError, StoreError
 from fabro_git.store._gitcli import git_env, git_failure, out, run_git
+from fabro_git.store.backoff import Clock
 from fabro_git.store.repo import GitRepo
 
 # Per-invocation settings for scanning big trees; nothing is written to any config file.
@@ -231,12 +232,14 @@ def snapshot_tree(
     *,
     exclude_globs: Sequence[str] = (),
     changed_paths: Sequence[str] | None = None,
+    clock: Clock | None = None,
 ) -> str:
     """Stage the worktree's files in its index and return the tree's sha.
 
     With `changed_paths`, only those paths (files, or deleted files) are staged; if git
     refuses one of them (ignored, never tracked and now gone), the whole tree is
-    rescanned instead, which is always correct.
+    rescanned instead, which is always correct. A held index lock is waited out on
+    `clock` (`store.backoff`).
     """
     worktree = Path(worktree)
     excludes = [f":(glob,exclude){g}" for g in exclude_globs]
@@ -252,13 +255,17 @@ def snapshot_tree(
                 input=spec.encode("utf-8", "surrogateescape"),
                 check=False,
                 retry_transient=True,
+                clock=clock,
             )
             staged = proc.returncode == 0
     if not staged:
         run_git(
-            [*_SCAN_CONFIG, "add", "-A", "--", ".", *excludes], cwd=worktree, retry_transient=True
+            [*_SCAN_CONFIG, "add", "-A", "--", ".", *excludes],
+            cwd=worktree,
+            retry_transient=True,
+            clock=clock,
         )
-    return out(run_git(["write-tree"], cwd=worktree, retry_transient=True)).strip()
+    return out(run_git(["write-tree"], cwd=worktree, retry_transient=True, clock=clock)).strip()
 
 
 def head_branch(worktree: Path) -> str | None:

@@ -3,40 +3,16 @@ when piped or when NO_COLOR is set."""
 
 from __future__ import annotations
 
-import os
-import pty
-import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, run_fabro
+from helpers import on_a_terminal, run_fabro
 
 
 def _on_a_pty(args: list[str], cwd: Path, *, no_color: bool) -> bytes:
-    leader, follower = pty.openpty()
-    env = {**os.environ, "TERM": "xterm-256color"}
-    env.pop("NO_COLOR", None)
-    if no_color:
-        env["NO_COLOR"] = "1"
-    proc = subprocess.Popen(
-        [*fabro_exe(), *args], cwd=cwd, stdout=follower, stderr=follower, env=env
-    )
-    os.close(follower)
-    out = b""
-    try:
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:  # the pty is closed once the command ends
-                break
-            if not chunk:
-                break
-            out += chunk
-    finally:
-        proc.wait(timeout=60)
-        os.close(leader)
-    assert proc.returncode == 0, out
-    return out
+    code, seen = on_a_terminal(args, cwd, env={"NO_COLOR": "1" if no_color else None})
+    assert code == 0, seen
+    return seen
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import assert_fsck_clean, git, run_fabro
+from helpers import assert_fsck_clean, bare_remote, git, run_fabro
 
 
 def _run(repo: Path) -> str:
@@ -27,10 +27,7 @@ def _elsewhere(repo: Path, ref: str) -> str:
 
 
 def test_fetch_keeps_the_diverged_runs_and_takes_the_others(repo: Path, tmp_path: Path) -> None:
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
+    origin = bare_remote(tmp_path, origin_of=repo)
     diverged_meta, diverged_branch = _run(repo), _run(repo)
     assert run_fabro("push", "origin", cwd=repo).returncode == 0
     clone = tmp_path / "clone"

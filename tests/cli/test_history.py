@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from helpers import (
     assert_fsck_clean,
+    bare_remote,
     fabro_exe,
     git,
     meta_file,
@@ -266,10 +267,7 @@ def test_history_tools_in_a_clone_that_fetched_the_runs(
     finished: tuple[Path, str], tmp_path: Path
 ) -> None:
     repo, run_id = finished
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
+    origin = bare_remote(tmp_path, origin_of=repo)
     assert run_fabro("push", "origin", cwd=repo).returncode == 0
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(origin), str(clone))

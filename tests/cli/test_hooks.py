@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import ROOT, git, run_fabro, run_json, write_workflow
+from helpers import ROOT, bare_remote, git, run_fabro, run_json, write_workflow
 
 WORKFLOW = """
 digraph H {
@@ -30,8 +30,7 @@ exit %d
 
 @pytest.fixture
 def remote(repo: Path, tmp_path: Path) -> Path:
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
+    bare = bare_remote(tmp_path, "remote.git")
     git(repo, "remote", "add", "origin", str(bare))
     return bare
 

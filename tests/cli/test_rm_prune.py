@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, write_workflow
+from helpers import assert_fsck_clean, bare_remote, fabro_exe, git, run_fabro, write_workflow
 
 FAILS = """\
 digraph Fails {
@@ -321,10 +321,7 @@ def test_prune_takes_a_killed_run_as_interrupted(repo: Path) -> None:
 
 @pytest.fixture
 def clone(repo: Path, runs: dict[str, str], tmp_path: Path) -> Path:
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
+    origin = bare_remote(tmp_path, origin_of=repo)
     pushed = run_fabro("push", "origin", cwd=repo)
     assert pushed.returncode == 0, pushed.stderr
     path = tmp_path / "clone"

@@ -7,7 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
-from helpers import git, run_fabro, run_json, write_workflow
+from helpers import bare_remote, git, run_fabro, run_json, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
 LOOP = """\
@@ -45,10 +45,7 @@ def test_show_lists_stages_and_prints_one_in_full(repo: Path, tmp_path: Path) ->
     missing = run_fabro("show", run_id, "count@3", cwd=repo)
     assert missing.returncode == 1 and "count@1, count@2" in missing.stderr
     # From git alone: a clone that fetched the run, with no scratch dir anywhere.
-    bare = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    git(repo, "remote", "add", "origin", str(bare))
-    git(repo, "push", "-q", "origin", "main")
+    bare = bare_remote(tmp_path, origin_of=repo)
     assert run_fabro("push", "origin", run_id, cwd=repo).returncode == 0
     shutil.rmtree(Path(os.environ["FABRO_HOME"]))
     clone = tmp_path / "clone"

@@ -8,15 +8,11 @@ real `git fabro`, on a pty where a terminal matters and through pipes elsewhere.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import select
 import subprocess
-import time
 from pathlib import Path
 
-from helpers import fabro_exe, run_fabro, write_workflow
+from helpers import on_a_terminal, run_fabro, write_workflow
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -99,38 +95,8 @@ def _run(repo: Path, *args: str) -> str:
 
 def _on_a_pty(repo: Path, *args: str) -> bytes:
     """What `git fabro ARGS` writes to a terminal, stdout and stderr both."""
-    import pty
-
-    leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [*fabro_exe(), *args],
-        cwd=repo,
-        stdin=subprocess.DEVNULL,
-        stdout=follower,
-        stderr=follower,
-        start_new_session=True,
-        env={**os.environ, "TERM": "xterm-256color"},
-    )
-    os.close(follower)
-    seen = b""
-    try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if select.select([leader], [], [], 0.1)[0]:
-                try:
-                    chunk = os.read(leader, 4096)
-                except OSError:  # the command ended and closed the terminal
-                    break
-                if not chunk:
-                    break
-                seen += chunk
-        assert proc.wait(timeout=60) == 0, seen.decode(errors="replace")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        with contextlib.suppress(OSError):
-            os.close(leader)
+    code, seen = on_a_terminal(list(args), repo)
+    assert code == 0, seen.decode(errors="replace")
     return seen
 
 

@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from helpers import git, run_fabro, run_json, typed_at_a_terminal
+from helpers import bare_remote, git, run_fabro, run_json, typed_at_a_terminal
 from llm_server import LlmServer, Reply
 
 from fabro_git.config.run_config import RunSection
@@ -168,8 +168,7 @@ def test_an_untrusted_mcp_header_never_carries_the_token_out(
 
 
 def test_an_untrusted_push_remote_pushes_nothing(tmp_path: Path) -> None:
-    bare = tmp_path / "theirs.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
+    bare = bare_remote(tmp_path, "theirs.git")
     clone = _clone_of(tmp_path, '[run.git]\npush_remote = "theirs"\n')
     git(clone, "remote", "add", "theirs", str(bare))
     proc = run_fabro("run", "wf.fabro", cwd=clone)

@@ -7,82 +7,25 @@ terminal, wins.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
 import subprocess
 from pathlib import Path
 
 from helpers import (
-    TERMINAL_ESCAPES,
+    Terminal,
     fabro_exe,
     git,
-    read_until,
-    received_within,
     run_events,
     run_fabro,
     write_workflow,
 )
 
 
-def _read_until(
-    fd: int, marker: bytes, seen: bytes = b"", limit: float = 90, count: int = 1
-) -> bytes:
-    seen = read_until(fd, marker, seen, limit=limit, count=count, plain=True)
-    assert TERMINAL_ESCAPES.sub(b"", seen).count(marker) >= count, seen.decode(errors="replace")
-    return seen
-
-
-class _Terminal:
-    """A command on a pty, as a person at a terminal runs it."""
-
-    def __init__(self, argv: list[str], cwd: Path) -> None:
-        import pty
-
-        self.leader, follower = pty.openpty()
-        env = {**os.environ, "TERM": "xterm-256color"}
-        self.proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            stdin=follower,
-            stdout=follower,
-            stderr=follower,
-            start_new_session=True,
-            env=env,
-        )
-        os.close(follower)
-        self.seen = b""
-
-    def read_until(self, marker: bytes, count: int = 1) -> str:
-        self.seen = _read_until(self.leader, marker, self.seen, count=count)
-        return TERMINAL_ESCAPES.sub(b"", self.seen).decode(errors="replace")
-
-    def type(self, text: str) -> None:
-        os.write(self.leader, text.encode())
-
-    def received_within(self, seconds: float) -> bytes:
-        got = received_within(self.leader, seconds)
-        self.seen += got
-        return got
-
-    def close(self) -> int:
-        try:
-            return self.proc.wait(timeout=90)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            with contextlib.suppress(OSError):
-                while os.read(self.leader, 4096):
-                    pass
-            os.close(self.leader)
-
-
 def test_attach_answers_a_detached_runs_gate(repo: Path) -> None:
     started = run_fabro("run", "human-gate", "-d", cwd=repo)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
-    term = _Terminal([*fabro_exe(), "attach", run_id], repo)
+    term = Terminal(["attach", run_id], repo)
     try:
         text = term.read_until(b"\n> ")
         assert "? Publish these notes?" in text and "[A] Approve" in text
@@ -114,7 +57,7 @@ def test_attach_shows_the_stage_before_its_gate_then_asks_cleanly(repo: Path) ->
     started = run_fabro("run", "human-gate", "-d", cwd=repo)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
-    term = _Terminal([*fabro_exe(), "attach", run_id], repo)
+    term = Terminal(["attach", run_id], repo)
     try:
         term.read_until(b"\n> ")
         term.type("R\n")  # the revise stage runs while attached, then the gate asks again
@@ -159,7 +102,7 @@ def test_attach_to_an_ended_or_unknown_run(repo: Path) -> None:
 def test_first_answer_wins_between_the_runs_terminal_and_attach(repo: Path, tmp_path: Path) -> None:
     """A run asking at its own terminal can be answered from an attached one too, and
     its terminal still answers the next gate."""
-    run_term = _Terminal([*fabro_exe(), "run", "human-gate"], repo)
+    run_term = Terminal(["run", "human-gate"], repo)
     attach = None
     try:
         run_term.read_until(b"\n> ")

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import git, run_fabro
+from helpers import bare_remote, git, run_fabro
 
 
 def _fails(proc: subprocess.CompletedProcess[str], *needles: str) -> str:
@@ -43,8 +43,7 @@ def test_outside_any_repository(outside: Path, command: list[str]) -> None:
 
 @pytest.mark.parametrize("command", [["run", "hello"], ["ps"]])
 def test_in_a_bare_repository(tmp_path: Path, command: list[str]) -> None:
-    bare = tmp_path / "bare.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
+    bare = bare_remote(tmp_path, "bare.git")
     proc = run_fabro(*command, cwd=bare, env=_ceiling(bare))
     _fails(proc, f"{bare} is a bare repository", "working tree", "hint: clone it")
 

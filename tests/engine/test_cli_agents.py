@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    events_named,
     fabro_exe,
     git,
     meta_file,
@@ -172,15 +173,6 @@ def _calls(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def _events(repo: Path, run_id: str) -> list[dict]:
-    """The run's events, each checked against the contract by `run_events`."""
-    return run_events(run_id, repo)
-
-
-def _of(events: list[dict], name: str, node: str | None = None) -> list[dict]:
-    return [e for e in events if e["event"] == name and (node is None or e.get("node_id") == node)]
-
-
 def _project(repo: Path, text: str, *, trusted: bool = True) -> None:
     (repo / ".fabro").mkdir(exist_ok=True)
     (repo / ".fabro" / "project.toml").write_text(text)
@@ -234,20 +226,20 @@ def test_each_profile_runs_its_cli_and_routes_on_the_reply(
     assert status["files_touched"] == ["docs/added.md", "notes.md"]
     assert status["preferred_label"] == "Redo"
 
-    events = _events(repo, run_id)
-    [completed] = _of(events, "stage.completed", "work")
+    events = run_events(run_id, repo)
+    [completed] = events_named(events, "stage.completed", "work")
     props = completed["properties"]
     assert props["files_touched"] == ["docs/added.md", "notes.md"]
     assert props["status"] == "succeeded"
     for key, value in usage.items():
         assert props["usage"][key] == value
     assert props["context_updates"]["last_response"] == reply[:200]
-    [message] = _of(events, "agent.message", "work")
+    [message] = events_named(events, "agent.message", "work")
     assert message["properties"]["text"] == reply
     names = [e["event"] for e in events]
     for name in ("agent.session.started", "agent.processing.end", "agent.session.ended"):
         assert name in names
-    assert not _of(events, "stage.completed", "ship")
+    assert not events_named(events, "stage.completed", "ship")
 
 
 def test_a_cli_that_commits_itself_has_its_commit_adopted(
@@ -281,10 +273,10 @@ def test_a_cli_that_commits_itself_has_its_commit_adopted(
         )
         + 1
     )
-    events = _events(repo, run_id)
-    [completed] = _of(events, "stage.completed", "work")
+    events = run_events(run_id, repo)
+    [completed] = events_named(events, "stage.completed", "work")
     assert completed["properties"]["files_touched"] == ["feature.py"]
-    notices = [e["properties"].get("code") for e in _of(events, "run.notice")]
+    notices = [e["properties"].get("code") for e in events_named(events, "run.notice")]
     assert "stage_commits_adopted" in notices
     # The next stage's preamble lists the files the CLI stage touched.
     review = _calls(log)[-1]["prompt"]
@@ -333,7 +325,7 @@ digraph D {
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert not (agent_bin / "codex").exists() and _calls(log) == []
-    [completed] = _of(_events(repo, result["run_id"]), "stage.completed", "work")
+    [completed] = events_named(run_events(result["run_id"], repo), "stage.completed", "work")
     props = completed["properties"]
     assert props["status"] == "failed" and props["failure_class"] == "deterministic"
     assert "'codex'" in props["error"] and "not installed" in props["error"]
@@ -347,12 +339,12 @@ def test_a_cli_that_fails_fails_the_stage_with_its_message(
     _plan(tmp_path, monkeypatch, fail="error: not logged in, run claude login", reply="")
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 1
-    events = _events(repo, result["run_id"])
-    [completed] = _of(events, "stage.completed", "work")
+    events = run_events(result["run_id"], repo)
+    [completed] = events_named(events, "stage.completed", "work")
     props = completed["properties"]
     assert props["status"] == "failed" and props["failure_class"] == "deterministic"
     assert "claude exited with status 3: error: not logged in" in props["error"]
-    [error] = _of(events, "agent.error", "work")
+    [error] = events_named(events, "agent.error", "work")
     assert "not logged in" in error["properties"]["error"]["message"]
     assert "not logged in" in meta_file(repo, result["run_id"], "nodes/work/cli-stderr.log")
 
@@ -407,11 +399,11 @@ def test_a_custom_command_template_runs_any_cli(
     assert Path(call["argv"][1]).read_text() == call["prompt"]
     run_id = result["run_id"]
     assert meta_file(repo, run_id, "nodes/work/response.md") == "done by myagent"
-    events = _events(repo, run_id)
-    [completed] = _of(events, "stage.completed", "work")
+    events = run_events(run_id, repo)
+    [completed] = events_named(events, "stage.completed", "work")
     assert completed["properties"]["files_touched"] == ["out.txt"]
     assert completed["properties"].get("usage") is None  # a text CLI reports none
-    [message] = _of(events, "agent.message", "work")
+    [message] = events_named(events, "agent.message", "work")
     assert message["properties"]["text"] == "done by myagent"
 
 
@@ -544,8 +536,8 @@ def test_a_timeout_kills_the_cli_and_keeps_what_it_touched(
     run_id = result["run_id"]
     pids = [int(p) for p in pidfile.read_text().split()]
     assert _wait_dead(pids)
-    events = _events(repo, run_id)
-    [completed] = _of(events, "stage.completed", "work")
+    events = run_events(run_id, repo)
+    [completed] = events_named(events, "stage.completed", "work")
     props = completed["properties"]
     assert props["status"] == "failed" and "timed out after 10s" in props["error"]
     assert props["failure_class"] == "transient_infra"
@@ -583,7 +575,7 @@ def test_ctrl_c_kills_the_cli_and_everything_it_started(
     assert _wait_dead(pids)
     run_id = re.findall(r"git fabro resume ([0-9A-Z]{26})", err.decode())[-1]
     # The cut-off session is closed.
-    _sessions_closed(_events(repo, run_id))
+    _sessions_closed(run_events(run_id, repo))
 
     # Resumed, the stage runs its CLI again from the start.
     log = _plan(tmp_path, monkeypatch, write={"after.txt": "a\n"}, reply="Finished.")

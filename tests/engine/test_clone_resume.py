@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_fsck_clean, fabro_exe, git, run_fabro
+from helpers import assert_fsck_clean, bare_remote, fabro_exe, git, run_events, run_fabro
 
 # `check` fails until $HOME/ok exists: the "fix" a user makes before resuming.
 WORKFLOW = """\
@@ -37,12 +37,6 @@ def _refs(repo: Path, *patterns: str) -> dict[str, str]:
     return dict(line.split() for line in out.splitlines())
 
 
-def _events(repo: Path, run_id: str, env: dict[str, str] | None = None) -> list[dict]:
-    proc = run_fabro("logs", run_id, cwd=repo, env=env)
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines()]
-
-
 @pytest.fixture
 def failed_run(repo: Path, tmp_path: Path) -> tuple[Path, Path, str]:
     """Repository A with a run failed at `check`, a bare origin, and A pushed to it."""
@@ -53,10 +47,7 @@ def failed_run(repo: Path, tmp_path: Path) -> tuple[Path, Path, str]:
     result = json.loads(proc.stdout.splitlines()[-1])
     assert result["status"] == "failed"
     run_id = result["run_id"]
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
+    origin = bare_remote(tmp_path, origin_of=repo)
     pushed = run_fabro("push", "origin", cwd=repo)
     assert pushed.returncode == 0, pushed.stderr
     assert f"ok  refs/fabro/meta/{run_id}" in pushed.stderr
@@ -124,7 +115,7 @@ def test_resume_in_a_fresh_clone_fetches_the_run_and_finishes_it(
     ]
     assert git(clone, "log", "-1", "--format=%s", meta) == "finalize succeeded\n"
 
-    events = _events(clone, run_id, env)
+    events = run_events(run_id, clone, env)
     names = [e["event"] for e in events]
     assert names.count("run.created") == 1 and names.count("run.failed") == 1
     assert names.count("run.completed") == 1
@@ -189,8 +180,8 @@ def test_fetch_brings_every_run(failed_run: tuple[Path, Path, str], tmp_path: Pa
     assert rows[second]["status"] == "succeeded"
     # A clone's logs come from the segments alone (no tail here): A's log, less what
     # only A's live tail holds (what happened after the final snapshot was taken).
-    in_clone = [e["id"] for e in _events(clone, second)]
-    in_a = _events(repo, second)
+    in_clone = [e["id"] for e in run_events(second, clone)]
+    in_a = run_events(second, repo)
     assert in_clone == [e["id"] for e in in_a[: len(in_clone)]]
     assert in_clone[-1] == next(e["id"] for e in in_a if e["event"] == "run.completed") or all(
         e["event"].startswith(("sandbox.cleanup", "metadata.snapshot"))
@@ -296,10 +287,7 @@ def test_run_cut_between_fan_out_and_fan_in_resumes_in_a_clone(repo: Path, tmp_p
     parallel = _refs(repo, f"refs/fabro/parallel/{run_id}")
     assert len(parallel) == 2
 
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
+    origin = bare_remote(tmp_path, origin_of=repo)
     pushed = run_fabro("push", "origin", run_id, cwd=repo)
     assert pushed.returncode == 0, pushed.stderr
     assert _refs(origin, f"refs/fabro/parallel/{run_id}") == parallel

@@ -6,10 +6,9 @@ import json
 import os
 import stat
 import subprocess
-import time
 from pathlib import Path
 
-from helpers import fabro_exe, run_events, run_fabro, write_workflow
+from helpers import fabro_exe, run_events, run_fabro, wait_until, write_workflow
 
 from fabro_git.config.locations import run_scratch_dir
 
@@ -34,12 +33,7 @@ def _start_held(repo: Path, home: Path) -> tuple[subprocess.Popen[str], str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = 600
-    while not (home / "holding").exists():
-        assert proc.poll() is None, proc.communicate()
-        deadline -= 1
-        assert deadline, "the stage never started"
-        time.sleep(0.1)
+    wait_until((home / "holding").exists, process=proc, what="the stage's start")
     (run_id,) = [
         json.loads(line)["run_id"]
         for line in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()

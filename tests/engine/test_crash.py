@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import assert_fsck_clean, fabro_exe, git, run_fabro
+from helpers import assert_fsck_clean, fabro_exe, git, run_events, run_fabro
 
 from fabro_git.config.locations import run_scratch_dir
 
@@ -176,13 +176,6 @@ def _kill_at(point: KillPoint, repo: Path, workflow: Path, fabro_home: Path, log
     return killed_at
 
 
-def _events(repo: Path, run_id: str) -> list[dict]:
-    proc = run_fabro("logs", run_id, cwd=repo)
-    assert proc.returncode == 0, proc.stderr
-    assert "Traceback" not in proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-
-
 def _inspect(repo: Path, run_id: str) -> dict:
     proc = run_fabro("inspect", run_id, "--json", cwd=repo)
     assert proc.returncode == 0, proc.stderr
@@ -252,7 +245,7 @@ def test_kill_9_then_resume(
     run_id = meta_ref.split("/")[-1]
 
     before = _inspect(repo, run_id)
-    before_events = _events(repo, run_id)
+    before_events = run_events(run_id, repo)
     before_segments = _segments(repo, run_id)
     before_meta = _ref(repo, meta_ref)
     before_run = _ref(repo, f"refs/heads/fabro/run/{run_id}")
@@ -302,7 +295,7 @@ def _check_finished(repo: Path, run_id: str, *, before: tuple | None) -> None:
         assert _is_ancestor(repo, checkpoint, meta_ref)
 
     # The event log.
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     ids = [e["id"] for e in events]
     assert len(ids) == len(set(ids)), "duplicate event ids in the log"
     names = [e["event"] for e in events]
@@ -357,7 +350,7 @@ def test_resume_clears_lock_files_a_kill_left_inside_ref_updates(
     run_id = _only_run(repo)
     before = (
         _inspect(repo, run_id),
-        _events(repo, run_id),
+        run_events(run_id, repo),
         _segments(repo, run_id),
         _ref(repo, f"refs/fabro/meta/{run_id}"),
         _ref(repo, f"refs/heads/fabro/run/{run_id}"),
@@ -465,7 +458,7 @@ def test_kill_9_inside_parallel_branches_then_resume(
     run_id = _only_run(repo)
     info = _inspect(repo, run_id)
     assert info["checkpoint"]["next_node_id"] in ("fan", "join"), info["checkpoint"]
-    before_events = {e["id"] for e in _events(repo, run_id)}
+    before_events = {e["id"] for e in run_events(run_id, repo)}
     if plant_lock:
         for ref in git(
             repo, "for-each-ref", "--format=%(refname)", f"refs/fabro/parallel/{run_id}"
@@ -483,7 +476,7 @@ def test_kill_9_inside_parallel_branches_then_resume(
     assert subjects == [
         f"fabro({run_id}): {n} (succeeded)" for n in ("start", "fan", "join", "after", "exit")
     ]
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     assert [e["event"] for e in events].count("run.completed") == 1
     assert before_events <= {e["id"] for e in events}
     assert len({e["id"] for e in events}) == len(events)

@@ -3,55 +3,28 @@ question is asked, the question shows what it is about, and it is asked once."""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import subprocess
 from pathlib import Path
 
 from helpers import (
     TERMINAL_ESCAPES,
-    fabro_exe,
+    Terminal,
     git,
-    read_until,
-    received_within,
     typed_at_a_terminal,
     write_workflow,
 )
 
 
 def test_gate_on_a_terminal_is_asked_cleanly(repo: Path) -> None:
-    import pty
-
-    leader, follower = pty.openpty()
-    env = {**os.environ, "TERM": "xterm-256color"}
-    env.pop("NO_COLOR", None)
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "human-gate"],
-        cwd=repo,
-        stdin=follower,
-        stdout=follower,
-        stderr=follower,
-        start_new_session=True,
-        env=env,
-    )
-    os.close(follower)
-    try:
-        seen = read_until(leader, b"\n> ", b"")
+    with Terminal(["run", "human-gate"], repo, env={"NO_COLOR": None}) as terminal:
+        terminal.read_until(b"\n> ")
         # Asked: the spinner must not redraw over the prompt while a person types.
-        quiet = received_within(leader, 0.6)
+        quiet = terminal.received_within(0.6)
         assert quiet == b"", quiet
-        os.write(leader, b"A\n")
-        seen = read_until(leader, b"Result: branch", seen + quiet)
-        code = proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        with contextlib.suppress(OSError):
-            while os.read(leader, 4096):
-                pass
-        os.close(leader)
+        terminal.type("A\n")
+        terminal.read_until(b"Result: branch")
+        code = terminal.close(timeout=60)
+    seen = terminal.seen
     assert code == 0, seen.decode(errors="replace")
     text = TERMINAL_ESCAPES.sub(b"", seen).decode(errors="replace")
     asked = text[: text.index("\n> ")]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, pids_with_env, run_fabro, tail_has
+from helpers import fabro_exe, git, pids_with_env, run_events, run_fabro, tail_has
 
 # `nap` sleeps 30 s unless $HOME/quick exists; its child `sleep` is what must not
 # outlive the interrupt.
@@ -28,12 +28,6 @@ digraph Nap {
     start -> one -> nap -> exit
 }
 """
-
-
-def _events(repo: Path, run_id: str) -> list[dict]:
-    proc = run_fabro("logs", run_id, cwd=repo)
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
 def _start_and_reach_nap(
@@ -127,7 +121,7 @@ def test_interrupt_stops_the_stage_checkpoints_and_resumes(
         == "finalize interrupted\n"
     )
 
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     names = [e["event"] for e in events]
     assert "run.completed" not in names and "run.failed" not in names
     notice = [
@@ -146,7 +140,7 @@ def test_interrupt_stops_the_stage_checkpoints_and_resumes(
     assert resumed.returncode == 0, resumed.stderr
     assert git(repo, "show", f"{branch}:one.txt") == "one\n"
     assert git(repo, "show", f"{branch}:nap.txt") == "napped\n"
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     names = [e["event"] for e in events]
     assert names.count("run.completed") == 1
     assert len({e["id"] for e in events}) == len(events)
@@ -212,7 +206,7 @@ def test_ctrl_c_at_a_human_gate_waiting_on_the_terminal(repo: Path, tmp_path: Pa
     # Resumed with an answer queued, the gate takes it and the run completes.
     resumed = run_fabro("resume", run_id, "--answer", "N", cwd=repo)
     assert resumed.returncode == 0, resumed.stderr
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     answered = [
         e for e in events if e["event"].startswith("interview.") and e.get("node_id") == "ask"
     ]

@@ -30,9 +30,6 @@ from helpers import (
 )
 from llm_server import LlmServer, Recorded, Reply, ToolUse
 
-from fabro_git.events.contract import check_event
-from fabro_git.events.seed import load_contract
-
 PIPELINE = """\
 digraph H {
     start [shape=Mdiamond]
@@ -101,13 +98,6 @@ def records(log: Path) -> list[dict]:
     return out
 
 
-def events_of(repo: Path, run_id: str) -> list[dict]:
-    events = run_events(run_id, repo)
-    contract = load_contract()
-    assert [p for event in events for p in check_event(event, contract)] == []
-    return events
-
-
 def notices(events: list[dict], code: str) -> list[dict]:
     return [e for e in events if e["event"] == "run.notice" and e["properties"]["code"] == code]
 
@@ -174,7 +164,7 @@ def test_command_hooks_get_each_run_and_stage_event_with_its_payload_and_env(
     assert host["pwd"] == str(repo.resolve()) and host["secret"] is True
     # Nothing a hook was given or wrote reached git.
     assert not branch_has(repo, run_id, "hooklog")
-    assert notices(events_of(repo, run_id), "hook_failed") == []
+    assert notices(run_events(run_id, repo), "hook_failed") == []
 
 
 def test_stage_failed_and_run_failed_hooks_get_the_failure(
@@ -229,7 +219,7 @@ def test_a_blocking_stage_start_hook_that_exits_2_fails_the_stage_unrun(repo: Pa
     assert result["status"] == "failed"
     assert branch_has(repo, run_id, "built.txt")
     assert not branch_has(repo, run_id, "deployed.txt")
-    events = events_of(repo, run_id)
+    events = run_events(run_id, repo)
     [failed] = [e for e in events if e["event"] == "stage.failed"]
     assert failed["node_id"] == "deploy"
     assert "deploys are frozen" in failed["properties"]["error"]
@@ -241,7 +231,7 @@ def test_a_run_start_hook_that_fails_blocks_the_run_before_any_stage(repo: Path)
     configure(repo, hook("run_start", "exit 7"))
     proc, result = run_json("run", "run.toml", cwd=repo)
     assert proc.returncode == 1
-    events = events_of(repo, result["run_id"])
+    events = run_events(result["run_id"], repo)
     assert [e for e in events if e["event"] == "stage.started"] == []
     [failed] = [e for e in events if e["event"] == "run.failed"]
     assert "hook exited with code 7" in failed["properties"]["error"]
@@ -280,7 +270,7 @@ def test_an_edge_selected_override_redirects_the_walk(repo: Path) -> None:
     run_id = result["run_id"]
     assert branch_has(repo, run_id, "rolled.txt")
     assert not branch_has(repo, run_id, "deployed.txt")
-    assert notices(events_of(repo, run_id), "hook_override")
+    assert notices(run_events(run_id, repo), "hook_override")
 
 
 def test_a_hook_that_times_out_is_a_notice_and_the_run_goes_on(repo: Path, tmp_path: Path) -> None:
@@ -292,7 +282,7 @@ def test_a_hook_that_times_out_is_a_notice_and_the_run_goes_on(repo: Path, tmp_p
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]
     assert branch_has(repo, run_id, "built.txt")
-    [notice] = notices(events_of(repo, run_id), "hook_timeout")
+    [notice] = notices(run_events(run_id, repo), "hook_timeout")
     assert notice["properties"]["level"] == "warn"
     assert "timed out after 0.5s" in notice["properties"]["message"]
     # The hook was stopped, not left waiting.
@@ -318,7 +308,7 @@ def test_non_blocking_hooks_run_beside_the_run_and_are_waited_for_at_its_end(
     proc, result = run_json("run", "run.toml", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert done.read_text() == "finished\n"
-    assert notices(events_of(repo, result["run_id"]), "hook_timeout") == []
+    assert notices(run_events(result["run_id"], repo), "hook_timeout") == []
 
 
 def test_hooks_merge_by_id_across_user_project_and_run_config(
@@ -430,7 +420,7 @@ def test_a_failing_http_hook_is_a_notice_and_fails_open(
     assert proc.returncode == 0, proc.stderr
     assert len(webhook.received) == 1
     assert branch_has(repo, result["run_id"], "built.txt")
-    [notice] = notices(events_of(repo, result["run_id"]), "hook_failed")
+    [notice] = notices(run_events(result["run_id"], repo), "hook_failed")
     assert "answered 500" in notice["properties"]["message"]
 
 
@@ -441,7 +431,7 @@ def test_an_http_hook_can_block_with_a_json_decision(repo: Path, webhook: type[_
     proc, result = run_json("run", "run.toml", cwd=repo)
     assert proc.returncode == 1
     assert not branch_has(repo, result["run_id"], "deployed.txt")
-    events = events_of(repo, result["run_id"])
+    events = run_events(result["run_id"], repo)
     [failed] = [e for e in events if e["event"] == "stage.failed"]
     assert failed["node_id"] == "deploy"
     assert "change freeze" in failed["properties"]["error"]
@@ -499,7 +489,7 @@ def test_a_pre_tool_use_hook_blocks_the_agents_shell_and_post_hooks_see_the_rest
     [post] = fired
     assert post["tool_name"] == "write_file" and post["tool_call_id"] == "w1"
     assert post["node_id"] == "work" and "tool_output" in post
-    events = events_of(repo, run_id)
+    events = run_events(run_id, repo)
     [shell] = [
         e
         for e in events
@@ -554,7 +544,7 @@ def test_a_failing_hooks_output_reaches_git_only_redacted(
     )
     proc, result = run_json("run", "run.toml", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    [notice] = notices(events_of(repo, result["run_id"]), "hook_failed")
+    [notice] = notices(run_events(result["run_id"], repo), "hook_failed")
     assert "exited with code 1" in notice["properties"]["message"]
     assert "***" + secret[-4:] in notice["properties"]["message"]
     objects = subprocess.run(
@@ -624,7 +614,7 @@ def test_a_stage_retrying_hook_can_stop_the_retries(repo: Path, tmp_path: Path) 
     proc, result = run_json("run", "run.toml", cwd=repo)
     assert proc.returncode == 1
     assert tries.read_text() == "x\n"  # one attempt, no retry
-    events = events_of(repo, result["run_id"])
+    events = run_events(result["run_id"], repo)
     assert [e for e in events if e["event"] == "stage.retrying"] == []
     [failed] = [e for e in events if e["event"] == "stage.failed"]
     assert failed["node_id"] == "build" and failed["properties"]["will_retry"] is False
@@ -682,7 +672,7 @@ def test_a_blocking_prompt_hook_whose_model_says_block_fails_the_stage_unrun(
     _text, payload = asked(request, "May this stage run today?")
     assert payload["event"] == "stage_start" and payload["node_id"] == "deploy"
     assert payload["run_id"] == run_id and payload["workflow_name"] == "H"
-    events = events_of(repo, run_id)
+    events = run_events(run_id, repo)
     [failed] = [e for e in events if e["event"] == "stage.failed"]
     assert failed["node_id"] == "deploy"
     assert "deploys are frozen" in failed["properties"]["error"]
@@ -706,7 +696,7 @@ def test_a_prompt_hook_that_allows_lets_the_stage_run_and_a_non_blocking_block_i
     run_id = result["run_id"]
     assert branch_has(repo, run_id, "deployed.txt")
     assert len(llm_server.requests) == 2
-    events = events_of(repo, run_id)
+    events = run_events(run_id, repo)
     [heard] = notices(events, "hook_not_blocking")
     assert "the build log is thin" in heard["properties"]["message"]
     # The hooks' model calls are the run's spending.
@@ -912,7 +902,7 @@ def test_a_stopped_run_stops_its_non_blocking_hooks_instead_of_waiting_for_them(
         for p in hook_pids
         if p in pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete")
     ] == []
-    events = events_of(repo, run_id)
+    events = run_events(run_id, repo)
     [stopped] = notices(events, "hooks_stopped")
     assert "slow-notify" in stopped["properties"]["message"]
     assert "silent-webhook" in stopped["properties"]["message"]
@@ -941,7 +931,7 @@ def test_a_dry_run_fires_no_hooks_and_says_so(
     assert records(log) == [] and webhook.received == []
     run_id = result["run_id"]
     assert branch_has(repo, run_id, "deployed.txt")  # the run itself went on
-    [notice] = notices(events_of(repo, run_id), "hooks_skipped")
+    [notice] = notices(run_events(run_id, repo), "hooks_skipped")
     assert notice["properties"]["level"] == "info"
     message = notice["properties"]["message"]
     assert "--dry-run" in message
@@ -1038,7 +1028,7 @@ def test_asking_again_while_the_run_finishes_cuts_its_blocking_hooks_short(
     assert not Path(f"/proc/{cleanup}").exists() or cleanup not in pids_with_env(
         FABRO_RUN_ID=run_id
     )
-    events = events_of(repo, run_id)
+    events = run_events(run_id, repo)
     assert any(
         "asked again" in n["properties"]["message"] and "slow-cleanup" in n["properties"]["message"]
         for n in notices(events, "hooks_stopped")

@@ -14,7 +14,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import assert_fsck_clean, fabro_exe, git, run_events, run_fabro, write_workflow
+from helpers import (
+    assert_fsck_clean,
+    bare_remote,
+    fabro_exe,
+    git,
+    run_events,
+    run_fabro,
+    write_workflow,
+)
 
 # `hold` waits (inside the run) until the remote holds the checkpoint after `one` (its
 # meta snapshot and its run-branch commit: one push updates the two refs one after the
@@ -34,20 +42,13 @@ digraph Live {{
 
 
 def _remote(tmp_path: Path, repo: Path) -> Path:
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    git(repo, "remote", "add", "origin", str(bare))
-    git(repo, "push", "-q", "origin", "HEAD:refs/heads/main")
+    bare = bare_remote(tmp_path, "remote.git", origin_of=repo)
     return bare
 
 
 def _remote_refs(bare: Path) -> dict[str, str]:
     out = git(bare, "for-each-ref", "--format=%(refname) %(objectname)")
     return dict(line.split() for line in out.splitlines())
-
-
-def _events(cwd: Path, run_id: str) -> list[dict]:
-    return run_events(run_id, cwd)
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
@@ -88,7 +89,9 @@ def test_a_teammate_follows_the_run_and_takes_it_over(
         assert "1 run new" in fetched.stderr
         logs = run_fabro("logs", run_id, "--pretty", cwd=mate)
         assert logs.returncode == 0, logs.stderr
-        completed = [e["node_id"] for e in _events(mate, run_id) if e["event"] == "stage.completed"]
+        completed = [
+            e["node_id"] for e in run_events(run_id, mate) if e["event"] == "stage.completed"
+        ]
         assert "one" in completed and "two" not in completed
 
         # The first machine dies mid-stage.
@@ -107,7 +110,7 @@ def test_a_teammate_follows_the_run_and_takes_it_over(
     assert resumed.returncode == 0, resumed.stderr
     assert git(taker, "show", f"fabro/run/{run_id}:two.txt").strip() == "two"
     # resume found the run on the remote and fetched it: that is in the run's log.
-    events = _events(taker, run_id)
+    events = run_events(run_id, taker)
     (fetch,) = [e for e in events if e["event"] == "git.fetch"]
     assert fetch["properties"] == {"branch": f"fabro/run/{run_id}", "success": True}
     # The resumed run keeps replicating (the push remote is in its recorded config):
@@ -131,7 +134,7 @@ def test_a_remote_that_refuses_is_a_warning_and_the_run_succeeds(
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     assert "could not push the run" in proc.stderr
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     pushes = [e["properties"]["success"] for e in events if e["event"] == "git.push"]
     assert pushes and not any(pushes)
     notices = [
@@ -162,7 +165,7 @@ def test_push_remote_from_the_run_config(repo: Path, tmp_path: Path) -> None:
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     meta = f"refs/fabro/meta/{run_id}"
     assert _remote_refs(bare)[meta] == git(repo, "rev-parse", meta).strip()
-    pushes = [e for e in _events(repo, run_id) if e["event"] == "git.push"]
+    pushes = [e for e in run_events(run_id, repo) if e["event"] == "git.push"]
     assert pushes and all(e["properties"]["success"] for e in pushes)
 
     (repo / "bad.toml").write_text('[workflow]\ngraph = "wf.fabro"\n\n[run.git]\npush_remote = 3\n')
@@ -234,7 +237,7 @@ def test_a_slow_remote_does_not_hold_the_stages_and_pushes_coalesce(
     proc = run_fabro("run", "wf.fabro", "--push", "origin", "--json", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     checkpoints = [e for e in events if e["event"] == "checkpoint.completed"]
     pushes = [e["properties"]["success"] for e in events if e["event"] == "git.push"]
     assert len(checkpoints) == 7

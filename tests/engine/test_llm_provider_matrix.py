@@ -24,7 +24,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import (
+    events_named,
+    fabro_exe,
+    git,
+    meta_file,
+    run_events,
+    run_fabro,
+    run_json,
+    write_workflow,
+)
 from llm_server import (
     Drop,
     Fault,
@@ -129,15 +138,6 @@ digraph D {
 
 FIX = '{"preferred_next_label": "fix"}'
 APPROVE = '{"preferred_next_label": "approve"}'
-
-
-def _events(repo: Path, run_id: str) -> list[dict]:
-    """The run's events, each checked against the contract by `run_events`."""
-    return run_events(run_id, repo)
-
-
-def _of(events: list[dict], name: str, node: str | None = None) -> list[dict]:
-    return [e for e in events if e["event"] == name and (node is None or e.get("node_id") == node)]
 
 
 def _project_model(repo: Path, toml: str) -> None:
@@ -245,14 +245,14 @@ def test_an_agent_reads_edits_and_creates_files(
     ]
 
     assert meta_file(repo, run_id, "nodes/work/response.md") == "Done: notes tidied."
-    events = _events(repo, run_id)
-    tools = _of(events, "agent.tool.completed", "work")
+    events = run_events(run_id, repo)
+    tools = events_named(events, "agent.tool.completed", "work")
     assert [(e["properties"]["tool_name"], e["properties"]["is_error"]) for e in tools] == [
         ("read_file", False),
         (p.edit_tool, False),
         ("write_file", False),
     ]
-    [completed] = _of(events, "stage.completed", "work")
+    [completed] = events_named(events, "stage.completed", "work")
     props = completed["properties"]
     assert props["status"] == "succeeded"
     assert sorted(props["files_touched"]) == ["notes.txt", "src/new.txt"]
@@ -286,16 +286,18 @@ def test_a_prompt_reply_routes_the_run(
     assert meta_file(repo, run_id, "nodes/review/response.md") == reply
     checkpoint = json.loads(meta_file(repo, run_id, "checkpoint.json"))
     assert checkpoint["context_values"]["score"] == 7
-    events = _events(repo, run_id)
-    [completed] = _of(events, "stage.completed", "review")
+    events = run_events(run_id, repo)
+    [completed] = events_named(events, "stage.completed", "review")
     assert completed["properties"]["preferred_label"] == label
     usage = completed["properties"]["usage"]
     assert usage["model"] == p.model
     assert (usage["input_tokens"], usage["output_tokens"]) == (30, 9)
-    assert [e["node_id"] for e in _of(events, "stage.completed")] == (
+    assert [e["node_id"] for e in events_named(events, "stage.completed")] == (
         ["start", "review", "fix", "exit"] if ran else ["start", "review", "exit"]
     )
-    deltas = "".join(e["properties"]["delta"] for e in _of(events, "agent.text.delta", "review"))
+    deltas = "".join(
+        e["properties"]["delta"] for e in events_named(events, "agent.text.delta", "review")
+    )
     assert deltas == reply
 
 
@@ -331,13 +333,13 @@ def test_a_prompts_reasoning_effort_reaches_the_wire_and_its_reasoning_is_record
     assert proc.returncode == 0, proc.stderr
     [request] = llm_server.requests
     assert _effort_sent(p, request.body) == EFFORT_SENT[p.name]
-    events = _events(repo, result["run_id"])
+    events = run_events(result["run_id"], repo)
     thought = "".join(
-        e["properties"]["delta"] for e in _of(events, "agent.reasoning.delta", "review")
+        e["properties"]["delta"] for e in events_named(events, "agent.reasoning.delta", "review")
     )
     assert thought == "weighing the patch carefully"
     # The reasoning is not the answer: routing read the text alone.
-    [completed] = _of(events, "stage.completed", "review")
+    [completed] = events_named(events, "stage.completed", "review")
     assert completed["properties"]["preferred_label"] == "approve"
     assert meta_file(repo, result["run_id"], "nodes/review/response.md") == APPROVE
 
@@ -370,9 +372,9 @@ def test_an_agent_thinking_before_a_tool_call_sends_its_reasoning_back_as_its_ap
         assert turn["content"][-1]["type"] == "tool_use"
     [(call, output)] = _tool_rounds(p.api, follow_up)
     assert call == "r1" and "hello" in output
-    events = _events(repo, result["run_id"])
+    events = run_events(result["run_id"], repo)
     thought = "".join(
-        e["properties"]["delta"] for e in _of(events, "agent.reasoning.delta", "work")
+        e["properties"]["delta"] for e in events_named(events, "agent.reasoning.delta", "work")
     )
     assert thought == "first look at the file"
 
@@ -414,15 +416,15 @@ def test_a_transient_failure_is_retried_and_the_stage_succeeds(
     assert git(repo, "show", f"fabro/run/{run_id}:fixed") == "fixed\n"
     assert meta_file(repo, run_id, "nodes/review/response.md") == f"Second time lucky. {FIX}"
 
-    events = _events(repo, run_id)
-    [retry] = _of(events, "agent.llm.retry", "review")
+    events = run_events(run_id, repo)
+    [retry] = events_named(events, "agent.llm.retry", "review")
     props = retry["properties"]
     assert (props["provider"], props["model"], props["attempt"]) == (p.name, p.model, 2)
     assert props["error"]["kind"] == FAULTS[fault]
     assert props["error"]["retryable"] is True
     if fault == "rate_limited":
         assert props["delay_secs"] == 0  # the server's Retry-After, honoured
-    [message] = _of(events, "agent.message", "review")
+    [message] = events_named(events, "agent.message", "review")
     assert message["properties"]["text"] == f"Second time lucky. {FIX}"
     if fault.startswith("stream_"):
         # Two words were streamed before the cut: the retry voided them.
@@ -431,7 +433,7 @@ def test_a_transient_failure_is_retried_and_the_stage_succeeds(
         assert "agent.text.delta" in names[:replaced]
         assert names.index("agent.llm.retry") > replaced
     else:
-        assert not _of(events, "agent.output.replace")
+        assert not events_named(events, "agent.output.replace")
 
 
 @each_provider
@@ -452,12 +454,12 @@ def test_an_agent_turn_cut_mid_tool_call_is_retried_and_the_tool_runs_once(
     # The retried turn sent the same conversation: nothing of the cut call in it.
     assert llm_server.requests[1].body == llm_server.requests[0].body
     assert git(repo, "show", f"fabro/run/{run_id}:ran.txt") == "once\n"
-    events = _events(repo, run_id)
-    [retry] = _of(events, "agent.llm.retry", "work")
+    events = run_events(run_id, repo)
+    [retry] = events_named(events, "agent.llm.retry", "work")
     assert retry["properties"]["error"]["kind"] == "stream_dropped"
-    assert [e["properties"]["tool_name"] for e in _of(events, "agent.tool.started", "work")] == [
-        "shell"
-    ]
+    assert [
+        e["properties"]["tool_name"] for e in events_named(events, "agent.tool.started", "work")
+    ] == ["shell"]
     assert meta_file(repo, run_id, "nodes/work/response.md") == "Ran it."
 
 
@@ -482,14 +484,14 @@ def test_a_spent_quota_fails_over_to_the_other_provider(
         (other.api, DEFAULT_MODEL[other.name]),
     ]
     assert git(repo, "show", f"fabro/run/{run_id}:fixed") == "fixed\n"
-    events = _events(repo, run_id)
-    [failover] = _of(events, "agent.failover", "review")
+    events = run_events(run_id, repo)
+    [failover] = events_named(events, "agent.failover", "review")
     props = failover["properties"]
     assert (props["from_provider"], props["from_model"]) == (p.name, p.model)
     assert (props["to_provider"], props["to_model"]) == (other.name, DEFAULT_MODEL[other.name])
     assert "quota" in props["error"]
-    assert not _of(events, "agent.llm.retry")
-    [completed] = _of(events, "stage.completed", "review")
+    assert not events_named(events, "agent.llm.retry")
+    [completed] = events_named(events, "stage.completed", "review")
     assert completed["properties"]["usage"]["model"] == DEFAULT_MODEL[other.name]
 
 
@@ -570,11 +572,11 @@ def test_an_agent_fails_over_mid_conversation_with_its_tool_history(
         assert signature == "skip_thought_signature_validator"
     assert git(repo, "show", f"fabro/run/{run_id}:b.txt") == "b\n"
     assert meta_file(repo, run_id, "nodes/work/response.md") == "Finished on the fallback."
-    events = _events(repo, run_id)
-    [failover] = _of(events, "agent.failover", "work")
+    events = run_events(run_id, repo)
+    [failover] = events_named(events, "agent.failover", "work")
     props = failover["properties"]
     assert (props["from_provider"], props["to_provider"]) == (p.name, other.name)
-    tools = _of(events, "agent.tool.completed", "work")
+    tools = events_named(events, "agent.tool.completed", "work")
     assert [(e["properties"]["tool_name"], e["properties"]["is_error"]) for e in tools] == [
         ("read_file", False),
         ("write_file", False),
@@ -614,8 +616,8 @@ def test_a_rejected_key_fails_the_stage_naming_its_variable(
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     assert len(llm_server.requests) == 1  # a refused key is neither retried nor failed over
-    events = _events(repo, result["run_id"])
-    [completed] = _of(events, "stage.completed", "work")
+    events = run_events(result["run_id"], repo)
+    [completed] = events_named(events, "stage.completed", "work")
     props = completed["properties"]
     assert props["status"] == "failed" and props["failure_class"] == "deterministic"
     assert "Incorrect API key provided" in props["error"]
@@ -673,8 +675,8 @@ def test_a_cli_agent_stage_runs_its_providers_cli(
     assert git(repo, "show", f"fabro/run/{run_id}:new.txt") == "n\n"
     assert git(repo, "show", f"fabro/run/{run_id}:fixed") == "fixed\n"  # the reply routed
     assert meta_file(repo, run_id, "nodes/review/response.md") == reply
-    events = _events(repo, run_id)
-    [completed] = _of(events, "stage.completed", "review")
+    events = run_events(run_id, repo)
+    [completed] = events_named(events, "stage.completed", "review")
     props = completed["properties"]
     assert props["status"] == "succeeded" and props["preferred_label"] == "fix"
     assert props["files_touched"] == ["new.txt", "notes.txt"]
@@ -752,7 +754,7 @@ def test_ctrl_c_mid_stream_then_resume_never_replays_the_half_stream(
     assert "Halfway" not in json.dumps(llm_server.requests[2].body)
     assert meta_file(repo, run_id, "nodes/work/response.md") == "Done after all."
 
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     work = [e for e in events if e.get("node_id") == "work"]
     cut = next(i for i, e in enumerate(work) if e["event"] == "stage.failed")
     assert work[cut]["properties"]["failure_class"] == "canceled"
@@ -784,9 +786,9 @@ def test_ctrl_c_mid_stream_then_resume_never_replays_the_half_stream(
         ]
         * 2
     )
-    [completed] = _of(events, "stage.completed", "work")
+    [completed] = events_named(events, "stage.completed", "work")
     assert completed["properties"]["status"] == "succeeded"
-    [done] = _of(events, "run.completed")
+    [done] = events_named(events, "run.completed")
     assert done["properties"]["status"] == "succeeded"
 
 
@@ -808,8 +810,8 @@ def test_an_openai_compatible_server_by_base_url_runs_an_agent(
         ("/ollama/v1/chat/completions", "qwen3:8b")
     ] * 2
     assert git(repo, "show", f"fabro/run/{run_id}:out.txt") == "o\n"
-    events = _events(repo, run_id)
-    [completed] = _of(events, "stage.completed", "work")
+    events = run_events(run_id, repo)
+    [completed] = events_named(events, "stage.completed", "work")
     assert completed["properties"]["usage"]["model"] == "qwen3:8b"
     assert meta_file(repo, run_id, "nodes/work/response.md") == "Wrote it."
 

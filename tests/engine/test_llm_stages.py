@@ -15,7 +15,16 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import (
+    events_named,
+    fabro_exe,
+    git,
+    meta_file,
+    run_events,
+    run_fabro,
+    run_json,
+    write_workflow,
+)
 from llm_server import (
     LlmServer,
     Reply,
@@ -49,15 +58,6 @@ digraph D {
 """
 
 
-def _events(repo: Path, run_id: str) -> list[dict]:
-    """The run's events, each checked against the contract by `run_events`."""
-    return run_events(run_id, repo)
-
-
-def _of(events: list[dict], name: str) -> list[dict]:
-    return [event for event in events if event["event"] == name]
-
-
 @pytest.mark.parametrize(
     ("model", "api"), [("claude-sonnet-4-6", "anthropic"), ("gpt-5.4", "responses")]
 )
@@ -89,11 +89,11 @@ def test_a_prompt_reply_routes_the_run(
     assert checkpoint["context_values"]["score"] == 40
     assert checkpoint["context_values"]["last_stage"] == "review"
 
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     names = [event["event"] for event in events]
     for name in ("stage.prompt", "agent.output.start", "agent.text.delta", "agent.message"):
         assert name in names
-    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "review"]
+    [completed] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "review"]
     usage = completed["properties"]["usage"]
     assert usage["model"] == model
     assert (usage["input_tokens"], usage["output_tokens"]) == (30, 9)
@@ -101,7 +101,7 @@ def test_a_prompt_reply_routes_the_run(
     assert completed["properties"]["preferred_label"] == "fix"
     deltas = "".join(
         e["properties"]["delta"]
-        for e in _of(events, "agent.text.delta")
+        for e in events_named(events, "agent.text.delta")
         if e["node_id"] == "review"
     )
     assert "preferred_next_label" in deltas
@@ -139,14 +139,14 @@ def test_an_agent_reads_edits_and_creates_files(repo: Path, llm_server: LlmServe
     status = json.loads(meta_file(repo, run_id, "nodes/work/status.json"))
     assert sorted(status["files_touched"]) == ["notes.txt", "src/new.txt"]
 
-    events = _events(repo, run_id)
-    started = _of(events, "agent.session.started")
+    events = run_events(run_id, repo)
+    started = events_named(events, "agent.session.started")
     assert len(started) == 1 and "node_id" not in started[0]
     session = started[0]["session_id"]
-    tools = _of(events, "agent.tool.completed")
+    tools = events_named(events, "agent.tool.completed")
     assert len(tools) == 3 and {e["session_id"] for e in tools} == {session}
     assert {e["node_id"] for e in tools} == {"work"}
-    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    [completed] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "work"]
     assert sorted(completed["properties"]["files_touched"]) == ["notes.txt", "src/new.txt"]
     usage = completed["properties"]["usage"]
     assert usage["model"] == "claude-sonnet-4-6"
@@ -162,12 +162,12 @@ def test_a_server_error_is_retried_and_the_stage_succeeds(
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]
     assert len(llm_server.requests) == 2
-    events = _events(repo, run_id)
-    [retry] = _of(events, "agent.llm.retry")
+    events = run_events(run_id, repo)
+    [retry] = events_named(events, "agent.llm.retry")
     assert retry["node_id"] == "review"
     assert retry["properties"]["attempt"] == 2
     assert retry["properties"]["error"]["kind"] == "server_error"
-    path = [e["node_id"] for e in _of(events, "stage.completed")]
+    path = [e["node_id"] for e in events_named(events, "stage.completed")]
     assert "fix" not in path and "review" in path
 
 
@@ -183,7 +183,7 @@ def test_every_agent_event_of_a_prompt_stage_names_its_session(
     )
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    events = [e for e in _events(repo, result["run_id"]) if e["event"].startswith("agent.")]
+    events = [e for e in run_events(result["run_id"], repo) if e["event"].startswith("agent.")]
     names = {e["event"] for e in events}
     assert {"agent.llm.retry", "agent.reasoning.delta", "agent.text.delta"} <= names
     assert {"agent.output.start", "agent.message"} <= names
@@ -231,8 +231,8 @@ def test_a_rejected_key_fails_the_stage_as_deterministic(repo: Path, llm_server:
     llm_server.script(unauthorized())
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode != 0
-    events = _events(repo, result["run_id"])
-    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    events = run_events(result["run_id"], repo)
+    [completed] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "work"]
     props = completed["properties"]
     assert props["status"] == "failed" and props["failure_class"] == "deterministic"
     assert "Incorrect API key provided" in props["error"]
@@ -271,8 +271,8 @@ def test_a_timeout_cancels_the_model_call(repo: Path, llm_server: LlmServer) -> 
     )
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo, timeout=50)
     assert proc.returncode != 0
-    events = _events(repo, result["run_id"])
-    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    events = run_events(result["run_id"], repo)
+    [completed] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "work"]
     props = completed["properties"]
     assert props["status"] == "failed" and props["failure_class"] == "transient_infra"
     assert "timed out after 15s" in props["error"]
@@ -331,7 +331,7 @@ def test_an_exhausted_quota_fails_over_to_the_configured_fallback(
     ]
     run_id = result["run_id"]
     assert git(repo, "show", f"fabro/run/{run_id}:fixed") == "fixed\n"
-    [failover] = _of(_events(repo, run_id), "agent.failover")
+    [failover] = events_named(run_events(run_id, repo), "agent.failover")
     assert failover["properties"]["to_provider"] == "anthropic"
 
 
@@ -366,7 +366,7 @@ def test_ctrl_c_cancels_the_call_and_the_run_resumes(repo: Path, llm_server: Llm
     resumed = run_fabro("resume", run_id, cwd=repo)
     assert resumed.returncode == 0, resumed.stderr
     assert meta_file(repo, run_id, "nodes/work/response.md") == "Done after all."
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     names = [e["event"] for e in events]
     assert names.count("agent.session.started") == 2  # the cut-off session, then the resumed one
     assert names[-1] == "run.completed" or "run.completed" in names
@@ -400,8 +400,8 @@ def test_an_agent_that_failed_over_reports_the_fallbacks_usage(
     llm_server.script_for("anthropic", Reply(text="Done.", input_tokens=7, output_tokens=3))
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    events = _events(repo, result["run_id"])
-    [completed] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    events = run_events(result["run_id"], repo)
+    [completed] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "work"]
     usage = completed["properties"]["usage"]
     assert usage["model"] == "claude-sonnet-4-6"
     assert (usage["input_tokens"], usage["output_tokens"]) == (7, 3)
@@ -441,9 +441,11 @@ def test_steering_reaches_the_agent_in_flight(
     assert proc.returncode == 0, err
     assert len(llm_server.requests) == 2
     assert "use the other approach" in json.dumps(llm_server.requests[1].body)
-    events = _events(repo, run_id)
-    assert [e["properties"]["text"] for e in _of(events, "run.steer")] == ["use the other approach"]
-    [injected] = _of(events, "agent.steering.injected")
+    events = run_events(run_id, repo)
+    assert [e["properties"]["text"] for e in events_named(events, "run.steer")] == [
+        "use the other approach"
+    ]
+    [injected] = events_named(events, "agent.steering.injected")
     assert injected["properties"]["text"] == "use the other approach"
     assert injected["node_id"] == "work"
 
@@ -456,11 +458,11 @@ def test_the_runs_cost_is_summed_and_shown(repo: Path, llm_server: LlmServer) ->
     proc, result = run_json("run", "wf.fabro", "--goal", "the patch", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]
-    events = _events(repo, run_id)
-    [stage] = [e for e in _of(events, "stage.completed") if e["node_id"] == "review"]
+    events = run_events(run_id, repo)
+    [stage] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "review"]
     cost = stage["properties"]["usage"]["cost"]
     assert cost > 0
-    [done] = _of(events, "run.completed")
+    [done] = events_named(events, "run.completed")
     assert done["properties"]["total_cost"] == pytest.approx(cost)
     row = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])
     assert row["total_cost"] == pytest.approx(cost)

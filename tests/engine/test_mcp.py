@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    events_named,
     fabro_exe,
     git,
     meta_file,
@@ -105,15 +106,6 @@ def _stdio(name: str, script: Path, extra: str = "") -> str:
     )
 
 
-def _events(repo: Path, run_id: str) -> list[dict]:
-    """The run's events, each checked against the contract by `run_events`."""
-    return run_events(run_id, repo)
-
-
-def _of(events: list[dict], name: str) -> list[dict]:
-    return [event for event in events if event["event"] == name]
-
-
 def _tool_names(request_body: dict) -> list[str]:
     return [tool["name"] for tool in request_body.get("tools", [])]
 
@@ -163,8 +155,8 @@ def test_the_agent_calls_a_stdio_servers_tool_in_its_worktree(
     assert "NOTES_TOKEN=tok-abcdefgh-1234" in sent
     assert "ANTHROPIC_API_KEY=<unset>" in sent
 
-    events = _events(repo, run_id)
-    [ready] = _of(events, "agent.mcp.ready")
+    events = run_events(run_id, repo)
+    [ready] = events_named(events, "agent.mcp.ready")
     assert ready["node_id"] == "work"
     assert ready["properties"]["server_name"] == "notes"
     assert ready["properties"]["tool_count"] == 4
@@ -174,10 +166,12 @@ def test_the_agent_calls_a_stdio_servers_tool_in_its_worktree(
         "environment",
         "explode",
     }
-    completed = {e["properties"]["tool_call_id"]: e for e in _of(events, "agent.tool.completed")}
+    completed = {
+        e["properties"]["tool_call_id"]: e for e in events_named(events, "agent.tool.completed")
+    }
     assert completed["t1"]["properties"]["is_error"] is False
     assert completed["t4"]["properties"]["is_error"] is True
-    assert [e["properties"]["tool_name"] for e in _of(events, "agent.tool.started")] == [
+    assert [e["properties"]["tool_name"] for e in events_named(events, "agent.tool.started")] == [
         "mcp__notes__add_note",
         "mcp__notes__environment",
         "mcp__notes__environment",
@@ -202,11 +196,11 @@ def test_a_server_that_fails_to_start_is_left_out(
     llm_server.script(Reply(text="Fine without it."))
     proc, result = run_json("run", "run.toml", "--goal", "notes", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    events = _events(repo, result["run_id"])
-    [failed] = _of(events, "agent.mcp.failed")
+    events = run_events(result["run_id"], repo)
+    [failed] = events_named(events, "agent.mcp.failed")
     assert failed["properties"]["server_name"] == "broken"
     assert failed["properties"]["error"]
-    [ready] = _of(events, "agent.mcp.ready")
+    [ready] = events_named(events, "agent.mcp.ready")
     assert ready["properties"]["server_name"] == "notes"
     offered = _tool_names(llm_server.requests[0].body)
     assert "mcp__notes__add_note" in offered
@@ -226,10 +220,10 @@ def test_a_required_server_that_fails_fails_the_stage(repo: Path, llm_server: Ll
     assert proc.returncode == 1
     assert "Traceback" not in proc.stderr
     assert llm_server.requests == []
-    events = _events(repo, result["run_id"])
-    [failed] = _of(events, "agent.mcp.failed")
+    events = run_events(result["run_id"], repo)
+    [failed] = events_named(events, "agent.mcp.failed")
     assert failed["properties"]["server_name"] == "needed"
-    [stage] = [e for e in _of(events, "stage.failed") if e["node_id"] == "work"]
+    [stage] = [e for e in events_named(events, "stage.failed") if e["node_id"] == "work"]
     assert "'needed' is required" in json.dumps(stage["properties"])
 
 
@@ -247,7 +241,7 @@ def test_a_missing_env_reference_is_a_server_failure(
     llm_server.script(Reply(text="Done."))
     proc, result = run_json("run", "run.toml", "--goal", "notes", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    [failed] = _of(_events(repo, result["run_id"]), "agent.mcp.failed")
+    [failed] = events_named(run_events(result["run_id"], repo), "agent.mcp.failed")
     assert "run.agent.mcps.notes.env.X" in failed["properties"]["error"]
     assert "NO_SUCH_MCP_VAR" in failed["properties"]["error"]
 
@@ -303,10 +297,10 @@ def test_an_http_server_is_reached_by_url(
     )
     proc, result = run_json("run", "run.toml", "--goal", "notes", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    events = _events(repo, result["run_id"])
-    [ready] = _of(events, "agent.mcp.ready")
+    events = run_events(result["run_id"], repo)
+    [ready] = events_named(events, "agent.mcp.ready")
     assert ready["properties"]["server_name"] == "remote"
-    [done] = _of(events, "agent.tool.completed")
+    [done] = events_named(events, "agent.tool.completed")
     assert done["properties"]["is_error"] is False
     assert done["properties"]["output"].startswith("HOME=")
 
@@ -360,10 +354,10 @@ def test_servers_from_the_project_config_and_literal_credentials_stay_out_of_git
         check=True,
     ).stdout
     assert secret.encode() not in objects
-    events = _events(repo, result["run_id"])
-    [done] = _of(events, "agent.tool.completed")
+    events = run_events(result["run_id"], repo)
+    [done] = events_named(events, "agent.tool.completed")
     assert done["properties"]["output"] == "NOTES_API_KEY=***7654"
-    assert _of(events, "agent.mcp.ready")[0]["properties"]["server_name"] == "notes"
+    assert events_named(events, "agent.mcp.ready")[0]["properties"]["server_name"] == "notes"
 
 
 def test_ctrl_c_during_a_tool_call_stops_the_server(
@@ -431,10 +425,12 @@ def test_a_sub_agent_uses_the_stages_mcp_servers(
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]
     assert git(repo, "show", f"fabro/run/{run_id}:notes.md") == "from the child\n"
-    events = _events(repo, run_id)
-    assert len(_of(events, "agent.mcp.ready")) == 1
+    events = run_events(run_id, repo)
+    assert len(events_named(events, "agent.mcp.ready")) == 1
     [call] = [
-        e for e in _of(events, "agent.tool.completed") if e["properties"]["tool_call_id"] == "c1"
+        e
+        for e in events_named(events, "agent.tool.completed")
+        if e["properties"]["tool_call_id"] == "c1"
     ]
     assert call["properties"]["is_error"] is False
     assert call.get("parent_session_id")  # the child's, not the parent's

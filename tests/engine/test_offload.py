@@ -11,6 +11,7 @@ from pathlib import Path
 
 from helpers import (
     assert_fsck_clean,
+    bare_remote,
     git,
     meta_bytes,
     meta_file,
@@ -186,10 +187,7 @@ def test_resume_in_a_fresh_clone_writes_the_artifacts_into_its_scratch_dir(
     proc = run_fabro("run", str(workflow), "--json", cwd=repo)
     assert proc.returncode == 1, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
+    origin = bare_remote(tmp_path, origin_of=repo)
     assert run_fabro("push", "origin", cwd=repo).returncode == 0
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(origin), str(clone))

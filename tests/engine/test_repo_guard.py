@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from helpers import git, run_fabro, write_workflow
+from helpers import bare_remote, git, run_fabro, write_workflow
 
 
 def _workflow(script: str, *, node_attrs: str = "", graph_attrs: str = "") -> str:
@@ -87,10 +87,7 @@ def test_a_stage_that_moves_the_users_branch_fails_and_the_branch_is_put_back(
 
 
 def _bare_remote(repo: Path, tmp_path: Path) -> Path:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(repo, "remote", "add", "origin", str(remote))
-    git(repo, "push", "-q", "origin", "main")
+    remote = bare_remote(tmp_path, "remote.git", origin_of=repo)
     return remote
 
 

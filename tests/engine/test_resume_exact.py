@@ -11,7 +11,6 @@ first attempt left and finishes at once.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, read_checkpoint, run_fabro
+from helpers import bare_remote, fabro_exe, git, read_checkpoint, run_events, run_fabro
 
 
 @pytest.fixture(autouse=True)
@@ -96,12 +95,6 @@ def _kill_9(proc: subprocess.Popen[bytes]) -> None:
 def _only_run(repo: Path) -> str:
     (meta,) = git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta").split()
     return meta.rsplit("/", 1)[-1]
-
-
-def _events(repo: Path, run_id: str) -> list[dict]:
-    proc = run_fabro("logs", run_id, cwd=repo)
-    assert proc.returncode == 0, proc.stderr
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
 
 
 def _checkpoint(repo: Path, run_id: str) -> dict:
@@ -354,7 +347,7 @@ touch {marker} {ready}
             proc.wait()
     run_id = _only_run(repo)
     _resume(repo, run_id)
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     attempts = _attempts(events)
     (first, cut), (second, rerun) = attempts["two@1"]
     assert (first, second) == (1, 2)
@@ -414,7 +407,7 @@ def test_a_stage_killed_while_its_files_are_recorded_runs_again_as_a_new_attempt
     before = _checkpoint(repo, run_id)
     assert before["completed_nodes"] == ["start", "one"], before
     _resume(repo, run_id)
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     attempts = _attempts(events)
     (first, ended), (second, rerun) = attempts["two@1"]
     assert (first, second) == (1, 2)
@@ -465,10 +458,7 @@ def _fabro(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_resumed_fan_out_never_rewinds_a_pushed_parallel_ref(repo: Path, tmp_path: Path) -> None:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
-    git(repo, "remote", "add", "origin", str(remote))
-    git(repo, "push", "-q", "origin", "main")
+    remote = bare_remote(tmp_path, "remote.git", origin_of=repo)
     marker, ready = tmp_path / "attempted", tmp_path / "ready"
     workflow = _fan_out(tmp_path, marker, ready)
     proc = _start(repo, workflow, tmp_path)
@@ -508,7 +498,7 @@ def test_a_resumed_fan_out_never_rewinds_a_pushed_parallel_ref(repo: Path, tmp_p
     pushed = _fabro(repo, "push", "origin", run_id)
     assert pushed.returncode == 0, pushed.stderr
     # The fan-out and the branch stage in flight were both cut off and closed.
-    attempts = _attempts(_events(repo, run_id))
+    attempts = _attempts(run_events(run_id, repo))
     for stage_id in ("fan@1", "a2@1"):
         (first, cut), (second, rerun) = attempts[stage_id]
         assert (first, second) == (1, 2), stage_id
@@ -530,8 +520,7 @@ def test_a_resumed_fan_out_never_rewinds_a_pushed_parallel_ref(repo: Path, tmp_p
 
 
 def test_a_rejected_push_shows_gits_own_message(repo: Path, tmp_path: Path) -> None:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
+    remote = bare_remote(tmp_path, "remote.git")
     git(repo, "remote", "add", "origin", str(remote))
     workflow = _workflow(tmp_path, {"one": "printf 'one\\n' > one.txt\n"})
     assert _fabro(repo, "run", str(workflow)).returncode == 0
@@ -548,8 +537,7 @@ def test_a_rejected_push_shows_gits_own_message(repo: Path, tmp_path: Path) -> N
 
 
 def test_a_fetch_that_would_rewrite_a_run_keeps_it_and_says_so(repo: Path, tmp_path: Path) -> None:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
+    remote = bare_remote(tmp_path, "remote.git")
     git(repo, "remote", "add", "origin", str(remote))
     workflow = _workflow(tmp_path, {"one": "printf 'one\\n' > one.txt\n"})
     assert _fabro(repo, "run", str(workflow)).returncode == 0
@@ -594,7 +582,7 @@ touch {marker} {ready}
             proc.wait()
     run_id = _only_run(repo)
     _resume(repo, run_id)
-    attempts = _attempts(_events(repo, run_id))
+    attempts = _attempts(run_events(run_id, repo))
     (first, cut), (second, rerun) = attempts["two@1"]
     assert (first, second) == (1, 2)
     assert [e["properties"]["failure_class"] for e in cut] == ["canceled"]
@@ -675,7 +663,7 @@ digraph Parent {
     _resume(repo, run_id)
 
     assert ran.read_text() == "x\n", "the child's first stage ran again"
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     completed = [e["node_id"] for e in events if e["event"] == "stage.completed"]
     assert completed.count("kid/k1") == 1 and completed.count("kid/k2") == 1
     assert completed.count("kid") == 1

@@ -12,10 +12,9 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-from helpers import fabro_exe, git, run_fabro, run_json, write_workflow
+from helpers import fabro_exe, git, run_fabro, run_json, wait_until, write_workflow
 
 # `hold` waits until $HOME/go exists, and says it has started by touching $HOME/held.
 WORKFLOW = """\
@@ -51,11 +50,7 @@ def _status(repo: Path, run_id: str) -> str:
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[bytes], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not path.exists():
-        assert proc.poll() is None, f"the run ended (exit {proc.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"no {what} after 60s"
-        time.sleep(0.02)
+    wait_until(path.exists, process=proc, limit=60, what=what)
 
 
 def test_straight_detached_and_resumed_runs_commit_the_same_tree(
@@ -74,10 +69,7 @@ def test_straight_detached_and_resumed_runs_commit_the_same_tree(
     detached_id = detach.stdout.strip()
     follow = run_fabro("logs", detached_id, "-f", cwd=repo, timeout=90)
     assert '"run.completed"' in follow.stdout, follow.stderr
-    deadline = time.monotonic() + 30
-    while _status(repo, detached_id) != "succeeded":
-        assert time.monotonic() < deadline, _status(repo, detached_id)
-        time.sleep(0.1)
+    wait_until(lambda: _status(repo, detached_id) == "succeeded", limit=30, what="its end in ps")
     assert _tree(repo, detached_id) == straight
 
     go.unlink()

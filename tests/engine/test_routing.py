@@ -33,60 +33,6 @@ def test_branch_loop_example_loops_until_the_test_passes(repo: Path) -> None:
     assert nodes[-1] == "exit"
 
 
-LOOP = """
-digraph L {
-    graph [loop_restart_signature_limit=20]
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    work [shape=parallelogram, script="n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) > n; test $((n+1)) -ge %(need)d", max_visits=%(limit)d]
-    start -> work
-    work -> exit [condition="outcome=succeeded"]
-    work -> work [condition="outcome=failed"]
-}
-"""
-
-
-def test_max_visits_stops_a_loop(repo: Path) -> None:
-    write_workflow(repo, LOOP % {"need": 10, "limit": 3})
-    proc, result = run_json("run", "wf.fabro", cwd=repo)
-    assert proc.returncode == 1
-    assert "node work has run 3 times, its limit (max_visits=3 on the node)" in proc.stderr
-    events = run_events(result["run_id"], repo)
-    assert [n for n, _ in stages(events)].count("work") == 3
-
-
-def test_loop_within_visit_limit_succeeds(repo: Path) -> None:
-    write_workflow(repo, LOOP % {"need": 3, "limit": 5})
-    proc, result = run_json("run", "wf.fabro", cwd=repo)
-    assert proc.returncode == 0, proc.stderr
-    assert git(repo, "show", f"fabro/run/{result['run_id']}:n") == "3\n"
-    checkpoint = json.loads(meta_file(repo, result["run_id"], "checkpoint.json"))
-    assert checkpoint["node_visits"]["work"] == 3
-
-
-def test_circuit_breaker_stops_repeated_deterministic_failures(repo: Path) -> None:
-    write_workflow(
-        repo,
-        """
-        digraph C {
-            graph [loop_restart_signature_limit=2]
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            build [shape=parallelogram, script="echo 'error at line 12' >&2; exit 1"]
-            start -> build
-            build -> exit [condition="outcome=succeeded"]
-            build -> build [condition="outcome=failed"]
-        }
-        """,
-    )
-    proc, _ = run_json("run", "wf.fabro", cwd=repo)
-    assert proc.returncode == 1
-    assert (
-        "stage build failed the same way 2 times (command exited with status 1); stopping"
-    ) in proc.stderr
-    assert "signature 'build|" not in proc.stderr and "cycle detected" not in proc.stderr
-
-
 HUMAN = """
 digraph H {
     start [shape=Mdiamond]
@@ -149,13 +95,16 @@ def test_human_gate_reads_piped_stdin(repo: Path) -> None:
 
 
 def test_transient_failures_are_retried_then_allow_partial(repo: Path) -> None:
+    # One retry on the short preset's backoff (0.1-0.3 s); the standard backoff's
+    # seconds and more attempts are walked on a mock clock in
+    # inprocess/test_routing_inprocess.py.
     write_workflow(
         repo,
         """
         digraph R {
             start [shape=Mdiamond]
             exit [shape=Msquare]
-            slow [shape=parallelogram, script="sleep 5", timeout="200ms", max_retries=2, allow_partial=true]
+            slow [shape=parallelogram, script="sleep 5", timeout="200ms", retry_policy="standard", max_retries=1, allow_partial=true]
             start -> slow -> exit
         }
         """,
@@ -165,73 +114,11 @@ def test_transient_failures_are_retried_then_allow_partial(repo: Path) -> None:
     assert result["status"] == "partially_succeeded"
     events = run_events(result["run_id"], repo)
     retrying = [e["properties"] for e in events if e["event"] == "stage.retrying"]
-    assert [r["attempt"] for r in retrying] == [2, 3]
-    assert all(r["max_attempts"] == 3 for r in retrying)
+    assert [(r["attempt"], r["max_attempts"]) for r in retrying] == [(2, 2)]
     failed = [e["properties"] for e in events if e["event"] == "stage.failed"]
-    assert [f["will_retry"] for f in failed] == [True, True]
+    assert [f["will_retry"] for f in failed] == [True]
     assert all(f["failure_class"] == "transient_infra" for f in failed)
     assert ("slow", "partially_succeeded") in stages(events)
-
-
-def test_deterministic_failures_are_not_retried(repo: Path) -> None:
-    write_workflow(
-        repo,
-        """
-        digraph R {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            bad [shape=parallelogram, script="exit 2", retry_policy="standard"]
-            start -> bad -> exit
-        }
-        """,
-    )
-    proc, result = run_json("run", "wf.fabro", cwd=repo)
-    assert proc.returncode == 1
-    assert not [e for e in run_events(result["run_id"], repo) if e["event"] == "stage.retrying"]
-
-
-def test_auto_status_and_failure_edges(repo: Path) -> None:
-    write_workflow(
-        repo,
-        """
-        digraph A {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            optional [shape=parallelogram, script="exit 1", auto_status=true]
-            check [shape=parallelogram, script="exit 3"]
-            recover [shape=parallelogram, script="echo recovered > r"]
-            start -> optional -> check
-            check -> recover [condition="outcome=failed && failure_class=deterministic"]
-            check -> exit
-            recover -> exit
-        }
-        """,
-    )
-    proc, result = run_json("run", "wf.fabro", cwd=repo)
-    assert proc.returncode == 0, proc.stderr
-    seen = stages(run_events(result["run_id"], repo))
-    assert ("optional", "succeeded") in seen
-    assert ("check", "failed") in seen
-    assert ("recover", "succeeded") in seen
-
-
-def test_failed_stage_uses_retry_target_not_unconditional_edges(repo: Path) -> None:
-    write_workflow(
-        repo,
-        """
-        digraph T {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            prep [shape=parallelogram, script="touch prepared"]
-            risky [shape=parallelogram, script="test -f prepared && test -f again || { touch again; exit 1; }", retry_target="prep"]
-            start -> prep -> risky -> exit
-        }
-        """,
-    )
-    proc, result = run_json("run", "wf.fabro", cwd=repo)
-    assert proc.returncode == 0, proc.stderr
-    nodes = [n for n, _ in stages(run_events(result["run_id"], repo))]
-    assert nodes == ["start", "prep", "risky", "prep", "risky", "exit"]
 
 
 def test_goal_gate_sends_the_run_back(repo: Path) -> None:
@@ -259,45 +146,6 @@ def test_goal_gate_sends_the_run_back(repo: Path) -> None:
     )
 
 
-def test_goal_gate_without_target_fails(repo: Path) -> None:
-    write_workflow(
-        repo,
-        """
-        digraph G {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            verify [shape=parallelogram, script="exit 1", goal_gate=true]
-            start -> verify
-            verify -> exit [condition="outcome=failed"]
-            verify -> exit [condition="outcome=succeeded"]
-        }
-        """,
-    )
-    proc, _ = run_json("run", "wf.fabro", cwd=repo)
-    assert proc.returncode == 1
-    assert "goal gate unsatisfied for node verify and no retry target" in proc.stderr
-
-
-def test_loop_restart_is_blocked_for_deterministic_failures(repo: Path) -> None:
-    write_workflow(
-        repo,
-        """
-        digraph LR {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            prep [shape=parallelogram, script="true"]
-            a [shape=parallelogram, script="exit 1"]
-            start -> prep -> a
-            a -> exit [condition="outcome=succeeded"]
-            a -> prep [condition="outcome=failed", loop_restart=true]
-        }
-        """,
-    )
-    proc, _ = run_json("run", "wf.fabro", cwd=repo)
-    assert proc.returncode == 1
-    assert "loop_restart blocked: failure_class=deterministic" in proc.stderr
-
-
 def test_loop_restart_resets_visits_after_transient_failures(repo: Path) -> None:
     write_workflow(
         repo,
@@ -321,54 +169,6 @@ def test_loop_restart_resets_visits_after_transient_failures(repo: Path) -> None
     assert [n for n, _ in stages(events)].count("count") == 3
     restarts = [e["properties"] for e in events if e["event"] == "loop.restart"]
     assert restarts == [{"from_node": "gate", "to_node": "count"}] * 2
-
-
-def test_edge_weights_and_lexical_tiebreak(repo: Path) -> None:
-    write_workflow(
-        repo,
-        """
-        digraph W {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            a [shape=parallelogram, script="true"]
-            b [shape=parallelogram, script="echo b > which"]
-            c [shape=parallelogram, script="echo c > which"]
-            d [shape=parallelogram, script="echo d > which"]
-            start -> a
-            a -> d
-            a -> c [weight=5]
-            a -> b [weight=5]
-            b -> exit
-            c -> exit
-            d -> exit
-        }
-        """,
-    )
-    _, result = run_json("run", "wf.fabro", cwd=repo)
-    assert git(repo, "show", f"fabro/run/{result['run_id']}:which") == "b\n"
-
-
-def test_conditional_node_routes_on_previous_outcome_and_context(repo: Path) -> None:
-    write_workflow(
-        repo,
-        """
-        digraph Cond {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            probe [shape=parallelogram, script="echo 85"]
-            gate [shape=diamond]
-            high [shape=parallelogram, script="echo high > band"]
-            low [shape=parallelogram, script="echo low > band"]
-            start -> probe -> gate
-            gate -> high [condition="outcome=succeeded && command.output >= 80"]
-            gate -> low
-            high -> exit
-            low -> exit
-        }
-        """,
-    )
-    _, result = run_json("run", "wf.fabro", cwd=repo)
-    assert git(repo, "show", f"fabro/run/{result['run_id']}:band") == "high\n"
 
 
 PARALLEL = """
@@ -428,43 +228,6 @@ def test_parallel_wait_all_merges_the_best_branch(repo: Path) -> None:
     assert sorted(refs) == [f"refs/fabro/parallel/{run_id}/fan-1/{i}" for i in range(3)]
     assert git(repo, "worktree", "list").count("\n") == 1, "branch worktrees are removed"
     assert_fsck_clean(repo)
-
-
-def test_parallel_all_failed_fails_the_stage(repo: Path) -> None:
-    write_workflow(
-        repo,
-        (PARALLEL % {"policy": "first_success", "a": "exit 1"}).replace("echo b > b.txt", "exit 1"),
-    )
-    proc, _ = run_json("run", "wf.fabro", cwd=repo)
-    assert proc.returncode == 1
-    assert "every parallel branch failed" in proc.stderr
-
-
-def test_parallel_branches_get_isolated_context(repo: Path) -> None:
-    write_workflow(
-        repo,
-        """
-        digraph Iso {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            fan [shape=component]
-            x [shape=parallelogram, script="echo from-x"]
-            y [shape=parallelogram, script="sleep 0.2; echo from-y"]
-            merge [shape=tripleoctagon]
-            start -> fan
-            fan -> x
-            fan -> y
-            x -> merge
-            y -> merge
-            merge -> exit
-        }
-        """,
-    )
-    _, result = run_json("run", "wf.fabro", cwd=repo)
-    events = run_events(result["run_id"], repo)
-    completed = next(e["properties"] for e in events if e["event"] == "parallel.completed")
-    outputs = {r["id"]: r["context_updates"]["command.output"] for r in completed["results"]}
-    assert outputs == {"x": "from-x\n", "y": "from-y\n"}
 
 
 def test_sub_workflow_runs_child_stages(repo: Path) -> None:
@@ -600,15 +363,13 @@ def test_dry_run_walks_llm_stages_with_routing_directives(repo: Path) -> None:
 
 
 def test_detach_prints_the_id_and_the_run_finishes(repo: Path) -> None:
-    import time
-
     write_workflow(
         repo,
         """
         digraph Bg {
             start [shape=Mdiamond]
             exit [shape=Msquare]
-            work [shape=parallelogram, script="sleep 0.5; echo bg > bg.txt"]
+            work [shape=parallelogram, script="echo bg > bg.txt"]
             start -> work -> exit
         }
         """,
@@ -619,12 +380,8 @@ def test_detach_prints_the_id_and_the_run_finishes(repo: Path) -> None:
     assert len(run_id) == 26
     follow = run_fabro("logs", run_id, "-f", cwd=repo, timeout=60)
     assert '"run.completed"' in follow.stdout
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        rows = [json.loads(x) for x in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()]
-        if rows and rows[0]["status"] == "succeeded":
-            break
-        time.sleep(0.2)
+    # Once `logs -f` has seen the end, the run is over for `ps` too.
+    rows = [json.loads(x) for x in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()]
     assert rows[0]["status"] == "succeeded"
     assert git(repo, "show", f"fabro/run/{run_id}:bg.txt") == "bg\n"
 

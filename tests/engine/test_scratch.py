@@ -8,11 +8,18 @@ import os
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, run_json, write_workflow
+from helpers import (
+    assert_fsck_clean,
+    fabro_exe,
+    git,
+    run_fabro,
+    run_json,
+    wait_until,
+    write_workflow,
+)
 
 # `two` reads the file `one` wrote: after the scratch dir is gone, that file can only
 # come from the run branch.
@@ -74,16 +81,14 @@ def _interrupted_run(repo: Path, workflow: Path) -> str:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
+
+    def at_the_gate() -> bool:
+        tails = list(_scratch_root().glob("*/events.jsonl"))
+        lines = tails[0].read_text().splitlines() if tails else []
+        return any('"stage.started"' in ln and '"node_id":"gate"' in ln for ln in lines)
+
     try:
-        while True:
-            tails = list(_scratch_root().glob("*/events.jsonl"))
-            lines = tails[0].read_text().splitlines() if tails else []
-            if any('"stage.started"' in ln and '"node_id":"gate"' in ln for ln in lines):
-                break
-            assert proc.poll() is None, "the run ended before reaching the gate"
-            assert time.monotonic() < deadline, "the run did not reach the gate"
-            time.sleep(0.01)
+        wait_until(at_the_gate, process=proc, limit=30, what="the gate")
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers import assert_fsck_clean, git, run_fabro
+from helpers import assert_fsck_clean, bare_remote, git, run_fabro
 
 WORKFLOW = """\
 digraph Twice {
@@ -47,10 +47,7 @@ def test_two_clones_resuming_one_run_keep_their_own_scratch(
     first = run_fabro("run", str(workflow), "--json", cwd=repo)
     assert first.returncode == 1, first.stderr
     run_id = json.loads(first.stdout.splitlines()[-1])["run_id"]
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
+    origin = bare_remote(tmp_path, origin_of=repo)
     assert run_fabro("push", "origin", run_id, cwd=repo).returncode == 0
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(origin), str(clone))

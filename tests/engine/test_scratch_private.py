@@ -13,8 +13,9 @@ import shlex
 import stat
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from helpers import wait_until
 
 FAILS_AT_GATE = """\
 digraph Private {
@@ -98,10 +99,11 @@ def test_scratch_dirs_and_files_are_private_under_umask_000(repo: Path, tmp_path
     assert resumed.returncode == 0, resumed.stderr
     log = scratch / "detached.log"
     assert log.exists() and _mode(log) == 0o600
-    deadline = time.monotonic() + 60
-    while (scratch / "events.jsonl").read_bytes().count(b'"event":"run.failed"') < 2:
-        assert time.monotonic() < deadline, "the background resume never finished"
-        time.sleep(0.05)
+    wait_until(
+        lambda: (scratch / "events.jsonl").read_bytes().count(b'"event":"run.failed"') >= 2,
+        limit=60,
+        what="the background resume's end",
+    )
 
 
 def test_crash_log_is_private_and_masked(tmp_path: Path) -> None:

@@ -15,7 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import (
+    events_named,
+    fabro_exe,
+    git,
+    meta_file,
+    run_events,
+    run_fabro,
+    run_json,
+    write_workflow,
+)
 from llm_server import (
     LlmServer,
     Recorded,
@@ -34,15 +43,6 @@ digraph D {
     start -> work -> exit
 }
 """
-
-
-def _events(repo: Path, run_id: str) -> list[dict[str, Any]]:
-    """The run's events, each checked against the contract by `run_events`."""
-    return run_events(run_id, repo)
-
-
-def _of(events: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
-    return [event for event in events if event["event"] == name]
 
 
 def _first_user(request: Recorded) -> str:
@@ -64,7 +64,7 @@ def _wait(agent_id: str, call: str) -> ToolUse:
 
 def _root_session(events: list[dict[str, Any]]) -> str:
     [completed] = [
-        e for e in _of(events, "agent.session.started") if not e.get("parent_session_id")
+        e for e in events_named(events, "agent.session.started") if not e.get("parent_session_id")
     ]
     return str(completed["session_id"])
 
@@ -107,45 +107,52 @@ def test_a_sub_agent_edits_a_file_and_reports_back(repo: Path, llm_server: LlmSe
     assert len(parent) == 2
     assert "REPORT: greeting.txt says hello" in json.dumps(parent[1].body["messages"][-1])
 
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     root = _root_session(events)
-    [spawned] = _of(events, "agent.sub.spawned")
+    [spawned] = events_named(events, "agent.sub.spawned")
     assert spawned["session_id"] == root and spawned["node_id"] == "work"
     assert spawned["properties"] == {
         "agent_id": "sub_1",
         "depth": 1,
         "task": "CHILD-A: write the greeting",
     }
-    [completed] = _of(events, "agent.sub.completed")
+    [completed] = events_named(events, "agent.sub.completed")
     assert completed["properties"] == {
         "agent_id": "sub_1",
         "depth": 1,
         "success": True,
         "turns_used": 2,
     }
-    [closed] = _of(events, "agent.sub.closed")  # the parent's end closed it
+    [closed] = events_named(events, "agent.sub.closed")  # the parent's end closed it
     assert closed["properties"]["agent_id"] == "sub_1"
     # The child's own events carry its session and name the parent's.
     [write] = [
-        e for e in _of(events, "agent.tool.started") if e["properties"]["tool_name"] == "write_file"
+        e
+        for e in events_named(events, "agent.tool.started")
+        if e["properties"]["tool_name"] == "write_file"
     ]
     assert write["session_id"] != root and write["parent_session_id"] == root
     assert write["node_id"] == "work"
     child_session = write["session_id"]
-    started = [e for e in _of(events, "agent.session.started") if e["session_id"] == child_session]
+    started = [
+        e for e in events_named(events, "agent.session.started") if e["session_id"] == child_session
+    ]
     assert [e.get("parent_session_id") for e in started] == [root]
     # Its streamed deltas are not forwarded; its messages are.
     assert not [
         e for e in events if e["event"].endswith(".delta") and e.get("session_id") == child_session
     ]
-    assert len([e for e in _of(events, "agent.message") if e["session_id"] == child_session]) == 2
+    assert (
+        len([e for e in events_named(events, "agent.message") if e["session_id"] == child_session])
+        == 2
+    )
 
     # Its tokens, cost and files are the stage's.
-    [stage] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    [stage] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "work"]
     usage = stage["properties"]["usage"]
     assert (usage["input_tokens"], usage["output_tokens"]) == (390, 40)
     assert "greeting.txt" in stage["properties"]["files_touched"]
-    [done] = _of(events, "run.completed")
+    [done] = events_named(events, "run.completed")
     assert done["properties"]["total_cost"] == pytest.approx(usage["cost"])
 
     # logs --pretty shows the child's lines indented under the stage's agent.
@@ -177,14 +184,14 @@ def test_sub_agents_run_concurrently_up_to_the_limit(repo: Path, llm_server: Llm
     write_workflow(repo, AGENT % "")
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    events = _events(repo, result["run_id"])
-    assert [e["properties"]["agent_id"] for e in _of(events, "agent.sub.spawned")] == [
+    events = run_events(result["run_id"], repo)
+    assert [e["properties"]["agent_id"] for e in events_named(events, "agent.sub.spawned")] == [
         "sub_1",
         "sub_2",
         "sub_3",
         "sub_4",
     ]
-    completed = _of(events, "agent.sub.completed")
+    completed = events_named(events, "agent.sub.completed")
     assert sorted(e["properties"]["agent_id"] for e in completed) == [
         "sub_1",
         "sub_2",
@@ -194,7 +201,9 @@ def test_sub_agents_run_concurrently_up_to_the_limit(repo: Path, llm_server: Llm
     assert all(e["properties"]["success"] for e in completed)
     assert _asking(llm_server, "CHILD-5") == []
     [refused] = [
-        e for e in _of(events, "agent.tool.completed") if e["properties"]["tool_call_id"] == "s5"
+        e
+        for e in events_named(events, "agent.tool.completed")
+        if e["properties"]["tool_call_id"] == "s5"
     ]
     assert refused["properties"]["is_error"] is True
     assert "4 sub-agents are running" in refused["properties"]["output"]
@@ -216,20 +225,22 @@ def test_a_failed_sub_agent_is_an_error_result_for_its_parent(
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr  # the parent decides; the stage succeeds
     assert "work: sub-agent error" in proc.stderr
-    events = _events(repo, result["run_id"])
-    [failed] = _of(events, "agent.sub.failed")
+    events = run_events(result["run_id"], repo)
+    [failed] = events_named(events, "agent.sub.failed")
     props = failed["properties"]
     assert props["agent_id"] == "sub_1" and props["depth"] == 1
     assert props["error"]["kind"] == "authentication"
-    assert _of(events, "agent.sub.completed") == []
+    assert events_named(events, "agent.sub.completed") == []
     [waited] = [
-        e for e in _of(events, "agent.tool.completed") if e["properties"]["tool_call_id"] == "w1"
+        e
+        for e in events_named(events, "agent.tool.completed")
+        if e["properties"]["tool_call_id"] == "w1"
     ]
     assert waited["properties"]["is_error"] is True
     assert "status: failed" in waited["properties"]["output"]
     last = llm_server.requests[-1].body["messages"][-1]
     assert "Incorrect API key" in json.dumps(last) and '"is_error": true' in json.dumps(last)
-    [stage] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    [stage] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "work"]
     assert stage["properties"]["status"] == "succeeded"
 
 
@@ -258,8 +269,10 @@ def test_the_depth_limit_refuses_a_sub_sub_agent_unless_raised(
     write_workflow(repo, AGENT % "")
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
-    events = _events(repo, result["run_id"])
-    assert [e["properties"]["agent_id"] for e in _of(events, "agent.sub.spawned")] == ["sub_1"]
+    events = run_events(result["run_id"], repo)
+    assert [e["properties"]["agent_id"] for e in events_named(events, "agent.sub.spawned")] == [
+        "sub_1"
+    ]
     assert _asking(llm_server, "GRANDCHILD") == []
     answer = json.dumps(_asking(llm_server, "CHILD-D")[-1].body["messages"][-1])
     assert "may nest 1 deep" in answer
@@ -271,16 +284,18 @@ def test_the_depth_limit_refuses_a_sub_sub_agent_unless_raised(
     proc, result = run_json("run", "deep.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]
-    events = _events(repo, run_id)
+    events = run_events(run_id, repo)
     root = _root_session(events)
-    spawned = _of(events, "agent.sub.spawned")
+    spawned = events_named(events, "agent.sub.spawned")
     assert [(e["properties"]["agent_id"], e["properties"]["depth"]) for e in spawned] == [
         ("sub_1", 1),
         ("sub_2", 2),
     ]
     child = spawned[1]["session_id"]
     assert spawned[0]["session_id"] == root and spawned[1]["parent_session_id"] == root
-    [grand] = [e for e in _of(events, "agent.message") if e["session_id"] not in (root, child)]
+    [grand] = [
+        e for e in events_named(events, "agent.message") if e["session_id"] not in (root, child)
+    ]
     assert grand["parent_session_id"] == child
     assert "Dug deeper." in json.dumps(_asking(llm_server, "CHILD-D")[-1].body["messages"][-1])
     lines = run_fabro("logs", run_id, "--pretty", cwd=repo).stdout.splitlines()
@@ -299,14 +314,18 @@ def test_a_stage_timeout_closes_running_sub_agents(repo: Path, llm_server: LlmSe
     llm_server.script_when("CHILD-T", Stall(seconds=120))
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo, timeout=60)
     assert proc.returncode != 0
-    events = _events(repo, result["run_id"])
-    [closed] = _of(events, "agent.sub.closed")
+    events = run_events(result["run_id"], repo)
+    [closed] = events_named(events, "agent.sub.closed")
     assert closed["properties"] == {"agent_id": "sub_1", "depth": 1}
-    assert _of(events, "agent.sub.completed") == _of(events, "agent.sub.failed") == []
-    [stage] = [e for e in _of(events, "stage.completed") if e["node_id"] == "work"]
+    assert (
+        events_named(events, "agent.sub.completed")
+        == events_named(events, "agent.sub.failed")
+        == []
+    )
+    [stage] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "work"]
     assert "timed out after 15s" in stage["properties"]["error"]
     # Both sessions ended, the child's before its parent's.
-    ended = [e["session_id"] for e in _of(events, "agent.session.ended")]
+    ended = [e["session_id"] for e in events_named(events, "agent.session.ended")]
     assert len(ended) == 2 and ended[-1] == _root_session(events)
 
 
@@ -336,8 +355,10 @@ def test_ctrl_c_closes_sub_agents_and_the_resumed_stage_starts_fresh(
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
     run_id = re.findall(r"git fabro resume ([0-9A-Z]{26})", err.decode())[-1]
-    events = _events(repo, run_id)
-    assert [e["properties"]["agent_id"] for e in _of(events, "agent.sub.closed")] == ["sub_1"]
+    events = run_events(run_id, repo)
+    assert [e["properties"]["agent_id"] for e in events_named(events, "agent.sub.closed")] == [
+        "sub_1"
+    ]
 
     llm_server.requests.clear()
     llm_server.script(Reply(text="Done without help."))
@@ -346,8 +367,8 @@ def test_ctrl_c_closes_sub_agents_and_the_resumed_stage_starts_fresh(
     assert meta_file(repo, run_id, "nodes/work/response.md") == "Done without help."
     [again] = llm_server.requests  # a fresh conversation, no child
     assert len(again.body["messages"]) == 1
-    events = _events(repo, run_id)
-    assert len(_of(events, "agent.sub.spawned")) == 1
+    events = run_events(run_id, repo)
+    assert len(events_named(events, "agent.sub.spawned")) == 1
 
 
 def test_send_input_steers_or_restarts_a_sub_agent_and_close_agent_removes_it(
@@ -388,11 +409,14 @@ def test_send_input_steers_or_restarts_a_sub_agent_and_close_agent_removes_it(
     sent = json.dumps(second.body["messages"])
     assert "FIRST: code is fine" in sent and "MORE: also check the tests" in sent
 
-    events = _events(repo, result["run_id"])
-    assert [e["properties"]["turns_used"] for e in _of(events, "agent.sub.completed")] == [1, 1]
+    events = run_events(result["run_id"], repo)
+    assert [e["properties"]["turns_used"] for e in events_named(events, "agent.sub.completed")] == [
+        1,
+        1,
+    ]
     results = {
         e["properties"]["tool_call_id"]: e["properties"]
-        for e in _of(events, "agent.tool.completed")
+        for e in events_named(events, "agent.tool.completed")
     }
     assert "SECOND: tests are fine" in results["w2"]["output"]
     assert results["c1"]["is_error"] is False

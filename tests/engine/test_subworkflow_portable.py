@@ -14,7 +14,7 @@ import os
 import shutil
 from pathlib import Path
 
-from helpers import assert_fsck_clean, git, meta_file, run_fabro, write_workflow
+from helpers import assert_fsck_clean, bare_remote, git, meta_file, run_fabro, write_workflow
 
 PARENT = """\
 digraph Parent {
@@ -57,10 +57,7 @@ def test_a_run_with_a_child_workflow_resumes_in_a_clone(
     assert meta_file(repo, run_id, "graphs/flows/child.fabro") == CHILD
     assert meta_file(repo, run_id, "graphs/flows/prompts/ask.md") == ASK
 
-    origin = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(origin))
-    git(repo, "remote", "add", "origin", str(origin))
-    git(repo, "push", "-q", "origin", "main")
+    origin = bare_remote(tmp_path, origin_of=repo)
     pushed = run_fabro("push", "origin", cwd=repo)
     assert pushed.returncode == 0, pushed.stderr
 

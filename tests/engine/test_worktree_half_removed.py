@@ -7,10 +7,9 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-from helpers import fabro_exe, git, run_fabro, write_workflow
+from helpers import fabro_exe, git, run_fabro, wait_until, write_workflow
 
 HELD = """\
 digraph H {
@@ -32,11 +31,8 @@ def test_a_worktree_left_without_its_git_link_is_made_again(repo: Path, hermetic
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    for _ in range(600):  # the stage says when it is running
-        if (hermetic_env / "holding").exists():
-            break
-        assert proc.poll() is None
-        time.sleep(0.1)
+    # The stage says when it is running.
+    wait_until((hermetic_env / "holding").exists, process=proc, what="the stage's start")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]

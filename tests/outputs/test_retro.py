@@ -5,11 +5,19 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import (
+    fabro_exe,
+    git,
+    meta_file,
+    run_events,
+    run_fabro,
+    run_json,
+    wait_until,
+    write_workflow,
+)
 from llm_server import LlmServer, Reply
 
 from fabro_git.outputs import retro
@@ -170,11 +178,8 @@ def test_an_interrupted_run_has_a_retro_naming_the_stage_it_stopped_in(
         stderr=subprocess.PIPE,
         text=True,
     )
-    for _ in range(600):  # the stage itself says when it is running
-        if (hermetic_env / "holding").exists():
-            break
-        assert proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
+    # The stage itself says when it is running.
+    wait_until((hermetic_env / "holding").exists, process=proc, what="the stage's start")
     run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]
     assert run_fabro("interrupt", run_id, cwd=repo).returncode == 0
     proc.communicate(timeout=60)

@@ -26,7 +26,8 @@ Routing directives
   engine/test_directives_e2e.py::test_status_json_is_the_fallback_and_the_reply_wins
 - no directive: conditions, then unconditional edges, then weights:
   test_a_reply_without_directives_routes_by_conditions_then_weights,
-  engine/test_routing.py::test_edge_weights_and_lexical_tiebreak
+  engine/inprocess/test_routing_inprocess.py::
+  test_edge_weights_then_the_lexical_tiebreak_choose_the_edge
 Output logging
 - prompt.md (preamble + prompt), response.md, status.json per stage; a repeat visit
   appends the visit count to the directory name: test_a_repeat_visit_writes_its_own_node_files

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from helpers import git
+from helpers import bare_remote, git
 
 from fabro_git.engine.repo_guard import push_environment
 from fabro_git.store.repo_state import StateReader, config_changes
@@ -52,8 +52,7 @@ def _push(repo: Path, env: dict[str, str], *args: str) -> subprocess.CompletedPr
 def test_pushes_are_refused_whatever_the_config_routes_them_through(
     repo: Path, tmp_path: Path
 ) -> None:
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "init", "-q", "--bare", str(remote))
+    remote = bare_remote(tmp_path, "remote.git")
     git(repo, "remote", "add", "origin", str(remote))
     git(repo, "remote", "add", "explicit", "https://example.invalid/never")
     git(repo, "config", "remote.explicit.pushurl", f"file://{remote}")

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import git
+from helpers import bare_remote, git
 
 from fabro_git.errors import RefRaceError, RepositoryError, StoreError
 from fabro_git.store import worktree as wt
@@ -53,8 +53,7 @@ def test_discover_outside_a_repository(tmp_path: Path) -> None:
 
 
 def test_discover_bare_repository(tmp_path: Path) -> None:
-    bare = tmp_path / "bare.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
+    bare = bare_remote(tmp_path, "bare.git")
     with pytest.raises(RepositoryError) as info:
         GitRepo.discover(bare)
     assert "bare repository" in str(info.value)

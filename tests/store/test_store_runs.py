@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import git
+from helpers import bare_remote, git
 
 from fabro_git.errors import AmbiguousRunId, RunNotFound, StoreError
 from fabro_git.store import remote as rm
@@ -108,10 +108,7 @@ def test_resolve_prefix_locally(grepo: GitRepo) -> None:
 
 @pytest.fixture
 def origin(repo: Path, tmp_path: Path) -> Path:
-    bare = tmp_path / "origin.git"
-    git(tmp_path, "init", "-q", "--bare", str(bare))
-    git(repo, "remote", "add", "origin", str(bare))
-    git(repo, "push", "-q", "origin", "main")
+    bare = bare_remote(tmp_path, origin_of=repo)
     return bare
 
 
