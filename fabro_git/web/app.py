@@ -27,7 +27,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from fabro_git.errors import FabroError
-from fabro_git.web.feeds import Feeds, all_runs_stream, run_stream
+from fabro_git.web.feeds import Feeds, all_runs_stream, new_events_stream, run_stream
 from fabro_git.web.source import RepositoryRuns
 
 ASGIApp = Callable[..., Awaitable[None]]
@@ -212,6 +212,12 @@ def build(
     async def runs(request: Request) -> Response:
         return _json(await blocking(source.rows))
 
+    async def row(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        return _json(await blocking(source.row, run_id))
+
     async def run(request: Request) -> Response:
         run_id = await known_run(request)
         if run_id is None:
@@ -263,6 +269,11 @@ def build(
         return SseResponse(lambda send: run_stream(feeds(), run_id, last_id, send))
 
     async def every_event(request: Request) -> Response:
+        if request.query_params.get("from") == "now":
+            # Placed before the answer starts: a page that reads the runs once its
+            # stream is open misses nothing in between.
+            following = await blocking(source.from_now)
+            return SseResponse(lambda send: new_events_stream(following, send))
         last_id = request.headers.get("last-event-id") or request.query_params.get("after")
         return SseResponse(lambda send: all_runs_stream(source, last_id, send))
 
@@ -310,6 +321,7 @@ def build(
         Route("/api/runs", runs),
         Route("/api/events", every_event),
         Route("/api/runs/{run_id}", run),
+        Route("/api/runs/{run_id}/row", row),
         Route("/api/runs/{run_id}/stages", stages),
         Route("/api/runs/{run_id}/stages/{stage_id}", stage),
         Route("/api/runs/{run_id}/graph.svg", graph),

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import trio
 
-from fabro_git.engine.reader import RunEvent, events_after
+from fabro_git.engine.reader import EventCursor, NewRuns, RunEvent, events_after
 from fabro_git.web.source import RepositoryRuns
 
 # How often a live run's tail is looked at: well under the 100 ms an event may take to
@@ -148,6 +148,19 @@ async def all_runs_stream(source: RepositoryRuns, last_id: str | None, send: Sen
             wanted = events_after(batch, last_id)
             if wanted:
                 await send(b"".join(message(event) for event in wanted))
+
+
+async def new_events_stream(following: tuple[list[EventCursor], NewRuns], send: Send) -> None:
+    """Send every run's events from the point `following` was taken at (the live runs'
+    new events and those of runs that start later), never a backlog: what the runs page
+    needs to update its rows. Never returns by itself."""
+    from fabro_git.engine.reader import follow_all_async
+
+    cursors, new_runs = following
+    batches = follow_all_async(cursors, new_runs=new_runs, interval=ALL_RUNS_POLL_SECONDS)
+    async with _closing(batches) as batches:
+        async for batch in batches:
+            await send(b"".join(message(event) for event in batch))
 
 
 def _closing(batches: AsyncIterator[list[RunEvent]]) -> Any:

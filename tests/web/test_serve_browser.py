@@ -21,7 +21,7 @@ import pytest
 from helpers import run_events, run_fabro, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
-from web.serving import Server, start_server, start_waiting_run
+from web.serving import WAITING_WORKFLOW, Server, start_server, start_waiting_run
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -121,6 +121,23 @@ def test_the_run_list_loads_and_no_token_is_forbidden(
     page.locator("#runs tbody tr").first.wait_for(state="detached")
     page.fill("#filter-label", "team=docs")
     page.locator("#runs tbody tr").first.wait_for()
+
+    # Live: a run started now appears, runs and succeeds on the page as it goes, under
+    # the filter, without a reload and without the page reading the list again.
+    asked = []
+    page.on("request", lambda r: r.url.split("?")[0].endswith("/api/runs") and asked.append(r))
+    release = repo.parent / "release-live"
+    write_workflow(repo, WAITING_WORKFLOW % release, "waiting.fabro")
+    started = run_fabro("run", "waiting.fabro", "-d", "--label", "team=docs", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    row = page.locator(f'#runs tbody tr[data-run="{run_id}"]')
+    row.locator(".status-running").wait_for()
+    assert page.locator("#runs tbody tr").count() == 2
+    release.touch()
+    row.locator(".status-succeeded").wait_for()
+    assert "waiting" in row.inner_text() and "team=docs" in row.inner_text()
+    assert asked == []  # rows came from the event stream, not a poll of the list
     tab.close()
 
 

@@ -104,9 +104,16 @@ def test_a_live_run_streams_as_it_goes_and_a_client_may_hang_up(repo: Path, serv
 
 
 def test_every_runs_events_come_on_one_stream(repo: Path, server: Server) -> None:
-    for _ in range(2):
-        done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
-        assert done.returncode == 0, done.stderr
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    # From now on: the finished run's events are not replayed, the next run's come.
+    from_now = request(server, "/api/events?from=now", stream=True)
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    first = json.loads(from_now.next_message()["data"])  # type: ignore[index]
+    from_now.close()
+    assert first["run_id"] == get_json(server, "/api/runs")[0]["run_id"]  # the newest
+    assert first["event"] == "run.created"
     runs = get_json(server, "/api/runs")
     expected = sum(len(_logs(row["run_id"], repo)) for row in runs)
     stream = request(server, "/api/events", stream=True)
