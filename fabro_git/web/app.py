@@ -353,7 +353,7 @@ def _actor() -> dict[str, Any]:
         login: str | None = getpass.getuser()
     except (KeyError, OSError):
         login = None
-    return {"login": login, "via": "web"}
+    return {"login": login}  # as `git fabro steer` and `interrupt` say who asked
 
 
 def _control_message(action: str, payload: dict[str, Any]) -> dict[str, Any] | None:

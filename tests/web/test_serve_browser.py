@@ -232,3 +232,53 @@ def test_a_hostile_reply_and_output_are_shown_as_text(
     page.wait_for_selector('#events tbody tr[data-event="run.completed"]')
     assert page.evaluate("window.pwned") is None
     assert page.locator("main img, main script").count() == 0
+
+
+def test_steer_and_interrupt_are_clicked_and_the_run_takes_them(
+    repo: Path, llm_server: LlmServer, hermetic_env: Path, server: Server, tab: Page
+) -> None:
+    """Steer while the agent's shell tool holds: the text reaches the model's next
+    request. Then interrupt while a command stage holds: the run stops at a checkpoint,
+    and `ps` says interrupted."""
+    go = hermetic_env / "go"
+    release = repo.parent / "release-never"
+    wait = f"while [ ! -e '{go}' ]; do sleep 0.02; done"
+    hold = f"while [ ! -e '{release}' ]; do sleep 0.02; done"
+    write_workflow(
+        repo,
+        "digraph Steered {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  work [shape=box, model="sonnet", prompt="Tidy the notes"]\n'
+        f"  hold [shape=parallelogram, script={json.dumps(hold)}]\n"
+        "  start -> work -> hold -> exit\n}\n",
+        "steered.fabro",
+    )
+    llm_server.script(
+        Reply(text="Waiting.", tool_calls=(ToolUse("shell", {"command": wait}, id="t1"),)),
+        Reply(text="Done, the other way."),
+    )
+    started = run_fabro("run", "steered.fabro", "-d", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    try:
+        page = tab.open_run(run_id)
+        page.wait_for_selector('#events tbody tr[data-event="agent.tool.started"]')
+        page.fill("#steer-text", "use the other approach")
+        page.click("#steer")
+        page.wait_for_selector("#control-said:has-text('takes it before its next turn')")
+    finally:
+        go.touch()  # the tool call ends; the agent's next turn carries the steering
+    page.wait_for_selector('#timeline li[data-stage="hold@1"][data-status="running"]')
+    assert "use the other approach" in json.dumps(llm_server.requests[-1].body)
+    page.click("#interrupt")
+    page.wait_for_selector("#control-said:has-text('stopping at a checkpoint')")
+    page.wait_for_selector("#run-status .status-interrupted")
+    waited = run_fabro("wait", run_id, cwd=repo)
+    assert waited.returncode == 130, waited.stderr
+    (row,) = [json.loads(line) for line in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()]
+    assert row["status"] == "interrupted"
+    events = run_events(run_id, repo)
+    (injected,) = [e for e in events if e["event"] == "agent.steering.injected"]
+    assert injected["properties"]["text"] == "use the other approach"
+    (interrupted,) = [e for e in events if e["event"] == "run.interrupt"]
+    assert interrupted["actor"]["kind"] == "user"
+    page.wait_for_selector("#controls", state="hidden")
