@@ -425,10 +425,19 @@ async def _gates(
 
 def _graph_svg(source: RepositoryRuns, run_id: str) -> bytes:
     """The run's recorded graph, drawn by Graphviz."""
+    from fabro_git.errors import ToolMissing
     from fabro_git.workflow.drawing import graphviz, render_dot
     from fabro_git.workflow.parser import parse
 
-    return graphviz(render_dot(parse(source.open(run_id).source)), "svg")
+    try:
+        return graphviz(render_dot(parse(source.open(run_id).source)), "svg")
+    except ToolMissing as exc:
+        # The command's hint names its --format option; here the page is the way back.
+        raise ToolMissing(
+            exc.message,
+            hint="install Graphviz (apt-get install graphviz, brew install graphviz), "
+            "then reload the page; the rest of the run's page works without it",
+        ) from None
 
 
 def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, Any]:

@@ -21,7 +21,13 @@ import pytest
 from helpers import run_events, run_fabro, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
-from web.serving import WAITING_WORKFLOW, Server, start_server, start_waiting_run
+from web.serving import (
+    WAITING_WORKFLOW,
+    Server,
+    start_server,
+    start_waiting_run,
+    without_graphviz,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -282,3 +288,31 @@ def test_steer_and_interrupt_are_clicked_and_the_run_takes_them(
     (interrupted,) = [e for e in events if e["event"] == "run.interrupt"]
     assert interrupted["actor"]["kind"] == "user"
     page.wait_for_selector("#controls", state="hidden")
+
+
+def test_without_graphviz_the_run_page_says_what_to_do(
+    repo: Path, browser: Any, tmp_path: Path
+) -> None:
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    running = start_server(repo, env=without_graphviz(tmp_path))
+    tab = Page(browser, running)
+    try:
+        run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]
+        page = tab.open_run(run_id)
+        said = page.locator("#graph-problem")
+        said.wait_for()
+        assert said.inner_text() == (
+            "no drawing: Graphviz's `dot` is needed to render svg but is not on PATH; "
+            "install Graphviz (apt-get install graphviz, brew install graphviz), then reload "
+            "the page; the rest of the run's page works without it"
+        )
+        page.wait_for_selector('#timeline li[data-stage="publish@1"]')  # the rest is there
+        # The browser logs the drawing's 500 itself; nothing else went wrong.
+        assert tab.errors == [
+            "Failed to load resource: the server responded with a status of 500 ()"
+        ]
+        tab.errors.clear()
+    finally:
+        tab.close()
+        running.stop()

@@ -16,7 +16,14 @@ from pathlib import Path
 import pytest
 from helpers import git, run_events, run_fabro, write_workflow
 
-from web.serving import Server, get_json, request, start_server, start_waiting_run
+from web.serving import (
+    Server,
+    get_json,
+    request,
+    start_server,
+    start_waiting_run,
+    without_graphviz,
+)
 
 
 @pytest.fixture
@@ -249,3 +256,23 @@ def test_a_stages_artifacts_are_listed_and_downloaded(repo: Path, server: Server
     assert json.loads(got.buffer) == "".join(f"{n}\n" for n in range(1, 30_001))
     for path in ("first/values/nope.json", "../../../etc/passwd", "%2e%2e/manifest.json"):
         assert request(server, f"/api/runs/{run_id}/artifacts/{path}").status == 404, path
+
+
+def test_without_graphviz_the_drawing_is_an_error_that_says_what_to_do(
+    repo: Path, tmp_path: Path
+) -> None:
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    running = start_server(repo, env=without_graphviz(tmp_path))
+    try:
+        (row,) = get_json(running, "/api/runs")
+        response = request(running, f"/api/runs/{row['run_id']}/graph.svg")
+        assert response.status == 500
+        said = json.loads(response.buffer)
+        assert said["error"] == "Graphviz's `dot` is needed to render svg but is not on PATH"
+        assert said["hint"].startswith("install Graphviz (apt-get install graphviz")
+        assert "reload the page" in said["hint"] and "--format" not in said["hint"]
+        # The rest of the run reads without it.
+        assert get_json(running, f"/api/runs/{row['run_id']}")["status"] == "succeeded"
+    finally:
+        running.stop()
