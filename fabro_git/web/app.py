@@ -148,20 +148,28 @@ class SseResponse(Response):
         async def body(chunk: bytes) -> None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
+        hung_up = False
         async with trio.open_nursery() as nursery:
 
             async def until_hangup() -> None:
+                nonlocal hung_up
                 while (await receive())["type"] != "http.disconnect":
                     pass
+                hung_up = True
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(until_hangup)
             try:
                 await self.produce(body)
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
             except OSError:
-                pass  # the client went away mid-write
+                hung_up = True  # the client went away mid-write
             nursery.cancel_scope.cancel()
+        if not hung_up:
+            # Outside the nursery: ending the body makes Hypercorn tell this app the
+            # stream is over, which would cancel the rest of this very call (closing
+            # the connection, the only end an HTTP/1.0 client has) from inside.
+            with contextlib.suppress(OSError):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _package_file(name: str) -> bytes:

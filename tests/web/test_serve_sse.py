@@ -10,6 +10,7 @@ server's Origin.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,6 +74,31 @@ def test_a_finished_runs_stream_is_what_logs_prints_then_ends(repo: Path, server
         server, f"/api/runs/{run_id}/events", headers={"Last-Event-ID": messages[4]["id"]}
     )
     assert [m["data"] for m in _events(again.buffer)] == printed[5:]
+
+
+def test_an_http_1_0_client_gets_the_whole_stream_and_its_end(repo: Path, server: Server) -> None:
+    """HTTP/1.0 has no chunks: a body without a length ends when the server closes the
+    connection, so a finished run's stream must be closed, not left open."""
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    (row,) = get_json(server, "/api/runs")
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+    sock.sendall(
+        f"GET /api/runs/{row['run_id']}/events HTTP/1.0\r\n"
+        f"Authorization: Bearer {server.token}\r\n\r\n".encode()
+    )
+    received = b""
+    try:
+        while chunk := sock.recv(65536):  # until the server closes it
+            received += chunk
+    except TimeoutError:
+        raise AssertionError(f"not closed; {len(received)} bytes so far") from None
+    finally:
+        sock.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == b"200"
+    assert b"transfer-encoding" not in head.lower()
+    assert [m["data"] for m in _events(body)] == _logs(row["run_id"], repo)
 
 
 def test_a_live_run_streams_as_it_goes_and_a_client_may_hang_up(repo: Path, server: Server) -> None:
