@@ -296,8 +296,8 @@ def test_without_graphviz_the_run_page_says_what_to_do(
     done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
     assert done.returncode == 0, done.stderr
     running = start_server(repo, env=without_graphviz(tmp_path))
-    tab = Page(browser, running)
     try:
+        tab = Page(browser, running)
         run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]
         page = tab.open_run(run_id)
         said = page.locator("#graph-problem")
@@ -313,6 +313,6 @@ def test_without_graphviz_the_run_page_says_what_to_do(
             "Failed to load resource: the server responded with a status of 500 ()"
         ]
         tab.errors.clear()
-    finally:
         tab.close()
+    finally:
         running.stop()
