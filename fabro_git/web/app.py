@@ -92,7 +92,9 @@ class Guard:
             # The printed URL: keep the token as a cookie and drop it from the address bar
             # (and from the browser's history).
             rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
-            location = scope.get("root_path", "") + scope["path"] + (f"?{rest}" if rest else "")
+            # One leading slash: `//host/...` would send the browser to another site.
+            path = "/" + (scope.get("root_path", "") + scope["path"]).lstrip("/")
+            location = path + (f"?{rest}" if rest else "")
             response: Response = Response(status_code=303, headers={"location": location})
             response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
             await response(scope, receive, send_secured)
@@ -292,12 +294,19 @@ def build(
         return SseResponse(lambda send: _gates(source, run_id, send))
 
     async def act(request: Request) -> Response:
+        body = bytearray()
+        async for chunk in request.stream():  # never more than MAX_BODY held
+            body += chunk
+            if len(body) > MAX_BODY:
+                return JSONResponse(
+                    {"error": f"request body too large (over {MAX_BODY} bytes)"},
+                    status_code=413,
+                )
         run_id = await known_run(request)
         if run_id is None:
             return no_run()
-        body = await request.body()
         try:
-            payload = json.loads(body) if len(body) <= MAX_BODY else None
+            payload = json.loads(body)
         except ValueError:
             payload = None
         if not isinstance(payload, dict):

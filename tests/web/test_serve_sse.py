@@ -173,6 +173,11 @@ def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Ser
     cookie = entry.headers["set-cookie"]
     assert cookie.startswith(f"fabro_token_{server.port}={server.token};")
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    # The address it sends the browser on to stays on this server, whatever the path.
+    query = server.url.split("?", 1)[1]
+    for path, kept in (("//evil.example/x", "/evil.example/x"), ("/runs/x", "/runs/x")):
+        entry = request(server, f"{path}?{query}", token=False)
+        assert entry.headers["location"] == kept, path
     page = request(server, "/", token=False, headers={"Cookie": cookie.split(";")[0]})
     assert page.status == 200
     csp = page.headers["content-security-policy"]
@@ -194,6 +199,15 @@ def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Ser
         body=body,
     )
     assert sent.status == 404  # let through, and there is no such run
+    # A body larger than any request needs is refused before it is read whole.
+    big = request(
+        server,
+        "/api/runs/01M8T2GVS8K98Q03J92RPJR39A/steer",
+        method="POST",
+        headers={**json_type, "Origin": origin},
+        body=b'{"text": "' + b"x" * 200_000 + b'"}',
+    )
+    assert big.status == 413 and b"too large" in big.buffer
     # No URL path reaches the file system: a name outside the page's files is unknown.
     for path in ("/static/..%2Fapp.py", "/static/../__init__.py", "/static/index.html"):
         assert request(server, path).status == 404, path

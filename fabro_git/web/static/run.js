@@ -99,7 +99,10 @@ async function loadGraph() {
     for (const link of svg.querySelectorAll("a")) link.replaceWith(...link.childNodes);
     for (const node of svg.querySelectorAll("*")) {
       for (const attr of Array.from(node.attributes)) {
-        if (/^on/i.test(attr.name) || /href$/i.test(attr.name)) node.removeAttribute(attr.name);
+        // No handlers, links or styles; no ids either, which could shadow the page's own.
+        if (/^on/i.test(attr.name) || /href$/i.test(attr.name) || /^(id|style)$/i.test(attr.name)) {
+          node.removeAttribute(attr.name);
+        }
       }
     }
     svg.removeAttribute("width");
