@@ -71,6 +71,10 @@ class Guard:
         self.cookie = cookie_name(port)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            # No page speaks it, and nothing unguarded gets past: closed unopened.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return

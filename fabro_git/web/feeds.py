@@ -48,16 +48,21 @@ class Feed:
         self.watchers = 0
         self._grown = trio.Event()
         self.loaded = trio.Event()
+        # Cancelled when the last page watching it leaves: a run may wait at a gate for
+        # days, and nobody needs its tail read every POLL_SECONDS meanwhile.
+        self.scope = trio.CancelScope()
 
     async def follow(self) -> None:
-        """Load what is recorded, then follow the tail until the run ends."""
+        """Load what is recorded, then follow the tail until the run ends (or nobody
+        watches it any more)."""
         try:
-            cursor = await trio.to_thread.run_sync(self.source.cursor, self.run_id)
-            self._add(await trio.to_thread.run_sync(cursor.read))
-            self.loaded.set()
-            async with _closing(cursor.follow_async(interval=POLL_SECONDS)) as batches:
-                async for batch in batches:
-                    self._add(batch)
+            with self.scope:
+                cursor = await trio.to_thread.run_sync(self.source.cursor, self.run_id)
+                self._add(await trio.to_thread.run_sync(cursor.read))
+                self.loaded.set()
+                async with _closing(cursor.follow_async(interval=POLL_SECONDS)) as batches:
+                    async for batch in batches:
+                        self._add(batch)
         finally:
             self.ended = True
             self.loaded.set()
@@ -87,7 +92,7 @@ class Feeds:
 
     def watch(self, run_id: str) -> Feed:
         feed = self._feeds.get(run_id)
-        if feed is None or (feed.ended and feed.watchers == 0):
+        if feed is None:
             feed = Feed(self.source, run_id)
             self._feeds[run_id] = feed
             self.nursery.start_soon(feed.follow)
@@ -96,8 +101,14 @@ class Feeds:
 
     def unwatch(self, feed: Feed) -> None:
         feed.watchers -= 1
-        if feed.ended and feed.watchers == 0 and self._feeds.get(feed.run_id) is feed:
-            del self._feeds[feed.run_id]
+        if feed.watchers == 0:
+            feed.scope.cancel()
+            if self._feeds.get(feed.run_id) is feed:
+                del self._feeds[feed.run_id]
+
+    def followed(self) -> list[str]:
+        """The runs followed now."""
+        return list(self._feeds)
 
 
 Send = Callable[[bytes], Awaitable[None]]
