@@ -154,11 +154,7 @@ async def all_runs_stream(source: RepositoryRuns, last_id: str | None, send: Sen
 
     new_runs = await trio.to_thread.run_sync(source.new_runs)
     following = follow_all_async([], new_runs=new_runs, interval=ALL_RUNS_POLL_SECONDS)
-    async with _closing(following) as batches:
-        async for batch in batches:
-            wanted = events_after(batch, last_id)
-            if wanted:
-                await send(b"".join(message(event) for event in wanted))
+    await relay(following, send, after=last_id)
 
 
 async def new_events_stream(following: tuple[list[EventCursor], NewRuns], send: Send) -> None:
@@ -168,10 +164,48 @@ async def new_events_stream(following: tuple[list[EventCursor], NewRuns], send: 
     from fabro_git.engine.reader import follow_all_async
 
     cursors, new_runs = following
-    batches = follow_all_async(cursors, new_runs=new_runs, interval=ALL_RUNS_POLL_SECONDS)
-    async with _closing(batches) as batches:
-        async for batch in batches:
-            await send(b"".join(message(event) for event in batch))
+    await relay(follow_all_async(cursors, new_runs=new_runs, interval=ALL_RUNS_POLL_SECONDS), send)
+
+
+async def relay(
+    batches: AsyncIterator[list[RunEvent]], send: Send, *, after: str | None = None
+) -> None:
+    """Send a follower's batches as they come (the events after `after`), and a comment
+    line when the stream has been quiet for KEEPALIVE_SECONDS, so a client that vanished
+    without closing is noticed (a write fails) and its follower stops."""
+    sender, receiver = trio.open_memory_channel[list[RunEvent]](0)
+
+    async def pump() -> None:
+        async with sender, _closing(batches) as following:
+            async for batch in following:
+                await sender.send(batch)
+
+    async def forward() -> None:
+        async with receiver:
+            while True:
+                batch = None
+                with trio.move_on_after(KEEPALIVE_SECONDS):
+                    try:
+                        batch = await receiver.receive()
+                    except trio.EndOfChannel:
+                        return
+                if batch is None:
+                    await send(b":\n\n")
+                    continue
+                wanted = events_after(batch, after)
+                if wanted:
+                    await send(b"".join(message(event) for event in wanted))
+
+    gone: OSError | None = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pump)
+        try:
+            await forward()
+        except OSError as exc:  # the client went away: said as a write says it
+            gone = exc
+        nursery.cancel_scope.cancel()
+    if gone is not None:
+        raise gone
 
 
 def _closing(batches: AsyncIterator[list[RunEvent]]) -> Any:
