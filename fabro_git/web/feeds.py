@@ -157,14 +157,46 @@ async def all_runs_stream(source: RepositoryRuns, last_id: str | None, send: Sen
     await relay(following, send, after=last_id)
 
 
-async def new_events_stream(following: tuple[list[EventCursor], NewRuns], send: Send) -> None:
-    """Send every run's events from the point `following` was taken at (the live runs'
-    new events and those of runs that start later), never a backlog: what the runs page
-    needs to update its rows. Never returns by itself."""
+async def new_events_stream(following: tuple[dict[str, EventCursor], NewRuns], send: Send) -> None:
+    """Send every run's events from the point `following` was taken at (what the live
+    runs emit from now, and the runs that start or are resumed later), never a backlog:
+    what the runs page needs to update its rows. Never returns by itself."""
     from fabro_git.engine.reader import follow_all_async
 
-    cursors, new_runs = following
-    await relay(follow_all_async(cursors, new_runs=new_runs, interval=ALL_RUNS_POLL_SECONDS), send)
+    stirring = await trio.to_thread.run_sync(RunsStirring, *following)
+    live = [stirring.cursors[run_id] for run_id in stirring.live]
+    await relay(follow_all_async(live, new_runs=stirring, interval=ALL_RUNS_POLL_SECONDS), send)
+
+
+class RunsStirring:
+    """The runs a follower from now takes up as it goes: each new run (from its first
+    event), and now and then each known run that is live again (`git fabro resume`),
+    from where its events stood. A cursor handed out twice is read once per line: it
+    keeps its own place, so a run taken up again while still followed repeats nothing."""
+
+    # Looking at every known run's lock costs two stats each: once a second.
+    EVERY = max(1, round(1.0 / ALL_RUNS_POLL_SECONDS))
+
+    def __init__(self, cursors: dict[str, EventCursor], new_runs: NewRuns) -> None:
+        self.cursors = cursors
+        self.new_runs = new_runs
+        self.live = {run_id for run_id, cursor in cursors.items() if cursor.is_live()}
+        self.rounds = 0
+
+    def __call__(self) -> list[EventCursor]:
+        fresh = self.new_runs()
+        for cursor in fresh:
+            self.cursors[cursor.run_id] = cursor
+            self.live.add(cursor.run_id)
+        self.rounds += 1
+        if self.rounds % self.EVERY == 0:
+            for run_id, cursor in self.cursors.items():
+                if not cursor.is_live():
+                    self.live.discard(run_id)
+                elif run_id not in self.live:
+                    self.live.add(run_id)
+                    fresh.append(cursor)
+        return fresh
 
 
 async def relay(

@@ -66,20 +66,19 @@ class RepositoryRuns:
     def new_runs(self) -> reader.NewRuns:
         return reader.NewRuns(self.repo())
 
-    def from_now(self) -> tuple[list[reader.EventCursor], reader.NewRuns]:
-        """Where to follow every run from now on: a cursor at the end of each live run's
-        events, and the runs that appear later (read from their start). A run that is
-        not live now has ended (a run starting is live already)."""
+    def from_now(self) -> tuple[dict[str, reader.EventCursor], reader.NewRuns]:
+        """Where every run's events stand now: a cursor at the end of each run's events
+        (later reads give what it emits from now on, a run resumed later too), and the
+        runs that appear later (read from their start)."""
         from fabro_git.store import runs as layout
 
         repo = self.repo()
         run_ids = layout.list_run_ids(repo)
-        cursors = []
+        cursors = {}
         for run_id in run_ids:
-            if self.live(run_id):
-                cursor = reader.EventCursor(repo, run_id)
-                cursor.skip_backlog()
-                cursors.append(cursor)
+            cursor = reader.EventCursor(repo, run_id)
+            cursor.skip_backlog()
+            cursors[run_id] = cursor
         return cursors, reader.NewRuns(repo, known=run_ids)
 
     def live(self, run_id: str) -> bool:

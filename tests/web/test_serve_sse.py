@@ -159,6 +159,36 @@ def test_every_runs_events_come_on_one_stream(repo: Path, server: Server) -> Non
     assert {event["run_id"] for event in got} == {row["run_id"] for row in runs}
 
 
+def test_every_runs_stream_from_now_takes_up_a_run_that_is_resumed(
+    repo: Path, server: Server
+) -> None:
+    run_id, release = start_waiting_run(repo)
+    watching = request(server, f"/api/runs/{run_id}/events", stream=True)
+    for message in watching.events():  # the run holds at its waiting stage
+        event = json.loads(message["data"])
+        if event["event"] == "stage.started" and event.get("node_id") == "hold":
+            break
+    watching.close()
+    assert run_fabro("interrupt", run_id, cwd=repo).returncode == 0
+    assert run_fabro("wait", run_id, cwd=repo).returncode == 130
+    from_now = request(server, "/api/events?from=now", stream=True)
+    resumed = run_fabro("resume", run_id, "-d", cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    try:
+        first = json.loads(from_now.next_message()["data"])  # type: ignore[index]
+        assert first["run_id"] == run_id
+        printed = _logs(run_id, repo)
+        ids = [json.loads(line)["id"] for line in printed]
+        # The resumed run's first event, not one of before.
+        assert ids.index(first["id"]) > max(
+            i for i, line in enumerate(printed) if json.loads(line)["event"] == "run.interrupt"
+        )
+    finally:
+        from_now.close()
+        release.touch()
+        assert run_fabro("wait", run_id, cwd=repo).returncode == 0
+
+
 def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Server) -> None:
     for path in ("/", "/api/runs", "/api/events", "/static/run.js", "/api/runs/x/events"):
         response = request(server, path, token=False)
