@@ -65,10 +65,13 @@ class Guard:
     """Lets a request through only with the token, and a state-changing one only from
     this server's own pages; puts the security headers on every answer."""
 
-    def __init__(self, app: ASGIApp, token: str, port: int) -> None:
+    def __init__(self, app: ASGIApp, token: str, port: int, *, loopback: bool = True) -> None:
         self.app = app
         self.token = token
         self.cookie = cookie_name(port)
+        # On loopback only a loopback name is this server: another name is a page whose
+        # DNS was pointed here (rebinding), turned away before the token is even looked at.
+        self.loopback = loopback
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "websocket":
@@ -90,6 +93,13 @@ class Guard:
             await send(message)
 
         request = Request(scope)
+        host = request.headers.get("host")  # a browser always sends one
+        if self.loopback and host is not None and not _loopback_name(host):
+            await PlainTextResponse(
+                "misdirected: this server answers to 127.0.0.1 or localhost only\n",
+                status_code=421,
+            )(scope, receive, send_secured)
+            return
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         offered = query.get("token")
         if offered is not None and self._matches(offered) and request.method in SAFE_METHODS:
@@ -129,6 +139,12 @@ class Guard:
         if not origin or not host or origin != f"http://{host}":
             return False
         return request.headers.get("content-type", "").split(";")[0].strip() == "application/json"
+
+
+def _loopback_name(host: str) -> bool:
+    """Whether a Host header names this machine's loopback (any port: a tunnel's too)."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    return name.lower() in {"127.0.0.1", "localhost", "[::1]"}
 
 
 class SseResponse(Response):
@@ -183,7 +199,7 @@ def _package_file(name: str) -> bytes:
 
 
 def build(
-    source: RepositoryRuns, token: str, port: int
+    source: RepositoryRuns, token: str, port: int, *, loopback: bool = True
 ) -> tuple[ASGIApp, Callable[[trio.Nursery], None]]:
     """The guarded app, and the call that gives it the nursery its run feeds live in
     (made when the server starts)."""
@@ -358,7 +374,7 @@ def build(
         return JSONResponse({"error": exc.message, "hint": exc.hint}, status_code=500)
 
     app = Starlette(routes=routes, exception_handlers={FabroError: refused})
-    return Guard(app, token, port), start
+    return Guard(app, token, port, loopback=loopback), start
 
 
 def _json(value: Any) -> Response:

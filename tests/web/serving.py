@@ -200,7 +200,8 @@ def request(
     """One HTTP/1.1 request on its own connection: read whole and closed, or with
     `stream` left open to read as it comes (close it)."""
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
-    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{server.port}", "Connection: close"]
+    headers = {"Host": f"127.0.0.1:{server.port}", **(headers or {})}
+    lines = [f"{method} {path} HTTP/1.1", "Connection: close"]
     if token:
         lines.append(f"Authorization: Bearer {server.token}")
     lines += [f"{name}: {value}" for name, value in (headers or {}).items()]

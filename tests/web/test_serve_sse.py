@@ -194,6 +194,10 @@ def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Ser
         response = request(server, path, token=False)
         assert response.status == 403, path
         assert b"token" in response.body()
+    # A page whose name was pointed at 127.0.0.1 (DNS rebinding) is turned away, token
+    # or not; loopback names are this server, on any port (a tunnel's).
+    for host, status in (("evil.example:80", 421), ("localhost:9000", 200), ("[::1]", 200)):
+        assert request(server, "/api/runs", headers={"Host": host}).status == status, host
     wrong = request(server, "/", token=False, headers={"Cookie": f"fabro_token_{server.port}=nope"})
     assert wrong.status == 403
 
