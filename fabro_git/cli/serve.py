@@ -78,12 +78,12 @@ def run(*, host: str, port: int, open_browser: bool) -> int:
         threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
         # Hypercorn takes the socket over by its descriptor, and closes it.
-        trio.run(_serve, runs, sock.detach(), token, bound)
+        trio.run(_serve, runs, sock.detach(), token, bound, is_loopback(host))
     print("git fabro serve: stopped", file=sys.stderr)
     return 0
 
 
-async def _serve(runs: Any, fd: int, token: str, port: int) -> None:
+async def _serve(runs: Any, fd: int, token: str, port: int, loopback: bool) -> None:
     import signal
 
     import trio
@@ -99,7 +99,7 @@ async def _serve(runs: Any, fd: int, token: str, port: int) -> None:
     config.loglevel = "WARNING"
     config.graceful_timeout = 1.0
     config.keep_alive_timeout = 30
-    app, start = build(runs, token, port)
+    app, start = build(runs, token, port, loopback=loopback)
 
     async def stopped() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

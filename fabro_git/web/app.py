@@ -29,7 +29,7 @@ from starlette.routing import Route
 
 from fabro_git.engine import control
 from fabro_git.errors import FabroError
-from fabro_git.web.feeds import Feeds, all_runs_stream, run_stream
+from fabro_git.web.feeds import Feeds, all_runs_stream, new_events_stream, run_stream
 from fabro_git.web.source import RepositoryRuns
 
 ASGIApp = Callable[..., Awaitable[None]]
@@ -67,12 +67,19 @@ class Guard:
     """Lets a request through only with the token, and a state-changing one only from
     this server's own pages; puts the security headers on every answer."""
 
-    def __init__(self, app: ASGIApp, token: str, port: int) -> None:
+    def __init__(self, app: ASGIApp, token: str, port: int, *, loopback: bool = True) -> None:
         self.app = app
         self.token = token
         self.cookie = cookie_name(port)
+        # On loopback only a loopback name is this server: another name is a page whose
+        # DNS was pointed here (rebinding), turned away before the token is even looked at.
+        self.loopback = loopback
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            # No page speaks it, and nothing unguarded gets past: closed unopened.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -88,13 +95,22 @@ class Guard:
             await send(message)
 
         request = Request(scope)
+        host = request.headers.get("host")  # a browser always sends one
+        if self.loopback and host is not None and not _loopback_name(host):
+            await PlainTextResponse(
+                "misdirected: this server answers to 127.0.0.1 or localhost only\n",
+                status_code=421,
+            )(scope, receive, send_secured)
+            return
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         offered = query.get("token")
         if offered is not None and self._matches(offered) and request.method in SAFE_METHODS:
             # The printed URL: keep the token as a cookie and drop it from the address bar
             # (and from the browser's history).
             rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
-            location = scope.get("root_path", "") + scope["path"] + (f"?{rest}" if rest else "")
+            # One leading slash: `//host/...` would send the browser to another site.
+            path = "/" + (scope.get("root_path", "") + scope["path"]).lstrip("/")
+            location = path + (f"?{rest}" if rest else "")
             response: Response = Response(status_code=303, headers={"location": location})
             response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
             await response(scope, receive, send_secured)
@@ -127,6 +143,12 @@ class Guard:
         return request.headers.get("content-type", "").split(";")[0].strip() == "application/json"
 
 
+def _loopback_name(host: str) -> bool:
+    """Whether a Host header names this machine's loopback (any port: a tunnel's too)."""
+    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+    return name.lower() in {"127.0.0.1", "localhost", "[::1]"}
+
+
 class SseResponse(Response):
     """A `text/event-stream` answer written by `produce(send)`; it stops when the client
     hangs up (the producer is cancelled) or when the producer returns."""
@@ -150,20 +172,28 @@ class SseResponse(Response):
         async def body(chunk: bytes) -> None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
 
+        hung_up = False
         async with trio.open_nursery() as nursery:
 
             async def until_hangup() -> None:
+                nonlocal hung_up
                 while (await receive())["type"] != "http.disconnect":
                     pass
+                hung_up = True
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(until_hangup)
             try:
                 await self.produce(body)
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
             except OSError:
-                pass  # the client went away mid-write
+                hung_up = True  # the client went away mid-write
             nursery.cancel_scope.cancel()
+        if not hung_up:
+            # Outside the nursery: ending the body makes Hypercorn tell this app the
+            # stream is over, which would cancel the rest of this very call (closing
+            # the connection, the only end an HTTP/1.0 client has) from inside.
+            with contextlib.suppress(OSError):
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def _package_file(name: str) -> bytes:
@@ -171,7 +201,7 @@ def _package_file(name: str) -> bytes:
 
 
 def build(
-    source: RepositoryRuns, token: str, port: int
+    source: RepositoryRuns, token: str, port: int, *, loopback: bool = True
 ) -> tuple[ASGIApp, Callable[[trio.Nursery], None]]:
     """The guarded app, and the call that gives it the nursery its run feeds live in
     (made when the server starts)."""
@@ -213,6 +243,12 @@ def build(
 
     async def runs(request: Request) -> Response:
         return _json(await blocking(source.rows))
+
+    async def row(request: Request) -> Response:
+        run_id = await known_run(request)
+        if run_id is None:
+            return no_run()
+        return _json(await blocking(source.row, run_id))
 
     async def run(request: Request) -> Response:
         run_id = await known_run(request)
@@ -265,6 +301,11 @@ def build(
         return SseResponse(lambda send: run_stream(feeds(), run_id, last_id, send))
 
     async def every_event(request: Request) -> Response:
+        if request.query_params.get("from") == "now":
+            # Placed before the answer starts: a page that reads the runs once its
+            # stream is open misses nothing in between.
+            following = await blocking(source.from_now)
+            return SseResponse(lambda send: new_events_stream(following, send))
         last_id = request.headers.get("last-event-id") or request.query_params.get("after")
         return SseResponse(lambda send: all_runs_stream(source, last_id, send))
 
@@ -275,12 +316,19 @@ def build(
         return SseResponse(lambda send: _gates(source, run_id, send))
 
     async def act(request: Request) -> Response:
+        body = bytearray()
+        async for chunk in request.stream():  # never more than MAX_BODY held
+            body += chunk
+            if len(body) > MAX_BODY:
+                return JSONResponse(
+                    {"error": f"request body too large (over {MAX_BODY} bytes)"},
+                    status_code=413,
+                )
         run_id = await known_run(request)
         if run_id is None:
             return no_run()
-        body = await request.body()
         try:
-            payload = json.loads(body) if len(body) <= MAX_BODY else None
+            payload = json.loads(body)
         except ValueError:
             payload = None
         if not isinstance(payload, dict):
@@ -310,6 +358,7 @@ def build(
         Route("/api/runs", runs),
         Route("/api/events", every_event),
         Route("/api/runs/{run_id}", run),
+        Route("/api/runs/{run_id}/row", row),
         Route("/api/runs/{run_id}/stages", stages),
         Route("/api/runs/{run_id}/stages/{stage_id}", stage),
         Route("/api/runs/{run_id}/graph.svg", graph),
@@ -325,7 +374,7 @@ def build(
         return JSONResponse({"error": exc.message, "hint": exc.hint}, status_code=500)
 
     app = Starlette(routes=routes, exception_handlers={FabroError: refused})
-    return Guard(app, token, port), start
+    return Guard(app, token, port, loopback=loopback), start
 
 
 def _json(value: Any) -> Response:
@@ -409,10 +458,19 @@ async def _gates(
 
 def _graph_svg(source: RepositoryRuns, run_id: str) -> bytes:
     """The run's recorded graph, drawn by Graphviz."""
+    from fabro_git.errors import ToolMissing
     from fabro_git.workflow.drawing import graphviz, render_dot
     from fabro_git.workflow.parser import parse
 
-    return graphviz(render_dot(parse(source.open(run_id).source)), "svg")
+    try:
+        return graphviz(render_dot(parse(source.open(run_id).source)), "svg")
+    except ToolMissing as exc:
+        # The command's hint names its --format option; here the page is the way back.
+        raise ToolMissing(
+            exc.message,
+            hint="install Graphviz (apt-get install graphviz, brew install graphviz), "
+            "then reload the page; the rest of the run's page works without it",
+        ) from None
 
 
 def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any, cast
 
 import trio
 
-from fabro_git.engine.reader import RunEvent, events_after
+from fabro_git.engine.reader import EventCursor, NewRuns, RunEvent, events_after
 from fabro_git.web.source import RepositoryRuns
 
 # How often a live run's tail is looked at: well under the 100 ms an event may take to
@@ -48,16 +48,21 @@ class Feed:
         self.watchers = 0
         self._grown = trio.Event()
         self.loaded = trio.Event()
+        # Cancelled when the last page watching it leaves: a run may wait at a gate for
+        # days, and nobody needs its tail read every POLL_SECONDS meanwhile.
+        self.scope = trio.CancelScope()
 
     async def follow(self) -> None:
-        """Load what is recorded, then follow the tail until the run ends."""
+        """Load what is recorded, then follow the tail until the run ends (or nobody
+        watches it any more)."""
         try:
-            cursor = await trio.to_thread.run_sync(self.source.cursor, self.run_id)
-            self._add(await trio.to_thread.run_sync(cursor.read))
-            self.loaded.set()
-            async with _closing(cursor.follow_async(interval=POLL_SECONDS)) as batches:
-                async for batch in batches:
-                    self._add(batch)
+            with self.scope:
+                cursor = await trio.to_thread.run_sync(self.source.cursor, self.run_id)
+                self._add(await trio.to_thread.run_sync(cursor.read))
+                self.loaded.set()
+                async with _closing(cursor.follow_async(interval=POLL_SECONDS)) as batches:
+                    async for batch in batches:
+                        self._add(batch)
         finally:
             self.ended = True
             self.loaded.set()
@@ -87,7 +92,7 @@ class Feeds:
 
     def watch(self, run_id: str) -> Feed:
         feed = self._feeds.get(run_id)
-        if feed is None or (feed.ended and feed.watchers == 0):
+        if feed is None:
             feed = Feed(self.source, run_id)
             self._feeds[run_id] = feed
             self.nursery.start_soon(feed.follow)
@@ -96,8 +101,14 @@ class Feeds:
 
     def unwatch(self, feed: Feed) -> None:
         feed.watchers -= 1
-        if feed.ended and feed.watchers == 0 and self._feeds.get(feed.run_id) is feed:
-            del self._feeds[feed.run_id]
+        if feed.watchers == 0:
+            feed.scope.cancel()
+            if self._feeds.get(feed.run_id) is feed:
+                del self._feeds[feed.run_id]
+
+    def followed(self) -> list[str]:
+        """The runs followed now."""
+        return list(self._feeds)
 
 
 Send = Callable[[bytes], Awaitable[None]]
@@ -143,11 +154,90 @@ async def all_runs_stream(source: RepositoryRuns, last_id: str | None, send: Sen
 
     new_runs = await trio.to_thread.run_sync(source.new_runs)
     following = follow_all_async([], new_runs=new_runs, interval=ALL_RUNS_POLL_SECONDS)
-    async with _closing(following) as batches:
-        async for batch in batches:
-            wanted = events_after(batch, last_id)
-            if wanted:
-                await send(b"".join(message(event) for event in wanted))
+    await relay(following, send, after=last_id)
+
+
+async def new_events_stream(following: tuple[dict[str, EventCursor], NewRuns], send: Send) -> None:
+    """Send every run's events from the point `following` was taken at (what the live
+    runs emit from now, and the runs that start or are resumed later), never a backlog:
+    what the runs page needs to update its rows. Never returns by itself."""
+    from fabro_git.engine.reader import follow_all_async
+
+    stirring = await trio.to_thread.run_sync(RunsStirring, *following)
+    live = [stirring.cursors[run_id] for run_id in stirring.live]
+    await relay(follow_all_async(live, new_runs=stirring, interval=ALL_RUNS_POLL_SECONDS), send)
+
+
+class RunsStirring:
+    """The runs a follower from now takes up as it goes: each new run (from its first
+    event), and now and then each known run that is live again (`git fabro resume`),
+    from where its events stood. A cursor handed out twice is read once per line: it
+    keeps its own place, so a run taken up again while still followed repeats nothing."""
+
+    # Looking at every known run's lock costs two stats each: once a second.
+    EVERY = max(1, round(1.0 / ALL_RUNS_POLL_SECONDS))
+
+    def __init__(self, cursors: dict[str, EventCursor], new_runs: NewRuns) -> None:
+        self.cursors = cursors
+        self.new_runs = new_runs
+        self.live = {run_id for run_id, cursor in cursors.items() if cursor.is_live()}
+        self.rounds = 0
+
+    def __call__(self) -> list[EventCursor]:
+        fresh = self.new_runs()
+        for cursor in fresh:
+            self.cursors[cursor.run_id] = cursor
+            self.live.add(cursor.run_id)
+        self.rounds += 1
+        if self.rounds % self.EVERY == 0:
+            for run_id, cursor in self.cursors.items():
+                if not cursor.is_live():
+                    self.live.discard(run_id)
+                elif run_id not in self.live:
+                    self.live.add(run_id)
+                    fresh.append(cursor)
+        return fresh
+
+
+async def relay(
+    batches: AsyncIterator[list[RunEvent]], send: Send, *, after: str | None = None
+) -> None:
+    """Send a follower's batches as they come (the events after `after`), and a comment
+    line when the stream has been quiet for KEEPALIVE_SECONDS, so a client that vanished
+    without closing is noticed (a write fails) and its follower stops."""
+    sender, receiver = trio.open_memory_channel[list[RunEvent]](0)
+
+    async def pump() -> None:
+        async with sender, _closing(batches) as following:
+            async for batch in following:
+                await sender.send(batch)
+
+    async def forward() -> None:
+        async with receiver:
+            while True:
+                batch = None
+                with trio.move_on_after(KEEPALIVE_SECONDS):
+                    try:
+                        batch = await receiver.receive()
+                    except trio.EndOfChannel:
+                        return
+                if batch is None:
+                    await send(b":\n\n")
+                    continue
+                wanted = events_after(batch, after)
+                if wanted:
+                    await send(b"".join(message(event) for event in wanted))
+
+    gone: OSError | None = None
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pump)
+        try:
+            await forward()
+        except OSError as exc:  # the client went away: said as a write says it
+            gone = exc
+        nursery.cancel_scope.cancel()
+    if gone is not None:
+        raise gone
 
 
 def _closing(batches: AsyncIterator[list[RunEvent]]) -> Any:

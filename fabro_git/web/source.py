@@ -26,10 +26,14 @@ class RepositoryRuns:
 
     def rows(self) -> list[dict[str, Any]]:
         """Every run, newest first, as `git fabro ps --json` shows it, with `live`."""
-        return [
-            {**row.to_json(), "labels": row.labels, "live": row.live}
-            for row in reader.list_runs(self.repo(), labels=True)
-        ]
+        return [_row(row) for row in reader.list_runs(self.repo(), labels=True)]
+
+    def row(self, run_id: str) -> dict[str, Any]:
+        """One run's row of `rows` (the runs page updates a row when its run moves)."""
+        repo = self.repo()
+        summary = reader.run_summary(repo, run_id)
+        summary.labels = reader.run_labels(repo, summary.meta_sha)
+        return _row(summary)
 
     def exists(self, run_id: str) -> bool:
         """Whether `run_id` (a whole id, its shape already checked) is a run here."""
@@ -62,6 +66,21 @@ class RepositoryRuns:
     def new_runs(self) -> reader.NewRuns:
         return reader.NewRuns(self.repo())
 
+    def from_now(self) -> tuple[dict[str, reader.EventCursor], reader.NewRuns]:
+        """Where every run's events stand now: a cursor at the end of each run's events
+        (later reads give what it emits from now on, a run resumed later too), and the
+        runs that appear later (read from their start)."""
+        from fabro_git.store import runs as layout
+
+        repo = self.repo()
+        run_ids = layout.list_run_ids(repo)
+        cursors = {}
+        for run_id in run_ids:
+            cursor = reader.EventCursor(repo, run_id)
+            cursor.skip_backlog()
+            cursors[run_id] = cursor
+        return cursors, reader.NewRuns(repo, known=run_ids)
+
     def live(self, run_id: str) -> bool:
         from fabro_git.engine.lock import is_live
 
@@ -72,3 +91,7 @@ class RepositoryRuns:
         from fabro_git.config.locations import run_scratch_dir
 
         return run_scratch_dir(self.git_dir, run_id)
+
+
+def _row(summary: reader.RunSummary) -> dict[str, Any]:
+    return {**summary.to_json(), "labels": summary.labels, "live": summary.live}

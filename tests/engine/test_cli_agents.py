@@ -446,7 +446,7 @@ def test_a_custom_cli_is_run_with_a_notice_that_its_level_cannot_be_enforced(
     assert len(_calls(log)) == 1
     notices = [
         e["properties"]
-        for e in _of(_events(repo, result["run_id"]), "run.notice")
+        for e in events_named(run_events(result["run_id"], repo), "run.notice")
         if e["properties"]["code"] == "permissions_not_enforced"
     ]
     [notice] = notices

@@ -4,9 +4,12 @@ plain HTTP client on raw sockets that reads its SSE streams as they come."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -65,10 +68,11 @@ class Server:
         assert "Traceback" not in text and "Error" not in text, text
 
 
-def start_server(repo: Path, *extra: str) -> Server:
+def start_server(repo: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
     proc = subprocess.Popen(
         [*fabro_exe(), "serve", "--port", "0", *extra],
         cwd=repo,
+        env=env,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -168,6 +172,21 @@ class Response:
         self.sock.close()
 
 
+def without_graphviz(tmp: Path) -> dict[str, str]:
+    """The environment with a PATH that has git and this build but no Graphviz `dot`."""
+    bindir = tmp / "no-graphviz-bin"
+    bindir.mkdir(exist_ok=True)
+    for tool in ("git", "sh"):
+        found = shutil.which(tool)
+        assert found is not None
+        if not (bindir / tool).exists():
+            (bindir / tool).symlink_to(found)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), str(bindir)])
+    assert shutil.which("dot", path=env["PATH"]) is None
+    return env
+
+
 def request(
     server: Server,
     path: str,
@@ -181,7 +200,8 @@ def request(
     """One HTTP/1.1 request on its own connection: read whole and closed, or with
     `stream` left open to read as it comes (close it)."""
     sock = socket.create_connection(("127.0.0.1", server.port), timeout=60)
-    lines = [f"{method} {path} HTTP/1.1", f"Host: 127.0.0.1:{server.port}", "Connection: close"]
+    headers = {"Host": f"127.0.0.1:{server.port}", **(headers or {})}
+    lines = [f"{method} {path} HTTP/1.1", "Connection: close"]
     if token:
         lines.append(f"Authorization: Bearer {server.token}")
     lines += [f"{name}: {value}" for name, value in (headers or {}).items()]

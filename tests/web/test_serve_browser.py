@@ -21,7 +21,13 @@ import pytest
 from helpers import run_events, run_fabro, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
-from web.serving import Server, start_server, start_waiting_run
+from web.serving import (
+    WAITING_WORKFLOW,
+    Server,
+    start_server,
+    start_waiting_run,
+    without_graphviz,
+)
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -121,6 +127,23 @@ def test_the_run_list_loads_and_no_token_is_forbidden(
     page.locator("#runs tbody tr").first.wait_for(state="detached")
     page.fill("#filter-label", "team=docs")
     page.locator("#runs tbody tr").first.wait_for()
+
+    # Live: a run started now appears, runs and succeeds on the page as it goes, under
+    # the filter, without a reload and without the page reading the list again.
+    asked = []
+    page.on("request", lambda r: r.url.split("?")[0].endswith("/api/runs") and asked.append(r))
+    release = repo.parent / "release-live"
+    write_workflow(repo, WAITING_WORKFLOW % release, "waiting.fabro")
+    started = run_fabro("run", "waiting.fabro", "-d", "--label", "team=docs", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    row = page.locator(f'#runs tbody tr[data-run="{run_id}"]')
+    row.locator(".status-running").wait_for()
+    assert page.locator("#runs tbody tr").count() == 2
+    release.touch()
+    row.locator(".status-succeeded").wait_for()
+    assert "waiting" in row.inner_text() and "team=docs" in row.inner_text()
+    assert asked == []  # rows came from the event stream, not a poll of the list
     tab.close()
 
 
@@ -215,3 +238,81 @@ def test_a_hostile_reply_and_output_are_shown_as_text(
     page.wait_for_selector('#events tbody tr[data-event="run.completed"]')
     assert page.evaluate("window.pwned") is None
     assert page.locator("main img, main script").count() == 0
+
+
+def test_steer_and_interrupt_are_clicked_and_the_run_takes_them(
+    repo: Path, llm_server: LlmServer, hermetic_env: Path, server: Server, tab: Page
+) -> None:
+    """Steer while the agent's shell tool holds: the text reaches the model's next
+    request. Then interrupt while a command stage holds: the run stops at a checkpoint,
+    and `ps` says interrupted."""
+    go = hermetic_env / "go"
+    release = repo.parent / "release-never"
+    wait = f"while [ ! -e '{go}' ]; do sleep 0.02; done"
+    hold = f"while [ ! -e '{release}' ]; do sleep 0.02; done"
+    write_workflow(
+        repo,
+        "digraph Steered {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  work [shape=box, model="sonnet", prompt="Tidy the notes"]\n'
+        f"  hold [shape=parallelogram, script={json.dumps(hold)}]\n"
+        "  start -> work -> hold -> exit\n}\n",
+        "steered.fabro",
+    )
+    llm_server.script(
+        Reply(text="Waiting.", tool_calls=(ToolUse("shell", {"command": wait}, id="t1"),)),
+        Reply(text="Done, the other way."),
+    )
+    started = run_fabro("run", "steered.fabro", "-d", cwd=repo)
+    assert started.returncode == 0, started.stderr
+    run_id = started.stdout.strip()
+    try:
+        page = tab.open_run(run_id)
+        page.wait_for_selector('#events tbody tr[data-event="agent.tool.started"]')
+        page.fill("#steer-text", "use the other approach")
+        page.click("#steer")
+        page.wait_for_selector("#control-said:has-text('takes it before its next turn')")
+    finally:
+        go.touch()  # the tool call ends; the agent's next turn carries the steering
+    page.wait_for_selector('#timeline li[data-stage="hold@1"][data-status="running"]')
+    assert "use the other approach" in json.dumps(llm_server.requests[-1].body)
+    page.click("#interrupt")
+    page.wait_for_selector("#control-said:has-text('stopping at a checkpoint')")
+    page.wait_for_selector("#run-status .status-interrupted")
+    waited = run_fabro("wait", run_id, cwd=repo)
+    assert waited.returncode == 130, waited.stderr
+    (row,) = [json.loads(line) for line in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()]
+    assert row["status"] == "interrupted"
+    events = run_events(run_id, repo)
+    (injected,) = [e for e in events if e["event"] == "agent.steering.injected"]
+    assert injected["properties"]["text"] == "use the other approach"
+    (interrupted,) = [e for e in events if e["event"] == "run.interrupt"]
+    assert interrupted["actor"]["kind"] == "user"
+    page.wait_for_selector("#controls", state="hidden")
+
+
+def test_without_graphviz_the_run_page_says_what_to_do(
+    repo: Path, browser: Any, tmp_path: Path
+) -> None:
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    running = start_server(repo, env=without_graphviz(tmp_path))
+    try:
+        tab = Page(browser, running)
+        run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]
+        page = tab.open_run(run_id)
+        said = page.locator("#graph-problem")
+        said.wait_for()
+        assert said.inner_text() == (
+            "no drawing: Graphviz's `dot` is needed to render svg but is not on PATH; "
+            "install Graphviz (apt-get install graphviz, brew install graphviz), then reload "
+            "the page; the rest of the run's page works without it"
+        )
+        page.wait_for_selector('#timeline li[data-stage="publish@1"]')  # the rest is there
+        # The browser logs the drawing's 500 itself; nothing else went wrong.
+        assert tab.errors == [
+            "Failed to load resource: the server responded with a status of 500 ()"
+        ]
+        tab.errors.clear()
+        tab.close()
+    finally:
+        running.stop()

@@ -10,13 +10,21 @@ server's Origin.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers import git, run_events, run_fabro, write_workflow
 
-from web.serving import Server, get_json, request, start_server, start_waiting_run
+from web.serving import (
+    Server,
+    get_json,
+    request,
+    start_server,
+    start_waiting_run,
+    without_graphviz,
+)
 
 
 @pytest.fixture
@@ -68,6 +76,31 @@ def test_a_finished_runs_stream_is_what_logs_prints_then_ends(repo: Path, server
     assert [m["data"] for m in _events(again.buffer)] == printed[5:]
 
 
+def test_an_http_1_0_client_gets_the_whole_stream_and_its_end(repo: Path, server: Server) -> None:
+    """HTTP/1.0 has no chunks: a body without a length ends when the server closes the
+    connection, so a finished run's stream must be closed, not left open."""
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    (row,) = get_json(server, "/api/runs")
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=20)
+    sock.sendall(
+        f"GET /api/runs/{row['run_id']}/events HTTP/1.0\r\n"
+        f"Authorization: Bearer {server.token}\r\n\r\n".encode()
+    )
+    received = b""
+    try:
+        while chunk := sock.recv(65536):  # until the server closes it
+            received += chunk
+    except TimeoutError:
+        raise AssertionError(f"not closed; {len(received)} bytes so far") from None
+    finally:
+        sock.close()
+    head, _, body = received.partition(b"\r\n\r\n")
+    assert head.split(b" ")[1] == b"200"
+    assert b"transfer-encoding" not in head.lower()
+    assert [m["data"] for m in _events(body)] == _logs(row["run_id"], repo)
+
+
 def test_a_live_run_streams_as_it_goes_and_a_client_may_hang_up(repo: Path, server: Server) -> None:
     run_id, release = start_waiting_run(repo)
     watcher = request(server, f"/api/runs/{run_id}/events", stream=True)
@@ -104,9 +137,16 @@ def test_a_live_run_streams_as_it_goes_and_a_client_may_hang_up(repo: Path, serv
 
 
 def test_every_runs_events_come_on_one_stream(repo: Path, server: Server) -> None:
-    for _ in range(2):
-        done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
-        assert done.returncode == 0, done.stderr
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    # From now on: the finished run's events are not replayed, the next run's come.
+    from_now = request(server, "/api/events?from=now", stream=True)
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    first = json.loads(from_now.next_message()["data"])  # type: ignore[index]
+    from_now.close()
+    assert first["run_id"] == get_json(server, "/api/runs")[0]["run_id"]  # the newest
+    assert first["event"] == "run.created"
     runs = get_json(server, "/api/runs")
     expected = sum(len(_logs(row["run_id"], repo)) for row in runs)
     stream = request(server, "/api/events", stream=True)
@@ -119,11 +159,45 @@ def test_every_runs_events_come_on_one_stream(repo: Path, server: Server) -> Non
     assert {event["run_id"] for event in got} == {row["run_id"] for row in runs}
 
 
+def test_every_runs_stream_from_now_takes_up_a_run_that_is_resumed(
+    repo: Path, server: Server
+) -> None:
+    run_id, release = start_waiting_run(repo)
+    watching = request(server, f"/api/runs/{run_id}/events", stream=True)
+    for message in watching.events():  # the run holds at its waiting stage
+        event = json.loads(message["data"])
+        if event["event"] == "stage.started" and event.get("node_id") == "hold":
+            break
+    watching.close()
+    assert run_fabro("interrupt", run_id, cwd=repo).returncode == 0
+    assert run_fabro("wait", run_id, cwd=repo).returncode == 130
+    from_now = request(server, "/api/events?from=now", stream=True)
+    resumed = run_fabro("resume", run_id, "-d", cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    try:
+        first = json.loads(from_now.next_message()["data"])  # type: ignore[index]
+        assert first["run_id"] == run_id
+        printed = _logs(run_id, repo)
+        ids = [json.loads(line)["id"] for line in printed]
+        # The resumed run's first event, not one of before.
+        assert ids.index(first["id"]) > max(
+            i for i, line in enumerate(printed) if json.loads(line)["event"] == "run.interrupt"
+        )
+    finally:
+        from_now.close()
+        release.touch()
+        assert run_fabro("wait", run_id, cwd=repo).returncode == 0
+
+
 def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Server) -> None:
     for path in ("/", "/api/runs", "/api/events", "/static/run.js", "/api/runs/x/events"):
         response = request(server, path, token=False)
         assert response.status == 403, path
         assert b"token" in response.body()
+    # A page whose name was pointed at 127.0.0.1 (DNS rebinding) is turned away, token
+    # or not; loopback names are this server, on any port (a tunnel's).
+    for host, status in (("evil.example:80", 421), ("localhost:9000", 200), ("[::1]", 200)):
+        assert request(server, "/api/runs", headers={"Host": host}).status == status, host
     wrong = request(server, "/", token=False, headers={"Cookie": f"fabro_token_{server.port}=nope"})
     assert wrong.status == 403
 
@@ -133,6 +207,11 @@ def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Ser
     cookie = entry.headers["set-cookie"]
     assert cookie.startswith(f"fabro_token_{server.port}={server.token};")
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
+    # The address it sends the browser on to stays on this server, whatever the path.
+    query = server.url.split("?", 1)[1]
+    for path, kept in (("//evil.example/x", "/evil.example/x"), ("/runs/x", "/runs/x")):
+        entry = request(server, f"{path}?{query}", token=False)
+        assert entry.headers["location"] == kept, path
     page = request(server, "/", token=False, headers={"Cookie": cookie.split(";")[0]})
     assert page.status == 200
     csp = page.headers["content-security-policy"]
@@ -154,6 +233,15 @@ def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Ser
         body=body,
     )
     assert sent.status == 404  # let through, and there is no such run
+    # A body larger than any request needs is refused before it is read whole.
+    big = request(
+        server,
+        "/api/runs/01M8T2GVS8K98Q03J92RPJR39A/steer",
+        method="POST",
+        headers={**json_type, "Origin": origin},
+        body=b'{"text": "' + b"x" * 200_000 + b'"}',
+    )
+    assert big.status == 413 and b"too large" in big.buffer
     # No URL path reaches the file system: a name outside the page's files is unknown.
     for path in ("/static/..%2Fapp.py", "/static/../__init__.py", "/static/index.html"):
         assert request(server, path).status == 404, path
@@ -242,3 +330,23 @@ def test_a_stages_artifacts_are_listed_and_downloaded(repo: Path, server: Server
     assert json.loads(got.buffer) == "".join(f"{n}\n" for n in range(1, 30_001))
     for path in ("first/values/nope.json", "../../../etc/passwd", "%2e%2e/manifest.json"):
         assert request(server, f"/api/runs/{run_id}/artifacts/{path}").status == 404, path
+
+
+def test_without_graphviz_the_drawing_is_an_error_that_says_what_to_do(
+    repo: Path, tmp_path: Path
+) -> None:
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    running = start_server(repo, env=without_graphviz(tmp_path))
+    try:
+        (row,) = get_json(running, "/api/runs")
+        response = request(running, f"/api/runs/{row['run_id']}/graph.svg")
+        assert response.status == 500
+        said = json.loads(response.buffer)
+        assert said["error"] == "Graphviz's `dot` is needed to render svg but is not on PATH"
+        assert said["hint"].startswith("install Graphviz (apt-get install graphviz")
+        assert "reload the page" in said["hint"] and "--format" not in said["hint"]
+        # The rest of the run reads without it.
+        assert get_json(running, f"/api/runs/{row['run_id']}")["status"] == "succeeded"
+    finally:
+        running.stop()

@@ -180,6 +180,16 @@ class EventCursor:
             complete, _, self._pending = (self._pending + chunk).rpartition(b"\n")
             return events_after(decode_lines(self.run_id, complete), self.after)
 
+    def skip_backlog(self) -> None:
+        """Start from now: later reads give only the lines the tail gets from here on
+        (a reader that wants what happens next, not what happened)."""
+        with self._lock:
+            self._started = True
+            try:
+                self._offset = self.tail.stat().st_size
+            except FileNotFoundError:
+                self._offset = 0
+
     def is_live(self) -> bool:
         from fabro_git.engine.lock import is_live
 

@@ -81,7 +81,16 @@ async function loadGraph() {
   const holder = document.getElementById("graph");
   try {
     const response = await fetch(api + "/graph.svg", { credentials: "same-origin" });
-    if (!response.ok) throw new Error(await response.text());
+    if (!response.ok) {
+      // The server's JSON error: what is wrong, and what to do about it.
+      const text = await response.text();
+      let said = text;
+      try {
+        const reply = JSON.parse(text);
+        said = [reply.error, reply.hint].filter(Boolean).join("; ");
+      } catch (_) { /* not JSON: shown as it came */ }
+      throw new Error(said || String(response.status));
+    }
     const parsed = new DOMParser().parseFromString(await response.text(), "image/svg+xml");
     const svg = parsed.documentElement;
     if (svg.nodeName !== "svg") throw new Error("not an SVG drawing");
@@ -90,7 +99,10 @@ async function loadGraph() {
     for (const link of svg.querySelectorAll("a")) link.replaceWith(...link.childNodes);
     for (const node of svg.querySelectorAll("*")) {
       for (const attr of Array.from(node.attributes)) {
-        if (/^on/i.test(attr.name) || /href$/i.test(attr.name)) node.removeAttribute(attr.name);
+        // No handlers, links or styles; no ids either, which could shadow the page's own.
+        if (/^on/i.test(attr.name) || /href$/i.test(attr.name) || /^(id|style)$/i.test(attr.name)) {
+          node.removeAttribute(attr.name);
+        }
       }
     }
     svg.removeAttribute("width");
@@ -98,7 +110,7 @@ async function loadGraph() {
     holder.replaceChildren(document.importNode(svg, true));
     colourGraph();
   } catch (error) {
-    holder.replaceChildren(el("p", { class: "muted" }, "no drawing: " + error.message));
+    holder.replaceChildren(el("p", { class: "muted", id: "graph-problem" }, "no drawing: " + error.message));
   }
 }
 

@@ -1,4 +1,5 @@
-// The runs page: `git fabro ps` as a table, with filters, refreshed while it is open.
+// The runs page: `git fabro ps` as a table, with filters, kept up to date by every run's
+// event stream while it is open.
 "use strict";
 
 let allRuns = [];
@@ -64,8 +65,44 @@ async function refresh() {
   }
 }
 
+// A run that moved is read again (its row only), once per burst of its events.
+const rowTimers = new Map();
+
+function rowSoon(runId) {
+  if (rowTimers.has(runId)) return;
+  rowTimers.set(runId, setTimeout(async () => {
+    rowTimers.delete(runId);
+    let row;
+    try {
+      row = await fetchJson("/api/runs/" + encodeURIComponent(runId) + "/row");
+    } catch (_) {
+      return; // not readable yet (a run just starting): its next event asks again
+    }
+    const index = allRuns.findIndex((r) => r.run_id === row.run_id);
+    if (index >= 0) allRuns[index] = row;
+    else {
+      allRuns.push(row);
+      allRuns.sort((a, b) => (a.run_id < b.run_id ? 1 : -1));
+    }
+    render();
+    // The run's lock goes after its last event: a row still live is read once more.
+    if (row.live && !/^(running|waiting|paused)/.test(row.status)) rowSoon(runId);
+  }, 100));
+}
+
+// Every run's events from now on: each says which run moved. The list is read whole
+// when the stream opens (again after a reconnect), so nothing falls in between.
+function follow() {
+  const stream = new EventSource("/api/events?from=now");
+  stream.onopen = refresh;
+  stream.onmessage = (message) => {
+    let event;
+    try { event = JSON.parse(message.data); } catch (_) { return; }
+    if (typeof event.run_id === "string") rowSoon(event.run_id);
+  };
+}
+
 for (const id of ["filter-status", "filter-workflow", "filter-label"]) {
   document.getElementById(id).addEventListener("input", render);
 }
-refresh();
-setInterval(refresh, 2000);
+follow();
