@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, run_fabro, write_workflow
+from helpers import fabro_exe, git, run_fabro, typed_at_a_terminal, write_workflow
 
 from fabro_git.engine.batch import read_inputs
 from fabro_git.errors import SourceError
@@ -191,3 +191,20 @@ def test_ctrl_c_interrupts_every_run_and_resume_finishes_the_batch(
     assert [(o["run_id"], o["status"]) for o in done] == [(o["run_id"], "succeeded") for o in cut]
     again = run_fabro("batch", "--resume", batch_id, cwd=repo)
     assert again.returncode == 0 and "every run has finished" in again.stderr
+
+
+def test_on_a_terminal_the_progress_line_is_redrawn_in_place(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    write_workflow(repo, WORKFLOW)
+    rows = _rows(tmp_path / "rows.jsonl", [{"n": 1}, {"n": 2}])
+    code, seen = typed_at_a_terminal(["batch", "wf.fabro", "--inputs", str(rows)], repo)
+    assert code == 0, seen.decode(errors="replace")
+    progress = [line for line in seen.split(b"\n") if b"queued," in line]
+    assert len(progress) == 1, progress  # one line, redrawn: \r and erase-line each time
+    assert progress[0].count(b"\r\x1b[K") >= 3, progress
+    assert (
+        progress[0]
+        .rstrip()
+        .endswith(b"0 queued, 0 running, 2 succeeded, 0 failed, cost $0.0000, about 0s left")
+    )

@@ -9,6 +9,7 @@ interrupts every run at a checkpoint; `--resume` takes the unfinished ones up ag
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -204,7 +205,8 @@ def _progress(record: BatchRecord) -> Callable[[str, RowSummary | None], None]:
     counts = {"running": 0, "succeeded": 0, "failed": 0, "interrupted": 0}
     cost = [0.0]
     began = time.monotonic()
-    live = sys.stderr.isatty()
+    # As the run's own progress display decides: a terminal that can redraw a line.
+    live = sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
     lock = threading.Lock()
 
     def update(what: str, summary: RowSummary | None) -> None:
