@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -66,6 +67,8 @@ def test_a_batch_runs_every_row_replicates_and_status_agrees_in_a_fresh_clone(
         "--max-parallel", "3", "--label", "team=core", "--json", cwd=repo,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    running = [int(m) for m in re.findall(r"(\d+) running", proc.stderr)]
+    assert max(running) == 3, proc.stderr  # never more than --max-parallel at once
     ran = _objects(proc.stdout)
     assert [o["row"] for o in ran] == [1, 2, 3, 4, 5, 6]
     assert {o["status"] for o in ran} == {"succeeded"}, ran
@@ -104,7 +107,10 @@ def test_a_failing_row_does_not_stop_the_others(
     write_workflow(repo, WORKFLOW)
     rows = tmp_path / "rows.csv"
     rows.write_text("goal,n,fail\nfirst,1,yes\nsecond,2,no\nthird,3,no\n")
-    proc = run_fabro("batch", "wf.fabro", "--inputs", str(rows), "--max-parallel", "1", cwd=repo)
+    (repo / "sub").mkdir()  # started from a subdirectory: the workflow is found for each run
+    proc = run_fabro(
+        "batch", "../wf.fabro", "--inputs", str(rows), "--max-parallel", "1", cwd=repo / "sub"
+    )
     assert proc.returncode == 1, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["ROW", "RUN", "STATUS", "STAGES", "COST", "FAILURE"]

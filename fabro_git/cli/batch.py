@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -59,8 +60,13 @@ def run(
         rows = batches.read_inputs(inputs)
         from fabro_git.cli.run import resolve_workflow
 
-        resolve_workflow(workflow)  # a missing workflow stops the batch before it starts
-        record = _new_record(repo, workflow, rows, _pairs(labels, "--label"), remote)
+        given = _pairs(labels, "--label")
+        if "batch" in given or "row" in given:
+            raise ConfigError("--label batch= and row= are the batch's own labels; pick others")
+        path = resolve_workflow(workflow)  # a missing workflow stops the batch here
+        if Path(workflow).exists():  # a file: as the repository root names it, for every run
+            workflow = os.path.relpath(path.resolve(), repo.root)
+        record = _new_record(repo, workflow, rows, given, remote)
         jobs = [_job(repo, record, row) for row in record.rows]
         print(
             f"batch {record.batch_id}: {len(record.rows)} runs of {workflow}, "
@@ -171,26 +177,31 @@ def _run_local(
             with lock:
                 running.pop(job.row.row, None)
 
+    def on_signal(signum: int, frame: object) -> None:
+        # Here, not as a KeyboardInterrupt: wherever the driver is, the runs hear it.
+        stopping.set()
+        with lock:  # only the row threads take it, never this (the main) thread
+            procs = list(running.values())
+        for proc in procs:
+            batches.interrupt(proc)
+
     summaries: list[RowSummary] = []
-    interrupted = False
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="batch-row")
-    pending: set[Future[RowSummary | None]] = {pool.submit(one, job) for job in jobs}
-    while pending:
-        try:
+    try:
+        pending: set[Future[RowSummary | None]] = {pool.submit(one, job) for job in jobs}
+        while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
-        except KeyboardInterrupt:
-            interrupted = True
-            stopping.set()
-            with lock:
-                for proc in running.values():
-                    batches.interrupt(proc)
-            continue
-        for future in done:
-            summary = future.result()
-            if summary is not None:
-                summaries.append(summary)
-                progress("ended", summary)
-    pool.shutdown()
+            for future in done:
+                summary = future.result()
+                if summary is not None:
+                    summaries.append(summary)
+                    progress("ended", summary)
+    finally:
+        pool.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    interrupted = stopping.is_set()
     return summaries, interrupted
 
 
