@@ -130,6 +130,12 @@ def test_a_bad_inputs_file_is_refused_naming_its_line_before_any_run(
     assert proc.returncode != 0
     assert f"{rows}:3" in proc.stderr, proc.stderr
     assert git(repo, "for-each-ref", "refs/fabro") == ""
+    # A workflow with errors is refused once, before any run, as `run` refuses it.
+    write_workflow(repo, "digraph Broken { a -> b }\n", name="broken.fabro")
+    rows.write_text('{"n": 1}\n')
+    proc = run_fabro("batch", "broken.fabro", "--inputs", str(rows), cwd=repo)
+    assert proc.returncode != 0 and "cannot run" in proc.stderr, proc.stderr
+    assert git(repo, "for-each-ref", "refs/fabro") == ""
 
 
 @pytest.mark.parametrize(

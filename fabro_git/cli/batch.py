@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,12 +55,14 @@ def run(
                 hint="git fabro batch WORKFLOW --inputs rows.jsonl (or --resume BATCH)",
             )
         rows = batches.read_inputs(inputs)
-        from fabro_git.cli.run import resolve_workflow
+        from fabro_git.cli.run import _validated, resolve_workflow
 
         given = _pairs(labels, "--label")
         if "batch" in given or "row" in given:
             raise ConfigError("--label batch= and row= are the batch's own labels; pick others")
         path = resolve_workflow(workflow)  # a missing workflow stops the batch here
+        if path.suffix != ".toml":
+            _validated(path)  # and so does one with errors, once, not once a run
         if Path(workflow).exists():  # a file: as the repository root names it, for every run
             workflow = os.path.relpath(path.resolve(), repo.root)
         record = _new_record(repo, workflow, rows, given, remote)
@@ -73,7 +72,7 @@ def run(
             f"up to {max_parallel} at a time",
             file=sys.stderr,
         )
-    summaries, interrupted = _run_local(jobs, max_parallel, _progress(record))
+    summaries, interrupted = batches.run_local(jobs, max_parallel, _progress(record))
     by_row = {s.row: s for s in summaries}
     final = [by_row.get(row.row) or batches.summarize(repo, row) for row in record.rows]
     _show(record, final, json_output)
@@ -146,63 +145,6 @@ def _resume_jobs(repo: GitRepo, record: BatchRecord) -> list[RowJob]:
         elif now.status not in batches.FINISHED:
             jobs.append(_job(repo, record, row, resume=True))
     return jobs
-
-
-# -- the local executor -----------------------------------------------------------------
-
-
-def _run_local(
-    jobs: list[RowJob], max_parallel: int, progress: Callable[[str, RowSummary | None], None]
-) -> tuple[list[RowSummary], bool]:
-    """Run `jobs`, up to `max_parallel` at once; (their summaries, whether Ctrl-C cut it).
-    After Ctrl-C no queued row starts, and every running one is interrupted and waited for."""
-    stopping = threading.Event()
-    running: dict[int, subprocess.Popen[bytes]] = {}
-    lock = threading.Lock()
-
-    def one(job: RowJob) -> RowSummary | None:
-        if stopping.is_set():
-            return None
-
-        def started(proc: subprocess.Popen[bytes]) -> None:
-            with lock:
-                running[job.row.row] = proc
-                if stopping.is_set():
-                    batches.interrupt(proc)
-            progress("started", None)
-
-        try:
-            return batches.run_row(job, started=started)
-        finally:
-            with lock:
-                running.pop(job.row.row, None)
-
-    def on_signal(signum: int, frame: object) -> None:
-        # Here, not as a KeyboardInterrupt: wherever the driver is, the runs hear it.
-        stopping.set()
-        with lock:  # only the row threads take it, never this (the main) thread
-            procs = list(running.values())
-        for proc in procs:
-            batches.interrupt(proc)
-
-    summaries: list[RowSummary] = []
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="batch-row")
-    try:
-        pending: set[Future[RowSummary | None]] = {pool.submit(one, job) for job in jobs}
-        while pending:
-            done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                summary = future.result()
-                if summary is not None:
-                    summaries.append(summary)
-                    progress("ended", summary)
-    finally:
-        pool.shutdown()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-    interrupted = stopping.is_set()
-    return summaries, interrupted
 
 
 # -- what a person reads ------------------------------------------------------------------

@@ -8,8 +8,9 @@ them reads the batch as it stands (`batch status`).
 
 A row runs through one function, `run_row`: it starts (or resumes) the row's run as
 `git fabro run --run-id ID` would in a shell, and returns a small `RowSummary`. The
-local executor calls it from a pool of threads, each waiting on its own process; an
-executor on a cluster calls the same function in its tasks.
+local executor (`run_local`) calls it from a pool of threads, each waiting on its own
+process; an executor on a cluster calls the same function in its tasks, with a
+`RowJob` (plain data) as the task's argument.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -277,3 +280,62 @@ def interrupt(proc: subprocess.Popen[bytes]) -> None:
     """Ctrl-C for one row's run: SIGINT to its process group, as a terminal sends it."""
     with contextlib.suppress(ProcessLookupError):  # it has ended
         os.killpg(proc.pid, signal.SIGINT)
+
+
+# -- the local executor ------------------------------------------------------------------
+
+
+def run_local(
+    jobs: list[RowJob], max_parallel: int, progress: Callable[[str, RowSummary | None], None]
+) -> tuple[list[RowSummary], bool]:
+    """Run `jobs` here, up to `max_parallel` at once, each through `run_row` in a process
+    of its own; (their summaries, whether Ctrl-C or SIGTERM cut it). An executor on a
+    cluster is another function of this shape. After Ctrl-C no queued row starts, and
+    every running one is interrupted at a checkpoint and waited for."""
+    stopping = threading.Event()
+    running: dict[int, subprocess.Popen[bytes]] = {}
+    lock = threading.Lock()
+
+    def one(job: RowJob) -> RowSummary | None:
+        if stopping.is_set():
+            return None
+
+        def started(proc: subprocess.Popen[bytes]) -> None:
+            with lock:
+                running[job.row.row] = proc
+                if stopping.is_set():
+                    interrupt(proc)
+            progress("started", None)
+
+        try:
+            return run_row(job, started=started)
+        finally:
+            with lock:
+                running.pop(job.row.row, None)
+
+    def on_signal(signum: int, frame: object) -> None:
+        # Here, not as a KeyboardInterrupt: wherever the driver is, the runs hear it.
+        stopping.set()
+        with lock:  # only the row threads take it, never this (the main) thread
+            procs = list(running.values())
+        for proc in procs:
+            interrupt(proc)
+
+    summaries: list[RowSummary] = []
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="batch-row")
+    try:
+        pending: set[Future[RowSummary | None]] = {pool.submit(one, job) for job in jobs}
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                summary = future.result()
+                if summary is not None:
+                    summaries.append(summary)
+                    progress("ended", summary)
+    finally:
+        pool.shutdown()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    interrupted = stopping.is_set()
+    return summaries, interrupted
