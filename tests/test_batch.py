@@ -220,3 +220,17 @@ def test_on_a_terminal_the_progress_line_is_redrawn_in_place(
         .rstrip()
         .endswith(b"0 queued, 0 running, 2 succeeded, 0 failed, cost $0.0000, about 0s left")
     )
+
+
+def test_run_with_an_allocated_id_takes_it_once(repo: Path, hermetic_env: Path) -> None:
+    write_workflow(repo, WORKFLOW)
+    from fabro_git.store.runs import new_ulid
+
+    run_id = new_ulid()
+    first = run_fabro("run", "wf.fabro", "--run-id", run_id, "-V", "n=1", cwd=repo)
+    assert first.returncode == 0, first.stderr
+    assert git(repo, "rev-parse", "--verify", "-q", f"refs/fabro/meta/{run_id}").strip()
+    again = run_fabro("run", "wf.fabro", "--run-id", run_id, "-V", "n=1", cwd=repo)
+    assert again.returncode != 0 and f"run {run_id} exists already" in again.stderr
+    bad = run_fabro("run", "wf.fabro", "--run-id", "../x", cwd=repo)
+    assert bad.returncode != 0 and "is not a run id" in bad.stderr
