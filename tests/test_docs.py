@@ -21,6 +21,7 @@ README = ROOT / "README.md"
 NOT_TOP_LEVEL = {
     "NODE_STATUS": "inside nodes/<node>/",
     "SNAPSHOT_SUBJECT_INIT": "a commit subject",
+    "BATCH_RECORD": "the one file of a batch's commit",
 }
 
 
@@ -110,6 +111,7 @@ def _layout_shapes(p: dict[str, str]) -> list[str]:
         runs.meta_ref(p["id"]),
         runs.parallel_ref(p["id"], p["node_visit"], p["n"]),  # type: ignore[arg-type]
         runs.child_progress_ref(p["id"], p["stage_id"]),
+        runs.batch_ref(p["id"]),
         runs.artifact_path(p["key"]),
         runs.asset_dir(p["node_slug"], p["n"]),  # type: ignore[arg-type]
         runs.graph_path(p["path"]),

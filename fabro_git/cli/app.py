@@ -267,6 +267,7 @@ def run(
         ),
     ] = False,
     permissions: PermissionsOption = None,
+    run_id: Annotated[str | None, typer.Option("--run-id", hidden=True)] = None,
 ) -> None:
     """Start a run of a workflow in a new worktree."""
     from fabro_git.cli import run as impl
@@ -293,6 +294,7 @@ def run(
             max_cost=max_cost,
             allow_typos=allow_typos,
             permissions=permissions,
+            run_id=run_id,
         )
     )
 
@@ -370,6 +372,69 @@ def resume(
             max_cost=max_cost,
             rebase=rebase,
             workflow=workflow,
+        )
+    )
+
+
+@command()
+def batch(
+    args: Annotated[
+        list[str] | None,
+        typer.Argument(
+            help="The workflow (a file or a name); or `status BATCH`.",
+            show_default=False,
+            metavar="WORKFLOW | status BATCH",
+        ),
+    ] = None,
+    inputs: Annotated[
+        Path | None,
+        typer.Option(
+            "--inputs",
+            help="JSONL or CSV, one run a row: goal and the inputs by key or column.",
+            metavar="FILE",
+        ),
+    ] = None,
+    remote: Annotated[
+        str | None,
+        typer.Option(
+            "--remote", help="Replicate every run and the batch to this remote.", metavar="REMOTE"
+        ),
+    ] = None,
+    max_parallel: Annotated[
+        int, typer.Option("--max-parallel", help="Runs at once.", metavar="N")
+    ] = 4,
+    labels: Annotated[
+        list[str] | None,
+        typer.Option("--label", help="KEY=VALUE label of every run; repeatable."),
+    ] = None,
+    json_output: Annotated[
+        bool, typer.Option("--json", help="Print one JSON object per run.")
+    ] = False,
+    resume: Annotated[
+        str | None,
+        typer.Option("--resume", help="Go on with the unfinished runs of BATCH.", metavar="BATCH"),
+    ] = None,
+) -> None:
+    """Run a workflow once per row of an inputs file; `batch status BATCH` shows a batch."""
+    from fabro_git.cli import batch as impl
+    from fabro_git.errors import ConfigError
+
+    words = args or []
+    if words[:1] == ["status"] and not Path("status").exists():
+        if len(words) != 2:
+            raise ConfigError("git fabro batch status takes one batch id")
+        raise typer.Exit(impl.status(words[1], json_output=json_output))
+    if len(words) > 1:
+        raise ConfigError(f"git fabro batch takes one workflow, not {len(words)}")
+    raise typer.Exit(
+        impl.run(
+            words[0] if words else None,
+            inputs=inputs,
+            remote=remote,
+            max_parallel=max_parallel,
+            labels=labels or [],
+            json_output=json_output,
+            resume=resume,
         )
     )
 

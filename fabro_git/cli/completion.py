@@ -27,6 +27,7 @@ KINDS = {
     "NODE[@VISIT]": "checkpoints",
     "REMOTE": "remotes",
     "WORKFLOW": "workflows",
+    "WORKFLOW | status BATCH": "workflows",
     "FILE": "workflows",
     "FILE...": "workflows",
     "SHELL": "shells",

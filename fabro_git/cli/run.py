@@ -302,7 +302,9 @@ def run(
     allow_typos: bool = False,
     permissions: str | None = None,
     reply_node: str | None = None,
+    run_id: str | None = None,
 ) -> int:
+    """`run_id` is an id allocated beforehand (`git fabro batch`); a new one otherwise."""
     from fabro_git.cli._streams import outlive_readers
     from fabro_git.engine.runner import Options
     from fabro_git.engine.session import create_run, execute_run, write_json_result
@@ -337,6 +339,12 @@ def run(
         allow_typos=allow_typos,
         permissions=permissions,
     )
+    if run_id is not None:
+        from fabro_git.store import runs as runrefs
+
+        if not runrefs.is_allocated_id(run_id):
+            raise ConfigError(f"--run-id {run_id!r} is not a run id (a ULID)")
+        spec.run_id = run_id
     _use_run_author(repo, spec.settings)
     check_answers(spec.graph, options.answers)
     if detach:

@@ -58,6 +58,8 @@ class RunSpec(msgspec.Struct):
     exclude_globs: list[str]
     # The effective run configuration.
     settings: dict[str, Any] = msgspec.field(default_factory=dict)
+    # An id allocated beforehand (`git fabro batch` names every run before any starts).
+    run_id: str | None = None
 
 
 class OpenRun(msgspec.Struct):
@@ -131,7 +133,9 @@ def _login() -> str:
 def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -> OpenRun:
     base = repo.require_base()
     assert base.sha is not None
-    run_id = runrefs.new_ulid()
+    run_id = spec.run_id or runrefs.new_ulid()
+    if spec.run_id is not None and repo.read_ref(runrefs.meta_ref(run_id)) is not None:
+        raise StoreError(f"run {run_id} exists already", hint=f"git fabro resume {run_id}")
     runrefs.check_names_free(repo, run_id, with_branch=not spec.options.in_place)
     scratch = make_private_dir(run_scratch_dir(repo.git_dir, run_id))
     lock = RunLock(repo, run_id)

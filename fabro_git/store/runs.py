@@ -29,6 +29,9 @@ from fabro_git.store.repo import GitRepo, ref_conflict_error
 META_PREFIX = "refs/fabro/meta/"
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
 PARALLEL_PREFIX = "refs/fabro/parallel/"
+# A batch (`git fabro batch`): a commit whose tree holds one file, the batch record.
+BATCH_PREFIX = "refs/fabro/batch/"
+BATCH_RECORD = "batch.json"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ALIASES = str.maketrans({"I": "1", "L": "1", "O": "0"})
@@ -45,6 +48,12 @@ def run_branch_ref(run_id: str) -> str:
 
 def meta_ref(run_id: str) -> str:
     return f"{META_PREFIX}{run_id}"
+
+
+def batch_ref(batch_id: str) -> str:
+    """Where a batch's record is kept: under `refs/fabro/`, so `fetch` and `push` of
+    runs carry it, but outside the run namespaces, so no listing of runs sees it."""
+    return f"{BATCH_PREFIX}{batch_id}"
 
 
 def parallel_ref(run_id: str, node_id: str, branch_index: int) -> str:
@@ -359,6 +368,11 @@ def is_run_id(name: str) -> bool:
     """Whether a name read from a ref can be a run id: one path component. A fetched
     `refs/fabro/meta/a/b` is no run (its id would nest the run's scratch and lock paths)."""
     return bool(name) and "/" not in name
+
+
+def is_allocated_id(name: str) -> bool:
+    """Whether `name` is a whole run id as `new_ulid` makes them (a batch's ids)."""
+    return len(name) == _ULID_LEN and all(c in _CROCKFORD for c in name)
 
 
 def resolve_run_id(repo: GitRepo, prefix: str, *, remote: str | None = "origin") -> str:

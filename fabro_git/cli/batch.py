@@ -1,0 +1,240 @@
+"""`git fabro batch`: one workflow over the rows of an inputs file, a run each row.
+
+The driver reads every row first (a bad one stops it before any run), allocates every
+run id, stores the batch record (`engine.batch`), then hands the rows to an executor:
+here the local one, up to N runs at once, each in its own `git fabro` process. Ctrl-C
+interrupts every run at a checkpoint; `--resume` takes the unfinished ones up again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fabro_git.engine import batch as batches
+from fabro_git.engine.batch import BatchRecord, BatchRow, RowJob, RowSummary
+from fabro_git.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fabro_git.store.repo import GitRepo
+
+
+def run(
+    workflow: str | None,
+    *,
+    inputs: Path | None,
+    remote: str | None,
+    max_parallel: int,
+    labels: list[str],
+    json_output: bool,
+    resume: str | None,
+) -> int:
+    from fabro_git.cli.run import _pairs
+    from fabro_git.store.repo import GitRepo
+
+    if max_parallel < 1:
+        raise ConfigError(f"--max-parallel {max_parallel}: at least 1 run at a time")
+    repo = GitRepo.discover(Path.cwd())
+    if resume is not None:
+        if workflow is not None or inputs is not None:
+            raise ConfigError("--resume takes the batch's own workflow and rows; pass no others")
+        record = batches.read_record(repo, resume)
+        jobs = _resume_jobs(repo, record)
+        if not jobs:
+            print(f"batch {record.batch_id}: every run has finished", file=sys.stderr)
+    else:
+        if workflow is None or inputs is None:
+            raise ConfigError(
+                "git fabro batch needs a WORKFLOW and --inputs FILE",
+                hint="git fabro batch WORKFLOW --inputs rows.jsonl (or --resume BATCH)",
+            )
+        rows = batches.read_inputs(inputs)
+        from fabro_git.cli.run import _validated, resolve_workflow
+
+        given = _pairs(labels, "--label")
+        if "batch" in given or "row" in given:
+            raise ConfigError("--label batch= and row= are the batch's own labels; pick others")
+        path = resolve_workflow(workflow)  # a missing workflow stops the batch here
+        if path.suffix != ".toml":
+            _validated(path)  # and so does one with errors, once, not once a run
+        if Path(workflow).exists():  # a file: as the repository root names it, for every run
+            workflow = os.path.relpath(path.resolve(), repo.root)
+        record = _new_record(repo, workflow, rows, given, remote)
+        jobs = [_job(repo, record, row) for row in record.rows]
+        print(
+            f"batch {record.batch_id}: {len(record.rows)} runs of {workflow}, "
+            f"up to {max_parallel} at a time",
+            file=sys.stderr,
+        )
+    summaries, interrupted = batches.run_local(jobs, max_parallel, _progress(record))
+    by_row = {s.row: s for s in summaries}
+    final = [by_row.get(row.row) or batches.summarize(repo, row) for row in record.rows]
+    _show(record, final, json_output)
+    if interrupted:
+        print(f"interrupted: git fabro batch --resume {record.batch_id} goes on", file=sys.stderr)
+        return 130
+    return 0 if all(s.status in ("succeeded", "partially_succeeded") for s in final) else 1
+
+
+def _new_record(
+    repo: GitRepo,
+    workflow: str,
+    rows: list[tuple[str | None, dict[str, str]]],
+    labels: dict[str, str],
+    remote: str | None,
+) -> BatchRecord:
+    from fabro_git.engine.runner import now_iso
+    from fabro_git.store import runs as runrefs
+
+    record = BatchRecord(
+        batch_id=runrefs.new_ulid(),
+        workflow=workflow,
+        created_at=now_iso(),
+        labels=labels,
+        remote=remote,
+        rows=[
+            BatchRow(number, runrefs.new_ulid(), goal, values)
+            for number, (goal, values) in enumerate(rows, 1)
+        ],
+    )
+    batches.write_record(repo, record)
+    if remote is not None:
+        _push_record(repo, record)
+    return record
+
+
+def _push_record(repo: GitRepo, record: BatchRecord) -> None:
+    from fabro_git.errors import StoreError
+    from fabro_git.store import remote as rem
+    from fabro_git.store import runs as runrefs
+
+    assert record.remote is not None
+    ref = runrefs.batch_ref(record.batch_id)
+    report = rem.push(repo, record.remote, [ref])
+    for _, ok, message in report.refs:
+        if not ok:
+            raise StoreError(f"{record.remote} refused {ref}: {message}")
+
+
+def _job(repo: GitRepo, record: BatchRecord, row: BatchRow, *, resume: bool = False) -> RowJob:
+    return RowJob(
+        repo_root=str(repo.root),
+        workflow=record.workflow,
+        batch_id=record.batch_id,
+        row=row,
+        labels=record.labels,
+        remote=record.remote,
+        resume=resume,
+    )
+
+
+def _resume_jobs(repo: GitRepo, record: BatchRecord) -> list[RowJob]:
+    """A job for each row not finished: a resume of a run cut short, a start of one
+    that never began."""
+    jobs = []
+    for row in record.rows:
+        now = batches.summarize(repo, row)
+        if now.status == "queued":
+            jobs.append(_job(repo, record, row))
+        elif now.status not in batches.FINISHED:
+            jobs.append(_job(repo, record, row, resume=True))
+    return jobs
+
+
+# -- what a person reads ------------------------------------------------------------------
+
+
+def _progress(record: BatchRecord) -> Callable[[str, RowSummary | None], None]:
+    """A progress line per change: redrawn in place on a terminal, a line each otherwise."""
+    from fabro_git.events.render import format_cost
+
+    total = len(record.rows)
+    counts = {"running": 0, "succeeded": 0, "failed": 0, "interrupted": 0}
+    cost = [0.0]
+    began = time.monotonic()
+    # As the run's own progress display decides: a terminal that can redraw a line.
+    live = sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
+    lock = threading.Lock()
+
+    def update(what: str, summary: RowSummary | None) -> None:
+        with lock:
+            if what == "started":
+                counts["running"] += 1
+            elif summary is not None:
+                counts["running"] -= 1
+                counts[_tally(summary.status)] += 1
+                cost[0] += summary.cost or 0.0
+            ended = counts["succeeded"] + counts["failed"] + counts["interrupted"]
+            queued = total - ended - counts["running"]
+            left = ""
+            if ended:
+                seconds = (time.monotonic() - began) / ended * (total - ended)
+                left = f", about {seconds:.0f}s left"
+            line = (
+                f"batch {record.batch_id}: {queued} queued, {counts['running']} running, "
+                f"{counts['succeeded']} succeeded, {counts['failed']} failed, "
+                + (f"{counts['interrupted']} interrupted, " if counts["interrupted"] else "")
+                + f"cost {format_cost(cost[0])}{left}"
+            )
+            if live:
+                sys.stderr.write("\r\x1b[K" + line + ("\n" if ended == total else ""))
+            else:
+                sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
+    return update
+
+
+def _tally(status: str) -> str:
+    """Which count of the progress line a run that ended counts in."""
+    if status in ("succeeded", "partially_succeeded"):
+        return "succeeded"
+    return "interrupted" if status == "interrupted" else "failed"
+
+
+def _show(record: BatchRecord, summaries: Iterable[RowSummary], json_output: bool) -> None:
+    if json_output:
+        for summary in summaries:
+            sys.stdout.write(json.dumps({"batch_id": record.batch_id, **summary.to_json()}) + "\n")
+        return
+    from fabro_git.events.render import format_cost
+    from fabro_git.terminal import printable
+
+    rows = [("ROW", "RUN", "STATUS", "STAGES", "COST", "FAILURE")]
+    for s in summaries:
+        rows.append(
+            (
+                str(s.row),
+                s.run_id,
+                s.status,
+                str(s.stages),
+                format_cost(s.cost) if s.cost is not None else "-",
+                printable(s.failure, one_line=True)[:80],
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[-1])
+
+
+def status(batch_id: str, *, json_output: bool) -> int:
+    """The batch as this clone's refs hold it: its record and each row's run."""
+    from fabro_git.store.repo import GitRepo
+
+    repo = GitRepo.discover(Path.cwd())
+    record = batches.read_record(repo, batch_id)
+    summaries = [batches.summarize(repo, row) for row in record.rows]
+    if not json_output:
+        counts: dict[str, int] = {}
+        for s in summaries:
+            counts[s.status] = counts.get(s.status, 0) + 1
+        said = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
+        print(f"batch {record.batch_id}: {len(summaries)} runs of {record.workflow}: {said}")
+    _show(record, summaries, json_output)
+    return 0
