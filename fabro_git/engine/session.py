@@ -393,6 +393,19 @@ def _ms_since(started: float) -> int:
 # -- the walk, under its watchers ---------------------------------------------------------
 
 
+ADOPTED_NOTE_INTERVAL = 1.0
+
+
+async def _note_adopted(records: Path) -> None:
+    """Note, every second, what this process has adopted (a stage's orphan: see
+    `fabro_git.engine.reaper`), so the watcher finds it should this process be killed
+    with -9. A stage's own end notes it too; this covers a process whose parent died
+    mid-stage, which after a kill -9 no ancestry leads to."""
+    while True:
+        await trio.sleep(ADOPTED_NOTE_INTERVAL)
+        await trio.to_thread.run_sync(process_groups.record_adopted, records)
+
+
 class _Walk:
     """The walk with what watches it: signals, the control socket, the live push and the
     stall watchdog. It records how the walk ended (`status`, `error`), whether the user
@@ -423,6 +436,7 @@ class _Walk:
     async def run(self, signals: AsyncIterator[int], pusher: LivePush | None) -> None:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._watch_signals, signals)
+            nursery.start_soon(_note_adopted, process_groups.records_dir(self.runtime.scratch))
             await nursery.start(control.serve, self.runtime.scratch, self._control_request)
             if pusher is not None:
                 await nursery.start(pusher.serve)

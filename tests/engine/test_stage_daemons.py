@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, meta_file, run_json, write_workflow
+from helpers import fabro_exe, meta_file, run_json, wait_until, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
 KINDS = ("setsid", "double", "nohup", "bare-setsid", "bare-double")
@@ -206,6 +206,55 @@ def test_a_kill_9_of_the_run_leaves_nothing_of_the_stage_running(
     assert proc.wait(timeout=10) == -signal.SIGKILL
     # The run's watcher sees git fabro go, and kills what carries the run's mark.
     assert _all_gone(daemons), [pid for pid in daemons if _alive(pid)]
+
+
+def test_a_kill_9_mid_stage_leaves_no_orphan_whose_parent_died(
+    repo: Path, tmp_path: Path, pids: Path
+) -> None:
+    """A process with an emptied environment and a session of its own, whose parent
+    died while the stage still runs, is git fabro's adopted child: nothing but its
+    ancestry tells where it came from, and a kill -9 of git fabro takes that away too.
+    git fabro notes what it adopts as the stage goes on, so the watcher kills it."""
+    record = f"echo $$ > {pids}/$0.tmp && mv {pids}/$0.tmp {pids}/$0; exec sleep 600"
+    ready = tmp_path / "ready"
+    script = tmp_path / "hang.sh"
+    script.write_text(
+        f"( env -i setsid sh -c '{record}' lone </dev/null >/dev/null 2>&1 & ) &\n"
+        f"until [ -s {pids}/lone ]; do sleep 0.01; done\n"
+        f"touch {ready}\nexec sleep 600\n"
+    )
+    write_workflow(
+        repo,
+        f"""\
+digraph D {{
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    hang [shape=parallelogram, script="sh {script}"]
+    start -> hang -> exit
+}}
+""",
+    )
+    with (tmp_path / "run.err").open("wb") as err:
+        proc = subprocess.Popen(
+            [*fabro_exe(), "run", "wf.fabro"],
+            cwd=repo,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            start_new_session=True,
+        )
+    wait_until(ready.exists, process=proc, what="the stage started its daemon")
+    lone = int((pids / "lone").read_text())
+    # The kill point: git fabro has noted its adopted child.
+    home = Path(os.environ["FABRO_HOME"])
+    wait_until(
+        lambda: any(home.glob(f"runs/*/process-groups/orphan-{lone}.json")),
+        process=proc,
+        what="git fabro noted the orphan it adopted",
+    )
+    os.kill(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=10) == -signal.SIGKILL
+    assert _all_gone([lone]), "the orphan outlived the run"
 
 
 def _hanging_agent(

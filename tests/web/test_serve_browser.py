@@ -253,7 +253,7 @@ def test_steer_and_interrupt_are_clicked_and_the_run_takes_them(
     write_workflow(
         repo,
         "digraph Steered {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
-        '  work [shape=box, model="sonnet", prompt="Tidy the notes"]\n'
+        '  work [shape=box, model="sonnet", permissions="full", prompt="Tidy the notes"]\n'
         f"  hold [shape=parallelogram, script={json.dumps(hold)}]\n"
         "  start -> work -> hold -> exit\n}\n",
         "steered.fabro",
