@@ -243,16 +243,19 @@ digraph D {{
             stderr=err,
             start_new_session=True,
         )
-    wait_until(ready.exists, process=proc, what="the stage started its daemon")
-    lone = int((pids / "lone").read_text())
-    # The kill point: git fabro has noted its adopted child.
-    home = Path(os.environ["FABRO_HOME"])
-    wait_until(
-        lambda: any(home.glob(f"runs/*/process-groups/orphan-{lone}.json")),
-        process=proc,
-        what="git fabro noted the orphan it adopted",
-    )
-    os.kill(proc.pid, signal.SIGKILL)
+    try:
+        wait_until(ready.exists, process=proc, what="the stage started its daemon")
+        lone = int((pids / "lone").read_text())
+        # The kill point: git fabro has noted its adopted child.
+        home = Path(os.environ["FABRO_HOME"])
+        wait_until(
+            lambda: any(home.glob(f"runs/*/process-groups/orphan-{lone}.json")),
+            process=proc,
+            limit=30,
+            what="git fabro noted the orphan it adopted",
+        )
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
     assert proc.wait(timeout=10) == -signal.SIGKILL
     assert _all_gone([lone]), "the orphan outlived the run"
 
