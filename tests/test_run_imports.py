@@ -6,6 +6,7 @@ run imports dozens of records, so they are msgspec Structs, made in C.
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 
@@ -31,3 +32,26 @@ def test_the_run_import_path_makes_no_dataclass() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout == "", f"dataclasses on the run's import path:\n{proc.stdout}"
+
+
+def test_the_version_probe_imports_only_the_cli_face() -> None:
+    """`git fabro --version` goes through the console script's `entry` and loads no
+    module of the package beyond its face: every other import costs start-up time."""
+    code = (
+        "import sys\n"
+        "sys.argv = ['git-fabro', '--version']\n"
+        "from fabro_git.cli import entry\n"
+        "import os\n"
+        "real_exit = os._exit\n"
+        "def leave(code):\n"
+        "    loaded = sorted(n for n in sys.modules if n.startswith('fabro_git'))\n"
+        "    sys.stderr.write(repr(loaded))\n"
+        "    sys.stderr.flush()\n"
+        "    real_exit(code)\n"
+        "os._exit = leave\n"
+        "entry()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    loaded = ast.literal_eval(proc.stderr)  # the list printed above
+    assert loaded == ["fabro_git", "fabro_git.cli"], loaded

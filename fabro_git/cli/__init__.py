@@ -28,10 +28,11 @@ def entry() -> None:
     """
     import os
 
-    from fabro_git.engine import reaper
+    import fabro_git
 
-    # This process may adopt what its stages leave behind (`fabro_git.engine.reaper`).
-    reaper.allow_subreaper()
+    # This process may adopt what its stages leave behind (`fabro_git.engine.reaper`);
+    # a flag, not an import of the reaper, so `--version` stays fast.
+    fabro_git.running_as_command = True
     code = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):

@@ -165,21 +165,16 @@ def kill_marked(mark: str, *, since: set[int] | None = None) -> list[int]:
 
 PR_SET_CHILD_SUBREAPER = 36
 
+
 # Whether this process may become a subreaper: the `git fabro` command may, a library
 # user's process (a test's) is left as it is.
-_subreaper_allowed: list[bool] = []
-
-
-def allow_subreaper() -> None:
-    """Let `become_subreaper` act in this process."""
-    _subreaper_allowed.append(True)
-
-
 def become_subreaper() -> bool:
     """Make this process the one that orphans among its descendants are re-parented to
-    (Linux's `PR_SET_CHILD_SUBREAPER`), if `allow_subreaper` was called; whether it
-    now is."""
-    if not _subreaper_allowed or not sys.platform.startswith("linux"):
+    (Linux's `PR_SET_CHILD_SUBREAPER`), if it is the `git-fabro` command itself
+    (`fabro_git.running_as_command`); whether it now is."""
+    import fabro_git
+
+    if not fabro_git.running_as_command or not sys.platform.startswith("linux"):
         return False
     try:
         import ctypes
