@@ -295,6 +295,13 @@ def run_local(
     stopping = threading.Event()
     running: dict[int, subprocess.Popen[bytes]] = {}
     lock = threading.Lock()
+    # Progress is told from the row's own thread, a row's end before its thread takes
+    # the next row, so the tally never shows more running than may run.
+    telling = threading.Lock()
+
+    def tell(what: str, summary: RowSummary | None) -> None:
+        with telling:
+            progress(what, summary)
 
     def one(job: RowJob) -> RowSummary | None:
         if stopping.is_set():
@@ -305,13 +312,15 @@ def run_local(
                 running[job.row.row] = proc
                 if stopping.is_set():
                     interrupt(proc)
-            progress("started", None)
+            tell("started", None)
 
         try:
-            return run_row(job, started=started)
+            summary = run_row(job, started=started)
         finally:
             with lock:
                 running.pop(job.row.row, None)
+        tell("ended", summary)
+        return summary
 
     def on_signal(signum: int, frame: object) -> None:
         # Here, not as a KeyboardInterrupt: wherever the driver is, the runs hear it.
@@ -332,7 +341,6 @@ def run_local(
                 summary = future.result()
                 if summary is not None:
                     summaries.append(summary)
-                    progress("ended", summary)
     finally:
         pool.shutdown()
         for sig, handler in previous.items():
