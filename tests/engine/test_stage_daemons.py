@@ -158,8 +158,15 @@ def test_what_an_agent_cli_leaves_running_is_gone_when_the_stage_ends(
 def _hanging(repo: Path, tmp_path: Path, pids: Path) -> subprocess.Popen[bytes]:
     """`git fabro run` of a stage that starts the daemons, says so, and waits."""
     ready = tmp_path / "ready"
+    proc = _hanging_stage(repo, tmp_path, _daemons(pids) + f"touch {ready}\nexec sleep 600\n")
+    wait_until(ready.exists, process=proc, what="the stage started its daemons")
+    return proc
+
+
+def _hanging_stage(repo: Path, tmp_path: Path, script_text: str) -> subprocess.Popen[bytes]:
+    """`git fabro run`, in the background, of one command stage running `script_text`."""
     script = tmp_path / "hang.sh"
-    script.write_text(_daemons(pids) + f"touch {ready}\nexec sleep 600\n")
+    script.write_text(script_text)
     write_workflow(
         repo,
         f"""\
@@ -172,7 +179,7 @@ digraph D {{
 """,
     )
     with (tmp_path / "run.err").open("wb") as err:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [*fabro_exe(), "run", "wf.fabro"],
             cwd=repo,
             stdin=subprocess.DEVNULL,
@@ -180,12 +187,6 @@ digraph D {{
             stderr=err,
             start_new_session=True,
         )
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        assert proc.poll() is None, (tmp_path / "run.err").read_text()
-        assert time.monotonic() < deadline, "the stage never started its daemons"
-        time.sleep(0.01)
-    return proc
 
 
 def test_ctrl_c_leaves_nothing_of_the_stage_running(repo: Path, tmp_path: Path, pids: Path) -> None:
@@ -217,32 +218,13 @@ def test_a_kill_9_mid_stage_leaves_no_orphan_whose_parent_died(
     git fabro notes what it adopts as the stage goes on, so the watcher kills it."""
     record = f"echo $$ > {pids}/$0.tmp && mv {pids}/$0.tmp {pids}/$0; exec sleep 600"
     ready = tmp_path / "ready"
-    script = tmp_path / "hang.sh"
-    script.write_text(
+    proc = _hanging_stage(
+        repo,
+        tmp_path,
         f"( env -i setsid sh -c '{record}' lone </dev/null >/dev/null 2>&1 & ) &\n"
         f"until [ -s {pids}/lone ]; do sleep 0.01; done\n"
-        f"touch {ready}\nexec sleep 600\n"
+        f"touch {ready}\nexec sleep 600\n",
     )
-    write_workflow(
-        repo,
-        f"""\
-digraph D {{
-    start [shape=Mdiamond]
-    exit [shape=Msquare]
-    hang [shape=parallelogram, script="sh {script}"]
-    start -> hang -> exit
-}}
-""",
-    )
-    with (tmp_path / "run.err").open("wb") as err:
-        proc = subprocess.Popen(
-            [*fabro_exe(), "run", "wf.fabro"],
-            cwd=repo,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            start_new_session=True,
-        )
     try:
         wait_until(ready.exists, process=proc, what="the stage started its daemon")
         lone = int((pids / "lone").read_text())
