@@ -400,8 +400,22 @@ def batch(
             "--remote", help="Replicate every run and the batch to this remote.", metavar="REMOTE"
         ),
     ] = None,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray",
+            help="Run the rows as tasks on a Ray cluster: ADDRESS, `local` or `auto`"
+            " (RAY_ADDRESS). Needs --remote and git-fabro[ray].",
+            metavar="ADDRESS",
+        ),
+    ] = None,
     max_parallel: Annotated[
-        int, typer.Option("--max-parallel", help="Runs at once.", metavar="N")
+        int,
+        typer.Option(
+            "--max-parallel",
+            help="Runs at once on this machine; LLM stages at once across the batch.",
+            metavar="N",
+        ),
     ] = 4,
     labels: Annotated[
         list[str] | None,
@@ -431,6 +445,7 @@ def batch(
             words[0] if words else None,
             inputs=inputs,
             remote=remote,
+            ray=ray,
             max_parallel=max_parallel,
             labels=labels or [],
             json_output=json_output,

@@ -34,6 +34,7 @@ def run(
     labels: list[str],
     json_output: bool,
     resume: str | None,
+    ray: str | None = None,
 ) -> int:
     from fabro_git.cli.run import _pairs
     from fabro_git.store.repo import GitRepo
