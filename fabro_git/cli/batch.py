@@ -36,7 +36,6 @@ def run(
     resume: str | None,
     ray: str | None = None,
 ) -> int:
-    from fabro_git.cli.run import _pairs
     from fabro_git.store.repo import GitRepo
 
     if max_parallel < 1:
@@ -46,34 +45,19 @@ def run(
         if workflow is not None or inputs is not None:
             raise ConfigError("--resume takes the batch's own workflow and rows; pass no others")
         record = batches.read_record(repo, resume)
+        if ray is not None:
+            _connect(record.remote, ray)
+            assert record.remote is not None
+            batches.fetch_runs(repo, record.remote, record)  # where the cluster left them
         jobs = _resume_jobs(repo, record)
         if not jobs:
             print(f"batch {record.batch_id}: every run has finished", file=sys.stderr)
     else:
-        if workflow is None or inputs is None:
-            raise ConfigError(
-                "git fabro batch needs a WORKFLOW and --inputs FILE",
-                hint="git fabro batch WORKFLOW --inputs rows.jsonl (or --resume BATCH)",
-            )
-        rows = batches.read_inputs(inputs)
-        from fabro_git.cli.run import _validated, resolve_workflow
-
-        given = _pairs(labels, "--label")
-        if "batch" in given or "row" in given:
-            raise ConfigError("--label batch= and row= are the batch's own labels; pick others")
-        path = resolve_workflow(workflow)  # a missing workflow stops the batch here
-        if path.suffix != ".toml":
-            _validated(path)  # and so does one with errors, once, not once a run
-        if Path(workflow).exists():  # a file: as the repository root names it, for every run
-            workflow = os.path.relpath(path.resolve(), repo.root)
-        record = _new_record(repo, workflow, rows, given, remote)
-        jobs = [_job(repo, record, row) for row in record.rows]
-        print(
-            f"batch {record.batch_id}: {len(record.rows)} runs of {workflow}, "
-            f"up to {max_parallel} at a time",
-            file=sys.stderr,
-        )
-    summaries, interrupted = batches.run_local(jobs, max_parallel, _progress(record))
+        record, jobs = _new_batch(repo, workflow, inputs, labels, remote, ray, max_parallel)
+    if ray is not None:
+        summaries, interrupted = _run_on_ray(repo, record, jobs, max_parallel)
+    else:
+        summaries, interrupted = batches.run_local(jobs, max_parallel, _progress(record))
     by_row = {s.row: s for s in summaries}
     final = [by_row.get(row.row) or batches.summarize(repo, row) for row in record.rows]
     _show(record, final, json_output)
@@ -81,6 +65,112 @@ def run(
         print(f"interrupted: git fabro batch --resume {record.batch_id} goes on", file=sys.stderr)
         return 130
     return 0 if all(s.status in ("succeeded", "partially_succeeded") for s in final) else 1
+
+
+def _new_batch(
+    repo: GitRepo,
+    workflow: str | None,
+    inputs: Path | None,
+    labels: list[str],
+    remote: str | None,
+    ray: str | None,
+    max_parallel: int,
+) -> tuple[BatchRecord, list[RowJob]]:
+    """Read the rows, check the workflow once, store the record: the batch's jobs."""
+    from fabro_git.cli.run import _pairs
+
+    if workflow is None or inputs is None:
+        raise ConfigError(
+            "git fabro batch needs a WORKFLOW and --inputs FILE",
+            hint="git fabro batch WORKFLOW --inputs rows.jsonl (or --resume BATCH)",
+        )
+    rows = batches.read_inputs(inputs)
+    from fabro_git.cli.run import _validated, resolve_workflow
+
+    given = _pairs(labels, "--label")
+    if "batch" in given or "row" in given:
+        raise ConfigError("--label batch= and row= are the batch's own labels; pick others")
+    path = resolve_workflow(workflow)  # a missing workflow stops the batch here
+    if path.suffix != ".toml":
+        _validated(path)  # and so does one with errors, once, not once a run
+    if Path(workflow).exists():  # a file: as the repository root names it, for every run
+        workflow = os.path.relpath(path.resolve(), repo.root)
+    if ray is not None:
+        _check_committed(repo, path)
+        _connect(remote, ray)
+    record = _new_record(repo, workflow, rows, given, remote)
+    jobs = [_job(repo, record, row) for row in record.rows]
+    where = "on the Ray cluster" if ray is not None else f"up to {max_parallel} at a time"
+    print(
+        f"batch {record.batch_id}: {len(record.rows)} runs of {workflow}, {where}",
+        file=sys.stderr,
+    )
+    return record, jobs
+
+
+def _connect(remote: str | None, address: str) -> None:
+    """Join the Ray cluster, once the batch can run there: its runs meet at a remote."""
+    if remote is None:
+        raise ConfigError(
+            "--ray needs --remote: the nodes get the repository from it and push every "
+            "run's checkpoints back to it",
+            hint="git fabro batch WORKFLOW --inputs FILE --remote origin --ray auto",
+        )
+    from fabro_git.engine import batch_ray
+
+    batch_ray.connect(address)
+
+
+def _check_committed(repo: GitRepo, path: Path) -> None:
+    """The nodes run the workflow as the base commit has it: it must be there, as is."""
+    from fabro_git.store._gitcli import out, run_git
+
+    inside = path.resolve().is_relative_to(repo.root.resolve())
+    changed = inside and out(
+        run_git(["status", "--porcelain", "--", str(path.resolve())], cwd=repo.root)
+    )
+    if not inside or changed:
+        raise ConfigError(
+            f"{path}: the cluster's nodes run the workflow from the commit HEAD points at, "
+            + (
+                "and it is outside the repository"
+                if not inside
+                else "and it has changes not committed"
+            ),
+            hint="commit the workflow (and what it reads), then run the batch again",
+        )
+
+
+def _remote_url(repo: GitRepo, remote: str) -> str:
+    """`remote` as a node reaches it: the URL of a remote of that name, else itself (a
+    URL, or a path made absolute)."""
+    from fabro_git.store._gitcli import out, run_git
+
+    proc = run_git(["remote", "get-url", remote], cwd=repo.root, check=False)
+    url = out(proc).strip() if proc.returncode == 0 else remote
+    local = repo.root / url  # an absolute `url` stays itself
+    if "://" not in url and ":" not in url.split("/", 1)[0] and local.exists():
+        url = str(local.resolve())
+    return url
+
+
+def _run_on_ray(
+    repo: GitRepo, record: BatchRecord, jobs: list[RowJob], max_parallel: int
+) -> tuple[list[RowSummary], bool]:
+    from fabro_git.engine import batch_ray
+
+    assert record.remote is not None
+    if record.base is None or record.branch is None:
+        raise ConfigError(
+            f"batch {record.batch_id} was stored without its base commit, so it cannot move "
+            "to a cluster",
+            hint=f"git fabro batch --resume {record.batch_id} (without --ray) goes on here",
+        )
+    url = _remote_url(repo, record.remote)
+    rows = [batch_ray.RemoteRow(job, url, record.base, record.branch) for job in jobs]
+    summaries, interrupted = batch_ray.run_on_ray(rows, max_parallel, _progress(record))
+    batches.fetch_runs(repo, record.remote, record)
+    return summaries, interrupted
 
 
 def _new_record(
@@ -93,7 +183,10 @@ def _new_record(
     from fabro_git.engine.runner import now_iso
     from fabro_git.store import runs as runrefs
 
+    head = repo.require_base()
     record = BatchRecord(
+        base=head.sha,
+        branch=head.branch,
         batch_id=runrefs.new_ulid(),
         workflow=workflow,
         created_at=now_iso(),

@@ -54,6 +54,10 @@ class BatchRecord(msgspec.Struct):
     labels: dict[str, str]
     remote: str | None
     rows: list[BatchRow]
+    # The commit every run starts from and its branch, for runs on other machines; the
+    # record's commit has it as its parent, so pushing the record carries its history.
+    base: str | None = None
+    branch: str | None = None
 
 
 class RowSummary(msgspec.Struct):
@@ -176,7 +180,7 @@ def write_record(repo: GitRepo, record: BatchRecord) -> str:
     tree_sha = repo.store_object(tree)
     sha = repo.write_commit(
         tree=tree_sha,
-        parents=[],
+        parents=[record.base] if record.base else [],
         message=f"batch {record.batch_id}: {len(record.rows)} runs of {record.workflow}",
     )
     repo.update_ref(
@@ -186,6 +190,22 @@ def write_record(repo: GitRepo, record: BatchRecord) -> str:
         message=f"fabro: batch {record.batch_id}",
     )
     return sha
+
+
+def fetch_runs(repo: GitRepo, remote: str, record: BatchRecord) -> None:
+    """Bring the refs of the batch's runs that `remote` has, as far as they
+    fast-forward: after a batch ran elsewhere, its table and `ps` read them here."""
+    from fabro_git.store import remote as rem
+
+    patterns = []
+    for row in record.rows:
+        patterns += [
+            runrefs.meta_ref(row.run_id),
+            runrefs.run_branch_ref(row.run_id),
+            f"{runrefs.PARALLEL_PREFIX}{row.run_id}/*",
+        ]
+    listed = rem.ls_remote(repo, remote, patterns)
+    rem.fetch(repo, remote, [f"{name}:{name}" for name in sorted(listed)], group=runrefs.run_of_ref)
 
 
 def read_record(repo: GitRepo, batch_id: str) -> BatchRecord:
@@ -226,23 +246,31 @@ def row_command(job: RowJob) -> list[str]:
 
 
 def run_row(
-    job: RowJob, *, started: Callable[[subprocess.Popen[bytes]], None] | None = None
+    job: RowJob,
+    *,
+    started: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    cwd: Path | None = None,
+    preexec: Callable[[], None] | None = None,
 ) -> RowSummary:
     """Run one row to its end in a process of its own and say what it came to. A run
-    that fails is an ordinary result; `started` is handed the process (to interrupt it)."""
+    that fails is an ordinary result; `started` is handed the process (to interrupt it).
+    The run starts in `cwd` (the job's repository by default); `preexec` runs in the
+    child before it starts (a cluster's task ties the run's life to its own)."""
+    where = cwd or Path(job.repo_root)
     proc = subprocess.Popen(
         row_command(job),
-        cwd=job.repo_root,
+        cwd=where,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         start_new_session=True,  # the driver passes Ctrl-C on, once, to each run
+        preexec_fn=preexec,
     )
     if started is not None:
         started(proc)
     _, err = proc.communicate()
     said = _first_error(err.decode("utf-8", "replace"))
-    return summarize(GitRepo.discover(Path(job.repo_root)), job.row, said=said)
+    return summarize(GitRepo.discover(where), job.row, said=said)
 
 
 def _first_error(stderr: str) -> str:

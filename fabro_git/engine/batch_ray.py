@@ -1,0 +1,342 @@
+"""Batches on a Ray cluster (`git fabro batch --ray ADDRESS|local|auto`).
+
+Each row is a Ray task, and any node may run it. The remote is the only shared store:
+the driver has pushed the batch record, whose parent is the commit every run starts
+from, so the push carries that commit's history. A task brings what its row needs from
+the remote into a cache kept once per node (a bare repository, fetched, never a clone
+per run), makes a small repository for the row that borrows the cache's objects (git's
+alternates), starts or resumes the row's run there with every checkpoint pushed as it
+is made (`--push`), and returns the row's summary.
+
+A node that dies takes its tasks with it, and Ray runs them again elsewhere. The retry
+finds the run on the remote and resumes it from its last pushed checkpoint, so no
+finished stage runs again and at most the stage that was cut runs twice. The run's
+process dies with the task's worker (the kernel's parent-death signal), so a task Ray
+gave up on cannot go on pushing beside its retry.
+
+One small actor on the driver's node, the coordinator, is what the tasks share: it is
+told when a row starts (the driver's progress), and says when the driver was asked to
+stop (each running row is then interrupted at a checkpoint, and a row not started yet
+does not start).
+
+Ray is an optional extra (`git-fabro[ray]`); only this module imports it, and only
+when a batch asks for a cluster.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from fabro_git.engine import batch as batches
+from fabro_git.engine.batch import RowJob, RowSummary
+from fabro_git.errors import ConfigError, StoreError
+from fabro_git.store import runs as runrefs
+
+RAY_HINT = "install the extra: pip install 'git-fabro[ray]'"
+# Ray runs a task again when its node or worker dies, this many times, then fails it.
+MAX_RETRIES = 3
+# How often a running task asks the coordinator whether the driver was asked to stop.
+STOP_POLL_SECONDS = 0.5
+
+
+class RemoteRow(msgspec.Struct):
+    """What a task is given: the row's job and where the shared store is."""
+
+    job: RowJob
+    url: str  # the remote as the workers reach it
+    base: str  # the commit every run of the batch starts from
+    branch: str  # the base branch, as the driver has it checked out
+
+
+# -- the driver's side -------------------------------------------------------------------
+
+
+def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The provider keys and base URLs set here, for the workers' environment: they
+    travel in Ray's runtime environment, never through git."""
+    from fabro_git.llm.catalogue import PROVIDERS
+
+    names = set()
+    for info in PROVIDERS.values():
+        names.update(info.key_env)
+        names.add(info.base_url_env)
+    return {name: environ[name] for name in sorted(names) if environ.get(name)}
+
+
+def connect(address: str) -> None:
+    """Join the cluster at `address`: `local` starts one on this machine, `auto` is
+    the one `RAY_ADDRESS` names. A ConfigError says what is missing."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray needs Ray, which is not installed", hint=RAY_HINT) from None
+    options: dict[str, Any] = {
+        "runtime_env": {"env_vars": worker_env(os.environ)},
+        "logging_level": "WARNING",
+        "log_to_driver": False,
+        "include_dashboard": False,
+    }
+    if address == "auto":
+        if not os.environ.get("RAY_ADDRESS"):
+            raise ConfigError(
+                "--ray auto joins the cluster RAY_ADDRESS names, and it is not set",
+                hint="set RAY_ADDRESS, or give the address: --ray HOST:PORT (or --ray local)",
+            )
+        options["address"] = "auto"
+    elif address != "local":
+        options["address"] = address
+    try:
+        ray.init(**options)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise ConfigError(
+            f"--ray {address}: cannot join the cluster ({err})",
+            hint="check the address (ray status on the head node prints it)",
+        ) from None
+
+
+def run_on_ray(
+    rows: list[RemoteRow], max_parallel: int, progress: Callable[[str, RowSummary | None], None]
+) -> tuple[list[RowSummary], bool]:
+    """Run every row as a Ray task, in the shape of `batches.run_local`: (the rows'
+    summaries, whether Ctrl-C or SIGTERM cut it). The driver must have joined the
+    cluster (`connect`)."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    here = ray.get_runtime_context().get_node_id()
+    coordinator = (
+        ray.remote(Coordinator)
+        .options(
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(here, soft=False),
+        )
+        .remote(max_parallel)
+    )
+    task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(run_task)
+    pending = {task.remote(msgspec.msgpack.encode(row), coordinator): row for row in rows}
+    stopping = threading.Event()
+
+    def on_signal(signum: int, frame: object) -> None:
+        stopping.set()
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    summaries: list[RowSummary] = []
+    told_stop = False
+    try:
+        while pending:
+            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=STOP_POLL_SECONDS)
+            if stopping.is_set() and not told_stop:
+                # A queued row never starts; a running one hears it as KeyboardInterrupt.
+                for ref in pending:
+                    ray.cancel(ref)
+                told_stop = True
+            for ref in done:
+                summary, gave_up = _result(ray, ref, pending.pop(ref))
+                if gave_up:  # Ray's retries are spent: no task will say this row ended
+                    encoded = msgspec.msgpack.encode(summary)
+                    ray.get(coordinator.note_ended.remote(summary.row, encoded))
+                if summary.status != "queued":  # not one the stop cut off
+                    summaries.append(summary)
+            for what, encoded in ray.get(coordinator.take_news.remote()):
+                told = None if encoded is None else msgspec.msgpack.decode(encoded, type=RowSummary)
+                progress(what, told)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        ray.kill(coordinator)
+    return summaries, stopping.is_set()
+
+
+def _result(ray: Any, ref: Any, row: RemoteRow) -> tuple[RowSummary, bool]:
+    """The task's summary, and whether Ray gave up on it (its retries spent, or the task
+    itself failed): then the row failed, and why is the first line of Ray's error."""
+    try:
+        return msgspec.msgpack.decode(ray.get(ref), type=RowSummary), False
+    except ray.exceptions.TaskCancelledError:  # Ctrl-C: its run says how far it got
+        return RowSummary(row.job.row.row, row.job.row.run_id, "queued", 0, None, ""), False
+    except ray.exceptions.RayError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        return RowSummary(row.job.row.row, row.job.row.run_id, "failed", 0, None, first), True
+
+
+class Coordinator:
+    """What the tasks of one batch share, kept by a Ray actor on the driver's node.
+
+    Its news is the batch's progress in the order it happened: a row started, a row
+    ended with its summary. A row Ray runs again after its node died is not a new
+    start, so the running count stays true."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self.running: set[int] = set()
+        self.news: list[tuple[str, bytes | None]] = []
+
+    def note_started(self, row: int) -> None:
+        if row not in self.running:
+            self.running.add(row)
+            self.news.append(("started", None))
+
+    def note_ended(self, row: int, summary: bytes) -> None:
+        """A row ended (`summary`, a msgpack-encoded RowSummary)."""
+        if row in self.running:
+            self.running.discard(row)
+            self.news.append(("ended", summary))
+
+    def take_news(self) -> list[tuple[str, bytes | None]]:
+        news, self.news = self.news, []
+        return news
+
+
+# -- a task, on any node -----------------------------------------------------------------
+
+
+def run_task(encoded: bytes, coordinator: Any) -> bytes:
+    """One row, on whichever node Ray chose: the row's summary, msgpack-encoded."""
+    import ray
+
+    item = msgspec.msgpack.decode(encoded, type=RemoteRow)
+    row = item.job.row
+    # Not waited for: a task blocked in `ray.get` lends its CPU to another task, and
+    # a row's CPU is its own until it ends.
+    coordinator.note_started.remote(row.row)
+    cache = node_cache(item.url)
+    with _locked(cache.with_suffix(".lock")):
+        refresh_cache(cache, item)
+    workdir = row_repository(cache, item)
+    try:
+        summary = run_in(workdir, item)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    encoded = msgspec.msgpack.encode(summary)
+    # Told, and waited for, before the task returns: before the next task on its CPU
+    # can say it started.
+    ray.get(coordinator.note_ended.remote(row.row, encoded))
+    return encoded
+
+
+def node_cache(url: str) -> Path:
+    """This node's cache of the remote at `url`: a bare repository, one per remote."""
+    import hashlib
+
+    from fabro_git.config.locations import fabro_home, make_private_dir
+
+    key = hashlib.sha256(url.encode()).hexdigest()[:16]
+    return make_private_dir(fabro_home() / "batch-cache") / f"{key}.git"
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """The node's tasks take turns at its cache (a fetch at a time)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _git(args: list[str], cwd: Path) -> str:
+    from fabro_git.store._gitcli import out, run_git
+
+    return out(run_git(args, cwd=cwd))
+
+
+def _run_refs(run_id: str) -> list[str]:
+    """The refs of a run, as patterns `ls-remote` and `for-each-ref` both take."""
+    return [
+        runrefs.meta_ref(run_id),
+        runrefs.run_branch_ref(run_id),
+        f"{runrefs.PARALLEL_PREFIX}{run_id}/*",
+    ]
+
+
+def refresh_cache(cache: Path, item: RemoteRow) -> None:
+    """Bring the batch record (and so the base commit) and the row's run refs, where
+    the remote has them, into the node's cache, as the remote has them now."""
+    if not (cache / "HEAD").exists():
+        subprocess.run(["git", "init", "-q", "--bare", str(cache)], check=True, capture_output=True)
+    record = runrefs.batch_ref(item.job.batch_id)
+    patterns = [record, *_run_refs(item.job.row.run_id)]
+    listed = _git(["ls-remote", "--refs", item.url, "--", *patterns], cache)
+    names = [line.partition("\t")[2] for line in listed.splitlines() if "\t" in line]
+    if record not in names:
+        raise StoreError(f"{item.url} has no {record}: the batch record was not pushed there")
+    # The run's refs as the remote has them, even behind what an earlier attempt on
+    # this node made: a resume starts from the last checkpoint that was pushed.
+    _git(["fetch", "-q", "--no-tags", item.url, *(f"+{n}:{n}" for n in names)], cache)
+
+
+def row_repository(cache: Path, item: RemoteRow) -> Path:
+    """A repository for the row's run beside the cache, borrowing its objects: the
+    base branch at the batch's base commit, checked out, and the run's refs if it has
+    begun; `origin` is the remote."""
+    rows = cache.parent / "rows"
+    rows.mkdir(mode=0o700, exist_ok=True)
+    workdir = rows / f"{item.job.row.run_id}.{os.getpid()}"
+    shutil.rmtree(workdir, ignore_errors=True)
+    subprocess.run(
+        ["git", "init", "-q", "-b", item.branch, str(workdir)], check=True, capture_output=True
+    )
+    alternates = workdir / ".git" / "objects" / "info" / "alternates"
+    alternates.write_text(str(cache / "objects") + "\n")
+    run_id = item.job.row.run_id
+    patterns = [*_run_refs(run_id)[:2], f"{runrefs.PARALLEL_PREFIX}{run_id}/"]
+    listed = _git(["for-each-ref", "--format=%(objectname) %(refname)", "--", *patterns], cache)
+    lines = [f"update refs/heads/{item.branch} {item.base}\n"]
+    for line in listed.splitlines():
+        sha, _, name = line.partition(" ")
+        lines.append(f"update {name} {sha}\n")
+    from fabro_git.store._gitcli import run_git
+
+    run_git(["update-ref", "--stdin"], cwd=workdir, input="".join(lines).encode())
+    _git(["reset", "-q", "--hard"], workdir)
+    _git(["remote", "add", "origin", item.url], workdir)
+    return workdir
+
+
+def run_in(workdir: Path, item: RemoteRow) -> RowSummary:
+    """Start the row's run in `workdir`, or resume it where the remote left it, and wait
+    for its end. The driver's Ctrl-C reaches the task as KeyboardInterrupt (`ray.cancel`):
+    the run is interrupted at a checkpoint, and waited for."""
+    from fabro_git.engine.reader import open_run
+    from fabro_git.store.repo import GitRepo
+
+    row = item.job.row
+    resume = False
+    with GitRepo.discover(workdir) as repo:
+        if repo.read_ref(runrefs.meta_ref(row.run_id)) is not None:
+            if open_run(repo, row.run_id).status in batches.FINISHED:
+                return batches.summarize(repo, row)  # it ended; its task died after
+            resume = True
+    job = msgspec.structs.replace(item.job, repo_root=str(workdir), remote="origin", resume=resume)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        return batches.run_row(job, started=procs.append, preexec=_die_with_parent)
+    except KeyboardInterrupt:
+        for proc in procs:
+            batches.interrupt(proc)
+            proc.wait()
+        with GitRepo.discover(workdir) as repo:
+            return batches.summarize(repo, row)
+
+
+def _die_with_parent() -> None:
+    """In the run's process, before it starts: the kernel kills it when the task's
+    worker dies, so a run whose node Ray gave up on stops there."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
