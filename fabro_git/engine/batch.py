@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -226,13 +226,18 @@ def row_command(job: RowJob) -> list[str]:
 
 
 def run_row(
-    job: RowJob, *, started: Callable[[subprocess.Popen[bytes]], None] | None = None
+    job: RowJob,
+    *,
+    started: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> RowSummary:
     """Run one row to its end in a process of its own and say what it came to. A run
-    that fails is an ordinary result; `started` is handed the process (to interrupt it)."""
+    that fails is an ordinary result; `started` is handed the process (to interrupt it);
+    `env` is added to the run's environment (the LLM slot limiter's socket)."""
     proc = subprocess.Popen(
         row_command(job),
         cwd=job.repo_root,
+        env={**os.environ, **env} if env else None,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -291,7 +296,10 @@ def run_local(
     """Run `jobs` here, up to `max_parallel` at once, each through `run_row` in a process
     of its own; (their summaries, whether Ctrl-C or SIGTERM cut it). An executor on a
     cluster is another function of this shape. After Ctrl-C no queued row starts, and
-    every running one is interrupted at a checkpoint and waited for."""
+    every running one is interrupted at a checkpoint and waited for. The runs share
+    `max_parallel` LLM slots, served from here (`fabro_git.llm.slots`)."""
+    from fabro_git.llm.slots import LocalSlots, SlotServer
+
     stopping = threading.Event()
     running: dict[int, subprocess.Popen[bytes]] = {}
     lock = threading.Lock()
@@ -315,7 +323,7 @@ def run_local(
             tell("started", None)
 
         try:
-            summary = run_row(job, started=started)
+            summary = run_row(job, started=started, env=slots.env())
         finally:
             with lock:
                 running.pop(job.row.row, None)
@@ -331,6 +339,7 @@ def run_local(
             interrupt(proc)
 
     summaries: list[RowSummary] = []
+    slots = SlotServer(LocalSlots(max_parallel)).start()
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="batch-row")
     try:
@@ -343,6 +352,7 @@ def run_local(
                     summaries.append(summary)
     finally:
         pool.shutdown()
+        slots.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     interrupted = stopping.is_set()
