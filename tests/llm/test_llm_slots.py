@@ -257,3 +257,15 @@ def test_a_429_to_one_run_makes_the_others_next_request_wait(llm_server: LlmServ
 
 def _who(body: dict) -> str:
     return "A" if "from A" in json.dumps(body) else "B"
+
+
+def test_a_run_without_a_limiter_never_loads_it() -> None:
+    code = (
+        "import sys\n"
+        "import fabro_git.handlers.llm, fabro_git.llm.client, fabro_git.engine.runner\n"
+        "print('fabro_git.llm.slots' in sys.modules)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout == "False\n"
+    assert LlmSlots.from_env({}) is None
+    assert LlmSlots.from_env({SLOTS_VARIABLE: "/x.sock"}) is not None
