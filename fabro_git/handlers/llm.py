@@ -95,7 +95,8 @@ async def execute(req: StageRequest) -> Outcome:
     async with contextlib.AsyncExitStack() as slot:
         try:
             holder = f"{req.run_id}/{req.node_id}"
-            await slot.enter_async_context(LlmSlots(limiter).held(holder, queued=queued))
+            with req.timeout_stopped():  # the wait is the batch's, not the stage's
+                await slot.enter_async_context(LlmSlots(limiter).held(holder, queued=queued))
         except SlotsUnreachable as err:  # its batch driver has gone: run unlimited
             req.emit(RunNotice(level="warn", code="llm_slots_unreachable", message=err.message))
         return await run(req, prompt_body(req), preamble(req), status_file)

@@ -269,3 +269,35 @@ def test_a_run_without_a_limiter_never_loads_it() -> None:
     assert proc.stdout == "False\n"
     assert LlmSlots.from_env({}) is None
     assert LlmSlots.from_env({SLOTS_VARIABLE: "/x.sock"}) is not None
+
+
+def test_a_stage_timeout_stands_still_while_the_stage_waits_for_a_slot() -> None:
+    from fabro_git.engine.stage import deadline_stopped
+
+    seen: list[str] = []
+
+    async def main() -> float:
+        with trio.move_on_after(5) as timeout:
+            with deadline_stopped(timeout):
+                await trio.sleep(60)  # waiting for a slot: the batch's time, not the stage's
+            seen.append("waited")
+            await trio.sleep(4.5)
+            seen.append("worked")
+            await trio.sleep(1)
+            seen.append("overran")
+        assert timeout.cancelled_caught
+        return trio.current_time()
+
+    ended = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert seen == ["waited", "worked"] and ended == pytest.approx(65)
+    assert trio.run(_no_timeout_no_change) == "ok"
+
+
+async def _no_timeout_no_change() -> str:
+    from fabro_git.engine.stage import deadline_stopped
+
+    with deadline_stopped(None):
+        pass
+    with trio.CancelScope() as unbounded, deadline_stopped(unbounded):
+        pass
+    return "ok" if unbounded.deadline == float("inf") else "changed"
