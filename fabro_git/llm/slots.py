@@ -164,8 +164,17 @@ class SlotServer:
         self._dir = Path(tempfile.mkdtemp(prefix="fabro-slots-"))  # made 0700
         self.path = str(self._dir / "slots.sock")
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(self.path)
-        self._listener.listen(64)
+        try:
+            self._listener.bind(self.path)
+            self._listener.listen(64)
+        except OSError as err:  # a TMPDIR too long for a socket's name, most likely
+            self._listener.close()
+            shutil.rmtree(self._dir, ignore_errors=True)
+            raise SlotsError(
+                f"cannot serve the LLM slot limiter at {self.path}: {err.strerror or err}",
+                hint="a unix socket's path is at most 107 bytes: point TMPDIR at a "
+                "shorter directory",
+            ) from None
         self._closed = threading.Event()
         self._thread = threading.Thread(target=self._accept, name="llm-slots", daemon=True)
 

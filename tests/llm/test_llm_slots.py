@@ -301,3 +301,16 @@ async def _no_timeout_no_change() -> str:
     with trio.CancelScope() as unbounded, deadline_stopped(unbounded):
         pass
     return "ok" if unbounded.deadline == float("inf") else "changed"
+
+
+def test_a_socket_path_too_long_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(deep))
+    with pytest.raises(SlotsError) as caught:
+        SlotServer(LocalSlots(1))
+    assert "cannot serve the LLM slot limiter" in caught.value.message
+    assert "TMPDIR" in (caught.value.hint or "")
+    assert list(deep.iterdir()) == []  # its directory went with it
