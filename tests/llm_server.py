@@ -8,7 +8,8 @@ or a stream cut off mid-response), consumed one per request; with the queue empt
 answers "ok". It records every request so tests can assert on what the SDK sent.
 Queues can also be kept per protocol (`script_for`) and per conversation
 (`script_when`, matched on the request's first user message), for callers that hold
-several conversations at once; `Together` holds a reply until its partners arrived.
+several conversations at once; `Together` holds a reply until its partners arrived,
+`Held` until the test opens its gate (`in_flight` counts the requests being answered).
 
 It runs in a thread on 127.0.0.1 with an ephemeral port; the CLI under test reaches it
 through the `*_BASE_URL` variables.
@@ -148,7 +149,20 @@ class Together:
     timeout: float = 60.0
 
 
-Scripted = Reply | Fault | Drop | StreamError | Stall | StallMidStream | Together | DripHeaders
+@dataclass(frozen=True)
+class Held:
+    """Answer with `reply` only once the test opens `gate`: the requests it holds stay
+    in flight together (`LlmServer.in_flight`) for as long as the test needs to look.
+    If `gate` stays shut for `timeout` seconds, answer 400 instead."""
+
+    gate: threading.Event
+    reply: Reply = Reply()
+    timeout: float = 60.0
+
+
+Scripted = (
+    Reply | Fault | Drop | StreamError | Stall | StallMidStream | Together | DripHeaders | Held
+)
 
 
 def apart(group: str) -> Fault:
@@ -206,6 +220,9 @@ class LlmServer:
         self._together = threading.Condition(threading.Lock())
         self.stopping = threading.Event()
         self.requests: list[Recorded] = []
+        # Requests received and not yet answered, now and at the most.
+        self.in_flight = 0
+        self.most_in_flight = 0
         # Thought signatures handed out with tool calls, by call id.
         self.signatures: dict[str, str] = {}
         self._lock = threading.Lock()
@@ -286,6 +303,18 @@ class LlmServer:
     def next_id(self) -> int:
         return next(self._ids)
 
+    @contextlib.contextmanager
+    def answering(self) -> Iterator[None]:
+        """Count a request in flight while it is answered."""
+        with self._lock:
+            self.in_flight += 1
+            self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
 
 def _first_user_text(body: dict[str, Any]) -> str:
     """The first user message of a request in any of the three formats, as JSON text."""
@@ -324,7 +353,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         # A client that gave up (a timeout test) needs no answer.
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError), self.owner.answering():
             self._answer()
 
     def _answer(self) -> None:
@@ -347,6 +376,9 @@ class _Handler(BaseHTTPRequestHandler):
         scripted = self.owner.next_scripted(api, body)
         if isinstance(scripted, Together):
             scripted = self.owner.meet(scripted)
+        if isinstance(scripted, Held):
+            opened = scripted.gate.wait(scripted.timeout)
+            scripted = scripted.reply if opened else Fault(400, "invalid", "held too long")
         if isinstance(scripted, Fault):
             self._send_json(scripted.status, _error_body(api, scripted), scripted.headers)
             return

@@ -81,6 +81,7 @@ from fabro_git.events.catalogue import (
     AgentToolStarted,
     AgentTurnLimit,
     AgentWarning,
+    RunNotice,
 )
 from fabro_git.events.envelope import EventProps
 from fabro_git.llm import catalogue, usage
@@ -636,6 +637,7 @@ class AgentSession:
             policy=self.retry_policy,
             on_retry=self._emit_async,
             on_failover=self._emit_async,
+            on_notice=self._emit_async,
         )
         self._stay_on(response.target)
         self._account(response)
@@ -650,7 +652,7 @@ class AgentSession:
         if answered in self._chain:
             self._chain = self._chain[self._chain.index(answered) :]
 
-    async def _emit_async(self, props: AgentLlmRetry | AgentFailover) -> None:
+    async def _emit_async(self, props: AgentLlmRetry | AgentFailover | RunNotice) -> None:
         self._emit(props)
 
     def _account(self, response: Response) -> None:
@@ -759,6 +761,7 @@ class AgentSession:
             policy=self.retry_policy,
             on_retry=self._emit_async,
             on_failover=self._emit_async,
+            on_notice=self._emit_async,
         )
         self._stay_on(summary.target)
         self._account(summary)

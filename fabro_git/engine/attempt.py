@@ -59,9 +59,11 @@ async def call_handler(
             scope.halt_scope = halt
             try:
                 with trio.move_on_after(timeout if timeout else float("inf")) as deadline:
+                    request.timed_by(deadline)
                     result = await _guarded(handler, request)
             finally:
                 scope.halt_scope = None
+                request.timed_by(None)
         if halt.cancelled_caught:
             result = Outcome.failure(f"stopped by its manager: {scope.halted}", oc.CANCELED)
         elif deadline.cancelled_caught:

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -249,17 +249,20 @@ def run_row(
     job: RowJob,
     *,
     started: Callable[[subprocess.Popen[bytes]], None] | None = None,
+    env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     preexec: Callable[[], None] | None = None,
 ) -> RowSummary:
     """Run one row to its end in a process of its own and say what it came to. A run
-    that fails is an ordinary result; `started` is handed the process (to interrupt it).
-    The run starts in `cwd` (the job's repository by default); `preexec` runs in the
-    child before it starts (a cluster's task ties the run's life to its own)."""
+    that fails is an ordinary result; `started` is handed the process (to interrupt it);
+    `env` is added to the run's environment (the LLM slot limiter's socket). The run
+    starts in `cwd` (the job's repository by default); `preexec` runs in the child before
+    it starts (a cluster's task ties the run's life to its own)."""
     where = cwd or Path(job.repo_root)
     proc = subprocess.Popen(
         row_command(job),
         cwd=where,
+        env={**os.environ, **env} if env else None,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -268,7 +271,14 @@ def run_row(
     )
     if started is not None:
         started(proc)
-    _, err = proc.communicate()
+    while True:
+        try:
+            # In short waits: an interrupt raised in this thread from outside (a
+            # cluster's cancel) is only seen between them, never inside a long poll.
+            _, err = proc.communicate(timeout=0.5)
+            break
+        except subprocess.TimeoutExpired:
+            continue
     said = _first_error(err.decode("utf-8", "replace"))
     return summarize(GitRepo.discover(where), job.row, said=said)
 
@@ -319,7 +329,10 @@ def run_local(
     """Run `jobs` here, up to `max_parallel` at once, each through `run_row` in a process
     of its own; (their summaries, whether Ctrl-C or SIGTERM cut it). An executor on a
     cluster is another function of this shape. After Ctrl-C no queued row starts, and
-    every running one is interrupted at a checkpoint and waited for."""
+    every running one is interrupted at a checkpoint and waited for. The runs share
+    `max_parallel` LLM slots, served from here (`fabro_git.llm.slots`)."""
+    from fabro_git.llm.slots import LocalSlots, SlotServer
+
     stopping = threading.Event()
     running: dict[int, subprocess.Popen[bytes]] = {}
     lock = threading.Lock()
@@ -343,7 +356,7 @@ def run_local(
             tell("started", None)
 
         try:
-            summary = run_row(job, started=started)
+            summary = run_row(job, started=started, env=slots.env())
         finally:
             with lock:
                 running.pop(job.row.row, None)
@@ -359,6 +372,7 @@ def run_local(
             interrupt(proc)
 
     summaries: list[RowSummary] = []
+    slots = SlotServer(LocalSlots(max_parallel)).start()
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     pool = ThreadPoolExecutor(max_workers=max_parallel, thread_name_prefix="batch-row")
     try:
@@ -371,6 +385,7 @@ def run_local(
                     summaries.append(summary)
     finally:
         pool.shutdown()
+        slots.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     interrupted = stopping.is_set()

@@ -17,6 +17,7 @@ off registers `on_timeout`.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -69,6 +70,21 @@ class StageServices(Protocol):
     async def walk(self, scope: Scope, node_id: str) -> WalkEnd: ...
 
 
+@contextlib.contextmanager
+def deadline_stopped(scope: trio.CancelScope | None) -> Iterator[None]:
+    """Hold `scope`'s deadline still for the body: what was left of it when the body
+    began is left of it when the body ends."""
+    if scope is None or scope.deadline == math.inf:
+        yield
+        return
+    left = scope.deadline - trio.current_time()
+    scope.deadline = math.inf
+    try:
+        yield
+    finally:
+        scope.deadline = trio.current_time() + left
+
+
 class StageRequest(msgspec.Struct):
     graph: Graph
     node: Node
@@ -92,6 +108,8 @@ class StageRequest(msgspec.Struct):
     # before it (`sweep`).
     _mark: str | None = None
     _pids_before: set[int] | None = None
+    # The cancel scope of the stage's `timeout`, while the handler runs under it.
+    _timeout_scope: trio.CancelScope | None = None
 
     # -- facts about the run -------------------------------------------------------------
 
@@ -200,6 +218,17 @@ class StageRequest(msgspec.Struct):
             push_environment(env, self.git_dir, allow_push=allows_push(self.graph, self.node))
         )
         return env
+
+    def timed_by(self, scope: trio.CancelScope | None) -> None:
+        """The engine tells the stage which cancel scope is its `timeout`."""
+        self._timeout_scope = scope
+
+    @contextlib.contextmanager
+    def timeout_stopped(self) -> Iterator[None]:
+        """While the stage waits on others (for one of its batch's LLM slots), its
+        `timeout` stands still: the time waited is added to its deadline."""
+        with deadline_stopped(self._timeout_scope):
+            yield
 
     def sweep(self) -> None:
         """Kill whatever the stage started that is still running (the engine calls this

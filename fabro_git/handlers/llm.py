@@ -7,16 +7,21 @@ everywhere it shows, that exercises the whole stage contract (prompt assembly,
 `prompt.md`/`response.md`, context keys, routing directives) without a model, so every
 workflow can be run end to end offline. The prompt and the outcome are built in
 `fabro_git.handlers.prompting` for all of them.
+
+Every stage that asks a model comes through `execute`, so this is where a run in a
+batch holds one of the batch's LLM slots (`fabro_git.llm.slots`) for the stage's length.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Awaitable, Callable
 
 from fabro_git.engine.model_choice import backend_of
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
-from fabro_git.events.catalogue import StagePrompt
+from fabro_git.events.catalogue import RunNotice, StagePrompt
 from fabro_git.handlers.llm_api import run_agent, run_prompt
 from fabro_git.handlers.llm_cli import run_cli_agent
 from fabro_git.handlers.prompting import (
@@ -26,6 +31,7 @@ from fabro_git.handlers.prompting import (
     recorded_reply,
     stage_summary,
 )
+from fabro_git.llm import SLOTS_VARIABLE
 from fabro_git.outputs.directives import StatusFile
 
 __all__ = ["execute", "stage_summary"]
@@ -70,4 +76,27 @@ def backend(req: StageRequest) -> Backend:
 async def execute(req: StageRequest) -> Outcome:
     # Taken before the stage does anything: what it finds there is not its own directive.
     status_file = StatusFile(req.worktree)
-    return await backend(req)(req, prompt_body(req), preamble(req), status_file)
+    run = backend(req)
+    limiter = None if req.dry_run else os.environ.get(SLOTS_VARIABLE)
+    if not limiter:
+        return await run(req, prompt_body(req), preamble(req), status_file)
+    from fabro_git.llm.slots import LlmSlots, SlotsUnreachable
+
+    async def queued() -> None:
+        req.emit(
+            RunNotice(
+                level="info",
+                code="llm_slot_wait",
+                message=f"stage {req.node_id} waits for an LLM slot: the batch's "
+                "--max-parallel model stages are running",
+            )
+        )
+
+    async with contextlib.AsyncExitStack() as slot:
+        try:
+            holder = f"{req.run_id}/{req.node_id}"
+            with req.timeout_stopped():  # the wait is the batch's, not the stage's
+                await slot.enter_async_context(LlmSlots(limiter).held(holder, queued=queued))
+        except SlotsUnreachable as err:  # its batch driver has gone: run unlimited
+            req.emit(RunNotice(level="warn", code="llm_slots_unreachable", message=err.message))
+        return await run(req, prompt_body(req), preamble(req), status_file)

@@ -292,6 +292,7 @@ async def run_prompt(
             sink=forward,
             on_retry=report,
             on_failover=report,
+            on_notice=report,
         )
         req.emit(llm_usage.message_event(response), session_id=session_id)
     except LlmError as err:

@@ -17,3 +17,7 @@ made, in a worker thread, so importing this package stays cheap. In a stage:
 An `errors.LlmError` carries the engine's `failure_class` and `to_dict()` for
 `agent.error`; `errors.MissingCredentials` and `errors.UnknownModel` are user errors.
 """
+
+# Where a run finds the LLM slot limiter its batch serves (`fabro_git.llm.slots`); named
+# here so that a run without one never imports that module.
+SLOTS_VARIABLE = "FABRO_LLM_SLOTS"

@@ -7,10 +7,14 @@ fallback chain when the target stays unavailable or its quota is spent. Each ret
 each failover is reported through a callback as the event the engine records
 (`agent.llm.retry`, `agent.failover`). All waiting is `trio.sleep`, so tests run the
 backoff on a virtual clock.
+
+Under a batch's LLM slot limiter (`FABRO_LLM_SLOTS`, see `fabro_git.llm.slots`) a 429
+is told to every run of the batch, and each request first waits out any such pause.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -18,8 +22,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 import msgspec
 import trio
 
-from fabro_git.events.catalogue import AgentFailover, AgentLlmRetry
-from fabro_git.llm.errors import LlmError, MissingCredentials
+from fabro_git.events.catalogue import AgentFailover, AgentLlmRetry, RunNotice
+from fabro_git.llm import SLOTS_VARIABLE
+from fabro_git.llm.errors import LlmError, MissingCredentials, RateLimited
 from fabro_git.llm.types import (
     EventSink,
     OutputReplace,
@@ -34,6 +39,7 @@ from fabro_git.llm.types import (
 
 RetryHook = Callable[[AgentLlmRetry], Awaitable[None]]
 FailoverHook = Callable[[AgentFailover], Awaitable[None]]
+NoticeHook = Callable[[RunNotice], Awaitable[None]]
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,6 +72,7 @@ async def complete(
     policy: RetryPolicy = RetryPolicy(),
     on_retry: RetryHook = _ignore,
     on_failover: FailoverHook = _ignore,
+    on_notice: NoticeHook = _ignore,
     rng: random.Random | None = None,
 ) -> Response:
     """The response of the first target in `[target, *fallbacks]` that answers.
@@ -90,7 +97,14 @@ async def complete(
     for position, current in enumerate(chain):
         try:
             return await _with_retries(
-                request, current, env=env, sink=voiding, policy=policy, on_retry=on_retry, rng=rng
+                request,
+                current,
+                env=env,
+                sink=voiding,
+                policy=policy,
+                on_retry=on_retry,
+                on_notice=on_notice,
+                rng=rng,
             )
         except LlmError as err:
             if not err.failover or position + 1 == len(chain):
@@ -136,6 +150,7 @@ async def _with_retries(
     sink: EventSink,
     policy: RetryPolicy,
     on_retry: RetryHook,
+    on_notice: NoticeHook,
     rng: random.Random,
 ) -> Response:
     from fabro_git.llm.providers import connect, ensure_sdk
@@ -143,9 +158,11 @@ async def _with_retries(
 
     connection = connect(target, env)
     await ensure_sdk(connection.provider.api)
+    shared = _SharedPause(env.get(SLOTS_VARIABLE), on_notice)
     retry = 0
     while True:
         try:
+            await shared.wait_out()
             return await stream(connection, target, request, sink)
         except LlmError as err:
             if not err.retryable or retry >= policy.max_retries:
@@ -156,6 +173,8 @@ async def _with_retries(
             if isinstance(sink, _Voiding):
                 await sink.void()
             delay = err.retry_after if err.retry_after is not None else policy.delay(retry, rng)
+            if isinstance(err, RateLimited):
+                await shared.begin(delay)
             await on_retry(
                 AgentLlmRetry(
                     provider=target.provider,
@@ -166,3 +185,40 @@ async def _with_retries(
                 )
             )
             await trio.sleep(delay)
+
+
+class _SharedPause:
+    """The pause a 429 puts on every run of a batch, through its LLM slot limiter; with
+    no limiter (`path` None) it does nothing. A limiter that has gone (its driver
+    stopped) is no reason to stop the run: the slot it would give was asked for, and
+    warned of, when the stage began."""
+
+    def __init__(self, path: str | None, on_notice: NoticeHook) -> None:
+        self._path = path
+        self._on_notice = on_notice
+
+    async def begin(self, seconds: float) -> None:
+        if self._path is None:
+            return
+        from fabro_git.llm.slots import LlmSlots, SlotsUnreachable
+
+        with contextlib.suppress(SlotsUnreachable):
+            await LlmSlots(self._path).pause(seconds)
+
+    async def wait_out(self) -> None:
+        if self._path is None:
+            return
+        from fabro_git.llm.slots import LlmSlots, SlotsUnreachable
+
+        async def waiting(seconds: float) -> None:
+            await self._on_notice(
+                RunNotice(
+                    level="info",
+                    code="llm_shared_pause",
+                    message=f"waiting {seconds:.1f}s before asking the model: a provider "
+                    "rate-limited a run of this batch (HTTP 429)",
+                )
+            )
+
+        with contextlib.suppress(SlotsUnreachable):
+            await LlmSlots(self._path).wait_out_pause(waiting)
