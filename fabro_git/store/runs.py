@@ -364,6 +364,15 @@ def list_run_ids(repo: GitRepo) -> list[str]:
     )
 
 
+def list_batch_ids(repo: GitRepo) -> list[str]:
+    """Ids of the batches this repository has a record of, oldest first."""
+    return sorted(
+        name[len(BATCH_PREFIX) :]
+        for name in repo.list_refs(BATCH_PREFIX)
+        if is_run_id(name[len(BATCH_PREFIX) :])
+    )
+
+
 def is_run_id(name: str) -> bool:
     """Whether a name read from a ref can be a run id: one path component. A fetched
     `refs/fabro/meta/a/b` is no run (its id would nest the run's scratch and lock paths)."""

@@ -7,6 +7,7 @@ the script's functions with their completion builtins where a test can reach the
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 import subprocess
@@ -279,6 +280,98 @@ def test_every_command_that_takes_a_run_completes_run_ids(
     assert proc.returncode == 0, proc.stderr
     blocks = proc.stdout.split("===\n")[:-1]
     assert [sorted(b.split()) for b in blocks] == [sorted(w) for _, w in cases]
+
+    fish = _script("fish", tmp_path)
+    calls = "\n".join(f"complete -C 'git-fabro {' '.join(words)}'; echo ==" for words, _ in cases)
+    proc = subprocess.run(
+        ["fish", "--no-config", "-c", f"source {fish}\n{calls}"],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    blocks = [
+        sorted(line.split("\t")[0] for line in b.splitlines())
+        for b in proc.stdout.split("==\n")[:-1]
+    ]
+    assert blocks == [sorted(w) for _, w in cases]
+
+
+@pytest.fixture
+def with_batch(repo: Path, tmp_path: Path) -> tuple[Path, str]:
+    """A repository with one batch (of one row) of the THREE workflow."""
+    write_workflow(repo, THREE)
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"goal": "one row"}\n')
+    proc = run_fabro("batch", "wf.fabro", "--inputs", str(rows), "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    return repo, json.loads(proc.stdout.splitlines()[0])["batch_id"]
+
+
+@pytest.mark.skipif(
+    shutil.which("zsh") is None or shutil.which("fish") is None, reason="zsh or fish missing"
+)
+def test_batch_ids_complete_after_batch_status_and_resume(
+    with_batch: tuple[Path, str], tmp_path: Path
+) -> None:
+    """`batch status <TAB>` and `batch --resume <TAB>` offer the batches of
+    refs/fabro/batch/, and `batch <TAB>` offers `status` beside the workflows, in all
+    three shells; no run id is offered for a batch."""
+    repo, batch_id = with_batch
+    assert run_fabro("__complete", "batches", cwd=repo).stdout.split() == [batch_id]
+    cases: list[tuple[list[str], list[str]]] = [
+        (["batch", "status", ""], [batch_id]),
+        (["batch", "--resume", ""], [batch_id]),
+        (["batch", "--json", "status", ""], [batch_id]),
+        (["batch", "st"], ["status"]),
+    ]
+
+    def quoted(words: list[str]) -> str:
+        return " ".join(w or '""' for w in words)
+
+    bash = _script("bash", tmp_path)
+    calls = "\n".join(
+        f"COMP_WORDS=(git-fabro {quoted(words)}); "
+        f"COMP_CWORD={len(words)}; COMPREPLY=(); _git_fabro_standalone; "
+        'echo "${COMPREPLY[*]}"'
+        for words, _ in cases
+    )
+    # The value of --inputs is a file, not a workflow nor `status`.
+    (repo / "rows.jsonl").write_text("")
+    calls += '\nCOMP_WORDS=(git-fabro batch --inputs ""); COMP_CWORD=3; _git_fabro_standalone'
+    calls += '; echo "${COMPREPLY[*]}"'
+    lines = _bash(f"source {bash}\n{calls}", cwd=repo)
+    assert [sorted(line.split()) for line in lines[:-1]] == [sorted(w) for _, w in cases]
+    assert "rows.jsonl" in lines[-1].split() and "status" not in lines[-1].split()
+
+    zsh = _script("zsh", tmp_path)
+    calls = "\n".join(
+        f"words=(fabro {quoted(words)}); CURRENT={len(words) + 1}; _git-fabro; print -r -- '==='"
+        for words, _ in cases
+    )
+    proc = subprocess.run(
+        [
+            "zsh",
+            "-f",
+            "-c",
+            f"""
+        source {zsh}
+        compadd() {{ [[ $1 == -- ]] && shift; print -r -- "$*"; }}
+        _files() {{ :; }}
+        {calls}
+        """,
+        ],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    blocks = proc.stdout.split("===\n")[:-1]
+    # zsh's compadd filters by the typed prefix itself; the stand-in does not.
+    assert [sorted(b.split()) for b in blocks[:3]] == [sorted(w) for _, w in cases[:3]]
+    assert "status" in blocks[3].split() and batch_id not in blocks[3].split()
 
     fish = _script("fish", tmp_path)
     calls = "\n".join(f"complete -C 'git-fabro {' '.join(words)}'; echo ==" for words, _ in cases)
