@@ -15,9 +15,9 @@ process dies with the task's worker (the kernel's parent-death signal), so a tas
 gave up on cannot go on pushing beside its retry.
 
 One small actor on the driver's node, the coordinator, is what the tasks share: it is
-told when a row starts (the driver's progress), and says when the driver was asked to
-stop (each running row is then interrupted at a checkpoint, and a row not started yet
-does not start).
+told when a row starts and ends (the driver's progress), and it keeps the batch's LLM
+slots. Ctrl-C on the driver cancels every task: a row not started does not start, and
+a running one interrupts its run at a checkpoint and says so before the driver ends.
 
 Ray is an optional extra (`git-fabro[ray]`); only this module imports it, and only
 when a batch asks for a cluster.
@@ -27,12 +27,15 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -47,8 +50,10 @@ from fabro_git.store import runs as runrefs
 RAY_HINT = "install the extra: pip install 'git-fabro[ray]'"
 # Ray runs a task again when its node or worker dies, this many times, then fails it.
 MAX_RETRIES = 3
-# How often a running task asks the coordinator whether the driver was asked to stop.
+# How often the driver looks at the cluster for rows that ended and a Ctrl-C.
 STOP_POLL_SECONDS = 0.5
+# How long the driver waits, after Ctrl-C, for the running rows to stop at a checkpoint.
+INTERRUPT_SECONDS = 120.0
 
 
 class RemoteRow(msgspec.Struct):
@@ -125,38 +130,77 @@ def run_on_ray(
         .remote(max_parallel)
     )
     task = ray.remote(num_cpus=1, max_retries=MAX_RETRIES, retry_exceptions=False)(run_task)
-    pending = {task.remote(msgspec.msgpack.encode(row), coordinator): row for row in rows}
+    watch = _Watch(ray, coordinator, progress)
+    watch.pending = {task.remote(msgspec.msgpack.encode(row), coordinator): row for row in rows}
     stopping = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
         stopping.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    summaries: list[RowSummary] = []
-    told_stop = False
     try:
-        while pending:
-            done, _ = ray.wait(list(pending), num_returns=len(pending), timeout=STOP_POLL_SECONDS)
-            if stopping.is_set() and not told_stop:
-                # A queued row never starts; a running one hears it as KeyboardInterrupt.
-                for ref in pending:
-                    ray.cancel(ref)
-                told_stop = True
-            for ref in done:
-                summary, gave_up = _result(ray, ref, pending.pop(ref))
-                if gave_up:  # Ray's retries are spent: no task will say this row ended
-                    encoded = msgspec.msgpack.encode(summary)
-                    ray.get(coordinator.note_ended.remote(summary.row, encoded))
-                if summary.status != "queued":  # not one the stop cut off
-                    summaries.append(summary)
-            for what, encoded in ray.get(coordinator.take_news.remote()):
-                told = None if encoded is None else msgspec.msgpack.decode(encoded, type=RowSummary)
-                progress(what, told)
+        while watch.pending:
+            if stopping.is_set():
+                watch.cancel()
+            watch.collect()
+        watch.wait_for_stopped()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         ray.kill(coordinator)
-    return summaries, stopping.is_set()
+    return sorted(watch.summaries.values(), key=lambda s: s.row), stopping.is_set()
+
+
+class _Watch:
+    """The driver's view of a batch's tasks on the cluster."""
+
+    def __init__(
+        self, ray: Any, coordinator: Any, progress: Callable[[str, RowSummary | None], None]
+    ) -> None:
+        self.ray = ray
+        self.coordinator = coordinator
+        self.progress = progress
+        self.pending: dict[Any, RemoteRow] = {}  # a task's result: its row
+        self.summaries: dict[int, RowSummary] = {}
+        self.cancelled = False
+
+    def collect(self) -> None:
+        """Take the results of the tasks that ended, and pass the news on."""
+        ray = self.ray
+        done, _ = ray.wait(
+            list(self.pending), num_returns=len(self.pending), timeout=STOP_POLL_SECONDS
+        )
+        for ref in done:
+            summary, gave_up = _result(ray, ref, self.pending.pop(ref))
+            if gave_up:  # Ray's retries are spent: no task will say this row ended
+                encoded = msgspec.msgpack.encode(summary)
+                ray.get(self.coordinator.note_ended.remote(summary.row, encoded))
+            if summary.status != "queued":  # not one the stop cut off
+                self.summaries[summary.row] = summary
+        self.tell()
+
+    def tell(self) -> None:
+        for what, encoded in self.ray.get(self.coordinator.take_news.remote()):
+            told = None if encoded is None else msgspec.msgpack.decode(encoded, type=RowSummary)
+            if told is not None:
+                self.summaries[told.row] = told
+            self.progress(what, told)
+
+    def cancel(self) -> None:
+        """Ctrl-C: a queued row never starts; a running one hears KeyboardInterrupt."""
+        if not self.cancelled:
+            for ref in self.pending:
+                self.ray.cancel(ref)
+            self.cancelled = True
+
+    def wait_for_stopped(self) -> None:
+        """A cancelled task is done for Ray at once, but its run is still stopping at a
+        checkpoint: wait until every row that started has said it ended."""
+        deadline = time.monotonic() + INTERRUPT_SECONDS
+        running = self.coordinator.running_count
+        while self.ray.get(running.remote()) and time.monotonic() < deadline:
+            time.sleep(STOP_POLL_SECONDS)
+        self.tell()
 
 
 def _result(ray: Any, ref: Any, row: RemoteRow) -> tuple[RowSummary, bool]:
@@ -172,31 +216,110 @@ def _result(ray: Any, ref: Any, row: RemoteRow) -> tuple[RowSummary, bool]:
 
 
 class Coordinator:
-    """What the tasks of one batch share, kept by a Ray actor on the driver's node.
+    """What the tasks of one batch share, kept by a Ray actor on the driver's node (an
+    async actor: a wait for a slot is a coroutine, and everything else runs whole).
 
     Its news is the batch's progress in the order it happened: a row started, a row
     ended with its summary. A row Ray runs again after its node died is not a new
-    start, so the running count stays true."""
+    start, so the running count stays true.
+
+    It also keeps the batch's LLM slots (`--max-parallel`) and its shared pause after a
+    429, for every node: each task serves them to its run on a local socket
+    (`fabro_git.llm.slots`) through `RaySlots`. A slot is held in the name of the row's
+    attempt, so the slots of an attempt whose node died are freed when Ray starts the
+    row again, or gives it up."""
 
     def __init__(self, slots: int) -> None:
         self.slots = slots
         self.running: set[int] = set()
         self.news: list[tuple[str, bytes | None]] = []
+        self.held: Counter[str] = Counter()  # "<row>/<attempt>/<holder>": slots held
+        self.paused_until = -math.inf
+        self._changed: Any = None  # an asyncio.Condition, made in the actor's loop
 
-    def note_started(self, row: int) -> None:
+    def _condition(self) -> Any:
+        import asyncio
+
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+        return self._changed
+
+    async def note_started(self, row: int, attempt: str) -> None:
         if row not in self.running:
             self.running.add(row)
             self.news.append(("started", None))
+        await self._forget(
+            lambda key: key.startswith(f"{row}/") and not key.startswith(f"{row}/{attempt}/")
+        )
 
-    def note_ended(self, row: int, summary: bytes) -> None:
+    async def note_ended(self, row: int, summary: bytes) -> None:
         """A row ended (`summary`, a msgpack-encoded RowSummary)."""
         if row in self.running:
             self.running.discard(row)
             self.news.append(("ended", summary))
+        await self._forget(lambda key: key.startswith(f"{row}/"))
 
-    def take_news(self) -> list[tuple[str, bytes | None]]:
+    async def take_news(self) -> list[tuple[str, bytes | None]]:
         news, self.news = self.news, []
         return news
+
+    async def running_count(self) -> int:
+        return len(self.running)
+
+    async def acquire(self, key: str) -> None:
+        changed = self._condition()
+        async with changed:
+            await changed.wait_for(lambda: sum(self.held.values()) < self.slots)
+            self.held[key] += 1
+
+    async def try_acquire(self, key: str) -> bool:
+        if sum(self.held.values()) >= self.slots:
+            return False
+        self.held[key] += 1
+        return True
+
+    async def release(self, key: str) -> None:
+        await self._forget(lambda held: held == key, one=True)
+
+    async def pause(self, seconds: float) -> None:
+        self.paused_until = max(self.paused_until, time.monotonic() + seconds)
+
+    async def paused_for(self) -> float:
+        return max(0.0, self.paused_until - time.monotonic())
+
+    async def _forget(self, which: Callable[[str], bool], *, one: bool = False) -> None:
+        for key in [key for key in self.held if which(key)]:
+            self.held[key] = self.held[key] - 1 if one else 0
+        self.held += Counter()  # drop the zeros
+        changed = self._condition()
+        async with changed:
+            changed.notify_all()
+
+
+class RaySlots:
+    """A `SlotPolicy` (`fabro_git.llm.slots`) that forwards to the batch's coordinator,
+    for the run of one attempt of one row. It waits on Ray's futures, never in
+    `ray.get`: a task blocked there lends its CPU to another task."""
+
+    def __init__(self, coordinator: Any, prefix: str) -> None:
+        self.coordinator = coordinator
+        self.prefix = prefix  # "<row>/<attempt>"
+
+    def acquire(self, holder: str, blocking: bool = True) -> bool:
+        key = f"{self.prefix}/{holder}"
+        if blocking:
+            self.coordinator.acquire.remote(key).future().result()
+            return True
+        return bool(self.coordinator.try_acquire.remote(key).future().result())
+
+    def release(self, holder: str) -> None:
+        self.coordinator.release.remote(f"{self.prefix}/{holder}").future().result()
+
+    def pause(self, seconds: float) -> None:
+        self.coordinator.pause.remote(seconds).future().result()
+
+    def paused_for(self) -> float:
+        return float(self.coordinator.paused_for.remote().future().result())
 
 
 # -- a task, on any node -----------------------------------------------------------------
@@ -204,25 +327,35 @@ class Coordinator:
 
 def run_task(encoded: bytes, coordinator: Any) -> bytes:
     """One row, on whichever node Ray chose: the row's summary, msgpack-encoded."""
-    import ray
+
+    import uuid
+
+    from fabro_git.llm.slots import SlotServer
 
     item = msgspec.msgpack.decode(encoded, type=RemoteRow)
     row = item.job.row
-    # Not waited for: a task blocked in `ray.get` lends its CPU to another task, and
-    # a row's CPU is its own until it ends.
-    coordinator.note_started.remote(row.row)
+    attempt = uuid.uuid4().hex[:12]
+    # Waited for on its future, not in `ray.get`: a task blocked there lends its CPU to
+    # another task, and a row's CPU is its own until it ends.
+    coordinator.note_started.remote(row.row, attempt).future().result()
     cache = node_cache(item.url)
     with _locked(cache.with_suffix(".lock")):
         refresh_cache(cache, item)
     workdir = row_repository(cache, item)
+    # Ray's cancel is a simulated SIGINT in this thread, heard only where SIGINT has
+    # Python's handler; a worker started with SIGINT ignored (from a script run in the
+    # background) would never hear it.
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        summary = run_in(workdir, item)
+        with SlotServer(RaySlots(coordinator, f"{row.row}/{attempt}")) as slots:
+            summary = run_in(workdir, item, slots.env())
     finally:
+        signal.signal(signal.SIGINT, before)
         shutil.rmtree(workdir, ignore_errors=True)
     encoded = msgspec.msgpack.encode(summary)
     # Told, and waited for, before the task returns: before the next task on its CPU
     # can say it started.
-    ray.get(coordinator.note_ended.remote(row.row, encoded))
+    coordinator.note_ended.remote(row.row, encoded).future().result()
     return encoded
 
 
@@ -306,7 +439,7 @@ def row_repository(cache: Path, item: RemoteRow) -> Path:
     return workdir
 
 
-def run_in(workdir: Path, item: RemoteRow) -> RowSummary:
+def run_in(workdir: Path, item: RemoteRow, env: Mapping[str, str]) -> RowSummary:
     """Start the row's run in `workdir`, or resume it where the remote left it, and wait
     for its end. The driver's Ctrl-C reaches the task as KeyboardInterrupt (`ray.cancel`):
     the run is interrupted at a checkpoint, and waited for."""
@@ -323,7 +456,7 @@ def run_in(workdir: Path, item: RemoteRow) -> RowSummary:
     job = msgspec.structs.replace(item.job, repo_root=str(workdir), remote="origin", resume=resume)
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        return batches.run_row(job, started=procs.append, preexec=_die_with_parent)
+        return batches.run_row(job, started=procs.append, env=env, preexec=_die_with_parent)
     except KeyboardInterrupt:
         for proc in procs:
             batches.interrupt(proc)
