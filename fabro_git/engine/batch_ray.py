@@ -73,7 +73,7 @@ def worker_env(environ: Mapping[str, str]) -> dict[str, str]:
     travel in Ray's runtime environment, never through git."""
     from fabro_git.llm.catalogue import PROVIDERS
 
-    names = set()
+    names: set[str] = set()
     for info in PROVIDERS.values():
         names.update(info.key_env)
         names.add(info.base_url_env)
@@ -100,7 +100,7 @@ def connect(address: str) -> None:
                 hint="set RAY_ADDRESS, or give the address: --ray HOST:PORT (or --ray local)",
             )
         options["address"] = "auto"
-    elif address != "local":
+    else:  # `local` starts a cluster of its own, whatever else runs on this machine
         options["address"] = address
     try:
         ray.init(**options)
@@ -138,16 +138,20 @@ def run_on_ray(
         stopping.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        while watch.pending:
-            if stopping.is_set():
-                watch.cancel()
-            watch.collect()
-        watch.wait_for_stopped()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        ray.kill(coordinator)
+    # What Ray tells the driver (a node that died, say) it prints on sys.stdout, which
+    # is the batch's table and `--json`: it goes to stderr, and ends with the batch.
+    with contextlib.redirect_stdout(sys.stderr):
+        try:
+            while watch.pending:
+                if stopping.is_set():
+                    watch.cancel()
+                watch.collect()
+            watch.wait_for_stopped()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            ray.kill(coordinator)
+            ray.shutdown()
     return sorted(watch.summaries.values(), key=lambda s: s.row), stopping.is_set()
 
 

@@ -1,0 +1,283 @@
+"""`git fabro batch --ray`: the rows run as tasks on a real Ray cluster of two nodes on
+this machine (`ray.cluster_utils.Cluster`), meeting at a bare remote, and a fresh
+clone's `batch status` agrees. Removing a node mid-batch still gives every run once:
+Ray runs the lost tasks again and they resume from the remote's last checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+from helpers import (
+    bare_remote,
+    events_named,
+    git,
+    read_checkpoint,
+    run_events,
+    run_fabro,
+    wait_until,
+    write_workflow,
+)
+
+ray = pytest.importorskip("ray", reason="the Ray extra: pip install '.[ray]'")
+
+# Two stages: the second holds until $FABRO_INPUT_DIR/go exists, once it has said it
+# started, so a test can cut the batch while every running row is inside it.
+WORKFLOW = """\
+digraph Rows {
+    graph [goal="one row"]
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    first [shape=parallelogram, script="printf '%s\\\\n' \\"$FABRO_INPUT_N\\" > row.txt"]
+    hold  [shape=parallelogram, script="touch \\"$FABRO_INPUT_DIR/started-$FABRO_INPUT_N\\"; while [ ! -f \\"$FABRO_INPUT_DIR/go\\" ]; do sleep 0.05; done"]
+    start -> first -> hold -> exit
+}
+"""
+
+
+class TwoNodes:
+    """A Ray cluster of a head and one worker node, 2 CPUs each."""
+
+    def __init__(self, root: Path) -> None:
+        from ray.cluster_utils import Cluster
+
+        self.cluster = Cluster(
+            initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False}
+        )
+        self.worker = self.cluster.add_node(num_cpus=2)
+        self.cluster.wait_for_nodes()
+        self.address = self.cluster.address
+        self.fabro_home = root / "fabro"  # both nodes': they share this machine
+
+    def replace_worker(self) -> None:
+        self.worker = self.cluster.add_node(num_cpus=2)
+        self.cluster.wait_for_nodes()
+
+    def shutdown(self) -> None:
+        self.cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
+    """The cluster, its processes started in an environment of their own (as the
+    machines of a real cluster have theirs): a home with git's identity, and FABRO_HOME,
+    where each node keeps its cache of the remote."""
+    root = tmp_path_factory.mktemp("ray-nodes")
+    home = root / "home"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        "[init]\n\tdefaultBranch = main\n[user]\n\tname = Node\n\temail = node@example.com\n"
+    )
+    environ = {
+        "HOME": str(home),
+        "FABRO_HOME": str(root / "fabro"),
+        "XDG_CONFIG_HOME": str(home / ".config"),
+        "XDG_CACHE_HOME": str(home / ".cache"),
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+    }
+    gone = [name for name in os.environ if name.startswith(("GIT_", "FABRO_", "RAY_"))]
+    with mock.patch.dict(os.environ, environ):
+        for name in gone:
+            if name not in environ:
+                os.environ.pop(name, None)
+        cluster = TwoNodes(root)
+    try:
+        yield cluster
+    finally:
+        cluster.shutdown()
+
+
+def _rows(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+def _objects(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.strip()]
+
+
+def _repository(repo: Path, tmp_path: Path) -> Path:
+    """The workflow committed in `repo`, whose `origin` is a bare remote holding it."""
+    origin = bare_remote(tmp_path)
+    write_workflow(repo, WORKFLOW)  # and commits it
+    git(repo, "remote", "add", "origin", str(origin))
+    git(repo, "push", "-q", "origin", "main")
+    return origin
+
+
+def test_a_batch_runs_on_two_nodes_and_a_fresh_clone_agrees(
+    repo: Path, tmp_path: Path, hermetic_env: Path, two_nodes: TwoNodes
+) -> None:
+    origin = _repository(repo, tmp_path)
+    where = tmp_path / "signals"
+    where.mkdir()
+    (where / "go").touch()  # nothing holds
+    rows = _rows(tmp_path / "rows.jsonl", [{"n": n, "dir": str(where)} for n in range(1, 7)])
+    proc = run_fabro(
+        "batch", "wf.fabro", "--inputs", str(rows), "--remote", "origin",
+        "--ray", two_nodes.address, "--label", "team=core", "--json", cwd=repo, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
+    ran = _objects(proc.stdout)
+    assert [o["row"] for o in ran] == [1, 2, 3, 4, 5, 6]
+    assert {o["status"] for o in ran} == {"succeeded"}, ran
+    batch_id = ran[0]["batch_id"]
+    # The runs were made on the nodes and reached the driver's clone through the remote.
+    third = ran[2]["run_id"]
+    assert git(repo, "show", f"fabro/run/{third}:row.txt") == "3\n"
+    assert git(origin, "rev-parse", f"refs/fabro/meta/{third}") == git(
+        repo, "rev-parse", f"refs/fabro/meta/{third}"
+    )
+    # The record's parent is what every run started from.
+    head = git(repo, "rev-parse", "HEAD").strip()
+    assert git(origin, "rev-parse", f"refs/fabro/batch/{batch_id}^").strip() == head
+    # Nothing of a row is left on the nodes but their caches of the remote.
+    rows_left = list((two_nodes.fabro_home / "batch-cache" / "rows").iterdir())
+    assert rows_left == []
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    env = {"FABRO_HOME": str(tmp_path / "machine-b")}
+    assert run_fabro("fetch", "origin", cwd=clone, env=env).returncode == 0
+    there = run_fabro("batch", "status", batch_id, "--json", cwd=clone, env=env)
+    assert there.returncode == 0, there.stderr
+    assert [(o["row"], o["run_id"], o["status"]) for o in _objects(there.stdout)] == [
+        (o["row"], o["run_id"], o["status"]) for o in ran
+    ]
+    listed = run_fabro("ps", "--filter", f"label=batch={batch_id}", "--json", cwd=clone, env=env)
+    assert sorted(o["run_id"] for o in _objects(listed.stdout)) == sorted(o["run_id"] for o in ran)
+
+
+def test_a_node_removed_mid_batch_still_gives_every_run_once(
+    repo: Path, tmp_path: Path, hermetic_env: Path, two_nodes: TwoNodes
+) -> None:
+    origin = _repository(repo, tmp_path)
+    where = tmp_path / "signals"
+    where.mkdir()
+    rows = _rows(tmp_path / "rows.jsonl", [{"n": n, "dir": str(where)} for n in range(1, 7)])
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "fabro_git", "batch", "wf.fabro", "--inputs", str(rows),
+         "--remote", "origin", "--ray", two_nodes.address, "--json"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        record = wait_until(lambda: _record(origin), process=driver, what="the batch record")
+        run_of = {row["row"]: row["run_id"] for row in record["rows"]}
+
+        def four_held_after_first() -> bool:
+            started = sorted(int(p.name.split("-")[1]) for p in where.glob("started-*"))
+            if len(started) < 4:
+                return False
+            return all("first" in _pushed_nodes(origin, run_of[n]) for n in started)
+
+        # Four rows run at once on the two nodes' four CPUs, each inside `hold`, with
+        # the checkpoint after `first` on the remote.
+        wait_until(four_held_after_first, process=driver, what="four rows held", limit=120)
+        held = [run_of[int(p.name.split("-")[1])] for p in where.glob("started-*")]
+        two_nodes.cluster.remove_node(two_nodes.worker, allow_graceful=False)
+        # The runs of the removed node's two rows die with it; the head's two hold on.
+        wait_until(lambda: len(_running(held)) == 2, process=driver, what="two runs left", limit=60)
+        (where / "go").touch()
+        out, err = driver.communicate(timeout=240)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        two_nodes.replace_worker()
+    assert driver.returncode == 0, err
+    ran = _objects(out)
+    assert [o["status"] for o in ran] == ["succeeded"] * 6, ran
+    resumed = []
+    for summary in ran:
+        events = run_events(summary["run_id"], cwd=repo)
+        completed = Counter(e["node_id"] for e in events_named(events, "stage.completed"))
+        assert completed == {"start": 1, "first": 1, "hold": 1, "exit": 1}, (summary, completed)
+        if any(
+            e["properties"].get("code") == "resumed" for e in events_named(events, "run.notice")
+        ):
+            resumed.append(summary["row"])
+    # The two rows the removed node was running were run again elsewhere, from the
+    # checkpoint after `first`; no other row was.
+    assert len(resumed) == 2, resumed
+
+
+def _running(run_ids: list[str]) -> list[str]:
+    """Those of `run_ids` whose `git fabro` process is alive on this machine."""
+    alive = []
+    for entry in Path("/proc").iterdir():
+        try:
+            words = (entry / "cmdline").read_bytes().decode().split("\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, ValueError, IndexError):
+            continue
+        if "fabro_git" in words and state != "Z":
+            alive += [run_id for run_id in run_ids if run_id in words]
+    return alive
+
+
+def _record(origin: Path) -> dict[str, Any] | None:
+    refs = git(origin, "for-each-ref", "--format=%(refname)", "refs/fabro/batch/").split()
+    if not refs:
+        return None
+    return json.loads(git(origin, "show", f"{refs[0]}:batch.json"))
+
+
+def _pushed_nodes(origin: Path, run_id: str) -> list[str]:
+    """The nodes the remote's last checkpoint of the run has completed."""
+    proc = subprocess.run(
+        ["git", "rev-parse", "--verify", "-q", f"refs/fabro/meta/{run_id}"],
+        cwd=origin, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if proc.returncode != 0:
+        return []
+    return list(read_checkpoint(origin, f"refs/fabro/meta/{run_id}").get("completed_nodes", []))
+
+
+def test_ray_asks_for_a_remote_the_extra_and_a_committed_workflow(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    write_workflow(repo, WORKFLOW)
+    rows = _rows(tmp_path / "rows.jsonl", [{"n": 1, "dir": str(tmp_path)}])
+    no_remote = run_fabro("batch", "wf.fabro", "--inputs", str(rows), "--ray", "local", cwd=repo)
+    assert no_remote.returncode != 0
+    assert "--ray needs --remote" in no_remote.stderr, no_remote.stderr
+    bare_remote(tmp_path, origin_of=repo)
+    with (repo / "wf.fabro").open("a") as changed:
+        changed.write("// changed here, not in the commit the nodes would run\n")
+    uncommitted = run_fabro(
+        "batch", "wf.fabro", "--inputs", str(rows), "--remote", "origin", "--ray", "local",
+        cwd=repo,
+    )  # fmt: skip
+    assert uncommitted.returncode != 0
+    assert "has changes not committed" in uncommitted.stderr, uncommitted.stderr
+    git(repo, "commit", "-q", "-a", "-m", "the change")
+    no_address = run_fabro(
+        "batch", "wf.fabro", "--inputs", str(rows), "--remote", "origin", "--ray", "auto",
+        cwd=repo, env={"RAY_ADDRESS": ""},
+    )  # fmt: skip
+    assert no_address.returncode != 0
+    assert "RAY_ADDRESS" in no_address.stderr and "not set" in no_address.stderr
+    # Without the extra installed (Ray made unimportable), a clear error names it.
+    without = subprocess.run(
+        [sys.executable, "-c",
+         "import sys; sys.modules['ray'] = None; sys.argv = ['git-fabro'] + sys.argv[1:]; "
+         "from fabro_git.cli import entry; entry()",
+         "batch", "wf.fabro", "--inputs", str(rows), "--remote", "origin", "--ray", "local"],
+        cwd=repo, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert without.returncode != 0
+    assert "pip install 'git-fabro[ray]'" in without.stderr, without.stderr
+    assert "Traceback" not in without.stderr
+    for proc in (no_remote, uncommitted, no_address):
+        assert "Traceback" not in proc.stderr
+    # None of the refused batches stored a record.
+    assert git(repo, "for-each-ref", "refs/fabro/batch/") == ""
