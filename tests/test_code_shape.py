@@ -37,7 +37,6 @@ LONG_FUNCTIONS = {
     "cli/inspect.py:run",
     "handlers/llm_api.py:run_agent",
     "handlers/llm_cli.py:run_cli_agent",
-    "web/app.py:build",
     # to shorten next
     "cli/run.py:_build_spec",
     "cli/run.py:run",
