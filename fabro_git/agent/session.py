@@ -665,30 +665,10 @@ class AgentSession:
         self._emit(
             AgentToolStarted(tool_name=call.name, tool_call_id=call.id, arguments=call.arguments)
         )
-        tool = self._tools.get(call.name)
         hooks = self.tool_hooks
         ran = False
         try:
-            if call.unreadable is not None:
-                raise ToolError(
-                    f"the arguments of this {call.name} call could not be read "
-                    f"({call.unreadable}); call it again with arguments that are one JSON object"
-                )
-            if tool is None:
-                raise ToolError(
-                    f"there is no tool named {call.name!r}; the tools are {', '.join(self._tools)}"
-                )
-            if tool.strict:
-                check_arguments(tool, call.arguments)
-            refusal = None
-            if self.permissions is not None:
-                refusal = await self.permissions.check(call.name, call.arguments, self._emit)
-            if refusal is not None:
-                raise ToolError(refusal)
-            if hooks is not None:
-                refusal = await hooks.before_tool(call.name, call.id, call.arguments)
-            if refusal is not None:
-                raise ToolError(refusal)
+            tool = await self._admitted(call, hooks)
             ran = True
             outcome = await tool.run(call.arguments, self._context)
         except ToolError as exc:
@@ -722,6 +702,32 @@ class AgentSession:
             content=truncate_tool_output(outcome.output, limit),
             is_error=outcome.is_error,
         )
+
+    async def _admitted(self, call: ToolCall, hooks: ToolHooks | None) -> Tool:
+        """The tool `call` names, once its arguments read, the permission level and the
+        tool hooks let it run; a `ToolError` that tells the model why not otherwise."""
+        if call.unreadable is not None:
+            raise ToolError(
+                f"the arguments of this {call.name} call could not be read "
+                f"({call.unreadable}); call it again with arguments that are one JSON object"
+            )
+        tool = self._tools.get(call.name)
+        if tool is None:
+            raise ToolError(
+                f"there is no tool named {call.name!r}; the tools are {', '.join(self._tools)}"
+            )
+        if tool.strict:
+            check_arguments(tool, call.arguments)
+        refusal = None
+        if self.permissions is not None:
+            refusal = await self.permissions.check(call.name, call.arguments, self._emit)
+        if refusal is not None:
+            raise ToolError(refusal)
+        if hooks is not None:
+            refusal = await hooks.before_tool(call.name, call.id, call.arguments)
+        if refusal is not None:
+            raise ToolError(refusal)
+        return tool
 
     # ------------------------------------------------------------------------ compaction
 
