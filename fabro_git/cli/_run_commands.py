@@ -2,7 +2,8 @@
 same options, declared here once.
 
 `app.py` registers the two commands in its help order; like every declaration, each
-imports its implementation (`fabro_git.cli.run`) only when it is called.
+imports its implementation (`fabro_git.cli.run`, `fabro_git.cli.resume`) only when it is
+called.
 """
 
 from __future__ import annotations
@@ -181,7 +182,7 @@ def resume(
     ] = None,
 ) -> None:
     """Continue an interrupted or failed run from its last checkpoint."""
-    from fabro_git.cli import run as impl
+    from fabro_git.cli import resume as impl
 
     raise typer.Exit(
         impl.resume(
