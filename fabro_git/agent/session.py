@@ -350,24 +350,8 @@ class AgentSession:
         self.tool_hooks = tool_hooks
         self.permissions = permissions
         self._workspace = Workspace(self.worktree, guard_config=guard_config)
-        self._context = ToolContext(
-            workspace=self._workspace,
-            shell_env=dict(self.shell_env),
-            shell_default_timeout=self.limits.shell_timeout,
-            shell_max_timeout=self.limits.shell_max_timeout,
-            on_output=lambda delta: self._emit(AgentToolOutputDelta(delta=delta)),
-            on_skill=self._skill_used,
-            on_process_group=on_process_group,
-        )
-        self._usage = Usage()
-        self._cost: float | None = None
-        self._turns = 0
-        self._text = ""
-        self._text_file: str | None = None
-        self._text_chars: int | None = None
-        self._status: Status = "cancelled"
-        self._error: LlmError | None = None
-        self._stopped: str | None = None  # why the session could not start
+        self._context = self._tool_context()
+        self._start_afresh()
         self._tools: dict[str, Tool] = {}
         self._extra_tools: dict[str, Tool] = {}
         self._steering: list[str] = []
@@ -377,6 +361,30 @@ class AgentSession:
         self._measured: tuple[int, int] | None = None
         self._warned = False
 
+    def _tool_context(self) -> ToolContext:
+        """What the tools work with: the workspace, the shell, and whom to tell what."""
+        return ToolContext(
+            workspace=self._workspace,
+            shell_env=dict(self.shell_env),
+            shell_default_timeout=self.limits.shell_timeout,
+            shell_max_timeout=self.limits.shell_max_timeout,
+            on_output=lambda delta: self._emit(AgentToolOutputDelta(delta=delta)),
+            on_skill=self._skill_used,
+            on_process_group=self.on_process_group,
+        )
+
+    def _start_afresh(self) -> None:
+        """The state of one `run`, as it is before the run starts."""
+        self._usage = Usage()
+        self._cost: float | None = None
+        self._turns = 0
+        self._text = ""
+        self._text_file: str | None = None
+        self._text_chars: int | None = None
+        self._status: Status = "cancelled"
+        self._error: LlmError | None = None
+        self._stopped: str | None = None  # why the session could not start
+
     # ------------------------------------------------------------------------ public
 
     async def run(self, prompt: str, *, preamble: str = "") -> AgentResult:
@@ -385,9 +393,7 @@ class AgentSession:
         Cancellation propagates (after the closing events); `result()` then reports
         status `cancelled` with what was done.
         """
-        self._status, self._stopped = "cancelled", None
-        self._usage, self._cost, self._turns, self._text, self._error = Usage(), None, 0, "", None
-        self._text_file = self._text_chars = None
+        self._start_afresh()
         self._emit(AgentSessionStarted(provider=self.target.provider, model=self.target.model))
         try:
             self._emit(
@@ -704,8 +710,7 @@ class AgentSession:
         )
 
     async def _admitted(self, call: ToolCall, hooks: ToolHooks | None) -> Tool:
-        """The tool `call` names, once its arguments read, the permission level and the
-        tool hooks let it run; a `ToolError` that tells the model why not otherwise."""
+        """The tool `call` names, if it may run; else a `ToolError` telling the model why."""
         if call.unreadable is not None:
             raise ToolError(
                 f"the arguments of this {call.name} call could not be read "
@@ -718,15 +723,14 @@ class AgentSession:
             )
         if tool.strict:
             check_arguments(tool, call.arguments)
-        refusal = None
         if self.permissions is not None:
             refusal = await self.permissions.check(call.name, call.arguments, self._emit)
-        if refusal is not None:
-            raise ToolError(refusal)
+            if refusal is not None:
+                raise ToolError(refusal)
         if hooks is not None:
             refusal = await hooks.before_tool(call.name, call.id, call.arguments)
-        if refusal is not None:
-            raise ToolError(refusal)
+            if refusal is not None:
+                raise ToolError(refusal)
         return tool
 
     # ------------------------------------------------------------------------ compaction
