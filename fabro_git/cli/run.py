@@ -172,7 +172,7 @@ def _configuration(
     if config.graph is None:
         return config, path
     if not os.path.lexists(config.graph):  # a special file gets the reader's words
-        from fabro_git.config.run_config import line_of
+        from fabro_git.config.toml_source import line_of
         from fabro_git.errors import SourceError
 
         raise SourceError(

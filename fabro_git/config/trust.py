@@ -42,11 +42,11 @@ from fabro_git.config.run_config import (
     Layer,
     McpServerConfig,
     RunSection,
-    find_line,
     load_layer,
     parse_layer,
     user_settings_path,
 )
+from fabro_git.config.toml_source import find_line
 from fabro_git.errors import ConfigError
 
 STORE_VERSION = 1
