@@ -44,6 +44,7 @@ from fabro_git.agent import memory as memory_files
 from fabro_git.agent import skills as skill_files
 from fabro_git.agent.mcp import McpRequiredError
 from fabro_git.agent.permissions import PermissionGate
+from fabro_git.agent.profiles import PROFILE_BASE, profile_of
 from fabro_git.agent.tools import (
     PROFILE_TOOLS,
     TOOLS,
@@ -106,7 +107,6 @@ Emit = Callable[[EventProps], object]
 # starts, entered for the run, left when it ends (see `AgentSession.toolsets`).
 ToolSet = Callable[["AgentSession"], AbstractAsyncContextManager[Mapping[str, Tool]]]
 Status = Literal["completed", "turn_limit", "failed", "cancelled"]
-Profile = Literal["anthropic", "openai", "gemini"]
 
 # Compact when the next request is estimated to fill this share of the context window
 # (above the layer's 80 % warning, so the warning comes first).
@@ -126,23 +126,6 @@ SUMMARY_REQUEST = (
     "changed (files and why), what is left to do, and anything that failed. Answer with "
     "the summary only; do not call tools."
 )
-_PROFILE_BASE: dict[str, str] = {
-    "anthropic": (
-        "You are a coding agent working in a git worktree. Read files before you change "
-        "them, prefer edit_file (its old_string must be unique in the file) over "
-        "rewriting a whole file, and keep changes to what the task needs."
-    ),
-    "openai": (
-        "You are a coding agent working in a git worktree. Make file changes with "
-        "apply_patch (the v4a patch format) and new files with write_file; read files "
-        "before you patch them, and keep changes to what the task needs."
-    ),
-    "gemini": (
-        "You are a coding agent working in a git worktree. Read files before you change "
-        "them, use edit_file for focused changes and write_file for new files, and keep "
-        "changes to what the task needs."
-    ),
-}
 
 
 class AgentLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -192,17 +175,6 @@ class AgentResult(msgspec.Struct, frozen=True, kw_only=True):
     # `text_file`: that file holds it whole (`text_chars` characters), `text` its start.
     text_file: str | None = None
     text_chars: int | None = None
-
-
-def profile_of(target: Target) -> Profile:
-    """The tool and prompt profile: by wire protocol, so every Chat Completions server
-    (Gemini's endpoint, local models) gets the edit_file tool set."""
-    api = catalogue.PROVIDERS[target.provider].api
-    if api == "anthropic":
-        return "anthropic"
-    if api == "openai-responses":
-        return "openai"
-    return "gemini"
 
 
 def _add_usage(total: Usage, more: Usage) -> Usage:
@@ -510,7 +482,7 @@ class AgentSession:
         names = list(PROFILE_TOOLS[self.profile]) + (["use_skill"] if skills else [])
         self._tools = {name: TOOLS[name] for name in names} | self._extra_tools
         sections = [
-            _PROFILE_BASE[self.profile],
+            PROFILE_BASE[self.profile],
             "\n".join(
                 [
                     "<environment>",
