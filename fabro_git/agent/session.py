@@ -44,6 +44,7 @@ from fabro_git.agent import memory as memory_files
 from fabro_git.agent import skills as skill_files
 from fabro_git.agent.mcp import McpRequiredError
 from fabro_git.agent.permissions import PermissionGate
+from fabro_git.agent.profiles import PROFILE_BASE, profile_of
 from fabro_git.agent.tools import (
     PROFILE_TOOLS,
     TOOLS,
@@ -107,7 +108,6 @@ Emit = Callable[[EventProps], object]
 # starts, entered for the run, left when it ends (see `AgentSession.toolsets`).
 ToolSet = Callable[["AgentSession"], AbstractAsyncContextManager[Mapping[str, Tool]]]
 Status = Literal["completed", "turn_limit", "failed", "cancelled"]
-Profile = Literal["anthropic", "openai", "gemini"]
 
 # Compact when the next request is estimated to fill this share of the context window
 # (above the layer's 80 % warning, so the warning comes first).
@@ -127,23 +127,6 @@ SUMMARY_REQUEST = (
     "changed (files and why), what is left to do, and anything that failed. Answer with "
     "the summary only; do not call tools."
 )
-_PROFILE_BASE: dict[str, str] = {
-    "anthropic": (
-        "You are a coding agent working in a git worktree. Read files before you change "
-        "them, prefer edit_file (its old_string must be unique in the file) over "
-        "rewriting a whole file, and keep changes to what the task needs."
-    ),
-    "openai": (
-        "You are a coding agent working in a git worktree. Make file changes with "
-        "apply_patch (the v4a patch format) and new files with write_file; read files "
-        "before you patch them, and keep changes to what the task needs."
-    ),
-    "gemini": (
-        "You are a coding agent working in a git worktree. Read files before you change "
-        "them, use edit_file for focused changes and write_file for new files, and keep "
-        "changes to what the task needs."
-    ),
-}
 
 
 class AgentLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -193,17 +176,6 @@ class AgentResult(msgspec.Struct, frozen=True, kw_only=True):
     # `text_file`: that file holds it whole (`text_chars` characters), `text` its start.
     text_file: str | None = None
     text_chars: int | None = None
-
-
-def profile_of(target: Target) -> Profile:
-    """The tool and prompt profile: by wire protocol, so every Chat Completions server
-    (Gemini's endpoint, local models) gets the edit_file tool set."""
-    api = catalogue.PROVIDERS[target.provider].api
-    if api == "anthropic":
-        return "anthropic"
-    if api == "openai-responses":
-        return "openai"
-    return "gemini"
 
 
 def _add_usage(total: Usage, more: Usage) -> Usage:
@@ -351,24 +323,8 @@ class AgentSession:
         self.tool_hooks = tool_hooks
         self.permissions = permissions
         self._workspace = Workspace(self.worktree, guard_config=guard_config)
-        self._context = ToolContext(
-            workspace=self._workspace,
-            shell_env=dict(self.shell_env),
-            shell_default_timeout=self.limits.shell_timeout,
-            shell_max_timeout=self.limits.shell_max_timeout,
-            on_output=lambda delta: self._emit(AgentToolOutputDelta(delta=delta)),
-            on_skill=self._skill_used,
-            on_process_group=on_process_group,
-        )
-        self._usage = Usage()
-        self._cost: float | None = None
-        self._turns = 0
-        self._text = ""
-        self._text_file: str | None = None
-        self._text_chars: int | None = None
-        self._status: Status = "cancelled"
-        self._error: LlmError | None = None
-        self._stopped: str | None = None  # why the session could not start
+        self._context = self._tool_context()
+        self._start_afresh()
         self._tools: dict[str, Tool] = {}
         self._extra_tools: dict[str, Tool] = {}
         self._steering: list[str] = []
@@ -378,6 +334,30 @@ class AgentSession:
         self._measured: tuple[int, int] | None = None
         self._warned = False
 
+    def _tool_context(self) -> ToolContext:
+        """What the tools work with: the workspace, the shell, and whom to tell what."""
+        return ToolContext(
+            workspace=self._workspace,
+            shell_env=dict(self.shell_env),
+            shell_default_timeout=self.limits.shell_timeout,
+            shell_max_timeout=self.limits.shell_max_timeout,
+            on_output=lambda delta: self._emit(AgentToolOutputDelta(delta=delta)),
+            on_skill=self._skill_used,
+            on_process_group=self.on_process_group,
+        )
+
+    def _start_afresh(self) -> None:
+        """The state of one `run`, as it is before the run starts."""
+        self._usage = Usage()
+        self._cost: float | None = None
+        self._turns = 0
+        self._text = ""
+        self._text_file: str | None = None
+        self._text_chars: int | None = None
+        self._status: Status = "cancelled"
+        self._error: LlmError | None = None
+        self._stopped: str | None = None  # why the session could not start
+
     # ------------------------------------------------------------------------ public
 
     async def run(self, prompt: str, *, preamble: str = "") -> AgentResult:
@@ -386,9 +366,7 @@ class AgentSession:
         Cancellation propagates (after the closing events); `result()` then reports
         status `cancelled` with what was done.
         """
-        self._status, self._stopped = "cancelled", None
-        self._usage, self._cost, self._turns, self._text, self._error = Usage(), None, 0, "", None
-        self._text_file = self._text_chars = None
+        self._start_afresh()
         self._emit(AgentSessionStarted(provider=self.target.provider, model=self.target.model))
         try:
             self._emit(
@@ -505,7 +483,7 @@ class AgentSession:
         names = list(PROFILE_TOOLS[self.profile]) + (["use_skill"] if skills else [])
         self._tools = {name: TOOLS[name] for name in names} | self._extra_tools
         sections = [
-            _PROFILE_BASE[self.profile],
+            PROFILE_BASE[self.profile],
             "\n".join(
                 [
                     "<environment>",
@@ -667,30 +645,10 @@ class AgentSession:
         self._emit(
             AgentToolStarted(tool_name=call.name, tool_call_id=call.id, arguments=call.arguments)
         )
-        tool = self._tools.get(call.name)
         hooks = self.tool_hooks
         ran = False
         try:
-            if call.unreadable is not None:
-                raise ToolError(
-                    f"the arguments of this {call.name} call could not be read "
-                    f"({call.unreadable}); call it again with arguments that are one JSON object"
-                )
-            if tool is None:
-                raise ToolError(
-                    f"there is no tool named {call.name!r}; the tools are {', '.join(self._tools)}"
-                )
-            if tool.strict:
-                check_arguments(tool, call.arguments)
-            refusal = None
-            if self.permissions is not None:
-                refusal = await self.permissions.check(call.name, call.arguments, self._emit)
-            if refusal is not None:
-                raise ToolError(refusal)
-            if hooks is not None:
-                refusal = await hooks.before_tool(call.name, call.id, call.arguments)
-            if refusal is not None:
-                raise ToolError(refusal)
+            tool = await self._admitted(call, hooks)
             ran = True
             outcome = await tool.run(call.arguments, self._context)
         except ToolError as exc:
@@ -724,6 +682,30 @@ class AgentSession:
             content=truncate_tool_output(outcome.output, limit),
             is_error=outcome.is_error,
         )
+
+    async def _admitted(self, call: ToolCall, hooks: ToolHooks | None) -> Tool:
+        """The tool `call` names, if it may run; else a `ToolError` telling the model why."""
+        if call.unreadable is not None:
+            raise ToolError(
+                f"the arguments of this {call.name} call could not be read "
+                f"({call.unreadable}); call it again with arguments that are one JSON object"
+            )
+        tool = self._tools.get(call.name)
+        if tool is None:
+            raise ToolError(
+                f"there is no tool named {call.name!r}; the tools are {', '.join(self._tools)}"
+            )
+        if tool.strict:
+            check_arguments(tool, call.arguments)
+        if self.permissions is not None:
+            refusal = await self.permissions.check(call.name, call.arguments, self._emit)
+            if refusal is not None:
+                raise ToolError(refusal)
+        if hooks is not None:
+            refusal = await hooks.before_tool(call.name, call.id, call.arguments)
+            if refusal is not None:
+                raise ToolError(refusal)
+        return tool
 
     # ------------------------------------------------------------------------ compaction
 

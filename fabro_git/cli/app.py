@@ -2,6 +2,9 @@
 
 Each command is a thin typed function that imports its implementation module lazily
 (`fabro_git.cli.<command>`), so `git fabro ps` does not pay for the engine's imports.
+The commands are registered here in the order `git fabro -h` lists them; `run` and
+`resume` are declared in `_run_commands.py` (they share most of their options), the groups
+of subcommands in `_groups.py`, and what the declarations share in `_typer.py`.
 """
 
 from __future__ import annotations
@@ -9,95 +12,27 @@ from __future__ import annotations
 import functools
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from typer import _click  # the click that typer vendors and its classes speak
 
 from fabro_git import __version__
-
-
-class _Command(typer.core.TyperCommand):
-    """Usage lines read `git fabro run [OPTIONS] WORKFLOW`, without braces around the
-    required arguments."""
-
-    def collect_usage_pieces(self, ctx: _click.Context) -> list[str]:
-        pieces = super().collect_usage_pieces(ctx)
-        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
-
-
-class _Group(typer.core.TyperGroup):
-    """Suggests a command only when the typo is close to it (`valdate`, not `prune`)."""
-
-    def resolve_command(
-        self, ctx: _click.Context, args: list[str]
-    ) -> tuple[str | None, _click.Command | None, list[str]]:
-        try:
-            return self._click_resolve_command(ctx, args)
-        except _click.exceptions.UsageError as exc:
-            from fabro_git.suggest import close_names
-
-            if args:
-                matches = close_names(
-                    args[0], [n for n, c in self.commands.items() if not c.hidden]
-                )
-                if matches:
-                    exc.message = (
-                        exc.message.rstrip(".")
-                        + ". Did you mean "
-                        + " or ".join(repr(m) for m in matches)
-                        + "?"
-                    )
-                else:
-                    exc.message += " See `git fabro -h` for the commands."
-            raise
-
-
-_APP_SETTINGS: dict[str, Any] = dict(
-    cls=_Group,
-    name="git-fabro",
-    help="Run AI-agent workflows written as Graphviz DOT graphs, with all state kept in git.",
-    no_args_is_help=True,
-    add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
+from fabro_git.cli import _groups, _run_commands
+from fabro_git.cli._typer import (
+    APP_SETTINGS,
+    Command,
+    Group,
+    PermissionsOption,
+    QuietOption,
+    RunArg,
+    RunCommand,
+    output_mode,
 )
-app = typer.Typer(**_APP_SETTINGS)
+
+app = typer.Typer(**APP_SETTINGS)
 
 
-command = functools.partial(app.command, cls=_Command)
-
-# The argument most commands take: a run id, a unique prefix of one, or a workflow name.
-RunArg = Annotated[
-    str, typer.Argument(help="Run id or unique prefix.", show_default=False, metavar="RUN")
-]
-# Options `run` and `resume` share.
-PushOption = Annotated[
-    str | None,
-    typer.Option(
-        "--push",
-        help="Push the run's refs to this remote after every checkpoint.",
-        metavar="REMOTE",
-    ),
-]
-PermissionsOption = Annotated[
-    str | None,
-    typer.Option(
-        "--permissions",
-        help="Agents' permission level where the workflow sets none: read-only, "
-        "read-write (the default) or full.",
-        metavar="LEVEL",
-    ),
-]
-MaxCostOption = Annotated[
-    float | None,
-    typer.Option(
-        "--max-cost",
-        help="Stop the run at its next checkpoint once its model cost passes USD.",
-        metavar="USD",
-    ),
-]
+command = functools.partial(app.command, cls=Command)
 
 
 def _version_callback(value: bool) -> None:
@@ -177,203 +112,8 @@ def demo(
     raise typer.Exit(impl.run(directory, keep=keep))
 
 
-class _RunCommand(_Command):
-    """`run -h` lists the shipped examples; the list is made only when help is shown."""
-
-    def format_epilog(self, ctx: _click.Context, formatter: _click.HelpFormatter) -> None:
-        if self.epilog is None:
-            from fabro_git.cli._examples import example_names
-
-            names = ", ".join(example_names())
-            self.epilog = f"Shipped examples, runnable by name: {names}."
-        super().format_epilog(ctx, formatter)
-
-
-@app.command(cls=_RunCommand)
-def run(
-    workflow: Annotated[
-        str,
-        typer.Argument(
-            help="Workflow file, or the name of a project, personal or shipped workflow.",
-            show_default=False,
-            metavar="WORKFLOW",
-        ),
-    ],
-    goal: Annotated[str | None, typer.Option("--goal", help="The run's goal ({{ goal }}).")] = None,
-    goal_file: Annotated[
-        Path | None, typer.Option("--goal-file", help="Read the goal from a file.")
-    ] = None,
-    inputs: Annotated[
-        list[str] | None,
-        typer.Option("-V", "--input", help="KEY=VALUE for {{ inputs.KEY }}; repeatable."),
-    ] = None,
-    auto_approve: Annotated[
-        bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")
-    ] = False,
-    answers: Annotated[
-        list[str] | None,
-        typer.Option("--answer", help="Queue an answer for the next human gate; repeatable."),
-    ] = None,
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", help="Simulate LLM stages instead of calling a model.")
-    ] = False,
-    in_place: Annotated[
-        bool,
-        typer.Option(
-            "--in-place", help="Run in this checkout, without a worktree or run-branch commits."
-        ),
-    ] = False,
-    labels: Annotated[
-        list[str] | None, typer.Option("--label", help="KEY=VALUE run label; repeatable.")
-    ] = None,
-    model: Annotated[
-        str | None, typer.Option("--model", help="Default model for LLM stages.")
-    ] = None,
-    provider: Annotated[
-        str | None, typer.Option("--provider", help="Default provider for LLM stages.")
-    ] = None,
-    detach: Annotated[
-        bool,
-        typer.Option("-d", "--detach", help="Print the run id and continue in the background."),
-    ] = False,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="End with one JSON object describing the run.")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
-    ] = False,
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "-v", "--verbose", help="Show each command stage's output live, line by line."
-        ),
-    ] = False,
-    no_retro: Annotated[
-        bool, typer.Option("--no-retro", help="Write no retro (retro.json) at the run's end.")
-    ] = False,
-    retro_narrative: Annotated[
-        bool,
-        typer.Option(
-            "--retro-narrative",
-            help="Also ask the run's model for the retro's narrative (one call at the end).",
-        ),
-    ] = False,
-    push_remote: PushOption = None,
-    max_cost: MaxCostOption = None,
-    allow_typos: Annotated[
-        bool,
-        typer.Option(
-            "--allow-typos", help="Run even when validation finds typos (did-you-mean warnings)."
-        ),
-    ] = False,
-    permissions: PermissionsOption = None,
-    run_id: Annotated[str | None, typer.Option("--run-id", hidden=True)] = None,
-) -> None:
-    """Start a run of a workflow in a new worktree."""
-    from fabro_git.cli import run as impl
-
-    raise typer.Exit(
-        impl.run(
-            workflow,
-            goal=goal,
-            goal_file=goal_file,
-            inputs=inputs or [],
-            auto_approve=auto_approve,
-            answers=answers or [],
-            dry_run=dry_run,
-            in_place=in_place,
-            labels=labels or [],
-            model=model,
-            provider=provider,
-            detach=detach,
-            json_output=json_output,
-            output=_output_mode(quiet, verbose),
-            push_remote=push_remote,
-            retro=not no_retro,
-            retro_narrative=retro_narrative,
-            max_cost=max_cost,
-            allow_typos=allow_typos,
-            permissions=permissions,
-            run_id=run_id,
-        )
-    )
-
-
-def _output_mode(quiet: bool, verbose: bool) -> str:
-    if quiet and verbose:
-        from fabro_git.errors import ConfigError
-
-        raise ConfigError("--quiet and --verbose contradict each other; pass one")
-    return "none" if quiet else "all" if verbose else "tail"
-
-
-@command()
-def resume(
-    run_id: RunArg,
-    auto_approve: Annotated[
-        bool, typer.Option("--auto-approve", help="Answer every human gate with its default.")
-    ] = False,
-    answers: Annotated[
-        list[str] | None,
-        typer.Option("--answer", help="Queue an answer for the next human gate; repeatable."),
-    ] = None,
-    detach: Annotated[
-        bool, typer.Option("-d", "--detach", help="Continue in the background.")
-    ] = False,
-    json_output: Annotated[
-        bool, typer.Option("--json", help="End with one JSON object describing the run.")
-    ] = False,
-    quiet: Annotated[
-        bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
-    ] = False,
-    verbose: Annotated[
-        bool,
-        typer.Option(
-            "-v", "--verbose", help="Show each command stage's output live, line by line."
-        ),
-    ] = False,
-    no_retro: Annotated[
-        bool, typer.Option("--no-retro", help="Write no retro at the run's end.")
-    ] = False,
-    detached_child: Annotated[bool, typer.Option("--detached-child", hidden=True)] = False,
-    push_remote: PushOption = None,
-    max_cost: MaxCostOption = None,
-    rebase: Annotated[
-        str | None,
-        typer.Option(
-            "--rebase",
-            help="Merge REV (a fix committed since) into the run branch, then continue.",
-            metavar="REV",
-        ),
-    ] = None,
-    workflow: Annotated[
-        str | None,
-        typer.Option(
-            "--workflow",
-            help="Continue with this corrected workflow (it keeps every completed node).",
-            metavar="FILE",
-        ),
-    ] = None,
-) -> None:
-    """Continue an interrupted or failed run from its last checkpoint."""
-    from fabro_git.cli import run as impl
-
-    raise typer.Exit(
-        impl.resume(
-            run_id,
-            auto_approve=auto_approve,
-            answers=answers or [],
-            detach=detach,
-            json_output=json_output,
-            output=_output_mode(quiet, verbose),
-            detached_child=detached_child,
-            push_remote=push_remote,
-            retro=not no_retro,
-            max_cost=max_cost,
-            rebase=rebase,
-            workflow=workflow,
-        )
-    )
+app.command(cls=RunCommand)(_run_commands.run)
+command()(_run_commands.resume)
 
 
 @command()
@@ -643,9 +383,7 @@ def wait(
 @command()
 def attach(
     run_id: RunArg,
-    quiet: Annotated[
-        bool, typer.Option("-q", "--quiet", help="Show no command output in the progress display.")
-    ] = False,
+    quiet: QuietOption = False,
     verbose: Annotated[
         bool, typer.Option("-v", "--verbose", help="Show each command stage's whole output.")
     ] = False,
@@ -653,7 +391,7 @@ def attach(
     """Follow a live run's progress and answer its human gates from this terminal."""
     from fabro_git.cli import attach as impl
 
-    raise typer.Exit(impl.run(run_id, output=_output_mode(quiet, verbose)))
+    raise typer.Exit(impl.run(run_id, output=output_mode(quiet, verbose)))
 
 
 @command()
@@ -919,45 +657,6 @@ def prune(
     )
 
 
-model_app = typer.Typer(
-    name="model",
-    help="List the model catalogue and check provider keys.",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode=None,
-)
-app.add_typer(model_app, name="model")
-
-
-@model_app.command("list")
-def model_list(
-    provider: Annotated[
-        str | None, typer.Option("--provider", help="Only this provider's models.")
-    ] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-) -> None:
-    """Print the model catalogue: ids, aliases, context windows and prices."""
-    from fabro_git.cli import model as impl
-
-    raise typer.Exit(impl.run_list(provider=provider, json_output=json_output))
-
-
-@model_app.command("test")
-def model_test(
-    provider: Annotated[
-        str | None, typer.Option("--provider", help="Test only this provider.")
-    ] = None,
-    model: Annotated[
-        str | None,
-        typer.Option("--model", help="Test this model instead of the provider's default."),
-    ] = None,
-) -> None:
-    """Send a tiny prompt to each configured provider and report the result."""
-    from fabro_git.cli import model as impl
-
-    raise typer.Exit(impl.run_test(provider=provider, model=model))
-
-
 @command("exec")
 def exec_prompt(
     prompt: Annotated[
@@ -1006,103 +705,15 @@ def init() -> None:
     raise typer.Exit(impl.init())
 
 
-workflow_app = typer.Typer(
-    name="workflow",
-    help="List the workflows runnable by name, and start new ones.",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode=None,
-)
-app.add_typer(workflow_app, name="workflow")
-
-
-@workflow_app.command("list", cls=_Command)
-def workflow_list(
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-) -> None:
-    """List the project's, your own and the shipped workflows, in lookup order."""
-    from fabro_git.cli import workflow as impl
-
-    raise typer.Exit(impl.list_workflows(json_output=json_output))
-
-
-@workflow_app.command("create", cls=_Command)
-def workflow_create(
-    name: Annotated[
-        str, typer.Argument(help="The new workflow's name.", show_default=False, metavar="NAME")
-    ],
-    goal: Annotated[str | None, typer.Option("--goal", help="The workflow's goal.")] = None,
-) -> None:
-    """Write a starter workflow in .fabro/workflows/NAME/."""
-    from fabro_git.cli import workflow as impl
-
-    raise typer.Exit(impl.create(name, goal=goal))
-
-
-artifact_app = typer.Typer(
-    name="artifact",
-    help="List and copy a run's captured test assets and offloaded values.",
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode=None,
-)
-app.add_typer(artifact_app, name="artifact")
-
-_ArtifactNode = Annotated[
-    str | None,
-    typer.Option("--node", help="Only this stage's: NODE or NODE@VISIT.", metavar="NODE"),
-]
-_ArtifactRetry = Annotated[
-    int | None,
-    typer.Option("--retry", help="Only assets of this attempt (1 is the first).", metavar="N"),
-]
-
-
-@artifact_app.command("list", cls=_Command)
-def artifact_list(
-    run_id: RunArg,
-    node: _ArtifactNode = None,
-    retry: _ArtifactRetry = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-) -> None:
-    """List a run's assets and offloaded values, read from git."""
-    from fabro_git.cli import artifact as impl
-
-    raise typer.Exit(impl.run_list(run_id, node, retry, json_output))
-
-
-@artifact_app.command("cp", cls=_Command)
-def artifact_cp(
-    source: Annotated[
-        str,
-        typer.Argument(
-            help="RUN (all its files) or RUN:PATH (a path `artifact list` shows, or a dir).",
-            show_default=False,
-            metavar="RUN[:PATH]",
-        ),
-    ],
-    dest: Annotated[Path, typer.Argument(help="Directory to copy into.", metavar="DEST")] = Path(
-        "."
-    ),
-    node: _ArtifactNode = None,
-    retry: _ArtifactRetry = None,
-    tree: Annotated[
-        bool,
-        typer.Option(
-            "--tree", help="Keep the NODE_SLUG/retry_N/ layout (and each attempt's manifest)."
-        ),
-    ] = False,
-) -> None:
-    """Copy a run's assets and offloaded values out of git into DEST."""
-    from fabro_git.cli import artifact as impl
-
-    raise typer.Exit(impl.run_cp(source, dest, node, retry, tree))
+app.add_typer(_groups.model_app, name="model")
+app.add_typer(_groups.workflow_app, name="workflow")
+app.add_typer(_groups.artifact_app, name="artifact")
 
 
 def _add_hooks() -> None:
     from fabro_git.cli.hooks import app as hooks_app
 
-    app.add_typer(hooks_app, name="hooks", cls=_Group)
+    app.add_typer(hooks_app, name="hooks", cls=Group)
 
 
 _add_hooks()
@@ -1120,7 +731,7 @@ def _app_for(args: list[str]) -> typer.Typer:
             continue
         name = info.name or typer.main.get_command_name(info.callback.__name__)
         if name == args[0]:
-            one = typer.Typer(**_APP_SETTINGS)
+            one = typer.Typer(**APP_SETTINGS)
             one.registered_callback = app.registered_callback
             one.registered_commands = [info]
             return one

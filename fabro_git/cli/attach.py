@@ -47,8 +47,8 @@ def run(run_id: str, *, output: str = "tail") -> int:
 
 def _result(repo: GitRepo, run_id: str) -> int:
     """Say how the run ended (or stands) and exit as it did."""
+    from fabro_git.cli._running import where_the_result_is
     from fabro_git.cli._runs import read_row
-    from fabro_git.cli.run import _where_the_result_is
     from fabro_git.engine.session import load_run
     from fabro_git.store import runs as runrefs
 
@@ -70,7 +70,7 @@ def _result(repo: GitRepo, run_id: str) -> int:
         )
     tip = repo.read_ref(runrefs.run_branch_ref(run_id))
     if status in EXIT_BY_STATUS and EXIT_BY_STATUS[status] == 0 and manifest.run_branch and tip:
-        _where_the_result_is(repo, run_id, manifest.run_branch, manifest.base_sha, tip)
+        where_the_result_is(repo, run_id, manifest.run_branch, manifest.base_sha, tip)
     return EXIT_BY_STATUS.get(status, 1)
 
 
@@ -123,7 +123,7 @@ class _Gates:
     """The run's open gates, shown as they open; a line typed here answers the first."""
 
     def __init__(self, repo: GitRepo, run_id: str, *, before_asking: Callable[[], object]) -> None:
-        from fabro_git.cli.run import stdin_answers
+        from fabro_git.cli._running import stdin_answers
         from fabro_git.config.locations import run_scratch_dir
         from fabro_git.engine.lock import is_live
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import typer
 
+from fabro_git.cli._typer import GROUP_SETTINGS
+
 MARKER = "git-fabro-hook:"
 HOOKS = ("pre-push",)
 LEGACY_SUFFIX = ".legacy"
@@ -28,10 +30,8 @@ LEGACY_SUFFIX = ".legacy"
 app = typer.Typer(
     name="hooks",
     help="Install or remove the git hooks that push a run's metadata with its branch.",
-    no_args_is_help=True,
     add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode=None,
+    **GROUP_SETTINGS,
 )
 
 

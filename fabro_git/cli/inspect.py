@@ -11,10 +11,12 @@ import msgspec
 
 if TYPE_CHECKING:
     from fabro_git.engine.checkpoint import TokenTotals
+    from fabro_git.engine.reader import RunReader
+    from fabro_git.store.repo import GitRepo
 
 
 def run(run_id: str, *, json_output: bool) -> int:
-    from fabro_git.cli._runs import effective_status, format_ms, resolve_run
+    from fabro_git.cli._runs import effective_status, resolve_run
     from fabro_git.config.locations import run_scratch_dir
     from fabro_git.engine.reader import open_run
     from fabro_git.store import runs as runrefs
@@ -28,14 +30,7 @@ def run(run_id: str, *, json_output: bool) -> int:
     status = effective_status(cp.status, live, superseded=bool(manifest.superseded_by))
     run_tip = reader.run_tip
     if run_tip is not None:
-        from fabro_git.engine.session import missing_object_error
-        from fabro_git.errors import MissingObject
-
-        try:
-            repo.commit_info(run_tip)
-        except MissingObject as exc:
-            problem = missing_object_error(full_id, runrefs.run_branch_ref(full_id), run_tip, exc)
-            print(f"warning: {problem.message}\nhint: {problem.hint}", file=sys.stderr)
+        _warn_if_missing(repo, full_id, run_tip)
     scratch = run_scratch_dir(Path(repo.git_dir), full_id)
     doc = {
         "run_id": full_id,
@@ -61,9 +56,32 @@ def run(run_id: str, *, json_output: bool) -> int:
     if json_output:
         sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return 0
+    sys.stdout.write(_described(reader, status, run_tip) + "\n")
+    return 0
+
+
+def _warn_if_missing(repo: GitRepo, run_id: str, run_tip: str) -> None:
+    """Warns when the run branch's tip commit is missing from this repository."""
+    from fabro_git.engine.session import missing_object_error
+    from fabro_git.errors import MissingObject
+    from fabro_git.store import runs as runrefs
+
+    try:
+        repo.commit_info(run_tip)
+    except MissingObject as exc:
+        problem = missing_object_error(run_id, runrefs.run_branch_ref(run_id), run_tip, exc)
+        print(f"warning: {problem.message}\nhint: {problem.hint}", file=sys.stderr)
+
+
+def _described(reader: RunReader, status: str, run_tip: str | None) -> str:
+    """The run for people, a line a field."""
     from fabro_git.cli import _colour as colour
+    from fabro_git.cli._runs import format_ms
     from fabro_git.events.render import format_cost
+    from fabro_git.store import runs as runrefs
     from fabro_git.terminal import printable
+
+    full_id, manifest, cp, meta = reader.run_id, reader.manifest, reader.checkpoint, reader.meta_sha
 
     on = colour.wanted(sys.stdout)
     # Each line is run data (a fetched manifest's fields, a stage's error): each is shown
@@ -97,8 +115,7 @@ def run(run_id: str, *, json_output: bool) -> int:
     lines = [printable(line, one_line=True) for line in lines]
     error = f": {printable(cp.error, one_line=True)}" if cp.error else ""
     lines.insert(2, f"status     {colour.status(printable(status, one_line=True), on)}{error}")
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    return "\n".join(lines)
 
 
 def _tokens_line(tokens: TokenTotals) -> str:

@@ -78,34 +78,8 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         return 0
-    header: tuple[str, ...] = ("RUN ID", "WORKFLOW", "STATUS", "NODE", "STARTED", "DURATION")
-    table: list[tuple[str, ...]] = [header] + [
-        (
-            r.run_id,
-            r.workflow,
-            r.status,
-            r.node or "-",
-            r.started[:19].replace("T", " "),
-            format_ms(r.duration_ms),
-        )
-        for r in rows
-    ]
-    if any(any(r.tokens) for r in rows):
-        table = [(*table[0], "TOKENS")] + [
-            (*line, format_tokens(sum(r.tokens)) if any(r.tokens) else "-")
-            for line, r in zip(table[1:], rows, strict=True)
-        ]
     spent = sum(r.cost or 0.0 for r in rows)
-    if spent:
-        table = [(*table[0], "COST")] + [
-            (*line, format_cost(r.cost) if r.cost else "-")
-            for line, r in zip(table[1:], rows, strict=True)
-        ]
-    if any(labels[r.run_id] for r in rows):
-        table = [table[0] + ("LABELS",)] + [
-            (*line, ",".join(f"{k}={v}" for k, v in labels[r.run_id].items()) or "-")
-            for line, r in zip(table[1:], rows, strict=True)
-        ]
+    table = _table(rows, labels, spent=spent)
     # Every cell may come from a fetched run: shown through the one sanitiser, on one line.
     from fabro_git.terminal import printable
 
@@ -125,3 +99,39 @@ def run(*, json_output: bool, filters: list[str] | None = None) -> int:
             f"total {format_cost(spent)} over {len(rows)} run{'s' if len(rows) != 1 else ''}\n"
         )
     return 0
+
+
+def _table(
+    rows: list[RunRow], labels: dict[str, dict[str, str]], *, spent: float
+) -> list[tuple[str, ...]]:
+    """The listing's header and rows: tokens, cost and labels only when a run has any."""
+    from fabro_git.events.render import format_cost
+
+    header: tuple[str, ...] = ("RUN ID", "WORKFLOW", "STATUS", "NODE", "STARTED", "DURATION")
+    table: list[tuple[str, ...]] = [header] + [
+        (
+            r.run_id,
+            r.workflow,
+            r.status,
+            r.node or "-",
+            r.started[:19].replace("T", " "),
+            format_ms(r.duration_ms),
+        )
+        for r in rows
+    ]
+    if any(any(r.tokens) for r in rows):
+        table = [(*table[0], "TOKENS")] + [
+            (*line, format_tokens(sum(r.tokens)) if any(r.tokens) else "-")
+            for line, r in zip(table[1:], rows, strict=True)
+        ]
+    if spent:
+        table = [(*table[0], "COST")] + [
+            (*line, format_cost(r.cost) if r.cost else "-")
+            for line, r in zip(table[1:], rows, strict=True)
+        ]
+    if any(labels[r.run_id] for r in rows):
+        table = [table[0] + ("LABELS",)] + [
+            (*line, ",".join(f"{k}={v}" for k, v in labels[r.run_id].items()) or "-")
+            for line, r in zip(table[1:], rows, strict=True)
+        ]
+    return table

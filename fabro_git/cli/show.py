@@ -22,7 +22,6 @@ def run(run_id: str, node: str | None, *, raw: bool = False) -> int:
     terminal sanitiser, unless `raw` asks for the run's bytes unchanged (for pipes)."""
     from fabro_git.cli._runs import objects_of, resolve_run
     from fabro_git.engine.reader import open_run
-    from fabro_git.events.render import format_duration as format_ms
     from fabro_git.store.repo import GitRepo
     from fabro_git.terminal import printable
 
@@ -36,57 +35,79 @@ def run(run_id: str, node: str | None, *, raw: bool = False) -> int:
     full_id = resolve_run(repo, run_id)
     with objects_of(full_id):
         reader = open_run(repo, full_id)
-        manifest, cp = reader.manifest, reader.checkpoint
-        found = reader.stages()
-        out = sys.stdout
         if node is None:
-            out.write(f"run       {full_id}  {line(manifest.workflow_name)}  {line(cp.status)}\n")
-            if manifest.goal:
-                out.write(f"goal      {text(manifest.goal)}\n")
-            out.write("\n")
-            labels = [line(s.label) for s in found]
-            width = max((len(label) for label in labels), default=5)
-            for label, stage in zip(labels, found, strict=True):
-                record = stage.record
-                files = record.get("files_touched") or []
-                extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
-                out.write(
-                    f"{label:<{width}}  {line(record.get('status', '?')):<19}"
-                    f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
-                )
-            out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
-            return 0
-        stage = reader.stage(node)
-        record = stage.record
-        out.write(f"stage     {line(stage.label)}\n")
-        out.write(f"status    {line(record.get('status', '?'))}")
-        if record.get("error"):
-            out.write(f": {text(str(record['error']))}")
-        out.write(f"\nduration  {format_ms(record.get('duration_ms'))}\n")
-        files = record.get("files_touched") or []
-        out.write(f"files     {', '.join(line(f) for f in files) if files else '-'}\n")
-        if record.get("notes"):
-            out.write(f"notes     {text(str(record['notes']))}\n")
-        _artifacts(reader, stage, line)
-        transcript = _transcript(reader.transcript(stage), raw=raw)
-        for file_name, title in SECTIONS:
-            if file_name == "response.md" and transcript:
-                out.write(transcript)
-                transcript = ""
-            data = reader.stage_file(stage, file_name)
-            if not data:
-                continue
-            out.write(f"\n--- {title} ({file_name})\n")
-            if not data.endswith(b"\n"):
-                data += b"\n"
-            if raw:
-                out.flush()
-                out.buffer.write(data)
-                out.buffer.flush()
-            else:
-                out.write(printable(data.decode("utf-8", "replace")))
-        out.write(transcript)
+            _stage_list(reader, line, text)
+        else:
+            _one_stage(reader, reader.stage(node), line, text, raw=raw)
         return 0
+
+
+def _stage_list(reader: RunReader, line: Callable[[Any], str], text: Callable[[str], str]) -> None:
+    """The run's head and its stages in the order they ran, one line each."""
+    from fabro_git.events.render import format_duration as format_ms
+
+    manifest, checkpoint, full_id = reader.manifest, reader.checkpoint, reader.run_id
+    found = reader.stages()
+    out = sys.stdout
+    out.write(f"run       {full_id}  {line(manifest.workflow_name)}  {line(checkpoint.status)}\n")
+    if manifest.goal:
+        out.write(f"goal      {text(manifest.goal)}\n")
+    out.write("\n")
+    labels = [line(s.label) for s in found]
+    width = max((len(label) for label in labels), default=5)
+    for label, stage in zip(labels, found, strict=True):
+        record = stage.record
+        files = record.get("files_touched") or []
+        extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
+        out.write(
+            f"{label:<{width}}  {line(record.get('status', '?')):<19}"
+            f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
+        )
+    out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
+
+
+def _one_stage(
+    reader: RunReader,
+    stage: Stage,
+    line: Callable[[Any], str],
+    text: Callable[[str], str],
+    *,
+    raw: bool,
+) -> None:
+    """What one stage did: its record, artifacts, files and the agent's transcript."""
+    from fabro_git.events.render import format_duration as format_ms
+    from fabro_git.terminal import printable
+
+    record = stage.record
+    out = sys.stdout
+    out.write(f"stage     {line(stage.label)}\n")
+    out.write(f"status    {line(record.get('status', '?'))}")
+    if record.get("error"):
+        out.write(f": {text(str(record['error']))}")
+    out.write(f"\nduration  {format_ms(record.get('duration_ms'))}\n")
+    files = record.get("files_touched") or []
+    out.write(f"files     {', '.join(line(f) for f in files) if files else '-'}\n")
+    if record.get("notes"):
+        out.write(f"notes     {text(str(record['notes']))}\n")
+    _artifacts(reader, stage, line)
+    transcript = _transcript(reader.transcript(stage), raw=raw)
+    for file_name, title in SECTIONS:
+        if file_name == "response.md" and transcript:
+            out.write(transcript)
+            transcript = ""
+        data = reader.stage_file(stage, file_name)
+        if not data:
+            continue
+        out.write(f"\n--- {title} ({file_name})\n")
+        if not data.endswith(b"\n"):
+            data += b"\n"
+        if raw:
+            out.flush()
+            out.buffer.write(data)
+            out.buffer.flush()
+        else:
+            out.write(printable(data.decode("utf-8", "replace")))
+    out.write(transcript)
 
 
 # How much of a tool's result the transcript shows unless --raw: its first lines, each

@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal, get_args
 
 import msgspec
 
+from fabro_git.config.toml_source import convert, find_line, key_path, toml_error
 from fabro_git.errors import ConfigError, SourceError
 
 SCHEMA_VERSION = 1
@@ -310,7 +311,7 @@ def parse_layer(text: str, path: Path, name: str, *, run_config: bool) -> Layer:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise _toml_error(path, exc) from None
+        raise toml_error(path, exc) from None
     schema: type[RunConfig | DefaultsConfig] = RunConfig if run_config else DefaultsConfig
     if not run_config and "workflow" in data:
         raise SourceError(
@@ -318,7 +319,7 @@ def parse_layer(text: str, path: Path, name: str, *, run_config: bool) -> Layer:
             path=path,
             line=find_line(text, ["workflow"]),
         )
-    checked = _convert(data, schema, path, text)
+    checked = convert(data, schema, path, text)
     if checked.version != SCHEMA_VERSION:
         raise SourceError(
             f"_version: unsupported schema version {checked.version!r}; this version reads {SCHEMA_VERSION}",
@@ -723,147 +724,3 @@ def _positive_duration(text: str) -> bool:
 
     seconds = parse_duration(text.strip())
     return seconds is not None and seconds > 0
-
-
-_PATH_RE = re.compile(r"^(?P<what>.*) - at `\$(?P<path>[^`]*)`$", re.S)
-_UNKNOWN_RE = re.compile(r"^Object contains unknown field `(?P<key>[^`]*)`$")
-_MISSING_RE = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
-_EXPECTED_RE = re.compile(r"^Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`$")
-
-
-def _convert(data: dict[str, Any], schema: type[Any], path: Path, text: str) -> Any:
-    try:
-        return msgspec.convert(data, schema)
-    except msgspec.ValidationError as exc:
-        raise _validation_error(str(exc), path, text, data) from None
-
-
-def _name_dict_keys(keys: list[str], data: Any) -> list[str]:
-    """msgspec writes a table's value as `[...]`; name the key whose value is not a
-    string (every free-form table of the schema maps names to strings)."""
-    out: list[str] = []
-    node = data
-    for key in keys:
-        if key == "[...]" and isinstance(node, dict):
-            bad = [k for k, v in node.items() if not isinstance(v, str)]
-            if not bad:
-                return out
-            key = str(bad[0])
-        out.append(key)
-        if key.startswith("[") and isinstance(node, list):
-            index = int(key[1:-1])
-            node = node[index] if index < len(node) else None
-        elif isinstance(node, dict):
-            node = node.get(key)
-    return out
-
-
-def _validation_error(raw: str, path: Path, text: str, data: Any) -> SourceError:
-    match = _PATH_RE.match(raw)
-    what, where = (match["what"], match["path"]) if match else (raw, "")
-    keys = _name_dict_keys([k for k in re.split(r"\.(?![^\[]*\])|(?=\[)", where) if k], data)
-    unknown = _UNKNOWN_RE.match(what)
-    missing = _MISSING_RE.match(what)
-    expected = _EXPECTED_RE.match(what)
-    hint = None
-    if unknown:
-        keys.append(unknown["key"])
-        message = "unknown key"
-        hint = "see `man git-fabro` (RUN CONFIGURATION) for the keys a run config takes"
-    elif missing:
-        keys.append(missing["key"])
-        message = "required key is missing"
-    elif expected:
-        message = f"expected {_type_words(expected['want'])}, got {_type_words(expected['got'])}"
-    else:
-        message = what[:1].lower() + what[1:]
-    where = key_path(keys) or "(top level)"
-    return SourceError(f"{where}: {message}", path=path, line=find_line(text, keys), hint=hint)
-
-
-def key_path(keys: list[str]) -> str:
-    """run.hooks[0].event from ["run", "hooks", "[0]", "event"]."""
-    return "".join(k if k.startswith("[") or i == 0 else "." + k for i, k in enumerate(keys))
-
-
-_TYPE_WORDS = {
-    "str": "a string",
-    "int": "an integer",
-    "float": "a number",
-    "bool": "a boolean",
-    "array": "a list",
-    "object": "a table",
-    "null": "nothing",
-}
-
-
-def _type_words(name: str) -> str:
-    parts = [p.strip() for p in name.split("|")]
-    words = [_TYPE_WORDS.get(p, p) for p in parts if p != "null"] or ["nothing"]
-    return " or ".join(words)
-
-
-def _toml_error(path: Path, exc: tomllib.TOMLDecodeError) -> SourceError:
-    message = str(exc)
-    match = re.search(r"\s*\(at line (\d+), column (\d+)\)$", message)
-    if match is None:
-        match = re.search(r"\s*\(at end of document\)$", message)
-        line = column = None
-        if match is not None:
-            text = path.read_text(encoding="utf-8", errors="replace")
-            line = text.count("\n") + 1
-    else:
-        line, column = int(match[1]), int(match[2])
-    detail = message[: match.start()] if match else message
-    return SourceError(f"invalid TOML: {detail}", path=path, line=line, column=column)
-
-
-def line_of(path: Path, keys: list[str]) -> int | None:
-    """The line of `path` that sets the key path `keys`, for a message about it."""
-    try:
-        return find_line(path.read_text(encoding="utf-8"), keys)
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def find_line(text: str, keys: list[str]) -> int | None:
-    """The line that sets `keys` (a key path such as run.hooks[1].event), found by
-    scanning for its table header and then the key; None when it cannot be told."""
-    # A key inside an inline table or array is not on a line of its own: fall back to
-    # the line of the nearest enclosing key that is.
-    for end in range(len(keys), 0, -1):
-        found = _scan_for(text, keys[:end])
-        if found is None and any(k.startswith("[") for k in keys[:end]):
-            found = _scan_for(text, [k for k in keys[:end] if not k.startswith("[")], indexed=False)
-        if found is not None:
-            return found
-    return None
-
-
-_HEADER_RE = re.compile(r"^\s*(\[\[?)\s*([^\]]+?)\s*\]\]?\s*(#.*)?$")
-_KEY_RE = re.compile(r"^\s*([A-Za-z0-9_.\-\"' ]+?)\s*=")
-
-
-def _scan_for(text: str, keys: list[str], *, indexed: bool = True) -> int | None:
-    if not keys:
-        return None
-    current: list[str] = []
-    seen: dict[tuple[str, ...], int] = {}
-    for number, line in enumerate(text.splitlines(), 1):
-        header = _HEADER_RE.match(line)
-        if header is not None:
-            current = [part.strip().strip("\"'") for part in header[2].split(".")]
-            if header[1] == "[[" and indexed:
-                index = seen.get(tuple(current), -1) + 1
-                seen[tuple(current)] = index
-                current = [*current, f"[{index}]"]
-            if current == keys:
-                return number
-            continue
-        key = _KEY_RE.match(line)
-        if key is None:
-            continue
-        full = current + [part.strip().strip("\"'") for part in key[1].split(".")]
-        if full[: len(keys)] == keys:
-            return number
-    return None

@@ -35,16 +35,18 @@ import msgspec
 from fabro_git.config.run_config import (
     ENV_REFERENCE,
     PROJECT_CONFIG,
+    AgentConfig,
     DefaultsConfig,
+    EventSinkConfig,
     HookConfig,
     Layer,
     McpServerConfig,
     RunSection,
-    find_line,
     load_layer,
     parse_layer,
     user_settings_path,
 )
+from fabro_git.config.toml_source import find_line
 from fabro_git.errors import ConfigError
 
 STORE_VERSION = 1
@@ -102,24 +104,8 @@ def actions(run: RunSection) -> list[Action]:
     found: list[Action] = []
     for i, hook in enumerate(run.hooks):
         found += _hook_actions(f"run.hooks[{i}]", hook)
-    agent = run.agent
-    if agent is not None:
-        if agent.permissions == "full":
-            found.append(
-                Action(
-                    "run.agent.permissions",
-                    "lets agent stages run shell commands and MCP tools without asking",
-                )
-            )
-        if agent.cli_command is not None:
-            found.append(
-                Action(
-                    "run.agent.cli_command",
-                    f"runs {shown(' '.join(agent.cli_command))} for each agent stage with backend=cli",
-                )
-            )
-        for name, server in agent.mcps.items():
-            found += _mcp_actions(name, server)
+    if run.agent is not None:
+        found += _agent_actions(run.agent)
     if run.prepare is not None:
         for i, step in enumerate(run.prepare.steps):
             found.append(
@@ -128,14 +114,7 @@ def actions(run: RunSection) -> list[Action]:
                 )
             )
     for i, sink in enumerate(run.events.sinks if run.events is not None else []):
-        key = f"run.events.sinks[{i}]"
-        if sink.type == "file":
-            found.append(Action(key, f"appends every event of the run to {shown(sink.path or '')}"))
-        else:
-            program = sink.script if sink.script is not None else " ".join(sink.command or [])
-            found.append(
-                Action(key, f"runs {shown(program)} for the whole run, every event on its stdin")
-            )
+        found.append(_sink_action(f"run.events.sinks[{i}]", sink))
     if run.sandbox is not None:
         # A literal value acts too: LD_PRELOAD, PATH or GIT_SSH_COMMAND choose what runs.
         for variable, value in run.sandbox.env.items():
@@ -154,6 +133,36 @@ def actions(run: RunSection) -> list[Action]:
             )
         )
     return found
+
+
+def _agent_actions(agent: AgentConfig) -> list[Action]:
+    """What the `[run.agent]` table lets agents do: its permissions, program and servers."""
+    found: list[Action] = []
+    if agent.permissions == "full":
+        found.append(
+            Action(
+                "run.agent.permissions",
+                "lets agent stages run shell commands and MCP tools without asking",
+            )
+        )
+    if agent.cli_command is not None:
+        found.append(
+            Action(
+                "run.agent.cli_command",
+                f"runs {shown(' '.join(agent.cli_command))} for each agent stage with backend=cli",
+            )
+        )
+    for name, server in agent.mcps.items():
+        found += _mcp_actions(name, server)
+    return found
+
+
+def _sink_action(key: str, sink: EventSinkConfig) -> Action:
+    """Where an event sink sends the run's events: a file it appends to, or a program."""
+    if sink.type == "file":
+        return Action(key, f"appends every event of the run to {shown(sink.path or '')}")
+    program = sink.script if sink.script is not None else " ".join(sink.command or [])
+    return Action(key, f"runs {shown(program)} for the whole run, every event on its stdin")
 
 
 def _mcp_actions(name: str, server: McpServerConfig) -> list[Action]:

@@ -295,21 +295,12 @@ def sweep_adopted(mark: str | None, *, hooks_too: bool = True) -> list[int]:
     for _ in range(50):
         table = reaper.processes()
         spared = _spared()
-        targets = []
-        for process in reaper.adopted(table):
-            if process.pid in spared:
-                continue
-            value = reaper.mark_of(process.pid)
-            if value == _Subreaper.own_mark and value is not None:
-                continue
-            if mark is None:
-                if not hooks_too and _ours(value) and _outlives_the_walk(str(value)):
-                    continue
-            elif value == mark or (value or "").startswith(f"{mark}."):
-                pass
-            elif _ours(value) or others:
-                continue
-            targets.append(process)
+        targets = [
+            process
+            for process in reaper.adopted(table)
+            if process.pid not in spared
+            and _swept(reaper.mark_of(process.pid), mark, others=bool(others), hooks_too=hooks_too)
+        ]
         if not targets:
             break
         targets += reaper.descendants([p.pid for p in targets], table)
@@ -322,6 +313,18 @@ def sweep_adopted(mark: str | None, *, hooks_too: bool = True) -> list[int]:
         forget(_adopted_records.pop(pid, None))
     _reap()
     return killed
+
+
+def _swept(value: str | None, mark: str | None, *, others: bool, hooks_too: bool) -> bool:
+    """Whether `sweep_adopted(mark)` kills an adopted process that carries the mark
+    `value`; `others` tells whether another stage is running."""
+    if value == _Subreaper.own_mark and value is not None:
+        return False  # this process's own helper
+    if mark is None:
+        return hooks_too or not (_ours(value) and _outlives_the_walk(str(value)))
+    if value == mark or (value or "").startswith(f"{mark}."):
+        return True
+    return not (_ours(value) or others)
 
 
 def record_adopted(directory: Path) -> None:

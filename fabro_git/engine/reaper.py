@@ -74,7 +74,7 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 _PROC = Path("/proc")
 
@@ -271,33 +271,48 @@ def kill_recorded(
         if owner is not None and entry.get("owner") != owner:
             continue
         if isinstance(orphan, int):
-            # A process `git fabro` adopted: killed, with all under it, if still itself.
-            if kind not in (None, "stage"):
-                continue
-            process = read_stat(orphan) if entry.get("boot") == boot_id() else None
-            if process is not None and process.start == entry.get("start"):
-                killed += kill_processes([process, *descendants([orphan])])
-            forget(path)
-            continue
-        if isinstance(mark, str):
-            # The run's nonce: every process of this kind (or any) carrying it goes;
-            # the record stays while hooks may still run.
-            if entry.get("boot") == boot_id() and _PROC.is_dir():
-                killed += kill_marked(mark if kind is None else f"{mark}.{kind}")
-            if kind is None:
-                forget(path)
-            continue
-        if kind is not None and entry.get("kind", "stage") != kind:
-            continue
-        if still_ours(pgid, entry.get("start"), entry.get("boot")):
-            # What left the group from under its members goes too: found first, as a
-            # member's death re-parents its children.
-            table = processes()
-            below = descendants([p.pid for p in table if p.pgid == pgid], table)
-            _stop(pgid, grace)
-            kill_processes(p for p in below if p.pgid != pgid)
-            killed.append(pgid)
+            if kind in (None, "stage"):
+                killed += _kill_adopted(path, entry, orphan)
+        elif isinstance(mark, str):
+            killed += _kill_run_mark(path, entry, mark, kind)
+        elif kind is None or entry.get("kind", "stage") == kind:
+            killed += _kill_group(path, entry, pgid, grace)
+    return killed
+
+
+def _kill_adopted(path: Path, entry: dict[str, Any], orphan: int) -> list[int]:
+    """A process `git fabro` adopted: killed, with all under it, if still itself."""
+    killed: list[int] = []
+    process = read_stat(orphan) if entry.get("boot") == boot_id() else None
+    if process is not None and process.start == entry.get("start"):
+        killed = kill_processes([process, *descendants([orphan])])
+    forget(path)
+    return killed
+
+
+def _kill_run_mark(path: Path, entry: dict[str, Any], mark: str, kind: str | None) -> list[int]:
+    """The run's nonce: every process of this kind (or any) carrying it goes; the record
+    stays while hooks may still run."""
+    killed: list[int] = []
+    if entry.get("boot") == boot_id() and _PROC.is_dir():
+        killed = kill_marked(mark if kind is None else f"{mark}.{kind}")
+    if kind is None:
         forget(path)
+    return killed
+
+
+def _kill_group(path: Path, entry: dict[str, Any], pgid: int, grace: float) -> list[int]:
+    """A recorded process group, if it is still the one recorded."""
+    killed: list[int] = []
+    if still_ours(pgid, entry.get("start"), entry.get("boot")):
+        # What left the group from under its members goes too: found first, as a
+        # member's death re-parents its children.
+        table = processes()
+        below = descendants([p.pid for p in table if p.pgid == pgid], table)
+        _stop(pgid, grace)
+        kill_processes(p for p in below if p.pgid != pgid)
+        killed.append(pgid)
+    forget(path)
     return killed
 
 

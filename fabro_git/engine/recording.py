@@ -189,11 +189,10 @@ class MainRecording:
         return early
 
 
-class BranchRecording:
-    """A parallel branch: its worktree committed on its own ref after every stage."""
-
-    walk_name = "its parallel branch"
-    workflow_name = "the branch's workflow"
+class _NestedRecording:
+    """What the walks nested in the run's share, a parallel branch's and a child
+    workflow's: files_touched against the scope's own tree, and no clean start (that is
+    the run's own)."""
 
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -204,6 +203,13 @@ class BranchRecording:
     def clean_start(self, scope: Scope) -> CleanStart | None:
         self.ledger.clean_mark = None  # used at most once, and only by the run's stages
         return None
+
+
+class BranchRecording(_NestedRecording):
+    """A parallel branch: its worktree committed on its own ref after every stage."""
+
+    walk_name = "its parallel branch"
+    workflow_name = "the branch's workflow"
 
     async def record(self, scope: Scope, stage: FinishedStage, decision: Decision) -> None:
         await self.ledger.call(self._commit, scope, stage)
@@ -246,21 +252,11 @@ class BranchRecording:
         ledger.emit(GitCommit(sha=sha), node_id=qid)
 
 
-class ChildRecording:
+class ChildRecording(_NestedRecording):
     """A child workflow: its tree after each stage, and where it stands, for a resume."""
 
     walk_name = "its child workflow"
     workflow_name = "the child workflow"
-
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
-
-    async def files_touched(self, scope: Scope, stage_id: str) -> list[str]:
-        return await _scope_files_touched(self.ledger, scope, stage_id)
-
-    def clean_start(self, scope: Scope) -> CleanStart | None:
-        self.ledger.clean_mark = None  # used at most once, and only by the run's stages
-        return None
 
     async def record(self, scope: Scope, stage: FinishedStage, decision: Decision) -> None:
         ledger = self.ledger

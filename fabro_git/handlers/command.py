@@ -112,7 +112,9 @@ def notice_stripped(req: StageRequest, script: str, where: str) -> None:
         req.emit(RunNotice(level="warn", code=NOTICE_CODE, message=stripped_notice(names, where)))
 
 
-async def execute(req: StageRequest) -> Outcome:
+def _script(req: StageRequest) -> tuple[str, str]:
+    """The node's script and its language (shell or python); a `WorkflowError` naming
+    the node's line when either is missing or wrong."""
     node = req.node
     script = node.get("script") or node.get("tool_command")
     if not script:
@@ -130,6 +132,11 @@ async def execute(req: StageRequest) -> Outcome:
             line=node.line,
             column=node.column,
         )
+    return script, language
+
+
+async def execute(req: StageRequest) -> Outcome:
+    script, language = _script(req)
     stdout_path = req.stage_dir / "stdout.log"
     stderr_path = req.stage_dir / "stderr.log"
     env = stage_environment(req)

@@ -47,8 +47,9 @@ from fabro_git.llm.errors import LlmError
 if TYPE_CHECKING:
     from fabro_git.agent.mcp import McpServerSpec
     from fabro_git.agent.permissions import Answer, Level, PermissionGate
-    from fabro_git.agent.session import AgentResult, Conversation
+    from fabro_git.agent.session import AgentLimits, AgentResult, Conversation
     from fabro_git.outputs.directives import StatusFile
+    from fabro_git.workflow.model import Node
 
 DEFAULT_PROMPT_MAX_TOKENS = 4096
 DEFAULT_AGENT_MAX_TOKENS = 16384
@@ -112,7 +113,10 @@ def _mcp_specs(
                     name=name,
                     transport=server.type,
                     argv=argv,
-                    env={**base, **{k: fill(v, f"env.{k}") for k, v in server.env.items()}},
+                    env={
+                        **base,
+                        **{k: fill(v, f"env.{k}") for k, v in server.env.items()},
+                    },
                     url=fill(server.url or "", "url"),
                     headers={k: fill(v, f"headers.{k}") for k, v in server.headers.items()},
                     startup_timeout=startup,
@@ -132,7 +136,10 @@ def permission_level(req: StageRequest) -> tuple[Level, str]:
     from fabro_git.agent.permissions import DEFAULT_LEVEL, check_level
 
     for value, source in (
-        (req.node.get("permissions"), f"permissions={req.node.get('permissions')} on the node"),
+        (
+            req.node.get("permissions"),
+            f"permissions={req.node.get('permissions')} on the node",
+        ),
         (req.agent_config.get("permissions"), "the run's [run.agent] permissions"),
     ):
         if value:
@@ -155,7 +162,11 @@ def permission_gate(req: StageRequest, emit: Callable[[EventProps], object]) -> 
     level, source = permission_level(req)
     if not req.person_at_terminal:
         return PermissionGate(level, source=source)
-    choices = [Choice("y", "yes", "yes"), Choice("a", "always", "always"), Choice("n", "no", "no")]
+    choices = [
+        Choice("y", "yes", "yes"),
+        Choice("a", "always", "always"),
+        Choice("n", "no", "no"),
+    ]
 
     async def ask(tool: str, arguments: Mapping[str, Any]) -> Answer | None:
         text = f"Agent {req.node_id} wants to run: {describe_call(tool, arguments)}. Allow it?"
@@ -281,7 +292,8 @@ async def run_prompt(
         req.emit(props, session_id=session_id)
 
     req.emit_session(
-        AgentSessionStarted(provider=target.provider, model=target.model), session_id=session_id
+        AgentSessionStarted(provider=target.provider, model=target.model),
+        session_id=session_id,
     )
     try:
         response = await complete(
@@ -318,7 +330,7 @@ async def run_agent(
     req: StageRequest, body: str, preamble: str, status_file: StatusFile
 ) -> Outcome:
     """The agent loop in the stage's worktree until the model answers in text."""
-    from fabro_git.agent.session import AgentLimits, AgentSession
+    from fabro_git.agent.session import AgentSession
     from fabro_git.agent.subagents import DEFAULT_MAX_DEPTH, SubAgents
 
     node = req.node
@@ -358,10 +370,7 @@ async def run_agent(
         target=target,
         fallbacks=fallbacks,
         emit=forward,
-        limits=AgentLimits(
-            max_tokens=node.get_int("max_tokens", DEFAULT_AGENT_MAX_TOKENS),
-            max_turns=max(0, node.get_int("max_turns", DEFAULT_AGENT_MAX_TURNS)),
-        ),
+        limits=_limits(node),
         env=os.environ,
         shell_env=stage_env,
         session_id=session_id,
@@ -392,6 +401,26 @@ async def run_agent(
     req.on_timeout(timed_out)
     with req.take_steering(session.steer):
         result = await session.run(body, preamble=preamble)
+    await _keep_reply(req, result)
+    if thread and result.status in ("completed", "turn_limit"):
+        req.save_thread(thread, session.conversation.to_bytes())
+    spent = stage_usage(served[0], result.usage, result.cost)
+    return await _agent_outcome(req, result, spent, status_file)
+
+
+def _limits(node: Node) -> AgentLimits:
+    """The session's limits a node sets: tokens a reply, model calls a session."""
+    from fabro_git.agent.session import AgentLimits
+
+    return AgentLimits(
+        max_tokens=node.get_int("max_tokens", DEFAULT_AGENT_MAX_TOKENS),
+        max_turns=max(0, node.get_int("max_turns", DEFAULT_AGENT_MAX_TURNS)),
+    )
+
+
+async def _keep_reply(req: StageRequest, result: AgentResult) -> None:
+    """The reply the stage records: response.md streamed as it came unless the last
+    turn's was not the one stored, and the text itself when the session failed."""
     if result.text_file is None:
         # The file holds a turn's raw reply that is not the one stored: gone, so the
         # scratch dir keeps no unmasked copy of it.
@@ -401,10 +430,6 @@ async def run_agent(
         await trio.to_thread.run_sync(lambda: raw.unlink(missing_ok=True))
     if result.status in ("failed", "turn_limit"):  # no response.<node>: kept as it is
         req.files["response.md"] = result.text.encode("utf-8", "backslashreplace")
-    if thread and result.status in ("completed", "turn_limit"):
-        req.save_thread(thread, session.conversation.to_bytes())
-    spent = stage_usage(served[0], result.usage, result.cost)
-    return await _agent_outcome(req, result, spent, status_file)
 
 
 def _mcp_toolsets(
@@ -417,7 +442,8 @@ def _mcp_toolsets(
         forward(AgentMcpFailed(server_name=name, error=error))
         if required:
             return [], Outcome.failure(
-                f"MCP server {name!r} is required and cannot start: {error}", DETERMINISTIC
+                f"MCP server {name!r} is required and cannot start: {error}",
+                DETERMINISTIC,
             )
     if not servers:
         return [], None

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import os
 import uuid
+from pathlib import Path
 
 from fabro_git.config.locations import open_private
 from fabro_git.engine import outcome as oc
-from fabro_git.engine.model_choice import CLI_ALTERNATIVES, cli_choice
-from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.model_choice import CLI_ALTERNATIVES, CliChoice, cli_choice
+from fabro_git.engine.outcome import Outcome, Usage
 from fabro_git.engine.process import META_LIMIT, excerpt, run_script
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
@@ -53,12 +54,14 @@ from fabro_git.outputs.directives import StatusFile
 # Paths listed at most in one stage's files_touched (as for command stages).
 FILES_TOUCHED_LIMIT = 1000
 
+# What the CLI printed, in the stage's scratch dir and (its start) on the meta ref.
+STDOUT_LOG = "cli-stdout.log"
+STDERR_LOG = "cli-stderr.log"
+
 
 async def run_cli_agent(
     req: StageRequest, body: str, preamble: str, status_file: StatusFile
 ) -> Outcome:
-    from fabro_git.llm import usage as llm_usage
-
     node = req.node
     settings = req.agent_config
     custom = settings.get("cli_command") or None
@@ -67,50 +70,17 @@ async def run_cli_agent(
     prompt = preamble + body
     req.emit(StagePrompt(text=prompt))
     req.files["prompt.md"] = prompt.encode()
-    from fabro_git.handlers.llm_api import permission_level
-
-    level, source = permission_level(req)
-    if custom:
-        req.emit(
-            RunNotice(
-                level="warn",
-                code="permissions_not_enforced",
-                message=f"node {node.id}: the permission level {level} ({source}) cannot be "
-                f"enforced for the agent CLI {custom[0]} ([run.agent] cli_command): it runs "
-                "with whatever permissions it gives itself",
-            )
-        )
     prompt_path = req.stage_dir / "cli-prompt.md"
-    with open(open_private(prompt_path, os.O_WRONLY | os.O_TRUNC), "wb") as fh:
-        fh.write(prompt.encode())
-    try:
-        call = cli.invocation(
-            choice.provider,
-            model=choice.model,
-            prompt=prompt,
-            prompt_file=str(prompt_path),
-            worktree=str(req.worktree),
-            node_id=node.id,
-            custom=custom,
-            custom_output=settings.get("cli_output"),
-            permissions=level,
-        )
-    except cli.NoProfile as err:  # check_stages refuses this before the run
-        raise ConfigError(f"node {node.id!r}: no agent CLI for provider {err}") from None
+    call = _invocation(req, choice, prompt, prompt_path, custom, settings.get("cli_output"))
     argv = [choice.program, *call.argv[1:]]
-    stdout_path = req.stage_dir / "cli-stdout.log"
-    stderr_path = req.stage_dir / "cli-stderr.log"
-
-    def keep_output() -> str:
-        req.files["cli-command.json"] = _argv_record(call.argv, prompt)
-        req.files["cli-stdout.log"] = excerpt(stdout_path, META_LIMIT)
-        err = req.files["cli-stderr.log"] = excerpt(stderr_path, META_LIMIT)
-        return err.decode("utf-8", "replace")
+    stdout_path = req.stage_dir / STDOUT_LOG
+    stderr_path = req.stage_dir / STDERR_LOG
 
     session_id = f"ses_{uuid.uuid4().hex[:16]}"
     label_model = choice.model or call.argv[0]
     req.emit_session(
-        AgentSessionStarted(provider=choice.provider, model=label_model), session_id=session_id
+        AgentSessionStarted(provider=choice.provider, model=label_model),
+        session_id=session_id,
     )
     try:
         before = await req.snapshot_worktree()
@@ -118,7 +88,7 @@ async def run_cli_agent(
         async def timed_out(seconds: float) -> Outcome:
             # Awaited once the CLI's process group is gone: what it changed stays, and is
             # told as a finished stage's is.
-            keep_output()
+            _keep_output(req, call.argv, prompt)
             return Outcome.failure(
                 f"agent CLI {call.argv[0]} for {node.id} timed out after {seconds:g}s",
                 oc.TRANSIENT,
@@ -137,26 +107,9 @@ async def run_cli_agent(
             stdin=prompt_path if call.prompt_on_stdin else None,
         )
         files = await req.touched_since(before, limit=FILES_TOUCHED_LIMIT)
-        stderr_text = keep_output()
+        stderr_text = _keep_output(req, call.argv, prompt)
         reply = cli.parse_output(call.output, stdout_path.read_bytes())
-        used = reply.usage
-        served = reply.model or label_model
-        spent = None
-        if used is not None:
-            cost = reply.cost if reply.cost is not None else llm_usage.estimate_cost(served, used)
-            spent = stage_usage(served, used, cost)
-        if used is not None or reply.text:
-            # A CLI that reports no usage (plain text output) shows as zero tokens here;
-            # the stage then records no usage at all rather than a false zero.
-            req.emit(
-                AgentMessage(
-                    text=reply.text,
-                    model=served,
-                    usage=llm_usage.token_usage(used or llm.Usage()),
-                    tool_call_count=reply.tool_calls,
-                ),
-                session_id=session_id,
-            )
+        spent = _told_reply(req, reply, label_model, session_id)
         # A long reply's response.md and its offloaded value are one blob.
         value = await recorded_reply(req, reply.text)
         req.emit(AgentProcessingEnd(), session_id=session_id)
@@ -183,6 +136,90 @@ async def run_cli_agent(
         # Reached when the stage's timeout or Ctrl-C cuts the CLI off too: every session
         # that started ends.
         req.emit_session(AgentSessionEnded(), session_id=session_id)
+
+
+def _keep_output(req: StageRequest, argv: list[str], prompt: str) -> str:
+    """Records the CLI's command line and the start of its output; its stderr's start."""
+    req.files["cli-command.json"] = _argv_record(argv, prompt)
+    req.files[STDOUT_LOG] = excerpt(req.stage_dir / STDOUT_LOG, META_LIMIT)
+    err = req.files[STDERR_LOG] = excerpt(req.stage_dir / STDERR_LOG, META_LIMIT)
+    return err.decode("utf-8", "replace")
+
+
+def _warn_unenforced(req: StageRequest, program: str, level: str, source: str) -> None:
+    """A custom agent CLI gets no permission flags: the stage says so."""
+    req.emit(
+        RunNotice(
+            level="warn",
+            code="permissions_not_enforced",
+            message=f"node {req.node.id}: the permission level {level} ({source}) cannot be "
+            f"enforced for the agent CLI {program} ([run.agent] cli_command): it runs "
+            "with whatever permissions it gives itself",
+        )
+    )
+
+
+def _invocation(
+    req: StageRequest,
+    choice: CliChoice,
+    prompt: str,
+    prompt_path: Path,
+    custom: list[str] | None,
+    custom_output: str | None,
+) -> cli.CliInvocation:
+    """The CLI's argv and how its output reads, for this stage at its permission level
+    (which a custom command is told it does not enforce); the prompt is written to
+    `prompt_path` for a CLI that reads it from a file or stdin."""
+    from fabro_git.handlers.llm_api import permission_level
+
+    level, source = permission_level(req)
+    if custom:
+        _warn_unenforced(req, custom[0], level, source)
+    with open(open_private(prompt_path, os.O_WRONLY | os.O_TRUNC), "wb") as fh:
+        fh.write(prompt.encode())
+    node = req.node
+    try:
+        return cli.invocation(
+            choice.provider,
+            model=choice.model,
+            prompt=prompt,
+            prompt_file=str(prompt_path),
+            worktree=str(req.worktree),
+            node_id=node.id,
+            custom=custom,
+            custom_output=custom_output,
+            permissions=level,
+        )
+    except cli.NoProfile as err:  # check_stages refuses this before the run
+        raise ConfigError(f"node {node.id!r}: no agent CLI for provider {err}") from None
+
+
+def _told_reply(
+    req: StageRequest, reply: cli.CliReply, label_model: str, session_id: str
+) -> Usage | None:
+    """Emits the CLI's reply as the session's message; the stage's usage when the CLI
+    reported any."""
+    from fabro_git.llm import usage as llm_usage
+
+    used = reply.usage
+    served = reply.model or label_model
+    spent = None
+    if used is not None:
+        cost = reply.cost if reply.cost is not None else llm_usage.estimate_cost(served, used)
+        spent = stage_usage(served, used, cost)
+    if used is not None or reply.text:
+        # A CLI that reports no usage (plain text output) shows as zero tokens here;
+        # the stage then records no usage at all rather than a false zero.
+        req.emit(
+            AgentMessage(
+                text=reply.text,
+                model=served,
+                usage=llm_usage.token_usage(used or llm.Usage()),
+                tool_call_count=reply.tool_calls,
+            ),
+            session_id=session_id,
+        )
+    return spent
 
 
 def _provider_keys(provider: str) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ it jumps there, so that stage works on the merged result.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -34,10 +34,15 @@ from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import WorkflowError
 from fabro_git.events.catalogue import ParallelBranchResult, ParallelCompleted, ParallelStarted
 
+if TYPE_CHECKING:
+    from fabro_git.workflow.model import Edge
+
 RANK = {SUCCEEDED: 0, PARTIAL: 1, SKIPPED: 2, FAILED: 3}
 
 
-async def fan_out(req: StageRequest) -> Outcome:
+def _edges_and_policy(req: StageRequest) -> tuple[list[Edge], str]:
+    """The fan-out node's outgoing edges and its join policy; a `WorkflowError` naming
+    the node's line when it has no edge or an unknown policy."""
     node = req.node
     graph = req.graph
     edges = graph.outgoing(node.id)
@@ -56,6 +61,13 @@ async def fan_out(req: StageRequest) -> Outcome:
             line=node.line,
             column=node.column,
         )
+    return edges, policy
+
+
+async def fan_out(req: StageRequest) -> Outcome:
+    node = req.node
+    graph = req.graph
+    edges, policy = _edges_and_policy(req)
     started = time.monotonic()
     req.emit(ParallelStarted(visit=req.visit, branch_count=len(edges)))
     said = await req.fire_hook("parallel_start", branch_count=len(edges))

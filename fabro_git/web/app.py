@@ -205,77 +205,116 @@ def build(
 ) -> tuple[ASGIApp, Callable[[trio.Nursery], None]]:
     """The guarded app, and the call that gives it the nursery its run feeds live in
     (made when the server starts)."""
-    from fabro_git.store.runs import is_run_id
+    site = _Site(source)
 
-    state: dict[str, Feeds] = {}
+    async def refused(request: Request, exc: Exception) -> Response:
+        # A run git cannot read, or Graphviz missing: said as the commands say it.
+        assert isinstance(exc, FabroError)
+        return JSONResponse({"error": exc.message, "hint": exc.hint}, status_code=500)
 
-    def feeds() -> Feeds:
-        return state["feeds"]
+    app = Starlette(routes=site.routes(), exception_handlers={FabroError: refused})
+    return Guard(app, token, port, loopback=loopback), site.start
 
-    def start(nursery: trio.Nursery) -> None:
-        state["feeds"] = Feeds(source, nursery)
 
-    async def blocking(fn: Callable[..., Any], *args: Any) -> Any:
-        return await trio.to_thread.run_sync(fn, *args)
+RunEndpoint = Callable[[Request, str], Awaitable[Response]]
 
-    async def known_run(request: Request) -> str | None:
+
+async def _blocking(fn: Callable[..., Any], *args: Any) -> Any:
+    return await trio.to_thread.run_sync(fn, *args)
+
+
+def _page(name: str) -> Callable[[Request], Awaitable[Response]]:
+    async def endpoint(request: Request) -> Response:
+        data = await _blocking(_package_file, PAGES[name])
+        return Response(data, media_type="text/html; charset=utf-8")
+
+    return endpoint
+
+
+async def _static(request: Request) -> Response:
+    name = str(request.path_params["name"])
+    if name not in STATIC:
+        return PlainTextResponse("not found\n", status_code=404)
+    data = await _blocking(_package_file, name)
+    return Response(data, media_type=STATIC[name], headers={"cache-control": "no-cache"})
+
+
+def _no_run() -> Response:
+    return JSONResponse({"error": "no such run in this repository"}, status_code=404)
+
+
+class _Site:
+    """The endpoints of one server over one repository's runs. Each reads the repository
+    off the trio loop; the run feeds live in the nursery `start` is given."""
+
+    def __init__(self, source: RepositoryRuns) -> None:
+        self.source = source
+        self.feeds: Feeds | None = None
+
+    def start(self, nursery: trio.Nursery) -> None:
+        self.feeds = Feeds(self.source, nursery)
+
+    def routes(self) -> list[Route]:
+        of_run = self._of_known_run
+        return [
+            Route("/", _page("runs")),
+            Route("/runs/{run_id}", _page("run")),
+            Route("/static/{name}", _static),
+            Route("/favicon.ico", lambda request: Response(status_code=204)),
+            Route("/api/runs", self.runs),
+            Route("/api/events", self.every_event),
+            Route("/api/runs/{run_id}", of_run(self.run)),
+            Route("/api/runs/{run_id}/row", of_run(self.row)),
+            Route("/api/runs/{run_id}/stages", of_run(self.stages)),
+            Route("/api/runs/{run_id}/stages/{stage_id}", of_run(self.stage)),
+            Route("/api/runs/{run_id}/graph.svg", of_run(self.graph)),
+            Route("/api/runs/{run_id}/artifacts/{path:path}", of_run(self.artifact)),
+            Route("/api/runs/{run_id}/events", of_run(self.run_events)),
+            Route("/api/runs/{run_id}/gates", of_run(self.gates)),
+            Route("/api/runs/{run_id}/{action}", self.act, methods=["POST"]),
+        ]
+
+    async def known_run(self, request: Request) -> str | None:
+        """The request's run id when it names a run of this repository."""
+        from fabro_git.store.runs import is_run_id
+
         run_id = str(request.path_params["run_id"])
-        if not is_run_id(run_id) or not await blocking(source.exists, run_id):
+        if not is_run_id(run_id) or not await _blocking(self.source.exists, run_id):
             return None
         return run_id
 
-    def no_run() -> Response:
-        return JSONResponse({"error": "no such run in this repository"}, status_code=404)
+    def _of_known_run(self, endpoint: RunEndpoint) -> Callable[[Request], Awaitable[Response]]:
+        """`endpoint`, called with the request's run id, or a 404 when no such run."""
 
-    def page(name: str) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            data = await blocking(_package_file, PAGES[name])
-            return Response(data, media_type="text/html; charset=utf-8")
+        async def checked(request: Request) -> Response:
+            run_id = await self.known_run(request)
+            if run_id is None:
+                return _no_run()
+            return await endpoint(request, run_id)
 
-        return endpoint
+        return checked
 
-    async def static(request: Request) -> Response:
-        name = str(request.path_params["name"])
-        if name not in STATIC:
-            return PlainTextResponse("not found\n", status_code=404)
-        data = await blocking(_package_file, name)
-        return Response(data, media_type=STATIC[name], headers={"cache-control": "no-cache"})
+    async def runs(self, request: Request) -> Response:
+        return _json(await _blocking(self.source.rows))
 
-    async def runs(request: Request) -> Response:
-        return _json(await blocking(source.rows))
+    async def row(self, request: Request, run_id: str) -> Response:
+        return _json(await _blocking(self.source.row, run_id))
 
-    async def row(request: Request) -> Response:
-        run_id = await known_run(request)
-        if run_id is None:
-            return no_run()
-        return _json(await blocking(source.row, run_id))
+    async def run(self, request: Request, run_id: str) -> Response:
+        return _json(await _blocking(_run_view, self.source, run_id))
 
-    async def run(request: Request) -> Response:
-        run_id = await known_run(request)
-        if run_id is None:
-            return no_run()
-        return _json(await blocking(_run_view, source, run_id))
+    async def stages(self, request: Request, run_id: str) -> Response:
+        return _json((await _blocking(_run_view, self.source, run_id))["stages"])
 
-    async def stages(request: Request) -> Response:
-        run_id = await known_run(request)
-        if run_id is None:
-            return no_run()
-        return _json((await blocking(_run_view, source, run_id))["stages"])
-
-    async def stage(request: Request) -> Response:
-        run_id = await known_run(request)
-        if run_id is None:
-            return no_run()
-        found = await blocking(_stage_view, source, run_id, str(request.path_params["stage_id"]))
+    async def stage(self, request: Request, run_id: str) -> Response:
+        stage_id = str(request.path_params["stage_id"])
+        found = await _blocking(_stage_view, self.source, run_id, stage_id)
         if found is None:
             return JSONResponse({"error": "no such stage in this run"}, status_code=404)
         return _json(found)
 
-    async def artifact(request: Request) -> Response:
-        run_id = await known_run(request)
-        if run_id is None:
-            return no_run()
-        found = await blocking(_artifact, source, run_id, str(request.path_params["path"]))
+    async def artifact(self, request: Request, run_id: str) -> Response:
+        found = await _blocking(_artifact, self.source, run_id, str(request.path_params["path"]))
         if found is None:
             return JSONResponse({"error": "no such artifact in this run"}, status_code=404)
         name, data = found
@@ -286,36 +325,30 @@ def build(
             headers={"content-disposition": f'attachment; filename="{name}"'},
         )
 
-    async def graph(request: Request) -> Response:
-        run_id = await known_run(request)
-        if run_id is None:
-            return no_run()
-        svg = await blocking(_graph_svg, source, run_id)
+    async def graph(self, request: Request, run_id: str) -> Response:
+        svg = await _blocking(_graph_svg, self.source, run_id)
         return Response(svg, media_type="image/svg+xml")
 
-    async def run_events(request: Request) -> Response:
-        run_id = await known_run(request)
-        if run_id is None:
-            return no_run()
+    async def run_events(self, request: Request, run_id: str) -> Response:
         last_id = request.headers.get("last-event-id") or request.query_params.get("after")
-        return SseResponse(lambda send: run_stream(feeds(), run_id, last_id, send))
+        feeds = self.feeds
+        assert feeds is not None, "the server answers only once started"
+        return SseResponse(lambda send: run_stream(feeds, run_id, last_id, send))
 
-    async def every_event(request: Request) -> Response:
+    async def every_event(self, request: Request) -> Response:
         if request.query_params.get("from") == "now":
             # Placed before the answer starts: a page that reads the runs once its
             # stream is open misses nothing in between.
-            following = await blocking(source.from_now)
+            following = await _blocking(self.source.from_now)
             return SseResponse(lambda send: new_events_stream(following, send))
         last_id = request.headers.get("last-event-id") or request.query_params.get("after")
-        return SseResponse(lambda send: all_runs_stream(source, last_id, send))
+        return SseResponse(lambda send: all_runs_stream(self.source, last_id, send))
 
-    async def gates(request: Request) -> Response:
-        run_id = await known_run(request)
-        if run_id is None:
-            return no_run()
-        return SseResponse(lambda send: _gates(source, run_id, send))
+    async def gates(self, request: Request, run_id: str) -> Response:
+        return SseResponse(lambda send: _gates(self.source, run_id, send))
 
-    async def act(request: Request) -> Response:
+    async def act(self, request: Request) -> Response:
+        """A button of the run's page: answer a gate, steer, interrupt."""
         body = bytearray()
         async for chunk in request.stream():  # never more than MAX_BODY held
             body += chunk
@@ -324,9 +357,9 @@ def build(
                     {"error": f"request body too large (over {MAX_BODY} bytes)"},
                     status_code=413,
                 )
-        run_id = await known_run(request)
+        run_id = await self.known_run(request)
         if run_id is None:
-            return no_run()
+            return _no_run()
         try:
             payload = json.loads(body)
         except ValueError:
@@ -337,44 +370,22 @@ def build(
         message = _control_message(action, payload)
         if message is None:
             return JSONResponse({"error": f"cannot {action} with that"}, status_code=400)
-        if not await blocking(source.live, run_id):
+        return await self._send(run_id, message)
+
+    async def _send(self, run_id: str, message: control.Request) -> Response:
+        """Sends a control request to the live run; its reply, or why it was not sent."""
+        if not await _blocking(self.source.live, run_id):
             return JSONResponse({"error": f"run {run_id} is not running here"}, status_code=409)
         if isinstance(message, control.Answer):
-            refused = await _unfit_answer(source, run_id, message.id, message.text)
+            refused = await _unfit_answer(self.source, run_id, message.id, message.text)
             if refused is not None:
                 return refused
-        reply = await blocking(control.request, source.scratch(run_id), message)
+        reply = await _blocking(control.request, self.source.scratch(run_id), message)
         if reply is None:
             return JSONResponse(
                 {"error": f"run {run_id} does not answer on its control socket"}, status_code=503
             )
         return _json(msgspec.to_builtins(reply))
-
-    routes = [
-        Route("/", page("runs")),
-        Route("/runs/{run_id}", page("run")),
-        Route("/static/{name}", static),
-        Route("/favicon.ico", lambda request: Response(status_code=204)),
-        Route("/api/runs", runs),
-        Route("/api/events", every_event),
-        Route("/api/runs/{run_id}", run),
-        Route("/api/runs/{run_id}/row", row),
-        Route("/api/runs/{run_id}/stages", stages),
-        Route("/api/runs/{run_id}/stages/{stage_id}", stage),
-        Route("/api/runs/{run_id}/graph.svg", graph),
-        Route("/api/runs/{run_id}/artifacts/{path:path}", artifact),
-        Route("/api/runs/{run_id}/events", run_events),
-        Route("/api/runs/{run_id}/gates", gates),
-        Route("/api/runs/{run_id}/{action}", act, methods=["POST"]),
-    ]
-
-    async def refused(request: Request, exc: Exception) -> Response:
-        # A run git cannot read, or Graphviz missing: said as the commands say it.
-        assert isinstance(exc, FabroError)
-        return JSONResponse({"error": exc.message, "hint": exc.hint}, status_code=500)
-
-    app = Starlette(routes=routes, exception_handlers={FabroError: refused})
-    return Guard(app, token, port, loopback=loopback), start
 
 
 def _json(value: Any) -> Response:

@@ -396,7 +396,7 @@ def test_object_writes_survive_pruned_fanout_dirs_and_leftover_temp_files(
 
     from dulwich.objects import Blob
 
-    import fabro_git.store.repo as repo_mod
+    import fabro_git.store.loose as loose_objects
 
     objects = repo / ".git" / "objects"
     first = Blob.from_string(b"first")
@@ -413,7 +413,7 @@ def test_object_writes_survive_pruned_fanout_dirs_and_leftover_temp_files(
     assert grepo.store_object(twin) == twin.id.decode()
     assert git(repo, "cat-file", "blob", twin.id.decode()) == twin.as_raw_string().decode()
     # A crashed process with our pid left its temporary file under the next name.
-    monkeypatch.setattr(repo_mod, "_tmp_counter", itertools.count(5))
+    monkeypatch.setattr(loose_objects, "_tmp_counter", itertools.count(5))
     (objects / prefix / f"tmp_obj_{os.getpid()}_5").write_bytes(b"debris")
     third = next(
         b

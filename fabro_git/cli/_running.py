@@ -1,0 +1,212 @@
+"""What starting a run (`run.py`) and resuming one (`resume.py`) share: reading answers
+from stdin, the progress display, a detached child to go on in the background, and the
+report at the run's end (also `attach`'s)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fabro_git.errors import FabroError, disk_full_in
+
+if TYPE_CHECKING:
+    from fabro_git.store.repo import GitRepo
+
+
+@contextlib.contextmanager
+def disk_full_names_the_run(run_id: str) -> Iterator[None]:
+    """A full disk during a run ends with the run id and how to resume it."""
+    try:
+        yield
+    except Exception as exc:
+        disk_full = disk_full_in(exc)
+        if disk_full is None:
+            raise
+        raise disk_full.for_run(run_id) from None
+
+
+def stdin_answers() -> bool:
+    """Whether human gates may read answers from stdin: a terminal, or a pipe or file
+    (`printf 'R\\nA\\n' | git fabro run ...`, one answer a line). /dev/null and a
+    closed stdin are not: their gates fail closed at once."""
+    import stat
+
+    try:
+        if sys.stdin is None or sys.stdin.isatty():
+            return sys.stdin is not None
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError):
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+
+
+def use_run_author(repo: GitRepo, settings: dict[str, Any]) -> None:
+    """The run's commits carry `[run.git.author]` when its configuration names one."""
+    author = ((settings.get("config") or {}).get("git") or {}).get("author") or {}
+    if author:
+        repo.override_author(author.get("name"), author.get("email"))
+
+
+def progress_renderer(output: str) -> Any:
+    from fabro_git.events.render import ProgressRenderer
+
+    return ProgressRenderer(stream=sys.stderr, output=output)
+
+
+def report(result: Any, json_output: bool, repo: GitRepo, base_sha: str, *, shown: bool) -> int:
+    """After the run: where its result is, or what to do about it. `shown` says the
+    progress display already printed the failure, so it is not printed again."""
+    from fabro_git.engine.session import write_json_result
+
+    if json_output:
+        write_json_result(result)
+    run_id = result.run_id
+    if result.status == "interrupted" and result.error:
+        # Stopped at its spending cap: a plain resume would stop again at once.
+        print(
+            f"run {run_id} stopped: {result.error}; continue it with"
+            f" `git fabro resume {run_id} --max-cost USD` (a higher cap)",
+            file=sys.stderr,
+        )
+    elif result.status == "interrupted":
+        if not shown:  # else the run's own notice said it, with the resume command
+            print(
+                f"run {run_id} interrupted; resume it with `git fabro resume {run_id}`",
+                file=sys.stderr,
+            )
+    elif result.error:
+        if not shown:
+            from fabro_git import redact
+            from fabro_git.terminal import printable
+
+            error = printable(redact.for_process().mask_text(result.error))
+            print(f"error: run {run_id} failed: {error}", file=sys.stderr)
+        print(
+            f"hint: see what happened with `git fabro logs {run_id} --pretty`;"
+            f" {_fix_hint(repo, run_id)}",
+            file=sys.stderr,
+        )
+    elif result.run_branch and result.final_git_commit_sha and not json_output:
+        where_the_result_is(repo, run_id, result.run_branch, base_sha, result.final_git_commit_sha)
+    code: int = result.exit_code
+    return code
+
+
+def _fix_hint(repo: GitRepo, run_id: str) -> str:
+    """How to continue a failed run after fixing its cause: a stage that failed is
+    fixed in the repository (`--rebase`), a walk that could not go on (no route, a
+    visit limit) in the workflow (`--workflow`)."""
+    from fabro_git.engine import outcome
+    from fabro_git.engine.session import load_run
+
+    plain = f"fix the cause and `git fabro resume {run_id}`"
+    try:
+        manifest, cp, _meta, _source = load_run(repo, run_id)
+    except FabroError:
+        return plain
+    if manifest.in_place:
+        return plain
+    last = cp.node_outcomes.get(cp.next_node_id or "")
+    failed = last is not None and last["status"] == outcome.FAILED
+    if failed:
+        base = manifest.base_branch or manifest.base_sha[:12]
+        return f"commit a fix and `git fabro resume {run_id} --rebase {base}`"
+    return f"correct the workflow and `git fabro resume {run_id} --workflow FILE`"
+
+
+def where_the_result_is(repo: GitRepo, run_id: str, branch: str, base: str, tip: str) -> None:
+    try:
+        commits, files = repo.change_summary(base, tip)
+    except FabroError:
+        return
+    changed = f"{files} file{'s' if files != 1 else ''} changed" if files else "no files changed"
+    lines = [f"Result: branch {branch}, {commits} commit{'s' if commits != 1 else ''}, {changed}"]
+    if files:
+        lines.append(f"  review:   git fabro diff {run_id[:12]}")
+        lines.append(f"  take it:  git merge --squash {branch}")
+    spent = _model_use(repo, run_id)
+    if spent:
+        lines.append(f"  model:    {spent}")
+    lines.append(
+        f"  details:  git fabro logs {run_id[:12]} --pretty   git fabro inspect {run_id[:12]}"
+    )
+    from fabro_git.terminal import printable
+
+    # The branch name is the manifest's: a fetched run's, for `attach`.
+    print(printable("\n".join(lines)), file=sys.stderr)
+
+
+def _model_use(repo: GitRepo, run_id: str) -> str | None:
+    """The run's tokens and cost as its last checkpoint records them, or None when it
+    called no model."""
+    import msgspec
+
+    from fabro_git.engine.checkpoint import Checkpoint
+    from fabro_git.events.render import format_cost
+    from fabro_git.store import runs as runrefs
+
+    try:
+        tip = repo.read_ref(runrefs.meta_ref(run_id))
+        data = repo.read_file(tip, runrefs.CHECKPOINT) if tip else None
+        cp = msgspec.json.decode(data, type=Checkpoint) if data else None
+    except (FabroError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if cp is None or not cp.tokens.total_tokens:
+        return None
+    tokens = cp.tokens
+    text = (
+        f"{tokens.total_tokens:,} tokens ({tokens.input_tokens:,} in / "
+        f"{tokens.output_tokens:,} out)"
+    )
+    return text + (f", about {format_cost(cp.total_cost)}" if cp.total_cost else "")
+
+
+def spawn_detached(repo: GitRepo, run_id: str, options: Any, fixes: Any = None) -> None:
+    from fabro_git.config.locations import make_private_dir, open_private, run_scratch_dir
+    from fabro_git.engine.lock import mark_starting
+
+    argv = [sys.executable, "-m", "fabro_git", "resume", run_id, "--detached-child"]
+    if options.auto_approve:
+        argv.append("--auto-approve")
+    for answer in options.answers:
+        argv += ["--answer", answer]
+    if options.push_remote:
+        argv += ["--push", options.push_remote]
+    if not options.retro:
+        argv.append("--no-retro")
+    if options.max_cost is not None:
+        argv += ["--max-cost", repr(options.max_cost)]
+    if fixes is not None and fixes.rebase is not None:
+        argv += ["--rebase", fixes.rebase.sha]
+    if fixes is not None and fixes.workflow is not None:
+        argv += ["--workflow", str(fixes.workflow.path.resolve())]
+    log = make_private_dir(run_scratch_dir(Path(repo.git_dir), run_id)) / "detached.log"
+    with open(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
+        child = subprocess.Popen(
+            argv,
+            cwd=repo.root,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            env=dict(os.environ),
+        )
+    mark_starting(Path(repo.git_dir), run_id, child.pid)
+
+
+def remember_config_secrets(settings: dict[str, Any]) -> None:
+    """Mask the credentials the run's configuration holds or hands its stages, on a
+    resume as on the run's start."""
+    import msgspec
+
+    from fabro_git import redact
+    from fabro_git.config.run_config import config_secrets
+
+    # A manifest of another version may not convert: then it has nothing to add.
+    with contextlib.suppress(msgspec.ValidationError):
+        redact.remember_values(config_secrets(settings))

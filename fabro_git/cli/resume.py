@@ -1,0 +1,263 @@
+"""`git fabro resume`: a run goes on from its last checkpoint, here or in a detached
+child, with the settings it was started with and what this command adds (answers, a
+higher spending cap, a fix to `--rebase` onto or a corrected `--workflow`)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fabro_git.cli._running import (
+    disk_full_names_the_run,
+    progress_renderer,
+    remember_config_secrets,
+    report,
+    spawn_detached,
+    stdin_answers,
+    use_run_author,
+)
+from fabro_git.cli.run import (
+    _render,
+    _validated,
+    check_max_cost,
+    check_push_remote,
+    resolve_workflow,
+)
+from fabro_git.errors import ConfigError, FabroError
+
+if TYPE_CHECKING:
+    from fabro_git.store.repo import GitRepo
+
+
+def resume(
+    run_id: str,
+    *,
+    auto_approve: bool,
+    answers: list[str],
+    detach: bool,
+    json_output: bool,
+    output: str = "tail",
+    detached_child: bool = False,
+    push_remote: str | None = None,
+    retro: bool = True,
+    max_cost: float | None = None,
+    rebase: str | None = None,
+    workflow: str | None = None,
+) -> int:
+    from fabro_git.cli._streams import outlive_readers
+    from fabro_git.engine.session import check_resumable
+    from fabro_git.store.repo import GitRepo
+
+    outlive_readers()
+    repo = GitRepo.discover(Path.cwd())
+    found = _run_to_resume(repo, run_id, detached_child=detached_child)
+    if found is None:
+        return 0
+    full_id, stored, fetched = found
+    manifest, cp = stored.manifest, stored.checkpoint
+    options = _options(
+        manifest,
+        auto_approve=auto_approve,
+        answers=answers,
+        interactive=stdin_answers() and not detach and not detached_child,
+        detached_child=detached_child,
+        push_remote=push_remote,
+        retro=retro,
+        max_cost=max_cost,
+    )
+    _check_spending(full_id, cp.total_cost, options.max_cost)
+    fixes = _fixes(repo, full_id, stored, rebase, workflow)
+    if not detached_child:
+        check_resumable(
+            repo,
+            full_id,
+            stored,
+            options,
+            fixes.workflow.graph if fixes.workflow is not None else None,
+        )
+    if detach:
+        spawn_detached(repo, full_id, options, fixes)
+        print(full_id)
+        return 0
+    use_run_author(repo, manifest.settings)
+    if not detached_child:
+        print(f"resuming run {full_id}", file=sys.stderr)
+    renderer = None if detached_child else progress_renderer(output)
+    if renderer is not None:
+        renderer.stages_before = cp.stage_index  # the end line counts the whole run
+    if renderer is not None and (output == "all" or renderer.live):
+        options.on_output = renderer.command_line
+    result = _execute(repo, full_id, options, renderer, before=fetched, fixes=fixes)
+    return report(result, json_output, repo, manifest.base_sha, shown=not detached_child)
+
+
+def _run_to_resume(
+    repo: GitRepo, run_id: str, *, detached_child: bool
+) -> tuple[str, Any, list[Any]] | None:
+    """The run `run_id` names, as stored, with the event of its fetch when it came from
+    origin just now; None when it finished already (said on stderr). A rewound run is
+    refused, and so is a configuration the user does not trust."""
+    from fabro_git.cli._runs import resolve_run
+    from fabro_git.engine.session import load_run
+    from fabro_git.events import catalogue as ev
+    from fabro_git.store import runs as runrefs
+
+    known = set(runrefs.list_run_ids(repo))
+    full_id = _resolve_or_restore(repo, run_id, resolve_run)
+    stored = load_run(repo, full_id)
+    manifest, cp, _meta, _source = stored
+    # A run this repository did not have was found on origin and fetched on demand.
+    fetched = (
+        [] if full_id in known else [ev.GitFetch(branch=_run_branch_name(manifest), success=True)]
+    )
+    if manifest.superseded_by:
+        raise FabroError(
+            f"run {full_id} was rewound: run {manifest.superseded_by} replaced it",
+            hint=f"resume that run with `git fabro resume {manifest.superseded_by}`",
+        )
+    if cp.status in ("succeeded", "partially_succeeded") and not detached_child:
+        from fabro_git.terminal import printable
+
+        status = printable(cp.status, one_line=True)
+        print(f"run {full_id} already finished ({status}); nothing to resume", file=sys.stderr)
+        return None
+    if not detached_child:
+        from fabro_git.config.trust import ask_on_terminal, check_run_config
+
+        check_run_config(
+            full_id,
+            manifest.settings,
+            ask=ask_on_terminal("Trust it and resume?"),
+            repo_root=repo.root,
+        )
+    remember_config_secrets(manifest.settings)
+    return full_id, stored, fetched
+
+
+def _options(
+    manifest: Any,
+    *,
+    auto_approve: bool,
+    answers: list[str],
+    interactive: bool,
+    detached_child: bool,
+    push_remote: str | None,
+    retro: bool,
+    max_cost: float | None,
+) -> Any:
+    """The resumed run's options: the run's own settings, and what this command adds."""
+    from fabro_git.engine.replication import push_remote_of
+    from fabro_git.engine.runner import Options
+
+    return Options(
+        auto_approve=auto_approve or bool(manifest.settings.get("auto_approve")),
+        answers=list(answers),
+        dry_run=bool(manifest.settings.get("dry_run")),
+        in_place=manifest.in_place,
+        model=manifest.settings.get("model"),
+        provider=manifest.settings.get("provider"),
+        interactive=interactive,
+        detached=detached_child,
+        push_remote=check_push_remote(push_remote) or push_remote_of(manifest.settings),
+        # The run's own choice holds on every resume; --no-retro here adds to it.
+        retro=retro and manifest.settings.get("retro") is not False,
+        retro_narrative=bool(manifest.settings.get("retro_narrative")),
+        # A cap given here holds for this resume; else the run's own.
+        max_cost=check_max_cost(max_cost)
+        if max_cost is not None
+        else _recorded_max_cost(manifest.settings),
+    )
+
+
+def _execute(
+    repo: GitRepo, run_id: str, options: Any, renderer: Any, *, before: list[Any], fixes: Any
+) -> Any:
+    from fabro_git.engine.session import execute_run
+    from fabro_git.handlers import handler_for
+    from fabro_git.handlers.hooks import agent_hook_reply
+
+    with disk_full_names_the_run(run_id):
+        return execute_run(
+            repo,
+            run_id,
+            options=options,
+            renderer=renderer,
+            resuming=True,
+            handlers=handler_for,
+            agent_hooks=agent_hook_reply,
+            before=before,
+            fixes=fixes,
+        )
+
+
+def _recorded_max_cost(settings: dict[str, Any]) -> float | None:
+    """The cap the run's configuration set (`--max-cost` or `[run] max_cost`)."""
+    value = (settings.get("config") or {}).get("max_cost")
+    return float(value) if isinstance(value, int | float) and value > 0 else None
+
+
+def _check_spending(run_id: str, spent: float, cap: float | None) -> None:
+    """A run already past its cap would stop again after one more stage: refuse."""
+    if cap is not None and spent > cap:
+        from fabro_git.events.render import format_cost
+
+        raise ConfigError(
+            f"run {run_id} has spent about {format_cost(spent)}, past its cap of {format_cost(cap)}",
+            hint=f"continue with a higher cap: `git fabro resume {run_id} --max-cost USD`",
+        )
+
+
+def _fixes(
+    repo: GitRepo, run_id: str, stored: Any, rebase: str | None, workflow: str | None
+) -> Any:
+    """What `--rebase` and `--workflow` bring in, checked before anything changes."""
+    from fabro_git.engine import fixes
+
+    found = fixes.Fixes()
+    manifest, cp = stored.manifest, stored.checkpoint
+    if rebase is not None:
+        found.rebase = fixes.resolve_rebase(repo, rebase, run_id)
+        fixes.check_rebase(repo, run_id, manifest, found.rebase)
+    if workflow is not None:
+        path = resolve_workflow(workflow)
+        graph = _validated(path)
+        fixes.check_workflow(graph, cp, path, run_id)
+        _render(graph, manifest.goal, dict(manifest.inputs))
+        found.workflow = fixes.NewWorkflow(graph=graph, source=graph.source, path=path)
+    return found
+
+
+def _run_branch_name(manifest: Any) -> str:
+    from fabro_git.store import runs as runrefs
+
+    return manifest.run_branch or runrefs.meta_ref(manifest.run_id)
+
+
+def _resolve_or_restore(repo: GitRepo, prefix: str, resolve: Callable[[Any, str], str]) -> str:
+    """The run `prefix` names; failing that, a run whose meta ref was deleted but whose
+    scratch dir is left, its ref put back where its scratch and branch prove it was."""
+    from fabro_git.engine.lost_meta import find_lost_run, restore_lost_run
+    from fabro_git.errors import RunNotFound
+
+    try:
+        return resolve(repo, prefix)
+    except RunNotFound as err:
+        lost = find_lost_run(repo, prefix)
+        if lost is None:
+            raise
+        if lost.sha is None:
+            raise RunNotFound(
+                f"run {lost.run_id} has no metadata ref (refs/fabro/meta/{lost.run_id}), and "
+                f"its last snapshot cannot be found: {lost.detail}",
+                hint=f"fetch the run from a remote that has it (git fabro fetch origin "
+                f"{lost.run_id}); its scratch dir is {lost.scratch}",
+            ) from err
+        line = restore_lost_run(repo, lost)
+        print(
+            f"run {lost.run_id} had lost its metadata ref; put it back from the run's "
+            f"scratch dir and branch: {line}",
+            file=sys.stderr,
+        )
+        return lost.run_id

@@ -1,0 +1,294 @@
+"""Loose objects, written as git writes them but without its lock files.
+
+Each object is written to a temporary file renamed into place. dulwich's own writer
+takes a `.lock` file per object, which fails when two runs write the same blob at the
+same moment and sticks forever if a process dies holding it; a rename is atomic, and a
+lost race leaves an identical file (objects are named by their content). A small object
+is written without first asking whether it exists: a checkpoint's objects are nearly all
+new, and the question costs a system call each; writing an existing one again also
+freshens it against `git gc`, as git does.
+
+The writer remembers what it wrote (the bytes of the small ones), so that an object a
+`git gc --prune=now` removed before a ref made it reachable can be found and written
+again (`missing_written`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import itertools
+import os
+import threading
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
+
+from dulwich.object_store import BaseObjectStore
+from dulwich.objects import ObjectID, ShaFile
+
+from fabro_git.errors import StoreError, disk_full_in
+from fabro_git.store._gitcli import git_failure
+from fabro_git.store.durability import durability
+
+if TYPE_CHECKING:
+    from fabro_git.redact import StreamMasker
+
+_TEMP_ATTEMPTS = 100
+_tmp_counter = itertools.count()
+_LOOSE_COMPRESSION = 1  # git's default core.looseCompression: speed over size
+FILE_CHUNK = 1 << 20  # bytes read at a time when a file is written as a blob
+# What `missing_written` may write again from memory: objects up to this size, up to
+# this much in all (the rest are only checked).
+_HELD_OBJECT_MAX = 256 * 1024
+_HELD_BUDGET = 32 * 1024 * 1024
+
+
+class LooseObjects:
+    """The loose objects of the repository at `root`, in `objects_dir`; `store` is
+    dulwich's view of its packs, asked whether an object is packed already."""
+
+    def __init__(self, root: Path, objects_dir: Path, store: BaseObjectStore) -> None:
+        self.root = root
+        self.objects_dir = objects_dir
+        self._store = store
+        self._fanout_dirs: set[str] = set()
+        # Big blobs are stored from several threads at once (`store_blob`): dulwich's
+        # pack list, which `contains_packed` reloads, is looked at by one at a time.
+        self._packs_lock = threading.Lock()
+        # Every object this process wrote or relied on, for `missing_written`: with its
+        # bytes (header, body) while they fit the budget, so a lost one can be written
+        # again; None past it.
+        self._written: dict[str, tuple[bytes, bytes] | None] = {}
+        self._held_bytes = 0
+
+    def store_object(self, obj: ShaFile) -> str:
+        """Write `obj` as a loose object unless packed; safe against concurrent writers."""
+        raw = obj.as_raw_string()
+        return self._store_loose(obj.id.decode(), b"%s %d\0%s" % (obj.type_name, len(raw), raw))
+
+    def store_raw(self, type_name: bytes, raw: bytes) -> str:
+        """Write an object given as its serialised body (`raw`, say a tree's entries):
+        no dulwich object is built, so a big tree is not parsed entry by entry."""
+        data = b"%s %d\0%s" % (type_name, len(raw), raw)
+        return self._store_loose(hashlib.sha1(data).hexdigest(), data)
+
+    def store_blob(self, data: bytes) -> str:
+        """Write `data` as a blob: hashed and compressed after its header without
+        joining the two, so a 50 MB file is not copied once more on the way."""
+        header = b"blob %d\0" % len(data)
+        digest = hashlib.sha1(header)
+        digest.update(data)
+        return self._store_loose(digest.hexdigest(), data, header)
+
+    def note_written(self, sha: str) -> None:
+        """Count `sha` (say, a tree git wrote for us) among the objects `missing_written`
+        checks."""
+        self._written.setdefault(sha, None)
+
+    def _remember(self, sha: str, data: bytes, header: bytes) -> None:
+        size = len(data) + len(header)
+        if sha in self._written and self._written[sha] is not None:
+            return
+        if size <= _HELD_OBJECT_MAX and self._held_bytes + size <= _HELD_BUDGET:
+            self._written[sha] = (header, data)
+            self._held_bytes += size
+        else:
+            self._written.setdefault(sha, None)
+
+    def missing_written(self, also: Iterable[str] = ()) -> list[str]:
+        """The objects this process wrote (and `also`) that git does not have now,
+        after writing again those whose bytes are still held: a `git gc --prune=now`
+        can remove an object between its write and the ref move that makes it
+        reachable. One `git cat-file --batch-check` for the lot."""
+        wanted = list(dict.fromkeys([*self._written, *(sha for sha in also if sha)]))
+        missing = self._absent(wanted)
+        lost = []
+        for sha in missing:
+            held = self._written.get(sha)
+            if held is None:
+                lost.append(sha)
+                continue
+            header, data = held
+            self._store_loose(sha, data, header)
+        lost += self._absent([sha for sha in missing if sha not in lost])
+        return lost
+
+    def _absent(self, shas: list[str]) -> list[str]:
+        if not shas:
+            return []
+        import subprocess
+
+        from fabro_git.store._gitcli import git_env
+
+        proc = subprocess.run(
+            ["git", "cat-file", "--batch-check=%(objectname) %(objecttype)"],
+            cwd=self.root,
+            input="\n".join(shas).encode() + b"\n",
+            capture_output=True,
+            env=git_env(),
+            check=False,
+        )
+        if proc.returncode != 0:
+            raise git_failure(["cat-file", "--batch-check"], self.root, proc)
+        return [
+            line.split()[0].decode()
+            for line in proc.stdout.splitlines()
+            if line.endswith(b" missing")
+        ]
+
+    def _store_loose(self, sha: str, data: bytes, header: bytes = b"") -> str:
+        """Write `header` and `data` (or `data` alone, holding its header) as the loose
+        object `sha` unless it exists."""
+        self._remember(sha, data, header)
+        path = self.objects_dir / sha[:2] / sha[2:]
+        # Looked for first, whatever its size: one syscall against a file written and
+        # renamed (a stage's empty log, an unchanged file, is written at every stage).
+        try:
+            # Freshen the mtime so a concurrent `git gc` does not prune it before a
+            # ref points at it, as git does.
+            os.utime(path)
+            return sha
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            return sha  # owned by another user in a shared repository; it exists
+        with self._packs_lock:
+            packed = self._store.contains_packed(ObjectID(sha.encode()))
+        if packed:
+            return sha
+        # One zlib call for the whole object: dulwich compresses chunk by chunk, which
+        # for a tree is once per entry.
+        if header:
+            compressor = zlib.compressobj(_LOOSE_COMPRESSION)
+            data = compressor.compress(header) + compressor.compress(data) + compressor.flush()
+        else:
+            data = zlib.compress(data, _LOOSE_COMPRESSION)
+        try:
+            fd, tmp = self._open_temp(path.parent, sha[:2])
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    # A bounded write at a time: one write(2) of tens of megabytes costs
+                    # the kernel several times more than the same bytes in 1 MB ones.
+                    view = memoryview(data)
+                    for start in range(0, len(data), FILE_CHUNK):
+                        f.write(view[start : start + FILE_CHUNK])
+                    if durability(self.root).loose_objects:
+                        os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException as err:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                if isinstance(err, OSError) and path.exists():
+                    return sha  # another user's identical object is as good
+                raise
+        except OSError as err:
+            raise StoreError(f"cannot write object {sha} to {self.objects_dir}: {err}") from err
+        return sha
+
+    def store_file(self, path: Path, masker: StreamMasker[bytes]) -> tuple[str, int]:
+        """Write the file at `path` as a blob, through `masker` (secrets out), a bounded
+        chunk at a time: a 500 MB command output costs no more memory than a small one.
+        Returns the blob's id and size.
+
+        The chunks are one stream to the masker, so a secret cut in two between them
+        is masked as it would be whole. When masking changes nothing, the file is hashed
+        as it is; otherwise the masked bytes go to a temporary copy beside it first,
+        since a loose object's header needs the final size.
+        """
+        import hashlib
+
+        masked_copy: list[Path] = []
+        try:
+            source = _masked(path, masker, masked_copy)
+            size = source.stat().st_size
+            digest = hashlib.sha1(b"blob %d\0" % size)
+            compressor = zlib.compressobj(_LOOSE_COMPRESSION)
+            fd, tmp = self._open_temp(self.objects_dir, "")
+            try:
+                with os.fdopen(fd, "wb") as out, source.open("rb") as fh:
+                    out.write(compressor.compress(b"blob %d\0" % size))
+                    while block := fh.read(FILE_CHUNK):
+                        digest.update(block)
+                        out.write(compressor.compress(block))
+                    out.write(compressor.flush())
+                    if durability(self.root).loose_objects:
+                        out.flush()
+                        os.fsync(out.fileno())
+                sha = digest.hexdigest()
+                target = self.objects_dir / sha[:2] / sha[2:]
+                target.parent.mkdir(exist_ok=True)
+                os.replace(tmp, target)
+                self.note_written(sha)
+            except BaseException:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+                raise
+        except OSError as err:
+            full = disk_full_in(err)
+            if full is not None:
+                raise full from err
+            raise StoreError(f"cannot write {path} to {self.objects_dir}: {err}") from err
+        finally:
+            for copy in masked_copy:
+                copy.unlink(missing_ok=True)
+        return sha, size
+
+    def _open_temp(self, fanout: Path, prefix: str) -> tuple[int, str]:
+        """Create a new temporary object file in `fanout`, read-only from the start."""
+        for _ in range(_TEMP_ATTEMPTS):
+            if prefix not in self._fanout_dirs:
+                try:
+                    fanout.mkdir(exist_ok=True)
+                except FileExistsError:
+                    # mkdir found it, and then `git prune` removed it before mkdir could
+                    # check that it is a directory: make it again.
+                    continue
+                self._fanout_dirs.add(prefix)
+            tmp = str(fanout / f"tmp_obj_{os.getpid()}_{next(_tmp_counter)}")
+            try:
+                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), tmp
+            except FileExistsError:
+                continue  # debris of a crashed process that had our pid: take another name
+            except FileNotFoundError:
+                # `git gc` / `git prune` removes fan-out directories it empties.
+                self._fanout_dirs.discard(prefix)
+        raise StoreError(f"cannot create a temporary object file in {fanout}")
+
+
+def _masked(path: Path, masker: StreamMasker[bytes], copies: list[Path]) -> Path:
+    """`path` when `masker` changes nothing in it; else a masked copy beside it, added
+    to `copies` as soon as it exists (the caller removes it)."""
+    import tempfile
+
+    with path.open("rb") as fh:
+        copy = None
+        released = 0  # bytes let go, all as they were until the first mask
+        while True:
+            chunk = fh.read(FILE_CHUNK)
+            clean = masker.feed(chunk) if chunk else masker.flush()
+            if copy is None and masker.masked:
+                fd, name = tempfile.mkstemp(prefix=".masked-", dir=path.parent)
+                copies.append(Path(name))
+                copy = os.fdopen(fd, "wb")
+                _copy_head(path, released, copy)
+            if copy is not None:
+                copy.write(clean)
+            released += len(clean)
+            if not chunk:
+                break
+        if copy is not None:
+            copy.close()
+            return copies[0]
+    return path
+
+
+def _copy_head(path: Path, size: int, out: BinaryIO) -> None:
+    """Copy the first `size` bytes of `path` to `out`."""
+    with path.open("rb") as head:
+        remaining = size
+        while remaining:
+            block = head.read(min(remaining, FILE_CHUNK))
+            out.write(block)
+            remaining -= len(block)
