@@ -121,7 +121,7 @@ def run_on_ray(
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = ray.get_runtime_context().get_node_id()
-    coordinator = (
+    coordinator: Any = (
         ray.remote(Coordinator)
         .options(
             num_cpus=0,
