@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +27,7 @@ from helpers import (
     wait_until,
     write_workflow,
 )
+from llm_server import Held, LlmServer
 
 ray = pytest.importorskip("ray", reason="the Ray extra: pip install '.[ray]'")
 
@@ -84,7 +86,12 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
         "GIT_CONFIG_NOSYSTEM": "1",
         "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
     }
-    gone = [name for name in os.environ if name.startswith(("GIT_", "FABRO_", "RAY_"))]
+    # None of this machine's provider keys: a node's runs get the driver's from Ray.
+    gone = [
+        name
+        for name in os.environ
+        if name.startswith(("GIT_", "FABRO_", "RAY_")) or name.endswith(("_API_KEY", "_BASE_URL"))
+    ]
     with mock.patch.dict(os.environ, environ):
         for name in gone:
             if name not in environ:
@@ -281,3 +288,86 @@ def test_ray_asks_for_a_remote_the_extra_and_a_committed_workflow(
         assert "Traceback" not in proc.stderr
     # None of the refused batches stored a record.
     assert git(repo, "for-each-ref", "refs/fabro/batch/") == ""
+
+
+# Three prompt stages side by side: two rows of it ask for six replies at once.
+FAN = """\
+digraph Fan {
+    graph [goal="three views"]
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    fan   [shape=component]
+    a     [shape=tab, model="claude-sonnet-4-6", prompt="View A"]
+    b     [shape=tab, model="claude-sonnet-4-6", prompt="View B"]
+    c     [shape=tab, model="claude-sonnet-4-6", prompt="View C"]
+    join  [shape=tripleoctagon]
+    start -> fan
+    fan -> a -> join
+    fan -> b -> join
+    fan -> c -> join
+    join -> exit
+}
+"""
+
+
+def test_the_nodes_get_the_keys_from_ray_and_share_the_llm_slots(
+    repo: Path,
+    tmp_path: Path,
+    hermetic_env: Path,
+    two_nodes: TwoNodes,
+    llm_server: LlmServer,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    secret = "sk-ant-batch-secret-5d1e9b"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)  # the driver's; the nodes have none
+    origin = bare_remote(tmp_path)
+    write_workflow(repo, FAN)
+    git(repo, "remote", "add", "origin", str(origin))
+    git(repo, "push", "-q", "origin", "main")
+    gate = threading.Event()
+    llm_server.script(*[Held(gate)] * 6)
+    rows = _rows(tmp_path / "rows.jsonl", [{"n": 1}, {"n": 2}])
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "fabro_git", "batch", "wf.fabro", "--inputs", str(rows),
+         "--remote", "origin", "--ray", two_nodes.address, "--max-parallel", "2", "--json"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+    def settled() -> str | None:
+        if llm_server.in_flight > 2:
+            return "more than two in flight"
+        if llm_server.in_flight == 2 and _waiting(two_nodes.fabro_home) == 4:
+            return "two in flight, four waiting"
+        return None
+
+    try:
+        seen = wait_until(settled, process=driver, what="the six stages to settle", limit=120)
+    finally:
+        gate.set()
+        out, err = driver.communicate(timeout=180)
+    # Two rows on the cluster, six prompt stages, two LLM slots between them all.
+    assert seen == "two in flight, four waiting", f"{llm_server.most_in_flight} at once"
+    assert driver.returncode == 0, err
+    assert [o["status"] for o in _objects(out)] == ["succeeded", "succeeded"]
+    assert len(llm_server.requests) == 6 and llm_server.most_in_flight == 2
+    # The key reached the runs on the nodes through Ray, and nothing in git holds it.
+    sent = {r.headers.get("x-api-key") or r.headers["authorization"] for r in llm_server.requests}
+    assert {key.removeprefix("Bearer ") for key in sent} == {secret}
+    for where in (origin, repo):
+        objects = subprocess.run(
+            ["git", "cat-file", "--batch-all-objects", "--batch"],
+            cwd=where, capture_output=True, check=True,
+        ).stdout  # fmt: skip
+        assert b"View A" in objects or where == origin  # the search reads real content
+        assert secret.encode() not in objects
+
+
+def _waiting(fabro_home: Path) -> int:
+    """How many stages of the nodes' live runs have said they wait for an LLM slot."""
+    count = 0
+    for tail in (fabro_home / "runs").glob("*/events.jsonl"):
+        for line in tail.read_bytes().split(b"\n")[:-1]:
+            event = json.loads(line)
+            if event["event"] == "run.notice" and event["properties"]["code"] == "llm_slot_wait":
+                count += 1
+    return count
