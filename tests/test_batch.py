@@ -199,6 +199,8 @@ def test_ctrl_c_interrupts_every_run_and_resume_finishes_the_batch(
     (home / "go").touch()
     resumed = run_fabro("batch", "--resume", batch_id, "--json", cwd=repo)
     assert resumed.returncode == 0, resumed.stderr
+    # The progress counts every row of the batch, none of them run again.
+    assert "0 queued, 0 running, 3 succeeded, 0 failed" in resumed.stderr, resumed.stderr
     done = _objects(resumed.stdout)
     assert [(o["run_id"], o["status"]) for o in done] == [(o["run_id"], "succeeded") for o in cut]
     again = run_fabro("batch", "--resume", batch_id, cwd=repo)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -371,3 +372,52 @@ def _waiting(fabro_home: Path) -> int:
             if event["event"] == "run.notice" and event["properties"]["code"] == "llm_slot_wait":
                 count += 1
     return count
+
+
+# `hold` as above, then one more stage: an interrupt at `hold` leaves the run unfinished.
+HOLD_THEN_MORE = WORKFLOW.replace(
+    "start -> first -> hold -> exit",
+    'after [shape=parallelogram, script="true"]\n    start -> first -> hold -> after -> exit',
+)
+
+
+def test_ctrl_c_on_the_driver_interrupts_the_runs_on_the_nodes_and_resume_finishes(
+    repo: Path, tmp_path: Path, hermetic_env: Path, two_nodes: TwoNodes
+) -> None:
+    origin = bare_remote(tmp_path)
+    write_workflow(repo, HOLD_THEN_MORE)
+    git(repo, "remote", "add", "origin", str(origin))
+    git(repo, "push", "-q", "origin", "main")
+    where = tmp_path / "signals"
+    where.mkdir()
+    rows = _rows(tmp_path / "rows.jsonl", [{"n": n, "dir": str(where)} for n in range(1, 7)])
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "fabro_git", "batch", "wf.fabro", "--inputs", str(rows),
+         "--remote", "origin", "--ray", two_nodes.address, "--json"],
+        cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: len(list(where.glob("started-*"))) == 4, process=driver, limit=120)
+        driver.send_signal(signal.SIGINT)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err
+    cut = _objects(out)
+    # The four that ran stopped at a checkpoint (their stage cut short); two never began.
+    assert sorted(o["status"] for o in cut) == ["interrupted"] * 4 + ["queued"] * 2, cut
+    batch_id = cut[0]["batch_id"]
+    assert f"git fabro batch --resume {batch_id}" in err
+
+    (where / "go").touch()
+    resumed = run_fabro(
+        "batch", "--resume", batch_id, "--ray", two_nodes.address, "--json", cwd=repo, timeout=300
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    done = _objects(resumed.stdout)
+    assert [(o["run_id"], o["status"]) for o in done] == [(o["run_id"], "succeeded") for o in cut]
+    for summary in done:
+        events = run_events(summary["run_id"], cwd=repo)
+        completed = Counter(e["node_id"] for e in events_named(events, "stage.completed"))
+        assert completed == {"start": 1, "first": 1, "hold": 1, "after": 1, "exit": 1}, completed

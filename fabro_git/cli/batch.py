@@ -41,6 +41,7 @@ def run(
     if max_parallel < 1:
         raise ConfigError(f"--max-parallel {max_parallel}: at least 1 run at a time")
     repo = GitRepo.discover(Path.cwd())
+    finished: list[RowSummary] = []
     if resume is not None:
         if workflow is not None or inputs is not None:
             raise ConfigError("--resume takes the batch's own workflow and rows; pass no others")
@@ -49,15 +50,16 @@ def run(
             _connect(record.remote, ray)
             assert record.remote is not None
             batches.fetch_runs(repo, record.remote, record)  # where the cluster left them
-        jobs = _resume_jobs(repo, record)
+        jobs, finished = _resume_jobs(repo, record)
         if not jobs:
             print(f"batch {record.batch_id}: every run has finished", file=sys.stderr)
     else:
         record, jobs = _new_batch(repo, workflow, inputs, labels, remote, ray, max_parallel)
+    progress = _progress(record, finished)
     if ray is not None:
-        summaries, interrupted = _run_on_ray(repo, record, jobs, max_parallel)
+        summaries, interrupted = _run_on_ray(repo, record, jobs, max_parallel, progress)
     else:
-        summaries, interrupted = batches.run_local(jobs, max_parallel, _progress(record))
+        summaries, interrupted = batches.run_local(jobs, max_parallel, progress)
     by_row = {s.row: s for s in summaries}
     final = [by_row.get(row.row) or batches.summarize(repo, row) for row in record.rows]
     _show(record, final, json_output)
@@ -155,7 +157,11 @@ def _remote_url(repo: GitRepo, remote: str) -> str:
 
 
 def _run_on_ray(
-    repo: GitRepo, record: BatchRecord, jobs: list[RowJob], max_parallel: int
+    repo: GitRepo,
+    record: BatchRecord,
+    jobs: list[RowJob],
+    max_parallel: int,
+    progress: Callable[[str, RowSummary | None], None],
 ) -> tuple[list[RowSummary], bool]:
     from fabro_git.engine import batch_ray
 
@@ -168,7 +174,7 @@ def _run_on_ray(
         )
     url = _remote_url(repo, record.remote)
     rows = [batch_ray.RemoteRow(job, url, record.base, record.branch) for job in jobs]
-    summaries, interrupted = batch_ray.run_on_ray(rows, max_parallel, _progress(record))
+    summaries, interrupted = batch_ray.run_on_ray(rows, max_parallel, progress)
     batches.fetch_runs(repo, record.remote, record)
     return summaries, interrupted
 
@@ -228,29 +234,39 @@ def _job(repo: GitRepo, record: BatchRecord, row: BatchRow, *, resume: bool = Fa
     )
 
 
-def _resume_jobs(repo: GitRepo, record: BatchRecord) -> list[RowJob]:
-    """A job for each row not finished: a resume of a run cut short, a start of one
-    that never began."""
-    jobs = []
+def _resume_jobs(repo: GitRepo, record: BatchRecord) -> tuple[list[RowJob], list[RowSummary]]:
+    """A job for each row not finished (a resume of a run cut short, a start of one
+    that never began), and the summaries of the rows that finished."""
+    jobs, finished = [], []
     for row in record.rows:
         now = batches.summarize(repo, row)
         if now.status == "queued":
             jobs.append(_job(repo, record, row))
         elif now.status not in batches.FINISHED:
             jobs.append(_job(repo, record, row, resume=True))
-    return jobs
+        else:
+            finished.append(now)
+    return jobs, finished
 
 
 # -- what a person reads ------------------------------------------------------------------
 
 
-def _progress(record: BatchRecord) -> Callable[[str, RowSummary | None], None]:
-    """A progress line per change: redrawn in place on a terminal, a line each otherwise."""
+def _progress(
+    record: BatchRecord, finished: Iterable[RowSummary] = ()
+) -> Callable[[str, RowSummary | None], None]:
+    """A progress line per change: redrawn in place on a terminal, a line each otherwise.
+    `finished` are the rows that ended before (a resumed batch): counted from the start,
+    and left out of the time still to go."""
     from fabro_git.events.render import format_cost
 
     total = len(record.rows)
     counts = {"running": 0, "succeeded": 0, "failed": 0, "interrupted": 0}
     cost = [0.0]
+    for summary in finished:
+        counts[_tally(summary.status)] += 1
+        cost[0] += summary.cost or 0.0
+    before = counts["succeeded"] + counts["failed"] + counts["interrupted"]
     began = time.monotonic()
     # As the run's own progress display decides: a terminal that can redraw a line.
     live = sys.stderr.isatty() and os.environ.get("TERM") != "dumb"
@@ -267,8 +283,8 @@ def _progress(record: BatchRecord) -> Callable[[str, RowSummary | None], None]:
             ended = counts["succeeded"] + counts["failed"] + counts["interrupted"]
             queued = total - ended - counts["running"]
             left = ""
-            if ended:
-                seconds = (time.monotonic() - began) / ended * (total - ended)
+            if ended > before:
+                seconds = (time.monotonic() - began) / (ended - before) * (total - ended)
                 left = f", about {seconds:.0f}s left"
             line = (
                 f"batch {record.batch_id}: {queued} queued, {counts['running']} running, "

@@ -460,7 +460,7 @@ def run_in(workdir: Path, item: RemoteRow, env: Mapping[str, str]) -> RowSummary
     job = msgspec.structs.replace(item.job, repo_root=str(workdir), remote="origin", resume=resume)
     procs: list[subprocess.Popen[bytes]] = []
     try:
-        return batches.run_row(job, started=procs.append, env=env, preexec=_die_with_parent)
+        return batches.run_row(job, started=procs.append, env=env, preexec=_as_from_a_shell)
     except KeyboardInterrupt:
         for proc in procs:
             batches.interrupt(proc)
@@ -469,9 +469,15 @@ def run_in(workdir: Path, item: RemoteRow, env: Mapping[str, str]) -> RowSummary
             return batches.summarize(repo, row)
 
 
-def _die_with_parent() -> None:
-    """In the run's process, before it starts: the kernel kills it when the task's
-    worker dies, so a run whose node Ray gave up on stops there."""
+def _as_from_a_shell() -> None:
+    """In the run's process, before it starts. A Ray worker blocks SIGINT (and a node
+    started in the background ignores it), and a child inherits both: the run would
+    never hear its interrupt. So the run starts with every signal unblocked and SIGINT
+    and SIGTERM as a shell leaves them. And the kernel kills it when the task's worker
+    dies, so a run whose node Ray gave up on stops there."""
+    signal.pthread_sigmask(signal.SIG_SETMASK, set())
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
     if sys.platform.startswith("linux"):
         import ctypes
 
