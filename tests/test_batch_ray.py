@@ -47,22 +47,47 @@ digraph Rows {
 
 
 class TwoNodes:
-    """A Ray cluster of a head and one worker node, 2 CPUs each."""
+    """A Ray cluster of a head and one worker node, 2 CPUs each, whose processes start
+    in an environment of their own (as the machines of a real cluster have theirs): a
+    home with git's identity, and FABRO_HOME, where each node keeps its cache of the
+    remote; none of this machine's provider keys (a node's runs get the driver's from
+    Ray)."""
 
     def __init__(self, root: Path) -> None:
         from ray.cluster_utils import Cluster
 
-        self.cluster = Cluster(
-            initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False}
+        home = root / "home"
+        home.mkdir()
+        (home / ".gitconfig").write_text(
+            "[init]\n\tdefaultBranch = main\n[user]\n\tname = Node\n\temail = node@example.com\n"
         )
-        self.worker = self.cluster.add_node(num_cpus=2)
-        self.cluster.wait_for_nodes()
-        self.address = self.cluster.address
         self.fabro_home = root / "fabro"  # both nodes': they share this machine
+        self.environ = {
+            name: value
+            for name, value in os.environ.items()
+            if not name.startswith(("GIT_", "FABRO_", "RAY_"))
+            and not name.endswith(("_API_KEY", "_BASE_URL"))
+        }
+        self.environ.update(
+            HOME=str(home),
+            FABRO_HOME=str(self.fabro_home),
+            XDG_CONFIG_HOME=str(home / ".config"),
+            XDG_CACHE_HOME=str(home / ".cache"),
+            GIT_CONFIG_NOSYSTEM="1",
+            PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
+        )
+        with mock.patch.dict(os.environ, self.environ, clear=True):
+            self.cluster = Cluster(
+                initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False}
+            )
+            self.worker = self.cluster.add_node(num_cpus=2)
+            self.cluster.wait_for_nodes()
+        self.address = self.cluster.address
 
     def replace_worker(self) -> None:
-        self.worker = self.cluster.add_node(num_cpus=2)
-        self.cluster.wait_for_nodes()
+        with mock.patch.dict(os.environ, self.environ, clear=True):
+            self.worker = self.cluster.add_node(num_cpus=2)
+            self.cluster.wait_for_nodes()
 
     def shutdown(self) -> None:
         self.cluster.shutdown()
@@ -70,34 +95,7 @@ class TwoNodes:
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
-    """The cluster, its processes started in an environment of their own (as the
-    machines of a real cluster have theirs): a home with git's identity, and FABRO_HOME,
-    where each node keeps its cache of the remote."""
-    root = tmp_path_factory.mktemp("ray-nodes")
-    home = root / "home"
-    home.mkdir()
-    (home / ".gitconfig").write_text(
-        "[init]\n\tdefaultBranch = main\n[user]\n\tname = Node\n\temail = node@example.com\n"
-    )
-    environ = {
-        "HOME": str(home),
-        "FABRO_HOME": str(root / "fabro"),
-        "XDG_CONFIG_HOME": str(home / ".config"),
-        "XDG_CACHE_HOME": str(home / ".cache"),
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "PATH": str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
-    }
-    # None of this machine's provider keys: a node's runs get the driver's from Ray.
-    gone = [
-        name
-        for name in os.environ
-        if name.startswith(("GIT_", "FABRO_", "RAY_")) or name.endswith(("_API_KEY", "_BASE_URL"))
-    ]
-    with mock.patch.dict(os.environ, environ):
-        for name in gone:
-            if name not in environ:
-                os.environ.pop(name, None)
-        cluster = TwoNodes(root)
+    cluster = TwoNodes(tmp_path_factory.mktemp("ray-nodes"))
     try:
         yield cluster
     finally:
