@@ -421,6 +421,7 @@ def row_repository(cache: Path, item: RemoteRow) -> Path:
     begun; `origin` is the remote."""
     rows = cache.parent / "rows"
     rows.mkdir(mode=0o700, exist_ok=True)
+    _sweep(rows)
     workdir = rows / f"{item.job.row.run_id}.{os.getpid()}"
     shutil.rmtree(workdir, ignore_errors=True)
     subprocess.run(
@@ -441,6 +442,19 @@ def row_repository(cache: Path, item: RemoteRow) -> Path:
     _git(["reset", "-q", "--hard"], workdir)
     _git(["remote", "add", "origin", item.url], workdir)
     return workdir
+
+
+def _sweep(rows: Path) -> None:
+    """Remove the row repositories of tasks whose worker died (their node's raylet was
+    killed, say) before they could: each is named after its worker's pid."""
+    for workdir in rows.iterdir():
+        try:
+            pid = int(workdir.suffix.lstrip("."))
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            shutil.rmtree(workdir, ignore_errors=True)
+        except (ValueError, PermissionError):
+            continue  # not one of ours, or a live process of another user
 
 
 def run_in(workdir: Path, item: RemoteRow, env: Mapping[str, str]) -> RowSummary:
