@@ -25,6 +25,7 @@ from helpers import (
     read_checkpoint,
     run_events,
     run_fabro,
+    trust_project,
     wait_until,
     write_workflow,
 )
@@ -405,3 +406,33 @@ def test_ctrl_c_on_the_driver_interrupts_the_runs_on_the_nodes_and_resume_finish
         events = run_events(summary["run_id"], cwd=repo)
         completed = Counter(e["node_id"] for e in events_named(events, "stage.completed"))
         assert completed == {"start": 1, "first": 1, "hold": 1, "after": 1, "exit": 1}, completed
+
+
+def test_a_project_file_the_driver_trusts_acts_on_the_nodes_and_an_untrusted_one_stops_it(
+    repo: Path, tmp_path: Path, hermetic_env: Path, two_nodes: TwoNodes
+) -> None:
+    _repository(repo, tmp_path)
+    (repo / ".fabro").mkdir()
+    # A hook acts on the user's machine: it needs the user's trust, on every node too.
+    (repo / ".fabro" / "project.toml").write_text(
+        '[[run.hooks]]\nevent = "run_complete"\ncommand = "true"\n'
+    )
+    git(repo, "add", ".fabro/project.toml")
+    git(repo, "commit", "-q", "-m", "a hook")
+    git(repo, "push", "-q", "origin", "main")
+    where = tmp_path / "signals"
+    where.mkdir()
+    (where / "go").touch()
+    rows = _rows(tmp_path / "rows.jsonl", [{"n": n, "dir": str(where)} for n in (1, 2)])
+    batch = ("batch", "wf.fabro", "--inputs", str(rows), "--remote", "origin", "--json")
+    for where_to in ([], ["--ray", two_nodes.address]):
+        refused = run_fabro(*batch, *where_to, cwd=repo)
+        assert refused.returncode != 0
+        assert "project.toml is not trusted" in refused.stderr, refused.stderr
+        assert "Traceback" not in refused.stderr
+    assert git(repo, "for-each-ref", "refs/fabro/batch/") == ""  # nothing started
+
+    trust_project(repo)  # here, on the driver's machine; the nodes have never seen it
+    ran = run_fabro(*batch, "--ray", two_nodes.address, cwd=repo, timeout=300)
+    assert ran.returncode == 0, ran.stderr
+    assert [o["status"] for o in _objects(ran.stdout)] == ["succeeded", "succeeded"]

@@ -42,6 +42,7 @@ def run(
         raise ConfigError(f"--max-parallel {max_parallel}: at least 1 run at a time")
     repo = GitRepo.discover(Path.cwd())
     finished: list[RowSummary] = []
+    vouched = _vouch(repo)  # an untrusted project file stops the batch here, once
     if resume is not None:
         if workflow is not None or inputs is not None:
             raise ConfigError("--resume takes the batch's own workflow and rows; pass no others")
@@ -54,10 +55,12 @@ def run(
         if not jobs:
             print(f"batch {record.batch_id}: every run has finished", file=sys.stderr)
     else:
-        record, jobs = _new_batch(repo, workflow, inputs, labels, remote, ray, max_parallel)
+        record, jobs = _new_batch(
+            repo, workflow, inputs, labels, remote, ray, max_parallel, vouched
+        )
     progress = _progress(record, finished)
     if ray is not None:
-        summaries, interrupted = _run_on_ray(repo, record, jobs, max_parallel, progress)
+        summaries, interrupted = _run_on_ray(repo, record, jobs, max_parallel, progress, vouched)
     else:
         summaries, interrupted = batches.run_local(jobs, max_parallel, progress)
     by_row = {s.row: s for s in summaries}
@@ -77,6 +80,7 @@ def _new_batch(
     remote: str | None,
     ray: str | None,
     max_parallel: int,
+    vouched: str | None,
 ) -> tuple[BatchRecord, list[RowJob]]:
     """Read the rows, check the workflow once, store the record: the batch's jobs."""
     from fabro_git.cli.run import _pairs
@@ -98,7 +102,11 @@ def _new_batch(
     if Path(workflow).exists():  # a file: as the repository root names it, for every run
         workflow = os.path.relpath(path.resolve(), repo.root)
     if ray is not None:
+        from fabro_git.config.run_config import PROJECT_CONFIG
+
         _check_committed(repo, path)
+        if vouched is not None:
+            _check_committed(repo, repo.root / PROJECT_CONFIG)
         _connect(remote, ray)
     record = _new_record(repo, workflow, rows, given, remote)
     jobs = [_job(repo, record, row) for row in record.rows]
@@ -108,6 +116,19 @@ def _new_batch(
         file=sys.stderr,
     )
     return record, jobs
+
+
+def _vouch(repo: GitRepo) -> str | None:
+    """The project file's digest when it has keys that act and the user trusts it (asked
+    now on a terminal, as `run` asks): what the runs on a cluster's nodes are told to
+    trust. An untrusted one is refused before any run, not once a row."""
+    from fabro_git.config.trust import ask_on_terminal, read_project, trusted_project_layer
+
+    project = read_project(repo.root)
+    if not project.actions:
+        return None
+    trusted_project_layer(repo.root, ask=ask_on_terminal("Trust this file and run the batch?"))
+    return project.digest
 
 
 def _connect(remote: str | None, address: str) -> None:
@@ -162,6 +183,7 @@ def _run_on_ray(
     jobs: list[RowJob],
     max_parallel: int,
     progress: Callable[[str, RowSummary | None], None],
+    vouched: str | None,
 ) -> tuple[list[RowSummary], bool]:
     from fabro_git.engine import batch_ray
 
@@ -173,7 +195,7 @@ def _run_on_ray(
             hint=f"git fabro batch --resume {record.batch_id} (without --ray) goes on here",
         )
     url = _remote_url(repo, record.remote)
-    rows = [batch_ray.RemoteRow(job, url, record.base, record.branch) for job in jobs]
+    rows = [batch_ray.RemoteRow(job, url, record.base, record.branch, vouched) for job in jobs]
     summaries, interrupted = batch_ray.run_on_ray(rows, max_parallel, progress)
     batches.fetch_runs(repo, record.remote, record)
     return summaries, interrupted

@@ -63,6 +63,7 @@ class RemoteRow(msgspec.Struct):
     url: str  # the remote as the workers reach it
     base: str  # the commit every run of the batch starts from
     branch: str  # the base branch, as the driver has it checked out
+    vouched: str | None = None  # the project file's digest, trusted by the driver's user
 
 
 # -- the driver's side -------------------------------------------------------------------
@@ -334,6 +335,7 @@ def run_task(encoded: bytes, coordinator: Any) -> bytes:
 
     import uuid
 
+    from fabro_git.config.trust import VOUCHED_VARIABLE
     from fabro_git.llm.slots import SlotServer
 
     item = msgspec.msgpack.decode(encoded, type=RemoteRow)
@@ -352,7 +354,10 @@ def run_task(encoded: bytes, coordinator: Any) -> bytes:
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with SlotServer(RaySlots(coordinator, f"{row.row}/{attempt}")) as slots:
-            summary = run_in(workdir, item, slots.env())
+            env = slots.env()
+            if item.vouched is not None:
+                env[VOUCHED_VARIABLE] = item.vouched
+            summary = run_in(workdir, item, env)
     finally:
         signal.signal(signal.SIGINT, before)
         shutil.rmtree(workdir, ignore_errors=True)
