@@ -32,6 +32,8 @@ from helpers import (
 from llm_server import Held, LlmServer
 
 ray = pytest.importorskip("ray", reason="the Ray extra: pip install '.[ray]'")
+# One worker runs them all, so the suite starts one cluster, not one a worker.
+pytestmark = pytest.mark.xdist_group("ray-cluster")
 
 # Two stages: the second holds until $FABRO_INPUT_DIR/go exists, once it has said it
 # started, so a test can cut the batch while every running row is inside it.
