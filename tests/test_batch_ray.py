@@ -50,46 +50,53 @@ digraph Rows {
 
 
 class TwoNodes:
-    """A Ray cluster of a head and one worker node, 2 CPUs each, whose processes start
-    in an environment of their own (as the machines of a real cluster have theirs): a
-    home with git's identity, and FABRO_HOME, where each node keeps its cache of the
-    remote; none of this machine's provider keys (a node's runs get the driver's from
-    Ray)."""
+    """A Ray cluster of two nodes: a head that runs no task (the driver joins it, and
+    the batch's coordinator lives there) and a worker of 4 CPUs. Each node's processes
+    started in an environment of its own, as a real cluster's machines have theirs: its
+    own home (git's identity, the user's trust store) and FABRO_HOME (its cache of the
+    remote, its runs' scratch), and none of this machine's provider keys (a node's runs
+    get the driver's from Ray)."""
 
     def __init__(self, root: Path) -> None:
         from ray.cluster_utils import Cluster
 
-        home = root / "home"
+        self.environ = {
+            name: self._node_environ(root / name) for name in ("head", "worker", "worker-2")
+        }
+        self.fabro_homes = [Path(env["FABRO_HOME"]) for env in self.environ.values()]
+        with mock.patch.dict(os.environ, self.environ["head"], clear=True):
+            self.cluster = Cluster(
+                initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+            )
+        self.add_worker("worker")
+        self.address = self.cluster.address
+
+    @staticmethod
+    def _node_environ(home: Path) -> dict[str, str]:
         home.mkdir()
         (home / ".gitconfig").write_text(
             "[init]\n\tdefaultBranch = main\n[user]\n\tname = Node\n\temail = node@example.com\n"
         )
-        self.fabro_home = root / "fabro"  # both nodes': they share this machine
-        self.environ = {
+        environ = {
             name: value
             for name, value in os.environ.items()
             if not name.startswith(("GIT_", "FABRO_", "RAY_"))
             and not name.endswith(("_API_KEY", "_BASE_URL"))
         }
-        self.environ.update(
+        environ.update(
             HOME=str(home),
-            FABRO_HOME=str(self.fabro_home),
+            FABRO_HOME=str(home / "fabro"),
             XDG_CONFIG_HOME=str(home / ".config"),
             XDG_CACHE_HOME=str(home / ".cache"),
+            XDG_DATA_HOME=str(home / ".local" / "share"),
             GIT_CONFIG_NOSYSTEM="1",
             PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""),
         )
-        with mock.patch.dict(os.environ, self.environ, clear=True):
-            self.cluster = Cluster(
-                initialize_head=True, head_node_args={"num_cpus": 2, "include_dashboard": False}
-            )
-            self.worker = self.cluster.add_node(num_cpus=2)
-            self.cluster.wait_for_nodes()
-        self.address = self.cluster.address
+        return environ
 
-    def replace_worker(self) -> None:
-        with mock.patch.dict(os.environ, self.environ, clear=True):
-            self.worker = self.cluster.add_node(num_cpus=2)
+    def add_worker(self, name: str) -> None:
+        with mock.patch.dict(os.environ, self.environ[name], clear=True):
+            self.worker = self.cluster.add_node(num_cpus=4)
             self.cluster.wait_for_nodes()
 
     def shutdown(self) -> None:
@@ -114,9 +121,16 @@ def _objects(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines() if line.strip()]
 
 
-def _repository(repo: Path, tmp_path: Path) -> Path:
-    """The workflow committed in `repo`, whose `origin` is a bare remote holding it."""
+def _repository(repo: Path, tmp_path: Path, *, hook: bool = False) -> Path:
+    """The workflow committed in `repo`, whose `origin` is a bare remote holding it;
+    with `hook`, also a project file with a hook (it acts: it needs trust)."""
     origin = bare_remote(tmp_path)
+    if hook:
+        (repo / ".fabro").mkdir()
+        (repo / ".fabro" / "project.toml").write_text(
+            '[[run.hooks]]\nevent = "run_complete"\ncommand = "true"\n'
+        )
+        git(repo, "add", ".fabro/project.toml")
     write_workflow(repo, WORKFLOW)  # and commits it
     git(repo, "remote", "add", "origin", str(origin))
     git(repo, "push", "-q", "origin", "main")
@@ -126,7 +140,10 @@ def _repository(repo: Path, tmp_path: Path) -> Path:
 def test_a_batch_on_two_nodes_survives_losing_one_and_a_fresh_clone_agrees(
     repo: Path, tmp_path: Path, hermetic_env: Path, two_nodes: TwoNodes
 ) -> None:
-    origin = _repository(repo, tmp_path)
+    # A project file that acts: the resumes on the other node must trust what the
+    # first starts recorded, though that node never saw those runs begin.
+    origin = _repository(repo, tmp_path, hook=True)
+    trust_project(repo)
     where = tmp_path / "signals"
     where.mkdir()
     rows = _rows(tmp_path / "rows.jsonl", [{"n": n, "dir": str(where)} for n in range(1, 7)])
@@ -135,6 +152,7 @@ def test_a_batch_on_two_nodes_survives_losing_one_and_a_fresh_clone_agrees(
          "--remote", "origin", "--ray", two_nodes.address, "--label", "team=core", "--json"],
         cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    held_by = two_nodes.worker
     try:
         record = wait_until(lambda: _record(origin), process=driver, what="the batch record")
         run_of = {row["row"]: row["run_id"] for row in record["rows"]}
@@ -145,19 +163,22 @@ def test_a_batch_on_two_nodes_survives_losing_one_and_a_fresh_clone_agrees(
                 return False
             return all("first" in _pushed_nodes(origin, run_of[n]) for n in started)
 
-        # Four rows run at once on the two nodes' four CPUs, each inside `hold`, with
-        # the checkpoint after `first` on the remote.
+        # Four rows run at once on the worker's four CPUs, each inside `hold`, with the
+        # checkpoint after `first` on the remote.
         wait_until(four_held_after_first, process=driver, what="four rows held", limit=120)
         held = [run_of[int(p.name.split("-")[1])] for p in where.glob("started-*")]
-        two_nodes.cluster.remove_node(two_nodes.worker, allow_graceful=False)
-        # The runs of the removed node's two rows die with it; the head's two hold on.
-        wait_until(lambda: len(_running(held)) == 2, process=driver, what="two runs left", limit=60)
+        two_nodes.cluster.remove_node(held_by, allow_graceful=False)
+        # The four runs die with their node, and a new node, which never saw them begin
+        # (nor trusted their configuration), takes the batch over.
+        wait_until(lambda: not _running(held), process=driver, what="the runs gone", limit=60)
+        two_nodes.add_worker("worker-2")
         (where / "go").touch()
         out, err = driver.communicate(timeout=240)
     finally:
         if driver.poll() is None:
             driver.kill()
-        two_nodes.replace_worker()
+        if two_nodes.worker is held_by:  # cut short before the new node came
+            two_nodes.add_worker("worker-2")
     assert driver.returncode == 0, err
     assert "Traceback" not in err, err
     ran = _objects(out)
@@ -173,9 +194,9 @@ def test_a_batch_on_two_nodes_survives_losing_one_and_a_fresh_clone_agrees(
     # The record's parent is what every run started from.
     head = git(repo, "rev-parse", "HEAD").strip()
     assert git(origin, "rev-parse", f"refs/fabro/batch/{batch_id}^").strip() == head
-    # Nothing of a row is left on the nodes but their caches of the remote: the killed
-    # attempts' repositories were swept by the tasks that came after.
-    assert list((two_nodes.fabro_home / "batch-cache" / "rows").iterdir()) == []
+    # Nothing of a row is left on the new node but its cache of the remote (the old
+    # one died with its rows' repositories: a task there after would sweep them).
+    assert list((two_nodes.fabro_homes[2] / "batch-cache" / "rows").iterdir()) == []
     resumed = []
     for summary in ran:
         events = run_events(summary["run_id"], cwd=repo)
@@ -185,9 +206,9 @@ def test_a_batch_on_two_nodes_survives_losing_one_and_a_fresh_clone_agrees(
             e["properties"].get("code") == "resumed" for e in events_named(events, "run.notice")
         ):
             resumed.append(summary["row"])
-    # The two rows the removed node was running were run again elsewhere, from the
-    # checkpoint after `first`; no other row was.
-    assert len(resumed) == 2, resumed
+    # The four rows the removed node was running were run again on the new one, from
+    # the checkpoint after `first`; the two others simply started there.
+    assert len(resumed) == 4, resumed
 
     clone = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(origin), str(clone))
@@ -324,7 +345,8 @@ def test_the_nodes_get_the_keys_from_ray_and_share_the_llm_slots(
     def settled() -> str | None:
         if llm_server.in_flight > 2:
             return "more than two in flight"
-        if llm_server.in_flight == 2 and _waiting(two_nodes.fabro_home) == 4:
+        waiting = sum(_waiting(home) for home in two_nodes.fabro_homes)
+        if llm_server.in_flight == 2 and waiting == 4:
             return "two in flight, four waiting"
         return None
 
@@ -413,15 +435,8 @@ def test_ctrl_c_on_the_driver_interrupts_the_runs_on_the_nodes_and_resume_finish
 def test_a_project_file_the_driver_trusts_acts_on_the_nodes_and_an_untrusted_one_stops_it(
     repo: Path, tmp_path: Path, hermetic_env: Path, two_nodes: TwoNodes
 ) -> None:
-    _repository(repo, tmp_path)
-    (repo / ".fabro").mkdir()
     # A hook acts on the user's machine: it needs the user's trust, on every node too.
-    (repo / ".fabro" / "project.toml").write_text(
-        '[[run.hooks]]\nevent = "run_complete"\ncommand = "true"\n'
-    )
-    git(repo, "add", ".fabro/project.toml")
-    git(repo, "commit", "-q", "-m", "a hook")
-    git(repo, "push", "-q", "origin", "main")
+    _repository(repo, tmp_path, hook=True)
     where = tmp_path / "signals"
     where.mkdir()
     (where / "go").touch()

@@ -55,6 +55,9 @@ STORE_VERSION = 1
 # nodes, whose own trust stores have never seen the repository. Only a file with exactly
 # those bytes is trusted by it.
 VOUCHED_VARIABLE = "FABRO_TRUSTED_PROJECT"
+# The same for a run's recorded configuration (the digest `recorded_actions` gives): set
+# for a run a batch resumes on another node, from what its first start recorded there.
+VOUCHED_CONFIG_VARIABLE = "FABRO_TRUSTED_CONFIG"
 TRUST_HINT = "read the file, then run `git fabro trust` to allow it (or fix or remove the keys)"
 
 
@@ -549,6 +552,8 @@ def check_run_config(
     here, by `git fabro trust --run`, or now, at `ask`."""
     recorded = recorded_actions(settings)
     if not recorded.actions:
+        return
+    if recorded.digest in os.environ.get(VOUCHED_CONFIG_VARIABLE, "").split(","):
         return
     store = store if store is not None else TrustStore()
     if store.trusts_config(recorded.digest):

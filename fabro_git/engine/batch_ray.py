@@ -44,7 +44,7 @@ import msgspec
 
 from fabro_git.engine import batch as batches
 from fabro_git.engine.batch import RowJob, RowSummary
-from fabro_git.errors import ConfigError, StoreError
+from fabro_git.errors import ConfigError, FabroError, StoreError
 from fabro_git.store import runs as runrefs
 
 RAY_HINT = "install the extra: pip install 'git-fabro[ray]'"
@@ -238,6 +238,7 @@ class Coordinator:
         self.slots = slots
         self.running: set[int] = set()
         self.news: list[tuple[str, bytes | None]] = []
+        self.configs: dict[int, str] = {}  # row: its run's recorded configuration's digest
         self.held: Counter[str] = Counter()  # "<row>/<attempt>/<holder>": slots held
         self.paused_until = -math.inf
         self._changed: Any = None  # an asyncio.Condition, made in the actor's loop
@@ -263,6 +264,14 @@ class Coordinator:
             self.running.discard(row)
             self.news.append(("ended", summary))
         await self._forget(lambda key: key.startswith(f"{row}/"))
+
+    async def vouch_config(self, row: int, digest: str) -> None:
+        """The recorded configuration the row's run started with, as its first start
+        read it: a resume elsewhere trusts that one (`FABRO_TRUSTED_CONFIG`)."""
+        self.configs.setdefault(row, digest)
+
+    async def config_of(self, row: int) -> str | None:
+        return self.configs.get(row)
 
     async def take_news(self) -> list[tuple[str, bytes | None]]:
         news, self.news = self.news, []
@@ -335,7 +344,7 @@ def run_task(encoded: bytes, coordinator: Any) -> bytes:
 
     import uuid
 
-    from fabro_git.config.trust import VOUCHED_VARIABLE
+    from fabro_git.config.trust import VOUCHED_CONFIG_VARIABLE, VOUCHED_VARIABLE
     from fabro_git.llm.slots import SlotServer
 
     item = msgspec.msgpack.decode(encoded, type=RemoteRow)
@@ -357,7 +366,10 @@ def run_task(encoded: bytes, coordinator: Any) -> bytes:
             env = slots.env()
             if item.vouched is not None:
                 env[VOUCHED_VARIABLE] = item.vouched
-            summary = run_in(workdir, item, env)
+                known = coordinator.config_of.remote(row.row).future().result()
+                if known is not None:
+                    env[VOUCHED_CONFIG_VARIABLE] = known
+            summary = run_in(workdir, item, env, coordinator)
     finally:
         signal.signal(signal.SIGINT, before)
         shutil.rmtree(workdir, ignore_errors=True)
@@ -462,7 +474,9 @@ def _sweep(rows: Path) -> None:
             continue  # not one of ours, or a live process of another user
 
 
-def run_in(workdir: Path, item: RemoteRow, env: Mapping[str, str]) -> RowSummary:
+def run_in(
+    workdir: Path, item: RemoteRow, env: Mapping[str, str], coordinator: Any = None
+) -> RowSummary:
     """Start the row's run in `workdir`, or resume it where the remote left it, and wait
     for its end. The driver's Ctrl-C reaches the task as KeyboardInterrupt (`ray.cancel`):
     the run is interrupted at a checkpoint, and waited for."""
@@ -478,14 +492,51 @@ def run_in(workdir: Path, item: RemoteRow, env: Mapping[str, str]) -> RowSummary
             resume = True
     job = msgspec.structs.replace(item.job, repo_root=str(workdir), remote="origin", resume=resume)
     procs: list[subprocess.Popen[bytes]] = []
+    ended = threading.Event()
+
+    def started(proc: subprocess.Popen[bytes]) -> None:
+        procs.append(proc)
+        if item.vouched is not None and coordinator is not None and not resume:
+            threading.Thread(
+                target=_vouch_recorded_config,
+                args=(workdir, row.row, row.run_id, coordinator, ended),
+                daemon=True,
+                name="batch-vouch",
+            ).start()
+
     try:
-        return batches.run_row(job, started=procs.append, env=env, preexec=_as_from_a_shell)
+        return batches.run_row(job, started=started, env=env, preexec=_as_from_a_shell)
     except KeyboardInterrupt:
         for proc in procs:
             batches.interrupt(proc)
             proc.wait()
         with GitRepo.discover(workdir) as repo:
             return batches.summarize(repo, row)
+    finally:
+        ended.set()
+
+
+def _vouch_recorded_config(
+    workdir: Path, row: int, run_id: str, coordinator: Any, ended: threading.Event
+) -> None:
+    """Once the row's run has recorded its configuration (its first commit), tell the
+    coordinator its digest: the run started with the driver's trusted project file, and
+    a resume on another node may trust exactly that configuration."""
+    from fabro_git.config.trust import recorded_actions
+    from fabro_git.store.repo import GitRepo
+
+    while not ended.wait(STOP_POLL_SECONDS):
+        try:
+            with GitRepo.discover(workdir) as repo:
+                sha = repo.read_ref(runrefs.meta_ref(run_id))
+                data = repo.read_file(sha, runrefs.MANIFEST) if sha is not None else None
+        except (FabroError, OSError):
+            return  # the row's repository is gone: its run ended
+        if data is not None:
+            settings = msgspec.json.decode(data).get("settings") or {}
+            digest = recorded_actions(settings).digest
+            coordinator.vouch_config.remote(row, digest).future().result()
+            return
 
 
 def _as_from_a_shell() -> None:
