@@ -258,30 +258,18 @@ def test_backend_cli_without_its_cli_is_refused_before_the_run(
 
 
 def test_a_timeout_cancels_the_model_call(repo: Path, llm_server: LlmServer) -> None:
-    # Long enough for the first turn and its tool call on a loaded machine; the second
-    # turn never answers, so the timeout is what ends the stage.
-    write_workflow(repo, AGENT.replace('prompt="Tidy', 'timeout="15s", prompt="Tidy'))
-    (repo / "notes.txt").write_text("x\n")
-    llm_server.script(
-        Reply(
-            text="",
-            tool_calls=(ToolUse("write_file", {"path": "notes.txt", "content": "y\n"}, id="w"),),
-        ),
-        Stall(seconds=120),
-    )
+    # The model never answers: whatever the stage has reached when its second is up,
+    # the timeout is what ends it. What the agent touched before it, and the session's
+    # closing events, are shown in process (inprocess/test_timeouts_inprocess.py).
+    write_workflow(repo, AGENT.replace('prompt="Tidy', 'timeout="1s", prompt="Tidy'))
+    llm_server.script(Stall(seconds=120))
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo, timeout=50)
     assert proc.returncode != 0
     events = run_events(result["run_id"], repo)
     [completed] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "work"]
     props = completed["properties"]
     assert props["status"] == "failed" and props["failure_class"] == "transient_infra"
-    assert "timed out after 15s" in props["error"]
-    assert props["files_touched"] == ["notes.txt"]
-    # The session closed its events although it was cut off mid-call.
-    assert [e["event"] for e in events if e["event"].startswith("agent.session.")][-2:] == [
-        "agent.session.deactivated",
-        "agent.session.ended",
-    ]
+    assert "timed out after 1s" in props["error"]
 
 
 TWO_PROMPTS = """\

@@ -9,7 +9,7 @@ import contextlib
 import math
 import subprocess
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,9 +91,13 @@ def walk(
     dry_run: bool = False,
     stall: float | None = None,
     mock_clock: bool = True,
+    clock: trio.testing.MockClock | None = None,
+    alongside: Callable[[], Awaitable[None]] | None = None,
 ) -> Walked:
     """Run the graph's main walk to its end, on a MockClock that jumps over every sleep
-    unless `mock_clock` is off (a real process must get the time to stop when told)."""
+    unless `mock_clock` is off (a real process must get the time to stop when told).
+    A test that moves the time itself passes its own `clock` (one that never jumps on
+    its own) and runs `alongside` the walk what moves it when the moment comes."""
     graph = parse(textwrap.dedent(source))
     worktree = tmp_path / "worktree"
     worktree.mkdir(parents=True, exist_ok=True)
@@ -154,7 +158,8 @@ def walk(
     # polls (45 s each, 1,000 at most) while `exit 3` ran. It never jumps while a
     # worker thread runs (git work: a checkpoint, the repository guard's look around
     # a stage), however long a loaded machine makes it.
-    clock = trio.testing.MockClock(autojump_threshold=0.02) if mock_clock else None
+    if clock is None and mock_clock:
+        clock = trio.testing.MockClock(autojump_threshold=0.02)
     status: str | None = None
     error: str | None = None
 
@@ -166,10 +171,6 @@ def walk(
             status, error = "failed", str(exc)
 
     async def main() -> None:
-        nonlocal status, error
-        if stall is None:
-            await walk_main()
-            return
         async with trio.open_nursery() as nursery:
 
             def stalled(idle: float) -> None:
@@ -177,7 +178,10 @@ def walk(
                 status, error = "failed", f"stalled after {idle:g}s"
                 nursery.cancel_scope.cancel()
 
-            nursery.start_soon(watch_for_stall, runtime, stall, stalled)
+            if stall is not None:
+                nursery.start_soon(watch_for_stall, runtime, stall, stalled)
+            if alongside is not None:
+                nursery.start_soon(alongside)
             await walk_main()
             nursery.cancel_scope.cancel()
 
