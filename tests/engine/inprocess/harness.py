@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
+from fabro_git.engine.gates import AttendedRun, GateDesk, SharedInterviewer
 from fabro_git.engine.interviewer import Interviewer, Question, make_interviewer
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime
@@ -93,11 +94,15 @@ def walk(
     mock_clock: bool = True,
     clock: trio.testing.MockClock | None = None,
     alongside: Callable[[], Awaitable[None]] | None = None,
+    detached: bool = False,
 ) -> Walked:
     """Run the graph's main walk to its end, on a MockClock that jumps over every sleep
     unless `mock_clock` is off (a real process must get the time to stop when told).
     A test that moves the time itself passes its own `clock` (one that never jumps on
-    its own) and runs `alongside` the walk what moves it when the moment comes."""
+    its own) and runs `alongside` the walk what moves it when the moment comes. As in
+    a real run, the gates are put on a desk `git fabro attach` would see, and a gate
+    waiting there is no stall; `detached` is a run with no terminal, whose gates wait
+    for an attached answer."""
     graph = parse(textwrap.dedent(source))
     worktree = tmp_path / "worktree"
     worktree.mkdir(parents=True, exist_ok=True)
@@ -137,6 +142,7 @@ def walk(
         run_tip=None,
         requeue=bus.restore_pending,
     )
+    desk = GateDesk()
     runtime = Runtime(
         run_id="RUN",
         repo=repo,
@@ -147,8 +153,11 @@ def walk(
         recorder=recorder,
         scratch=tmp_path / "scratch",
         worktree=worktree,
-        interviewer=interviewer
-        or make_interviewer(auto_approve=False, answers=[], interactive=False),
+        interviewer=SharedInterviewer(
+            interviewer or make_interviewer(auto_approve=False, answers=[], interactive=False),
+            desk,
+            detached=detached,
+        ),
         options=Options(dry_run=dry_run, in_place=True),
         handlers=handlers,
     )
@@ -179,7 +188,7 @@ def walk(
                 nursery.cancel_scope.cancel()
 
             if stall is not None:
-                nursery.start_soon(watch_for_stall, runtime, stall, stalled)
+                nursery.start_soon(watch_for_stall, AttendedRun(runtime, desk), stall, stalled)
             if alongside is not None:
                 nursery.start_soon(alongside)
             await walk_main()
