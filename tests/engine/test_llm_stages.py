@@ -157,7 +157,9 @@ def test_a_server_error_is_retried_and_the_stage_succeeds(
     repo: Path, llm_server: LlmServer
 ) -> None:
     write_workflow(repo, ROUTED % ', model="claude-sonnet-4-6"')
-    llm_server.script(server_error(), Reply(text='{"preferred_next_label": "approve"}'))
+    llm_server.script(
+        server_error(retry_after=0), Reply(text='{"preferred_next_label": "approve"}')
+    )
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]
@@ -179,7 +181,8 @@ def test_every_agent_event_of_a_prompt_stage_names_its_session(
     its session_id."""
     write_workflow(repo, ROUTED % ', model="claude-sonnet-4-6"')
     llm_server.script(
-        server_error(), Reply(reasoning="weigh it", text='{"preferred_next_label": "approve"}')
+        server_error(retry_after=0),
+        Reply(reasoning="weigh it", text='{"preferred_next_label": "approve"}'),
     )
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
