@@ -173,24 +173,35 @@ def test_a_model_endpoint_that_drips_its_headers_is_cut_off_by_the_idle_timeout(
     assert "no response from the provider" in json.dumps(failed["properties"])
 
 
-# Three thousand tools, each with a long description (about 2 KB of schema apiece).
+# Three thousand tools, each with a long description (about 2 KB of schema apiece),
+# made once as plain records: the low-level server answers `tools/list` with them, with
+# no function to inspect for each (which took the high-level server seconds).
 FLOODING_SERVER = """\
-from mcp.server.mcpserver import MCPServer
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
 
-app = MCPServer("flood")
+SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+TOOLS = [
+    types.Tool(name=f"tool_{number:04d}", description="padding " * 250, input_schema=SCHEMA)
+    for number in range(3000)
+]
 
 
-def make(number: int):
-    def tool(text: str) -> str:
-        return f"tool {number}: {text}"
-
-    return tool
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=TOOLS)
 
 
-for number in range(3000):
-    app.add_tool(make(number), name=f"tool_{number:04d}", description="padding " * 250)
+server = Server("flood", on_list_tools=list_tools)
 
-app.run()
+
+async def main():
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+anyio.run(main)
 """
 
 
