@@ -275,6 +275,8 @@ def _breaks_worktree(repo: Path, tmp_path: Path, home: Path) -> list[str]:
 
 def _locks_meta(repo: Path, tmp_path: Path, home: Path) -> list[str]:
     (tmp_path / "locks.fabro").write_text(LOCKS_META)
+    # Waited out as long as git would be told to, not the 4 s default.
+    git(repo, "config", "core.filesRefLockTimeout", "100")
     failed = run_fabro("run", str(tmp_path / "locks.fabro"), cwd=repo)
     assert failed.returncode == 1 and "Traceback" not in failed.stderr
     assert "delete that file and retry" in failed.stderr
