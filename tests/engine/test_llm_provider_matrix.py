@@ -19,7 +19,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from helpers import (
     run_events,
     run_fabro,
     run_json,
+    wait_until,
     write_workflow,
 )
 from llm_server import (
@@ -722,11 +722,10 @@ def test_ctrl_c_mid_stream_then_resume_never_replays_the_half_stream(
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 60
         # Words of the second reply are recorded: the agent is mid-stream.
-        while not _tail_has_delta("work", "words"):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(
+            lambda: _tail_has_delta("work", "words"), process=proc, limit=60, what="the words"
+        )
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from helpers import (
     run_events,
     run_fabro,
     run_json,
+    wait_until,
     write_workflow,
 )
 from llm_server import (
@@ -342,11 +342,8 @@ def test_ctrl_c_cancels_the_call_and_the_run_resumes(repo: Path, llm_server: Llm
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 60
     # The second request is the one the server holds: the agent is mid-call.
-    while len(llm_server.requests) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: len(llm_server.requests) >= 2, process=proc, limit=60, what="the 2nd call")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
@@ -418,10 +415,7 @@ def test_steering_reaches_the_agent_in_flight(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not (hermetic_env / "holding").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+        wait_until((hermetic_env / "holding").exists, process=proc, limit=120, what="the hold")
         run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]
         steered = run_fabro("steer", run_id, "use the other approach", cwd=repo)
         assert steered.returncode == 0, steered.stderr

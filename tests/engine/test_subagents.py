@@ -10,7 +10,6 @@ import json
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from helpers import (
     run_events,
     run_fabro,
     run_json,
+    wait_until,
     write_workflow,
 )
 from llm_server import (
@@ -320,10 +320,8 @@ def test_ctrl_c_closes_sub_agents_and_the_resumed_stage_starts_fresh(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 60
-    while not _asking(llm_server, "CHILD-C"):  # the child is mid-call
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+    # The child is mid-call.
+    wait_until(lambda: _asking(llm_server, "CHILD-C"), process=proc, limit=60, what="the child")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
