@@ -25,6 +25,26 @@ PROVIDER_VARS = frozenset(
 )
 
 
+# The longest single tests, started first: the workers share the rest out as they free
+# up, so none is left running one of these alone at the end (mypy's cold start alone
+# takes a minute of a loaded machine, and its file would otherwise come near the end).
+LONGEST_FIRST = (
+    "tests/test_code_quality.py::test_tree_is_clean[mypy]",
+    "tests/test_code_quality.py::",
+    "tests/cli/test_workflows_by_name.py::test_exec_",
+    "tests/engine/test_hostile_services.py::test_an_mcp_server_offering_thousands",
+    "tests/engine/test_agent_event_coverage.py::",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        found = [n for n, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)]
+        return found[0] if found else len(LONGEST_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
+
+
 @pytest.fixture(autouse=True)
 def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path_factory.mktemp("home")

@@ -174,8 +174,11 @@ def rate_limited(retry_after: float | None = None) -> Fault:
     return Fault(429, "rate_limit", "Rate limit reached; slow down", headers)
 
 
-def server_error() -> Fault:
-    return Fault(500, "server", "The server had an internal error")
+def server_error(retry_after: float | None = None) -> Fault:
+    """A 500; with `retry_after`, one that says when to come back (an end-to-end test
+    gives 0, so a retry waits no real backoff: the backoff is tested on a MockClock)."""
+    headers = {"retry-after": f"{retry_after:g}"} if retry_after is not None else {}
+    return Fault(500, "server", "The server had an internal error", headers)
 
 
 def unauthorized() -> Fault:

@@ -27,7 +27,9 @@ from typing import Protocol, TypeVar
 T = TypeVar("T")
 
 # Long enough to outlast a `git gc` on a large repository holding packed-refs.lock,
-# short enough that a lock left behind by a crash is reported within seconds.
+# short enough that a lock left behind by a crash is reported within seconds. A ref
+# move waits instead as long as git's `core.filesRefLockTimeout` says, when it is set
+# (`GitRepo.ref_lock_deadline`).
 DEADLINE_SECONDS = 4.0
 _FIRST_DELAY = 0.005
 _MAX_DELAY = 0.25

@@ -97,6 +97,18 @@ class GitRepo:
             return None
         return parse_shared_repository(value)
 
+    @functools.cached_property
+    def ref_lock_deadline(self) -> float:
+        """How long a ref move waits out another git's lock on it, read once: git's own
+        `core.filesRefLockTimeout` (milliseconds; negative: for ever) when it is set,
+        else the store's default, longer than git's 100 ms (`store.backoff`)."""
+        try:
+            value = self._repo.get_config_stack().get(("core",), "filesRefLockTimeout")
+            millis = int(value)
+        except (KeyError, ValueError):
+            return DEADLINE_SECONDS
+        return float("inf") if millis < 0 else millis / 1000
+
     # -- opening ---------------------------------------------------------------------
 
     @classmethod
@@ -249,7 +261,12 @@ class GitRepo:
             )
 
         with self._ref_errors(name, "updated"):
-            ok = retrying(attempt, transient=_held_lock_or_dir_race, clock=self.clock)
+            ok = retrying(
+                attempt,
+                transient=_held_lock_or_dir_race,
+                deadline=self.ref_lock_deadline,
+                clock=self.clock,
+            )
         if not ok:
             raise self._race(name, expected=old)
 
@@ -260,6 +277,7 @@ class GitRepo:
             ok = retrying(
                 lambda: self._repo.refs.remove_if_equals(ref, ObjectID(old.encode())),
                 transient=_held_lock_or_dir_race,
+                deadline=self.ref_lock_deadline,
                 clock=self.clock,
             )
         if not ok:
@@ -286,7 +304,7 @@ class GitRepo:
         except FileLocked as err:
             lock = self.git_dir / f"{name}.lock"
             raise RefRaceError(
-                f"{name} stayed locked by another process for {DEADLINE_SECONDS:g}s; "
+                f"{name} stayed locked by another process for {self.ref_lock_deadline:g}s; "
                 f"it was not {done}",
                 hint=f"if no git command is running in {self.root}, a crashed one left "
                 f"{lock} behind: delete that file and retry",

@@ -12,7 +12,15 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_fsck_clean, bare_remote, fabro_exe, git, run_fabro, write_workflow
+from helpers import (
+    assert_fsck_clean,
+    bare_remote,
+    fabro_exe,
+    git,
+    run_fabro,
+    wait_until,
+    write_workflow,
+)
 
 FAILS = """\
 digraph Fails {
@@ -194,14 +202,14 @@ def _held_run(repo: Path) -> tuple[subprocess.Popen[bytes], str]:
         stderr=subprocess.DEVNULL,
     )
     root = Path(os.environ["FABRO_HOME"]) / "runs"
-    deadline = time.monotonic() + 60
-    while True:
+
+    def held() -> str | None:
         for tail in root.glob("*/events.jsonl"):
             if b'"node_id":"hold"' in tail.read_bytes():
-                return proc, tail.parent.name[:26]
-        assert proc.poll() is None, "the held run ended early"
-        assert time.monotonic() < deadline, "the held run never reached its stage"
-        time.sleep(0.02)
+                return tail.parent.name[:26]
+        return None
+
+    return proc, wait_until(held, process=proc, limit=60, what="the held run's stage")
 
 
 def test_a_live_run_is_never_removed(repo: Path, hermetic_env: Path) -> None:

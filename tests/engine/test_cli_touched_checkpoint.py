@@ -276,7 +276,9 @@ digraph D {
 def test_a_retried_stage_counts_its_last_attempt_and_records_all_of_it(
     repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, agent: Path
 ) -> None:
-    graph = WITH_PREP.replace('prompt="Work"', 'prompt="Work", max_retries=1')
+    graph = WITH_PREP.replace(
+        'prompt="Work"', 'prompt="Work", max_retries=1, retry_policy="standard"'
+    )
     nodes = {
         "work": [
             {"write": {"first.txt": "1\n"}, "reply": 'again {"outcome": "retry"}'},

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import assert_fsck_clean, fabro_exe, git, run_fabro
+from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, wait_until
 
 # Every run writes the same shared files (the same blobs and trees at about the same
 # moment) and one file of its own.
@@ -58,13 +58,14 @@ def test_four_runs_started_at_once_in_one_repository(
     ]
     # Stage `a` holds every run until all four are inside it, so they surely overlap.
     tails = Path(os.environ["FABRO_HOME"]) / "runs"
-    deadline = time.monotonic() + 90
-    while sum(b'"node_id":"a"' in t.read_bytes() for t in tails.glob("*/events.jsonl")) < 4:
+
+    def all_in_a() -> bool:
         assert all(p.poll() is None for p in procs), [
             p.communicate() for p in procs if p.poll() is not None
         ]
-        assert time.monotonic() < deadline, "the four runs never all reached stage a"
-        time.sleep(0.05)
+        return sum(b'"node_id":"a"' in t.read_bytes() for t in tails.glob("*/events.jsonl")) == 4
+
+    wait_until(all_in_a, what="the four runs all in stage a")
     (hermetic_env / "all-started").write_text("")
     results = []
     for proc in procs:
@@ -173,14 +174,14 @@ def _start_gated(repo: Path, tmp_path: Path) -> tuple[subprocess.Popen, str]:
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 30
-    while not (
-        metas := git(
+    metas = wait_until(
+        lambda: git(
             repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta"
-        ).split()
-    ):
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
+        ).split(),
+        process=proc,
+        limit=30,
+        what="the run's meta ref",
+    )
     (run_id,) = metas
     _wait_for_event(repo, run_id, "stage.started", "wait_for_marker", proc)
     return proc, run_id
@@ -236,10 +237,7 @@ def test_two_resumes_of_one_interrupted_run_race_and_one_wins(
         for _ in range(2)
     ]
     # Hold the stage until the loser has met the lock and given up.
-    deadline = time.monotonic() + 60
-    while all(r.poll() is None for r in resumers):
-        assert time.monotonic() < deadline, "neither resume ended"
-        time.sleep(0.05)
+    wait_until(lambda: any(r.poll() is not None for r in resumers), limit=60, what="a resume's end")
     (hermetic_env / "go").write_text("")
     outcomes = []
     for r in resumers:

@@ -384,6 +384,8 @@ def test_run_whose_snapshots_cannot_be_written_does_not_claim_success(
     resume (which owns the run's refs) clears it and finishes the run."""
     repo, workflow = crash_repo
     fabro_home = Path(os.environ["FABRO_HOME"])
+    # Each snapshot waits out the lock as long as git would be told to, not 4 s.
+    git(repo, "config", "core.filesRefLockTimeout", "100")
     proc = subprocess.Popen(
         [*fabro_exe(), "run", str(workflow)],
         cwd=repo,

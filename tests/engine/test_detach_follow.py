@@ -4,9 +4,10 @@ detached process starts, so following it shows the whole run."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
-from helpers import run_fabro, write_workflow
+from helpers import fabro_exe, run_fabro, write_workflow
 
 SLOW_START = """\
 digraph D {
@@ -19,25 +20,51 @@ digraph D {
 """
 
 
-def _slow_interpreter(tmp_path: Path) -> dict[str, str]:
-    """An environment whose Python processes take 1.5 s to start: the detached child
-    inherits it, so it is late to take the run's lock, whatever the machine's speed."""
-    site = tmp_path / "slow-site"
-    site.mkdir()
-    (site / "sitecustomize.py").write_text("import time\ntime.sleep(1.5)\n")
-    return {"PYTHONPATH": str(site)}
+class HeldChild:
+    """An environment in which the detached child's Python holds at its start until the
+    test lets it go: it is late to take the run's lock for as long as the test needs,
+    whatever the machine's speed."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        site = tmp_path / "held-site"
+        site.mkdir()
+        self.gate = tmp_path / "let-the-child-go"
+        (site / "sitecustomize.py").write_text(
+            "import os, sys, time\n"
+            "if '--detached-child' in sys.argv:\n"
+            f"    while not os.path.exists({str(self.gate)!r}):\n"
+            "        time.sleep(0.01)\n"
+        )
+        self.env = {"PYTHONPATH": str(site)}
+
+    def let_go(self) -> None:
+        self.gate.touch()
 
 
 def test_logs_follow_right_after_detach_sees_the_end(repo: Path, tmp_path: Path) -> None:
     write_workflow(repo, SLOW_START)
-    started = run_fabro("run", "wf.fabro", "-d", cwd=repo, env=_slow_interpreter(tmp_path))
+    child = HeldChild(tmp_path)
+    started = run_fabro("run", "wf.fabro", "-d", cwd=repo, env=child.env)
     assert started.returncode == 0, started.stderr
     run_id = started.stdout.strip()
     # Following at once must wait for the late child rather than give up on a run that
-    # nobody seems to execute.
-    follow = run_fabro("logs", run_id, "-f", cwd=repo, timeout=120)
-    assert follow.returncode == 0, follow.stderr
-    names = [json.loads(line)["event"] for line in follow.stdout.splitlines()]
+    # nobody seems to execute: the child goes only once `logs -f` shows the run.
+    follow = subprocess.Popen(
+        [*fabro_exe(), "logs", run_id, "-f"],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert follow.stdout is not None
+    try:
+        first = follow.stdout.readline()
+    finally:
+        child.let_go()
+    rest, err = follow.communicate(timeout=120)
+    assert follow.returncode == 0, err
+    names = [json.loads(line)["event"] for line in (first + rest).splitlines()]
     assert names[0] == "run.created"
     assert names.count("run.completed") == 1
     assert names.index("run.completed") > names.index("stage.completed")
@@ -47,10 +74,12 @@ def test_logs_follow_right_after_detach_sees_the_end(repo: Path, tmp_path: Path)
 
 def test_ps_right_after_detach_does_not_call_it_interrupted(repo: Path, tmp_path: Path) -> None:
     write_workflow(repo, SLOW_START)
-    run_id = run_fabro(
-        "run", "wf.fabro", "-d", cwd=repo, env=_slow_interpreter(tmp_path)
-    ).stdout.strip()
-    row = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])
+    child = HeldChild(tmp_path)
+    run_id = run_fabro("run", "wf.fabro", "-d", cwd=repo, env=child.env).stdout.strip()
+    try:
+        row = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])
+    finally:
+        child.let_go()
     assert row["run_id"] == run_id
     assert row["status"] == "running"
     run_fabro("logs", run_id, "-f", cwd=repo, timeout=120)

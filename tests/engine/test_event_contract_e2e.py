@@ -15,14 +15,13 @@ import os
 import re
 import signal
 import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, run_fabro
+from helpers import fabro_exe, git, run_fabro, wait_until
 
 from fabro_git.events.contract import check_event, check_jsonl
 from fabro_git.events.seed import Catalogue, load_contract
@@ -252,13 +251,12 @@ def _stopped_then_resumed(repo: Path, tmp_path: Path, home: Path, sig: signal.Si
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
-    while True:
+
+    def at_nap() -> list[Path]:
         tails = list((Path(os.environ["FABRO_HOME"]) / "runs").glob("*/events.jsonl"))
-        if tails and b'"node_id":"nap"' in tails[0].read_bytes():
-            break
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+        return tails if tails and b'"node_id":"nap"' in tails[0].read_bytes() else []
+
+    tails = wait_until(at_nap, process=proc, limit=30, what="the nap stage")
     proc.send_signal(sig)
     assert proc.wait(timeout=15) == (130 if sig == signal.SIGINT else -sig)
     run_id = tails[0].parent.name.rsplit("-", 1)[0]  # runs/<run id>-<repository key>/
@@ -275,6 +273,8 @@ def _breaks_worktree(repo: Path, tmp_path: Path, home: Path) -> list[str]:
 
 def _locks_meta(repo: Path, tmp_path: Path, home: Path) -> list[str]:
     (tmp_path / "locks.fabro").write_text(LOCKS_META)
+    # Waited out as long as git would be told to, not the 4 s default.
+    git(repo, "config", "core.filesRefLockTimeout", "100")
     failed = run_fabro("run", str(tmp_path / "locks.fabro"), cwd=repo)
     assert failed.returncode == 1 and "Traceback" not in failed.stderr
     assert "delete that file and retry" in failed.stderr

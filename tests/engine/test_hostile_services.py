@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -151,46 +150,53 @@ def test_arguments_with_a_lone_surrogate_are_a_tool_error_the_model_can_correct(
 def test_a_model_endpoint_that_drips_its_headers_is_cut_off_by_the_idle_timeout(
     repo: Path, llm_server: LlmServer
 ) -> None:
-    """One header byte every half second never lets a read wait the idle timeout
-    (2 s here): only a deadline on the whole wait for the response ends it. Every
-    attempt drips."""
+    """One header byte every fifth of a second never lets a read wait the idle timeout
+    (1 s here): only a deadline on the whole wait for the response ends the attempt,
+    which is then retried (the drip alone would hold it for ever)."""
     write_workflow(repo, AGENT)
     (repo / "run.toml").write_text(
-        '[workflow]\ngraph = "wf.fabro"\n\n[run.agent]\nstream_idle_timeout = "2s"\n'
+        '[workflow]\ngraph = "wf.fabro"\n\n[run.agent]\nstream_idle_timeout = "1s"\n'
     )
-    llm_server.script(*[DripHeaders(interval=0.5) for _ in range(10)])
-    began = time.monotonic()
+    llm_server.script(DripHeaders(interval=0.2), Reply(text="Answered at last."))
     proc, result = run_json("run", "run.toml", "--goal", "drip", cwd=repo, timeout=300)
-    took = time.monotonic() - began
-    assert proc.returncode == 1, proc.stderr
+    assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
-    assert "stream_idle_timeout" in proc.stderr, proc.stderr
-    # Four attempts (three retries with backoff) of a few seconds each; the drip alone
-    # would hold each for ever.
-    assert took < 120, took
     events = run_events(result["run_id"], repo)
-    [failed] = [e for e in _of(events, "stage.failed") if e["node_id"] == "work"]
-    assert "no response from the provider" in json.dumps(failed["properties"])
+    [retry] = [e for e in _of(events, "agent.llm.retry") if e["node_id"] == "work"]
+    error = retry["properties"]["error"]
+    assert "no response from the provider within 1s (stream_idle_timeout)" in error["message"]
+    assert len(llm_server.requests) == 2
 
 
-# Three thousand tools, each with a long description (about 2 KB of schema apiece).
+# Three thousand tools, each with a long description (about 2 KB of schema apiece),
+# made once as plain records: the low-level server answers `tools/list` with them, with
+# no function to inspect for each (which took the high-level server seconds).
 FLOODING_SERVER = """\
-from mcp.server.mcpserver import MCPServer
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
 
-app = MCPServer("flood")
+SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}
+TOOLS = [
+    types.Tool(name=f"tool_{number:04d}", description="padding " * 250, input_schema=SCHEMA)
+    for number in range(3000)
+]
 
 
-def make(number: int):
-    def tool(text: str) -> str:
-        return f"tool {number}: {text}"
-
-    return tool
+async def list_tools(ctx, params):
+    return types.ListToolsResult(tools=TOOLS)
 
 
-for number in range(3000):
-    app.add_tool(make(number), name=f"tool_{number:04d}", description="padding " * 250)
+server = Server("flood", on_list_tools=list_tools)
 
-app.run()
+
+async def main():
+    async with stdio_server() as (read, write):
+        await server.run(read, write, server.create_initialization_options())
+
+
+anyio.run(main)
 """
 
 

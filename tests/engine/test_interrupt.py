@@ -14,7 +14,16 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, pids_with_env, run_events, run_fabro, tail_has
+from helpers import (
+    fabro_exe,
+    git,
+    pids_with_env,
+    read_checkpoint,
+    run_events,
+    run_fabro,
+    tail_has,
+    wait_until,
+)
 
 # `nap` sleeps 30 s unless $HOME/quick exists; its child `sleep` is what must not
 # outlive the interrupt.
@@ -44,23 +53,15 @@ def _start_and_reach_nap(
         text=True,
         start_new_session=True,  # its own process group, as a shell job would have
     )
-    deadline = time.monotonic() + 30
-    run_id = None
-    while True:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the run never reached nap"
-        if run_id is None:
-            ids = git(
-                repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta"
-            ).split()
-            run_id = ids[0] if ids else None
-        if (
-            run_id
-            and tail_has(run_id, "stage.started", "nap")
-            and len(pids_with_env(FABRO_RUN_ID=run_id, FABRO_NODE_ID="nap")) >= 2
-        ):
-            return proc, run_id  # the shell and its sleep are both running
-        time.sleep(0.05)
+
+    def at_nap() -> str | None:
+        ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta").split()
+        if not ids or not tail_has(ids[0], "stage.started", "nap"):
+            return None
+        # The shell and its sleep are both running.
+        return ids[0] if len(pids_with_env(FABRO_RUN_ID=ids[0], FABRO_NODE_ID="nap")) >= 2 else None
+
+    return proc, wait_until(at_nap, process=proc, limit=30, what="the run reaching nap")
 
 
 @pytest.mark.parametrize(
@@ -221,10 +222,10 @@ def test_a_killed_run_shows_how_long_it_ran(repo: Path, tmp_path: Path) -> None:
     """A run killed outright records no end: `ps` shows it ran from its start to its
     last event, not the time its last checkpoint had counted."""
     workflow = tmp_path / "slow.fabro"
-    # `slow` times out after 2 s (no checkpoint meanwhile), and is tried again.
+    # `slow` times out after half a second (no checkpoint meanwhile), and is tried again.
     workflow.write_text(
         "digraph Slow { start [shape=Mdiamond] exit [shape=Msquare]\n"
-        '  slow [shape=parallelogram, max_retries=1, timeout="2s", script="sleep 600"]\n'
+        '  slow [shape=parallelogram, max_retries=1, timeout="500ms", script="sleep 600"]\n'
         "  start -> slow -> exit }\n"
     )
     proc = subprocess.Popen(
@@ -235,14 +236,14 @@ def test_a_killed_run_shows_how_long_it_ran(repo: Path, tmp_path: Path) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
+
+    def retrying() -> str | None:
+        ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta")
+        run_id = ids.split()[0] if ids.split() else None
+        return run_id if run_id and tail_has(run_id, "stage.retrying", "slow") else None
+
     try:
-        deadline = time.monotonic() + 60
-        run_id = None
-        while run_id is None or not tail_has(run_id, "stage.retrying", "slow"):
-            assert proc.poll() is None and time.monotonic() < deadline
-            ids = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta")
-            run_id = ids.split()[0] if ids.split() else None
-            time.sleep(0.05)
+        run_id = wait_until(retrying, process=proc, limit=60, what="the retry of slow")
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -251,6 +252,8 @@ def test_a_killed_run_shows_how_long_it_ran(repo: Path, tmp_path: Path) -> None:
             os.kill(pid, signal.SIGKILL)
     (row,) = [json.loads(line) for line in run_fabro("ps", "--json", cwd=repo).stdout.splitlines()]
     assert row["status"] == "interrupted"
-    assert row["duration_ms"] >= 2000, row
+    # The time the last checkpoint counted, and the timeout waited after it.
+    counted = read_checkpoint(repo, f"refs/fabro/meta/{run_id}")["active_ms"]
+    assert row["duration_ms"] >= counted + 500, (row, counted)
     table = run_fabro("ps", cwd=repo).stdout.splitlines()
     assert f"{row['duration_ms'] / 1000:.1f}s" in table[1], table

@@ -27,6 +27,7 @@ from helpers import (
     run_json,
     tail_has,
     trust_project,
+    wait_until,
 )
 from llm_server import LlmServer, Recorded, Reply, ToolUse
 
@@ -966,10 +967,11 @@ def test_a_hook_running_when_git_fabro_is_killed_dies_with_it(
         assert background in hook_pids
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete"):
-            assert time.monotonic() < deadline, "the hook outlived git fabro"
-            time.sleep(0.02)
+        wait_until(
+            lambda: not pids_with_env(FABRO_RUN_ID=run_id, FABRO_EVENT="stage_complete"),
+            limit=10,
+            what="the hook's end",
+        )
     finally:
         _kill_leftovers(proc, run_id)
         # The stage git fabro was running when killed (`sleep 600`) goes with it too.

@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 from helpers import (
@@ -21,6 +20,7 @@ from helpers import (
     git,
     run_events,
     run_fabro,
+    wait_until,
     write_workflow,
 )
 
@@ -52,11 +52,7 @@ def _remote_refs(bare: Path) -> dict[str, str]:
 
 
 def _wait_for(path: Path, proc: subprocess.Popen[str]) -> None:
-    deadline = time.monotonic() + 120
-    while not path.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, f"{path.name} never appeared"
-        time.sleep(0.05)
+    wait_until(path.exists, process=proc, limit=120, what=path.name)
 
 
 def test_a_teammate_follows_the_run_and_takes_it_over(

@@ -19,7 +19,6 @@ import signal
 import stat
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from helpers import (
     run_events,
     run_fabro,
     run_json,
+    wait_until,
     write_workflow,
 )
 from llm_server import (
@@ -383,10 +383,12 @@ def test_an_agent_thinking_before_a_tool_call_sends_its_reasoning_back_as_its_ap
 
 
 def _fault(kind: str, p: Provider) -> Fault | Drop | StreamError:
+    # An HTTP error says when to come back (0: no real backoff is waited; the backoff
+    # is tested on a MockClock, tests/llm/test_llm_retries.py).
     if kind == "rate_limited":
         return rate_limited(retry_after=0)
     if kind == "server_error":
-        return server_error()
+        return server_error(retry_after=0)
     cut = Reply(text="half an answer that will not end well")
     if kind == "stream_dropped":
         return Drop(reply=cut, after=p.two_words_in)
@@ -422,7 +424,7 @@ def test_a_transient_failure_is_retried_and_the_stage_succeeds(
     assert (props["provider"], props["model"], props["attempt"]) == (p.name, p.model, 2)
     assert props["error"]["kind"] == FAULTS[fault]
     assert props["error"]["retryable"] is True
-    if fault == "rate_limited":
+    if fault in ("rate_limited", "server_error"):
         assert props["delay_secs"] == 0  # the server's Retry-After, honoured
     [message] = events_named(events, "agent.message", "review")
     assert message["properties"]["text"] == f"Second time lucky. {FIX}"
@@ -720,11 +722,10 @@ def test_ctrl_c_mid_stream_then_resume_never_replays_the_half_stream(
         stderr=subprocess.PIPE,
     )
     try:
-        deadline = time.monotonic() + 60
         # Words of the second reply are recorded: the agent is mid-stream.
-        while not _tail_has_delta("work", "words"):
-            assert proc.poll() is None and time.monotonic() < deadline
-            time.sleep(0.02)
+        wait_until(
+            lambda: _tail_has_delta("work", "words"), process=proc, limit=60, what="the words"
+        )
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     finally:

@@ -11,7 +11,6 @@ import os
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from helpers import (
     run_events,
     run_fabro,
     run_json,
+    wait_until,
     write_workflow,
 )
 from llm_server import (
@@ -157,7 +157,9 @@ def test_a_server_error_is_retried_and_the_stage_succeeds(
     repo: Path, llm_server: LlmServer
 ) -> None:
     write_workflow(repo, ROUTED % ', model="claude-sonnet-4-6"')
-    llm_server.script(server_error(), Reply(text='{"preferred_next_label": "approve"}'))
+    llm_server.script(
+        server_error(retry_after=0), Reply(text='{"preferred_next_label": "approve"}')
+    )
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]
@@ -179,7 +181,8 @@ def test_every_agent_event_of_a_prompt_stage_names_its_session(
     its session_id."""
     write_workflow(repo, ROUTED % ', model="claude-sonnet-4-6"')
     llm_server.script(
-        server_error(), Reply(reasoning="weigh it", text='{"preferred_next_label": "approve"}')
+        server_error(retry_after=0),
+        Reply(reasoning="weigh it", text='{"preferred_next_label": "approve"}'),
     )
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
@@ -258,30 +261,18 @@ def test_backend_cli_without_its_cli_is_refused_before_the_run(
 
 
 def test_a_timeout_cancels_the_model_call(repo: Path, llm_server: LlmServer) -> None:
-    # Long enough for the first turn and its tool call on a loaded machine; the second
-    # turn never answers, so the timeout is what ends the stage.
-    write_workflow(repo, AGENT.replace('prompt="Tidy', 'timeout="15s", prompt="Tidy'))
-    (repo / "notes.txt").write_text("x\n")
-    llm_server.script(
-        Reply(
-            text="",
-            tool_calls=(ToolUse("write_file", {"path": "notes.txt", "content": "y\n"}, id="w"),),
-        ),
-        Stall(seconds=120),
-    )
+    # The model never answers: whatever the stage has reached when its second is up,
+    # the timeout is what ends it. What the agent touched before it, and the session's
+    # closing events, are shown in process (inprocess/test_timeouts_inprocess.py).
+    write_workflow(repo, AGENT.replace('prompt="Tidy', 'timeout="1s", prompt="Tidy'))
+    llm_server.script(Stall(seconds=120))
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo, timeout=50)
     assert proc.returncode != 0
     events = run_events(result["run_id"], repo)
     [completed] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "work"]
     props = completed["properties"]
     assert props["status"] == "failed" and props["failure_class"] == "transient_infra"
-    assert "timed out after 15s" in props["error"]
-    assert props["files_touched"] == ["notes.txt"]
-    # The session closed its events although it was cut off mid-call.
-    assert [e["event"] for e in events if e["event"].startswith("agent.session.")][-2:] == [
-        "agent.session.deactivated",
-        "agent.session.ended",
-    ]
+    assert "timed out after 1s" in props["error"]
 
 
 TWO_PROMPTS = """\
@@ -351,11 +342,8 @@ def test_ctrl_c_cancels_the_call_and_the_run_resumes(repo: Path, llm_server: Llm
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 60
     # The second request is the one the server holds: the agent is mid-call.
-    while len(llm_server.requests) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: len(llm_server.requests) >= 2, process=proc, limit=60, what="the 2nd call")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130
@@ -427,10 +415,7 @@ def test_steering_reaches_the_agent_in_flight(
         text=True,
     )
     try:
-        deadline = time.monotonic() + 120
-        while not (hermetic_env / "holding").exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
+        wait_until((hermetic_env / "holding").exists, process=proc, limit=120, what="the hold")
         run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]
         steered = run_fabro("steer", run_id, "use the other approach", cwd=repo)
         assert steered.returncode == 0, steered.stderr

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import bare_remote, fabro_exe, git, read_checkpoint, run_events, run_fabro
+from helpers import bare_remote, fabro_exe, git, read_checkpoint, run_events, run_fabro, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -285,10 +285,11 @@ def test_no_process_of_a_killed_run_outlives_it(
     shell, grandchild, watcher = _kill_9_mid_stage(repo, tmp_path, spawned, watcher_first=False)
     # The run's watcher kills the stage's whole process group the moment git fabro
     # dies: the command, and what it started in the background; then it goes too.
-    deadline = time.monotonic() + 10
-    while any(_alive(pid) for pid in (shell, grandchild, watcher)):
-        assert time.monotonic() < deadline, "a stage's process outlived git fabro"
-        time.sleep(0.01)
+    wait_until(
+        lambda: not any(_alive(pid) for pid in (shell, grandchild, watcher)),
+        limit=10,
+        what="the end of the stage's processes",
+    )
     _resumed_cleanly(repo)
 
 
@@ -399,10 +400,11 @@ def test_a_stage_killed_while_its_files_are_recorded_runs_again_as_a_new_attempt
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     # The orphaned `git add` finishes once the filter lets go; wait for its index lock.
-    deadline = time.monotonic() + 30
-    while list((repo / ".git" / "worktrees").glob("*/index.lock")):
-        assert time.monotonic() < deadline, "the orphaned git add never finished"
-        time.sleep(0.01)
+    wait_until(
+        lambda: not list((repo / ".git" / "worktrees").glob("*/index.lock")),
+        limit=30,
+        what="the orphaned git add's end",
+    )
     run_id = _only_run(repo)
     before = _checkpoint(repo, run_id)
     assert before["completed_nodes"] == ["start", "one"], before

@@ -10,7 +10,6 @@ import json
 import re
 import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from helpers import (
     run_events,
     run_fabro,
     run_json,
+    wait_until,
     write_workflow,
 )
 from llm_server import (
@@ -302,33 +302,6 @@ def test_the_depth_limit_refuses_a_sub_sub_agent_unless_raised(
     assert any(re.search(r"\d      agent\.message", line) for line in lines)  # depth 2
 
 
-def test_a_stage_timeout_closes_running_sub_agents(repo: Path, llm_server: LlmServer) -> None:
-    # Long enough for the parent to spawn its child first, on a loaded machine too.
-    write_workflow(repo, AGENT % ', timeout="15s"')
-    llm_server.script(
-        Reply(
-            text="Delegating.",
-            tool_calls=(_spawn("CHILD-T: take long", "s1"), _wait("sub_1", "w1")),
-        ),
-    )
-    llm_server.script_when("CHILD-T", Stall(seconds=120))
-    proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo, timeout=60)
-    assert proc.returncode != 0
-    events = run_events(result["run_id"], repo)
-    [closed] = events_named(events, "agent.sub.closed")
-    assert closed["properties"] == {"agent_id": "sub_1", "depth": 1}
-    assert (
-        events_named(events, "agent.sub.completed")
-        == events_named(events, "agent.sub.failed")
-        == []
-    )
-    [stage] = [e for e in events_named(events, "stage.completed") if e["node_id"] == "work"]
-    assert "timed out after 15s" in stage["properties"]["error"]
-    # Both sessions ended, the child's before its parent's.
-    ended = [e["session_id"] for e in events_named(events, "agent.session.ended")]
-    assert len(ended) == 2 and ended[-1] == _root_session(events)
-
-
 def test_ctrl_c_closes_sub_agents_and_the_resumed_stage_starts_fresh(
     repo: Path, llm_server: LlmServer
 ) -> None:
@@ -347,10 +320,8 @@ def test_ctrl_c_closes_sub_agents_and_the_resumed_stage_starts_fresh(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 60
-    while not _asking(llm_server, "CHILD-C"):  # the child is mid-call
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+    # The child is mid-call.
+    wait_until(lambda: _asking(llm_server, "CHILD-C"), process=proc, limit=60, what="the child")
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130

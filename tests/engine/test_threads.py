@@ -11,7 +11,6 @@ import re
 import shutil
 import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from helpers import (
     run_events,
     run_fabro,
     run_json,
+    wait_until,
     write_workflow,
 )
 from llm_server import LlmServer, Reply, Stall, ToolUse
@@ -130,11 +130,8 @@ def test_a_thread_survives_an_interrupt_and_a_resume_in_another_clone(
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    deadline = time.monotonic() + 60
     # The second request is the implement stage's, which the server holds.
-    while len(llm_server.requests) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: len(llm_server.requests) >= 2, process=proc, limit=60, what="the 2nd call")
     assert "PLAN-42" in json.dumps(llm_server.requests[1].body)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=30)
@@ -241,10 +238,7 @@ def test_a_thread_survives_kill_9(repo: Path, llm_server: LlmServer) -> None:
         stderr=subprocess.DEVNULL,
         start_new_session=True,
     )
-    deadline = time.monotonic() + 60
-    while len(llm_server.requests) < 2:
-        assert proc.poll() is None and time.monotonic() < deadline
-        time.sleep(0.02)
+    wait_until(lambda: len(llm_server.requests) >= 2, process=proc, limit=60, what="the 2nd call")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(timeout=30)
     run_id = git(repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta/").strip()

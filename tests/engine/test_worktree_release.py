@@ -8,10 +8,9 @@ import json
 import os
 import signal
 import subprocess
-import time
 from pathlib import Path
 
-from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, write_workflow
+from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, wait_until, write_workflow
 
 # `check` fails until $HOME/ok exists; `wait` waits for $HOME/go unless told not to.
 WORKFLOW = """\
@@ -102,16 +101,16 @@ def test_resume_while_the_user_has_the_run_branch_checked_out_says_so(repo: Path
 def _wait_for_stage(repo: Path, proc: subprocess.Popen[bytes], node: str) -> str:
     """The run's id, once its tail says `node` started (the stage then waits for go)."""
     root = Path(os.environ["FABRO_HOME"]) / "runs"
-    deadline = time.monotonic() + 60
-    while True:
+
+    def started() -> str | None:
         for tail in root.glob("*/events.jsonl"):
             for line in tail.read_bytes().split(b"\n")[:-1]:
                 event = json.loads(line)
                 if event["event"] == "stage.started" and event.get("node_id") == node:
                     return tail.parent.name[:26]
-        assert proc.poll() is None, "the run ended before its stage started"
-        assert time.monotonic() < deadline, f"the run never reached {node}"
-        time.sleep(0.02)
+        return None
+
+    return wait_until(started, process=proc, limit=60, what=f"the start of {node}")
 
 
 def test_an_interrupted_run_releases_its_worktree_and_resumes(

@@ -298,7 +298,7 @@ def test_each_attempt_of_an_agent_stage_keeps_its_own_retry_directory(
         digraph Agent {
             start [shape=Mdiamond]
             exit [shape=Msquare]
-            work [shape=box, model="sonnet", max_retries=1, permissions="full", prompt="Run the tests"]
+            work [shape=box, model="sonnet", max_retries=1, retry_policy="standard", permissions="full", prompt="Run the tests"]
             start -> work -> exit
         }
         """,

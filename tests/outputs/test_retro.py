@@ -29,7 +29,7 @@ digraph R {
     graph [goal="look back"]
     start [shape=Mdiamond]
     exit  [shape=Msquare]
-    flaky [shape=parallelogram, timeout="300ms", max_retries=1,
+    flaky [shape=parallelogram, timeout="300ms", max_retries=1, retry_policy="standard",
            script="if [ -f .attempted ]; then echo second > out.txt; else touch .attempted; sleep 5; fi"]
     build [shape=parallelogram, label="Build it", script="echo hi > a.txt; mkdir -p src; echo x > src/b.txt"]
     check [shape=parallelogram, script="test -f \\"$HOME/fixed\\" || { echo 'not fixed' >&2; exit 3; }"]

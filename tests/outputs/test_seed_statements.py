@@ -274,7 +274,7 @@ def test_a_retried_prompt_stage_writes_its_node_files(repo: Path) -> None:
             digraph T {
                 start [shape=Mdiamond]
                 exit  [shape=Msquare]
-                ask   [shape=tab, prompt="Say it", model="claude-sonnet-4-6", max_retries=1]
+                ask   [shape=tab, prompt="Say it", model="claude-sonnet-4-6", max_retries=1, retry_policy="standard"]
                 start -> ask -> exit
             }
             """,

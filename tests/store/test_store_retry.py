@@ -118,6 +118,20 @@ def test_a_lock_that_stays_is_reported_with_the_file_to_delete(
     assert f"for {DEADLINE_SECONDS:g}s" in str(caught.value)
 
 
+def test_a_lock_waits_as_long_as_gits_own_ref_lock_timeout_says(
+    repo: Path, clock: FakeClock
+) -> None:
+    git(repo, "config", "core.filesRefLockTimeout", "250")
+    with GitRepo.discover(repo, clock=clock) as grepo:
+        base = _head(repo)
+        grepo.update_ref("refs/fabro/meta/01T", base, old=None, message="fabro: init")
+        (repo / ".git" / "refs" / "fabro" / "meta" / "01T.lock").write_text("")
+        with pytest.raises(RefRaceError) as caught:
+            grepo.update_ref("refs/fabro/meta/01T", _second_commit(repo), old=base, message="x")
+    assert 0 < clock.now <= 0.25  # tried again, but never past 250 ms
+    assert "stayed locked by another process for 0.25s" in str(caught.value)
+
+
 def test_git_add_waits_for_a_held_index_lock(repo: Path, tmp_path: Path, clock: FakeClock) -> None:
     with GitRepo.discover(repo) as grepo:
         worktree = tmp_path / "wt"

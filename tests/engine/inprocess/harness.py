@@ -9,7 +9,7 @@ import contextlib
 import math
 import subprocess
 import textwrap
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import trio
 import trio.testing
 
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
+from fabro_git.engine.gates import AttendedRun, GateDesk, SharedInterviewer
 from fabro_git.engine.interviewer import Interviewer, Question, make_interviewer
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime
@@ -91,9 +92,17 @@ def walk(
     dry_run: bool = False,
     stall: float | None = None,
     mock_clock: bool = True,
+    clock: trio.testing.MockClock | None = None,
+    alongside: Callable[[], Awaitable[None]] | None = None,
+    detached: bool = False,
 ) -> Walked:
     """Run the graph's main walk to its end, on a MockClock that jumps over every sleep
-    unless `mock_clock` is off (a real process must get the time to stop when told)."""
+    unless `mock_clock` is off (a real process must get the time to stop when told).
+    A test that moves the time itself passes its own `clock` (one that never jumps on
+    its own) and runs `alongside` the walk what moves it when the moment comes. As in
+    a real run, the gates are put on a desk `git fabro attach` would see, and a gate
+    waiting there is no stall; `detached` is a run with no terminal, whose gates wait
+    for an attached answer."""
     graph = parse(textwrap.dedent(source))
     worktree = tmp_path / "worktree"
     worktree.mkdir(parents=True, exist_ok=True)
@@ -133,6 +142,7 @@ def walk(
         run_tip=None,
         requeue=bus.restore_pending,
     )
+    desk = GateDesk()
     runtime = Runtime(
         run_id="RUN",
         repo=repo,
@@ -143,8 +153,11 @@ def walk(
         recorder=recorder,
         scratch=tmp_path / "scratch",
         worktree=worktree,
-        interviewer=interviewer
-        or make_interviewer(auto_approve=False, answers=[], interactive=False),
+        interviewer=SharedInterviewer(
+            interviewer or make_interviewer(auto_approve=False, answers=[], interactive=False),
+            desk,
+            detached=detached,
+        ),
         options=Options(dry_run=dry_run, in_place=True),
         handlers=handlers,
     )
@@ -154,7 +167,8 @@ def walk(
     # polls (45 s each, 1,000 at most) while `exit 3` ran. It never jumps while a
     # worker thread runs (git work: a checkpoint, the repository guard's look around
     # a stage), however long a loaded machine makes it.
-    clock = trio.testing.MockClock(autojump_threshold=0.02) if mock_clock else None
+    if clock is None and mock_clock:
+        clock = trio.testing.MockClock(autojump_threshold=0.02)
     status: str | None = None
     error: str | None = None
 
@@ -166,10 +180,6 @@ def walk(
             status, error = "failed", str(exc)
 
     async def main() -> None:
-        nonlocal status, error
-        if stall is None:
-            await walk_main()
-            return
         async with trio.open_nursery() as nursery:
 
             def stalled(idle: float) -> None:
@@ -177,7 +187,10 @@ def walk(
                 status, error = "failed", f"stalled after {idle:g}s"
                 nursery.cancel_scope.cancel()
 
-            nursery.start_soon(watch_for_stall, runtime, stall, stalled)
+            if stall is not None:
+                nursery.start_soon(watch_for_stall, AttendedRun(runtime, desk), stall, stalled)
+            if alongside is not None:
+                nursery.start_soon(alongside)
             await walk_main()
             nursery.cancel_scope.cancel()
 

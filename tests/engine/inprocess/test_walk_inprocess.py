@@ -121,6 +121,35 @@ def test_a_human_gate_that_times_out_takes_its_default(tmp_path: Path) -> None:
     assert "hold" in [e.node_id for e in walked.named("stage.completed")]
 
 
+def test_a_detached_gate_keeps_its_timeout_and_waiting_on_it_is_not_a_stall(
+    tmp_path: Path,
+) -> None:
+    # Nobody attaches: the gate's 10 s end the wait, with its default; the watchdog would
+    # stop a stage silent for 2 (it looks every half second: a short wait keeps its polls,
+    # each a jump of the clock, few).
+    walked = walk(
+        """
+        digraph T {
+            start [shape=Mdiamond]
+            exit  [shape=Msquare]
+            ask   [shape=hexagon, label="Ship?", human.timeout="10s", human.default_choice="hold"]
+            hold  [shape=parallelogram, script="echo held > held.txt"]
+            start -> ask
+            ask -> exit [label="[S] Ship"]
+            ask -> hold [label="[H] Hold"]
+            hold -> exit
+        }
+        """,
+        tmp_path,
+        stall=2,
+        detached=True,
+    )
+    assert walked.status == "succeeded", walked.error
+    assert len(walked.named("interview.timeout")) == 1
+    assert (walked.worktree / "held.txt").read_text() == "held\n"
+    assert walked.seconds >= 10
+
+
 def test_a_goal_gate_in_a_child_workflow_fails_it_like_the_run(tmp_path: Path) -> None:
     child = (
         "digraph C { s [shape=Mdiamond]; e [shape=Msquare]; "
