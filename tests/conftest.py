@@ -29,6 +29,7 @@ PROVIDER_VARS = frozenset(
 # up, so none is left running one of these alone at the end (mypy's cold start alone
 # takes a minute of a loaded machine, and its file would otherwise come near the end).
 LONGEST_FIRST = (
+    "tests/test_batch_ray.py::",  # one worker's two minutes: the Ray cluster's group
     "tests/test_code_quality.py::test_tree_is_clean[mypy]",
     "tests/test_code_quality.py::",
     "tests/cli/test_workflows_by_name.py::test_exec_",
