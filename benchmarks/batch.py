@@ -44,9 +44,13 @@ reported as runs per minute and as ratios to sequential.
 
 `--cpus-per-node` (default 1) is the num_cpus each node tells Ray, so the cluster
 runs that many rows per node at once: 1 a node is 2 runs at once, one per core of a
-2-core machine.
+2-core machine. Ray starts its workers at niceness 15 (`RAY_worker_niceness`), and
+the `git fabro` process of a row inherits it, so on a machine busy with other work the
+rows get a smaller share of the CPUs than the plain runs at 0; `--worker-niceness 0`
+starts the nodes with 0, to see Ray's own overhead apart from that.
 
-    python benchmarks/batch.py [--rows 8] [--runs 40] [--reps 2] [--cpus-per-node 1] [--quick]
+    python benchmarks/batch.py [--rows 8] [--runs 40] [--reps 2] [--cpus-per-node 1]
+                               [--worker-niceness N] [--quick]
 
 Run it with the venv's python (`.venv/bin/python benchmarks/batch.py`): the nodes'
 workers are that python, and they import fabro_git.
@@ -79,10 +83,11 @@ class World:
     """The repository, its bare remote, the homes, and the environments of the commands
     and of the two nodes."""
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self, base: Path, niceness: int | None) -> None:
         from fabro_git.workflow.paths import examples_dir
 
         self.base = base
+        self.niceness = niceness
         home = base / "home"
         home.mkdir()
         (home / ".gitconfig").write_text(
@@ -128,7 +133,10 @@ class World:
         ).stdout
 
     def node_env(self, name: str) -> dict[str, str]:
-        return {**self.clean, "FABRO_HOME": str(self.base / "nodes" / name)}
+        env = {**self.clean, "FABRO_HOME": str(self.base / "nodes" / name)}
+        if self.niceness is not None:  # read by each node's raylet as it starts
+            env["RAY_worker_niceness"] = str(self.niceness)
+        return env
 
     def rows(self, count: int) -> Path:
         path = self.base / f"rows-{count}.jsonl"
@@ -289,7 +297,16 @@ def cold_job(world: World, address: str) -> dict[str, float]:
     return {**json.loads(proc.stdout.splitlines()[-1]), "exit": time.perf_counter() - began}
 
 
-PIECES = ("refresh_cache", "row_repository", "process", "summarize", "other")
+PIECES = (
+    "coordinator",
+    "refresh_cache",
+    "row_repository",
+    "slot_server",
+    "process",
+    "summarize",
+    "clean_up",
+    "other",
+)
 
 
 def timed_task(encoded: bytes, coordinator: Any) -> tuple[bytes, dict[str, float]]:
@@ -297,6 +314,7 @@ def timed_task(encoded: bytes, coordinator: Any) -> tuple[bytes, dict[str, float
     functions it calls (looked up in their modules at each call)."""
     from fabro_git.engine import batch as batches
     from fabro_git.engine import batch_ray
+    from fabro_git.llm import slots
 
     spent: dict[str, float] = {}
     saved: list[tuple[Any, str, Any]] = []
@@ -318,14 +336,46 @@ def timed_task(encoded: bytes, coordinator: Any) -> tuple[bytes, dict[str, float
     wrap(batch_ray, "row_repository", "row_repository")
     wrap(batches, "run_row", "process")  # the `git fabro` process, and its summary
     wrap(batches, "summarize", "summarize")
+    wrap(slots.SlotServer, "start", "slot_server")
+    wrap(slots.SlotServer, "close", "slot_server")
+    wrap(shutil, "rmtree", "clean_up")  # the row's repository, after the run
+
+    class Call:
+        """A coordinator method whose calls, each waited for on its future as
+        `run_task` waits, are timed from the call to the answer."""
+
+        def __init__(self, method: Any) -> None:
+            self.method = method
+
+        def remote(self, *args: Any) -> Any:
+            called, future = time.perf_counter(), self.method.remote(*args).future()
+
+            class Answer:
+                def future(self) -> Any:
+                    return self
+
+                def result(self) -> Any:
+                    try:
+                        return future.result()
+                    finally:
+                        took = time.perf_counter() - called
+                        spent["coordinator"] = spent.get("coordinator", 0.0) + took
+
+            return Answer()
+
+    class Timed:
+        def __getattr__(self, name: str) -> Call:
+            return Call(getattr(coordinator, name))
+
     began = time.perf_counter()
     try:
-        result = batch_ray.run_task(encoded, coordinator)
+        result = batch_ray.run_task(encoded, Timed())
     finally:
         for module, name, original in saved:
             setattr(module, name, original)
     spent["task"] = time.perf_counter() - began
     spent["pid"] = os.getpid()
+    spent["nice"] = os.getpriority(os.PRIO_PROCESS, 0)  # the run's process inherits it
     spent["process"] -= spent.get("summarize", 0.0)
     spent["other"] = spent["task"] - sum(spent.get(p, 0.0) for p in PIECES[:-1])
     return result, spent
@@ -435,6 +485,8 @@ def overhead(world: World, nodes: TwoNodes, rows: int, reps: int) -> None:
     p = med([x for xs in plain for x in xs])
     n = med([x for xs in no_push for x in xs])
     print(f"plain run, --push origin        {p:6.3f} s a run (median of {rows * reps})")
+    nice = sorted({int(t["nice"]) for t in every})
+    print(f"  (niceness of the Ray workers and so of their runs: {nice}; of the plain runs: 0)")
     print(f"plain run, no push              {n:6.3f} s a run (replication: {p - n:+.3f} s)")
 
     def rounds(figure: Callable[[int], float]) -> str:
@@ -524,6 +576,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=40, help="runs in part 2")
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--cpus-per-node", type=int, default=1)
+    parser.add_argument(
+        "--worker-niceness",
+        type=int,
+        help="RAY_worker_niceness for the nodes (Ray's default is 15, inherited by the runs)",
+    )
     parser.add_argument("--quick", action="store_true", help="a smoke run: 2 rows, 4 runs, 1 round")
     parser.add_argument("--part", choices=("1", "2", "both"), default="both")
     args = parser.parse_args()
@@ -539,7 +596,7 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="fabro-bench-batch-"))
     nodes = None
     try:
-        world = World(base)
+        world = World(base, args.worker_niceness)
         started = time.perf_counter()
         nodes = TwoNodes(world, args.cpus_per_node)
         print(f"two nodes up in {time.perf_counter() - started:.1f} s", flush=True)
