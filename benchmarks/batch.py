@@ -568,6 +568,20 @@ def throughput(world: World, nodes: TwoNodes, runs: int, reps: int, cpus: int) -
         )
 
 
+def remove(base: Path) -> None:
+    """Delete the scratch directory once no `git gc --auto` that git left running in the
+    background (hundreds of runs fill a repository with loose objects) writes there."""
+    deadline = time.monotonic() + 120
+    while any(base.glob("**/gc.pid")) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for _ in range(3):
+        shutil.rmtree(base, ignore_errors=True)
+        if not base.exists():
+            return
+        time.sleep(1)
+    print(f"could not remove all of {base}", file=sys.stderr)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -608,7 +622,7 @@ def main() -> None:
     finally:
         if nodes is not None:
             nodes.shutdown()
-        shutil.rmtree(base, ignore_errors=True)
+        remove(base)
     print(f"load average {os.getloadavg()[0]:.2f}")
 
 
