@@ -8,6 +8,7 @@ because absolute times on shared machines drift.
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -28,6 +29,8 @@ def main() -> None:
         ["big_output.py", *(["--mb", "100"] if quick else [])],
         ["offload_50mb.py", *(["--mb", "10"] if quick else [])],
     ]
+    if importlib.util.find_spec("ray") is not None:  # the Ray extra: pip install '.[ray]'
+        plans.append(["batch.py", *(["--quick"] if quick else [])])
     for plan in plans:
         print(f"== {plan[0]}", flush=True)
         subprocess.run([sys.executable, str(HERE / plan[0]), *plan[1:]], check=True)
