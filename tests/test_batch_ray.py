@@ -196,7 +196,8 @@ def test_a_batch_on_two_nodes_survives_losing_one_and_a_fresh_clone_agrees(
     assert git(origin, "rev-parse", f"refs/fabro/batch/{batch_id}^").strip() == head
     # Nothing of a row is left on the new node but its cache of the remote (the old
     # one died with its rows' repositories: a task there after would sweep them).
-    assert list((two_nodes.fabro_homes[2] / "batch-cache" / "rows").iterdir()) == []
+    rows_dir = two_nodes.fabro_homes[2] / "batch-cache" / "rows"
+    wait_until(lambda: not list(rows_dir.iterdir()), what="the rows' repositories removed")
     resumed = []
     for summary in ran:
         events = run_events(summary["run_id"], cwd=repo)
@@ -453,3 +454,18 @@ def test_a_project_file_the_driver_trusts_acts_on_the_nodes_and_an_untrusted_one
     ran = run_fabro(*batch, "--ray", two_nodes.address, cwd=repo, timeout=300)
     assert ran.returncode == 0, ran.stderr
     assert [o["status"] for o in _objects(ran.stdout)] == ["succeeded", "succeeded"]
+
+
+def test_a_shipped_workflow_runs_on_the_nodes_by_its_name(
+    repo: Path, tmp_path: Path, hermetic_env: Path, two_nodes: TwoNodes
+) -> None:
+    bare_remote(tmp_path, origin_of=repo)
+    rows = _rows(tmp_path / "rows.jsonl", [{"goal": "say hello"}])
+    ran = run_fabro(
+        "batch", "hello", "--inputs", str(rows), "--remote", "origin",
+        "--ray", two_nodes.address, "--json", cwd=repo, timeout=300,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    [summary] = _objects(ran.stdout)
+    assert summary["status"] == "succeeded"
+    assert git(repo, "show", f"fabro/run/{summary['run_id']}:hello.txt").startswith("Hello")

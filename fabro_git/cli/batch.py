@@ -145,9 +145,13 @@ def _connect(remote: str | None, address: str) -> None:
 
 
 def _check_committed(repo: GitRepo, path: Path) -> None:
-    """The nodes run the workflow as the base commit has it: it must be there, as is."""
+    """The nodes run the workflow as the base commit has it: it must be there, as is;
+    or be one git fabro ships, which every node's install has too."""
+    import fabro_git
     from fabro_git.store._gitcli import out, run_git
 
+    if path.resolve().is_relative_to(Path(fabro_git.__file__).resolve().parent):
+        return
     inside = path.resolve().is_relative_to(repo.root.resolve())
     changed = inside and out(
         run_git(["status", "--porcelain", "--", str(path.resolve())], cwd=repo.root)
