@@ -372,7 +372,7 @@ def run_task(encoded: bytes, coordinator: Any) -> bytes:
             summary = run_in(workdir, item, env, coordinator)
     finally:
         signal.signal(signal.SIGINT, before)
-        _remove_later(workdir)
+        shutil.rmtree(workdir, ignore_errors=True)
     encoded = msgspec.msgpack.encode(summary)
     # Told, and waited for, before the task returns: before the next task on its CPU
     # can say it started.
@@ -461,29 +461,10 @@ def row_repository(cache: Path, item: RemoteRow) -> Path:
     return workdir
 
 
-def _remove_later(workdir: Path) -> None:
-    """Remove a row's repository once the task has returned (a tenth of a second a run
-    its CPU need not wait for): renamed out of the way now, deleted by a thread of the
-    worker, which lives on to take the next task; `_sweep` takes what a worker that
-    died left."""
-    gone = workdir.with_name(f"{workdir.name}.gone")
-    try:
-        workdir.rename(gone)
-    except OSError:
-        shutil.rmtree(workdir, ignore_errors=True)
-        return
-    threading.Thread(
-        target=shutil.rmtree, args=(gone,), kwargs={"ignore_errors": True}, daemon=True
-    ).start()
-
-
 def _sweep(rows: Path) -> None:
     """Remove the row repositories of tasks whose worker died (their node's raylet was
     killed, say) before they could: each is named after its worker's pid."""
     for workdir in rows.iterdir():
-        if workdir.suffix == ".gone":  # one a worker was deleting when it died
-            shutil.rmtree(workdir, ignore_errors=True)
-            continue
         try:
             pid = int(workdir.suffix.lstrip("."))
             os.kill(pid, 0)
