@@ -38,7 +38,7 @@ from typing import IO, Any
 from fabro_git.config.locations import open_private
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, Sink
-from fabro_git.events.envelope import Envelope
+from fabro_git.events.envelope import Envelope, EventProps
 from fabro_git.terminal import json_printable
 
 NOTICE_CODE = "event_sink_failed"
@@ -200,7 +200,7 @@ def attach(
     bus: EventBus,
     settings: Mapping[str, Any],
     *,
-    emit: Callable[[Any], object],
+    emit: Callable[[EventProps], object],
     host_dir: Path,
     scratch: Path,
     warn: Callable[[str], object] | None = None,

@@ -17,13 +17,14 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import AsyncIterable
-from typing import Any
+from typing import Any, Unpack
 
 import trio
 
-from fabro_git.engine.emit import Emit
+from fabro_git.engine.emit import Emit, EnvelopeFields
 from fabro_git.errors import FabroError
 from fabro_git.events import catalogue as ev
+from fabro_git.events.envelope import EventProps
 from fabro_git.store import remote as rem
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
@@ -69,7 +70,7 @@ class LivePush:
         """`emit`, which also asks for a push after every checkpoint. Checkpoints are
         taken on a worker thread, so the ask reaches the trio loop through its token."""
 
-        def emit_and_ask(event: Any, /, **kwargs: Any) -> None:
+        def emit_and_ask(event: EventProps, /, **kwargs: Unpack[EnvelopeFields]) -> None:
             emit(event, **kwargs)
             name = event if isinstance(event, str) else event.NAME
             if name == ev.CheckpointCompleted.NAME and self._token is not None:
@@ -83,7 +84,7 @@ class LivePush:
 
     # -- pushing (the trio loop) -----------------------------------------------------
 
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Push at once (the run as it starts), then after each ask until cancelled;
         asks made during a push coalesce into the next."""
         self._token = trio.lowlevel.current_trio_token()

@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import msgspec
 
@@ -30,7 +30,7 @@ from fabro_git.config.locations import make_private_dir, run_scratch_dir
 from fabro_git.engine import process_groups
 from fabro_git.engine.checkpoint import Checkpoint, Manifest, TrackedMap, encode
 from fabro_git.engine.context import Context
-from fabro_git.engine.emit import Emit
+from fabro_git.engine.emit import Emit, EnvelopeFields
 from fabro_git.engine.event_sinks import attach as attach_event_sinks
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
@@ -480,7 +480,7 @@ def _forked_created_event(
     created.setdefault("workflow_slug", manifest.workflow_slug)
     created.setdefault("provenance", {"subject": {"kind": "user", "login": _login()}})
     created.setdefault("graph", {})
-    return ev.RunCreated(**{k: v for k, v in created.items() if v is not None})
+    return msgspec.convert({k: v for k, v in created.items() if v is not None}, ev.RunCreated)
 
 
 def _fork_start(checkpoint: Checkpoint, point: ForkPoint, base_sha: str) -> str:
@@ -543,7 +543,7 @@ def _copy_parallel_refs(repo: GitRepo, source_id: str, new_id: str, visits: dict
         )
 
 
-def _source_created_properties(repo: GitRepo, meta_sha: str) -> dict[str, Any]:
+def _source_created_properties(repo: GitRepo, meta_sha: str) -> dict[str, object]:
     """The source run's own `run.created` properties (graph, source, settings), which
     the new run shares; empty if its first event segment does not hold one."""
     data = runrefs.read_segment(repo, meta_sha, 1) or b""
@@ -569,7 +569,7 @@ def supersede_run(repo: GitRepo, source_id: str, new_id: str, label: str, meta: 
     bus = EventBus(source_id)
     failures: list[str] = []
 
-    def emit(event: EventProps, /, **scope: Any) -> None:
+    def emit(event: EventProps, /, **scope: Unpack[EnvelopeFields]) -> None:
         if isinstance(event, ev.MetadataSnapshotFailed):
             failures.append(event.error or "git refused the snapshot")
         bus.emit(event, **scope)
