@@ -56,12 +56,11 @@ def _stage_list(reader: RunReader, line: Callable[[Any], str], text: Callable[[s
     labels = [line(s.label) for s in found]
     width = max((len(label) for label in labels), default=5)
     for label, stage in zip(labels, found, strict=True):
-        record = stage.record
-        files = record.get("files_touched") or []
+        files = stage.files_touched
         extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
         out.write(
-            f"{label:<{width}}  {line(record.get('status', '?')):<19}"
-            f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
+            f"{label:<{width}}  {line(stage.record.get('status', '?')):<19}"
+            f"  {format_ms(stage.duration_ms):>7}{extra}\n"
         )
     out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
 
@@ -84,8 +83,8 @@ def _one_stage(
     out.write(f"status    {line(record.get('status', '?'))}")
     if record.get("error"):
         out.write(f": {text(str(record['error']))}")
-    out.write(f"\nduration  {format_ms(record.get('duration_ms'))}\n")
-    files = record.get("files_touched") or []
+    out.write(f"\nduration  {format_ms(stage.duration_ms)}\n")
+    files = stage.files_touched
     out.write(f"files     {', '.join(line(f) for f in files) if files else '-'}\n")
     if record.get("notes"):
         out.write(f"notes     {text(str(record['notes']))}\n")

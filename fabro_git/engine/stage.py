@@ -29,6 +29,7 @@ from fabro_git.engine import branches, child_walks, threads
 from fabro_git.engine.clean_start import CleanStart
 from fabro_git.engine.clean_start import touched_since as clean_touched_since
 from fabro_git.engine.scope import Scope
+from fabro_git.jsondata import JsonValue
 
 if TYPE_CHECKING:
     from fabro_git.engine.branches import BranchPlan, BranchResult
@@ -88,7 +89,7 @@ def deadline_stopped(scope: trio.CancelScope | None) -> Iterator[None]:
 class StageRequest(msgspec.Struct):
     graph: Graph
     node: Node
-    context: Mapping[str, Any]
+    context: Mapping[str, JsonValue]
     visit: int
     attempt: int
     stage_id: str
@@ -320,7 +321,7 @@ class StageRequest(msgspec.Struct):
             # watcher, should this process be killed before the stage ends.
             process_groups.record_adopted(self.process_groups)
 
-    async def fire_hook(self, event: str, **fields: object) -> HookDecision:
+    async def fire_hook(self, event: str, **fields: JsonValue) -> HookDecision:
         """Fire the run's lifecycle hooks for `event`, stamped with this stage's node."""
         return await self._services.hooks.fire(
             event,
