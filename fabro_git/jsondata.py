@@ -30,3 +30,22 @@ def section(value: Mapping[str, JsonValue] | None, key: str) -> Mapping[str, Jso
     None): for reading nested settings such as `config.git.author`."""
     found = value.get(key) if value is not None else None
     return found if isinstance(found, dict) else _EMPTY
+
+
+def texts(value: JsonValue) -> list[str] | None:
+    """The strings of a JSON list (a command's argv, a list of globs), None when
+    `value` is not a list."""
+    return [item for item in value if isinstance(item, str)] if isinstance(value, list) else None
+
+
+def text_map(value: JsonValue) -> dict[str, str]:
+    """The string values of a JSON object (an environment table), {} when `value` is
+    not an object."""
+    if not isinstance(value, dict):
+        return {}
+    return {key: item for key, item in value.items() if isinstance(item, str)}
+
+
+def text(value: JsonValue) -> str | None:
+    """`value` when it is a string, else None."""
+    return value if isinstance(value, str) else None

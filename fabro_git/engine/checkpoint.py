@@ -18,7 +18,7 @@ import itertools
 import operator
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, TypeVar, overload
 
 import msgspec
 
@@ -224,7 +224,7 @@ class Manifest(msgspec.Struct, kw_only=True):
     source_directory: str
     origin_url: str | None
     in_place: bool
-    settings: dict[str, Any]
+    settings: JsonObject
     tool_version: str
     # The workflow file's path inside its root: `graphs/` keeps the files it names by
     # the same relative paths (None for runs recorded before `graphs/` existed).

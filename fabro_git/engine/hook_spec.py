@@ -107,7 +107,7 @@ class Hook(msgspec.Struct, frozen=True):
     max_tool_rounds: int = DEFAULT_TOOL_ROUNDS
 
     @classmethod
-    def from_config(cls, raw: Mapping[str, JsonValue], index: int) -> Hook:
+    def from_config(cls, raw: JsonValue, index: int) -> Hook:
         from fabro_git.config.run_config import HookConfig
         from fabro_git.durations import parse_duration
 

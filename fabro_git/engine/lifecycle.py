@@ -48,7 +48,7 @@ import re
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
@@ -56,7 +56,7 @@ import trio
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.engine.emit import Emit
 from fabro_git.events import catalogue as ev
-from fabro_git.jsondata import JsonObject, JsonValue
+from fabro_git.jsondata import JsonObject, JsonValue, section, text, text_map, texts
 from fabro_git.llm import types as llm
 
 if TYPE_CHECKING:
@@ -162,7 +162,7 @@ class LifecycleHooks:
     @classmethod
     def from_settings(
         cls,
-        settings: Mapping[str, Any],
+        settings: Mapping[str, JsonValue],
         *,
         run_id: str,
         workflow: str,
@@ -171,9 +171,10 @@ class LifecycleHooks:
         emit: Emit,
     ) -> LifecycleHooks:
         """The hooks the run's manifest records (its effective configuration)."""
-        raw = ((settings.get("config") or {}).get("hooks")) or []
+        config = section(settings, "config")
+        raw = config.get("hooks")
         hooks = []
-        for i, entry in enumerate(raw):
+        for i, entry in enumerate(raw if isinstance(raw, list) else []):
             try:
                 hooks.append(Hook.from_config(entry, i))
             except (msgspec.ValidationError, re.error, TypeError) as exc:
@@ -186,7 +187,6 @@ class LifecycleHooks:
                         message=f"hook {i + 1} of the run's configuration cannot be read ({exc}); it will not fire",
                     )
                 )
-        config = settings.get("config") or {}
         return cls(
             hooks,
             run_id=run_id,
@@ -195,9 +195,9 @@ class LifecycleHooks:
             scratch=scratch,
             emit=emit,
             dry_run=bool(settings.get("dry_run")),
-            sandbox_env=(config.get("sandbox") or {}).get("env"),
-            model=(settings.get("model"), settings.get("provider")),
-            fallbacks=tuple((config.get("model") or {}).get("fallbacks") or ()),
+            sandbox_env=text_map(section(config, "sandbox").get("env")),
+            model=(text(settings.get("model")), text(settings.get("provider"))),
+            fallbacks=tuple(texts(section(config, "model").get("fallbacks")) or ()),
         )
 
     def wants(self, event: str) -> bool:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import AsyncIterable
-from typing import Any, Unpack
+from collections.abc import AsyncIterable, Mapping
+from typing import Unpack
 
 import trio
 
@@ -25,6 +25,7 @@ from fabro_git.engine.emit import Emit, EnvelopeFields
 from fabro_git.errors import FabroError
 from fabro_git.events import catalogue as ev
 from fabro_git.events.envelope import EventProps
+from fabro_git.jsondata import JsonValue, section
 from fabro_git.store import remote as rem
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
@@ -35,10 +36,9 @@ FINAL_PUSH_SECONDS = 60.0
 _NO_PROMPT = {"GIT_TERMINAL_PROMPT": "0"}
 
 
-def push_remote_of(settings: dict[str, Any]) -> str | None:
+def push_remote_of(settings: Mapping[str, JsonValue]) -> str | None:
     """The `[run.git] push_remote` a run's recorded configuration names, if any."""
-    git = (settings.get("config") or {}).get("git") or {}
-    remote = git.get("push_remote")
+    remote = section(section(settings, "config"), "git").get("push_remote")
     return remote if isinstance(remote, str) and remote else None
 
 

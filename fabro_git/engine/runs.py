@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol, Unpack
+from typing import Protocol, Unpack
 
 import msgspec
 
@@ -40,6 +40,7 @@ from fabro_git.errors import ConfigError, FabroError, StoreError
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.envelope import Actor, EventProps
+from fabro_git.jsondata import JsonObject, texts
 from fabro_git.store import runs as runrefs
 from fabro_git.store.durability import prefetch as prefetch_durability
 from fabro_git.store.repo import GitRepo
@@ -57,7 +58,7 @@ class RunSpec(msgspec.Struct):
     setup_commands: list[str]
     exclude_globs: list[str]
     # The effective run configuration.
-    settings: dict[str, Any] = msgspec.field(default_factory=dict)
+    settings: JsonObject = msgspec.field(default_factory=dict)
     # An id allocated beforehand (`git fabro batch` names every run before any starts).
     run_id: str | None = None
 
@@ -224,8 +225,8 @@ def _new_manifest(
             "retro_narrative": options.retro_narrative,
             "model": options.model,
             "provider": options.provider,
-            "setup_commands": spec.setup_commands,
-            "exclude_globs": spec.exclude_globs,
+            "setup_commands": [*spec.setup_commands],
+            "exclude_globs": [*spec.exclude_globs],
             **spec.settings,
         },
         tool_version=__version__,
@@ -312,7 +313,7 @@ def open_run(repo: GitRepo, run_id: str, *, workflow: Graph | None = None) -> Op
             emit=make_emitter(bus),
             take_segment=bus.take_segment,
             worktree=None if manifest.in_place else scratch / "worktree",
-            exclude_globs=list(manifest.settings.get("exclude_globs") or []),
+            exclude_globs=texts(manifest.settings.get("exclude_globs")) or [],
             meta_tip=meta,
             run_tip=run_tip,
             requeue=bus.restore_pending,
@@ -438,7 +439,7 @@ def fork_run(repo: GitRepo, source_id: str, point: ForkPoint) -> str:
         emit=emit,
         take_segment=bus.take_segment,
         worktree=None,
-        exclude_globs=list(manifest.settings.get("exclude_globs") or []),
+        exclude_globs=texts(manifest.settings.get("exclude_globs")) or [],
         meta_tip=None,
         run_tip=start,
     )
