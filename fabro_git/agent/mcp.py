@@ -384,7 +384,7 @@ async def _start_all(
                         "offered": len(announced) + len(left_out),
                         "kept": len(announced),
                         "left_out_count": len(left_out),
-                        "left_out": left_out[:_LEFT_OUT_SHOWN],
+                        "left_out": [*left_out[:_LEFT_OUT_SHOWN]],
                     },
                 )
             )

@@ -107,15 +107,15 @@ def make_emitter(bus: EventBus) -> Emit:
     return emit
 
 
-def graph_record(graph: Graph) -> dict[str, object]:
+def graph_record(graph: Graph) -> JsonObject:
     return {
         "name": graph.name,
-        "attrs": dict(graph.attrs),
+        "attrs": {**graph.attrs},
         "nodes": [
-            {"id": n.id, "handler_type": n.handler_type, "attrs": dict(n.attrs)}
+            {"id": n.id, "handler_type": n.handler_type, "attrs": {**n.attrs}}
             for n in graph.nodes.values()
         ],
-        "edges": [{"from": e.source, "to": e.target, "attrs": dict(e.attrs)} for e in graph.edges],
+        "edges": [{"from": e.source, "to": e.target, "attrs": {**e.attrs}} for e in graph.edges],
     }
 
 
