@@ -388,7 +388,7 @@ class _Site:
         return _json(msgspec.to_builtins(reply))
 
 
-def _json(value: Any) -> Response:
+def _json(value: object) -> Response:
     return Response(
         json.dumps(value, ensure_ascii=False).encode("utf-8"),
         media_type="application/json",
@@ -484,7 +484,7 @@ def _graph_svg(source: RepositoryRuns, run_id: str) -> bytes:
         ) from None
 
 
-def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, Any]:
+def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, object]:
     """A run as its page shows it: its summary, its stages as its events tell them
     (the one in flight too) and each node's status and visits."""
     from fabro_git.web import stages as stage_view
@@ -498,7 +498,7 @@ def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, Any]:
     }
 
 
-def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> dict[str, Any] | None:
+def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> dict[str, object] | None:
     """One stage: what its events say, and once it is recorded its prompt, reply,
     command output, diff and artifacts as the run reader reads them."""
     from fabro_git.engine import reader
