@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from mcp.client.session import ClientSession
 
     from fabro_git.agent.session import AgentSession, ToolSet
+    from fabro_git.events.envelope import EventProps
 
 # Provider tool names are at most 64 characters of [A-Za-z0-9_-].
 MAX_TOOL_NAME = 64
@@ -145,7 +146,7 @@ class _Server:
         nursery: trio.Nursery,
         cwd: Path,
         errlog: Path | None,
-        emit: Callable[[Any], object],
+        emit: Callable[[EventProps], object],
     ) -> None:
         self.spec = spec
         self.tools = running.tools
@@ -308,7 +309,7 @@ def _tool(server: _Server, listed: Any, name: str) -> Tool:
 async def open_servers(
     specs: Sequence[McpServerSpec],
     *,
-    emit: Callable[[Any], object],
+    emit: Callable[[EventProps], object],
     cwd: Path,
     log_dir: Path | None,
     visit: int = 1,
@@ -336,7 +337,7 @@ async def open_servers(
 async def _start_all(
     nursery: trio.Nursery,
     specs: Sequence[McpServerSpec],
-    emit: Callable[[Any], object],
+    emit: Callable[[EventProps], object],
     cwd: Path,
     log_dir: Path | None,
     visit: int,

@@ -17,7 +17,7 @@ import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, TypeVarTuple, cast
 from urllib.parse import parse_qsl, urlencode
 
 import msgspec
@@ -219,7 +219,11 @@ def build(
 RunEndpoint = Callable[[Request, str], Awaitable[Response]]
 
 
-async def _blocking(fn: Callable[..., Any], *args: Any) -> Any:
+_T = TypeVar("_T")
+_Args = TypeVarTuple("_Args")
+
+
+async def _blocking(fn: Callable[[*_Args], _T], *args: *_Args) -> _T:
     return await trio.to_thread.run_sync(fn, *args)
 
 
