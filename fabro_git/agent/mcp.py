@@ -50,6 +50,8 @@ from fabro_git.llm.types import ToolSpec
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
+    from mcp.types import CallToolResult, PaginatedRequestParams
+    from mcp.types import Tool as McpTool
 
     from fabro_git.agent.session import AgentSession, ToolSet
     from fabro_git.events.envelope import EventProps
@@ -95,12 +97,14 @@ def qualified_name(server: str, tool: str) -> str:
     return f"{name[: MAX_TOOL_NAME - 9]}_{digest}"
 
 
-def result_text(result: Any) -> str:
+def result_text(result: CallToolResult) -> str:
     """A tool result's content blocks as text: text as it is, other media as a marker."""
+    from mcp.types import TextContent
+
     parts: list[str] = []
     for block in result.content or ():
         kind = getattr(block, "type", "")
-        if kind == "text":
+        if isinstance(block, TextContent):
             parts.append(block.text)
         elif kind == "image":
             parts.append("[image content]")
@@ -129,7 +133,7 @@ class _Running:
     scope that stops it."""
 
     session: ClientSession
-    tools: list[Any]
+    tools: list[McpTool]
     scope: trio.CancelScope
 
 
@@ -158,7 +162,7 @@ class _Server:
         self._restarted = False
         self._lock = trio.Lock()
 
-    async def call(self, name: str, tool: str, arguments: dict[str, Any]) -> Any:
+    async def call(self, name: str, tool: str, arguments: dict[str, Any]) -> CallToolResult:
         """The server's result for one call; `ToolError` if it failed to give one."""
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED
@@ -180,7 +184,7 @@ class _Server:
             lost = exc
         return await self._lost(name, running, _error_text(lost))
 
-    async def _lost(self, name: str, running: _Running, error: str) -> Any:
+    async def _lost(self, name: str, running: _Running, error: str) -> CallToolResult:
         """The server went away during a call: start it again (once), then fail the call."""
         async with self._lock:
             if self._running is running:  # not yet handled by a concurrent call
@@ -262,7 +266,7 @@ async def _serve(
                 )
             session = await stack.enter_async_context(ClientSession(read, write))
             await session.initialize()
-            tools: list[Any] = []
+            tools: list[McpTool] = []
             cursor: str | None = None
             while True:
                 listed = await (
@@ -279,13 +283,13 @@ async def _serve(
         raise TimeoutError(f"no answer within {spec.startup_timeout:g}s")
 
 
-def _page(cursor: str) -> Any:
+def _page(cursor: str) -> PaginatedRequestParams:
     from mcp.types import PaginatedRequestParams
 
     return PaginatedRequestParams(cursor=cursor)
 
 
-def _tool(server: _Server, listed: Any, name: str) -> Tool:
+def _tool(server: _Server, listed: McpTool, name: str) -> Tool:
     original = listed.name
     timeout = server.spec.tool_timeout
     schema = dict(listed.input_schema or {})
