@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabro_git.engine.context import HIDDEN_FROM_PROMPT
-from fabro_git.engine.outcome import Outcome, normalize_status
+from fabro_git.engine.outcome import Outcome, StageRecord, normalize_status
 from fabro_git.engine.stage import StageRequest
 from fabro_git.outputs.artifacts import TextFile, offloads
 from fabro_git.outputs.directives import StatusFile, extract_directives
@@ -124,7 +124,7 @@ PREAMBLE_TAIL_LINES = 20
 PREAMBLE_LINE_LIMIT = 200
 
 
-def stage_summary(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list[str]:
+def stage_summary(graph: Graph, node_id: str, record: StageRecord) -> list[str]:
     """One completed stage in a preamble: status, model, files, and where its response or
     output is. An offloaded value is named by its path ("See: ..."), never inlined."""
     from fabro_git.outputs.artifacts import pointer_path
@@ -162,15 +162,15 @@ def stage_summary(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list
     return lines
 
 
-def stage_findings(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list[str]:
+def stage_findings(graph: Graph, node_id: str, record: StageRecord) -> list[str]:
     """One completed stage for `summary:medium`: its outcome, and what it found: the
     reason it failed, its notes, its files, its reply's opening, its output's end."""
     from fabro_git.outputs.artifacts import pointer_path
 
     lines = [f"- **{node_id}**: {record.get('status')}"]
-    for key, label in (("error", "Error"), ("notes", "Notes")):
-        if record.get(key):
-            lines.append(f"  - {label}: {_one_line(record[key], 300)}")
+    for value, label in ((record.get("error"), "Error"), (record.get("notes"), "Notes")):
+        if value:
+            lines.append(f"  - {label}: {_one_line(value, 300)}")
     if record.get("files_touched"):
         files = list(record["files_touched"])
         more = f" and {len(files) - 10} more" if len(files) > 10 else ""
@@ -188,19 +188,19 @@ def stage_findings(graph: Graph, node_id: str, record: Mapping[str, Any]) -> lis
     return lines
 
 
-def stage_report(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list[str]:
+def stage_report(graph: Graph, node_id: str, record: StageRecord) -> list[str]:
     """One completed stage for `summary:high`: a Markdown section with everything
     `compact` shows, and its error, notes, routing and the context keys it set."""
     lines = ["", f"### {node_id}: {record.get('status')}"]
     details = stage_summary(graph, node_id, record)[1:]
-    for key, label in (
-        ("error", "Error"),
-        ("failure_class", "Failure class"),
-        ("notes", "Notes"),
-        ("preferred_label", "Preferred label"),
+    for value, label in (
+        (record.get("error"), "Error"),
+        (record.get("failure_class"), "Failure class"),
+        (record.get("notes"), "Notes"),
+        (record.get("preferred_label"), "Preferred label"),
     ):
-        if record.get(key):
-            lines.append(f"- {label}: {_one_line(record[key], 2000)}")
+        if value:
+            lines.append(f"- {label}: {_one_line(value, 2000)}")
     lines += [line[2:] if line.startswith("  ") else line for line in details]
     updates = record.get("context_updates")
     if isinstance(updates, Mapping):
