@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fabro_git.engine.context import HIDDEN_FROM_PROMPT
 from fabro_git.engine.outcome import Outcome, StageRecord, normalize_status
 from fabro_git.engine.stage import StageRequest
+from fabro_git.jsondata import JsonObject
 from fabro_git.outputs.artifacts import TextFile, offloads
 from fabro_git.outputs.directives import StatusFile, extract_directives
 
@@ -290,7 +291,7 @@ def outcome_from_response(
     status_file: StatusFile | None = None,
     *,
     value: str | TextFile | None = None,
-    directives: dict[str, Any] | None = None,
+    directives: JsonObject | None = None,
 ) -> Outcome:
     """The stage's outcome from its reply; a `status.json` the stage wrote stands in only
     when the reply carries no directive. `value` is what `response.<node>` takes when it
@@ -299,6 +300,8 @@ def outcome_from_response(
         directives = extract_directives(response)
     directives = directives or (status_file and status_file.directives()) or {}
     status = normalize_status(str(directives.get("outcome", "succeeded"))) or "succeeded"
+    # A long reply's value is its `TextFile` until the runner offloads it to a pointer;
+    # `Outcome.context_updates` is typed as the JSON it holds from then on.
     updates: dict[str, Any] = {
         "last_stage": node_id,
         "last_response": response[:200],
@@ -308,12 +311,13 @@ def outcome_from_response(
     if isinstance(extra, dict):
         updates.update(extra)
     suggested = directives.get("suggested_next_ids")
+    label = directives.get("preferred_next_label")
     return Outcome(
         status=status,
         error=str(directives["failure_reason"])
         if status == "failed" and directives.get("failure_reason")
         else None,
-        preferred_label=directives.get("preferred_next_label"),
+        preferred_label=None if label is None else str(label),
         suggested_next_ids=[str(s) for s in suggested] if isinstance(suggested, list) else [],
         context_updates=updates,
         response=response,
