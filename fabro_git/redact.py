@@ -57,7 +57,9 @@ import json
 import os
 import re
 from collections.abc import Callable, Mapping
-from typing import Any, Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
+
+from fabro_git.jsondata import JsonValue
 
 MIN_SECRET_LENGTH = 8
 KEEP = 4  # trailing characters a redaction keeps
@@ -289,12 +291,12 @@ class Redactor:
         a value has such a character or RE2 is missing."""
         return self._plain and self._quick is not None and self._quick.search(encoded) is None
 
-    def mask_value(self, value: Any) -> Any:
+    def mask_value(self, value: JsonValue) -> JsonValue:
         """A copy of JSON-like data (dicts, lists, strings) with every string redacted."""
         if isinstance(value, str):
             return self.mask_text(value)
         if isinstance(value, dict):
-            return {self.mask_value(k): self.mask_value(v) for k, v in value.items()}
+            return {self.mask_text(k): self.mask_value(v) for k, v in value.items()}
         if isinstance(value, list):
             return [self.mask_value(v) for v in value]
         return value
@@ -313,7 +315,7 @@ class _Pass:
         return self.quick is None or self.quick.search(data) is not None
 
 
-def _quick_filter(alternatives: list[str]) -> Any:
+def _quick_filter(alternatives: list[str]) -> QuickFilter | None:
     """A linear-time RE2 pattern that matches wherever the redaction pattern may: the
     same alternatives, bytes read as Latin-1 so they match byte for byte, with the
     private-key block cut to its first line (RE2 bounds repeats at 1000). Python's
@@ -339,6 +341,12 @@ def _quick_filter(alternatives: list[str]) -> Any:
 
 
 Chunk = TypeVar("Chunk", str, bytes)
+
+
+class QuickFilter(Protocol):
+    """A compiled RE2 pattern (google-re2, an optional import), as the redactor uses it."""
+
+    def search(self, data: str | bytes) -> object: ...
 
 
 class _Alphabet(Generic[Chunk]):
@@ -375,7 +383,7 @@ class StreamMasker(Generic[Chunk]):
         literal: Mapping[Chunk, Chunk],
         longest: int,
         alphabet: _Alphabet[Chunk],
-        quick: Any,
+        quick: QuickFilter | None,
         *,
         first: StreamMasker[Chunk] | None = None,
     ) -> None:

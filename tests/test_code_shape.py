@@ -10,6 +10,7 @@ entry fails the test so that the list stays honest.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -32,6 +33,14 @@ LONG_FUNCTIONS: set[str] = set()
 # Imports (importer -> imported module) that still close a circle, in modules being
 # reworked by their owners.
 CIRCLE_IMPORTS: set[tuple[str, str]] = set()
+
+# Lines that mention `Any` (as `grep -rn "\bAny\b" fabro_git` counts them), by area: a
+# ceiling that may only go down (issue #22 aims at 120 in the package, 20 in the engine).
+# What is left is named in the report that set each number; lower it as types replace them.
+ANY_CEILINGS = {"": 220, "engine/": 15}
+
+
+_ANY = re.compile(r"\bAny\b")
 
 
 def _relative(path: Path) -> str:
@@ -208,3 +217,22 @@ def test_the_shape_scans_can_fail() -> None:
     assert circles({"a": {"b"}, "b": set()}) == []
     tree = ast.parse("class C:\n    def f(self):\n        def g():\n            pass\n")
     assert function_lengths(tree) == {"C.f": 3, "C.f.g": 2}
+
+
+def any_lines() -> dict[str, int]:
+    """The lines mentioning `Any`, by module."""
+    return {
+        _relative(path): sum(1 for line in path.read_text().splitlines() if _ANY.search(line))
+        for path in _sources()
+    }
+
+
+def test_any_stays_under_its_ceiling() -> None:
+    counts = any_lines()
+    assert counts["engine/batch_ray.py"] > 0  # the scan sees the code (Ray's handles)
+    over = {}
+    for area, ceiling in ANY_CEILINGS.items():
+        found = sum(n for path, n in counts.items() if path.startswith(area))
+        if found > ceiling:
+            over[area or "fabro_git"] = (found, ceiling)
+    assert not over, f"lines mentioning Any over their ceiling (found, ceiling): {over}"

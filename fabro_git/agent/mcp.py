@@ -50,8 +50,11 @@ from fabro_git.llm.types import ToolSpec
 
 if TYPE_CHECKING:
     from mcp.client.session import ClientSession
+    from mcp.types import CallToolResult, PaginatedRequestParams
+    from mcp.types import Tool as McpTool
 
     from fabro_git.agent.session import AgentSession, ToolSet
+    from fabro_git.events.envelope import EventProps
 
 # Provider tool names are at most 64 characters of [A-Za-z0-9_-].
 MAX_TOOL_NAME = 64
@@ -94,12 +97,14 @@ def qualified_name(server: str, tool: str) -> str:
     return f"{name[: MAX_TOOL_NAME - 9]}_{digest}"
 
 
-def result_text(result: Any) -> str:
+def result_text(result: CallToolResult) -> str:
     """A tool result's content blocks as text: text as it is, other media as a marker."""
+    from mcp.types import TextContent
+
     parts: list[str] = []
     for block in result.content or ():
         kind = getattr(block, "type", "")
-        if kind == "text":
+        if isinstance(block, TextContent):
             parts.append(block.text)
         elif kind == "image":
             parts.append("[image content]")
@@ -128,7 +133,7 @@ class _Running:
     scope that stops it."""
 
     session: ClientSession
-    tools: list[Any]
+    tools: list[McpTool]
     scope: trio.CancelScope
 
 
@@ -145,7 +150,7 @@ class _Server:
         nursery: trio.Nursery,
         cwd: Path,
         errlog: Path | None,
-        emit: Callable[[Any], object],
+        emit: Callable[[EventProps], object],
     ) -> None:
         self.spec = spec
         self.tools = running.tools
@@ -157,7 +162,7 @@ class _Server:
         self._restarted = False
         self._lock = trio.Lock()
 
-    async def call(self, name: str, tool: str, arguments: dict[str, Any]) -> Any:
+    async def call(self, name: str, tool: str, arguments: dict[str, Any]) -> CallToolResult:
         """The server's result for one call; `ToolError` if it failed to give one."""
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED
@@ -179,7 +184,7 @@ class _Server:
             lost = exc
         return await self._lost(name, running, _error_text(lost))
 
-    async def _lost(self, name: str, running: _Running, error: str) -> Any:
+    async def _lost(self, name: str, running: _Running, error: str) -> CallToolResult:
         """The server went away during a call: start it again (once), then fail the call."""
         async with self._lock:
             if self._running is running:  # not yet handled by a concurrent call
@@ -261,7 +266,7 @@ async def _serve(
                 )
             session = await stack.enter_async_context(ClientSession(read, write))
             await session.initialize()
-            tools: list[Any] = []
+            tools: list[McpTool] = []
             cursor: str | None = None
             while True:
                 listed = await (
@@ -278,13 +283,13 @@ async def _serve(
         raise TimeoutError(f"no answer within {spec.startup_timeout:g}s")
 
 
-def _page(cursor: str) -> Any:
+def _page(cursor: str) -> PaginatedRequestParams:
     from mcp.types import PaginatedRequestParams
 
     return PaginatedRequestParams(cursor=cursor)
 
 
-def _tool(server: _Server, listed: Any, name: str) -> Tool:
+def _tool(server: _Server, listed: McpTool, name: str) -> Tool:
     original = listed.name
     timeout = server.spec.tool_timeout
     schema = dict(listed.input_schema or {})
@@ -308,7 +313,7 @@ def _tool(server: _Server, listed: Any, name: str) -> Tool:
 async def open_servers(
     specs: Sequence[McpServerSpec],
     *,
-    emit: Callable[[Any], object],
+    emit: Callable[[EventProps], object],
     cwd: Path,
     log_dir: Path | None,
     visit: int = 1,
@@ -336,7 +341,7 @@ async def open_servers(
 async def _start_all(
     nursery: trio.Nursery,
     specs: Sequence[McpServerSpec],
-    emit: Callable[[Any], object],
+    emit: Callable[[EventProps], object],
     cwd: Path,
     log_dir: Path | None,
     visit: int,
@@ -384,7 +389,7 @@ async def _start_all(
                         "offered": len(announced) + len(left_out),
                         "kept": len(announced),
                         "left_out_count": len(left_out),
-                        "left_out": left_out[:_LEFT_OUT_SHOWN],
+                        "left_out": [*left_out[:_LEFT_OUT_SHOWN]],
                     },
                 )
             )

@@ -31,6 +31,7 @@ from fabro_git.config.run_config import (
 )
 from fabro_git.events.catalogue import AgentWarning
 from fabro_git.events.envelope import EventProps
+from fabro_git.jsondata import JsonObject
 
 Level = PermissionLevel
 Category = Literal["read", "write", "subagent", "shell"]
@@ -130,7 +131,12 @@ class PermissionGate:
                 return None
             answer = await self.ask(tool, arguments)
             needed = level_needed(tool)
-            details = {"tool": tool, "level": self.level, "needed": needed, "answer": answer}
+            details: JsonObject = {
+                "tool": tool,
+                "level": self.level,
+                "needed": needed,
+                "answer": answer,
+            }
             if answer == "always":
                 emit(
                     AgentWarning(

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
 import msgspec
 import trio
@@ -85,6 +85,7 @@ from fabro_git.events.catalogue import (
     RunNotice,
 )
 from fabro_git.events.envelope import EventProps
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.llm import catalogue, usage
 from fabro_git.llm.client import RetryPolicy, complete
 from fabro_git.llm.errors import ContextTooLong, LlmError
@@ -170,7 +171,7 @@ class AgentResult(msgspec.Struct, frozen=True, kw_only=True):
     files_touched: list[str]
     turns: int
     # `LlmError.to_dict()` of the failure that ended a failed run.
-    error: dict[str, Any] | None = None
+    error: JsonObject | None = None
     failure_class: str | None = None
     # A final reply longer than `TEXT_KEPT` characters, streamed to the session's
     # `text_file`: that file holds it whole (`text_chars` characters), `text` its start.
@@ -219,7 +220,7 @@ class ToolHooks(Protocol):
     """Hooks around each tool call (the engine's lifecycle hooks, for one stage)."""
 
     async def before_tool(
-        self, name: str, call_id: str, arguments: Mapping[str, Any]
+        self, name: str, call_id: str, arguments: Mapping[str, JsonValue]
     ) -> str | None:
         """A reason to refuse the call (the model reads it as the tool's error), or None
         to run it."""
@@ -435,7 +436,7 @@ class AgentSession:
             self._context.touched[f"{under.rstrip('/')}/{path}" if under else path] = None
 
     def result(self) -> AgentResult:
-        error: dict[str, Any] | None = self._error.to_dict() if self._error else None
+        error: JsonObject | None = self._error.to_dict() if self._error else None
         failure_class = self._error.failure_class if self._error else None
         if self._stopped is not None:
             error, failure_class = (

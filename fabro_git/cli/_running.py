@@ -8,13 +8,18 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fabro_git.errors import FabroError, disk_full_in
+from fabro_git.jsondata import JsonValue, section, text
 
 if TYPE_CHECKING:
+    from fabro_git.engine.finish import RunResult
+    from fabro_git.engine.fixes import Fixes
+    from fabro_git.engine.options import Options
+    from fabro_git.events.render import ProgressRenderer
     from fabro_git.store.repo import GitRepo
 
 
@@ -45,20 +50,22 @@ def stdin_answers() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
-def use_run_author(repo: GitRepo, settings: dict[str, Any]) -> None:
+def use_run_author(repo: GitRepo, settings: Mapping[str, JsonValue]) -> None:
     """The run's commits carry `[run.git.author]` when its configuration names one."""
-    author = ((settings.get("config") or {}).get("git") or {}).get("author") or {}
+    author = section(section(section(settings, "config"), "git"), "author")
     if author:
-        repo.override_author(author.get("name"), author.get("email"))
+        repo.override_author(text(author.get("name")), text(author.get("email")))
 
 
-def progress_renderer(output: str) -> Any:
+def progress_renderer(output: str) -> ProgressRenderer:
     from fabro_git.events.render import ProgressRenderer
 
     return ProgressRenderer(stream=sys.stderr, output=output)
 
 
-def report(result: Any, json_output: bool, repo: GitRepo, base_sha: str, *, shown: bool) -> int:
+def report(
+    result: RunResult, json_output: bool, repo: GitRepo, base_sha: str, *, shown: bool
+) -> int:
     """After the run: where its result is, or what to do about it. `shown` says the
     progress display already printed the failure, so it is not printed again."""
     from fabro_git.engine.session import write_json_result
@@ -166,7 +173,9 @@ def _model_use(repo: GitRepo, run_id: str) -> str | None:
     return text + (f", about {format_cost(cp.total_cost)}" if cp.total_cost else "")
 
 
-def spawn_detached(repo: GitRepo, run_id: str, options: Any, fixes: Any = None) -> None:
+def spawn_detached(
+    repo: GitRepo, run_id: str, options: Options, fixes: Fixes | None = None
+) -> None:
     from fabro_git.config.locations import make_private_dir, open_private, run_scratch_dir
     from fabro_git.engine.lock import mark_starting
 
@@ -199,7 +208,7 @@ def spawn_detached(repo: GitRepo, run_id: str, options: Any, fixes: Any = None) 
     mark_starting(Path(repo.git_dir), run_id, child.pid)
 
 
-def remember_config_secrets(settings: dict[str, Any]) -> None:
+def remember_config_secrets(settings: Mapping[str, JsonValue]) -> None:
     """Mask the credentials the run's configuration holds or hands its stages, on a
     resume as on the run's start."""
     import msgspec

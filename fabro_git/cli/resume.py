@@ -5,9 +5,9 @@ higher spending cap, a fix to `--rebase` onto or a corrected `--workflow`)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fabro_git.cli._running import (
     disk_full_names_the_run,
@@ -26,8 +26,16 @@ from fabro_git.cli.run import (
     resolve_workflow,
 )
 from fabro_git.errors import ConfigError, FabroError
+from fabro_git.jsondata import JsonValue, section, text
 
 if TYPE_CHECKING:
+    from fabro_git.engine.checkpoint import Manifest
+    from fabro_git.engine.finish import RunResult
+    from fabro_git.engine.fixes import Fixes
+    from fabro_git.engine.options import Options
+    from fabro_git.engine.stored_run import StoredRun
+    from fabro_git.events.bus import Sink
+    from fabro_git.events.envelope import EventProps
     from fabro_git.store.repo import GitRepo
 
 
@@ -95,7 +103,7 @@ def resume(
 
 def _run_to_resume(
     repo: GitRepo, run_id: str, *, detached_child: bool
-) -> tuple[str, Any, list[Any]] | None:
+) -> tuple[str, StoredRun, list[EventProps]] | None:
     """The run `run_id` names, as stored, with the event of its fetch when it came from
     origin just now; None when it finished already (said on stderr). A rewound run is
     refused, and so is a configuration the user does not trust."""
@@ -109,7 +117,7 @@ def _run_to_resume(
     stored = load_run(repo, full_id)
     manifest, cp, _meta, _source = stored
     # A run this repository did not have was found on origin and fetched on demand.
-    fetched = (
+    fetched: list[EventProps] = (
         [] if full_id in known else [ev.GitFetch(branch=_run_branch_name(manifest), success=True)]
     )
     if manifest.superseded_by:
@@ -137,7 +145,7 @@ def _run_to_resume(
 
 
 def _options(
-    manifest: Any,
+    manifest: Manifest,
     *,
     auto_approve: bool,
     answers: list[str],
@@ -146,7 +154,7 @@ def _options(
     push_remote: str | None,
     retro: bool,
     max_cost: float | None,
-) -> Any:
+) -> Options:
     """The resumed run's options: the run's own settings, and what this command adds."""
     from fabro_git.engine.replication import push_remote_of
     from fabro_git.engine.runner import Options
@@ -156,8 +164,8 @@ def _options(
         answers=list(answers),
         dry_run=bool(manifest.settings.get("dry_run")),
         in_place=manifest.in_place,
-        model=manifest.settings.get("model"),
-        provider=manifest.settings.get("provider"),
+        model=text(manifest.settings.get("model")),
+        provider=text(manifest.settings.get("provider")),
         interactive=interactive,
         detached=detached_child,
         push_remote=check_push_remote(push_remote) or push_remote_of(manifest.settings),
@@ -172,8 +180,14 @@ def _options(
 
 
 def _execute(
-    repo: GitRepo, run_id: str, options: Any, renderer: Any, *, before: list[Any], fixes: Any
-) -> Any:
+    repo: GitRepo,
+    run_id: str,
+    options: Options,
+    renderer: Sink | None,
+    *,
+    before: list[EventProps],
+    fixes: Fixes,
+) -> RunResult:
     from fabro_git.engine.session import execute_run
     from fabro_git.handlers import handler_for
     from fabro_git.handlers.hooks import agent_hook_reply
@@ -192,9 +206,9 @@ def _execute(
         )
 
 
-def _recorded_max_cost(settings: dict[str, Any]) -> float | None:
+def _recorded_max_cost(settings: Mapping[str, JsonValue]) -> float | None:
     """The cap the run's configuration set (`--max-cost` or `[run] max_cost`)."""
-    value = (settings.get("config") or {}).get("max_cost")
+    value = section(settings, "config").get("max_cost")
     return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
@@ -210,8 +224,8 @@ def _check_spending(run_id: str, spent: float, cap: float | None) -> None:
 
 
 def _fixes(
-    repo: GitRepo, run_id: str, stored: Any, rebase: str | None, workflow: str | None
-) -> Any:
+    repo: GitRepo, run_id: str, stored: StoredRun, rebase: str | None, workflow: str | None
+) -> Fixes:
     """What `--rebase` and `--workflow` bring in, checked before anything changes."""
     from fabro_git.engine import fixes
 
@@ -229,13 +243,13 @@ def _fixes(
     return found
 
 
-def _run_branch_name(manifest: Any) -> str:
+def _run_branch_name(manifest: Manifest) -> str:
     from fabro_git.store import runs as runrefs
 
     return manifest.run_branch or runrefs.meta_ref(manifest.run_id)
 
 
-def _resolve_or_restore(repo: GitRepo, prefix: str, resolve: Callable[[Any, str], str]) -> str:
+def _resolve_or_restore(repo: GitRepo, prefix: str, resolve: Callable[[GitRepo, str], str]) -> str:
     """The run `prefix` names; failing that, a run whose meta ref was deleted but whose
     scratch dir is left, its ref put back where its scratch and branch prove it was."""
     from fabro_git.engine.lost_meta import find_lost_run, restore_lost_run

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fabro_git.cli._running import (
     disk_full_names_the_run,
@@ -21,8 +21,13 @@ from fabro_git.cli._running import (
 from fabro_git.errors import ConfigError, FabroError, WorkflowError
 
 if TYPE_CHECKING:
+    from fabro_git.config.run_config import EffectiveConfig, ModelConfig, RunSection
+    from fabro_git.engine.finish import RunResult
+    from fabro_git.engine.options import Options
+    from fabro_git.engine.runs import OpenRun, RunSpec
     from fabro_git.store.repo import GitRepo
     from fabro_git.workflow import Graph
+    from fabro_git.workflow.lint_check import Diagnostic
 
 
 def _pairs(values: list[str], option: str) -> dict[str, str]:
@@ -63,10 +68,10 @@ def _build_spec(
     goal_file: Path | None,
     inputs: list[str],
     labels: list[str],
-    options: Any,
+    options: Options,
     allow_typos: bool = False,
     permissions: str | None = None,
-) -> Any:
+) -> RunSpec:
     from fabro_git.engine.session import RunSpec
 
     path = resolve_workflow(workflow)
@@ -142,9 +147,9 @@ def _configuration(
     goal: str | None,
     inputs: list[str],
     labels: list[str],
-    options: Any,
+    options: Options,
     permissions: str | None,
-) -> tuple[Any, Path]:
+) -> tuple[EffectiveConfig, Path]:
     """The run's configuration, its layers merged (the flags first, then a run config
     the workflow argument names, then the project's and the user's), and the workflow
     file it runs: `[workflow] graph` of a run config, or `path` itself."""
@@ -184,7 +189,7 @@ def _configuration(
     return config, config.graph
 
 
-def _setup_commands(graph: Graph, run_cfg: Any) -> list[str]:
+def _setup_commands(graph: Graph, run_cfg: RunSection) -> list[str]:
     """The shell lines run before the first stage: the graph's `setup`, then the run
     config's prepare steps."""
     # Prepare steps of a run config are shell as written (not templates): they read
@@ -196,7 +201,7 @@ def _setup_commands(graph: Graph, run_cfg: Any) -> list[str]:
     return setup
 
 
-def _take_configured_model(options: Any, model: Any) -> None:
+def _take_configured_model(options: Options, model: ModelConfig) -> None:
     """The run config's `[run.model]` is the run's default model; a `--model` flag
     given without `--provider` still chooses the provider."""
     from fabro_git.engine.model_choice import flag_provider
@@ -208,7 +213,7 @@ def _take_configured_model(options: Any, model: Any) -> None:
         options.provider = flag_provider(flag_model, options.provider)
 
 
-def _validated(path: Path, *, allow_typos: bool = False) -> Any:
+def _validated(path: Path, *, allow_typos: bool = False) -> Graph:
     """The workflow at `path`, its warnings printed; a `WorkflowError` listing its
     errors, which refuse a run (and a resume's `--workflow`), and so do its typos
     unless `allow_typos`."""
@@ -246,7 +251,7 @@ def _render(graph: Graph, goal: str, inputs: dict[str, str]) -> None:
         render_graph(child, goal=goal, inputs=inputs)
 
 
-def _print_warnings(path: Path, diagnostics: list[Any]) -> None:
+def _print_warnings(path: Path, diagnostics: list[Diagnostic]) -> None:
     """Warnings do not stop a run, but a typo they catch (`test -> exti`) would only show
     itself stages later: print them, as `validate` does, before anything starts."""
     from fabro_git.cli.validate import format_diagnostic
@@ -256,7 +261,7 @@ def _print_warnings(path: Path, diagnostics: list[Any]) -> None:
             print(format_diagnostic(path, diagnostic), file=sys.stderr)
 
 
-def _refuse_typos(path: Path, diagnostics: list[Any]) -> None:
+def _refuse_typos(path: Path, diagnostics: list[Diagnostic]) -> None:
     """A typo with a close known spelling runs, but not as meant: an ignored `promt=`
     makes the stage an agent with no instruction, a misspelt `conditon=` makes its edge
     unconditional. Stop before the run costs anything, and name each fix."""
@@ -364,7 +369,7 @@ def run(
     return report(result, json_output, repo, opened.manifest.base_sha, shown=True)
 
 
-def _create(repo: GitRepo, spec: Any, options: Any, *, detach: bool) -> Any:
+def _create(repo: GitRepo, spec: RunSpec, options: Options, *, detach: bool) -> OpenRun:
     """The new run, recorded and locked, once its answers and secrets are checked."""
     from fabro_git.config.trust import record_run_config
     from fabro_git.engine.session import create_run
@@ -382,7 +387,7 @@ def _create(repo: GitRepo, spec: Any, options: Any, *, detach: bool) -> Any:
     return opened
 
 
-def _go_on_detached(repo: GitRepo, opened: Any, options: Any, *, json_output: bool) -> int:
+def _go_on_detached(repo: GitRepo, opened: OpenRun, options: Options, *, json_output: bool) -> int:
     """Hands the new run to a child in the background, and says its id."""
     from fabro_git.engine.session import write_json_result
 
@@ -401,7 +406,7 @@ def _go_on_detached(repo: GitRepo, opened: Any, options: Any, *, json_output: bo
     return 0
 
 
-def _execute(repo: GitRepo, opened: Any, options: Any, output: str) -> Any:
+def _execute(repo: GitRepo, opened: OpenRun, options: Options, output: str) -> RunResult:
     """Runs the new run here, its progress shown on stderr."""
     from fabro_git.engine.session import execute_run
     from fabro_git.handlers import handler_for
@@ -425,7 +430,7 @@ def _execute(repo: GitRepo, opened: Any, options: Any, output: str) -> Any:
         )
 
 
-def _print_reply(result: Any, json_output: bool, repo: Any, node: str) -> None:
+def _print_reply(result: RunResult, json_output: bool, repo: GitRepo, node: str) -> None:
     """The reply of the run's `node` on stdout (`git fabro exec`): as it is, or in the
     run's JSON object as `reply`."""
     import json
@@ -506,7 +511,7 @@ def check_answers(graph: Graph, answers: list[str]) -> None:
             )
 
 
-def _warn_unanswerable_gates(graph: Graph, options: Any) -> None:
+def _warn_unanswerable_gates(graph: Graph, options: Options) -> None:
     """A detached run has no terminal: a gate with no answer queued fails closed."""
     from fabro_git.workflow.model import HUMAN
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from fabro_git.engine.reader import STAGE_FILES as SECTIONS
 from fabro_git.engine.reader import RunReader, Stage, TranscriptEntry
@@ -25,7 +24,7 @@ def run(run_id: str, node: str | None, *, raw: bool = False) -> int:
     from fabro_git.store.repo import GitRepo
     from fabro_git.terminal import printable
 
-    def line(value: Any) -> str:
+    def line(value: object) -> str:
         return str(value) if raw else printable(str(value), one_line=True)
 
     def text(value: str) -> str:
@@ -42,7 +41,9 @@ def run(run_id: str, node: str | None, *, raw: bool = False) -> int:
         return 0
 
 
-def _stage_list(reader: RunReader, line: Callable[[Any], str], text: Callable[[str], str]) -> None:
+def _stage_list(
+    reader: RunReader, line: Callable[[object], str], text: Callable[[str], str]
+) -> None:
     """The run's head and its stages in the order they ran, one line each."""
     from fabro_git.events.render import format_duration as format_ms
 
@@ -56,12 +57,11 @@ def _stage_list(reader: RunReader, line: Callable[[Any], str], text: Callable[[s
     labels = [line(s.label) for s in found]
     width = max((len(label) for label in labels), default=5)
     for label, stage in zip(labels, found, strict=True):
-        record = stage.record
-        files = record.get("files_touched") or []
+        files = stage.files_touched
         extra = f"  {len(files)} file{'s' if len(files) != 1 else ''}" if files else ""
         out.write(
-            f"{label:<{width}}  {line(record.get('status', '?')):<19}"
-            f"  {format_ms(record.get('duration_ms')):>7}{extra}\n"
+            f"{label:<{width}}  {line(stage.record.get('status', '?')):<19}"
+            f"  {format_ms(stage.duration_ms):>7}{extra}\n"
         )
     out.write(f"\none stage in full: git fabro show {full_id[:12]} NODE[@VISIT]\n")
 
@@ -69,7 +69,7 @@ def _stage_list(reader: RunReader, line: Callable[[Any], str], text: Callable[[s
 def _one_stage(
     reader: RunReader,
     stage: Stage,
-    line: Callable[[Any], str],
+    line: Callable[[object], str],
     text: Callable[[str], str],
     *,
     raw: bool,
@@ -84,8 +84,8 @@ def _one_stage(
     out.write(f"status    {line(record.get('status', '?'))}")
     if record.get("error"):
         out.write(f": {text(str(record['error']))}")
-    out.write(f"\nduration  {format_ms(record.get('duration_ms'))}\n")
-    files = record.get("files_touched") or []
+    out.write(f"\nduration  {format_ms(stage.duration_ms)}\n")
+    files = stage.files_touched
     out.write(f"files     {', '.join(line(f) for f in files) if files else '-'}\n")
     if record.get("notes"):
         out.write(f"notes     {text(str(record['notes']))}\n")
@@ -166,7 +166,7 @@ def _result(entry: TranscriptEntry, *, raw: bool, one_line: Callable[[str], str]
     return shown
 
 
-def _artifacts(reader: RunReader, stage: Stage, line: Callable[[Any], str]) -> None:
+def _artifacts(reader: RunReader, stage: Stage, line: Callable[[object], str]) -> None:
     """The stage's offloaded values and captured assets, each with the command that
     copies it out of git; `line` shows a name read from the run."""
     from fabro_git.cli.artifact import human_size

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
 
 from fabro_git.errors import WorkflowError
 from fabro_git.workflow import Diagnostic, Graph, has_errors, load, validate
@@ -55,7 +54,7 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}" + ("" if count == 1 else "s")
 
 
-def _as_json(path: Path, graph: Graph | None, diagnostics: list[Diagnostic]) -> dict[str, Any]:
+def _as_json(path: Path, graph: Graph | None, diagnostics: list[Diagnostic]) -> dict[str, object]:
     return {
         "file": str(path),
         "name": graph.name if graph is not None else None,
@@ -79,7 +78,7 @@ def _as_json(path: Path, graph: Graph | None, diagnostics: list[Diagnostic]) -> 
 
 def run(files: list[Path], *, json_output: bool, strict: bool = False) -> int:
     failed = False
-    documents: list[dict[str, Any]] = []
+    documents: list[dict[str, object]] = []
     from fabro_git.cli._workflows import workflow_path
 
     for path in map(workflow_path, files):

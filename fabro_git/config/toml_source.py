@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TypeVar
 
 import msgspec
 
@@ -21,14 +22,17 @@ _MISSING_RE = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _EXPECTED_RE = re.compile(r"^Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`$")
 
 
-def convert(data: dict[str, Any], schema: type[Any], path: Path, text: str) -> Any:
+_T = TypeVar("_T")
+
+
+def convert(data: Mapping[str, object], schema: type[_T], path: Path, text: str) -> _T:
     try:
         return msgspec.convert(data, schema)
     except msgspec.ValidationError as exc:
         raise validation_error(str(exc), path, text, data) from None
 
 
-def _name_dict_keys(keys: list[str], data: Any) -> list[str]:
+def _name_dict_keys(keys: list[str], data: object) -> list[str]:
     """msgspec writes a table's value as `[...]`; name the key whose value is not a
     string (every free-form table of the schema maps names to strings)."""
     out: list[str] = []
@@ -48,7 +52,7 @@ def _name_dict_keys(keys: list[str], data: Any) -> list[str]:
     return out
 
 
-def validation_error(raw: str, path: Path, text: str, data: Any) -> SourceError:
+def validation_error(raw: str, path: Path, text: str, data: object) -> SourceError:
     match = _PATH_RE.match(raw)
     what, where = (match["what"], match["path"]) if match else (raw, "")
     keys = _name_dict_keys([k for k in re.split(r"\.(?![^\[]*\])|(?=\[)", where) if k], data)

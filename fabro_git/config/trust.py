@@ -27,7 +27,7 @@ import contextlib
 import hashlib
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import msgspec
@@ -512,7 +512,7 @@ class RunConfigActions(msgspec.Struct, frozen=True):
     digest: str
 
 
-def recorded_actions(settings: dict[str, object]) -> RunConfigActions:
+def recorded_actions(settings: Mapping[str, object]) -> RunConfigActions:
     """The acting keys of a run's manifest settings (`settings["config"]`), in words,
     and the sha256 of their canonical JSON. A resume acts on what the manifest
     records, not on today's project file: a fetched run's manifest is its author's."""
@@ -531,7 +531,7 @@ def recorded_actions(settings: dict[str, object]) -> RunConfigActions:
     return RunConfigActions(actions(run), digest)
 
 
-def record_run_config(repo_root: Path, run_id: str, settings: dict[str, object]) -> None:
+def record_run_config(repo_root: Path, run_id: str, settings: Mapping[str, object]) -> None:
     """A run the user starts here acts with their consent (a trusted project file or
     their own config): remember its configuration, so its resumes do not ask again."""
     recorded = recorded_actions(settings)
@@ -541,7 +541,7 @@ def record_run_config(repo_root: Path, run_id: str, settings: dict[str, object])
 
 def check_run_config(
     run_id: str,
-    settings: dict[str, object],
+    settings: Mapping[str, object],
     *,
     ask: Callable[[str], bool] | None,
     repo_root: Path,

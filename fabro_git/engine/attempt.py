@@ -16,7 +16,7 @@ import traceback
 from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -29,6 +29,7 @@ from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.engine.walk_rules import stage_timeout
 from fabro_git.errors import FabroError, disk_full_in
 from fabro_git.events import catalogue as ev
+from fabro_git.jsondata import JsonValue, section, texts
 
 if TYPE_CHECKING:
     from fabro_git.outputs.assets import Snapshot
@@ -106,11 +107,11 @@ async def _guarded(handler: Handler, request: StageRequest) -> Outcome:
         )
 
 
-def asset_include(settings: Mapping[str, Any]) -> tuple[str, ...]:
+def asset_include(settings: Mapping[str, JsonValue]) -> tuple[str, ...]:
     """`[run.artifacts] include`: the run's own globs of files to capture as assets,
     beside the known test-report paths."""
-    config = settings.get("config") or {}
-    return tuple((config.get("artifacts") or {}).get("include") or ())
+    config = section(settings, "config")
+    return tuple(texts(section(config, "artifacts").get("include")) or ())
 
 
 async def asset_baseline(request: StageRequest, include: tuple[str, ...]) -> Snapshot | None:

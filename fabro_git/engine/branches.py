@@ -21,7 +21,7 @@ import shutil
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
@@ -32,6 +32,7 @@ from fabro_git.engine.recording import BranchRecording
 from fabro_git.engine.scope import RunFailed, Scope, WalkEnd
 from fabro_git.errors import DiskFull, FabroError
 from fabro_git.events.catalogue import GitReset, ParallelBranchCompleted, ParallelBranchStarted
+from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as runrefs
 from fabro_git.store import worktree as worktrees
 
@@ -50,12 +51,12 @@ class BranchResult(msgspec.Struct):
     id: str
     status: str
     head_sha: str | None
-    context_updates: dict[str, Any] = msgspec.field(default_factory=dict)
+    context_updates: JsonObject = msgspec.field(default_factory=dict)
     join: str | None = None
     error: str | None = None
 
-    def record(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
+    def record(self) -> JsonObject:
+        data: JsonObject = {
             "id": self.id,
             "index": self.index,
             "status": self.status,

@@ -17,21 +17,24 @@ from __future__ import annotations
 import itertools
 import operator
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypeVar, overload
 
 import msgspec
 
 from fabro_git.events.envelope import format_ts
+from fabro_git.jsondata import JsonObject
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsKeysAndGetItem
+
     from fabro_git.engine.outcome import StageRecord, Usage
 
     StageRecords = dict[str, StageRecord]
 else:
     # Read as stored, key for key and value for value: a record an older version
     # wrote loads and is written back byte for byte.
-    StageRecords = dict[str, dict[str, Any]]
+    StageRecords = dict[str, JsonObject]
 
 FORMAT_VERSION = 1
 
@@ -75,6 +78,11 @@ class TokenTotals(msgspec.Struct, kw_only=True):
 
 
 _V = TypeVar("_V")
+_T = TypeVar("_T")
+
+if TYPE_CHECKING:
+    # What a dict is made or updated from: a mapping, or (key, value) pairs.
+    _Items = SupportsKeysAndGetItem[str, _V] | Iterable[tuple[str, _V]]
 
 
 class TrackedMap(dict[str, _V]):
@@ -87,8 +95,8 @@ class TrackedMap(dict[str, _V]):
 
     __slots__ = ("_generation", "_touched")
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, values: _Items[_V] = (), /) -> None:
+        super().__init__(values)
         self._touched: set[str] = set()
         self._generation = 0
 
@@ -115,7 +123,13 @@ class TrackedMap(dict[str, _V]):
         self._touched.add(key)
         super().__delitem__(key)
 
-    def pop(self, key: str, *default: Any) -> Any:
+    @overload
+    def pop(self, key: str, /) -> _V: ...
+    @overload
+    def pop(self, key: str, default: _V, /) -> _V: ...
+    @overload
+    def pop(self, key: str, default: _T, /) -> _V | _T: ...
+    def pop(self, key: str, /, *default: object) -> object:
         self._touched.add(key)
         return super().pop(key, *default)
 
@@ -124,16 +138,21 @@ class TrackedMap(dict[str, _V]):
         self._touched.add(item[0])
         return item
 
-    def setdefault(self, key: str, default: Any = None) -> Any:
+    def setdefault(self, key: str, /, *default: _V) -> _V:
         self._touched.add(key)
-        return super().setdefault(key, default)
+        return super().setdefault(key, *default)
 
-    def update(self, other: Any = (), /, **kwargs: _V) -> None:
+    def update(
+        self,
+        other: _Items[_V] = (),
+        /,
+        **kwargs: _V,
+    ) -> None:
         items = dict(other, **kwargs)
         self._touched.update(items)
         super().update(items)
 
-    def __ior__(self, other: Any) -> TrackedMap[_V]:  # type: ignore[override,misc]
+    def __ior__(self, other: _Items[_V]) -> TrackedMap[_V]:  # type: ignore[override,misc]
         self.update(other)
         return self
 
@@ -152,7 +171,7 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     node_visits: dict[str, int] = msgspec.field(default_factory=TrackedMap)
     node_retries: dict[str, int] = msgspec.field(default_factory=TrackedMap)
     node_outcomes: StageRecords = msgspec.field(default_factory=TrackedMap)
-    context_values: dict[str, Any] = msgspec.field(default_factory=TrackedMap)
+    context_values: JsonObject = msgspec.field(default_factory=TrackedMap)
     git_commit_sha: str | None = None
     pending_commit: PendingCommit | None = None
     loop_failure_signatures: dict[str, int] = msgspec.field(default_factory=TrackedMap)
@@ -205,14 +224,14 @@ class Manifest(msgspec.Struct, kw_only=True):
     source_directory: str
     origin_url: str | None
     in_place: bool
-    settings: dict[str, Any]
+    settings: JsonObject
     tool_version: str
     # The workflow file's path inside its root: `graphs/` keeps the files it names by
     # the same relative paths (None for runs recorded before `graphs/` existed).
     workflow_file: str | None = None
     # Set on a run made by `fork` or `rewind`: {run_id, node, visit, checkpoint} of the
     # checkpoint it started from.
-    forked_from: dict[str, Any] | None = None
+    forked_from: JsonObject | None = None
     # Set on a run that `rewind` replaced: the id of the run that carries on from it.
     superseded_by: str | None = None
 

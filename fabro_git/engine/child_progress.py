@@ -14,13 +14,14 @@ Every call here blocks on git: callers go through `Runtime.store_call`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from fabro_git.engine.checkpoint import StageRecords
-from fabro_git.engine.context import plain
+from fabro_git.engine.context import plain_object
 from fabro_git.errors import FabroError
+from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as runrefs
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ class ChildProgress(msgspec.Struct, kw_only=True):
     completed: list[str]
     loop_signatures: dict[str, int]
     restart_signatures: dict[str, int]
-    context: dict[str, Any]
+    context: JsonObject
     steps: int
 
 
@@ -51,7 +52,7 @@ def save(ledger: Ledger, scope: Scope, next_node: str) -> None:
         completed=list(scope.completed),
         loop_signatures=dict(scope.loop_signatures),
         restart_signatures=dict(scope.restart_signatures),
-        context=plain(dict(scope.context)),
+        context=plain_object(scope.context),
         steps=scope.steps,
     )
     message = ledger.recorder.redactor.mask_text(

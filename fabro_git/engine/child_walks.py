@@ -95,7 +95,7 @@ async def _supervised_walk(walk: Walk, scope: Scope, begin: str, rules: Supervis
             if rules.stop_condition and evaluate_condition(
                 rules.stop_condition,
                 outcome=str(context.get("outcome") or ""),
-                preferred_label=context.get("preferred_label"),
+                preferred_label=context.text("preferred_label"),
                 context=ResolvedContext(context),
             ):
                 scope.halt(f"stop condition {rules.stop_condition!r} held at cycle {cycle}")

@@ -13,11 +13,11 @@ from __future__ import annotations
 import builtins
 import copy
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 import msgspec
 
 from fabro_git.engine.checkpoint import TrackedMap
+from fabro_git.jsondata import JsonObject, JsonValue
 
 # The one list of context keys by who reads them (prefixes, for `str.startswith`).
 # The engine's own records of the walk (`failure_signature`, `failure_class`, ...).
@@ -29,7 +29,7 @@ _BOOKKEEPING = (*ENGINE_KEYS, "outcome", "preferred_label")
 HIDDEN_FROM_PROMPT = (*ENGINE_KEYS, "graph.", "response.", "command.", "human.gate")
 
 
-def context_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+def context_delta(before: Mapping[str, JsonValue], after: Mapping[str, JsonValue]) -> JsonObject:
     """The keys a parallel branch or a child workflow set or changed, bookkeeping aside."""
     return {
         k: v
@@ -38,13 +38,13 @@ def context_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[s
     }
 
 
-class Context(Mapping[str, Any]):
-    def __init__(self, values: Mapping[str, Any] | None = None) -> None:
-        self._values: dict[str, Any] = dict(values or {})
+class Context(Mapping[str, JsonValue]):
+    def __init__(self, values: Mapping[str, JsonValue] | None = None) -> None:
+        self._values: JsonObject = dict(values or {})
         # Keys set or removed since `take_changes`; None: every key, as nothing was taken.
         self._changed: set[str] | None = None
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> JsonValue:
         return self._values[key]
 
     def __iter__(self) -> Iterator[str]:
@@ -53,12 +53,17 @@ class Context(Mapping[str, Any]):
     def __len__(self) -> int:
         return len(self._values)
 
-    def set(self, key: str, value: Any) -> None:
+    def text(self, key: str) -> str | None:
+        """The value at `key` when it is a string (the engine's own keys, a label)."""
+        value = self._values.get(key)
+        return value if isinstance(value, str) else None
+
+    def set(self, key: str, value: JsonValue) -> None:
         self._values[key] = value
         if self._changed is not None:
             self._changed.add(key)
 
-    def update(self, updates: Mapping[str, Any]) -> None:
+    def update(self, updates: Mapping[str, JsonValue]) -> None:
         self._values.update(updates)
         if self._changed is not None:
             self._changed.update(updates.keys())
@@ -76,18 +81,27 @@ class Context(Mapping[str, Any]):
     def fork(self) -> Context:
         return Context(copy.deepcopy(self._values))
 
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> JsonObject:
         return copy.deepcopy(self._values)
 
-    def shared(self) -> dict[str, Any]:
+    def shared(self) -> JsonObject:
         """A new dict holding the same value objects: for a caller that copies or
         serialises them itself and changes nothing."""
         return dict(self._values)
 
 
-def plain(value: Any) -> Any:
+def plain(value: object) -> JsonValue:
     """`value` as plain JSON data, a fresh copy (anything else becomes its string form)."""
-    return msgspec.json.decode(msgspec.json.encode(value, enc_hook=str))
+    decoded: JsonValue = msgspec.json.decode(msgspec.json.encode(value, enc_hook=str))
+    return decoded
+
+
+def plain_object(values: Mapping[str, object]) -> JsonObject:
+    """`values` as a plain JSON object, a fresh copy (see `plain`)."""
+    decoded: JsonObject = msgspec.json.decode(
+        msgspec.json.encode(dict(values), enc_hook=str), type=dict[str, JsonValue]
+    )
+    return decoded
 
 
 class CheckpointCopy:
@@ -100,14 +114,14 @@ class CheckpointCopy:
     """
 
     def __init__(self) -> None:
-        self._last: tuple[Context, dict[str, Any]] | None = None
+        self._last: tuple[Context, JsonObject] | None = None
 
-    def of(self, context: Context, held: dict[str, Any]) -> dict[str, Any]:
+    def of(self, context: Context, held: JsonObject) -> JsonObject:
         """The copy of `context` for a checkpoint whose last one held `held`."""
         changes = context.take_changes()
         last = self._last
         if changes is None or last is None or last[0] is not context or last[1] is not held:
-            values: dict[str, Any] = TrackedMap(plain(context.shared()))
+            values: JsonObject = TrackedMap(plain_object(context.shared()))
         else:
             values = held
             for key in changes:

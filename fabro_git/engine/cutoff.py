@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -28,6 +27,7 @@ from fabro_git.engine.emit import Emit
 from fabro_git.engine.outcome import CANCELED, event_failure_class
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import tail_after
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
 
@@ -57,10 +57,15 @@ class _Line(msgspec.Struct):
     stage_id: str | None = None
     node_id: str | None = None
     node_label: str | None = None
-    properties: dict[str, Any] = {}
+    properties: JsonObject = {}
 
 
 _decoder = msgspec.json.Decoder(_Line)
+
+
+def _whole(value: JsonValue, default: int) -> int:
+    """A count an event gives (a number, or its digits), else `default`."""
+    return int(value) if isinstance(value, str | int | float) and value else default
 
 
 def find_cut_off(lines: bytes) -> CutOff:
@@ -75,13 +80,13 @@ def find_cut_off(lines: bytes) -> CutOff:
                 continue
             props = line.properties
             if line.event == "stage.started":
-                attempt = int(props.get("attempt") or 1)
+                attempt = _whole(props.get("attempt"), 1)
                 attempts[line.stage_id] = max(attempts.get(line.stage_id, 0), attempt)
                 open_by_stage[line.stage_id] = OpenAttempt(
                     line.stage_id,
                     line.node_id,
                     line.node_label,
-                    int(props.get("index") or 0),
+                    _whole(props.get("index"), 0),
                     attempt,
                 )
             elif line.event in ("stage.completed", "stage.failed"):

@@ -11,10 +11,10 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 import msgspec
 
+from fabro_git.jsondata import JsonValue
 from fabro_git.workflow import Edge, Graph, Node
 from fabro_git.workflow.conditions import evaluate_condition
 
@@ -58,7 +58,7 @@ def select_edge(
     status: str,
     preferred_label: str | None,
     suggested_next_ids: Sequence[str],
-    context: Mapping[str, Any],
+    context: Mapping[str, JsonValue],
     rng: random.Random | None = None,
 ) -> Selection | None:
     edges = graph.outgoing(node.id)

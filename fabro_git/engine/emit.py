@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, TypedDict
 
 from fabro_git.events.envelope import Actor, EventProps
+
+
+class EnvelopeFields(TypedDict, total=False):
+    """The envelope's stage and agent-session fields, as keywords to an `Emit`."""
+
+    node_id: str | None
+    node_label: str | None
+    stage_id: str | None
+    session_id: str | None
+    parent_session_id: str | None
+    actor: Actor | None
 
 
 class Emit(Protocol):

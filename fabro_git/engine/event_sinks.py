@@ -33,12 +33,13 @@ import threading
 import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from fabro_git.config.locations import open_private
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, Sink
-from fabro_git.events.envelope import Envelope
+from fabro_git.events.envelope import Envelope, EventProps
+from fabro_git.jsondata import JsonValue, section, text_map
 from fabro_git.terminal import json_printable
 
 NOTICE_CODE = "event_sink_failed"
@@ -198,9 +199,9 @@ _attached: weakref.WeakKeyDictionary[EventBus, list[Sink]] = weakref.WeakKeyDict
 
 def attach(
     bus: EventBus,
-    settings: Mapping[str, Any],
+    settings: Mapping[str, JsonValue],
     *,
-    emit: Callable[[Any], object],
+    emit: Callable[[EventProps], object],
     host_dir: Path,
     scratch: Path,
     warn: Callable[[str], object] | None = None,
@@ -209,13 +210,11 @@ def attach(
     `bus`. Nothing is opened or started before the first event reaches a sink. `warn`
     also tells the terminal of a failure, while the run's renderer is not attached yet
     (the first events of a new run)."""
-    config = settings.get("config") or {}
-    sinks_config = ((config.get("events") or {}) if isinstance(config, dict) else {}).get(
-        "sinks"
-    ) or []
-    if not sinks_config:
+    config = section(settings, "config")
+    sinks_config = section(config, "events").get("sinks")
+    if not isinstance(sinks_config, list) or not sinks_config:
         return
-    sandbox = (config.get("sandbox") or {}).get("env") or {}
+    sandbox = text_map(section(config, "sandbox").get("env"))
 
     def notice(message: str) -> None:
         emit(ev.RunNotice(level="warn", code=NOTICE_CODE, message=message))
@@ -235,14 +234,14 @@ def attach(
     for number, entry in enumerate(sinks_config, start=1):
         if not isinstance(entry, dict):
             continue
-        if entry.get("type") == "file" and isinstance(entry.get("path"), str):
-            sinks.append(FileSink(number, host_dir / entry["path"], notice))
+        path, script, command = entry.get("path"), entry.get("script"), entry.get("command")
+        if entry.get("type") == "file" and isinstance(path, str):
+            sinks.append(FileSink(number, host_dir / path, notice))
         elif entry.get("type") == "command":
-            script = entry.get("script")
             argv = (
                 [shutil.which("sh") or "/bin/sh", "-c", script]
                 if isinstance(script, str)
-                else [str(part) for part in entry.get("command") or []]
+                else [str(part) for part in (command if isinstance(command, list) else [])]
             )
             if argv:
                 sinks.append(

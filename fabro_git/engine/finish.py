@@ -9,7 +9,6 @@ that git cannot back (objects the run wrote are gone) is recorded as a failure.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 import msgspec
 
@@ -19,6 +18,7 @@ from fabro_git.engine.runner import Runtime, Scope, now_iso
 from fabro_git.engine.stored_run import objects_lost_error
 from fabro_git.errors import FabroError, StoreError
 from fabro_git.events import catalogue as ev
+from fabro_git.jsondata import JsonObject
 from fabro_git.store import worktree as git_worktree
 
 # How a drive ends besides the walk's own outcomes.
@@ -58,7 +58,7 @@ async def finish(
     error: str | None,
     *,
     announce: bool = True,
-    narrative: dict[str, Any] | None = None,
+    narrative: JsonObject | None = None,
 ) -> RunResult:
     """Record how the run ended and write its `finalize` snapshot."""
     checkpoint = runtime.cp
@@ -99,7 +99,7 @@ async def finish(
 def _record_interrupted(runtime: Runtime, scope: Scope) -> None:
     """The stage in flight did not finish: resume runs it again from a clean worktree."""
     checkpoint = runtime.cp
-    current = scope.context.get("current_node")
+    current = scope.context.text("current_node")
     if current and checkpoint.next_node_id != current and checkpoint.current_node != current:
         checkpoint.next_node_id = current
     if current:
@@ -117,7 +117,7 @@ async def _record_failed(
     runtime: Runtime, scope: Scope, error: str | None, final_sha: str | None
 ) -> None:
     checkpoint = runtime.cp
-    current = scope.context.get("current_node")
+    current = scope.context.text("current_node")
     if current and checkpoint.pending_commit is None:
         checkpoint.next_node_id = current
     checkpoint.error = error
@@ -171,7 +171,7 @@ async def _release_worktree(runtime: Runtime, status: str) -> None:
 
 
 def _final_snapshot(
-    runtime: Runtime, status: str, error: str | None, narrative: dict[str, Any] | None
+    runtime: Runtime, status: str, error: str | None, narrative: JsonObject | None
 ) -> None:
     """The `finalize` snapshot (on a worker thread: it writes to git)."""
     recorder = runtime.recorder

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
+
+from fabro_git.jsondata import JsonValue
 
 if TYPE_CHECKING:
     from fabro_git.config.run_config import HookConfig
@@ -105,7 +107,7 @@ class Hook(msgspec.Struct, frozen=True):
     max_tool_rounds: int = DEFAULT_TOOL_ROUNDS
 
     @classmethod
-    def from_config(cls, raw: Mapping[str, Any], index: int) -> Hook:
+    def from_config(cls, raw: JsonValue, index: int) -> Hook:
         from fabro_git.config.run_config import HookConfig
         from fabro_git.durations import parse_duration
 
@@ -140,16 +142,14 @@ class Hook(msgspec.Struct, frozen=True):
             else DEFAULT_TOOL_ROUNDS,
         )
 
-    def matches(self, event: str, payload: Mapping[str, Any]) -> bool:
+    def matches(self, event: str, payload: Mapping[str, JsonValue]) -> bool:
         if event != self.event:
             return False
         fields = MATCHED_FIELDS.get(event)
         if self.matcher is None or fields is None:
             return True
-        return any(
-            isinstance(payload.get(name), str) and self.matcher.search(payload[name])
-            for name in fields
-        )
+        values = (payload.get(name) for name in fields)
+        return any(isinstance(value, str) and self.matcher.search(value) for value in values)
 
 
 RUNNABLE = frozenset({"command", "http", "prompt", "agent"})

@@ -48,7 +48,7 @@ import re
 import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
@@ -56,6 +56,7 @@ import trio
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.engine.emit import Emit
 from fabro_git.events import catalogue as ev
+from fabro_git.jsondata import JsonObject, JsonValue, section, text, text_map, texts
 from fabro_git.llm import types as llm
 
 if TYPE_CHECKING:
@@ -161,7 +162,7 @@ class LifecycleHooks:
     @classmethod
     def from_settings(
         cls,
-        settings: Mapping[str, Any],
+        settings: Mapping[str, JsonValue],
         *,
         run_id: str,
         workflow: str,
@@ -170,9 +171,10 @@ class LifecycleHooks:
         emit: Emit,
     ) -> LifecycleHooks:
         """The hooks the run's manifest records (its effective configuration)."""
-        raw = ((settings.get("config") or {}).get("hooks")) or []
+        config = section(settings, "config")
+        raw = config.get("hooks")
         hooks = []
-        for i, entry in enumerate(raw):
+        for i, entry in enumerate(raw if isinstance(raw, list) else []):
             try:
                 hooks.append(Hook.from_config(entry, i))
             except (msgspec.ValidationError, re.error, TypeError) as exc:
@@ -185,7 +187,6 @@ class LifecycleHooks:
                         message=f"hook {i + 1} of the run's configuration cannot be read ({exc}); it will not fire",
                     )
                 )
-        config = settings.get("config") or {}
         return cls(
             hooks,
             run_id=run_id,
@@ -194,9 +195,9 @@ class LifecycleHooks:
             scratch=scratch,
             emit=emit,
             dry_run=bool(settings.get("dry_run")),
-            sandbox_env=(config.get("sandbox") or {}).get("env"),
-            model=(settings.get("model"), settings.get("provider")),
-            fallbacks=tuple((config.get("model") or {}).get("fallbacks") or ()),
+            sandbox_env=text_map(section(config, "sandbox").get("env")),
+            model=(text(settings.get("model")), text(settings.get("provider"))),
+            fallbacks=tuple(texts(section(config, "model").get("fallbacks")) or ()),
         )
 
     def wants(self, event: str) -> bool:
@@ -239,7 +240,7 @@ class LifecycleHooks:
                 raise group.exceptions[0] from None
             raise
 
-    async def fire(self, event: str, **fields: Any) -> HookDecision:
+    async def fire(self, event: str, **fields: JsonValue) -> HookDecision:
         """Fire `event`: start its non-blocking hooks, run its blocking ones in turn (a
         block ends the turn), and return their merged decision."""
         if event not in self._events:
@@ -324,9 +325,7 @@ class LifecycleHooks:
         """Wait for every non-blocking hook started so far."""
         await self._beside.wait_zero()
 
-    async def _run_beside(
-        self, hook: Hook, payload: dict[str, Any], scope: trio.CancelScope
-    ) -> None:
+    async def _run_beside(self, hook: Hook, payload: JsonObject, scope: trio.CancelScope) -> None:
         said = PROCEED  # a stopped hook said nothing
         try:
             with scope:
@@ -335,7 +334,7 @@ class LifecycleHooks:
                 # Not a decision point: what it said is heard of, and the run goes on.
                 self._notice(
                     "hook_not_blocking",
-                    f"{said.describe(payload['event'])}, but it does not block (blocking = false); "
+                    f"{said.describe(str(payload['event']))}, but it does not block (blocking = false); "
                     "the run goes on",
                     payload,
                     level="info",
@@ -346,8 +345,8 @@ class LifecycleHooks:
             if _in_worktree(hook):
                 self._in_worktree.done()
 
-    def _payload(self, event: str, fields: Mapping[str, Any]) -> dict[str, Any]:
-        payload: dict[str, Any] = {
+    def _payload(self, event: str, fields: Mapping[str, JsonValue]) -> JsonObject:
+        payload: JsonObject = {
             "event": event,
             "run_id": self.run_id,
             "workflow_name": self.workflow,
@@ -358,7 +357,7 @@ class LifecycleHooks:
 
     # -- running one hook --------------------------------------------------------------
 
-    async def _run(self, hook: Hook, payload: dict[str, Any]) -> HookDecision:
+    async def _run(self, hook: Hook, payload: JsonObject) -> HookDecision:
         """Run `hook` on `payload` within its timeout. A failure is a notice, and the
         decision the hook's kind says it falls back to."""
         try:
@@ -388,7 +387,7 @@ class LifecycleHooks:
             return PROCEED
         return decision
 
-    async def _command(self, hook: Hook, payload: dict[str, Any]) -> HookDecision:
+    async def _command(self, hook: Hook, payload: JsonObject) -> HookDecision:
         from fabro_git.engine import process_groups
         from fabro_git.engine.process import run_script
 
@@ -435,7 +434,7 @@ class LifecycleHooks:
         return HookDecision("block", f"hook exited with code {code}", hook=hook.name)
 
     def _environment(
-        self, payload: Mapping[str, Any], context: Path, *, sandboxed: bool
+        self, payload: Mapping[str, JsonValue], context: Path, *, sandboxed: bool
     ) -> dict[str, str]:
         from fabro_git.engine import process_groups
         from fabro_git.engine.reaper import MARK_VARIABLE
@@ -460,7 +459,7 @@ class LifecycleHooks:
             env.pop("FABRO_NODE_ID", None)
         return env
 
-    async def _post(self, hook: Hook, payload: dict[str, Any]) -> HookDecision:
+    async def _post(self, hook: Hook, payload: JsonObject) -> HookDecision:
         """POST the payload. HTTP hooks fail open: a refused connection or a non-2xx
         answer is a notice and a proceed."""
         assert hook.url is not None
@@ -498,7 +497,7 @@ class LifecycleHooks:
             return HookDecision(hook=hook.name)
         return HookDecision(said.action, said.reason, said.edge_to, hook.name)
 
-    async def _ask_model(self, hook: Hook, payload: dict[str, Any]) -> HookDecision:
+    async def _ask_model(self, hook: Hook, payload: JsonObject) -> HookDecision:
         """A prompt hook's one model call, or an agent hook's session in the worktree,
         on the hook's prompt and the event's JSON. Model hooks fail open: a model error
         or a reply without a decision is a notice, and the run goes on."""
@@ -596,7 +595,7 @@ class LifecycleHooks:
         self,
         code: str,
         message: str,
-        payload: Mapping[str, Any] | None = None,
+        payload: Mapping[str, JsonValue] | None = None,
         *,
         level: ev.NoticeLevel = "warn",
     ) -> None:
@@ -648,7 +647,7 @@ class StageToolHooks:
         self.node_label = node_label
 
     async def before_tool(
-        self, name: str, call_id: str, arguments: Mapping[str, Any]
+        self, name: str, call_id: str, arguments: Mapping[str, JsonValue]
     ) -> str | None:
         said = await self.hooks.fire(
             "pre_tool_use",

@@ -20,12 +20,12 @@ from fabro_git.errors import ConfigError, WorkflowError
 from fabro_git.llm import catalogue
 from fabro_git.llm.errors import MissingCredentials, UnknownModel
 from fabro_git.llm.resolve import ModelChoice, fallback_targets, resolve_target
-from fabro_git.llm.types import Target
+from fabro_git.llm.types import ReasoningEffort, Target
 from fabro_git.workflow.model import Graph, Node
 
 LLM_TYPES = ("agent", "prompt", "codergen")
 BACKENDS = ("api", "cli")
-EFFORTS = ("low", "medium", "high")
+EFFORTS: tuple[ReasoningEffort, ...] = ("low", "medium", "high")
 CLI_ALTERNATIVES = (
     "install it, name another program in the run config ([run.agent] cli_command), "
     'run the built-in agent with backend="api", or simulate the stage with --dry-run'
@@ -74,19 +74,20 @@ def stage_fallbacks(entries: Sequence[str] | None) -> list[Target]:
     return fallback_targets(list(entries or ()))
 
 
-def effort_of(node: Node) -> str | None:
+def effort_of(node: Node) -> ReasoningEffort | None:
     """The node's `reasoning_effort`, or None; a `WorkflowError` for a value not in
     `EFFORTS`."""
     value = (node.get("reasoning_effort") or "").strip().lower()
     if not value:
         return None
-    if value not in EFFORTS:
-        raise _node_error(
-            node,
-            "reasoning_effort",
-            f"reasoning_effort={value!r} is not one of {', '.join(EFFORTS)}",
-        )
-    return value
+    for effort in EFFORTS:
+        if value == effort:
+            return effort
+    raise _node_error(
+        node,
+        "reasoning_effort",
+        f"reasoning_effort={value!r} is not one of {', '.join(EFFORTS)}",
+    )
 
 
 def backend_of(node: Node) -> str:

@@ -6,11 +6,12 @@ Statuses use the four public names (`succeeded`, `failed`, `partially_succeeded`
 
 from __future__ import annotations
 
-from typing import Any, NotRequired, TypedDict, cast
+from typing import NotRequired, TypedDict, Unpack, cast
 
 import msgspec
 
 from fabro_git.events.catalogue import FailureClass, StageStatus
+from fabro_git.jsondata import JsonObject
 
 __all__ = ["StageRecord", "StageStatus", "UsageRecord"]
 
@@ -61,13 +62,28 @@ class Usage(msgspec.Struct):
     cost: float | None = None
 
 
+class OutcomeDetails(TypedDict, total=False):
+    """What `Outcome.success`, `failure` and `retry` take besides the status: the
+    outcome's other fields, by name."""
+
+    preferred_label: str | None
+    suggested_next_ids: list[str]
+    context_updates: JsonObject
+    jump_to_node: str | None
+    notes: str | None
+    response: str | None
+    files_touched: list[str]
+    usage: Usage | None
+    directive_given: bool | None
+
+
 class Outcome(msgspec.Struct):
     status: str
     error: str | None = None
     failure_class: str | None = None
     preferred_label: str | None = None
     suggested_next_ids: list[str] = msgspec.field(default_factory=list)
-    context_updates: dict[str, Any] = msgspec.field(default_factory=dict)
+    context_updates: JsonObject = msgspec.field(default_factory=dict)
     jump_to_node: str | None = None
     notes: str | None = None
     response: str | None = None
@@ -82,15 +98,19 @@ class Outcome(msgspec.Struct):
         return self.status in (SUCCEEDED, PARTIAL)
 
     @classmethod
-    def success(cls, **kw: Any) -> Outcome:
+    def success(cls, **kw: Unpack[OutcomeDetails]) -> Outcome:
         return cls(status=SUCCEEDED, **kw)
 
     @classmethod
-    def failure(cls, error: str, failure_class: str = DETERMINISTIC, **kw: Any) -> Outcome:
+    def failure(
+        cls, error: str, failure_class: str = DETERMINISTIC, **kw: Unpack[OutcomeDetails]
+    ) -> Outcome:
         return cls(status=FAILED, error=error, failure_class=failure_class, **kw)
 
     @classmethod
-    def retry(cls, error: str, failure_class: str = TRANSIENT, **kw: Any) -> Outcome:
+    def retry(
+        cls, error: str, failure_class: str = TRANSIENT, **kw: Unpack[OutcomeDetails]
+    ) -> Outcome:
         return cls(status=RETRY, error=error, failure_class=failure_class, **kw)
 
     def to_record(
@@ -162,7 +182,7 @@ class StageRecord(TypedDict):
     jump_to_node: NotRequired[str]
     notes: NotRequired[str]
     suggested_next_ids: NotRequired[list[str]]
-    context_updates: NotRequired[dict[str, Any]]
+    context_updates: NotRequired[JsonObject]
     files_touched: NotRequired[list[str]]
     usage: NotRequired[UsageRecord]
     node_id: NotRequired[str]

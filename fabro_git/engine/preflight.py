@@ -12,6 +12,7 @@ from fabro_git.engine.checkpoint import Manifest
 from fabro_git.engine.runner import Options
 from fabro_git.engine.stored_run import StoredRun, load_graph
 from fabro_git.errors import FabroError
+from fabro_git.jsondata import section, texts
 from fabro_git.store.repo import GitRepo
 from fabro_git.workflow import Graph
 
@@ -41,12 +42,12 @@ def check_resumable(
         return
     manifest, _cp, meta, source = stored
     check_in_place_home(repo, run_id, manifest)
-    config = manifest.settings.get("config") or {}
+    config = section(manifest.settings, "config")
     check_options(
         options,
         graph or load_graph(repo, run_id, manifest, source, meta),
-        (config.get("model") or {}).get("fallbacks"),
-        cli_command=(config.get("agent") or {}).get("cli_command"),
+        texts(section(config, "model").get("fallbacks")),
+        cli_command=texts(section(config, "agent").get("cli_command")),
     )
 
 

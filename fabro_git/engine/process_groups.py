@@ -21,13 +21,14 @@ import subprocess
 import sys
 import weakref
 from pathlib import Path
-from typing import IO, Any, Protocol
+from typing import IO, Protocol
 
 import trio
 
 from fabro_git.engine import reaper
 from fabro_git.engine.reaper import (
     MARK_VARIABLE,
+    ProcessRecord,
     alive,
     boot_id,
     forget,
@@ -72,17 +73,28 @@ async def start(
 ) -> StageProcess:
     """Start a command as the leader of a new session (and so of a new process group).
     Its stdin is `stdin`, else nothing."""
-    options: dict[str, Any] = dict(
-        cwd=str(cwd),
-        stdin=subprocess.DEVNULL if stdin is None else stdin,
-        stdout=stdout,
-        stderr=stderr,
-        env=env,
-        start_new_session=True,
-    )
+    source = subprocess.DEVNULL if stdin is None else stdin
     if not sys.platform.startswith("linux") or not hasattr(os, "pidfd_open"):
-        return await trio.lowlevel.open_process(argv, **options)
-    return _Child(subprocess.Popen(argv, **options))
+        return await trio.lowlevel.open_process(
+            argv,
+            cwd=str(cwd),
+            stdin=source,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,
+        )
+    return _Child(
+        subprocess.Popen(
+            argv,
+            cwd=str(cwd),
+            stdin=source,
+            stdout=stdout,
+            stderr=stderr,
+            env=env,
+            start_new_session=True,
+        )
+    )
 
 
 class _Child:
@@ -123,7 +135,7 @@ def record(directory: Path, pgid: int, *, kind: str = "stage") -> Path | None:
     `stage` (what stages run) or `hook` (lifecycle hooks, which may outlive the walk
     until the run's very end)."""
     leader = read_stat(pgid)
-    entry = {
+    entry: ProcessRecord = {
         "pgid": pgid,
         "start": leader.start if leader else None,
         "boot": boot_id(),
@@ -132,7 +144,7 @@ def record(directory: Path, pgid: int, *, kind: str = "stage") -> Path | None:
     return _write_record(directory, str(pgid), entry)
 
 
-def _write_record(directory: Path, name: str, entry: dict[str, Any]) -> Path:
+def _write_record(directory: Path, name: str, entry: ProcessRecord) -> Path:
     entry["owner"] = os.getpid()
     if directory not in _made_dirs:
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -338,7 +350,7 @@ def record_adopted(directory: Path) -> None:
             continue
         if reaper.mark_of(process.pid) == _Subreaper.own_mark:
             continue
-        entry = {"orphan": process.pid, "start": process.start, "boot": boot_id()}
+        entry: ProcessRecord = {"orphan": process.pid, "start": process.start, "boot": boot_id()}
         _adopted_records[process.pid] = _write_record(directory, f"orphan-{process.pid}", entry)
 
 

@@ -74,9 +74,23 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict
 
 _PROC = Path("/proc")
+
+
+class ProcessRecord(TypedDict, total=False):
+    """A record `process_groups` writes, one JSON file each: a process group
+    (`pgid`, `kind`), a run's mark (`mark`) or an adopted orphan (`orphan`); `start`
+    and `boot` tell the process from a later one given the same pid."""
+
+    pgid: int
+    kind: str
+    mark: str
+    orphan: int
+    start: int | None
+    boot: str | None
+    owner: int
 
 
 class ProcessInfo(NamedTuple):
@@ -260,7 +274,7 @@ def kill_recorded(
     killed: list[int] = []
     for path in sorted(directory.glob("*.json")):
         try:
-            entry = json.loads(path.read_text())
+            entry: ProcessRecord = json.loads(path.read_text())
             orphan = entry.get("orphan")
             mark = entry.get("mark")
             pgid = int(entry["pgid"]) if mark is None and orphan is None else 0
@@ -280,7 +294,7 @@ def kill_recorded(
     return killed
 
 
-def _kill_adopted(path: Path, entry: dict[str, Any], orphan: int) -> list[int]:
+def _kill_adopted(path: Path, entry: ProcessRecord, orphan: int) -> list[int]:
     """A process `git fabro` adopted: killed, with all under it, if still itself."""
     killed: list[int] = []
     process = read_stat(orphan) if entry.get("boot") == boot_id() else None
@@ -290,7 +304,7 @@ def _kill_adopted(path: Path, entry: dict[str, Any], orphan: int) -> list[int]:
     return killed
 
 
-def _kill_run_mark(path: Path, entry: dict[str, Any], mark: str, kind: str | None) -> list[int]:
+def _kill_run_mark(path: Path, entry: ProcessRecord, mark: str, kind: str | None) -> list[int]:
     """The run's nonce: every process of this kind (or any) carrying it goes; the record
     stays while hooks may still run."""
     killed: list[int] = []
@@ -301,7 +315,7 @@ def _kill_run_mark(path: Path, entry: dict[str, Any], mark: str, kind: str | Non
     return killed
 
 
-def _kill_group(path: Path, entry: dict[str, Any], pgid: int, grace: float) -> list[int]:
+def _kill_group(path: Path, entry: ProcessRecord, pgid: int, grace: float) -> list[int]:
     """A recorded process group, if it is still the one recorded."""
     killed: list[int] = []
     if still_ours(pgid, entry.get("start"), entry.get("boot")):
@@ -400,6 +414,7 @@ try:
 except OSError:
     pass
 import importlib.util
+
 spec = importlib.util.spec_from_file_location("fabro_reaper", sys.argv[1])
 reaper = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(reaper)

@@ -16,14 +16,16 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import AsyncIterable
-from typing import Any
+from collections.abc import AsyncIterable, Mapping
+from typing import Unpack
 
 import trio
 
-from fabro_git.engine.emit import Emit
+from fabro_git.engine.emit import Emit, EnvelopeFields
 from fabro_git.errors import FabroError
 from fabro_git.events import catalogue as ev
+from fabro_git.events.envelope import EventProps
+from fabro_git.jsondata import JsonValue, section
 from fabro_git.store import remote as rem
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
@@ -34,10 +36,9 @@ FINAL_PUSH_SECONDS = 60.0
 _NO_PROMPT = {"GIT_TERMINAL_PROMPT": "0"}
 
 
-def push_remote_of(settings: dict[str, Any]) -> str | None:
+def push_remote_of(settings: Mapping[str, JsonValue]) -> str | None:
     """The `[run.git] push_remote` a run's recorded configuration names, if any."""
-    git = (settings.get("config") or {}).get("git") or {}
-    remote = git.get("push_remote")
+    remote = section(section(settings, "config"), "git").get("push_remote")
     return remote if isinstance(remote, str) and remote else None
 
 
@@ -69,7 +70,7 @@ class LivePush:
         """`emit`, which also asks for a push after every checkpoint. Checkpoints are
         taken on a worker thread, so the ask reaches the trio loop through its token."""
 
-        def emit_and_ask(event: Any, /, **kwargs: Any) -> None:
+        def emit_and_ask(event: EventProps, /, **kwargs: Unpack[EnvelopeFields]) -> None:
             emit(event, **kwargs)
             name = event if isinstance(event, str) else event.NAME
             if name == ev.CheckpointCompleted.NAME and self._token is not None:
@@ -83,7 +84,7 @@ class LivePush:
 
     # -- pushing (the trio loop) -----------------------------------------------------
 
-    async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Push at once (the run as it starts), then after each ask until cancelled;
         asks made during a push coalesce into the next."""
         self._token = trio.lowlevel.current_trio_token()

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
 from fabro_git.engine.outcome import FAILED
 from fabro_git.errors import FabroError
 from fabro_git.events import catalogue as ev
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.outputs import retro
 from fabro_git.store import runs as runrefs
 
@@ -57,8 +58,8 @@ Reply with one JSON object and nothing else, with these fields:
 
 
 async def narrate(
-    retro: dict[str, Any], *, model: str | None, provider: str | None
-) -> tuple[dict[str, Any] | None, str | None]:
+    retro: JsonObject, *, model: str | None, provider: str | None
+) -> tuple[JsonObject | None, str | None]:
     """(the narrative, None), or (None, why there is none)."""
     from fabro_git.llm.client import complete
     from fabro_git.llm.resolve import ModelChoice, resolve_target
@@ -89,7 +90,7 @@ async def narrate(
     return narrative, None
 
 
-def parse(text: str) -> dict[str, Any] | None:
+def parse(text: str) -> JsonObject | None:
     """The narrative in a reply: its outermost JSON object (fenced or not), with the
     known fields kept and checked; None when there is none or it has no rating."""
     start, end = text.find("{"), text.rfind("}")
@@ -116,19 +117,19 @@ def parse(text: str) -> dict[str, Any] | None:
     }
 
 
-def _text(value: Any) -> str | None:
+def _text(value: JsonValue) -> str | None:
     return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 def _items(
-    value: Any, kind_key: str, kinds: tuple[str, ...], text_key: str, *, stage: bool = False
-) -> list[dict[str, Any]]:
-    items = []
+    value: JsonValue, kind_key: str, kinds: tuple[str, ...], text_key: str, *, stage: bool = False
+) -> list[JsonValue]:
+    items: list[JsonValue] = []
     for entry in value if isinstance(value, list) else []:
         if not isinstance(entry, dict) or _text(entry.get(text_key)) is None:
             continue
         kind = str(entry.get(kind_key) or "").strip().lower()
-        item: dict[str, Any] = {
+        item: JsonObject = {
             kind_key: kind if kind in kinds else None,
             text_key: _text(entry.get(text_key)),
         }
@@ -138,7 +139,7 @@ def _items(
     return items
 
 
-def retro_document(runtime: Runtime, status: str, error: str | None) -> dict[str, Any]:
+def retro_document(runtime: Runtime, status: str, error: str | None) -> JsonObject:
     """The run's retro, from every event of the run: those git holds and those the next
     snapshot is about to add."""
     recorder = runtime.recorder
@@ -158,7 +159,7 @@ def retro_document(runtime: Runtime, status: str, error: str | None) -> dict[str
 
 
 def retro_files(
-    runtime: Runtime, status: str, error: str | None, narrative: dict[str, Any] | None
+    runtime: Runtime, status: str, error: str | None, narrative: JsonObject | None
 ) -> dict[str, bytes]:
     """`retro.json` for the finalize snapshot. A retro that cannot be made is reported
     and left out; it never changes how the run ended."""
@@ -178,7 +179,7 @@ def retro_files(
 NARRATIVE_TIMEOUT = 300.0
 
 
-async def narrative_for(runtime: Runtime, status: str, error: str | None) -> dict[str, Any] | None:
+async def narrative_for(runtime: Runtime, status: str, error: str | None) -> JsonObject | None:
     """The narrative of the run's retro (`run --retro-narrative`), or None, said why."""
     why: str | None = "a dry run calls no model"
     narrative = None

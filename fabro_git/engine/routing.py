@@ -34,7 +34,7 @@ class Router:
     def route(self, scope: Scope, node: Node, result: Outcome) -> Decision:
         qid = scope.qualified(node.id)
         limit = scope.graph.get_int("loop_restart_signature_limit", 3)
-        signature = scope.context.get("failure_signature") if result.status == oc.FAILED else None
+        signature = scope.context.text("failure_signature") if result.status == oc.FAILED else None
         if (
             signature
             and is_tracked(result.failure_class)

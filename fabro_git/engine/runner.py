@@ -20,7 +20,7 @@ import random
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 import trio
@@ -29,7 +29,7 @@ from fabro_git.config.locations import make_private_dir
 from fabro_git.engine import attempt, walk_hooks
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest, now_iso
-from fabro_git.engine.context import Context, plain
+from fabro_git.engine.context import Context, plain_object
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.failures import failure_signature, is_tracked
 from fabro_git.engine.ledger import Ledger, PendingFile
@@ -62,6 +62,7 @@ from fabro_git.engine.walk_rules import (
 )
 from fabro_git.events import catalogue as ev
 from fabro_git.events.envelope import Actor, EventProps
+from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as runrefs
 from fabro_git.workflow import Graph, Node
 
@@ -584,7 +585,7 @@ class Runtime:
             if result.status == oc.FAILED and result.failure_class
             else None,
             failure_signature=record.get("failure_signature"),
-            context_updates=plain(result.context_updates) or None,
+            context_updates=plain_object(result.context_updates) or None,
             jump_to_node=result.jump_to_node,
             node_visits=dict(scope.visits),
             loop_failure_signatures=dict(scope.loop_signatures) or None,
@@ -598,7 +599,7 @@ class Runtime:
 
     async def _offload(
         self, scope: Scope, result: Outcome, node_dir: str, files: Mapping[str, bytes | Path]
-    ) -> dict[str, Any]:
+    ) -> JsonObject:
         """Offload the stage's large context values; the next checkpoint records them.
         The record keeps pointers to the visit's own files; returns the updates as the
         context takes them (pointers to each key's current file). The values are
@@ -629,7 +630,7 @@ class Runtime:
         node: Node,
         result: Outcome,
         signature: str | None,
-        updates: dict[str, Any],
+        updates: JsonObject,
     ) -> None:
         context = scope.context
         context.update(updates)

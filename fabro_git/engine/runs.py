@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol, Unpack
 
 import msgspec
 
@@ -30,7 +30,7 @@ from fabro_git.config.locations import make_private_dir, run_scratch_dir
 from fabro_git.engine import process_groups
 from fabro_git.engine.checkpoint import Checkpoint, Manifest, TrackedMap, encode
 from fabro_git.engine.context import Context
-from fabro_git.engine.emit import Emit
+from fabro_git.engine.emit import Emit, EnvelopeFields
 from fabro_git.engine.event_sinks import attach as attach_event_sinks
 from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
@@ -40,6 +40,7 @@ from fabro_git.errors import ConfigError, FabroError, StoreError
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.envelope import Actor, EventProps
+from fabro_git.jsondata import JsonObject, texts
 from fabro_git.store import runs as runrefs
 from fabro_git.store.durability import prefetch as prefetch_durability
 from fabro_git.store.repo import GitRepo
@@ -57,7 +58,7 @@ class RunSpec(msgspec.Struct):
     setup_commands: list[str]
     exclude_globs: list[str]
     # The effective run configuration.
-    settings: dict[str, Any] = msgspec.field(default_factory=dict)
+    settings: JsonObject = msgspec.field(default_factory=dict)
     # An id allocated beforehand (`git fabro batch` names every run before any starts).
     run_id: str | None = None
 
@@ -106,15 +107,15 @@ def make_emitter(bus: EventBus) -> Emit:
     return emit
 
 
-def graph_record(graph: Graph) -> dict[str, object]:
+def graph_record(graph: Graph) -> JsonObject:
     return {
         "name": graph.name,
-        "attrs": dict(graph.attrs),
+        "attrs": {**graph.attrs},
         "nodes": [
-            {"id": n.id, "handler_type": n.handler_type, "attrs": dict(n.attrs)}
+            {"id": n.id, "handler_type": n.handler_type, "attrs": {**n.attrs}}
             for n in graph.nodes.values()
         ],
-        "edges": [{"from": e.source, "to": e.target, "attrs": dict(e.attrs)} for e in graph.edges],
+        "edges": [{"from": e.source, "to": e.target, "attrs": {**e.attrs}} for e in graph.edges],
     }
 
 
@@ -224,8 +225,8 @@ def _new_manifest(
             "retro_narrative": options.retro_narrative,
             "model": options.model,
             "provider": options.provider,
-            "setup_commands": spec.setup_commands,
-            "exclude_globs": spec.exclude_globs,
+            "setup_commands": [*spec.setup_commands],
+            "exclude_globs": [*spec.exclude_globs],
             **spec.settings,
         },
         tool_version=__version__,
@@ -312,7 +313,7 @@ def open_run(repo: GitRepo, run_id: str, *, workflow: Graph | None = None) -> Op
             emit=make_emitter(bus),
             take_segment=bus.take_segment,
             worktree=None if manifest.in_place else scratch / "worktree",
-            exclude_globs=list(manifest.settings.get("exclude_globs") or []),
+            exclude_globs=texts(manifest.settings.get("exclude_globs")) or [],
             meta_tip=meta,
             run_tip=run_tip,
             requeue=bus.restore_pending,
@@ -438,7 +439,7 @@ def fork_run(repo: GitRepo, source_id: str, point: ForkPoint) -> str:
         emit=emit,
         take_segment=bus.take_segment,
         worktree=None,
-        exclude_globs=list(manifest.settings.get("exclude_globs") or []),
+        exclude_globs=texts(manifest.settings.get("exclude_globs")) or [],
         meta_tip=None,
         run_tip=start,
     )
@@ -480,7 +481,7 @@ def _forked_created_event(
     created.setdefault("workflow_slug", manifest.workflow_slug)
     created.setdefault("provenance", {"subject": {"kind": "user", "login": _login()}})
     created.setdefault("graph", {})
-    return ev.RunCreated(**{k: v for k, v in created.items() if v is not None})
+    return msgspec.convert({k: v for k, v in created.items() if v is not None}, ev.RunCreated)
 
 
 def _fork_start(checkpoint: Checkpoint, point: ForkPoint, base_sha: str) -> str:
@@ -543,7 +544,7 @@ def _copy_parallel_refs(repo: GitRepo, source_id: str, new_id: str, visits: dict
         )
 
 
-def _source_created_properties(repo: GitRepo, meta_sha: str) -> dict[str, Any]:
+def _source_created_properties(repo: GitRepo, meta_sha: str) -> dict[str, object]:
     """The source run's own `run.created` properties (graph, source, settings), which
     the new run shares; empty if its first event segment does not hold one."""
     data = runrefs.read_segment(repo, meta_sha, 1) or b""
@@ -569,7 +570,7 @@ def supersede_run(repo: GitRepo, source_id: str, new_id: str, label: str, meta: 
     bus = EventBus(source_id)
     failures: list[str] = []
 
-    def emit(event: EventProps, /, **scope: Any) -> None:
+    def emit(event: EventProps, /, **scope: Unpack[EnvelopeFields]) -> None:
         if isinstance(event, ev.MetadataSnapshotFailed):
             failures.append(event.error or "git refused the snapshot")
         bus.emit(event, **scope)

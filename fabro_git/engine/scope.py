@@ -14,7 +14,7 @@ the recordings), so none of them imports the walk itself.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 import trio
@@ -22,6 +22,7 @@ import trio
 from fabro_git.engine import outcome as oc
 from fabro_git.engine.context import Context
 from fabro_git.engine.outcome import Outcome, StageRecord
+from fabro_git.jsondata import JsonObject
 from fabro_git.workflow import Graph, Node
 
 if TYPE_CHECKING:
@@ -84,7 +85,7 @@ class ChildResult(msgspec.Struct):
 
     status: str
     steps: int
-    context_updates: dict[str, Any]
+    context_updates: JsonObject
     error: str | None = None
     notes: str | None = None
 

@@ -505,7 +505,7 @@ class _Walk:
     def _stalled(self, idle: float) -> None:
         self.emit(
             ev.WatchdogTimeout(idle_seconds=int(idle)),
-            node_id=self.scope.context.get("current_node"),
+            node_id=self.scope.context.text("current_node"),
         )
         self.error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={self.stall:g}s)"
         self.cancel_scope.cancel()

@@ -20,7 +20,7 @@ import contextlib
 import math
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 import trio
@@ -29,6 +29,7 @@ from fabro_git.engine import branches, child_walks, threads
 from fabro_git.engine.clean_start import CleanStart
 from fabro_git.engine.clean_start import touched_since as clean_touched_since
 from fabro_git.engine.scope import Scope
+from fabro_git.jsondata import JsonValue, section, text_map, texts
 
 if TYPE_CHECKING:
     from fabro_git.engine.branches import BranchPlan, BranchResult
@@ -88,7 +89,7 @@ def deadline_stopped(scope: trio.CancelScope | None) -> Iterator[None]:
 class StageRequest(msgspec.Struct):
     graph: Graph
     node: Node
-    context: Mapping[str, Any]
+    context: Mapping[str, JsonValue]
     visit: int
     attempt: int
     stage_id: str
@@ -154,20 +155,20 @@ class StageRequest(msgspec.Struct):
     @property
     def model_fallbacks(self) -> list[str]:
         """`[run.model] fallbacks` of the run's configuration."""
-        config = self._services.manifest.settings.get("config") or {}
-        return list((config.get("model") or {}).get("fallbacks") or [])
+        config = section(self._services.manifest.settings, "config")
+        return texts(section(config, "model").get("fallbacks")) or []
 
     @property
-    def mcp_servers(self) -> dict[str, dict[str, Any]]:
+    def mcp_servers(self) -> dict[str, JsonValue]:
         """`[run.agent.mcps]` of the run's configuration: server name → its table."""
-        config = self._services.manifest.settings.get("config") or {}
-        return dict((config.get("agent") or {}).get("mcps") or {})
+        config = section(self._services.manifest.settings, "config")
+        return dict(section(section(config, "agent"), "mcps"))
 
     @property
-    def agent_config(self) -> Mapping[str, Any]:
+    def agent_config(self) -> Mapping[str, JsonValue]:
         """`[run.agent]` of the run's configuration (how `backend="cli"` stages run)."""
-        config = self._services.manifest.settings.get("config") or {}
-        return dict(config.get("agent") or {})
+        config = section(self._services.manifest.settings, "config")
+        return dict(section(config, "agent"))
 
     @property
     def completed(self) -> Mapping[str, StageRecord]:
@@ -191,8 +192,8 @@ class StageRequest(msgspec.Struct):
     @property
     def sandbox_env(self) -> dict[str, str]:
         """`[run.sandbox.env]` of the run's configuration, its references unresolved."""
-        config = self._services.manifest.settings.get("config") or {}
-        return dict((config.get("sandbox") or {}).get("env") or {})
+        config = section(self._services.manifest.settings, "config")
+        return text_map(section(config, "sandbox").get("env"))
 
     @property
     def process_mark(self) -> str:
@@ -320,7 +321,7 @@ class StageRequest(msgspec.Struct):
             # watcher, should this process be killed before the stage ends.
             process_groups.record_adopted(self.process_groups)
 
-    async def fire_hook(self, event: str, **fields: object) -> HookDecision:
+    async def fire_hook(self, event: str, **fields: JsonValue) -> HookDecision:
         """Fire the run's lifecycle hooks for `event`, stamped with this stage's node."""
         return await self._services.hooks.fire(
             event,

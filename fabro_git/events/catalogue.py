@@ -20,11 +20,12 @@ Not modelled, on the seed's own word: `cli.ensure.*` (legacy, no longer emitted)
 still accepts them in old logs.
 """
 
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 import msgspec
 
 from fabro_git.events.envelope import EventProps
+from fabro_git.jsondata import JsonObject, JsonValue
 
 __all__ = [
     "CATALOGUE",
@@ -166,7 +167,7 @@ class TokenUsage(_Nested, kw_only=True):
     cache_read_tokens: int | None = None
     cache_write_tokens: int | None = None
     speed: str | None = None
-    raw: dict[str, Any] | None = None
+    raw: JsonObject | None = None
 
 
 class StageUsage(_Nested, kw_only=True):
@@ -187,7 +188,7 @@ class ParallelBranchResult(_Nested, kw_only=True):
 
     id: str
     status: StageStatus
-    context_updates: dict[str, Any]
+    context_updates: JsonObject
 
 
 class McpToolSummary(_Nested, kw_only=True):
@@ -223,8 +224,8 @@ class PullRequestRef(_Nested, kw_only=True):
 
 class RunCreated(EventProps, kw_only=True):
     NAME: ClassVar[str] = "run.created"
-    settings: dict[str, Any]
-    graph: dict[str, Any]
+    settings: JsonObject
+    graph: JsonObject
     workflow_source: str | None = None
     workflow_config: str | None = None
     labels: dict[str, str]
@@ -234,10 +235,10 @@ class RunCreated(EventProps, kw_only=True):
     base_branch: str | None = None
     workflow_slug: str | None = None
     db_prefix: str | None = None
-    provenance: dict[str, Any]
+    provenance: JsonObject
     manifest_blob: str | None = None
-    pre_run_git: dict[str, Any] | None = None
-    fork_source_ref: dict[str, Any] | None = None
+    pre_run_git: JsonObject | None = None
+    fork_source_ref: JsonObject | None = None
     in_place: bool
 
 
@@ -339,9 +340,9 @@ class StageCompleted(EventProps, kw_only=True):
     error: str | None = None
     failure_class: FailureClass | None = None
     failure_signature: str | None = None
-    context_updates: dict[str, Any] | None = None
+    context_updates: JsonObject | None = None
     jump_to_node: str | None = None
-    context_values: dict[str, Any] | None = None
+    context_values: JsonObject | None = None
     node_visits: dict[str, int] | None = None
     loop_failure_signatures: dict[str, int] | None = None
     restart_failure_signatures: dict[str, int] | None = None
@@ -570,7 +571,7 @@ class AgentToolStarted(EventProps, kw_only=True):
     NAME: ClassVar[str] = "agent.tool.started"
     tool_name: str
     tool_call_id: str
-    arguments: dict[str, Any]
+    arguments: JsonObject
 
 
 class AgentToolOutputDelta(EventProps, kw_only=True):
@@ -584,20 +585,20 @@ class AgentToolCompleted(EventProps, kw_only=True):
     NAME: ClassVar[str] = "agent.tool.completed"
     tool_name: str
     tool_call_id: str
-    output: Any
+    output: JsonValue
     is_error: bool
 
 
 class AgentError(EventProps, kw_only=True):
     NAME: ClassVar[str] = "agent.error"
-    error: dict[str, Any]
+    error: JsonObject
 
 
 class AgentWarning(EventProps, kw_only=True):
     NAME: ClassVar[str] = "agent.warning"
     kind: str
     message: str
-    details: dict[str, Any]
+    details: JsonObject
 
 
 class AgentLoopDetected(EventProps, kw_only=True):
@@ -634,7 +635,7 @@ class AgentLlmRetry(EventProps, kw_only=True):
     model: str
     attempt: int
     delay_secs: float
-    error: dict[str, Any]
+    error: JsonObject
 
 
 class AgentSubSpawned(EventProps, kw_only=True):
@@ -656,7 +657,7 @@ class AgentSubFailed(EventProps, kw_only=True):
     NAME: ClassVar[str] = "agent.sub.failed"
     agent_id: str
     depth: int
-    error: dict[str, Any]
+    error: JsonObject
 
 
 class AgentSubClosed(EventProps, kw_only=True):

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
 
 from fabro_git.events.envelope import decode_event, iter_complete_lines
 from fabro_git.events.seed import EventSpec, PropSpec
+from fabro_git.jsondata import JsonObject, JsonValue
 
 # Envelope fields the seed names in prose rather than in its envelope table: stage-scoped
 # events "carry node_id, node_label, stage_id, …" and control operations store "the actor
@@ -54,7 +54,7 @@ def envelope_spec(catalogue: Mapping[str, EventSpec]) -> dict[str, PropSpec]:
     return {**table, **PROSE_ENVELOPE_FIELDS}
 
 
-def check_event(event: Any, catalogue: Mapping[str, EventSpec]) -> list[str]:
+def check_event(event: JsonValue, catalogue: Mapping[str, EventSpec]) -> list[str]:
     """Every way `event` (one decoded JSON line) departs from the seed; [] if none."""
     if not isinstance(event, dict):
         return [f"event is a JSON {_json_type_of(event)}, not an object"]
@@ -67,7 +67,7 @@ def check_event(event: Any, catalogue: Mapping[str, EventSpec]) -> list[str]:
 
 
 def _envelope_problems(
-    where: str, event: dict[str, Any], catalogue: Mapping[str, EventSpec]
+    where: str, event: JsonObject, catalogue: Mapping[str, EventSpec]
 ) -> list[str]:
     """The envelope's fields: known, typed, and the id, time and stage id well formed."""
     envelope = envelope_spec(catalogue)
@@ -95,7 +95,7 @@ def _envelope_problems(
     return problems
 
 
-def _property_problems(where: str, spec: EventSpec | None, event: dict[str, Any]) -> list[str]:
+def _property_problems(where: str, spec: EventSpec | None, event: JsonObject) -> list[str]:
     """The event's name known, its scope right, and its properties those documented."""
     if spec is None:
         return [f"{where}: unknown event name (not in the seed's catalogue)"]
@@ -125,8 +125,8 @@ def check_jsonl(data: bytes, catalogue: Mapping[str, EventSpec]) -> list[str]:
     return problems
 
 
-def _scope_problems(where: str, event: dict[str, Any], props: dict[str, Any]) -> list[str]:
-    name = event["event"]
+def _scope_problems(where: str, event: JsonObject, props: JsonObject) -> list[str]:
+    name = str(event["event"])
     present = [f for f in SCOPE_FIELDS if event.get(f) is not None]
     if name in UNSCOPED_EVENTS or (
         name.startswith("metadata.snapshot.") and props.get("phase") in ("init", "finalize")
@@ -144,14 +144,14 @@ def _scope_problems(where: str, event: dict[str, Any], props: dict[str, Any]) ->
 
 
 def _check_nested(
-    where: str, parent: str, props: dict[str, Any], fields: dict[str, PropSpec]
+    where: str, parent: str, props: JsonObject, fields: dict[str, PropSpec]
 ) -> list[str]:
     is_items = parent.endswith("[]")
     top = parent.removesuffix("[]")
     value = props.get(top)
     if value is None:
         return []  # absence / null is judged by the parent property's own spec
-    objects: list[tuple[str, Any]]
+    objects: list[tuple[str, JsonValue]]
     if is_items:
         if not isinstance(value, list):
             return []
@@ -171,7 +171,7 @@ def _check_nested(
 
 
 def _check_fields(
-    where: str, prefix: str, obj: dict[str, Any], fields: Mapping[str, PropSpec]
+    where: str, prefix: str, obj: JsonObject, fields: Mapping[str, PropSpec]
 ) -> list[str]:
     problems: list[str] = []
     for field in fields.values():
@@ -196,7 +196,7 @@ def _check_fields(
     return problems
 
 
-def _has_type(value: Any, type_: str) -> bool:
+def _has_type(value: JsonValue, type_: str) -> bool:
     match type_:
         case "string":
             return isinstance(value, str)
@@ -215,7 +215,7 @@ def _has_type(value: Any, type_: str) -> bool:
     raise ValueError(f"unknown seed type {type_!r}")
 
 
-def _json_type_of(value: Any) -> str:
+def _json_type_of(value: JsonValue) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -19,9 +19,11 @@ import os
 import threading
 import time
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import msgspec
+
+from fabro_git.jsondata import JsonObject
 
 
 class EventProps(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -42,7 +44,7 @@ class Actor(msgspec.Struct, omit_defaults=True, kw_only=True):
     kind: str
     login: str | None = None
     auth_method: str | None = None
-    identity: dict[str, Any] | None = None
+    identity: JsonObject | None = None
 
 
 class Envelope(msgspec.Struct, omit_defaults=True, kw_only=True):
@@ -152,7 +154,7 @@ def stage_id_for(node_id: str, visit: int) -> str:
 
 
 _encoder = msgspec.json.Encoder()
-_decoder = msgspec.json.Decoder(dict[str, Any])
+_decoder = msgspec.json.Decoder(JsonObject)
 
 
 def encode_event(env: Envelope) -> bytes:
@@ -160,7 +162,7 @@ def encode_event(env: Envelope) -> bytes:
     return _encoder.encode(env)
 
 
-def decode_event(line: bytes | str) -> dict[str, Any]:
+def decode_event(line: bytes | str) -> JsonObject:
     """Parse one JSON line (a trailing newline is fine) into a plain dict.
 
     Raises `msgspec.DecodeError` for a line that is not a JSON object.

@@ -35,9 +35,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 import msgspec
+
+from fabro_git.jsondata import JsonObject, JsonValue
 
 Source = Literal["table", "example", "none"]
 
@@ -82,7 +84,7 @@ class EventSpec(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     nested: dict[str, dict[str, PropSpec]] = msgspec.field(default_factory=dict)
     source: Source = "table"
     description: str = ""
-    example: dict[str, Any] | None = None
+    example: JsonObject | None = None
 
 
 class Catalogue(dict[str, EventSpec]):
@@ -217,7 +219,7 @@ def _prop(name: str, raw_type: str, description: str) -> PropSpec:
 def _parse_section(name: str, body: list[str]) -> EventSpec:
     description = _description(body)
     try:
-        example: dict[str, Any] | None = _example_properties(name, body)
+        example: JsonObject | None = _example_properties(name, body)
     except SeedFormatError:
         example = None
     rows = _table_after(body, 0)
@@ -277,7 +279,7 @@ def _description(body: list[str]) -> str:
     return " ".join(out)
 
 
-def _example_properties(name: str, body: list[str]) -> dict[str, Any]:
+def _example_properties(name: str, body: list[str]) -> JsonObject:
     text = "\n".join(body)
     start = text.find("{")
     if start < 0:
@@ -301,7 +303,7 @@ def _example_properties(name: str, body: list[str]) -> dict[str, Any]:
     return props
 
 
-def _json_type(value: Any) -> str:
+def _json_type(value: JsonValue) -> str:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int | float):

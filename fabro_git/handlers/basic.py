@@ -27,7 +27,8 @@ async def conditional(req: StageRequest) -> Outcome:
         "partially_succeeded",
         "skipped",
     ):
-        return Outcome(status=previous, preferred_label=req.context.get("preferred_label"))
+        label = req.context.get("preferred_label")
+        return Outcome(status=previous, preferred_label=label if isinstance(label, str) else None)
     return Outcome.success()
 
 

@@ -159,7 +159,7 @@ async def execute(req: StageRequest) -> Outcome:
 
     async def timed_out(seconds: float) -> Outcome:
         return Outcome.failure(
-            f"command timed out after {seconds:g}s", TRANSIENT, context_updates=keep_output()
+            f"command timed out after {seconds:g}s", TRANSIENT, context_updates=dict(keep_output())
         )
 
     req.on_timeout(timed_out)
@@ -190,7 +190,7 @@ async def execute(req: StageRequest) -> Outcome:
     out, err = updates["command.output"], updates["command.stderr"]
     notes = f"exit code {code} after {elapsed:.2f}s"
     if code == 0:
-        return Outcome.success(context_updates=updates, notes=notes)
+        return Outcome.success(context_updates=dict(updates), notes=notes)
     last = err.strip().splitlines()[-1:] or out.strip().splitlines()[-1:]
     detail = f": {last[0][:200]}" if last else ""
     full = out_of_space(req.worktree, req.stage_dir)
@@ -203,6 +203,6 @@ async def execute(req: StageRequest) -> Outcome:
     return Outcome.failure(
         f"command exited with status {code}{detail}",
         DETERMINISTIC,
-        context_updates=updates,
+        context_updates=dict(updates),
         notes=notes,
     )

@@ -14,6 +14,7 @@ from fabro_git.engine.interviewer import Choice, Question, match
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
 from fabro_git.events.catalogue import InterviewCompleted, InterviewStarted, InterviewTimeout
+from fabro_git.jsondata import JsonObject
 from fabro_git.workflow import Graph, Node
 
 
@@ -109,7 +110,7 @@ def _route_on(node: Node, choices: list[Choice], answer: str) -> Outcome:
         return Outcome.failure(
             f"human gate {node.id!r}: answer {answer!r} matches none of: {options}", "deterministic"
         )
-    updates: dict[str, object] = {
+    updates: JsonObject = {
         "human.gate.selected": "freeform" if chosen.freeform else (chosen.key or chosen.label),
         "human.gate.label": chosen.label,
     }

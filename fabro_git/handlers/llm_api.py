@@ -40,6 +40,7 @@ from fabro_git.events.catalogue import (
 from fabro_git.events.contract import UNSCOPED_EVENTS
 from fabro_git.events.envelope import EventProps
 from fabro_git.handlers.prompting import outcome_from_reply, recorded_reply, thread_of
+from fabro_git.jsondata import JsonValue
 from fabro_git.llm import catalogue
 from fabro_git.llm import types as llm
 from fabro_git.llm.errors import LlmError
@@ -67,7 +68,7 @@ def _target(req: StageRequest) -> tuple[llm.Target, list[llm.Target]]:
     return target, stage_fallbacks(req.model_fallbacks)
 
 
-def _effort(req: StageRequest) -> Any:
+def _effort(req: StageRequest) -> llm.ReasoningEffort | None:
     return effort_of(req.node)
 
 
@@ -199,7 +200,7 @@ def stage_usage(model: str, used: llm.Usage, cost: float | None) -> Usage:
     )
 
 
-def _error_text(error: dict[str, Any]) -> str:
+def _error_text(error: Mapping[str, JsonValue]) -> str:
     """An `LlmError.to_dict()` as the stage's error: who failed and what they said, and
     for a refused key which variable to check."""
     if error.get("kind") == "mcp_required":

@@ -157,7 +157,7 @@ async def fan_in(req: StageRequest) -> Outcome:
     records = req.context.get("parallel.results")
     if not isinstance(records, list) or not records:
         return Outcome.failure(f"fan-in {req.node.id!r} found no parallel results to merge")
-    updates = await _merge(req, records)
+    updates = await _merge(req, [r for r in records if isinstance(r, dict)])
     if updates is None:
         return Outcome.failure(f"fan-in {req.node.id!r}: every branch failed")
     req.files["parallel_results.json"] = (

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fabro_git.engine.context import HIDDEN_FROM_PROMPT
-from fabro_git.engine.outcome import Outcome, normalize_status
+from fabro_git.engine.outcome import Outcome, StageRecord, normalize_status
 from fabro_git.engine.stage import StageRequest
+from fabro_git.jsondata import JsonObject
 from fabro_git.outputs.artifacts import TextFile, offloads
 from fabro_git.outputs.directives import StatusFile, extract_directives
 
@@ -124,7 +125,7 @@ PREAMBLE_TAIL_LINES = 20
 PREAMBLE_LINE_LIMIT = 200
 
 
-def stage_summary(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list[str]:
+def stage_summary(graph: Graph, node_id: str, record: StageRecord) -> list[str]:
     """One completed stage in a preamble: status, model, files, and where its response or
     output is. An offloaded value is named by its path ("See: ..."), never inlined."""
     from fabro_git.outputs.artifacts import pointer_path
@@ -162,15 +163,15 @@ def stage_summary(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list
     return lines
 
 
-def stage_findings(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list[str]:
+def stage_findings(graph: Graph, node_id: str, record: StageRecord) -> list[str]:
     """One completed stage for `summary:medium`: its outcome, and what it found: the
     reason it failed, its notes, its files, its reply's opening, its output's end."""
     from fabro_git.outputs.artifacts import pointer_path
 
     lines = [f"- **{node_id}**: {record.get('status')}"]
-    for key, label in (("error", "Error"), ("notes", "Notes")):
-        if record.get(key):
-            lines.append(f"  - {label}: {_one_line(record[key], 300)}")
+    for value, label in ((record.get("error"), "Error"), (record.get("notes"), "Notes")):
+        if value:
+            lines.append(f"  - {label}: {_one_line(value, 300)}")
     if record.get("files_touched"):
         files = list(record["files_touched"])
         more = f" and {len(files) - 10} more" if len(files) > 10 else ""
@@ -188,19 +189,19 @@ def stage_findings(graph: Graph, node_id: str, record: Mapping[str, Any]) -> lis
     return lines
 
 
-def stage_report(graph: Graph, node_id: str, record: Mapping[str, Any]) -> list[str]:
+def stage_report(graph: Graph, node_id: str, record: StageRecord) -> list[str]:
     """One completed stage for `summary:high`: a Markdown section with everything
     `compact` shows, and its error, notes, routing and the context keys it set."""
     lines = ["", f"### {node_id}: {record.get('status')}"]
     details = stage_summary(graph, node_id, record)[1:]
-    for key, label in (
-        ("error", "Error"),
-        ("failure_class", "Failure class"),
-        ("notes", "Notes"),
-        ("preferred_label", "Preferred label"),
+    for value, label in (
+        (record.get("error"), "Error"),
+        (record.get("failure_class"), "Failure class"),
+        (record.get("notes"), "Notes"),
+        (record.get("preferred_label"), "Preferred label"),
     ):
-        if record.get(key):
-            lines.append(f"- {label}: {_one_line(record[key], 2000)}")
+        if value:
+            lines.append(f"- {label}: {_one_line(value, 2000)}")
     lines += [line[2:] if line.startswith("  ") else line for line in details]
     updates = record.get("context_updates")
     if isinstance(updates, Mapping):
@@ -290,7 +291,7 @@ def outcome_from_response(
     status_file: StatusFile | None = None,
     *,
     value: str | TextFile | None = None,
-    directives: dict[str, Any] | None = None,
+    directives: JsonObject | None = None,
 ) -> Outcome:
     """The stage's outcome from its reply; a `status.json` the stage wrote stands in only
     when the reply carries no directive. `value` is what `response.<node>` takes when it
@@ -299,6 +300,8 @@ def outcome_from_response(
         directives = extract_directives(response)
     directives = directives or (status_file and status_file.directives()) or {}
     status = normalize_status(str(directives.get("outcome", "succeeded"))) or "succeeded"
+    # A long reply's value is its `TextFile` until the runner offloads it to a pointer;
+    # `Outcome.context_updates` is typed as the JSON it holds from then on.
     updates: dict[str, Any] = {
         "last_stage": node_id,
         "last_response": response[:200],
@@ -308,12 +311,13 @@ def outcome_from_response(
     if isinstance(extra, dict):
         updates.update(extra)
     suggested = directives.get("suggested_next_ids")
+    label = directives.get("preferred_next_label")
     return Outcome(
         status=status,
         error=str(directives["failure_reason"])
         if status == "failed" and directives.get("failure_reason")
         else None,
-        preferred_label=directives.get("preferred_next_label"),
+        preferred_label=None if label is None else str(label),
         suggested_next_ids=[str(s) for s in suggested] if isinstance(suggested, list) else [],
         context_updates=updates,
         response=response,

@@ -17,8 +17,8 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+from fabro_git.jsondata import JsonObject
 from fabro_git.llm.types import Usage
 
 # A prompt longer than this does not go into an argv item (Linux caps one at 128 KiB).
@@ -151,7 +151,7 @@ class CliReply:
     model: str | None = None
     tool_calls: int = 0
     error: str | None = None
-    raw: dict[str, Any] = field(default_factory=dict)
+    raw: JsonObject = field(default_factory=dict)
 
 
 def parse_output(output: str, stdout: bytes) -> CliReply:
@@ -171,7 +171,7 @@ def parse_output(output: str, stdout: bytes) -> CliReply:
     return _gemini(objects)
 
 
-def _json_objects(text: str) -> list[dict[str, Any]]:
+def _json_objects(text: str) -> list[JsonObject]:
     """The JSON objects of a document or of JSON lines, in order."""
     try:
         whole = json.loads(text)
@@ -195,7 +195,7 @@ def _json_objects(text: str) -> list[dict[str, Any]]:
     return found
 
 
-def _table(parent: dict[str, Any], key: str) -> dict[str, Any]:
+def _table(parent: JsonObject, key: str) -> JsonObject:
     value = parent.get(key)
     return value if isinstance(value, dict) else {}
 
@@ -204,7 +204,7 @@ def _int(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _claude(objects: list[dict[str, Any]]) -> CliReply:
+def _claude(objects: list[JsonObject]) -> CliReply:
     """`claude -p --output-format json` (one result object) or `stream-json` (lines,
     the last of type "result")."""
     results = [o for o in objects if o.get("type") == "result" or "result" in o]
@@ -212,9 +212,10 @@ def _claude(objects: list[dict[str, Any]]) -> CliReply:
     for item in objects:
         message = item.get("message")
         if item.get("type") == "assistant" and isinstance(message, dict):
-            content = message.get("content") or []
+            content = message.get("content")
+            parts = content if isinstance(content, list) else []
             tool_calls += sum(
-                1 for part in content if isinstance(part, dict) and part.get("type") == "tool_use"
+                1 for part in parts if isinstance(part, dict) and part.get("type") == "tool_use"
             )
     if not results:
         return CliReply(text="", error="claude printed no result object")
@@ -249,7 +250,7 @@ def _claude(objects: list[dict[str, Any]]) -> CliReply:
     )
 
 
-def _codex(objects: list[dict[str, Any]]) -> CliReply:
+def _codex(objects: list[JsonObject]) -> CliReply:
     """`codex exec --json`: JSON lines of thread, turn and item events."""
     texts: list[str] = []
     tool_calls = 0
@@ -259,8 +260,9 @@ def _codex(objects: list[dict[str, Any]]) -> CliReply:
         kind = event.get("type")
         item = _table(event, "item")
         if kind == "item.completed":
-            if item.get("type") == "agent_message" and isinstance(item.get("text"), str):
-                texts.append(item["text"])
+            text = item.get("text")
+            if item.get("type") == "agent_message" and isinstance(text, str):
+                texts.append(text)
             elif item.get("type") in ("command_execution", "file_change", "mcp_tool_call"):
                 tool_calls += 1
         elif kind == "turn.completed" and "usage" in event:
@@ -280,7 +282,7 @@ def _codex(objects: list[dict[str, Any]]) -> CliReply:
     )
 
 
-def _gemini(objects: list[dict[str, Any]]) -> CliReply:
+def _gemini(objects: list[JsonObject]) -> CliReply:
     """`gemini -p --output-format json`: one object with `response`, `stats`, `error`."""
     result = objects[-1]
     text = result.get("response")

@@ -8,9 +8,8 @@ They are `FabroError`s: a missing key or a rejected one is something the user fi
 
 from __future__ import annotations
 
-from typing import Any
-
 from fabro_git.errors import ConfigError, FabroError
+from fabro_git.jsondata import JsonObject
 
 README_SECTION = 'README section "Using a real model"'
 
@@ -42,9 +41,9 @@ class LlmError(FabroError):
         status_text = f" (HTTP {status})" if status is not None else ""
         super().__init__(f"{where}{status_text}: {message}", hint=hint)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> JsonObject:
         """The serialised form carried by `agent.llm.retry` and `agent.error`."""
-        data: dict[str, Any] = {
+        data: JsonObject = {
             "kind": self.kind,
             "message": self.detail,
             "provider": self.provider,

@@ -16,7 +16,8 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any
+
+from fabro_git.jsondata import JsonObject
 
 ROUTING_FIELDS = (
     "outcome",
@@ -32,15 +33,15 @@ STATUS_FILE_LIMIT = 1024 * 1024
 _DECODER = json.JSONDecoder()
 
 
-def extract_directives(text: str) -> dict[str, Any] | None:
+def extract_directives(text: str) -> JsonObject | None:
     """The last JSON object in `text` with at least one recognised field, or None."""
     found = find_directives(text)
     return found[0] if found is not None else None
 
 
-def find_directives(text: str) -> tuple[dict[str, Any], int, int] | None:
+def find_directives(text: str) -> tuple[JsonObject, int, int] | None:
     """The directive `extract_directives` reads, with where it starts and ends in `text`."""
-    found: tuple[dict[str, Any], int, int] | None = None
+    found: tuple[JsonObject, int, int] | None = None
     pos = text.find("{")
     while pos >= 0:
         try:
@@ -115,7 +116,7 @@ class StatusFile:
             return None
         return (info.st_ino, info.st_size, info.st_mtime_ns, data)
 
-    def directives(self) -> dict[str, Any] | None:
+    def directives(self) -> JsonObject | None:
         """The directives in the file, when the stage wrote it since it started."""
         state = self._state()
         if state is None or state == self._before:

@@ -14,7 +14,7 @@ The narrative layer (a model's reading of the run) is added only on request, by
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -195,7 +195,7 @@ def _aggregate(records: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def encode(retro: dict[str, Any]) -> bytes:
+def encode(retro: Mapping[str, object]) -> bytes:
     return msgspec.json.format(_encoder.encode(retro), indent=2) + b"\n"
 
 

@@ -17,7 +17,7 @@ import json
 from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, TypeVarTuple, cast
 from urllib.parse import parse_qsl, urlencode
 
 import msgspec
@@ -219,7 +219,11 @@ def build(
 RunEndpoint = Callable[[Request, str], Awaitable[Response]]
 
 
-async def _blocking(fn: Callable[..., Any], *args: Any) -> Any:
+_T = TypeVar("_T")
+_Args = TypeVarTuple("_Args")
+
+
+async def _blocking(fn: Callable[[*_Args], _T], *args: *_Args) -> _T:
     return await trio.to_thread.run_sync(fn, *args)
 
 
@@ -388,7 +392,7 @@ class _Site:
         return _json(msgspec.to_builtins(reply))
 
 
-def _json(value: Any) -> Response:
+def _json(value: object) -> Response:
     return Response(
         json.dumps(value, ensure_ascii=False).encode("utf-8"),
         media_type="application/json",
@@ -484,7 +488,7 @@ def _graph_svg(source: RepositoryRuns, run_id: str) -> bytes:
         ) from None
 
 
-def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, Any]:
+def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, object]:
     """A run as its page shows it: its summary, its stages as its events tell them
     (the one in flight too) and each node's status and visits."""
     from fabro_git.web import stages as stage_view
@@ -498,7 +502,7 @@ def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, Any]:
     }
 
 
-def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> dict[str, Any] | None:
+def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> dict[str, object] | None:
     """One stage: what its events say, and once it is recorded its prompt, reply,
     command output, diff and artifacts as the run reader reads them."""
     from fabro_git.engine import reader

@@ -10,7 +10,6 @@ afresh, so threads share no git object.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from fabro_git.engine import reader
 from fabro_git.store.repo import GitRepo
@@ -24,11 +23,11 @@ class RepositoryRuns:
     def repo(self) -> GitRepo:
         return GitRepo.discover(self.start)
 
-    def rows(self) -> list[dict[str, Any]]:
+    def rows(self) -> list[dict[str, object]]:
         """Every run, newest first, as `git fabro ps --json` shows it, with `live`."""
         return [_row(row) for row in reader.list_runs(self.repo(), labels=True)]
 
-    def row(self, run_id: str) -> dict[str, Any]:
+    def row(self, run_id: str) -> dict[str, object]:
         """One run's row of `rows` (the runs page updates a row when its run moves)."""
         repo = self.repo()
         summary = reader.run_summary(repo, run_id)
@@ -44,7 +43,7 @@ class RepositoryRuns:
     def open(self, run_id: str) -> reader.RunReader:
         return reader.open_run(self.repo(), run_id)
 
-    def summary(self, run: reader.RunReader) -> dict[str, Any]:
+    def summary(self, run: reader.RunReader) -> dict[str, object]:
         """The run's row, with its goal, branches, labels and error."""
         row = run.summary()
         return {
@@ -93,5 +92,5 @@ class RepositoryRuns:
         return run_scratch_dir(self.git_dir, run_id)
 
 
-def _row(summary: reader.RunSummary) -> dict[str, Any]:
+def _row(summary: reader.RunSummary) -> dict[str, object]:
     return {**summary.to_json(), "labels": summary.labels, "live": summary.live}

@@ -19,13 +19,13 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from fabro_git.config.locations import run_scratch_dir
 from fabro_git.errors import StoreError
 from fabro_git.events.bus import last_event_id, tail_after
+from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as layout
 from fabro_git.store.repo import GitRepo
 from fabro_git.terminal import json_printable
@@ -41,7 +41,7 @@ class RunEvent(msgspec.Struct, frozen=True):
 
     run_id: str
     line: bytes  # one JSON line, no newline, exactly as recorded (redacted at emission)
-    envelope: dict[str, Any]
+    envelope: JsonObject
 
     @property
     def id(self) -> str:
@@ -66,7 +66,7 @@ class RunEvent(msgspec.Struct, frozen=True):
         return str(stage) if stage is not None else None
 
     @property
-    def properties(self) -> dict[str, Any]:
+    def properties(self) -> JsonObject:
         props = self.envelope.get("properties")
         return props if isinstance(props, dict) else {}
 

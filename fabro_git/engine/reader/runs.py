@@ -11,12 +11,12 @@ import contextlib
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from fabro_git.engine.reader.events import tail_path
 from fabro_git.errors import FabroError, MissingObject, RunNotFound, StoreError
+from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as layout
 from fabro_git.store.repo import GitRepo
 
@@ -39,7 +39,7 @@ class RunSummary(msgspec.Struct):
     labels: dict[str, str] = {}
     updated: str = ""  # when its last snapshot was written
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         """The record `ps --json` prints (without its labels)."""
         return {
             "run_id": self.run_id,

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
-from typing import Any
 
 import msgspec
 
 from fabro_git.engine.reader.events import RunEvent
 from fabro_git.errors import ConfigError
+from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as layout
 from fabro_git.store.repo import GitRepo
 
@@ -43,7 +43,7 @@ class Stage(msgspec.Struct, frozen=True):
     path: str  # its directory on the meta ref, e.g. nodes/fix-2
     name: str  # node id, with the parent's for a child stage: review/check
     visit: int
-    record: dict[str, Any]
+    record: JsonObject
 
     @property
     def label(self) -> str:
@@ -64,12 +64,12 @@ class Stage(msgspec.Struct, frozen=True):
         return [str(f) for f in files] if isinstance(files, list) else []
 
     @property
-    def usage(self) -> dict[str, Any]:
+    def usage(self) -> JsonObject:
         """Tokens and cost of its model calls ({} for a stage that made none)."""
         usage = self.record.get("usage")
         return usage if isinstance(usage, dict) else {}
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """The stage as a JSON object (for `--json` output and the web view)."""
         return {
             "stage": self.label,
@@ -220,7 +220,7 @@ class Artifact(msgspec.Struct, frozen=True):
             return f"{self.slug}/retry_{self.retry}/{self.name}"
         return f"{self.slug}/values/{self.name}"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> JsonObject:
         return {
             "kind": self.kind,
             "stage": self.stage,
