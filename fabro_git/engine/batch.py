@@ -27,7 +27,6 @@ import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
@@ -70,7 +69,7 @@ class RowSummary(msgspec.Struct):
     cost: float | None
     failure: str  # the first line saying why it failed, or ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return msgspec.to_builtins(self)
 
 
@@ -138,7 +137,7 @@ def _csv_rows(path: Path, text: str) -> list[tuple[str | None, dict[str, str]]]:
     return rows
 
 
-def _row(path: Path, line: int, value: dict[str, Any]) -> tuple[str | None, dict[str, str]]:
+def _row(path: Path, line: int, value: dict[str, object]) -> tuple[str | None, dict[str, str]]:
     from fabro_git.workflow.templates import check_input_names
 
     goal = value.get("goal")

@@ -25,6 +25,7 @@ when a batch asks for a cluster.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import math
@@ -48,6 +49,9 @@ from fabro_git.errors import ConfigError, FabroError, StoreError
 from fabro_git.store import runs as runrefs
 
 RAY_HINT = "install the extra: pip install 'git-fabro[ray]'"
+# Ray's module, its actor handles and object refs: untyped here, as Ray is an optional
+# import (its stubs are not a dependency of the package).
+RayObject = Any
 # Ray runs a task again when its node or worker dies, this many times, then fails it.
 MAX_RETRIES = 3
 # How often the driver looks at the cluster for rows that ended and a Ctrl-C.
@@ -122,7 +126,7 @@ def run_on_ray(
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     here = ray.get_runtime_context().get_node_id()
-    coordinator: Any = (
+    coordinator: RayObject = (
         ray.remote(Coordinator)
         .options(
             num_cpus=0,
@@ -160,12 +164,15 @@ class _Watch:
     """The driver's view of a batch's tasks on the cluster."""
 
     def __init__(
-        self, ray: Any, coordinator: Any, progress: Callable[[str, RowSummary | None], None]
+        self,
+        ray: RayObject,
+        coordinator: RayObject,
+        progress: Callable[[str, RowSummary | None], None],
     ) -> None:
         self.ray = ray
         self.coordinator = coordinator
         self.progress = progress
-        self.pending: dict[Any, RemoteRow] = {}  # a task's result: its row
+        self.pending: dict[RayObject, RemoteRow] = {}  # a task's result: its row
         self.summaries: dict[int, RowSummary] = {}
         self.cancelled = False
 
@@ -208,7 +215,7 @@ class _Watch:
         self.tell()
 
 
-def _result(ray: Any, ref: Any, row: RemoteRow) -> tuple[RowSummary, bool]:
+def _result(ray: RayObject, ref: RayObject, row: RemoteRow) -> tuple[RowSummary, bool]:
     """The task's summary, and whether Ray gave up on it (its retries spent, or the task
     itself failed): then the row failed, and why is the first line of Ray's error."""
     try:
@@ -241,11 +248,9 @@ class Coordinator:
         self.configs: dict[int, str] = {}  # row: its run's recorded configuration's digest
         self.held: Counter[str] = Counter()  # "<row>/<attempt>/<holder>": slots held
         self.paused_until = -math.inf
-        self._changed: Any = None  # an asyncio.Condition, made in the actor's loop
+        self._changed: asyncio.Condition | None = None  # made in the actor's loop
 
-    def _condition(self) -> Any:
-        import asyncio
-
+    def _condition(self) -> asyncio.Condition:
         if self._changed is None:
             self._changed = asyncio.Condition()
         return self._changed
@@ -315,7 +320,7 @@ class RaySlots:
     for the run of one attempt of one row. It waits on Ray's futures, never in
     `ray.get`: a task blocked there lends its CPU to another task."""
 
-    def __init__(self, coordinator: Any, prefix: str) -> None:
+    def __init__(self, coordinator: RayObject, prefix: str) -> None:
         self.coordinator = coordinator
         self.prefix = prefix  # "<row>/<attempt>"
 
@@ -339,7 +344,7 @@ class RaySlots:
 # -- a task, on any node -----------------------------------------------------------------
 
 
-def run_task(encoded: bytes, coordinator: Any) -> bytes:
+def run_task(encoded: bytes, coordinator: RayObject) -> bytes:
     """One row, on whichever node Ray chose: the row's summary, msgpack-encoded."""
 
     import uuid
@@ -475,7 +480,7 @@ def _sweep(rows: Path) -> None:
 
 
 def run_in(
-    workdir: Path, item: RemoteRow, env: Mapping[str, str], coordinator: Any = None
+    workdir: Path, item: RemoteRow, env: Mapping[str, str], coordinator: RayObject = None
 ) -> RowSummary:
     """Start the row's run in `workdir`, or resume it where the remote left it, and wait
     for its end. The driver's Ctrl-C reaches the task as KeyboardInterrupt (`ray.cancel`):
@@ -517,7 +522,7 @@ def run_in(
 
 
 def _vouch_recorded_config(
-    workdir: Path, row: int, run_id: str, coordinator: Any, ended: threading.Event
+    workdir: Path, row: int, run_id: str, coordinator: RayObject, ended: threading.Event
 ) -> None:
     """Once the row's run has recorded its configuration (its first commit), tell the
     coordinator its digest: the run started with the driver's trusted project file, and
