@@ -249,7 +249,9 @@ def test_kill_9_then_resume(
     before_segments = _segments(repo, run_id)
     before_meta = _ref(repo, meta_ref)
     before_run = _ref(repo, f"refs/heads/fabro/run/{run_id}")
-    assert before_meta is not None and before_run is not None
+    # The run branch comes after the first snapshot (`engine.runs.create_run`): a kill
+    # that lands between the two leaves the meta ref alone, and resume makes the branch.
+    assert before_meta is not None
     assert before["status"] in ("interrupted", "succeeded"), before["status"]
 
     # Resume through git's front end by a unique prefix, as a user would.
@@ -330,7 +332,8 @@ def _check_finished(repo: Path, run_id: str, *, before: tuple | None) -> None:
     missing = {e["id"] for e in old_events} - set(ids)
     assert not missing, f"{len(missing)} events shown before the resume are gone"
     assert _is_ancestor(repo, old_meta, meta_ref), "the meta ref was rewritten"
-    assert _is_ancestor(repo, old_run, run_ref), "the run branch was rewritten"
+    if old_run is not None:
+        assert _is_ancestor(repo, old_run, run_ref), "the run branch was rewritten"
 
 
 def _only_run(repo: Path) -> str:

@@ -162,7 +162,10 @@ digraph H {
     )
     run_id, peak = _peak_run(repo)
 
-    assert peak - baseline < SIZE // 2, (peak // MB, baseline // MB)
+    # Never the reply whole: a run holding one copy of it would be SIZE over (it was
+    # 110 MB over before the reply streamed to a file). Streaming buffers and the cut
+    # copies measure about 10-12 MB, and vary by a megabyte from run to run.
+    assert peak - baseline < SIZE * 3 // 4, (peak // MB, baseline // MB)
     assert _stored_once(repo, run_id, "plan", SIZE) == _blob_id(text)
     # The intermediate reply went back to the model cut, and the run said so.
     resent = llm_server.requests[-1].body["messages"][1]
