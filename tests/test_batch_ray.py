@@ -30,6 +30,7 @@ from helpers import (
     write_workflow,
 )
 from llm_server import Held, LlmServer
+from test_batch_llm_slots import FAN
 
 ray = pytest.importorskip("ray", reason="the Ray extra: pip install '.[ray]'")
 # One worker runs them all, so the suite starts one cluster, not one a worker.
@@ -298,26 +299,6 @@ def test_ray_asks_for_a_remote_the_extra_and_a_committed_workflow(
         assert "Traceback" not in proc.stderr
     # None of the refused batches stored a record.
     assert git(repo, "for-each-ref", "refs/fabro/batch/") == ""
-
-
-# Three prompt stages side by side: two rows of it ask for six replies at once.
-FAN = """\
-digraph Fan {
-    graph [goal="three views"]
-    start [shape=Mdiamond]
-    exit  [shape=Msquare]
-    fan   [shape=component]
-    a     [shape=tab, model="claude-sonnet-4-6", prompt="View A"]
-    b     [shape=tab, model="claude-sonnet-4-6", prompt="View B"]
-    c     [shape=tab, model="claude-sonnet-4-6", prompt="View C"]
-    join  [shape=tripleoctagon]
-    start -> fan
-    fan -> a -> join
-    fan -> b -> join
-    fan -> c -> join
-    join -> exit
-}
-"""
 
 
 def test_the_nodes_get_the_keys_from_ray_and_share_the_llm_slots(
