@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,17 +95,19 @@ class _RunEvents:
 
         self.renderer = ProgressRenderer(stream=sys.stderr, output=output)
         self.cursor = EventCursor(repo, run_id)
+        # Held from each read of the cursor until its events are drawn: what the
+        # follower has read, the gate finds drawn.
+        self._drawing = trio.Lock()
 
-    def catch_up(self) -> bool:
-        """Draw what the run recorded beyond what was drawn; whether there was any."""
-        batch = self.cursor.read()
-        _render(self.renderer, batch)
-        return bool(batch)
+    async def catch_up(self) -> None:
+        """Draw what the run recorded beyond what was drawn."""
+        async with self._drawing:
+            _render(self.renderer, await trio.to_thread.run_sync(self.cursor.read))
 
     async def follow(self) -> None:
         """Render the run's events until it ends and its last lines are drawn."""
         try:
-            async for batch in self.cursor.follow_async(interval=0.1):
+            async for batch in self.cursor.follow_async(interval=0.1, holding=self._drawing):
                 _render(self.renderer, batch)
         finally:
             self.renderer.close()
@@ -122,7 +124,9 @@ def _render(renderer: Any, events: list[RunEvent]) -> None:
 class _Gates:
     """The run's open gates, shown as they open; a line typed here answers the first."""
 
-    def __init__(self, repo: GitRepo, run_id: str, *, before_asking: Callable[[], object]) -> None:
+    def __init__(
+        self, repo: GitRepo, run_id: str, *, before_asking: Callable[[], Awaitable[None]]
+    ) -> None:
         from fabro_git.cli._running import stdin_answers
         from fabro_git.config.locations import run_scratch_dir
         from fabro_git.engine.lock import is_live
@@ -144,17 +148,18 @@ class _Gates:
             # A run just started with `run -d` may not listen yet: try until it does.
             while self.live():
                 async for message in control.subscribe(self.scratch, control.Attach()):
-                    self._take(message)
+                    await self._take(message)
                 await trio.sleep(0.2)
             nursery.cancel_scope.cancel()
 
-    def _take(self, message: GateUpdate) -> None:
+    async def _take(self, message: GateUpdate) -> None:
         if message.question is not None and message.id is not None:
-            first = not self.open
+            # Shown before it counts as open, so a line typed ahead answers it only
+            # once it is on the screen.
+            if not self.open:
+                await self._show(message.question)
             self.open[message.id] = message.question
             self._opened.set()
-            if first:
-                self._show(message.id)
         elif message.closed is not None:
             gate_id = message.closed
             was_first = bool(self.open) and next(iter(self.open)) == gate_id
@@ -162,19 +167,19 @@ class _Gates:
             if message.by == "terminal":
                 from fabro_git.terminal import printable
 
-                self._before_asking()
+                await self._before_asking()
                 answer = printable(str(message.answer), one_line=True)
                 print(f"\n(answered at the run's terminal: {answer})", file=sys.stderr)
             if was_first and self.open:
-                self._show(next(iter(self.open)))
+                await self._show(next(iter(self.open.values())))
             if not self.open:
                 self._opened = trio.Event()
 
-    def _show(self, gate_id: int) -> None:
+    async def _show(self, question: Question) -> None:
         from fabro_git.engine.interviewer import format_question
 
-        self._before_asking()
-        text = format_question(self.open[gate_id])
+        await self._before_asking()
+        text = format_question(question)
         if not self.can_answer:
             text += "(this terminal cannot answer: attach from one whose stdin is a terminal)\n"
         else:

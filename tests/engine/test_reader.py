@@ -76,3 +76,33 @@ def test_following_a_finished_run_from_trio_gives_its_events_and_ends(repo: Path
     cursors = [reader.EventCursor(git, run_id), reader.EventCursor(git, run_id)]
     batches = list(reader.follow_all(cursors, interval=0.01))
     assert [event for batch in batches for event in batch] == expected + expected
+
+
+def test_a_follower_holding_a_lock_keeps_it_from_each_read_until_the_batch_is_handled(
+    repo: Path,
+) -> None:
+    # `attach` draws what its follower read while a gate, catching up, takes the same
+    # lock: it must find every line read so far drawn, and not wait for the next line.
+    run_id = _hello(repo)
+    git = GitRepo.discover(repo)
+
+    async def follow() -> list[str]:
+        lock = trio.Lock()
+        order: list[str] = []
+
+        async def catch_up() -> None:
+            async with lock:
+                order.append("caught up")
+
+        cursor = reader.EventCursor(git, run_id)
+        async with trio.open_nursery() as nursery:
+            async for batch in cursor.follow_async(interval=0.01, holding=lock):
+                assert lock.locked()
+                nursery.start_soon(catch_up)
+                await trio.sleep(0.05)  # the catching up tries its lock meanwhile
+                order.append(f"drawn {len(batch)}")
+        return order
+
+    events = reader.read_events(git, run_id)
+    # The run has ended, so the follower then only waits: the lock is free meanwhile.
+    assert trio.run(follow) == [f"drawn {len(events)}", "caught up"]

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -29,6 +30,9 @@ from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as layout
 from fabro_git.store.repo import GitRepo
 from fabro_git.terminal import json_printable
+
+if TYPE_CHECKING:
+    import trio
 
 # How often a follower looks at the tail, and how many empty looks after the run's lock
 # is gone it makes before stopping, so the run's last lines land first.
@@ -200,9 +204,13 @@ class EventCursor:
         lines are read. Blocks between reads: for a command's own thread."""
         return follow_all([self], interval=interval)
 
-    def follow_async(self, *, interval: float = FOLLOW_INTERVAL) -> AsyncIterator[list[RunEvent]]:
-        """`follow` for a trio task: reads run on a worker thread, waits are trio's."""
-        return follow_all_async([self], interval=interval)
+    def follow_async(
+        self, *, interval: float = FOLLOW_INTERVAL, holding: trio.Lock | None = None
+    ) -> AsyncIterator[list[RunEvent]]:
+        """`follow` for a trio task: reads run on a worker thread, waits are trio's.
+        `holding` is held from each read until the batch is handled (see
+        `follow_all_async`)."""
+        return follow_all_async([self], interval=interval, holding=holding)
 
 
 class NewRuns:
@@ -268,17 +276,28 @@ async def follow_all_async(
     *,
     new_runs: Callable[[], list[EventCursor]] | None = None,
     interval: float = FOLLOW_INTERVAL,
+    holding: trio.Lock | None = None,
 ) -> AsyncIterator[list[RunEvent]]:
-    """`follow_all` for a trio task: each step runs on a worker thread."""
+    """`follow_all` for a trio task: each step runs on a worker thread.
+
+    With `holding`, the lock is held from each read until the caller asks for the next
+    batch, never while waiting: another reader of the same cursors that takes it (attach
+    catching up before it asks at a gate) finds every line read so far already handled."""
+    import contextlib
+
     import trio
 
     steps = _follow_steps(cursors, new_runs)
     done = object()
+    guard: contextlib.AbstractAsyncContextManager[object] = (
+        holding if holding is not None else contextlib.nullcontext()
+    )
     while True:
-        batch = await trio.to_thread.run_sync(next, steps, done)
-        if batch is done:
-            return
-        if batch is None:
-            await trio.sleep(interval)
-        else:
-            yield batch  # type: ignore[misc]
+        async with guard:
+            batch = await trio.to_thread.run_sync(next, steps, done)
+            if batch is done:
+                return
+            if batch is not None:
+                yield batch  # type: ignore[misc]
+                continue
+        await trio.sleep(interval)
