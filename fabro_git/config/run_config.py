@@ -26,6 +26,7 @@ import msgspec
 
 from fabro_git.config.toml_source import convert, find_line, key_path, toml_error
 from fabro_git.errors import ConfigError, SourceError
+from fabro_git.jsondata import JsonValue
 
 SCHEMA_VERSION = 1
 PROJECT_CONFIG = Path(".fabro") / "project.toml"
@@ -182,6 +183,11 @@ class AgentConfig(_Table):
     # How long a model's response may go without a byte (and its headers may take)
     # before the attempt is cut off; a duration such as "120s".
     stream_idle_timeout: str | None = None
+    # How often a failed model request is tried again (a rate limit, a server error, a
+    # cut stream) and the wait before the first retry, a duration doubled for each
+    # later one; a provider's Retry-After wins.
+    request_retries: int | None = None
+    request_retry_delay: str | None = None
     # The permission level of agent stages that set none (`fabro_git.agent.permissions`).
     permissions: PermissionLevel | None = None
 
@@ -577,6 +583,18 @@ def _check_agent(agent: AgentConfig, fail: Fail) -> None:
             ["run", "agent", "stream_idle_timeout"],
             f"expected a duration such as 30s or 2m, got {idle!r}",
         )
+    retries = agent.request_retries
+    if retries is not None and not 0 <= retries <= MAX_REQUEST_RETRIES:
+        fail(
+            ["run", "agent", "request_retries"],
+            f"expected a number from 0 to {MAX_REQUEST_RETRIES}, got {retries}",
+        )
+    delay = agent.request_retry_delay
+    if delay is not None and request_retry_delay(delay) is None:
+        fail(
+            ["run", "agent", "request_retry_delay"],
+            f"expected a duration such as 500ms or 2s, got {delay!r}",
+        )
     command = agent.cli_command
     if command is not None:
         if not command or not command[0].strip():
@@ -629,6 +647,17 @@ def stream_idle_timeout(agent: Mapping[str, Any]) -> float | None:
     from fabro_git.durations import parse_duration
 
     text = agent.get("stream_idle_timeout")
+    return parse_duration(text.strip()) if isinstance(text, str) else None
+
+
+MAX_REQUEST_RETRIES = 20
+
+
+def request_retry_delay(text: JsonValue) -> float | None:
+    """`[run.agent] request_retry_delay` in seconds (zero or more), None if unset or
+    not a duration."""
+    from fabro_git.durations import parse_duration
+
     return parse_duration(text.strip()) if isinstance(text, str) else None
 
 

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from fabro_git.agent.mcp import McpServerSpec
     from fabro_git.agent.permissions import Answer, Level, PermissionGate
     from fabro_git.agent.session import AgentLimits, AgentResult, Conversation
+    from fabro_git.llm.client import RetryPolicy
     from fabro_git.outputs.directives import StatusFile
     from fabro_git.workflow.model import Node
 
@@ -77,6 +78,21 @@ def _idle_timeout(req: StageRequest) -> float:
     from fabro_git.config.run_config import stream_idle_timeout
 
     return stream_idle_timeout(req.agent_config) or llm.DEFAULT_IDLE_TIMEOUT
+
+
+def _retry_policy(req: StageRequest) -> RetryPolicy:
+    """`[run.agent] request_retries` and `request_retry_delay` over the defaults."""
+    from fabro_git.config.run_config import request_retry_delay
+    from fabro_git.llm.client import RetryPolicy
+
+    settings = req.agent_config
+    default = RetryPolicy()
+    retries = settings.get("request_retries")
+    delay = request_retry_delay(settings.get("request_retry_delay"))
+    return RetryPolicy(
+        max_retries=retries if isinstance(retries, int) else default.max_retries,
+        initial_delay=delay if delay is not None else default.initial_delay,
+    )
 
 
 def _mcp_specs(
@@ -303,6 +319,7 @@ async def run_prompt(
             fallbacks=fallbacks,
             env=os.environ,
             sink=forward,
+            policy=_retry_policy(req),
             on_retry=report,
             on_failover=report,
             on_notice=report,
@@ -380,6 +397,7 @@ async def run_agent(
         visit=req.visit,
         reasoning_effort=_effort(req),
         stream_idle_timeout=_idle_timeout(req),
+        retry_policy=_retry_policy(req),
         on_process_group=req.on_process_group,
         toolsets=[*mcp_toolsets, *subagents.toolsets()],
         tool_hooks=req.tool_hooks,

@@ -8,6 +8,9 @@ from pathlib import Path
 import pytest
 from helpers import git, run_fabro
 
+from fabro_git.config.run_config import parse_layer
+from fabro_git.errors import SourceError
+
 GRAPH = """
 digraph C {
     start [shape=Mdiamond]
@@ -137,3 +140,25 @@ def test_bad_user_settings_fail_a_plain_workflow_run_too(repo: Path, hermetic_en
     proc = run_fabro("run", "workflow.fabro", cwd=repo)
     assert proc.returncode == 1
     assert f"{settings}:1:5: invalid TOML" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        (
+            "[run.agent]\nrequest_retries = 21\n",
+            "run.toml:2: run.agent.request_retries: expected a number from 0 to 20, got 21",
+        ),
+        (
+            '[run.agent]\nrequest_retries = 2\nrequest_retry_delay = "soon"\n',
+            "run.toml:3: run.agent.request_retry_delay: expected a duration such as 500ms or 2s",
+        ),
+    ],
+)
+def test_model_request_retry_settings_are_checked(tmp_path: Path, toml: str, expected: str) -> None:
+    with pytest.raises(SourceError) as caught:
+        parse_layer(toml, tmp_path / "run.toml", "run config", run_config=True)
+    assert expected in str(caught.value)
+    good = "[run.agent]\nrequest_retries = 0\nrequest_retry_delay = '0s'\n"
+    layer = parse_layer(good, tmp_path / "run.toml", "run config", run_config=True)
+    assert layer.data["run"]["agent"] == {"request_retries": 0, "request_retry_delay": "0s"}

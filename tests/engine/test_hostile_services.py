@@ -156,6 +156,7 @@ def test_a_model_endpoint_that_drips_its_headers_is_cut_off_by_the_idle_timeout(
     write_workflow(repo, AGENT)
     (repo / "run.toml").write_text(
         '[workflow]\ngraph = "wf.fabro"\n\n[run.agent]\nstream_idle_timeout = "1s"\n'
+        'request_retry_delay = "10ms"\n'
     )
     llm_server.script(DripHeaders(interval=0.2), Reply(text="Answered at last."))
     proc, result = run_json("run", "run.toml", "--goal", "drip", cwd=repo, timeout=300)

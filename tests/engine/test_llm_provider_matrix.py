@@ -395,6 +395,10 @@ def _fault(kind: str, p: Provider) -> Fault | Drop | StreamError:
     return StreamError(reply=cut, after=p.two_words_in)
 
 
+# A cut stream says nothing of when to come back: the run waits its first backoff,
+# 10 ms here (jittered by half either way).
+QUICK_RETRIES = '[run.agent]\nrequest_retry_delay = "10ms"\n'
+
 # What each fault is classified as, in `agent.llm.retry`.
 FAULTS = {
     "rate_limited": "rate_limited",
@@ -410,6 +414,7 @@ def test_a_transient_failure_is_retried_and_the_stage_succeeds(
     repo: Path, llm_server: LlmServer, p: Provider, fault: str
 ) -> None:
     write_workflow(repo, ROUTED % f', model="{p.model}"')
+    _project_model(repo, QUICK_RETRIES)
     llm_server.script(_fault(fault, p), Reply(text=f"Second time lucky. {FIX}"))
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
@@ -426,6 +431,8 @@ def test_a_transient_failure_is_retried_and_the_stage_succeeds(
     assert props["error"]["retryable"] is True
     if fault in ("rate_limited", "server_error"):
         assert props["delay_secs"] == 0  # the server's Retry-After, honoured
+    else:
+        assert 0.005 <= props["delay_secs"] <= 0.015  # `request_retry_delay`
     [message] = events_named(events, "agent.message", "review")
     assert message["properties"]["text"] == f"Second time lucky. {FIX}"
     if fault.startswith("stream_"):
@@ -443,6 +450,7 @@ def test_an_agent_turn_cut_mid_tool_call_is_retried_and_the_tool_runs_once(
     repo: Path, llm_server: LlmServer, p: Provider
 ) -> None:
     write_workflow(repo, AGENT % f', model="{p.model}"')
+    _project_model(repo, QUICK_RETRIES)
     append = _call(p, "shell", {"command": "echo once >> ran.txt"}, "s1")
     llm_server.script(
         Drop(reply=Reply(text="", tool_calls=(append,)), after=p.half_a_call_in),
