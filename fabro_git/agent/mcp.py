@@ -33,7 +33,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 import trio
@@ -46,6 +46,7 @@ from fabro_git.events.catalogue import (
     AgentWarning,
     McpToolSummary,
 )
+from fabro_git.jsondata import JsonValue
 from fabro_git.llm.types import ToolSpec
 
 if TYPE_CHECKING:
@@ -162,7 +163,9 @@ class _Server:
         self._restarted = False
         self._lock = trio.Lock()
 
-    async def call(self, name: str, tool: str, arguments: dict[str, Any]) -> CallToolResult:
+    async def call(
+        self, name: str, tool: str, arguments: Mapping[str, JsonValue]
+    ) -> CallToolResult:
         """The server's result for one call; `ToolError` if it failed to give one."""
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED
@@ -174,7 +177,7 @@ class _Server:
                 "restarted again; do without its tools"
             )
         try:
-            return await running.session.call_tool(tool, arguments)
+            return await running.session.call_tool(tool, dict(arguments))
         except MCPError as exc:
             if exc.code != CONNECTION_CLOSED:
                 raise ToolError(f"{name}: the MCP server refused the call: {exc}") from exc
@@ -296,7 +299,7 @@ def _tool(server: _Server, listed: McpTool, name: str) -> Tool:
     schema.setdefault("type", "object")
     schema.setdefault("properties", {})
 
-    async def run(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
+    async def run(arguments: Mapping[str, JsonValue], context: ToolContext) -> ToolOutcome:
         with trio.move_on_after(timeout) as scope:
             result = await server.call(name, original, arguments)
         if scope.cancelled_caught:
@@ -306,7 +309,7 @@ def _tool(server: _Server, listed: McpTool, name: str) -> Tool:
     description = (
         listed.description or ""
     ).strip() or f"{original} (MCP server {server.spec.name})"
-    return Tool(ToolSpec(name=name, description=description, parameters=schema), run, strict=False)
+    return Tool(ToolSpec(name=name, description=description, parameters=schema), run)
 
 
 @contextlib.asynccontextmanager

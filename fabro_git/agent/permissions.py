@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 import trio
 
@@ -31,7 +31,7 @@ from fabro_git.config.run_config import (
 )
 from fabro_git.events.catalogue import AgentWarning
 from fabro_git.events.envelope import EventProps
-from fabro_git.jsondata import JsonObject
+from fabro_git.jsondata import JsonObject, JsonValue
 
 Level = PermissionLevel
 Category = Literal["read", "write", "subagent", "shell"]
@@ -62,7 +62,7 @@ _LEAST_LEVEL: dict[Category, Level] = {
 }
 
 # Asks a person about one call (tool name, arguments); None when nobody answered.
-Ask = Callable[[str, Mapping[str, Any]], Awaitable[Answer | None]]
+Ask = Callable[[str, Mapping[str, JsonValue]], Awaitable[Answer | None]]
 Emit = Callable[[EventProps], object]
 
 
@@ -88,7 +88,7 @@ def answer_of(text: str) -> Answer | None:
     return None
 
 
-def describe_call(tool: str, arguments: Mapping[str, Any], limit: int = 200) -> str:
+def describe_call(tool: str, arguments: Mapping[str, JsonValue], limit: int = 200) -> str:
     """`shell(command="make test")`: a call as a person is asked about it."""
     parts = [f"{name}={json.dumps(value, ensure_ascii=False)}" for name, value in arguments.items()]
     text = f"{tool}({', '.join(parts)})"
@@ -120,7 +120,7 @@ class PermissionGate:
             "are refused unless the user allows them."
         )
 
-    async def check(self, tool: str, arguments: Mapping[str, Any], emit: Emit) -> str | None:
+    async def check(self, tool: str, arguments: Mapping[str, JsonValue], emit: Emit) -> str | None:
         """None to run the call; else why it was not run, for the model to read."""
         if allows(self.level, tool):
             return None

@@ -696,8 +696,7 @@ class AgentSession:
             raise ToolError(
                 f"there is no tool named {call.name!r}; the tools are {', '.join(self._tools)}"
             )
-        if tool.strict:
-            check_arguments(tool, call.arguments)
+        check_arguments(tool, call.arguments)
         if self.permissions is not None:
             refusal = await self.permissions.check(call.name, call.arguments, self._emit)
             if refusal is not None:

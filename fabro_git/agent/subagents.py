@@ -29,13 +29,13 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Literal
 
 import msgspec
 import trio
 
 from fabro_git.agent.session import AgentResult, AgentSession, ToolSet
-from fabro_git.agent.tools import Tool, ToolContext, ToolOutcome
+from fabro_git.agent.tools import Tool, ToolArguments, ToolContext, ToolOutcome, builtin
 from fabro_git.agent.workspace import ToolError, Workspace
 from fabro_git.events.catalogue import (
     AgentSubClosed,
@@ -44,8 +44,9 @@ from fabro_git.events.catalogue import (
     AgentSubSpawned,
 )
 from fabro_git.events.envelope import EventProps
+from fabro_git.jsondata import JsonObject
 from fabro_git.llm import catalogue
-from fabro_git.llm.types import Target, ToolSpec
+from fabro_git.llm.types import Target
 
 DEFAULT_MAX_DEPTH = 1
 DEFAULT_MAX_RUNNING = 4
@@ -75,61 +76,41 @@ class _Child:
     scope: trio.CancelScope | None = None
 
 
-def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
+_AGENT_ID = msgspec.Meta(description="The id spawn_agent returned, e.g. sub_1.")
+_TASK = msgspec.Meta(description="The task, in full: it sees nothing else.")
+_WORKING_DIR = msgspec.Meta(description="A directory of the worktree to confine it to.")
+_MODEL = msgspec.Meta(description="Another model (default: yours).")
+_MAX_TURNS = msgspec.Meta(description="Most model calls it may make (default: no limit).")
 
 
-_AGENT_ID = {"type": "string", "description": "The id spawn_agent returned, e.g. sub_1."}
-SPECS = {
-    "spawn_agent": ToolSpec(
-        name="spawn_agent",
-        description="Start a sub-agent on a scoped task. It has its own conversation and "
-        "the same tools, works in the same worktree, and runs while you go on; call wait "
-        "for its report. Returns its agent_id.",
-        parameters=_schema(
-            {
-                "task": {
-                    "type": "string",
-                    "description": "The task, in full: it sees nothing else.",
-                },
-                "working_dir": {
-                    "type": "string",
-                    "description": "A directory of the worktree to confine it to.",
-                },
-                "model": {"type": "string", "description": "Another model (default: yours)."},
-                "max_turns": {
-                    "type": "integer",
-                    "description": "Most model calls it may make (default: no limit).",
-                },
-            },
-            ["task"],
-        ),
-    ),
-    "send_input": ToolSpec(
-        name="send_input",
-        description="Send a sub-agent a message: a running one reads it before its next "
-        "model call; a finished one starts working again on it.",
-        parameters=_schema(
-            {"agent_id": _AGENT_ID, "message": {"type": "string"}}, ["agent_id", "message"]
-        ),
-    ),
-    "wait": ToolSpec(
-        name="wait",
-        description="Wait until a sub-agent finishes and return its report: its final "
-        "text, whether it succeeded, and the turns it used.",
-        parameters=_schema({"agent_id": _AGENT_ID}, ["agent_id"]),
-    ),
-    "close_agent": ToolSpec(
-        name="close_agent",
-        description="Stop a sub-agent (if it is still working) and remove it. Files it "
-        "changed stay changed.",
-        parameters=_schema({"agent_id": _AGENT_ID}, ["agent_id"]),
-    ),
+class SpawnArguments(ToolArguments):
+    task: Annotated[str, _TASK]
+    working_dir: Annotated[str, _WORKING_DIR] | None = None
+    model: Annotated[str, _MODEL] | None = None
+    max_turns: Annotated[int, _MAX_TURNS] | None = None
+
+
+class SendInputArguments(ToolArguments):
+    agent_id: Annotated[str, _AGENT_ID]
+    message: str
+
+
+class AgentIdArguments(ToolArguments):
+    """The one argument of `wait` and `close_agent`."""
+
+    agent_id: Annotated[str, _AGENT_ID]
+
+
+DESCRIPTIONS = {
+    "spawn_agent": "Start a sub-agent on a scoped task. It has its own conversation and "
+    "the same tools, works in the same worktree, and runs while you go on; call wait "
+    "for its report. Returns its agent_id.",
+    "send_input": "Send a sub-agent a message: a running one reads it before its next "
+    "model call; a finished one starts working again on it.",
+    "wait": "Wait until a sub-agent finishes and return its report: its final "
+    "text, whether it succeeded, and the turns it used.",
+    "close_agent": "Stop a sub-agent (if it is still working) and remove it. Files it "
+    "changed stay changed.",
 }
 
 
@@ -216,19 +197,19 @@ class _Team:
         self.children: dict[str, _Child] = {}
 
     def tools(self) -> dict[str, Tool]:
-        runners = {
-            "spawn_agent": self.spawn,
-            "send_input": self.send_input,
-            "wait": self.wait,
-            "close_agent": self.close,
-        }
-        return {name: Tool(SPECS[name], runners[name]) for name in TOOL_NAMES}
+        tools = (
+            builtin("spawn_agent", DESCRIPTIONS["spawn_agent"], SpawnArguments, self.spawn),
+            builtin("send_input", DESCRIPTIONS["send_input"], SendInputArguments, self.send_input),
+            builtin("wait", DESCRIPTIONS["wait"], AgentIdArguments, self.wait),
+            builtin("close_agent", DESCRIPTIONS["close_agent"], AgentIdArguments, self.close),
+        )
+        return {tool.spec.name: tool for tool in tools}
 
     # ------------------------------------------------------------------------ tools
 
-    async def spawn(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
+    async def spawn(self, arguments: SpawnArguments, context: ToolContext) -> ToolOutcome:
         crew, parent = self.crew, self.parent
-        task = str(arguments["task"]).strip()
+        task = arguments.task.strip()
         if not task:
             raise ToolError("spawn_agent: the task is empty; say what the sub-agent is to do")
         if self.depth >= crew.max_depth:
@@ -237,9 +218,9 @@ class _Team:
                 f"at depth {self.depth}, so it cannot start another; do the work yourself"
             )
         self._check_room()
-        root, under = self._working_dir(arguments.get("working_dir"))
-        target, fallbacks = self._model(arguments.get("model"))
-        max_turns = int(arguments.get("max_turns") or 0)
+        root, under = self._working_dir(arguments.working_dir)
+        target, fallbacks = self._model(arguments.model)
+        max_turns = arguments.max_turns or 0
         if max_turns < 0:
             raise ToolError("spawn_agent: max_turns must be 0 (no limit) or more")
         agent_id = crew.next_id()
@@ -282,9 +263,9 @@ class _Team:
             f'call wait with agent_id "{agent_id}" for its report.'
         )
 
-    async def send_input(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
-        entry = self._child(arguments["agent_id"])
-        message = str(arguments["message"])
+    async def send_input(self, arguments: SendInputArguments, context: ToolContext) -> ToolOutcome:
+        entry = self._child(arguments.agent_id)
+        message = arguments.message
         if not message.strip():
             raise ToolError("send_input: the message is empty")
         if entry.status == "running":
@@ -300,8 +281,8 @@ class _Team:
             "Call wait for its new report."
         )
 
-    async def wait(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
-        entry = self._child(arguments["agent_id"])
+    async def wait(self, arguments: AgentIdArguments, context: ToolContext) -> ToolOutcome:
+        entry = self._child(arguments.agent_id)
         await entry.done.wait()
         result = entry.result
         assert result is not None
@@ -321,8 +302,8 @@ class _Team:
         lines += ["", result.text or "(no text)"]
         return ToolOutcome(output="\n".join(lines), is_error=entry.status == "failed")
 
-    async def close(self, arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
-        entry = self._child(arguments["agent_id"])
+    async def close(self, arguments: AgentIdArguments, context: ToolContext) -> ToolOutcome:
+        entry = self._child(arguments.agent_id)
         if entry.status == "running":
             assert entry.scope is not None
             entry.scope.cancel()
@@ -343,7 +324,7 @@ class _Team:
         """One run of a child, to its end; nothing but the stage's cancellation leaves."""
         assert entry.scope is not None
         result: AgentResult | None = None
-        error: dict[str, Any] | None = None
+        error: JsonObject | None = None
         try:
             with entry.scope:
                 try:
@@ -417,11 +398,11 @@ class _Team:
                 "wait for one (or close one) first"
             )
 
-    def _working_dir(self, value: Any) -> tuple[Path, str]:
+    def _working_dir(self, value: str | None) -> tuple[Path, str]:
         worktree = self.parent.worktree
         if not value:
             return worktree, ""
-        real = Workspace(worktree).resolve(str(value))
+        real = Workspace(worktree).resolve(value)
         if not real.is_dir():
             raise ToolError(
                 f"spawn_agent: working_dir {value!r} is not a directory of the worktree"
@@ -429,15 +410,15 @@ class _Team:
         under = real.relative_to(worktree.resolve()).as_posix()
         return real, "" if under == "." else under
 
-    def _model(self, name: Any) -> tuple[Target, tuple[Target, ...]]:
+    def _model(self, name: str | None) -> tuple[Target, tuple[Target, ...]]:
         parent = self.parent
         if not name or name == parent.target.model:
             return parent.target, parent.fallbacks
         from fabro_git.suggest import close_names
 
-        info = catalogue.lookup(str(name))
+        info = catalogue.lookup(name)
         if info is None:
-            near = close_names(str(name), catalogue.names())
+            near = close_names(name, catalogue.names())
             hint = f"; did you mean {' or '.join(near)}?" if near else ""
             raise ToolError(f"spawn_agent: unknown model {name!r}{hint}")
         provider = catalogue.PROVIDERS[info.provider]
@@ -463,7 +444,7 @@ def _under(under: str, paths: list[str]) -> list[str]:
     return [f"{under}/{path}" if under else path for path in paths]
 
 
-def _error_text(error: dict[str, Any] | None) -> str:
+def _error_text(error: JsonObject | None) -> str:
     if not error:
         return "unknown error"
     who = "/".join(str(error[k]) for k in ("provider", "model") if error.get(k))

@@ -6,6 +6,11 @@ Gemini models edit with `edit_file` (exact string replacement), OpenAI models wi
 exist. A tool that cannot do what it is asked raises `ToolError`: the model gets the
 message as an error result and may try again; nothing a model sends can fail the stage.
 
+Each built-in tool's arguments are a `ToolArguments` Struct: the model's JSON object is
+decoded into it before the call is admitted (a missing, unknown or mistyped argument is
+an error the model reads), and the JSON schema the model is shown is made from it, so
+the two cannot disagree.
+
 File tools go through `Workspace`, which confines them to the worktree. Their blocking
 file I/O runs in a worker thread, so a large read does not stall other trio tasks.
 """
@@ -14,10 +19,11 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, TypeVar
 
 import msgspec
 import trio
@@ -28,6 +34,7 @@ from fabro_git.agent.skills import Skill, render
 from fabro_git.agent.workspace import ToolError, Workspace
 from fabro_git.config.protected import ConfigSnapshot, config_change_refused
 from fabro_git.engine.stage_env import GIT_LOCATION_VARIABLES
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.llm.types import ToolSpec
 
 READ_LIMIT_LINES = 2000
@@ -63,32 +70,103 @@ class ToolContext:
         self.touched[self.workspace.relative(real)] = None
 
 
-Runner = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutcome]]
+# A tool's runner takes the call's arguments as the model sent them (a JSON object).
+Runner = Callable[[Mapping[str, JsonValue], ToolContext], Awaitable[ToolOutcome]]
+
+
+class ToolArguments(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """The arguments of a built-in tool (a subclass per tool). An optional argument is
+    `T | None = None`: models send null for one they leave out, and that means unset."""
+
+
+Arguments = TypeVar("Arguments", bound=ToolArguments)
 
 
 @dataclass(frozen=True)
 class Tool:
     spec: ToolSpec
     run: Runner
-    # Whether `check_arguments` vets a call first; a tool whose schema is another
-    # program's (an MCP server's) checks its own arguments.
-    strict: bool = True
+    # What `check_arguments` decodes a call's arguments into before the call is
+    # admitted; None for a tool whose schema is another program's (an MCP server's),
+    # which checks its own arguments.
+    arguments: type[ToolArguments] | None = None
 
 
-def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+def parameters_of(kind: type[ToolArguments]) -> JsonObject:
+    """The JSON schema of `kind` as the model is shown it: one object, each optional
+    argument given as its type alone (the null a model may send is not advertised)."""
+    schema = msgspec.json.schema(kind)["$defs"][kind.__name__]
+    properties: JsonObject = {}
+    for name, prop in schema["properties"].items():
+        prop = next((p for p in prop.get("anyOf", ()) if p.get("type") != "null"), prop)
+        # Its type first, as the schemas were written by hand (the bytes sent stay the same).
+        properties[name] = {"type": prop["type"]} | {
+            key: value for key, value in prop.items() if key not in ("type", "default")
+        }
     return {
         "type": "object",
         "properties": properties,
-        "required": required,
+        "required": schema.get("required", []),
         "additionalProperties": False,
     }
 
 
-_PATH = {"type": "string", "description": "File path, relative to the worktree root."}
+def builtin(
+    name: str,
+    description: str,
+    kind: type[Arguments],
+    body: Callable[[Arguments, ToolContext], Awaitable[ToolOutcome]],
+) -> Tool:
+    """A tool whose arguments decode into `kind` before `body` sees them."""
+    spec = ToolSpec(name=name, description=description, parameters=parameters_of(kind))
+
+    async def run(arguments: Mapping[str, JsonValue], context: ToolContext) -> ToolOutcome:
+        return await body(decode_arguments(spec, kind, arguments), context)
+
+    return Tool(spec, run, kind)
 
 
-def _in_thread(body: Callable[[dict[str, Any], ToolContext], str]) -> Runner:
-    async def run(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
+_MISSING = re.compile(r"Object missing required field `(?P<name>[^`]+)`$")
+_UNKNOWN = re.compile(r"Object contains unknown field `(?P<name>[^`]+)`$")
+_MISTYPED = re.compile(r" - at `\$\.(?P<name>[^`.\[]+)`$")
+
+
+def decode_arguments(
+    spec: ToolSpec, kind: type[Arguments], arguments: Mapping[str, JsonValue]
+) -> Arguments:
+    """`arguments` as `kind`; a `ToolError` the model can act on when they do not fit."""
+    try:
+        return msgspec.convert(arguments, kind)
+    except msgspec.ValidationError as exc:
+        raise ToolError(f"{spec.name}: {_misfit(spec, str(exc))}") from None
+
+
+def _misfit(spec: ToolSpec, error: str) -> str:
+    """msgspec's complaint about a call's arguments, in the words of the tool's schema."""
+    properties: dict[str, JsonObject] = spec.parameters["properties"]
+    if found := _MISSING.match(error):
+        return f"the argument {found['name']!r} is required"
+    if found := _UNKNOWN.match(error):
+        return f"unknown argument {found['name']!r}; it takes {', '.join(properties)}"
+    found = _MISTYPED.search(error)
+    if found and found["name"] in properties:
+        return f"{found['name']!r} must be a JSON {properties[found['name']]['type']}"
+    return error
+
+
+def check_arguments(tool: Tool, arguments: Mapping[str, JsonValue]) -> None:
+    """Refuse missing, unknown or mistyped arguments with a message the model can act on."""
+    if tool.arguments is not None:
+        decode_arguments(tool.spec, tool.arguments, arguments)
+
+
+_PATH = msgspec.Meta(description="File path, relative to the worktree root.")
+
+
+def _in_thread(
+    body: Callable[[Arguments, ToolContext], str],
+) -> Callable[[Arguments, ToolContext], Awaitable[ToolOutcome]]:
+    async def run(arguments: Arguments, context: ToolContext) -> ToolOutcome:
         output = await trio.to_thread.run_sync(body, arguments, context)
         return ToolOutcome(output=output)
 
@@ -125,11 +203,17 @@ def _read_text(real: Path, shown: str, *, for_edit: bool = False) -> str:
         ) from exc
 
 
-def read_file(arguments: dict[str, Any], context: ToolContext) -> str:
-    shown = arguments["path"]
+class ReadFileArguments(ToolArguments):
+    path: Annotated[str, _PATH]
+    offset: Annotated[int, msgspec.Meta(description="First line, from 1.")] | None = None
+    limit: Annotated[int, msgspec.Meta(description="Lines to read (2000).")] | None = None
+
+
+def read_file(arguments: ReadFileArguments, context: ToolContext) -> str:
+    shown = arguments.path
     text = _read_text(context.workspace.resolve(shown), shown)
-    offset = max(1, int(arguments.get("offset") or 1))
-    limit = max(1, int(arguments.get("limit") or READ_LIMIT_LINES))
+    offset = max(1, arguments.offset or 1)
+    limit = max(1, arguments.limit or READ_LIMIT_LINES)
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
@@ -145,12 +229,17 @@ def read_file(arguments: dict[str, Any], context: ToolContext) -> str:
     return "\n".join(numbered)
 
 
-def write_file(arguments: dict[str, Any], context: ToolContext) -> str:
-    shown = arguments["path"]
+class WriteFileArguments(ToolArguments):
+    path: Annotated[str, _PATH]
+    content: str
+
+
+def write_file(arguments: WriteFileArguments, context: ToolContext) -> str:
+    shown = arguments.path
     real = context.workspace.resolve(shown, write=True)
     if real.is_dir():
         raise ToolError(f"{shown}: is a directory")
-    data = arguments["content"].encode("utf-8")
+    data = arguments.content.encode("utf-8")
     real.parent.mkdir(parents=True, exist_ok=True)
     existed = real.exists()
     real.write_bytes(data)
@@ -158,10 +247,17 @@ def write_file(arguments: dict[str, Any], context: ToolContext) -> str:
     return f"{'overwrote' if existed else 'created'} {context.workspace.relative(real)} ({len(data)} bytes)"
 
 
-def edit_file(arguments: dict[str, Any], context: ToolContext) -> str:
-    shown = arguments["path"]
-    old, new = arguments["old_string"], arguments["new_string"]
-    replace_all = bool(arguments.get("replace_all", False))
+class EditFileArguments(ToolArguments):
+    path: Annotated[str, _PATH]
+    old_string: str
+    new_string: str
+    replace_all: bool | None = None
+
+
+def edit_file(arguments: EditFileArguments, context: ToolContext) -> str:
+    shown = arguments.path
+    old, new = arguments.old_string, arguments.new_string
+    replace_all = bool(arguments.replace_all)
     real = context.workspace.resolve(shown, write=True)
     text = _read_text(real, shown, for_edit=True)
     if not old:
@@ -186,9 +282,13 @@ def edit_file(arguments: dict[str, Any], context: ToolContext) -> str:
     return f"edited {context.workspace.relative(real)}: {replaced} replacement(s)"
 
 
-def apply_patch(arguments: dict[str, Any], context: ToolContext) -> str:
+class ApplyPatchArguments(ToolArguments):
+    patch: str
+
+
+def apply_patch(arguments: ApplyPatchArguments, context: ToolContext) -> str:
     try:
-        operations = v4a.parse(arguments["patch"])
+        operations = v4a.parse(arguments.patch)
     except v4a.PatchError as exc:
         raise ToolError(f"the patch is malformed: {exc}") from exc
 
@@ -224,8 +324,8 @@ def apply_patch(arguments: dict[str, Any], context: ToolContext) -> str:
 # ---------------------------------------------------------------------------- search
 
 
-def _search_base(arguments: dict[str, Any], context: ToolContext) -> Path:
-    path = arguments.get("path") or "."
+def _search_base(path: str | None, context: ToolContext) -> Path:
+    path = path or "."
     real = context.workspace.resolve(path)
     if not real.exists():
         raise ToolError(f"{path}: no such file or directory")
@@ -272,20 +372,28 @@ def _git_files(base: Path, workspace: Workspace) -> list[Path] | None:
     return files
 
 
-def grep(arguments: dict[str, Any], context: ToolContext) -> str:
+class GrepArguments(ToolArguments):
+    pattern: str
+    path: Annotated[str, msgspec.Meta(description="File or directory.")] | None = None
+    glob_filter: Annotated[str, msgspec.Meta(description="e.g. *.py")] | None = None
+    case_insensitive: bool | None = None
+    max_results: int | None = None
+
+
+def grep(arguments: GrepArguments, context: ToolContext) -> str:
     import re2
 
-    pattern = arguments["pattern"]
-    flags = "(?i)" if arguments.get("case_insensitive") else ""
+    pattern = arguments.pattern
+    flags = "(?i)" if arguments.case_insensitive else ""
     try:
         regex = re2.compile(flags + pattern)
     except Exception as exc:  # re2 raises its own error type for a bad pattern
         raise ToolError(f"invalid regular expression {pattern!r}: {exc}") from exc
-    wanted = min(int(arguments.get("max_results") or GREP_DEFAULT_RESULTS), GREP_MAX_RESULTS)
-    name_filter = arguments.get("glob_filter")
+    wanted = min(arguments.max_results or GREP_DEFAULT_RESULTS, GREP_MAX_RESULTS)
+    name_filter = arguments.glob_filter
     workspace = context.workspace
     matches: list[str] = []
-    for path in _walk_files(_search_base(arguments, context), workspace):
+    for path in _walk_files(_search_base(arguments.path, context), workspace):
         relative = workspace.relative(path)
         if name_filter and not (
             fnmatch.fnmatch(path.name, name_filter) or fnmatch.fnmatch(relative, name_filter)
@@ -306,11 +414,16 @@ def grep(arguments: dict[str, Any], context: ToolContext) -> str:
     return "\n".join(matches) if matches else "no matches"
 
 
-def glob(arguments: dict[str, Any], context: ToolContext) -> str:
-    pattern = arguments["pattern"]
+class GlobArguments(ToolArguments):
+    pattern: str
+    path: str | None = None
+
+
+def glob(arguments: GlobArguments, context: ToolContext) -> str:
+    pattern = arguments.pattern
     if Path(pattern).is_absolute() or ".." in Path(pattern).parts:
         raise ToolError("the pattern must be relative and stay inside the base directory")
-    base = _search_base(arguments, context)
+    base = _search_base(arguments.path, context)
     workspace = context.workspace
     found: list[tuple[float, str]] = []
     try:
@@ -331,16 +444,22 @@ def glob(arguments: dict[str, Any], context: ToolContext) -> str:
 # ---------------------------------------------------------------------------- shell, skills
 
 
-async def shell(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
+class ShellArguments(ToolArguments):
+    command: str
+    timeout_ms: Annotated[int, msgspec.Meta(description="Time limit.")] | None = None
+    description: Annotated[str, msgspec.Meta(description="What it does.")] | None = None
+
+
+async def shell(arguments: ShellArguments, context: ToolContext) -> ToolOutcome:
     timeout = context.shell_default_timeout
-    if arguments.get("timeout_ms") is not None:
-        timeout = int(arguments["timeout_ms"]) / 1000
+    if arguments.timeout_ms is not None:
+        timeout = arguments.timeout_ms / 1000
     timeout = max(0.001, min(timeout, context.shell_max_timeout))
     before = None
     if context.workspace.guard_config is not None:
         before = await trio.to_thread.run_sync(ConfigSnapshot, context.workspace.guard_config)
     result = await run_shell(
-        arguments["command"],
+        arguments.command,
         cwd=str(context.workspace.root),
         env=context.shell_env,
         timeout=timeout,
@@ -358,8 +477,12 @@ async def shell(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
     return ToolOutcome(output=text)
 
 
-async def use_skill(arguments: dict[str, Any], context: ToolContext) -> ToolOutcome:
-    name = arguments["skill_name"].strip().lstrip("/")
+class UseSkillArguments(ToolArguments):
+    skill_name: str
+
+
+async def use_skill(arguments: UseSkillArguments, context: ToolContext) -> ToolOutcome:
+    name = arguments.skill_name.strip().lstrip("/")
     skill = context.skills.get(name)
     if skill is None:
         known = ", ".join(context.skills) or "none"
@@ -373,111 +496,60 @@ async def use_skill(arguments: dict[str, Any], context: ToolContext) -> ToolOutc
 TOOLS: dict[str, Tool] = {
     tool.spec.name: tool
     for tool in (
-        Tool(
-            ToolSpec(
-                name="read_file",
-                description="Read a text file of the worktree; lines come numbered "
-                "('N | text'). Use offset and limit for a part of a long file.",
-                parameters=_schema(
-                    {
-                        "path": _PATH,
-                        "offset": {"type": "integer", "description": "First line, from 1."},
-                        "limit": {"type": "integer", "description": "Lines to read (2000)."},
-                    },
-                    ["path"],
-                ),
-            ),
+        builtin(
+            "read_file",
+            "Read a text file of the worktree; lines come numbered "
+            "('N | text'). Use offset and limit for a part of a long file.",
+            ReadFileArguments,
             _in_thread(read_file),
         ),
-        Tool(
-            ToolSpec(
-                name="write_file",
-                description="Write a whole file, creating it and its directories if needed "
-                "and replacing what was there.",
-                parameters=_schema(
-                    {"path": _PATH, "content": {"type": "string"}}, ["path", "content"]
-                ),
-            ),
+        builtin(
+            "write_file",
+            "Write a whole file, creating it and its directories if needed "
+            "and replacing what was there.",
+            WriteFileArguments,
             _in_thread(write_file),
         ),
-        Tool(
-            ToolSpec(
-                name="edit_file",
-                description="Replace an exact piece of a file. old_string must match the "
-                "file's text exactly (whitespace too) and occur once, unless replace_all.",
-                parameters=_schema(
-                    {
-                        "path": _PATH,
-                        "old_string": {"type": "string"},
-                        "new_string": {"type": "string"},
-                        "replace_all": {"type": "boolean"},
-                    },
-                    ["path", "old_string", "new_string"],
-                ),
-            ),
+        builtin(
+            "edit_file",
+            "Replace an exact piece of a file. old_string must match the "
+            "file's text exactly (whitespace too) and occur once, unless replace_all.",
+            EditFileArguments,
             _in_thread(edit_file),
         ),
-        Tool(
-            ToolSpec(
-                name="apply_patch",
-                description="Apply a patch in the v4a format: '*** Begin Patch', then "
-                "'*** Add File: p' (lines '+'), '*** Delete File: p' or '*** Update File: p' "
-                "(optional '*** Move to: q') with '@@' hunks of ' ', '-', '+' lines, then "
-                "'*** End Patch'. All changes apply or none do.",
-                parameters=_schema({"patch": {"type": "string"}}, ["patch"]),
-            ),
+        builtin(
+            "apply_patch",
+            "Apply a patch in the v4a format: '*** Begin Patch', then "
+            "'*** Add File: p' (lines '+'), '*** Delete File: p' or '*** Update File: p' "
+            "(optional '*** Move to: q') with '@@' hunks of ' ', '-', '+' lines, then "
+            "'*** End Patch'. All changes apply or none do.",
+            ApplyPatchArguments,
             _in_thread(apply_patch),
         ),
-        Tool(
-            ToolSpec(
-                name="shell",
-                description="Run a command with bash in the worktree; stdout and stderr "
-                "come back merged, with the exit code. Background jobs end with the command.",
-                parameters=_schema(
-                    {
-                        "command": {"type": "string"},
-                        "timeout_ms": {"type": "integer", "description": "Time limit."},
-                        "description": {"type": "string", "description": "What it does."},
-                    },
-                    ["command"],
-                ),
-            ),
+        builtin(
+            "shell",
+            "Run a command with bash in the worktree; stdout and stderr "
+            "come back merged, with the exit code. Background jobs end with the command.",
+            ShellArguments,
             shell,
         ),
-        Tool(
-            ToolSpec(
-                name="grep",
-                description="Search file contents with a regular expression (RE2 syntax); "
-                "answers 'path:line: text'.",
-                parameters=_schema(
-                    {
-                        "pattern": {"type": "string"},
-                        "path": {"type": "string", "description": "File or directory."},
-                        "glob_filter": {"type": "string", "description": "e.g. *.py"},
-                        "case_insensitive": {"type": "boolean"},
-                        "max_results": {"type": "integer"},
-                    },
-                    ["pattern"],
-                ),
-            ),
+        builtin(
+            "grep",
+            "Search file contents with a regular expression (RE2 syntax); "
+            "answers 'path:line: text'.",
+            GrepArguments,
             _in_thread(grep),
         ),
-        Tool(
-            ToolSpec(
-                name="glob",
-                description="List files matching a glob pattern such as '**/*.py', newest first.",
-                parameters=_schema(
-                    {"pattern": {"type": "string"}, "path": {"type": "string"}}, ["pattern"]
-                ),
-            ),
+        builtin(
+            "glob",
+            "List files matching a glob pattern such as '**/*.py', newest first.",
+            GlobArguments,
             _in_thread(glob),
         ),
-        Tool(
-            ToolSpec(
-                name="use_skill",
-                description="Load the instructions of one of the available skills.",
-                parameters=_schema({"skill_name": {"type": "string"}}, ["skill_name"]),
-            ),
+        builtin(
+            "use_skill",
+            "Load the instructions of one of the available skills.",
+            UseSkillArguments,
             use_skill,
         ),
     )
@@ -488,30 +560,3 @@ PROFILE_TOOLS = {
     "gemini": ("read_file", "write_file", "edit_file", "shell", "grep", "glob"),
     "openai": ("read_file", "apply_patch", "write_file", "shell", "grep", "glob"),
 }
-
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "boolean": (bool,),
-}
-
-
-def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
-    """Refuse missing, unknown or mistyped arguments with a message the model can act on."""
-    schema = tool.spec.parameters
-    properties: dict[str, Any] = schema["properties"]
-    for name in schema.get("required", []):
-        if name not in arguments:
-            raise ToolError(f"{tool.spec.name}: the argument {name!r} is required")
-    for name, value in arguments.items():
-        if name not in properties:
-            raise ToolError(
-                f"{tool.spec.name}: unknown argument {name!r}; it takes {', '.join(properties)}"
-            )
-        kind = properties[name]["type"]
-        if value is None and name not in schema.get("required", []):
-            continue
-        if not isinstance(value, _JSON_TYPES[kind]) or (
-            kind == "integer" and isinstance(value, bool)
-        ):
-            raise ToolError(f"{tool.spec.name}: {name!r} must be a JSON {kind}")

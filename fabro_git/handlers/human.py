@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any
 
 import trio
 
@@ -14,7 +13,7 @@ from fabro_git.engine.interviewer import Choice, Question, match
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
 from fabro_git.events.catalogue import InterviewCompleted, InterviewStarted, InterviewTimeout
-from fabro_git.jsondata import JsonObject
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.workflow import Graph, Node
 
 
@@ -27,7 +26,7 @@ def gate_choices(graph: Graph, node: Node) -> list[Choice]:
     return result
 
 
-def _what_it_is_about(context: Mapping[str, Any]) -> str:
+def _what_it_is_about(context: Mapping[str, JsonValue]) -> str:
     """The previous stage's response, or else the latest command output: what a person
     is being asked to approve. A response's routing directive is said in words."""
     from fabro_git.outputs.artifacts import resolved

@@ -17,7 +17,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from fabro_git.engine.model_choice import (
     effort_of,
@@ -48,7 +48,7 @@ from fabro_git.llm.errors import LlmError
 if TYPE_CHECKING:
     from fabro_git.agent.mcp import McpServerSpec
     from fabro_git.agent.permissions import Answer, Level, PermissionGate
-    from fabro_git.agent.session import AgentLimits, AgentResult, Conversation
+    from fabro_git.agent.session import AgentLimits, AgentResult, Conversation, ToolSet
     from fabro_git.llm.client import RetryPolicy
     from fabro_git.outputs.directives import StatusFile
     from fabro_git.workflow.model import Node
@@ -185,7 +185,7 @@ def permission_gate(req: StageRequest, emit: Callable[[EventProps], object]) -> 
         Choice("n", "no", "no"),
     ]
 
-    async def ask(tool: str, arguments: Mapping[str, Any]) -> Answer | None:
+    async def ask(tool: str, arguments: Mapping[str, JsonValue]) -> Answer | None:
         text = f"Agent {req.node_id} wants to run: {describe_call(tool, arguments)}. Allow it?"
         emit(InterviewStarted(question=text, question_type="multiple_choice"))
         started = time.monotonic()
@@ -453,7 +453,7 @@ async def _keep_reply(req: StageRequest, result: AgentResult) -> None:
 
 def _mcp_toolsets(
     req: StageRequest, stage_env: dict[str, str], forward: Callable[[EventProps], None]
-) -> tuple[list[Any], Outcome | None]:
+) -> tuple[list[ToolSet], Outcome | None]:
     """The toolset of the stage's MCP servers, each that cannot start reported; with the
     stage's failure instead when a required one is among them."""
     servers, broken = _mcp_specs(req, stage_env)

@@ -16,7 +16,8 @@ it jumps there, so that stage works on the merged result.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -33,6 +34,7 @@ from fabro_git.engine.outcome import (
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import WorkflowError
 from fabro_git.events.catalogue import ParallelBranchResult, ParallelCompleted, ParallelStarted
+from fabro_git.jsondata import JsonObject, JsonValue, text
 
 if TYPE_CHECKING:
     from fabro_git.workflow.model import Edge
@@ -101,11 +103,11 @@ async def fan_out(req: StageRequest) -> Outcome:
         return Outcome.failure(said.describe("parallel_complete"), DETERMINISTIC)
     joins = [r.join for r in finished if r.join]
     join = plan.join if plan.join in joins else (joins[0] if joins else None)
-    records = [r.record() for r in finished]
+    records: list[JsonValue] = [r.record() for r in finished]
     req.files["parallel_results.json"] = (
         msgspec.json.format(msgspec.json.encode(records), indent=2) + b"\n"
     )
-    updates: dict[str, Any] = {"parallel.results": records}
+    updates: JsonObject = {"parallel.results": records}
     if join is not None and graph.nodes[join].handler_type != "parallel.fan_in":
         merged = await _merge(req, records)
         if merged is None:
@@ -134,17 +136,20 @@ async def fan_out(req: StageRequest) -> Outcome:
     )
 
 
-async def _merge(req: StageRequest, records: list[dict[str, Any]]) -> dict[str, Any] | None:
+async def _merge(req: StageRequest, records: Sequence[JsonValue]) -> JsonObject | None:
     """Take the best branch's files into the stage's worktree; the context keys that say
-    which it was. None when no branch succeeded."""
-    candidates = [r for r in records if r.get("status") in (SUCCEEDED, PARTIAL)]
+    which it was. None when no branch succeeded. `records` are the branches'
+    `BranchResult.record()`s, as the fan-out made them or as the context kept them."""
+    candidates = [
+        r for r in records if isinstance(r, dict) and r.get("status") in (SUCCEEDED, PARTIAL)
+    ]
     if not candidates:
         return None
-    best = min(candidates, key=lambda r: (RANK.get(r.get("status", ""), 9), r.get("index", 0)))
-    head = best.get("head_sha")
+    best = min(candidates, key=_rank)
+    head = text(best.get("head_sha"))
     if head:
         await req.adopt_branch(head)
-    updates = {
+    updates: JsonObject = {
         "parallel.fan_in.best_id": best["id"],
         "parallel.fan_in.best_outcome": best["status"],
     }
@@ -153,11 +158,17 @@ async def _merge(req: StageRequest, records: list[dict[str, Any]]) -> dict[str, 
     return updates
 
 
+def _rank(record: Mapping[str, JsonValue]) -> tuple[int, int]:
+    """A branch record's place in the merge's choice: its status first, then its order."""
+    index = record.get("index")
+    return RANK.get(text(record.get("status")) or "", 9), index if isinstance(index, int) else 0
+
+
 async def fan_in(req: StageRequest) -> Outcome:
     records = req.context.get("parallel.results")
     if not isinstance(records, list) or not records:
         return Outcome.failure(f"fan-in {req.node.id!r} found no parallel results to merge")
-    updates = await _merge(req, [r for r in records if isinstance(r, dict)])
+    updates = await _merge(req, records)
     if updates is None:
         return Outcome.failure(f"fan-in {req.node.id!r}: every branch failed")
     req.files["parallel_results.json"] = (

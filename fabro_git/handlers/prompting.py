@@ -9,12 +9,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, cast
 
 from fabro_git.engine.context import HIDDEN_FROM_PROMPT
 from fabro_git.engine.outcome import Outcome, StageRecord, normalize_status
 from fabro_git.engine.stage import StageRequest
-from fabro_git.jsondata import JsonObject
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.outputs.artifacts import TextFile, offloads
 from fabro_git.outputs.directives import StatusFile, extract_directives
 
@@ -301,8 +301,9 @@ def outcome_from_response(
     directives = directives or (status_file and status_file.directives()) or {}
     status = normalize_status(str(directives.get("outcome", "succeeded"))) or "succeeded"
     # A long reply's value is its `TextFile` until the runner offloads it to a pointer;
-    # `Outcome.context_updates` is typed as the JSON it holds from then on.
-    updates: dict[str, Any] = {
+    # `Outcome.context_updates` is typed as the JSON it holds from then on, so this one
+    # value that is not JSON yet is why the updates are cast below.
+    updates: dict[str, JsonValue | TextFile] = {
         "last_stage": node_id,
         "last_response": response[:200],
         f"response.{node_id}": response if value is None else value,
@@ -319,7 +320,7 @@ def outcome_from_response(
         else None,
         preferred_label=None if label is None else str(label),
         suggested_next_ids=[str(s) for s in suggested] if isinstance(suggested, list) else [],
-        context_updates=updates,
+        context_updates=cast(JsonObject, updates),
         response=response,
         directive_given=bool(directives),
     )

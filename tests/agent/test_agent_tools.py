@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from fabro_git.agent.session import repeats
-from fabro_git.agent.tools import TOOLS, ToolContext, ToolOutcome
+from fabro_git.agent.tools import TOOLS, ToolContext, ToolOutcome, check_arguments
 from fabro_git.agent.truncation import (
     DEFAULT_LIMITS,
     truncate_chars,
@@ -201,3 +201,30 @@ def test_malformed_glob_patterns_are_tool_errors(context: ToolContext) -> None:
     for pattern in ("", "**.py"):
         with pytest.raises(ToolError, match="invalid glob pattern"):
             call(context, "glob", pattern=pattern)
+
+
+_A_VALUE = {"string": "x", "integer": 3, "boolean": True}
+_ANOTHER_KIND = {"string": 3, "integer": "3", "boolean": 1}
+
+
+@pytest.mark.parametrize("name", sorted(TOOLS))
+def test_a_tools_arguments_are_checked_as_the_schema_the_model_is_shown_says(name: str) -> None:
+    """Every argument the schema names is taken, null stands for an optional one left
+    out, and a missing, unknown or mistyped one is refused in words the model can act on."""
+    tool = TOOLS[name]
+    schema = tool.spec.parameters
+    properties, required = schema["properties"], schema["required"]
+    assert schema["additionalProperties"] is False and set(required) <= set(properties)
+    whole = {arg: _A_VALUE[spec["type"]] for arg, spec in properties.items()}
+    check_arguments(tool, whole)
+    check_arguments(tool, {arg: None if arg not in required else whole[arg] for arg in whole})
+    for arg, spec in properties.items():
+        with pytest.raises(ToolError, match=f"^{name}: '{arg}' must be a JSON {spec['type']}$"):
+            check_arguments(tool, whole | {arg: _ANOTHER_KIND[spec["type"]]})
+    for arg in required:
+        with pytest.raises(ToolError, match=f"^{name}: the argument '{arg}' is required$"):
+            check_arguments(tool, {k: v for k, v in whole.items() if k != arg})
+    it_takes = ", ".join(properties)
+    with pytest.raises(ToolError) as refused:
+        check_arguments(tool, whole | {"colour": "red"})
+    assert str(refused.value) == f"{name}: unknown argument 'colour'; it takes {it_takes}"
