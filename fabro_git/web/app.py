@@ -34,7 +34,10 @@ from fabro_git.web.feeds import Feeds, all_runs_stream, new_events_stream, run_s
 from fabro_git.web.source import RepositoryRuns
 
 if TYPE_CHECKING:
-    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+    from starlette.types import Message, Receive, Scope, Send
+
+# An ASGI app as the server (Hypercorn, its own types) and Starlette (its own) both take it.
+ASGIApp = Callable[..., Awaitable[None]]
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
