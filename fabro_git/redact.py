@@ -1,7 +1,7 @@
 """Secrets never reach git: the one redactor for everything we write from run data.
 
 A run's data is full of text we did not write: command output, a goal, inputs, context
-values. Any of it can carry a credential, and once a credential is in a git object it is
+values. Each of them can carry a credential, and once a credential is in a git object it is
 pushed with the run and stays in every clone. So every byte of run data is passed through
 one `Redactor` before it becomes a git object or an event: the meta snapshot writer, the
 commit messages we write, and the event bus (the live tail and the terminal show the same

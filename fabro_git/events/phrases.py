@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.terminal import printable
 
-# An event, or its properties, as decoded from its JSON line.
-JsonObject = dict[str, Any]
 
-
-def format_duration(ms: float | int | None) -> str:
-    """`340ms`, `8.0s`, `2m05s`, `1h02m`."""
-    if ms is None:
+def format_duration(ms: JsonValue) -> str:
+    """`340ms`, `8.0s`, `2m05s`, `1h02m`; `?` for no number (an event without it)."""
+    if not isinstance(ms, int | float):
         return "?"
     ms = max(0, int(ms))
     if ms < 1000:

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fabro_git.events.phrases import (
-    JsonObject,
     attempt_text,
     cost_text,
     edge_text,
@@ -18,6 +17,7 @@ from fabro_git.events.phrases import (
     short_sha,
     shorten,
 )
+from fabro_git.jsondata import JsonObject
 from fabro_git.terminal import printable
 
 
@@ -53,7 +53,8 @@ def _facts_stage_started(p: JsonObject) -> str:
 
 
 def _facts_stage_completed(p: JsonObject) -> str:
-    touched = p.get("files_touched") or []
+    touched = p.get("files_touched")
+    touched = touched if isinstance(touched, list) else []
     return joined(
         str(p.get("status", "?")),
         format_duration(p.get("duration_ms")),
@@ -158,7 +159,7 @@ def _facts_setup_failed(p: JsonObject) -> str:
 def _facts_agent_text_delta(p: JsonObject) -> str:
     count = p.get("fragments")
     text = shorten(p.get("delta", ""), 160)
-    return f"{plural(int(count), 'fragment')}: {text}" if count else text
+    return f"{plural(int(count), 'fragment')}: {text}" if isinstance(count, int) and count else text
 
 
 def _facts_watchdog_timeout(p: JsonObject) -> str:

@@ -22,7 +22,6 @@ import msgspec
 
 from fabro_git.events.envelope import Envelope
 from fabro_git.events.phrases import (
-    JsonObject,
     attempt_text,
     cost_text,
     edge_text,
@@ -35,6 +34,7 @@ from fabro_git.events.phrases import (
     status_word,
 )
 from fabro_git.events.pretty import SessionDepth, format_pretty
+from fabro_git.jsondata import JsonObject
 from fabro_git.terminal import printable
 
 # Re-exported: the commands read these here.
@@ -134,7 +134,8 @@ class ProgressRenderer:
     def handle_dict(self, event: JsonObject) -> None:
         """Render one decoded event (what `logs -f` reads back from the tail)."""
         name = str(event.get("event", ""))
-        props = event.get("properties") or {}
+        props = event.get("properties")
+        props = props if isinstance(props, dict) else {}
         if name == "interview.started":
             # A person is about to be asked at this terminal: the spinner must not draw
             # over the question or the answer being typed.
@@ -365,9 +366,11 @@ class ProgressRenderer:
     def _on_subgraph_completed(
         self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
+        steps = p.get("steps_executed")
+        steps = int(steps) if isinstance(steps, int | float) else 0
         return [
             _Line(
-                f"{node}: subgraph {status_word(p.get('status'))} after {plural(int(p.get('steps_executed') or 0), 'step')} in {format_duration(p.get('duration_ms'))}",
+                f"{node}: subgraph {status_word(p.get('status'))} after {plural(steps, 'step')} in {format_duration(p.get('duration_ms'))}",
                 "dim",
             )
         ]
@@ -390,9 +393,11 @@ class ProgressRenderer:
     def _on_watchdog_timeout(
         self, name: str, event: JsonObject, p: JsonObject, key: str, node: str
     ) -> list[_Line]:
+        idle = p.get("idle_seconds")
+        idle = idle if isinstance(idle, int | float) else 0
         return [
             _Line(
-                f"warning: {node or 'run'} idle for {format_duration((p.get('idle_seconds') or 0) * 1000)}",
+                f"warning: {node or 'run'} idle for {format_duration(idle * 1000)}",
                 "yellow",
             )
         ]
@@ -432,7 +437,8 @@ class ProgressRenderer:
             return []
         from fabro_git.outputs.artifacts import resolved
 
-        updates = p.get("context_updates") or {}
+        updates = p.get("context_updates")
+        updates = updates if isinstance(updates, dict) else {}
         # An offloaded output is read back from its file: its pointer is no output.
         out = str(resolved(updates.get("command.output")) or "")
         err = str(resolved(updates.get("command.stderr")) or "")

@@ -33,10 +33,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 from urllib.parse import quote
 
 import msgspec
+
+from fabro_git.jsondata import JsonObject, JsonValue
 
 # Bytes of a value's JSON form above which it is offloaded: 100 KiB, the seed's "100KB"
 # as Fabro's engine reads it, so a value stays inline or not alike under both.
@@ -132,17 +134,20 @@ def pointer_path(value: object) -> Path | None:
 class Offloaded(msgspec.Struct):
     """One stage visit's updates after offloading: as its record keeps them, as the
     context takes them, the values to write (`pending`: visit file, current file, the
-    value, its JSON bytes) and the files written, by artifact name."""
+    value, its JSON bytes or its `TextFile`) and the files written, by artifact name."""
 
-    record: dict[str, Any]
-    context: dict[str, Any]
+    record: JsonObject
+    context: JsonObject
     # A `TextFile`'s files map to its file: git keeps them as that raw text.
     written: dict[str, bytes | Path]
-    # A `TextFile` has no bytes here (None): its JSON form is streamed from its file.
-    pending: list[tuple[str, str, Any, bytes | None]] = msgspec.field(default_factory=list)
+    # A `TextFile` is its own entry in place of the bytes: its JSON form is streamed
+    # from its file.
+    pending: list[tuple[str, str, JsonValue, bytes | TextFile]] = msgspec.field(
+        default_factory=list
+    )
 
 
-def resolved(value: Any) -> Any:
+def resolved(value: JsonValue) -> JsonValue:
     """What a context value stands for: an offloaded value read back from the file its
     `file://` pointer names, any other value as it is. None when that file cannot be
     read (a pointer from another machine's scratch dir, say)."""
@@ -172,12 +177,12 @@ class ArtifactStore:
         return f"{POINTER_PREFIX}{self.path(name)}"
 
     def offload(
-        self, updates: Mapping[str, Any], *, tag: str | None = None
-    ) -> tuple[dict[str, Any], dict[str, bytes]]:
+        self, updates: Mapping[str, JsonValue], *, tag: str | None = None
+    ) -> tuple[JsonObject, dict[str, bytes]]:
         """`updates` with every value over the threshold replaced by a pointer to
         `<key>.json`, and the files written for them, by name (a file whose bytes did
         not change is left alone and not returned)."""
-        kept: dict[str, Any] = {}
+        kept: JsonObject = {}
         written: dict[str, bytes] = {}
         for key, value in updates.items():
             data = _large(value)
@@ -191,7 +196,7 @@ class ArtifactStore:
         return kept, written
 
     def offload_stage(
-        self, updates: Mapping[str, Any], slug: str, *, tag: str | None = None
+        self, updates: Mapping[str, JsonValue], slug: str, *, tag: str | None = None
     ) -> Offloaded:
         """Offload one stage visit's updates: the record points to the visit's own file,
         the context to the key's current one (see the module docstring)."""
@@ -200,13 +205,14 @@ class ArtifactStore:
         return result
 
     def plan_stage(
-        self, updates: Mapping[str, Any], slug: str, *, tag: str | None = None
+        self, updates: Mapping[str, JsonValue], slug: str, *, tag: str | None = None
     ) -> Offloaded:
         """`offload_stage` without writing anything yet: `write_stage` does."""
         result = Offloaded({}, {}, {})
         for key, value in updates.items():
-            data = None if isinstance(value, TextFile) else _large(value)
-            if data is None and not isinstance(value, TextFile):
+            # A long reply is a `TextFile` until here (see `outcome_from_response`).
+            data: bytes | TextFile | None = value if isinstance(value, TextFile) else _large(value)
+            if data is None:
                 result.record[key] = result.context[key] = value
                 continue
             current = artifact_name(key, tag)
@@ -219,16 +225,16 @@ class ArtifactStore:
     def write_stage(
         self,
         offloaded: Offloaded,
-        meanwhile: Callable[[list[tuple[Any, bytes]]], object] | None = None,
+        meanwhile: Callable[[list[tuple[object, bytes]]], object] | None = None,
     ) -> None:
         """Write the files `plan_stage` planned. `meanwhile` is called with the values
         and their bytes while a thread writes them: a 50 MB file costs the kernel a
         while, time the caller can use (the checkpoint's secret scan of those bytes)."""
 
         def write() -> None:
-            for visit, current, value, data in offloaded.pending:
-                if data is None:
-                    source = Path(value.path)
+            for visit, current, _, data in offloaded.pending:
+                if isinstance(data, TextFile):
+                    source = Path(data.path)
                     self._write_json_text(visit, source)
                     self._link(visit, current, None)
                     offloaded.written[visit] = offloaded.written[current] = source
@@ -241,11 +247,13 @@ class ArtifactStore:
         if not offloaded.pending or meanwhile is None:
             write()
         else:
-            values = [(v, data) for _, _, v, data in offloaded.pending if data is not None]
+            values: list[tuple[object, bytes]] = [
+                (v, data) for _, _, v, data in offloaded.pending if isinstance(data, bytes)
+            ]
             _alongside(write, lambda: meanwhile(values))
         offloaded.pending = []
 
-    def read(self, pointer: str) -> Any:
+    def read(self, pointer: str) -> JsonValue:
         """The value a pointer stands for. FileNotFoundError when it is gone."""
         path = pointer_path(pointer)
         if path is None:
@@ -284,13 +292,13 @@ class ArtifactStore:
         for name in self.names() - set(files):
             self.remove(name)
 
-    def repoint(self, values: dict[str, Any]) -> None:
+    def repoint(self, values: JsonObject) -> None:
         """Point every pointer in `values`, nested ones too, into this store (a resume in
         another clone, or another scratch dir, finds pointers into the old one)."""
         for key, value in values.items():
             values[key] = self._repointed(value)
 
-    def _repointed(self, value: Any) -> Any:
+    def _repointed(self, value: JsonValue) -> JsonValue:
         if isinstance(value, dict):
             return {k: self._repointed(v) for k, v in value.items()}
         if isinstance(value, list):
@@ -365,12 +373,12 @@ def _alongside(first: Callable[[], None], second: Callable[[], object]) -> None:
 
 
 def referenced_names(
-    context_values: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
+    context_values: Mapping[str, JsonValue], records: Iterable[Mapping[str, object]]
 ) -> set[str]:
     """The artifacts a checkpoint points to, from its context and its stage records,
     nested values included (a fan-in's `parallel.results` holds its branches' updates)."""
     names: set[str] = set()
-    pending: list[Any] = [dict(context_values), *(r.get("context_updates") for r in records)]
+    pending: list[object] = [dict(context_values), *(r.get("context_updates") for r in records)]
     while pending:
         value = pending.pop()
         if isinstance(value, Mapping):
@@ -384,15 +392,15 @@ def referenced_names(
     return names
 
 
-class ResolvedContext(Mapping[str, Any]):
+class ResolvedContext(Mapping[str, JsonValue]):
     """A read-only view of the context in which a pointer reads as the value it stands
     for, so an edge condition on an offloaded key compares the real value. A value is
     read from its file only when a condition asks for its key."""
 
-    def __init__(self, values: Mapping[str, Any]) -> None:
+    def __init__(self, values: Mapping[str, JsonValue]) -> None:
         self._values = values
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: str) -> JsonValue:
         value = self._values[key]
         path = pointer_path(value)
         if path is None:

@@ -15,9 +15,10 @@ The narrative layer (a model's reading of the run) is added only on request, by
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 import msgspec
+
+from fabro_git.jsondata import JsonObject, JsonValue
 
 FORMAT_VERSION = 1
 
@@ -25,16 +26,39 @@ FORMAT_VERSION = 1
 _NOT_STAGES = frozenset({"start", "exit"})
 
 
+class _Facts(msgspec.Struct):
+    """The properties of a `stage.*` event that the retro reads, typed as the event
+    catalogue writes them (`events.catalogue`); the rest are not decoded."""
+
+    handler_type: str | None = None
+    attempt: int | None = None
+    will_retry: bool | None = None
+    status: str | None = None
+    duration_ms: int | None = None
+    usage: JsonObject | None = None
+    files_touched: list[str] | None = None
+    error: str | None = None
+    failure_class: str | None = None
+
+
 class _Line(msgspec.Struct):
     event: str
     node_id: str | None = None
     node_label: str | None = None
     stage_id: str | None = None
-    properties: dict[str, Any] = {}
+    properties: _Facts = msgspec.field(default_factory=_Facts)
 
 
 _decoder = msgspec.json.Decoder(_Line)
 _encoder = msgspec.json.Encoder(order="deterministic")
+
+
+class _AttemptFailure(msgspec.Struct):
+    """Why an attempt that did not end its stage failed (retried, or cut off by a kill)."""
+
+    attempt: int
+    error: str | None
+    failure_class: str | None
 
 
 class _Stage(msgspec.Struct):
@@ -45,15 +69,21 @@ class _Stage(msgspec.Struct):
     attempts: int = 0
     status: str = "interrupted"
     duration_ms: int = 0
-    usage: dict[str, Any] | None = None
+    usage: JsonObject | None = None
     files_touched: list[str] = msgspec.field(default_factory=list)
     failure_reason: str | None = None
     failure_class: str | None = None
-    # Why each attempt that did not end the stage failed (retried, or cut off by a kill).
-    attempt_failures: list[dict[str, Any]] = msgspec.field(default_factory=list)
+    attempt_failures: list[_AttemptFailure] = msgspec.field(default_factory=list)
 
-    def record(self) -> dict[str, Any]:
-        cost = (self.usage or {}).get("cost")
+    @property
+    def retries(self) -> int:
+        return max(self.attempts - 1, 0)
+
+    @property
+    def cost(self) -> float | None:
+        return _number(self.usage, "cost")
+
+    def record(self) -> JsonObject:
         return {
             "stage_id": self.stage_id,
             "node_id": self.node_id,
@@ -63,14 +93,23 @@ class _Stage(msgspec.Struct):
             "status": self.status,
             "duration_ms": self.duration_ms,
             "attempts": self.attempts,
-            "retries": max(self.attempts - 1, 0),
+            "retries": self.retries,
             "usage": self.usage,
-            "cost": cost,
-            "files_touched": self.files_touched,
+            "cost": self.cost,
+            "files_touched": list(self.files_touched),
             "failure_reason": self.failure_reason,
             "failure_class": self.failure_class,
-            "attempt_failures": self.attempt_failures,
+            "attempt_failures": [
+                {"attempt": f.attempt, "error": f.error, "failure_class": f.failure_class}
+                for f in self.attempt_failures
+            ],
         }
+
+
+def _number(usage: JsonObject | None, key: str) -> float | None:
+    """A number in a stage's usage (tokens, cost), None when it has none."""
+    value = usage.get(key) if usage else None
+    return value if isinstance(value, int | float) else None
 
 
 def _visit(stage_id: str) -> int:
@@ -102,7 +141,7 @@ def derive(
     started_at: str,
     finished_at: str | None,
     duration_ms: int,
-) -> dict[str, Any]:
+) -> JsonObject:
     """The retro of a run from its event lines (segments and the live tail, in order)."""
     stages: dict[str, _Stage] = {}
     for line in stage_events(events):
@@ -115,32 +154,24 @@ def derive(
                     stage_id=line.stage_id,
                     node_id=line.node_id or line.stage_id.rpartition("@")[0],
                     label=line.node_label,
-                    handler_type=str(p.get("handler_type") or ""),
+                    handler_type=p.handler_type or "",
                 )
-            stage.attempts = max(stage.attempts, int(p.get("attempt") or 1))
+            stage.attempts = max(stage.attempts, p.attempt or 1)
             stage.status = "interrupted"
         elif stage is None:
             continue
-        elif line.event == "stage.failed" and (
-            p.get("will_retry") or p.get("failure_class") == "canceled"
-        ):
-            stage.attempt_failures.append(
-                {
-                    "attempt": stage.attempts,
-                    "error": p.get("error"),
-                    "failure_class": p.get("failure_class"),
-                }
-            )
+        elif line.event == "stage.failed" and (p.will_retry or p.failure_class == "canceled"):
+            stage.attempt_failures.append(_AttemptFailure(stage.attempts, p.error, p.failure_class))
         elif line.event == "stage.completed":
-            stage.status = str(p.get("status") or "succeeded")
-            stage.attempts = max(stage.attempts, int(p.get("attempt") or 1))
-            stage.duration_ms = int(p.get("duration_ms") or 0)
-            stage.usage = p.get("usage") or None
-            stage.files_touched = sorted(set(p.get("files_touched") or []))
+            stage.status = p.status or "succeeded"
+            stage.attempts = max(stage.attempts, p.attempt or 1)
+            stage.duration_ms = p.duration_ms or 0
+            stage.usage = p.usage or None
+            stage.files_touched = sorted(set(p.files_touched or []))
             if stage.status == "failed":
-                stage.failure_reason = p.get("error")
-                stage.failure_class = p.get("failure_class")
-    records = [s.record() for s in stages.values() if s.handler_type not in _NOT_STAGES]
+                stage.failure_reason = p.error
+                stage.failure_class = p.failure_class
+    kept = [s for s in stages.values() if s.handler_type not in _NOT_STAGES]
     return {
         "format_version": FORMAT_VERSION,
         "run_id": run_id,
@@ -151,46 +182,45 @@ def derive(
         "started_at": started_at,
         "finished_at": finished_at,
         "duration_ms": duration_ms,
-        "stages": records,
-        "aggregate": _aggregate(records),
+        "stages": [s.record() for s in kept],
+        "aggregate": _aggregate(kept),
     }
 
 
-def _aggregate(records: list[dict[str, Any]]) -> dict[str, Any]:
+def _aggregate(stages: list[_Stage]) -> JsonObject:
     by_status: dict[str, int] = {}
     files: set[str] = set()
     tokens_in = tokens_out = 0
     cost = 0.0
     priced = False
-    for record in records:
-        by_status[record["status"]] = by_status.get(record["status"], 0) + 1
-        files.update(record["files_touched"])
-        usage = record["usage"] or {}
-        tokens_in += int(usage.get("input_tokens") or 0)
-        tokens_out += int(usage.get("output_tokens") or 0)
-        if record["cost"] is not None:
+    for stage in stages:
+        by_status[stage.status] = by_status.get(stage.status, 0) + 1
+        files.update(stage.files_touched)
+        tokens_in += int(_number(stage.usage, "input_tokens") or 0)
+        tokens_out += int(_number(stage.usage, "output_tokens") or 0)
+        if stage.cost is not None:
             priced = True
-            cost += float(record["cost"])
-    failures = [
+            cost += stage.cost
+    failures: list[JsonValue] = [
         {
-            "stage_id": r["stage_id"],
-            "error": r["failure_reason"],
-            "failure_class": r["failure_class"],
+            "stage_id": s.stage_id,
+            "error": s.failure_reason,
+            "failure_class": s.failure_class,
         }
-        for r in records
-        if r["status"] == "failed"
+        for s in stages
+        if s.status == "failed"
     ]
     return {
-        "stages": len(records),
+        "stages": len(stages),
         "stages_completed": sum(n for s, n in by_status.items() if s != "interrupted"),
         "stages_failed": by_status.get("failed", 0),
         "by_status": dict(sorted(by_status.items())),
-        "total_duration_ms": sum(r["duration_ms"] for r in records),
-        "total_retries": sum(r["retries"] for r in records),
+        "total_duration_ms": sum(s.duration_ms for s in stages),
+        "total_retries": sum(s.retries for s in stages),
         "total_cost": round(cost, 6) if priced else None,
         "input_tokens": tokens_in,
         "output_tokens": tokens_out,
-        "files_touched": sorted(files),
+        "files_touched": list(sorted(files)),
         "failures": failures,
     }
 
@@ -199,7 +229,7 @@ def encode(retro: Mapping[str, object]) -> bytes:
     return msgspec.json.format(_encoder.encode(retro), indent=2) + b"\n"
 
 
-def decode(data: bytes) -> dict[str, Any]:
+def decode(data: bytes) -> JsonObject:
     value = msgspec.json.decode(data)
     if not isinstance(value, dict):
         raise ValueError("retro.json is not a JSON object")

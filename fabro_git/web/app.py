@@ -14,10 +14,10 @@ import contextlib
 import getpass
 import hmac
 import json
-from collections.abc import AsyncGenerator, Awaitable, Callable, MutableMapping
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any, TypeVar, TypeVarTuple, cast
+from typing import TYPE_CHECKING, TypeVar, TypeVarTuple, cast
 from urllib.parse import parse_qsl, urlencode
 
 import msgspec
@@ -29,9 +29,14 @@ from starlette.routing import Route
 
 from fabro_git.engine import control
 from fabro_git.errors import FabroError
+from fabro_git.jsondata import JsonObject
 from fabro_git.web.feeds import Feeds, all_runs_stream, new_events_stream, run_stream
 from fabro_git.web.source import RepositoryRuns
 
+if TYPE_CHECKING:
+    from starlette.types import Message, Receive, Scope, Send
+
+# An ASGI app as the server (Hypercorn, its own types) and Starlette (its own) both take it.
 ASGIApp = Callable[..., Awaitable[None]]
 
 CSP = (
@@ -75,7 +80,7 @@ class Guard:
         # DNS was pointed here (rebinding), turned away before the token is even looked at.
         self.loopback = loopback
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
             # No page speaks it, and nothing unguarded gets past: closed unopened.
             await send({"type": "websocket.close", "code": 1008})
@@ -84,7 +89,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
 
-        async def send_secured(message: MutableMapping[str, Any]) -> None:
+        async def send_secured(message: Message) -> None:
             if message["type"] == "http.response.start":
                 headers = [
                     (name, value)
@@ -166,7 +171,7 @@ class SseResponse(Response):
         ]
         self.produce = produce
 
-    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
 
         async def body(chunk: bytes) -> None:
@@ -408,7 +413,7 @@ def _actor() -> control.Requester:
     return control.Requester(login=login)
 
 
-def _control_message(action: str, payload: dict[str, Any]) -> control.Request | None:
+def _control_message(action: str, payload: JsonObject) -> control.Request | None:
     """The control request for a button: answer a gate, steer, interrupt."""
     if action == "answer":
         gate_id, text = payload.get("id"), payload.get("text")
@@ -502,7 +507,7 @@ def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, object]:
     }
 
 
-def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> dict[str, object] | None:
+def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> JsonObject | None:
     """One stage: what its events say, and once it is recorded its prompt, reply,
     command output, diff and artifacts as the run reader reads them."""
     from fabro_git.engine import reader
@@ -545,7 +550,7 @@ def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> dict[str,
     found["command_stderr"] = text("stderr.log") or found["command_stderr"]
     found["diff"] = run.stage_diff(recorded) or found["diff"]
     if recorded.files_touched:
-        found["files_touched"] = recorded.files_touched
+        found["files_touched"] = list(recorded.files_touched)
     if recorded.usage:
         found["usage"] = recorded.usage
     found["artifacts"] = [

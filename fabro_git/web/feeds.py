@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from typing import Any, cast
+from typing import cast
 
 import trio
 
@@ -240,6 +240,8 @@ async def relay(
         raise gone
 
 
-def _closing(batches: AsyncIterator[list[RunEvent]]) -> Any:
+def _closing(
+    batches: AsyncIterator[list[RunEvent]],
+) -> contextlib.aclosing[AsyncGenerator[list[RunEvent], None]]:
     """The reader's follower, closed when the stream is left (a client hung up)."""
     return contextlib.aclosing(cast("AsyncGenerator[list[RunEvent], None]", batches))

@@ -9,32 +9,34 @@ carries the diff). The stage view adds the reader's files once the stage is reco
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+
+from fabro_git.jsondata import JsonObject, JsonValue
 
 # How a stage ends, by event.
 _ENDS = {"stage.completed", "stage.failed"}
 
 
-def _props(event: dict[str, Any]) -> dict[str, Any]:
+def _props(event: JsonObject) -> JsonObject:
     props = event.get("properties")
     return props if isinstance(props, dict) else {}
 
 
-def _number(value: object) -> float:
+def _number(value: JsonValue) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 class _Stage:
-    def __init__(self, stage_id: str, event: dict[str, Any]) -> None:
+    def __init__(self, stage_id: str, event: JsonObject) -> None:
         props = _props(event)
         self.stage_id = stage_id
         self.node_id = str(event.get("node_id") or "")
         self.label = str(event.get("node_label") or self.node_id)
         self.handler_type = str(props.get("handler_type") or "")
-        self.attempt = props.get("attempt")
+        self.attempt: JsonValue = props.get("attempt")
         self.started = str(event.get("ts") or "")
         self.status = "running"
-        self.duration_ms: object = None
+        self.duration_ms: JsonValue = None
         self.error: str | None = None
         self.files_touched: list[str] = []
         self.prompt: str | None = None
@@ -47,7 +49,7 @@ class _Stage:
         self.output_tokens = 0
         self.cost = 0.0
 
-    def take(self, event: dict[str, Any]) -> None:
+    def take(self, event: JsonObject) -> None:
         name = str(event.get("event") or "")
         props = _props(event)
         if name == "stage.started":
@@ -77,7 +79,7 @@ class _Stage:
                 self.output_tokens += int(_number(usage.get("output_tokens")))
                 self.cost += _number(usage.get("cost") or props.get("cost"))
 
-    def row(self) -> dict[str, Any]:
+    def row(self) -> JsonObject:
         return {
             "stage_id": self.stage_id,
             "node_id": self.node_id,
@@ -88,12 +90,12 @@ class _Stage:
             "started": self.started,
             "duration_ms": self.duration_ms,
             "error": self.error,
-            "files_touched": self.files_touched,
+            "files_touched": list(self.files_touched),
             "usage": {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens},
             "cost": round(self.cost, 6) if self.cost else None,
         }
 
-    def details(self) -> dict[str, Any]:
+    def details(self) -> JsonObject:
         return {
             **self.row(),
             "prompt": self.prompt,
@@ -105,7 +107,7 @@ class _Stage:
         }
 
 
-def _stages(events: list[dict[str, Any]]) -> list[_Stage]:
+def _stages(events: Sequence[JsonObject]) -> list[_Stage]:
     stages: dict[str, _Stage] = {}
     last_of_node: dict[str, _Stage] = {}
     for event in events:
@@ -118,8 +120,9 @@ def _stages(events: list[dict[str, Any]]) -> list[_Stage]:
             if stage is not None:
                 props = _props(event)
                 stage.commit = str(props.get("git_commit_sha") or "") or None
-                if isinstance(props.get("diff"), str):
-                    stage.diff = props["diff"]
+                diff = props.get("diff")
+                if isinstance(diff, str):
+                    stage.diff = diff
             continue
         if not isinstance(stage_id, str) or not stage_id:
             continue
@@ -133,12 +136,12 @@ def _stages(events: list[dict[str, Any]]) -> list[_Stage]:
     return list(stages.values())
 
 
-def stage_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def stage_rows(events: Sequence[JsonObject]) -> list[JsonObject]:
     """The run's stages in the order they started."""
     return [stage.row() for stage in _stages(events)]
 
 
-def stage_details(events: list[dict[str, Any]], stage_id: str) -> dict[str, Any] | None:
+def stage_details(events: Sequence[JsonObject], stage_id: str) -> JsonObject | None:
     """One stage with its prompt, reply, transcript, command output and diff."""
     for stage in _stages(events):
         if stage.stage_id == stage_id:
@@ -146,11 +149,11 @@ def stage_details(events: list[dict[str, Any]], stage_id: str) -> dict[str, Any]
     return None
 
 
-def node_states(events: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def node_states(events: Sequence[JsonObject]) -> dict[str, JsonObject]:
     """Per node: the status of its latest stage and how many times it ran."""
-    out: dict[str, dict[str, Any]] = {}
+    latest: dict[str, str] = {}
+    visits: dict[str, int] = {}
     for stage in _stages(events):
-        state = out.setdefault(stage.node_id, {"status": stage.status, "visits": 0})
-        state["status"] = stage.status
-        state["visits"] += 1
-    return out
+        latest[stage.node_id] = stage.status
+        visits[stage.node_id] = visits.get(stage.node_id, 0) + 1
+    return {node: {"status": status, "visits": visits[node]} for node, status in latest.items()}

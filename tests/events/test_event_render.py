@@ -52,6 +52,13 @@ def test_format_duration(ms: int | None, text: str) -> None:
     assert format_duration(ms) == text
 
 
+def test_a_duration_that_is_no_number_reads_as_unknown() -> None:
+    # An events file edited by hand or cut short: `logs --pretty` says what it can.
+    line = format_pretty(_env("run.failed", {"error": "boom", "duration_ms": "soon"}))
+    assert "failed  ?  error: boom" in line
+    assert format_duration([1]) == "?"
+
+
 def test_pretty_stage_completed() -> None:
     line = format_pretty(
         _env(
