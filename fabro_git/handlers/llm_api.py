@@ -374,9 +374,8 @@ async def run_agent(
             served[0] = props.model
         stamp(props, session_id)
 
-    subagents = SubAgents(
-        stamp, max_depth=max(0, node.get_int("max_subagent_depth", DEFAULT_MAX_DEPTH))
-    )
+    depth = max(0, node.get_int("max_subagent_depth", DEFAULT_MAX_DEPTH))
+    subagents = SubAgents(stamp, max_depth=depth)
 
     # What the shell tool and MCP stdio servers run with: the stage's environment.
     stage_env = req.environment()
