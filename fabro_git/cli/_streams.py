@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import sys
-from typing import IO, Any
+from typing import IO
 
 _GONE = (errno.EPIPE, errno.ECONNRESET, errno.EBADF, errno.EIO)
 
@@ -44,7 +44,9 @@ class _Outliving:
     def isatty(self) -> bool:
         return not self.closed_by_reader and self._stream.isatty()
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
+        # The rest of the stream (encoding, fileno, buffer...) as it is: code reaches it
+        # through `sys.stdout`, typed as the stream, never through this class.
         return getattr(self._stream, name)
 
 

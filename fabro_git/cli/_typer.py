@@ -8,7 +8,7 @@ written once, and its help cannot drift between them.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, TypedDict
 
 import typer
 from typer import _click  # the click that typer vendors and its classes speak
@@ -62,21 +62,37 @@ class RunCommand(Command):
         super().format_epilog(ctx, formatter)
 
 
-APP_SETTINGS: dict[str, Any] = dict(
+class GroupSettings(TypedDict):
+    """What every `typer.Typer` of `git fabro` is given: a group of subcommands
+    (`git fabro model list`) shows its help when given none."""
+
+    no_args_is_help: bool
+    context_settings: dict[str, list[str]]
+    rich_markup_mode: None
+
+
+class AppSettings(GroupSettings):
+    """What the application's own `typer.Typer` is given besides."""
+
+    cls: type[Group]
+    name: str
+    help: str
+    add_completion: bool
+    pretty_exceptions_enable: bool
+
+
+GROUP_SETTINGS = GroupSettings(
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    rich_markup_mode=None,
+)
+APP_SETTINGS = AppSettings(
+    **GROUP_SETTINGS,
     cls=Group,
     name="git-fabro",
     help="Run AI-agent workflows written as Graphviz DOT graphs, with all state kept in git.",
-    no_args_is_help=True,
     add_completion=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
     pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-# A group of subcommands (`git fabro model list`): shown its help when given none.
-GROUP_SETTINGS: dict[str, Any] = dict(
-    no_args_is_help=True,
-    context_settings={"help_option_names": ["-h", "--help"]},
-    rich_markup_mode=None,
 )
 
 # The argument most commands take: a run id, a unique prefix of one, or a workflow name.

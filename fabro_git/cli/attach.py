@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -21,6 +21,7 @@ from fabro_git.engine.interviewer import Question, ask_again, takes
 from fabro_git.engine.reader import RunEvent
 
 if TYPE_CHECKING:
+    from fabro_git.events.render import ProgressRenderer
     from fabro_git.store.repo import GitRepo
 
 EXIT_BY_STATUS = {"succeeded": 0, "partially_succeeded": 0, "failed": 1, "interrupted": 130}
@@ -113,7 +114,7 @@ class _RunEvents:
             self.renderer.close()
 
 
-def _render(renderer: Any, events: list[RunEvent]) -> None:
+def _render(renderer: ProgressRenderer, events: list[RunEvent]) -> None:
     from fabro_git.events.render import _QUIET_PREFIXES
 
     for event in events:

@@ -14,12 +14,15 @@ conditions on the `fabro` token. `git-fabro <TAB>` is completed too.
 from __future__ import annotations
 
 import sys
-from typing import Any
+from collections.abc import Mapping
+
+import typer
+from typer import _click  # the click that typer vendors and its classes speak
 
 SHELLS = ("bash", "zsh", "fish")
 # What an argument's metavar names, and so what completes it: a run, one of its stages
 # (`NODE[@VISIT]`, completed with the checkpoints of the run before it), a remote, a
-# workflow file or name, a shell. Any command whose help says RUN gets run ids, and any
+# workflow file or name, a shell. Every command whose help says RUN gets run ids, and any
 # option whose help says BATCH batch ids. `batch`'s words are a workflow, or `status`
 # and then a batch id.
 KINDS = {
@@ -39,7 +42,7 @@ KINDS = {
 PATH_OPTIONS = ("-o", "--output", "--goal-file", "--inputs")
 
 
-def run(shell: str, cli: Any) -> int:
+def run(shell: str, cli: _click.Command) -> int:
     """Print the script for `shell`, written from `cli`, the click group of `git fabro`."""
     from fabro_git.errors import ConfigError
 
@@ -100,32 +103,33 @@ def _words(kind: str, arg: str | None) -> list[str]:
 # -- the CLI's shape --------------------------------------------------------------------
 
 
-def _surface(commands: dict[str, Any]) -> dict[str, list[str]]:
+def _surface(commands: dict[str, _click.Command]) -> dict[str, list[str]]:
     """command (or `group sub`) -> its options, for every visible command."""
     return {
-        name: [] if getattr(command, "commands", None) else _options(command)
+        name: [] if _subcommands(command) else _options(command)
         for name, command in commands.items()
     }
 
 
-def _commands(group: Any) -> dict[str, Any]:
+def _commands(group: _click.Command) -> dict[str, _click.Command]:
     """command (or `group sub`) -> its click command, for every visible command."""
-    out: dict[str, Any] = {}
-    for name, command in sorted(group.commands.items()):
-        if getattr(command, "hidden", False):
+    out: dict[str, _click.Command] = {}
+    for name, command in sorted(_subcommands(group).items()):
+        if command.hidden:
             continue
-        subs = getattr(command, "commands", None)
-        if subs:
-            out[name] = command
-            for sub_name, sub in sorted(subs.items()):
-                if not getattr(sub, "hidden", False):
-                    out[f"{name} {sub_name}"] = sub
-        else:
-            out[name] = command
+        out[name] = command
+        for sub_name, sub in sorted(_subcommands(command).items()):
+            if not sub.hidden:
+                out[f"{name} {sub_name}"] = sub
     return out
 
 
-def _positions(commands: dict[str, Any]) -> list[tuple[str, str, str]]:
+def _subcommands(command: _click.Command) -> Mapping[str, _click.Command]:
+    """A group's commands by name; {} for a plain command."""
+    return command.commands if isinstance(command, typer.core.TyperGroup) else {}
+
+
+def _positions(commands: dict[str, _click.Command]) -> list[tuple[str, str, str]]:
     """(command, position, kind) for each positional argument that completes to
     something: position is its index among the positional words after the command, or
     `N*` for a list that takes every word from N on. Exact positions come first, so a
@@ -145,16 +149,14 @@ def _positions(commands: dict[str, Any]) -> list[tuple[str, str, str]]:
     return exact + rest
 
 
-def _option_values(commands: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+def _option_values(commands: dict[str, _click.Command]) -> tuple[list[str], dict[str, str]]:
     """The options that take a value (so the word after one is no positional), and
     those whose value completes to something, with its kind."""
     valued: set[str] = set()
     kinds: dict[str, str] = {}
     for command in commands.values():
         for param in command.params:
-            if param.param_type_name != "option" or getattr(param, "is_flag", False):
-                continue
-            if getattr(param, "count", False):
+            if not isinstance(param, typer.core.TyperOption) or param.is_flag or param.count:
                 continue
             valued.update(param.opts)
             kind = KINDS.get(str(param.metavar or ""))
@@ -163,10 +165,10 @@ def _option_values(commands: dict[str, Any]) -> tuple[list[str], dict[str, str]]
     return sorted(valued), kinds
 
 
-def _options(command: Any) -> list[str]:
+def _options(command: _click.Command) -> list[str]:
     opts = ["-h", "--help"]
     for param in command.params:
-        if getattr(param, "hidden", False):
+        if isinstance(param, typer.core.TyperOption) and param.hidden:
             continue
         opts += [o for o in param.opts if o.startswith("-")]
     return opts
@@ -183,7 +185,7 @@ def _subs(surface: dict[str, list[str]], group: str) -> list[str]:
 # -- bash ---------------------------------------------------------------------------------
 
 
-def _bash(surface: dict[str, list[str]], commands: dict[str, Any]) -> str:
+def _bash(surface: dict[str, list[str]], commands: dict[str, _click.Command]) -> str:
     groups = sorted({name.split(" ", 1)[0] for name in surface if " " in name})
     option_cases = "\n".join(
         f'        "{name}") opts="{" ".join(opts)}" ;;' for name, opts in surface.items()
@@ -205,7 +207,7 @@ def _bash(surface: dict[str, list[str]], commands: dict[str, Any]) -> str:
     )
 
 
-def _position_cases(pattern: str, commands: dict[str, Any]) -> str:
+def _position_cases(pattern: str, commands: dict[str, _click.Command]) -> str:
     """One shell `case` branch per completing argument, from `pattern` with the
     command's name, the argument's index (the first one for a list), `*` after a list's
     index, and its kind."""
@@ -343,7 +345,7 @@ complete -o bashdefault -o default -F _git_fabro_standalone git-fabro
 # -- zsh ----------------------------------------------------------------------------------
 
 
-def _zsh(surface: dict[str, list[str]], commands: dict[str, Any]) -> str:
+def _zsh(surface: dict[str, list[str]], commands: dict[str, _click.Command]) -> str:
     groups = sorted({name.split(" ", 1)[0] for name in surface if " " in name})
     option_cases = "\n".join(
         f"        ({_zsh_quote(name)}) opts=({' '.join(opts)}) ;;" for name, opts in surface.items()
@@ -525,7 +527,7 @@ def _fish_functions(valued: list[str]) -> list[str]:
     ]
 
 
-def _fish(surface: dict[str, list[str]], commands: dict[str, Any]) -> str:
+def _fish(surface: dict[str, list[str]], commands: dict[str, _click.Command]) -> str:
     valued, option_kinds = _option_values(commands)
     lines = _fish_functions(valued)
     top = _top(surface)

@@ -15,9 +15,10 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from fabro_git.store.repo import GitRepo
@@ -101,7 +102,7 @@ def _graphviz() -> Check:
     return Check("graphviz", "ok", f"dot at {dot}")
 
 
-def _providers(env: Any) -> list[Check]:
+def _providers(env: Mapping[str, str]) -> list[Check]:
     """Keys are looked for, never shown and never tried."""
     from fabro_git.llm import catalogue
 
@@ -259,7 +260,7 @@ def _scratch_of_gone_repositories() -> Check:
     )
 
 
-def _repo() -> Any:
+def _repo() -> GitRepo | None:
     from fabro_git.errors import FabroError
     from fabro_git.store.repo import GitRepo
 

@@ -19,7 +19,6 @@ import json
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 STREAM_AT = 1_000_000
 
@@ -59,7 +58,9 @@ def run(run_arg: str, output: Path) -> int:
                 files[relpath] = repo.read_file(meta, relpath) or b""
         import msgspec
 
-        doc: dict[str, Any] = msgspec.to_builtins(manifest)
+        from fabro_git.jsondata import JsonObject
+
+        doc: JsonObject = msgspec.to_builtins(manifest)
         doc["status"] = reader.status
         doc["meta_sha"] = meta
         files["run.json"] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()

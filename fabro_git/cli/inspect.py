@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
+
+from fabro_git.jsondata import JsonObject, JsonValue, section, texts
 
 if TYPE_CHECKING:
     from fabro_git.engine.checkpoint import TokenTotals
@@ -175,28 +177,26 @@ def show_retro(run_id: str, *, json_output: bool) -> int:
     return 0
 
 
-def _render_retro(doc: dict[str, Any]) -> str:
+def _render_retro(doc: JsonObject) -> str:
     from fabro_git.cli import _colour as colour
     from fabro_git.cli._runs import format_ms
     from fabro_git.events.render import format_cost
     from fabro_git.terminal import printable
 
     on = colour.wanted(sys.stdout)
-    agg = doc.get("aggregate") or {}
-    stages = doc.get("stages") or []
+    agg = section(doc, "aggregate")
+    stages = _objects(doc.get("stages"))
     status = str(doc.get("status") or "-")
-    counts = ", ".join(
-        f"{n} {s.replace('_', ' ')}" for s, n in (agg.get("by_status") or {}).items()
-    )
+    counts = ", ".join(f"{n} {s.replace('_', ' ')}" for s, n in section(agg, "by_status").items())
     cost = agg.get("total_cost")
-    files = agg.get("files_touched") or []
+    files = texts(agg.get("files_touched")) or []
     lines = [
         f"retro      {doc.get('run_id')} ({doc.get('workflow')})",
         f"goal       {doc.get('goal') or '-'}",
-        f"duration   {format_ms(doc.get('duration_ms'))}",
+        f"duration   {format_ms(_whole(doc.get('duration_ms')))}",
         f"stages     {agg.get('stages', 0)}" + (f" ({counts})" if counts else ""),
         f"retries    {agg.get('total_retries', 0)}",
-        f"cost       {format_cost(cost) if cost is not None else '-'}"
+        f"cost       {format_cost(cost) if isinstance(cost, int | float) else '-'}"
         + (
             f" ({agg.get('input_tokens', 0)} tokens in, {agg.get('output_tokens', 0)} out)"
             if agg.get("input_tokens") or agg.get("output_tokens")
@@ -214,10 +214,10 @@ def _render_retro(doc: dict[str, Any]) -> str:
                 (
                     str(stage.get("stage_id")),
                     str(stage.get("status")),
-                    format_ms(stage.get("duration_ms")),
+                    format_ms(_whole(stage.get("duration_ms"))),
                     str(stage.get("retries", 0)),
-                    format_cost(stage_cost) if stage_cost is not None else "-",
-                    str(len(stage.get("files_touched") or [])),
+                    format_cost(stage_cost) if isinstance(stage_cost, int | float) else "-",
+                    str(len(texts(stage.get("files_touched")) or [])),
                 )
             )
         rows = [tuple(printable(cell, one_line=True) for cell in row) for row in rows]
@@ -229,7 +229,7 @@ def _render_retro(doc: dict[str, Any]) -> str:
             )
     problems = []
     for stage in stages:
-        for failure in stage.get("attempt_failures") or []:
+        for failure in _objects(stage.get("attempt_failures")):
             problems.append(
                 f"  {stage.get('stage_id')} attempt {failure.get('attempt')}: {failure.get('error')}"
             )
@@ -246,7 +246,7 @@ def _render_retro(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _narrative_lines(narrative: Any) -> list[str]:
+def _narrative_lines(narrative: JsonValue) -> list[str]:
     """The model's narrative of the run (`run --retro-narrative`), when there is one."""
     if not isinstance(narrative, dict):
         return []
@@ -259,10 +259,21 @@ def _narrative_lines(narrative: Any) -> list[str]:
         ("friction", "friction_points", "kind", "description"),
         ("open items", "open_items", "kind", "description"),
     ):
-        items = narrative.get(key) or []
+        items = _objects(narrative.get(key))
         if items:
             lines.append(title)
             for item in items:
                 where = f" ({item['stage_id']})" if item.get("stage_id") else ""
                 lines.append(f"  [{item.get(kind) or '-'}] {item.get(text)}{where}")
     return lines
+
+
+def _objects(value: JsonValue) -> list[JsonObject]:
+    """The objects of a JSON list (a retro's stages, a stage's failed attempts), [] when
+    `value` is not a list."""
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _whole(value: JsonValue) -> int | None:
+    """`value` when it is a whole number (a duration in ms), else None."""
+    return value if isinstance(value, int) else None

@@ -11,9 +11,9 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from fabro_git.engine.reader import RunEvent
+from fabro_git.jsondata import JsonObject, section
 
 # Events that record how the run was kept, not what it did: `--pretty` shows them only
 # with -v. The JSON output always has every event.
@@ -34,14 +34,14 @@ class Filter:
         self.sessions = SessionDepth()
         self.fold = DeltaFold()
 
-    def keep(self, event: dict[str, Any]) -> bool:
+    def keep(self, event: JsonObject) -> bool:
         self.sessions.of(event)
         if self.pretty and not self.verbose and str(event.get("event", "")).startswith(BOOKKEEPING):
             return False
         return self.since_ts is None or str(event.get("ts", "")) >= self.since_ts
 
 
-def _select(events: Sequence[RunEvent], keep: Filter) -> list[tuple[str, dict[str, Any]]]:
+def _select(events: Sequence[RunEvent], keep: Filter) -> list[tuple[str, JsonObject]]:
     """The events to print, each with its line as printed and its envelope."""
     return [(event.json_text, event.envelope) for event in events if keep.keep(event.envelope)]
 
@@ -59,16 +59,16 @@ class DeltaFold:
     interleave freely, so each session keeps its own stretch."""
 
     def __init__(self) -> None:
-        self._open: dict[tuple[str, str, str], tuple[dict[str, Any], list[str]]] = {}
+        self._open: dict[tuple[str, str, str], tuple[JsonObject, list[str]]] = {}
 
-    def feed(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+    def feed(self, event: JsonObject) -> list[JsonObject]:
         """The events to print now that `event` was read, folded ones first."""
         name = str(event.get("event", ""))
         session = str(event.get("session_id") or event.get("stage_id") or "")
         node = str(event.get("node_id") or "")
         if name in DELTAS:
             key = (name, session, node)
-            props = event.get("properties") or {}
+            props = section(event, "properties")
             if key not in self._open:
                 out = self._close(lambda k: k[1] == session and k[2] == node)
                 self._open[key] = (event, [])
@@ -78,19 +78,19 @@ class DeltaFold:
             return out
         return [*self._close(lambda k: k[1] == session and k[2] == node), event]
 
-    def flush(self) -> list[dict[str, Any]]:
+    def flush(self) -> list[JsonObject]:
         return self._close(lambda _key: True)
 
-    def _close(self, which: Callable[[tuple[str, str, str]], bool]) -> list[dict[str, Any]]:
+    def _close(self, which: Callable[[tuple[str, str, str]], bool]) -> list[JsonObject]:
         out = []
         for key in [k for k in self._open if which(k)]:
             first, parts = self._open.pop(key)
-            props = {"delta": "".join(parts), "fragments": len(parts)}
+            props: JsonObject = {"delta": "".join(parts), "fragments": len(parts)}
             out.append({**first, "properties": props})
         return out
 
 
-def _emit(selected: list[tuple[str, dict[str, Any]]], keep: Filter, *, final: bool = True) -> None:
+def _emit(selected: list[tuple[str, JsonObject]], keep: Filter, *, final: bool = True) -> None:
     from fabro_git.cli import _colour as colour
     from fabro_git.events.render import format_pretty
 
@@ -105,7 +105,7 @@ def _emit(selected: list[tuple[str, dict[str, Any]]], keep: Filter, *, final: bo
     for line, event in selected:
         if pretty:
             text = format_pretty(event, keep.sessions.of(event))
-            props = event.get("properties") or {}
+            props = section(event, "properties")
             style = colour.STATUS_STYLE.get(str(props.get("status", "")))
             if str(event.get("event", "")).endswith((".failed", ".timeout")):
                 style = "red"

@@ -14,9 +14,12 @@ import secrets
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from fabro_git.errors import ConfigError, FabroError
+
+if TYPE_CHECKING:
+    from fabro_git.web.source import RepositoryRuns
 
 
 def is_loopback(host: str) -> bool:
@@ -83,7 +86,7 @@ def run(*, host: str, port: int, open_browser: bool) -> int:
     return 0
 
 
-async def _serve(runs: Any, fd: int, token: str, port: int, loopback: bool) -> None:
+async def _serve(runs: RepositoryRuns, fd: int, token: str, port: int, loopback: bool) -> None:
     import signal
 
     import trio

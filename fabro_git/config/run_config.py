@@ -20,13 +20,13 @@ import re
 import tomllib
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Literal, get_args
 
 import msgspec
 
 from fabro_git.config.toml_source import convert, find_line, key_path, toml_error
 from fabro_git.errors import ConfigError, SourceError
-from fabro_git.jsondata import JsonValue
+from fabro_git.jsondata import JsonObject, JsonValue, section
 
 SCHEMA_VERSION = 1
 PROJECT_CONFIG = Path(".fabro") / "project.toml"
@@ -272,7 +272,7 @@ class Layer(msgspec.Struct, frozen=True):
 
     name: str  # "flags", "run config", "project", "user settings"
     path: Path | None
-    data: dict[str, Any]
+    data: JsonObject  # checked against the schema: only the JSON-shaped values it allows
 
 
 class EffectiveConfig(msgspec.Struct, frozen=True):
@@ -280,7 +280,7 @@ class EffectiveConfig(msgspec.Struct, frozen=True):
     graph: Path | None  # the run config's graph, resolved; None without a run config
     sources: list[str]  # the layers that contributed, highest first
 
-    def settings(self) -> dict[str, Any]:
+    def settings(self) -> JsonObject:
         """The record of this configuration kept in the run's manifest."""
         return {"config": msgspec.to_builtins(self.run), "config_sources": self.sources}
 
@@ -344,15 +344,15 @@ def parse_layer(text: str, path: Path, name: str, *, run_config: bool) -> Layer:
     return Layer(name, path, data)
 
 
-def _sink_paths_resolved(data: dict[str, Any], directory: Path) -> dict[str, Any]:
+def _sink_paths_resolved(data: JsonObject, directory: Path) -> JsonObject:
     """`data` with each file sink's path made absolute, from the directory of the file
     that names it (as a run config's graph is), before layers merge."""
-    run = dict(data["run"])
-    events = dict(run["events"])
-    sinks = []
-    for sink in events["sinks"]:
-        if isinstance(sink.get("path"), str):
-            resolved = (directory / Path(sink["path"]).expanduser()).resolve()
+    run = dict(section(data, "run"))
+    events = dict(section(run, "events"))
+    sinks: list[JsonValue] = []
+    for sink in _sinks_of(data):
+        if isinstance(sink, dict) and isinstance(path := sink.get("path"), str):
+            resolved = (directory / Path(path).expanduser()).resolve()
             sink = {**sink, "path": str(resolved)}
         sinks.append(sink)
     events["sinks"] = sinks
@@ -371,7 +371,7 @@ def flag_layer(
     max_cost: float | None = None,
     permissions: str | None = None,
 ) -> Layer:
-    run: dict[str, Any] = {}
+    run: JsonObject = {}
     if permissions is not None:
         run["agent"] = {"permissions": permissions}
     if max_cost is not None:
@@ -381,10 +381,12 @@ def flag_layer(
     if goal is not None:
         run["goal"] = goal
     if inputs:
-        run["inputs"] = dict(inputs)
+        run["inputs"] = dict[str, JsonValue](inputs)
     if labels:
-        run["labels"] = dict(labels)
-    model_table = {k: v for k, v in (("name", model), ("provider", provider)) if v is not None}
+        run["labels"] = dict[str, JsonValue](labels)
+    model_table: JsonObject = {
+        k: v for k, v in (("name", model), ("provider", provider)) if v is not None
+    }
     if model_table:
         run["model"] = model_table
     return Layer("flags", None, {"run": run} if run else {})
@@ -392,17 +394,17 @@ def flag_layer(
 
 def effective_config(layers: list[Layer]) -> EffectiveConfig:
     """Merge `layers` (highest first) into the configuration a run uses."""
-    merged: dict[str, Any] = {}
+    merged: JsonObject = {}
     for layer in reversed(layers):
         hooks = merge_hooks(_hooks_of(merged), _hooks_of(layer.data))
         # Every layer's event sinks are used: the user's beside the project's.
         sinks = _sinks_of(merged) + _sinks_of(layer.data)
         merged = merge_tables(merged, layer.data)
         if hooks:
-            merged["run"] = {**merged.get("run", {}), "hooks": hooks}
+            merged["run"] = {**section(merged, "run"), "hooks": hooks}
         if sinks:
-            run = merged.get("run", {})
-            merged["run"] = {**run, "events": {**run.get("events", {}), "sinks": sinks}}
+            run = section(merged, "run")
+            merged["run"] = {**run, "events": {**section(run, "events"), "sinks": sinks}}
     try:
         config = msgspec.convert(merged, RunConfig)
     except msgspec.ValidationError as exc:  # each layer passed alone: a merge mismatch
@@ -416,20 +418,20 @@ def effective_config(layers: list[Layer]) -> EffectiveConfig:
     return EffectiveConfig(run=config.run, graph=Path(graph) if graph else None, sources=sources)
 
 
-def _hooks_of(data: dict[str, Any]) -> list[Any]:
+def _hooks_of(data: JsonObject) -> list[JsonValue]:
     run = data.get("run")
     hooks = run.get("hooks") if isinstance(run, dict) else None
     return list(hooks) if isinstance(hooks, list) else []
 
 
-def _sinks_of(data: dict[str, Any]) -> list[Any]:
+def _sinks_of(data: JsonObject) -> list[JsonValue]:
     run = data.get("run")
     events = run.get("events") if isinstance(run, dict) else None
     sinks = events.get("sinks") if isinstance(events, dict) else None
     return list(sinks) if isinstance(sinks, list) else []
 
 
-def merge_hooks(lower: list[Any], higher: list[Any]) -> list[Any]:
+def merge_hooks(lower: list[JsonValue], higher: list[JsonValue]) -> list[JsonValue]:
     """Hook lists add up across layers: a higher layer's hook with the `id` (else the
     `name`) of an inherited one replaces it in place; any other is appended."""
     out = list(lower)
@@ -443,7 +445,7 @@ def merge_hooks(lower: list[Any], higher: list[Any]) -> list[Any]:
     return out
 
 
-def _hook_identity(hook: Any) -> tuple[str, str] | None:
+def _hook_identity(hook: JsonValue) -> tuple[str, str] | None:
     if not isinstance(hook, dict):
         return None
     for field_name in ("id", "name"):
@@ -453,7 +455,7 @@ def _hook_identity(hook: Any) -> tuple[str, str] | None:
     return None
 
 
-def merge_tables(lower: dict[str, Any], higher: dict[str, Any]) -> dict[str, Any]:
+def merge_tables(lower: JsonObject, higher: JsonObject) -> JsonObject:
     """`higher` over `lower`: tables merge key by key, anything else replaces."""
     out = dict(lower)
     for key, value in higher.items():
@@ -642,7 +644,7 @@ def mcp_timeouts(server: McpServerConfig) -> tuple[float, float]:
     )
 
 
-def stream_idle_timeout(agent: Mapping[str, Any]) -> float | None:
+def stream_idle_timeout(agent: Mapping[str, JsonValue]) -> float | None:
     """`[run.agent] stream_idle_timeout` in seconds (checked at load), or None if unset."""
     from fabro_git.durations import parse_duration
 
@@ -676,7 +678,7 @@ def resolve_env_references(text: str, environ: Mapping[str, str], where: str) ->
     return ENV_REFERENCE.sub(value, text)
 
 
-def config_secrets(settings: Mapping[str, Any]) -> list[str]:
+def config_secrets(settings: Mapping[str, JsonValue]) -> list[str]:
     """Credentials written literally into a run's configuration (`settings` as the
     manifest keeps it): MCP servers' and hooks' header values and secret-named env values. The
     redactor masks them wherever they appear; `{{ env.NAME }}` references are not, except

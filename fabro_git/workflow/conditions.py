@@ -22,7 +22,7 @@ import functools
 import operator
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Protocol
 
 import msgspec
 
@@ -231,12 +231,18 @@ class _Reader:
         return self.text[start : self.pos]
 
 
+class Pattern(Protocol):
+    """What a condition uses of a compiled RE2 pattern (google-re2 ships no types)."""
+
+    def search(self, text: str) -> object | None: ...
+
+
 class PatternError(ValueError):
     """A `matches` pattern RE2 does not accept."""
 
 
 @functools.lru_cache(maxsize=256)
-def compile_pattern(pattern: str) -> Any:
+def compile_pattern(pattern: str) -> Pattern:
     """The compiled RE2 pattern; raises `PatternError` with RE2's reason."""
     import re2  # google-re2; loaded only by a `matches` condition
 

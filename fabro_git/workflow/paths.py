@@ -23,7 +23,7 @@ import os
 import posixpath
 from collections.abc import Iterator, Mapping
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import msgspec
 
@@ -31,6 +31,7 @@ from fabro_git.errors import FabroError, WorkflowError
 from fabro_git.workflow.model import MANAGER_LOOP
 
 if TYPE_CHECKING:
+    from fabro_git.workflow.lint_check import Diagnostic
     from fabro_git.workflow.model import Graph, Node
 
 # How deep child workflows may nest: deeper is almost surely a mistake, and each level
@@ -96,7 +97,7 @@ class Origin(msgspec.Struct, frozen=True, eq=False):
     # Origins therefore compare by identity (eq=False), not by these caches.
     checked: set[str] = msgspec.field(default_factory=set)
     contents: dict[str, bytes] = msgspec.field(default_factory=dict)
-    memo: dict[str, list[Any]] = msgspec.field(default_factory=dict)
+    memo: dict[str, list[Diagnostic]] = msgspec.field(default_factory=dict)
 
     def display(self, relpath: str) -> str:
         return str(self.root / relpath) if self.root is not None else relpath
