@@ -37,7 +37,13 @@ CIRCLE_IMPORTS: set[tuple[str, str]] = set()
 # Lines that mention `Any` (as `grep -rn "\bAny\b" fabro_git` counts them), by area: a
 # ceiling that may only go down (issue #22 aims at 120 in the package, 20 in the engine).
 # What is left is named in the report that set each number; lower it as types replace them.
-ANY_CEILINGS = {"": 210, "engine/": 5}
+ANY_CEILINGS = {
+    "": 64,
+    "engine/": 5,
+    **dict.fromkeys(
+        ("agent/", "cli/", "config/", "events/", "handlers/", "outputs/", "web/", "workflow/"), 0
+    ),
+}
 
 
 _ANY = re.compile(r"\bAny\b")
