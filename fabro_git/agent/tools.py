@@ -498,7 +498,7 @@ _JSON_TYPES: dict[str, tuple[type, ...]] = {
 
 def check_arguments(tool: Tool, arguments: dict[str, Any]) -> None:
     """Refuse missing, unknown or mistyped arguments with a message the model can act on."""
-    schema = tool.spec.parameters
+    schema: dict[str, Any] = tool.spec.parameters
     properties: dict[str, Any] = schema["properties"]
     for name in schema.get("required", []):
         if name not in arguments:
