@@ -239,7 +239,8 @@ class _Reply:
         self.event = None
         read = msgspec.convert(chunk, _Chunk)
         self.response_id = self.response_id or read.id
-        self.usage = read.usage or self.usage
+        if read.usage is not None:  # a chunk without counts keeps the last ones
+            self.usage = read.usage
         for choice in (read.choices or [])[:1]:
             await self.choice(choice)
 
