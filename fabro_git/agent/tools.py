@@ -34,7 +34,7 @@ from fabro_git.agent.skills import Skill, render
 from fabro_git.agent.workspace import ToolError, Workspace
 from fabro_git.config.protected import ConfigSnapshot, config_change_refused
 from fabro_git.engine.stage_env import GIT_LOCATION_VARIABLES
-from fabro_git.jsondata import JsonObject, JsonValue
+from fabro_git.jsondata import JsonObject, JsonValue, section
 from fabro_git.llm.types import ToolSpec
 
 READ_LIMIT_LINES = 2000
@@ -143,14 +143,14 @@ def decode_arguments(
 
 def _misfit(spec: ToolSpec, error: str) -> str:
     """msgspec's complaint about a call's arguments, in the words of the tool's schema."""
-    properties: dict[str, JsonObject] = spec.parameters["properties"]
+    properties = section(spec.parameters, "properties")
     if found := _MISSING.match(error):
         return f"the argument {found['name']!r} is required"
     if found := _UNKNOWN.match(error):
         return f"unknown argument {found['name']!r}; it takes {', '.join(properties)}"
     found = _MISTYPED.search(error)
     if found and found["name"] in properties:
-        return f"{found['name']!r} must be a JSON {properties[found['name']]['type']}"
+        return f"{found['name']!r} must be a JSON {section(properties, found['name']).get('type')}"
     return error
 
 

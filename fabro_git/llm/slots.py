@@ -7,7 +7,8 @@ limiter on a unix socket and hands its path to every run in `FABRO_LLM_SLOTS`
 run hears pauses every run's next request (`Retry-After` is the provider's word for
 all of us, not for one connection).
 
-The protocol is a JSON object a line, one request a connection:
+The protocol is a JSON object a line, one request a connection (each message a
+`msgspec.Struct` below, told apart by its `op`):
 
     {"op": "acquire", "holder": "<run>/<node>"}   -> {"op": "queued"} (only when it must
                                                      wait), then {"op": "granted"}
@@ -28,7 +29,6 @@ trio's sockets.
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import os
 import shutil
@@ -39,8 +39,9 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Protocol, TypeVar
 
+import msgspec
 import trio
 
 from fabro_git.errors import FabroError
@@ -68,6 +69,56 @@ class SlotsError(FabroError):
 
 class SlotsUnreachable(SlotsError):
     """Nothing listens at the limiter's socket (its batch driver has gone)."""
+
+
+# -- the messages -----------------------------------------------------------------------
+
+# Seconds of a pause: a JSON number, not negative (msgspec refuses NaN and infinities).
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+
+
+class _Message(msgspec.Struct, frozen=True, tag_field="op"):
+    """A line of the protocol: a JSON object whose `op` names its kind."""
+
+
+class AcquireRequest(_Message, frozen=True, tag="acquire"):
+    holder: str = "?"
+
+
+class PauseRequest(_Message, frozen=True, tag="pause"):
+    seconds: Seconds
+
+
+class PausedRequest(_Message, frozen=True, tag="paused"):
+    pass
+
+
+class QueuedReply(_Message, frozen=True, tag="queued"):
+    pass
+
+
+class GrantedReply(_Message, frozen=True, tag="granted"):
+    pass
+
+
+class OkReply(_Message, frozen=True, tag="ok"):
+    pass
+
+
+class PausedReply(_Message, frozen=True, tag="paused"):
+    seconds: Seconds
+
+
+class ErrorReply(_Message, frozen=True, tag="error"):
+    message: str
+
+
+SlotRequest = AcquireRequest | PauseRequest | PausedRequest
+SlotReply = QueuedReply | GrantedReply | OkReply | PausedReply | ErrorReply
+_Reply = TypeVar("_Reply", bound=SlotReply)
+
+_REQUESTS = msgspec.json.Decoder(SlotRequest)
+_REPLIES = msgspec.json.Decoder(SlotReply)
 
 
 # -- the counting, behind the socket ----------------------------------------------------
@@ -216,42 +267,37 @@ class SlotServer:
 
     def _answer(self, connection: socket.socket) -> None:
         with connection:
+            reply: SlotReply
             try:
-                request = decode(_read_line(connection))
-                if request["op"] == "acquire":
-                    self._hold(connection, str(request.get("holder") or "?"))
+                request = decode(_read_line(connection), _REQUESTS)
+                if isinstance(request, AcquireRequest):
+                    self._hold(connection, request.holder or "?")
                     return
                 reply = self._reply(request)
             except SlotsError as err:
-                reply = {"op": "error", "message": err.message}
+                reply = ErrorReply(err.message)
             except OSError:
                 return  # the asker went away
             with contextlib.suppress(OSError):
                 connection.sendall(encode(reply))
 
-    def _reply(self, request: dict[str, Any]) -> dict[str, Any]:
-        op = request["op"]
-        if op == "pause":
-            seconds = request.get("seconds")
-            if not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
-                raise SlotsError(f"pause takes a number of seconds, not {seconds!r}")
-            self.policy.pause(float(seconds))
-            return {"op": "ok"}
-        if op == "paused":
-            return {"op": "paused", "seconds": self.policy.paused_for()}
-        raise SlotsError(f"no such request: {op!r}")
+    def _reply(self, request: PauseRequest | PausedRequest) -> SlotReply:
+        if isinstance(request, PauseRequest):
+            self.policy.pause(request.seconds)
+            return OkReply()
+        return PausedReply(self.policy.paused_for())
 
     def _hold(self, connection: socket.socket, holder: str) -> None:
         """Take a slot for the connection's holder, tell it, and keep the slot until the
         connection ends (whatever ends it)."""
         if not self.policy.acquire(holder, blocking=False):
             try:
-                connection.sendall(encode({"op": "queued"}))
+                connection.sendall(encode(QueuedReply()))
             except OSError:
                 return  # the asker went away before it waited
             self.policy.acquire(holder)
         try:
-            connection.sendall(encode({"op": "granted"}))
+            connection.sendall(encode(GrantedReply()))
             while connection.recv(MAX_LINE):
                 pass  # the holder says nothing more; its end is the release
         except OSError:
@@ -272,20 +318,20 @@ def _read_line(connection: socket.socket) -> bytes:
     return data
 
 
-def encode(message: Mapping[str, Any]) -> bytes:
-    return json.dumps(message).encode() + b"\n"
+_Line = TypeVar("_Line", bound=_Message)
 
 
-def decode(line: bytes) -> dict[str, Any]:
-    """One line of the protocol as its object; a SlotsError when it is not one."""
+def encode(message: _Message) -> bytes:
+    return msgspec.json.encode(message) + b"\n"
+
+
+def decode(line: bytes, decoder: msgspec.json.Decoder[_Line]) -> _Line:
+    """One line of the protocol as its message; a SlotsError when it is not one."""
     try:
-        value = json.loads(line)
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        value = None
-    if not isinstance(value, dict) or not isinstance(value.get("op"), str):
+        return decoder.decode(line)
+    except msgspec.DecodeError as err:  # a ValidationError too
         shown = line[:80].decode("utf-8", "replace")
-        raise SlotsError(f"not a message of the LLM slot protocol: {shown!r}")
-    return value
+        raise SlotsError(f"not a message of the LLM slot protocol ({err}): {shown!r}") from None
 
 
 # -- the run's side ---------------------------------------------------------------------
@@ -315,24 +361,20 @@ class LlmSlots:
         stream = await self._connect()
         async with stream:
             reader = _LineReader(stream, self.path)
-            await stream.send_all(encode({"op": "acquire", "holder": holder}))
+            await stream.send_all(encode(AcquireRequest(holder)))
             reply = await reader.next()
-            if reply["op"] == "queued":
+            if isinstance(reply, QueuedReply):
                 await queued()
                 reply = await reader.next()
-            self._expect(reply, "granted")
+            self._expect(reply, GrantedReply)
             yield
 
     async def pause(self, seconds: float) -> None:
         """Tell every run that a provider asked for `seconds` of quiet."""
-        self._expect(await self._ask({"op": "pause", "seconds": seconds}), "ok")
+        self._expect(await self._ask(PauseRequest(seconds)), OkReply)
 
     async def paused_for(self) -> float:
-        reply = self._expect(await self._ask({"op": "paused"}), "paused")
-        seconds = reply.get("seconds")
-        if not isinstance(seconds, int | float) or not 0 <= seconds < math.inf:
-            raise self._garbled(reply)
-        return float(seconds)
+        return self._expect(await self._ask(PausedRequest()), PausedReply).seconds
 
     async def wait_out_pause(self, waiting: Callable[[float], Awaitable[None]]) -> float:
         """Sleep until no pause is on (telling `waiting` of the first); seconds slept."""
@@ -344,7 +386,7 @@ class LlmSlots:
             slept += seconds
         return slept
 
-    async def _ask(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def _ask(self, message: SlotRequest) -> SlotReply:
         with trio.fail_after(ANSWER_SECONDS):
             stream = await self._connect()
             async with stream:
@@ -361,13 +403,16 @@ class LlmSlots:
                 "to run without the limiter",
             ) from None
 
-    def _expect(self, reply: dict[str, Any], op: str) -> dict[str, Any]:
-        if reply["op"] != op:
+    def _expect(self, reply: SlotReply, kind: type[_Reply]) -> _Reply:
+        if not isinstance(reply, kind):
             raise self._garbled(reply)
         return reply
 
-    def _garbled(self, reply: dict[str, Any]) -> SlotsError:
-        said = reply.get("message") if reply.get("op") == "error" else json.dumps(reply)[:80]
+    def _garbled(self, reply: SlotReply) -> SlotsError:
+        if isinstance(reply, ErrorReply):
+            said = reply.message
+        else:
+            said = msgspec.json.encode(reply).decode()[:80]
         return SlotsError(
             f"the LLM slot limiter at {self.path} answered out of protocol: {said}",
             hint=f"is {SLOTS_VARIABLE} pointing at a `git fabro batch` driver's socket?",
@@ -382,7 +427,7 @@ class _LineReader:
         self._path = path
         self._buffer = b""
 
-    async def next(self) -> dict[str, Any]:
+    async def next(self) -> SlotReply:
         while b"\n" not in self._buffer:
             if len(self._buffer) > MAX_LINE:
                 break
@@ -397,7 +442,7 @@ class _LineReader:
             self._buffer += more
         line, _, self._buffer = self._buffer.partition(b"\n")
         try:
-            return decode(line)
+            return decode(line, _REPLIES)
         except SlotsError as err:
             raise SlotsError(
                 f"the LLM slot limiter at {self._path} answered out of protocol: {err.message}"

@@ -8,9 +8,11 @@ provider's own types. Arguments of tool calls are parsed JSON objects; results a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal
+from typing import Literal, Protocol, TypedDict
 
 import msgspec
+
+from fabro_git.jsondata import JsonObject
 
 Role = Literal["user", "assistant", "tool"]
 ReasoningEffort = Literal["low", "medium", "high"]
@@ -35,7 +37,7 @@ class ToolSpec(msgspec.Struct, frozen=True, kw_only=True):
 
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: JsonObject
 
 
 class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,8 +47,8 @@ class ToolCall(msgspec.Struct, frozen=True, kw_only=True):
 
     id: str
     name: str
-    arguments: dict[str, Any]
-    extra: dict[str, Any] | None = None
+    arguments: JsonObject
+    extra: JsonObject | None = None
     # Why the model's arguments text could not be read (not one JSON object of UTF-8
     # text); `arguments` is then empty and the call is answered with a tool error.
     unreadable: str | None = None
@@ -220,6 +222,22 @@ TEXT_KEPT = 100 * 1024
 _TEXT_WRITE = 1 << 20
 
 
+class _TextFile(Protocol):
+    """The reply's file as trio opens it (`trio.open_file`)."""
+
+    async def write(self, data: str, /) -> int: ...
+
+    async def aclose(self) -> None: ...
+
+
+class TextFields(TypedDict):
+    """The `Response` fields that carry a reply's text (`ReplyText.fields`)."""
+
+    text: str
+    text_file: str | None
+    text_chars: int | None
+
+
 class ReplyText:
     """A reply's text as its deltas arrive, for an adapter to return in its `Response`.
 
@@ -235,7 +253,7 @@ class ReplyText:
         self._kept = 0  # characters in _parts
         self._pending: list[str] = []
         self._pending_chars = 0
-        self._out: Any = None
+        self._out: _TextFile | None = None
 
     async def __aenter__(self) -> ReplyText:
         if self.file is not None:
@@ -266,7 +284,7 @@ class ReplyText:
                 await self._flush()
 
     async def _flush(self) -> None:
-        if self._pending:
+        if self._pending and self._out is not None:
             data = "".join(self._pending)
             self._pending, self._pending_chars = [], 0
             await self._out.write(data)
@@ -281,8 +299,8 @@ class ReplyText:
         joined = "".join(self._parts)
         return joined[:TEXT_KEPT] if self.spilled else joined
 
-    def fields(self) -> dict[str, Any]:
+    def fields(self) -> TextFields:
         """The `Response` fields that carry the text."""
         if self.spilled:
-            return {"text": self.text, "text_file": self.file, "text_chars": self._chars}
-        return {"text": self.text}
+            return TextFields(text=self.text, text_file=self.file, text_chars=self._chars)
+        return TextFields(text=self.text, text_file=None, text_chars=None)

@@ -12,11 +12,13 @@ from __future__ import annotations
 import email.utils
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
-from typing import Any, TypeVar
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 import trio
 
+from fabro_git.jsondata import JsonObject
 from fabro_git.llm import catalogue
 from fabro_git.llm.errors import (
     README_SECTION,
@@ -33,9 +35,14 @@ from fabro_git.llm.errors import (
     StreamDropped,
     Timeout,
 )
-from fabro_git.llm.types import Request, Response, Target, ToolCall
+from fabro_git.llm.types import EventSink, Request, Response, Target, ToolCall
+
+if TYPE_CHECKING:
+    import httpx2
 
 _Item = TypeVar("_Item")
+# An SDK's open event stream: read inside `async with`, which closes its response.
+_Events = TypeVar("_Events", bound=AbstractAsyncContextManager[object, bool | None])
 
 # A local server ignores the key, but the OpenAI client insists on one.
 _PLACEHOLDER_KEY = "unused"
@@ -99,7 +106,7 @@ async def read_to_end(
         raise failure
 
 
-def client_timeout(request: Request) -> Any:
+def client_timeout(request: Request) -> float | httpx2.Timeout | None:
     """The SDK client's timeout: the request's, with reads bounded by its idle timeout."""
     if request.idle_timeout is None:
         return request.timeout
@@ -237,14 +244,12 @@ def parse_retry_after(headers: Mapping[str, str]) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def tool_call(
-    call_id: str, name: str, raw: str, *, extra: dict[str, Any] | None = None
-) -> ToolCall:
+def tool_call(call_id: str, name: str, raw: str, *, extra: JsonObject | None = None) -> ToolCall:
     """A tool call from the model's raw arguments text. Arguments that are not one JSON
     object of UTF-8 text (broken JSON, a lone surrogate escape such as `\\udc80`) make
     a call marked `unreadable`: the agent answers it with a tool error the model can
     correct, instead of the stage failing. Names and ids are made safe to store."""
-    arguments: dict[str, Any] = {}
+    arguments: JsonObject = {}
     unreadable: str | None = None
     if raw.strip():
         try:
@@ -269,10 +274,10 @@ def _storable(text: str) -> str:
 
 
 async def stream_events(
-    events: Any,
+    events: _Events,
     target: Target,
-    sink: Any,
-    consume: Callable[[Any, Target, Any], Awaitable[Response]],
+    sink: EventSink,
+    consume: Callable[[_Events, Target, EventSink], Awaitable[Response]],
 ) -> Response:
     """Consume an SDK's open event stream: say output starts, read it to its end, and
     turn what the SDK raises into an `LlmError` (a dropped stream stays what it is)."""

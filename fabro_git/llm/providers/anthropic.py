@@ -6,8 +6,11 @@ Reasoning effort maps to an extended-thinking budget; the budget counts towards
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
+import msgspec
+
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.llm.errors import StreamDropped
 from fabro_git.llm.providers import (
     Connection,
@@ -32,6 +35,17 @@ from fabro_git.llm.types import (
     Usage,
 )
 
+if TYPE_CHECKING:
+    from anthropic import AsyncStream
+    from anthropic.types import (
+        ContentBlock,
+        MessageDeltaUsage,
+        RawContentBlockDelta,
+        RawMessageStreamEvent,
+    )
+    from anthropic.types import Message as AnthropicMessage
+    from anthropic.types.message_create_params import MessageCreateParamsBase
+
 THINKING_BUDGET = {"low": 1024, "medium": 4096, "high": 16384}
 
 _STOP: dict[str, StopReason] = {
@@ -44,8 +58,8 @@ _STOP: dict[str, StopReason] = {
 }
 
 
-def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
-    wire: list[dict[str, Any]] = []
+def wire_messages(messages: tuple[Message, ...]) -> list[JsonValue]:
+    wire: list[JsonValue] = []
     for message in messages:
         if message.role == "user":
             wire.append({"role": "user", "content": message.text})
@@ -65,7 +79,7 @@ def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
                 }
             )
         else:
-            blocks: list[dict[str, Any]] = []
+            blocks: list[JsonValue] = []
             if message.reasoning and message.reasoning_signature:
                 blocks.append(
                     {
@@ -84,8 +98,8 @@ def wire_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return wire
 
 
-def request_body(target: Target, request: Request) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def request_body(target: Target, request: Request) -> JsonObject:
+    body: JsonObject = {
         "model": target.model,
         "max_tokens": request.max_tokens,
         "messages": wire_messages(request.messages),
@@ -116,11 +130,21 @@ async def stream(
         timeout=client_timeout(request),
     )
     async with client:
-        events = await client.messages.create(**request_body(target, request), stream=True)
+        # The body is plain JSON; the SDK's parameter type picks the streaming overload.
+        body = cast("MessageCreateParamsBase", request_body(target, request))
+        events = await client.messages.create(**body, stream=True)
         async with ReplyText(request.text_file) as text:
             return await stream_events(
                 events, target, sink, lambda e, t, s: _consume(e, t, s, text)
             )
+
+
+class _OpenTool(msgspec.Struct):
+    """A tool call whose arguments are still arriving, in its content block."""
+
+    id: str
+    name: str
+    json: str = ""
 
 
 class _Reply:
@@ -132,33 +156,32 @@ class _Reply:
         self.reasoning: list[str] = []
         self.signature: str | None = None
         self.calls: list[ToolCall] = []
-        self.open_tools: dict[int, dict[str, Any]] = {}
+        self.open_tools: dict[int, _OpenTool] = {}
         self.response_id: str | None = None
         self.stop: str | None = None
         self.input_tokens = self.output_tokens = self.thinking_tokens = 0
         self.cache_read = self.cache_write = 0
         self.finished = False
 
-    async def handle(self, event: Any) -> None:
-        kind = event.type
-        if kind == "message_start":
+    async def handle(self, event: RawMessageStreamEvent) -> None:
+        if event.type == "message_start":
             self.message_start(event.message)
-        elif kind == "content_block_start":
+        elif event.type == "content_block_start":
             await self.block_start(event.index, event.content_block)
-        elif kind == "content_block_delta":
+        elif event.type == "content_block_delta":
             await self.block_delta(event.index, event.delta)
-        elif kind == "content_block_stop" and event.index in self.open_tools:
+        elif event.type == "content_block_stop" and event.index in self.open_tools:
             tool = self.open_tools.pop(event.index)
-            call = tool_call(tool["id"], tool["name"], tool["json"])
+            call = tool_call(tool.id, tool.name, tool.json)
             self.calls.append(call)
             await self.sink(ToolCallReady(call))
-        elif kind == "message_delta":
+        elif event.type == "message_delta":
             self.stop = event.delta.stop_reason or self.stop
             self.message_usage(event.usage)
-        elif kind == "message_stop":
+        elif event.type == "message_stop":
             self.finished = True
 
-    def message_start(self, message: Any) -> None:
+    def message_start(self, message: AnthropicMessage) -> None:
         self.response_id = message.id
         usage = message.usage
         self.input_tokens = usage.input_tokens or 0
@@ -166,9 +189,9 @@ class _Reply:
         self.cache_write = usage.cache_creation_input_tokens or 0
         self.output_tokens = usage.output_tokens or 0
 
-    async def block_start(self, index: int, block: Any) -> None:
+    async def block_start(self, index: int, block: ContentBlock) -> None:
         if block.type == "tool_use":
-            self.open_tools[index] = {"id": block.id, "name": block.name, "json": ""}
+            self.open_tools[index] = _OpenTool(block.id, block.name)
         elif block.type == "text" and block.text:
             await self.text.add(block.text)
             await self.sink(TextDelta(block.text))
@@ -176,7 +199,7 @@ class _Reply:
             self.reasoning.append(block.thinking)
             await self.sink(ReasoningDelta(block.thinking))
 
-    async def block_delta(self, index: int, delta: Any) -> None:
+    async def block_delta(self, index: int, delta: RawContentBlockDelta) -> None:
         if delta.type == "text_delta":
             await self.text.add(delta.text)
             await self.sink(TextDelta(delta.text))
@@ -186,9 +209,9 @@ class _Reply:
         elif delta.type == "signature_delta":
             self.signature = delta.signature
         elif delta.type == "input_json_delta" and index in self.open_tools:
-            self.open_tools[index]["json"] += delta.partial_json
+            self.open_tools[index].json += delta.partial_json
 
-    def message_usage(self, usage: Any) -> None:
+    def message_usage(self, usage: MessageDeltaUsage) -> None:
         """The final counts of `message_delta`; a count it leaves out keeps its value."""
         self.output_tokens = usage.output_tokens or self.output_tokens
         self.input_tokens = usage.input_tokens or self.input_tokens
@@ -218,7 +241,9 @@ class _Reply:
         )
 
 
-async def _consume(events: Any, target: Target, sink: EventSink, text: ReplyText) -> Response:
+async def _consume(
+    events: AsyncStream[RawMessageStreamEvent], target: Target, sink: EventSink, text: ReplyText
+) -> Response:
     reply = _Reply(sink, text)
     await read_to_end(events, reply.handle)
     if not reply.finished:

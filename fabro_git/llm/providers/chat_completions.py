@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
+import msgspec
+
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.llm.errors import StreamDropped
 from fabro_git.llm.providers import (
     Connection,
@@ -40,6 +43,9 @@ from fabro_git.llm.types import (
     Usage,
 )
 
+if TYPE_CHECKING:
+    from openai.types.chat.completion_create_params import CompletionCreateParamsBase
+
 _STOP: dict[str, StopReason] = {
     "stop": "end_turn",
     "tool_calls": "tool_use",
@@ -52,11 +58,11 @@ _STOP: dict[str, StopReason] = {
 # Gemini 3 refuses a tool call sent back without the thought signature it came with;
 # one it did not make (a conversation begun on another model) carries the value its
 # documentation gives for that case instead.
-_FOREIGN_CALL = {"google": {"thought_signature": "skip_thought_signature_validator"}}
+_FOREIGN_CALL: JsonObject = {"google": {"thought_signature": "skip_thought_signature_validator"}}
 
 
-def _wire_call(call: ToolCall, provider: str | None) -> dict[str, Any]:
-    wire: dict[str, Any] = {
+def _wire_call(call: ToolCall, provider: str | None) -> JsonObject:
+    wire: JsonObject = {
         "id": call.id,
         "type": "function",
         "function": {"name": call.name, "arguments": json.dumps(call.arguments)},
@@ -71,8 +77,8 @@ def _wire_call(call: ToolCall, provider: str | None) -> dict[str, Any]:
 
 def wire_messages(
     system: str | None, messages: tuple[Message, ...], provider: str | None = None
-) -> list[dict[str, Any]]:
-    wire: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+) -> list[JsonValue]:
+    wire: list[JsonValue] = [{"role": "system", "content": system}] if system else []
     for message in messages:
         if message.role == "user":
             wire.append({"role": "user", "content": message.text})
@@ -82,15 +88,15 @@ def wire_messages(
                 for result in message.tool_results
             ]
         else:
-            turn: dict[str, Any] = {"role": "assistant", "content": message.text or None}
+            turn: JsonObject = {"role": "assistant", "content": message.text or None}
             if message.tool_calls:
                 turn["tool_calls"] = [_wire_call(call, provider) for call in message.tool_calls]
             wire.append(turn)
     return wire
 
 
-def request_body(target: Target, request: Request) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def request_body(target: Target, request: Request) -> JsonObject:
+    body: JsonObject = {
         "model": target.model,
         "messages": wire_messages(request.system, request.messages, target.provider),
         "max_tokens": request.max_tokens,
@@ -126,11 +132,11 @@ async def stream(
     )
     # The SDK's own stream stops reading at `[DONE]` and abandons its async generators,
     # which trio reports; reading the raw SSE body to its end leaves nothing behind.
+    # The body is plain JSON; the SDK's parameter type picks the streaming overload.
+    body = cast("CompletionCreateParamsBase", request_body(target, request))
     async with (
         client,
-        client.chat.completions.with_streaming_response.create(
-            **request_body(target, request), stream=True
-        ) as raw,
+        client.chat.completions.with_streaming_response.create(**body, stream=True) as raw,
     ):
         await sink(OutputStart(target))
         try:
@@ -145,6 +151,57 @@ async def stream(
             raise translated from exc
 
 
+# One `data:` chunk of the stream, in the fields read here (servers add others). Where
+# servers disagree on a field's type (reasoning text, Gemini's opaque extra content) it
+# stays JSON and only the expected shape is used.
+
+
+class _FunctionPart(msgspec.Struct):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class _ToolPart(msgspec.Struct):
+    index: int = 0
+    id: str | None = None
+    function: _FunctionPart | None = None
+    extra_content: JsonValue = None
+
+
+class _Delta(msgspec.Struct):
+    content: str | None = None
+    reasoning_content: JsonValue = None
+    reasoning: JsonValue = None
+    tool_calls: list[_ToolPart] | None = None
+
+
+class _Choice(msgspec.Struct):
+    delta: _Delta | None = None
+    finish_reason: str | None = None
+
+
+class _PromptDetails(msgspec.Struct):
+    cached_tokens: int | None = None
+    cache_write_tokens: int | None = None
+
+
+class _CompletionDetails(msgspec.Struct):
+    reasoning_tokens: int | None = None
+
+
+class _ChunkUsage(msgspec.Struct):
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    prompt_tokens_details: _PromptDetails | None = None
+    completion_tokens_details: _CompletionDetails | None = None
+
+
+class _Chunk(msgspec.Struct):
+    id: str | None = None
+    usage: _ChunkUsage | None = None
+    choices: list[_Choice] | None = None
+
+
 class _Reply:
     """What the stream has said so far, chunk by chunk."""
 
@@ -154,9 +211,9 @@ class _Reply:
         self.text = text
         self.reasoning: list[str] = []
         self.tools: dict[int, dict[str, str]] = {}
-        self.extras: dict[int, dict[str, Any]] = {}
+        self.extras: dict[int, JsonObject] = {}
         self.finish: str | None = None
-        self.usage: dict[str, Any] = {}
+        self.usage = _ChunkUsage()
         self.response_id: str | None = None
         self.event: str | None = None
 
@@ -170,7 +227,7 @@ class _Reply:
         data = line[5:].strip()
         if data == "[DONE]":
             return  # read on to the end of the body
-        chunk = json.loads(data)
+        chunk: JsonValue = json.loads(data)
         if self.event == "error" or (isinstance(chunk, dict) and "error" in chunk):
             raise from_status(
                 self.target,
@@ -180,35 +237,36 @@ class _Reply:
                 headers={},
             )
         self.event = None
-        self.response_id = self.response_id or chunk.get("id")
-        self.usage = chunk.get("usage") or self.usage
-        for choice in (chunk.get("choices") or [])[:1]:
+        read = msgspec.convert(chunk, _Chunk)
+        self.response_id = self.response_id or read.id
+        if read.usage is not None:  # a chunk without counts keeps the last ones
+            self.usage = read.usage
+        for choice in (read.choices or [])[:1]:
             await self.choice(choice)
 
-    async def choice(self, choice: dict[str, Any]) -> None:
-        delta = choice.get("delta") or {}
-        thought = delta.get("reasoning_content") or delta.get("reasoning")
+    async def choice(self, choice: _Choice) -> None:
+        delta = choice.delta or _Delta()
+        thought = delta.reasoning_content or delta.reasoning
         if isinstance(thought, str) and thought:
             self.reasoning.append(thought)
             await self.sink(ReasoningDelta(thought))
-        content = delta.get("content")
-        if content:
-            await self.text.add(content)
-            await self.sink(TextDelta(content))
-        for part in delta.get("tool_calls") or ():
+        if delta.content:
+            await self.text.add(delta.content)
+            await self.sink(TextDelta(delta.content))
+        for part in delta.tool_calls or ():
             self.tool_part(part)
-        if choice.get("finish_reason"):
-            self.finish = choice["finish_reason"]
+        if choice.finish_reason:
+            self.finish = choice.finish_reason
 
-    def tool_part(self, part: dict[str, Any]) -> None:
-        slot = self.tools.setdefault(part.get("index", 0), {"id": "", "name": "", "arguments": ""})
-        if part.get("id"):
-            slot["id"] = part["id"]
-        if isinstance(part.get("extra_content"), dict):
-            self.extras[part.get("index", 0)] = part["extra_content"]
-        function = part.get("function") or {}
-        slot["name"] += function.get("name") or ""
-        slot["arguments"] += function.get("arguments") or ""
+    def tool_part(self, part: _ToolPart) -> None:
+        slot = self.tools.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
+        if part.id:
+            slot["id"] = part.id
+        if isinstance(part.extra_content, dict):
+            self.extras[part.index] = part.extra_content
+        function = part.function or _FunctionPart()
+        slot["name"] += function.name or ""
+        slot["arguments"] += function.arguments or ""
 
     async def tool_calls(self) -> list[ToolCall]:
         calls: list[ToolCall] = []
@@ -226,18 +284,18 @@ class _Reply:
 
     def response(self, finish: str, calls: list[ToolCall]) -> Response:
         usage = self.usage
-        prompt_details = usage.get("prompt_tokens_details") or {}
-        completion_details = usage.get("completion_tokens_details") or {}
+        prompt_details = usage.prompt_tokens_details or _PromptDetails()
+        completion_details = usage.completion_tokens_details or _CompletionDetails()
         return Response(
             target=self.target,
             **self.text.fields(),
             tool_calls=tuple(calls),
             usage=Usage(
-                input_tokens=usage.get("prompt_tokens") or 0,
-                output_tokens=usage.get("completion_tokens") or 0,
-                reasoning_tokens=completion_details.get("reasoning_tokens") or 0,
-                cache_read_tokens=prompt_details.get("cached_tokens") or 0,
-                cache_write_tokens=prompt_details.get("cache_write_tokens") or 0,
+                input_tokens=usage.prompt_tokens or 0,
+                output_tokens=usage.completion_tokens or 0,
+                reasoning_tokens=completion_details.reasoning_tokens or 0,
+                cache_read_tokens=prompt_details.cached_tokens or 0,
+                cache_write_tokens=prompt_details.cache_write_tokens or 0,
             ),
             stop_reason=_STOP.get(finish, "other"),
             provider_stop_reason=finish,

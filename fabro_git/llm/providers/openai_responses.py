@@ -6,8 +6,9 @@ for every other provider, so nothing depends on state kept at OpenAI.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, cast
 
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.llm.errors import StreamDropped
 from fabro_git.llm.providers import (
     Connection,
@@ -33,11 +34,17 @@ from fabro_git.llm.types import (
     Usage,
 )
 
+if TYPE_CHECKING:
+    from openai import AsyncStream
+    from openai.types.responses import Response as OpenAiResponse
+    from openai.types.responses import ResponseStreamEvent
+    from openai.types.responses.response_create_params import ResponseCreateParamsBase
 
-def wire_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+
+def wire_input(messages: tuple[Message, ...]) -> list[JsonValue]:
     import json
 
-    items: list[dict[str, Any]] = []
+    items: list[JsonValue] = []
     for message in messages:
         if message.role == "user":
             items.append({"role": "user", "content": message.text})
@@ -65,8 +72,8 @@ def wire_input(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
     return items
 
 
-def request_body(target: Target, request: Request) -> dict[str, Any]:
-    body: dict[str, Any] = {
+def request_body(target: Target, request: Request) -> JsonObject:
+    body: JsonObject = {
         "model": target.model,
         "input": wire_input(request.messages),
         "max_output_tokens": request.max_tokens,
@@ -102,7 +109,9 @@ async def stream(
         timeout=client_timeout(request),
     )
     async with client:
-        events = await client.responses.create(**request_body(target, request), stream=True)
+        # The body is plain JSON; the SDK's parameter type picks the streaming overload.
+        body = cast("ResponseCreateParamsBase", request_body(target, request))
+        events = await client.responses.create(**body, stream=True)
         async with ReplyText(request.text_file) as text:
             return await stream_events(
                 events, target, sink, lambda e, t, s: _consume(e, t, s, text)
@@ -119,27 +128,30 @@ class _Reply:
         self.reasoning: list[str] = []
         self.calls: list[ToolCall] = []
         self.arguments: dict[str, str] = {}
-        self.final: Any = None
+        self.final: OpenAiResponse | None = None
 
-    async def handle(self, event: Any) -> None:
-        kind = event.type
-        if kind == "response.output_text.delta":
+    async def handle(self, event: ResponseStreamEvent) -> None:
+        if event.type == "response.output_text.delta":
             await self.text.add(event.delta)
             await self.sink(TextDelta(event.delta))
-        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+        elif (
+            event.type == "response.reasoning_summary_text.delta"
+            or event.type == "response.reasoning_text.delta"
+        ):
             self.reasoning.append(event.delta)
             await self.sink(ReasoningDelta(event.delta))
-        elif kind == "response.function_call_arguments.delta":
+        elif event.type == "response.function_call_arguments.delta":
             self.arguments[event.item_id] = self.arguments.get(event.item_id, "") + event.delta
-        elif kind == "response.output_item.done" and event.item.type == "function_call":
+        elif event.type == "response.output_item.done":
             item = event.item
-            raw = item.arguments or self.arguments.get(item.id or "", "")
-            call = tool_call(item.call_id, item.name, raw)
-            self.calls.append(call)
-            await self.sink(ToolCallReady(call))
-        elif kind in ("response.completed", "response.incomplete"):
+            if item.type == "function_call":
+                raw = item.arguments or self.arguments.get(item.id or "", "")
+                call = tool_call(item.call_id, item.name, raw)
+                self.calls.append(call)
+                await self.sink(ToolCallReady(call))
+        elif event.type == "response.completed" or event.type == "response.incomplete":
             self.final = event.response
-        elif kind == "response.failed":
+        elif event.type == "response.failed":
             error = event.response.error
             raise from_status(
                 self.target,
@@ -148,12 +160,12 @@ class _Reply:
                 message=getattr(error, "message", None) or "the response failed",
                 headers={},
             )
-        elif kind == "error":
+        elif event.type == "error":
             raise from_status(
                 self.target, status=None, code=event.code, message=event.message, headers={}
             )
 
-    def response(self, final: Any) -> Response:
+    def response(self, final: OpenAiResponse) -> Response:
         usage = final.usage
         stop: StopReason = "tool_use" if self.calls else "end_turn"
         provider_stop = final.status
@@ -181,7 +193,9 @@ class _Reply:
         )
 
 
-async def _consume(events: Any, target: Target, sink: EventSink, text: ReplyText) -> Response:
+async def _consume(
+    events: AsyncStream[ResponseStreamEvent], target: Target, sink: EventSink, text: ReplyText
+) -> Response:
     reply = _Reply(target, sink, text)
     await read_to_end(events, reply.handle)
     if reply.final is None:
