@@ -38,10 +38,21 @@ CIRCLE_IMPORTS: set[tuple[str, str]] = set()
 # ceiling that may only go down (issue #22 aims at 120 in the package, 20 in the engine).
 # What is left is named in the report that set each number; lower it as types replace them.
 ANY_CEILINGS = {
-    "": 64,
+    "": 9,
     "engine/": 5,
     **dict.fromkeys(
-        ("agent/", "cli/", "config/", "events/", "handlers/", "outputs/", "web/", "workflow/"), 0
+        (
+            "agent/",
+            "cli/",
+            "config/",
+            "events/",
+            "handlers/",
+            "llm/",
+            "outputs/",
+            "web/",
+            "workflow/",
+        ),
+        0,
     ),
 }
 
