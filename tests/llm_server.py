@@ -112,6 +112,17 @@ class StreamError:
 
 
 @dataclass(frozen=True)
+class Garbled:
+    """Start a streamed reply, then send an event whose data is not what the provider
+    sends (`data`: JSON cut short by default, or JSON of the wrong shape) after `after`
+    events, and end the stream there, as a broken proxy or a hostile endpoint might."""
+
+    reply: Reply = Reply(text="this answer turns to noise part way")
+    after: int = 3
+    data: str = '{"type": "content_block_delta", "index": 0, "delta": '
+
+
+@dataclass(frozen=True)
 class Stall:
     """Wait `seconds` before answering with `reply`, to run a client into its timeout."""
 
@@ -401,7 +412,7 @@ class _Handler(BaseHTTPRequestHandler):
         n = self.owner.next_id()
         reply = (
             scripted.reply
-            if isinstance(scripted, Drop | StreamError | StallMidStream)
+            if isinstance(scripted, Drop | StreamError | StallMidStream | Garbled)
             else scripted
         )
         for i, call in enumerate(reply.tool_calls):
@@ -428,10 +439,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self.owner.stopping.wait(scripted.seconds)
             if isinstance(scripted, StreamError) and index == scripted.after:
                 event = _stream_error(api)
+            if isinstance(scripted, Garbled) and index == scripted.after:
+                event = _garbled(api, scripted.data)
             payload = event.encode()
             self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
             self.wfile.flush()
-            if isinstance(scripted, StreamError) and index == scripted.after:
+            if isinstance(scripted, StreamError | Garbled) and index == scripted.after:
                 break
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
@@ -503,6 +516,14 @@ def _stream_error(api: str) -> str:
             },
         )
     return _sse(None, {"error": {"message": message, "type": "server_error", "code": None}})
+
+
+# The event name each API gives a text delta: a garbled event arrives under it.
+_DELTA_EVENT = {"anthropic": "content_block_delta", "responses": "response.output_text.delta"}
+
+
+def _garbled(api: str, data: str) -> str:
+    return _sse(_DELTA_EVENT.get(api), data)
 
 
 def _words(text: str | LongText, cuts: tuple[int, ...] = ()) -> Iterator[str]:

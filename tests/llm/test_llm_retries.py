@@ -14,6 +14,7 @@ import trio
 import trio.testing
 from llm_server import (
     Drop,
+    Garbled,
     LlmServer,
     Reply,
     Stall,
@@ -292,3 +293,32 @@ def test_an_error_event_inside_the_stream_is_retried(llm_server: LlmServer, targ
     [retry] = run.retries
     assert retry.error["kind"] == "server_error"
     assert "overloaded" in retry.error["message"]
+
+
+# A line of the stream that is not the provider's format: JSON cut short, or JSON of
+# another shape (each API's text delta with the delta missing).
+GARBAGE = {
+    "cut short": '{"type": "content_block_delta", "index": 0, "delta": ',
+    "misshapen": (
+        '{"type": "response.output_text.delta", "index": 0, "item_id": 5,'
+        ' "choices": [{"index": 0, "delta": 7}], "delta": {"type": 9}}'
+    ),
+}
+
+
+@pytest.mark.parametrize("target", [ANTHROPIC, OPENAI, GEMINI], ids=str)
+@pytest.mark.parametrize("garbage", list(GARBAGE))
+def test_a_stream_line_not_in_the_providers_format_is_retried_as_a_broken_stream(
+    llm_server: LlmServer, target: Target, garbage: str
+) -> None:
+    # What a model's endpoint sends is untrusted: noise in the stream is a broken
+    # stream (retried, then a failed stage that says so), never a crash.
+    llm_server.script(Garbled(data=GARBAGE[garbage]), Reply(text="recovered"))
+    run = Run()
+    assert run(llm_server, target).text == "recovered"
+    [retry] = run.retries
+    assert retry.error["kind"] == "stream_dropped"
+    message = retry.error["message"]
+    # A line an adapter cannot read says so; one it can read but finds no use for
+    # leaves the reply unfinished.
+    assert "not in the provider's format" in message or "stream ended before" in message

@@ -291,7 +291,29 @@ async def stream_events(
     except StreamDropped:
         raise
     except Exception as exc:
-        translated = translate(exc, target, streaming=True)
+        translated = stream_failure(exc, target)
         if translated is None:
             raise
         raise translated from exc
+
+
+def stream_failure(exc: Exception, target: Target) -> LlmError | None:
+    """The `LlmError` a failure while reading a response stream stands for, or None if
+    it is not the stream's doing. Besides what `translate` knows, a line that is not
+    the provider's format (JSON cut short, or JSON of another shape) is a broken stream:
+    what an endpoint sends is untrusted, and noise in it is retried, then fails the
+    stage saying so, never a crash."""
+    import msgspec
+
+    from fabro_git.llm.errors import StreamDropped
+
+    translated = translate(exc, target, streaming=True)
+    if translated is not None:
+        return translated
+    if not isinstance(exc, ValueError | msgspec.DecodeError | AttributeError | TypeError):
+        return None  # a disk, a sink or a cancellation: not the stream's doing
+    return StreamDropped(
+        f"the response stream is not in the provider's format: {type(exc).__name__}: {exc}",
+        provider=target.provider,
+        model=target.model,
+    )

@@ -23,8 +23,8 @@ from fabro_git.llm.providers import (
     error_message,
     from_status,
     read_to_end,
+    stream_failure,
     tool_call,
-    translate,
 )
 from fabro_git.llm.types import (
     Completed,
@@ -145,7 +145,7 @@ async def stream(
         except StreamDropped:
             raise
         except Exception as exc:
-            translated = translate(exc, target, streaming=True)
+            translated = stream_failure(exc, target)
             if translated is None:
                 raise
             raise translated from exc
