@@ -11,7 +11,8 @@ workflow can be run end to end offline. The prompt and the outcome are built in
 
 Every stage that asks a model comes through `execute`, so this is where a run in a
 batch holds one of the batch's LLM slots (`fabro_git.llm.slots`) for the stage's length,
-and where a node attribute the model choice refuses is pointed at in the workflow file."""
+and where a node attribute the model choice refuses is pointed at in the workflow file.
+"""
 
 from __future__ import annotations
 
