@@ -253,3 +253,37 @@ def test_any_stays_under_its_ceiling() -> None:
         if found > ceiling:
             over[area or "fabro_git"] = (found, ceiling)
     assert not over, f"lines mentioning Any over their ceiling (found, ceiling): {over}"
+
+
+# The model layer sits below these: `workflow/` reads the model catalogue, the engine
+# and handlers choose and call models. Nothing in `llm/` may reach them, even lazily.
+ABOVE_LLM = ("workflow", "engine", "handlers", "agent", "cli", "web")
+
+
+def _within(module: str, package: str) -> bool:
+    return module == f"fabro_git.{package}" or module.startswith(f"fabro_git.{package}.")
+
+
+def reached(graph: dict[str, set[str]], start: set[str]) -> set[str]:
+    """Every module the `start` modules import, directly or through others."""
+    seen: set[str] = set()
+    todo = list(start)
+    while todo:
+        module = todo.pop()
+        if module not in seen:
+            seen.add(module)
+            todo.extend(graph.get(module, ()))
+    return seen
+
+
+def test_the_model_layer_imports_nothing_above_it() -> None:
+    assert reached({"a": {"b"}, "b": {"c"}, "c": set(), "d": {"a"}}, {"a"}) == {"a", "b", "c"}
+    graph = module_graph()
+    layer = {name for name in graph if _within(name, "llm")}
+    assert "fabro_git.llm.choice" in layer
+    found = sorted(
+        name
+        for name in reached(graph, layer)
+        if any(_within(name, package) for package in ABOVE_LLM)
+    )
+    assert not found, f"fabro_git.llm reaches modules above it: {found}"

@@ -204,7 +204,7 @@ def _setup_commands(graph: Graph, run_cfg: RunSection) -> list[str]:
 def _take_configured_model(options: Options, model: ModelConfig) -> None:
     """The run config's `[run.model]` is the run's default model; a `--model` flag
     given without `--provider` still chooses the provider."""
-    from fabro_git.engine.model_choice import flag_provider
+    from fabro_git.llm.choice import flag_provider
 
     flag_model = options.model if options.provider is None else None
     options.model = model.name

@@ -63,14 +63,23 @@ def check_options(
     is resolved."""
     if options.dry_run:
         return
-    from fabro_git.engine.model_choice import check_stages
+    from fabro_git.engine.stage_choice import located
+    from fabro_git.llm.choice import StageChoiceError, check_stages, is_llm
     from fabro_git.workflow.paths import descendants
 
-    check_stages(
-        [graph, *descendants(graph)],
-        model=options.model,
-        provider=options.provider,
-        fallbacks=fallbacks,
-        env=os.environ,
-        cli_command=cli_command,
-    )
+    try:
+        check_stages(
+            [
+                node
+                for workflow in [graph, *descendants(graph)]
+                for node in workflow.nodes.values()
+                if is_llm(node)
+            ],
+            model=options.model,
+            provider=options.provider,
+            fallbacks=fallbacks,
+            env=os.environ,
+            cli_command=cli_command,
+        )
+    except StageChoiceError as err:
+        raise located(err) from None

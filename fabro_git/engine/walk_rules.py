@@ -66,7 +66,7 @@ DEFAULT_LLM_STAGE_TIMEOUT = 30 * 60.0
 
 def stage_timeout(node: Node) -> float | None:
     """The node's `timeout` in seconds; for a model stage without one, the default."""
-    from fabro_git.engine.model_choice import LLM_TYPES  # the model catalogue: on demand
+    from fabro_git.llm.choice import LLM_TYPES  # the model catalogue: on demand
 
     timeout = node.get_duration("timeout", None)
     if timeout is None and node.handler_type in LLM_TYPES:

@@ -1,4 +1,4 @@
-"""Prompt and agent nodes: one dispatch to the backend that runs the stage.
+"""Prompt and agent nodes: one table from a stage's backend to what runs it.
 
 A prompt node asks a model once (`llm_api.run_prompt`); an agent node runs the built-in
 agent loop (`llm_api.run_agent`) or, with `backend="cli"`, an installed agent CLI
@@ -6,10 +6,12 @@ agent loop (`llm_api.run_agent`) or, with `backend="cli"`, an installed agent CL
 everywhere it shows, that exercises the whole stage contract (prompt assembly,
 `prompt.md`/`response.md`, context keys, routing directives) without a model, so every
 workflow can be run end to end offline. The prompt and the outcome are built in
-`fabro_git.handlers.prompting` for all of them.
+`fabro_git.handlers.prompting` for all of them; the backend is chosen in
+`fabro_git.llm.choice`, which also says what the stage asks of which model.
 
 Every stage that asks a model comes through `execute`, so this is where a run in a
-batch holds one of the batch's LLM slots (`fabro_git.llm.slots`) for the stage's length.
+batch holds one of the batch's LLM slots (`fabro_git.llm.slots`) for the stage's length,
+and where a node attribute the model choice refuses is pointed at in the workflow file.
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ import contextlib
 import os
 from collections.abc import Awaitable, Callable
 
-from fabro_git.engine.model_choice import backend_of
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import StageRequest
+from fabro_git.engine.stage_choice import located
 from fabro_git.events.catalogue import RunNotice, StagePrompt
 from fabro_git.handlers.llm_api import run_agent, run_prompt
 from fabro_git.handlers.llm_cli import run_cli_agent
@@ -32,6 +34,7 @@ from fabro_git.handlers.prompting import (
     stage_summary,
 )
 from fabro_git.llm import SLOTS_VARIABLE
+from fabro_git.llm.choice import StageChoiceError, backend_of
 from fabro_git.outputs.directives import StatusFile
 
 __all__ = ["execute", "stage_summary"]
@@ -61,19 +64,32 @@ async def simulate(req: StageRequest, body: str, lead: str, status_file: StatusF
     return result
 
 
-# An agent node's `backend` attribute -> what runs it; any other value is the API loop.
-AGENT_BACKENDS: dict[str, Backend] = {"api": run_agent, "cli": run_cli_agent}
+# (the stage's kind, its backend) -> what runs it. The backend is `dry-run` under
+# --dry-run, else the node's (`llm.choice.backend_of`: a prompt stage's is always `api`).
+BACKENDS: dict[tuple[str, str], Backend] = {
+    ("prompt", "dry-run"): simulate,
+    ("prompt", "api"): run_prompt,
+    ("agent", "dry-run"): simulate,
+    ("agent", "api"): run_agent,
+    ("agent", "cli"): run_cli_agent,
+}
 
 
 def backend(req: StageRequest) -> Backend:
-    if req.dry_run:
-        return simulate
-    if req.node.handler_type == "prompt":
-        return run_prompt
-    return AGENT_BACKENDS.get(backend_of(req.node), run_agent)
+    kind = "prompt" if req.node.handler_type == "prompt" else "agent"
+    name = "dry-run" if req.dry_run else backend_of(req.node)
+    # An unknown backend runs the built-in loop (the check before a run refuses it).
+    return BACKENDS.get((kind, name), run_agent)
 
 
 async def execute(req: StageRequest) -> Outcome:
+    try:
+        return await _execute(req)
+    except StageChoiceError as err:
+        raise located(err) from None
+
+
+async def _execute(req: StageRequest) -> Outcome:
     # Taken before the stage does anything: what it finds there is not its own directive.
     status_file = StatusFile(req.worktree)
     run = backend(req)

@@ -2,7 +2,7 @@
 
 A prompt stage (`shape=tab`) is one model call without tools; an agent stage
 (`shape=box`) runs the agent loop (`fabro_git.agent`) in the stage's worktree. Both
-pick their target with `fabro_git.engine.model_choice`, stream their `agent.*` events stamped
+pick their target with `fabro_git.llm.choice`, stream their `agent.*` events stamped
 with the stage, record `prompt.md`/`response.md`, and end with the outcome the reply's
 routing directives give, with the tokens and cost spent. A model error the provider
 layer could not mend ends the stage failed with its failure class (a rejected key is
@@ -19,11 +19,6 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from fabro_git.engine.model_choice import (
-    effort_of,
-    stage_fallbacks,
-    stage_target,
-)
 from fabro_git.engine.outcome import BUDGET, DETERMINISTIC, TRANSIENT, Outcome, Usage
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
@@ -43,6 +38,7 @@ from fabro_git.handlers.prompting import outcome_from_reply, recorded_reply, thr
 from fabro_git.jsondata import JsonValue
 from fabro_git.llm import catalogue
 from fabro_git.llm import types as llm
+from fabro_git.llm.choice import effort_of, stage_fallbacks, stage_target
 from fabro_git.llm.errors import LlmError
 
 if TYPE_CHECKING:

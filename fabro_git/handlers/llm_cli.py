@@ -30,7 +30,6 @@ from pathlib import Path
 
 from fabro_git.config.locations import open_private
 from fabro_git.engine import outcome as oc
-from fabro_git.engine.model_choice import CLI_ALTERNATIVES, CliChoice, cli_choice
 from fabro_git.engine.outcome import Outcome, Usage
 from fabro_git.engine.process import META_LIMIT, excerpt, run_script
 from fabro_git.engine.stage import StageRequest
@@ -50,6 +49,7 @@ from fabro_git.handlers.prompting import outcome_from_reply, recorded_reply
 from fabro_git.jsondata import text, texts
 from fabro_git.llm import cli
 from fabro_git.llm import types as llm
+from fabro_git.llm.choice import CLI_ALTERNATIVES, CliChoice, cli_choice
 from fabro_git.outputs.directives import StatusFile
 
 # Paths listed at most in one stage's files_touched (as for command stages).

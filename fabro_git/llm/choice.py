@@ -1,4 +1,5 @@
-"""Which provider and model an LLM stage calls, and the check a run makes before it exists.
+"""Which provider, model and backend an LLM stage uses, and the check a run makes before
+it exists.
 
 A stage's target comes from, highest first: the node's `model`/`provider` attributes
 (the model stylesheet has already written its choices there), the run's model (the
@@ -6,6 +7,11 @@ A stage's target comes from, highest first: the node's `model`/`provider` attrib
 provider whose key is set. `check_stages` resolves every LLM stage of a workflow and its
 children up front, so a misspelt model or a missing key stops the run before it starts
 rather than at its fifth stage.
+
+This package sits below `workflow/`, so a node is whatever answers `StageNode` (the
+workflow's `Node` does), and a mistake in one of its attributes is a `StageChoiceError`
+naming the node and the key: the engine turns it into an error at the attribute's line
+in the workflow file.
 """
 
 from __future__ import annotations
@@ -13,15 +19,16 @@ from __future__ import annotations
 import difflib
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Protocol
 
 import msgspec
 
-from fabro_git.errors import ConfigError, WorkflowError
+from fabro_git.errors import ConfigError
 from fabro_git.llm import catalogue
+from fabro_git.llm.cli import PROFILES, program_for
 from fabro_git.llm.errors import MissingCredentials, UnknownModel
 from fabro_git.llm.resolve import ModelChoice, fallback_targets, resolve_target
 from fabro_git.llm.types import ReasoningEffort, Target
-from fabro_git.workflow.model import Graph, Node
 
 LLM_TYPES = ("agent", "prompt", "codergen")
 BACKENDS = ("api", "cli")
@@ -32,11 +39,36 @@ CLI_ALTERNATIVES = (
 )
 
 
-def is_llm(node: Node) -> bool:
+class StageNode(Protocol):
+    """What model choice reads of a workflow node: its id, its handler type and its
+    attributes (`model`, `provider`, `llm_model`, `llm_provider`, `reasoning_effort`,
+    `backend`)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def handler_type(self) -> str: ...
+
+    def get(self, key: str, /) -> str | None: ...
+
+
+class StageChoiceError(ConfigError):
+    """A node attribute that model choice cannot use: `key` names it, `detail` says why
+    (the message adds the node's id)."""
+
+    def __init__(self, node: StageNode, key: str, detail: str, *, hint: str | None = None) -> None:
+        self.node = node
+        self.key = key
+        self.detail = detail
+        super().__init__(f"node {node.id!r}: {detail}", hint=hint)
+
+
+def is_llm(node: StageNode) -> bool:
     return node.handler_type in LLM_TYPES
 
 
-def node_choice(node: Node) -> ModelChoice | None:
+def node_choice(node: StageNode) -> ModelChoice | None:
     model = node.get("model") or node.get("llm_model")
     provider = node.get("provider") or node.get("llm_provider")
     if not (model or provider):
@@ -45,7 +77,7 @@ def node_choice(node: Node) -> ModelChoice | None:
 
 
 def stage_target(
-    node: Node, *, model: str | None, provider: str | None, env: Mapping[str, str]
+    node: StageNode, *, model: str | None, provider: str | None, env: Mapping[str, str]
 ) -> Target:
     """The target of `node`'s stage; `UnknownModel` names the closest catalogue names."""
     run_choice = ModelChoice(model=model, provider=provider) if (model or provider) else None
@@ -74,8 +106,8 @@ def stage_fallbacks(entries: Sequence[str] | None) -> list[Target]:
     return fallback_targets(list(entries or ()))
 
 
-def effort_of(node: Node) -> ReasoningEffort | None:
-    """The node's `reasoning_effort`, or None; a `WorkflowError` for a value not in
+def effort_of(node: StageNode) -> ReasoningEffort | None:
+    """The node's `reasoning_effort`, or None; a `StageChoiceError` for a value not in
     `EFFORTS`."""
     value = (node.get("reasoning_effort") or "").strip().lower()
     if not value:
@@ -83,15 +115,18 @@ def effort_of(node: Node) -> ReasoningEffort | None:
     for effort in EFFORTS:
         if value == effort:
             return effort
-    raise _node_error(
+    raise StageChoiceError(
         node,
         "reasoning_effort",
         f"reasoning_effort={value!r} is not one of {', '.join(EFFORTS)}",
     )
 
 
-def backend_of(node: Node) -> str:
-    """`api` (the built-in agent loop) unless the node names another backend."""
+def backend_of(node: StageNode) -> str:
+    """What runs the stage: `api` (a prompt stage's one call, an agent stage's built-in
+    loop) unless an agent node names another backend (`cli`: an installed agent CLI)."""
+    if node.handler_type == "prompt":
+        return "api"
     return (node.get("backend") or "api").strip().lower()
 
 
@@ -105,7 +140,7 @@ class CliChoice(msgspec.Struct, frozen=True):
 
 
 def cli_choice(
-    node: Node,
+    node: StageNode,
     *,
     model: str | None,
     provider: str | None,
@@ -114,8 +149,6 @@ def cli_choice(
 ) -> CliChoice:
     """The CLI of `node`'s stage; a `FabroError` when its provider has no profile or its
     program is not installed."""
-    from fabro_git.llm.cli import PROFILES, program_for
-
     chosen = node_choice(node)
     named = (chosen.model if chosen else None) or model
     try:
@@ -125,13 +158,10 @@ def cli_choice(
         # the model goes to the CLI as written.
         named_provider = (chosen.provider if chosen else None) or provider
         if not (named and named_provider and named_provider.strip() in PROFILES):
-            key = "model" if chosen and chosen.model else "provider"
-            if chosen is None:
-                raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
-            raise _node_error(node, key, err.message, hint=err.hint) from None
+            raise _unknown_model(node, err) from None
         target = Target(named_provider.strip(), named.strip())
     if not custom and target.provider not in PROFILES:
-        raise _node_error(
+        raise StageChoiceError(
             node,
             "backend",
             f"backend=cli has no built-in agent CLI for provider {target.provider!r} "
@@ -150,8 +180,8 @@ def cli_choice(
     return CliChoice(target.provider, target.model if named else None, found)
 
 
-def _checked_target(
-    node: Node,
+def check_stage(
+    node: StageNode,
     *,
     model: str | None,
     provider: str | None,
@@ -161,26 +191,23 @@ def _checked_target(
     """The target of one LLM stage (None for an agent CLI stage), or the `FabroError`
     that says why it cannot run."""
     backend = backend_of(node)
-    if node.handler_type != "prompt" and backend not in BACKENDS:
-        raise _node_error(
+    if backend not in BACKENDS:
+        raise StageChoiceError(
             node, "backend", f"backend={backend!r} is not one of {', '.join(BACKENDS)}"
         )
     effort_of(node)
-    if node.handler_type != "prompt" and backend == "cli":
+    if backend == "cli":
         # The CLI brings its own credentials: only that it is installed is checked.
         cli_choice(node, model=model, provider=provider, env=env, custom=cli_command)
         return None
     try:
         return stage_target(node, model=model, provider=provider, env=env)
     except UnknownModel as err:
-        if node_choice(node) is None:
-            raise UnknownModel(f"the run's model: {err.message}", err.suggestions) from None
-        key = "model" if node.get("model") or node.get("llm_model") else "provider"
-        raise _node_error(node, key, err.message, hint=err.hint) from None
+        raise _unknown_model(node, err) from None
 
 
 def check_stages(
-    graphs: Iterable[Graph],
+    nodes: Iterable[StageNode],
     *,
     model: str | None,
     provider: str | None,
@@ -188,9 +215,10 @@ def check_stages(
     env: Mapping[str, str],
     cli_command: Sequence[str] | None = None,
 ) -> dict[str, Target]:
-    """Every LLM stage's target, by node id (agent CLI stages aside); a `FabroError` for
-    the first stage that cannot run: an unknown model or provider, an unknown backend, a
-    provider whose key is not set, or an agent CLI that is not installed."""
+    """The target of every LLM stage in `nodes`, by node id (agent CLI stages aside); a
+    `FabroError` for the first stage that cannot run: an unknown model or provider, an
+    unknown backend, a provider whose key is not set, or an agent CLI that is not
+    installed."""
     for entry in fallbacks or ():
         try:
             stage_fallbacks([entry])
@@ -200,33 +228,31 @@ def check_stages(
                 f"[run.model] fallbacks: {err.message}", near + err.suggestions
             ) from None
     targets: dict[str, Target] = {}
-    for graph in graphs:
-        for node in graph.nodes.values():
-            if not is_llm(node):
-                continue
-            target = _checked_target(
-                node, model=model, provider=provider, env=env, cli_command=cli_command
-            )
-            if target is not None:
-                targets[node.id] = target
+    for node in nodes:
+        target = check_stage(node, model=model, provider=provider, env=env, cli_command=cli_command)
+        if target is not None:
+            targets[node.id] = target
     if not targets:
         return targets  # the SDK layer is imported only for a run that calls a model
     from fabro_git.llm.providers import connect
 
     for name in dict.fromkeys(target.provider for target in targets.values()):
-        nodes = [node for node, target in targets.items() if target.provider == name]
+        stages = [node for node, target in targets.items() if target.provider == name]
         try:
-            connect(targets[nodes[0]], env)
+            connect(targets[stages[0]], env)
         except MissingCredentials as err:
             raise ConfigError(
-                f"{err.message} (the LLM stages {', '.join(nodes)} call {name})",
+                f"{err.message} (the LLM stages {', '.join(stages)} call {name})",
                 hint=f"{err.hint}; or run with --dry-run to simulate the LLM stages",
             ) from None
     return targets
 
 
-def _node_error(node: Node, key: str, message: str, *, hint: str | None = None) -> WorkflowError:
-    line, column = node.positions.get(key, (node.line, node.column))
-    return WorkflowError(
-        f"node {node.id!r}: {message}", path=node.path, line=line, column=column, hint=hint
-    )
+def _unknown_model(node: StageNode, err: UnknownModel) -> ConfigError:
+    """`err` said of the model or provider the node names (a `StageChoiceError` at that
+    attribute), or of the run's model when the node names none."""
+    chosen = node_choice(node)
+    if chosen is None:
+        return UnknownModel(f"the run's model: {err.message}", err.suggestions)
+    key = "model" if chosen.model else "provider"
+    return StageChoiceError(node, key, err.message, hint=err.hint)
