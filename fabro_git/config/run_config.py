@@ -69,8 +69,10 @@ def permission_level(value: str) -> PermissionLevel | None:
     return None
 
 
-class _Table(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    pass
+class _Table(msgspec.Struct, omit_defaults=True):
+    """A table of the schema. A key it does not name is refused in a file a person
+    wrote (`toml_source.convert`) and ignored in a run's recorded configuration, which
+    a later version may have written."""
 
 
 class ModelConfig(_Table):
@@ -644,23 +646,23 @@ def mcp_timeouts(server: McpServerConfig) -> tuple[float, float]:
     )
 
 
-def stream_idle_timeout(agent: Mapping[str, JsonValue]) -> float | None:
+def stream_idle_timeout(agent: AgentConfig) -> float | None:
     """`[run.agent] stream_idle_timeout` in seconds (checked at load), or None if unset."""
     from fabro_git.durations import parse_duration
 
-    text = agent.get("stream_idle_timeout")
-    return parse_duration(text.strip()) if isinstance(text, str) else None
+    text = agent.stream_idle_timeout
+    return parse_duration(text.strip()) if text is not None else None
 
 
 MAX_REQUEST_RETRIES = 20
 
 
-def request_retry_delay(text: JsonValue) -> float | None:
+def request_retry_delay(text: str | None) -> float | None:
     """`[run.agent] request_retry_delay` in seconds (zero or more), None if unset or
     not a duration."""
     from fabro_git.durations import parse_duration
 
-    return parse_duration(text.strip()) if isinstance(text, str) else None
+    return parse_duration(text.strip()) if text is not None else None
 
 
 def resolve_env_references(text: str, environ: Mapping[str, str], where: str) -> str:
@@ -678,15 +680,13 @@ def resolve_env_references(text: str, environ: Mapping[str, str], where: str) ->
     return ENV_REFERENCE.sub(value, text)
 
 
-def config_secrets(settings: Mapping[str, JsonValue]) -> list[str]:
-    """Credentials written literally into a run's configuration (`settings` as the
-    manifest keeps it): MCP servers' and hooks' header values and secret-named env values. The
-    redactor masks them wherever they appear; `{{ env.NAME }}` references are not, except
-    in `[run.sandbox.env]`: a secret-named variable there is masked whatever host
-    variable its value comes from."""
+def config_secrets(run: RunSection) -> list[str]:
+    """Credentials written literally into a run's configuration: MCP servers' and
+    hooks' header values and secret-named env values. The redactor masks them wherever
+    they appear; `{{ env.NAME }}` references are not, except in `[run.sandbox.env]`: a
+    secret-named variable there is masked whatever host variable its value comes from."""
     from fabro_git.redact import is_secret_name
 
-    run = msgspec.convert(settings.get("config") or {}, RunSection)
     found: list[str] = []
     for server in (run.agent.mcps if run.agent is not None else {}).values():
         found += list(server.headers.values())
