@@ -27,11 +27,9 @@ class RecordedConfig(msgspec.Struct, frozen=True):
 
 
 def read_recorded(raw: JsonValue) -> RecordedConfig:
-    """The `[run]` table a run's manifest records. It was checked when the run was
-    made, but the manifest may be another version's or a hostile fetched run's: a key
-    this version does not know is ignored, and a value that does not fit is left out
-    (a key of `[run]` whole, an entry of a list such as `hooks` on its own) and named
-    in `unreadable`. Nothing here raises."""
+    """`raw`, the `[run]` table a manifest records, as this version reads it. A value
+    that does not fit is left out: a key of `[run]` whole, an entry of a list such as
+    `hooks` on its own."""
     if raw is None:
         return RecordedConfig()
     if not isinstance(raw, dict):
@@ -44,21 +42,30 @@ def read_recorded(raw: JsonValue) -> RecordedConfig:
     unreadable: list[str] = []
     for key, value in raw.items():
         problem = _misfit({key: value})
-        if problem is not None and isinstance(value, list):
-            entries: list[JsonValue] = []
-            for index, entry in enumerate(value):
-                problem = _misfit({key: [entry]})
-                if problem is None:
-                    entries.append(entry)
-                else:
-                    keys, message = problem
-                    unreadable.append(f"run.{key_path([key, f'[{index}]', *keys[2:]])}: {message}")
-            kept[key] = entries
-        elif problem is not None:
-            unreadable.append(f"run.{key_path(problem[0])}: {problem[1]}")
-        else:
+        if problem is None:
             kept[key] = value
-    return RecordedConfig(msgspec.convert(kept, RunSection), tuple(unreadable))
+            continue
+        where, message = problem
+        if not (isinstance(value, list) and len(where) > 1 and where[1].startswith("[")):
+            unreadable.append(_words(where, message))
+            continue
+        # A list of entries (hooks): each entry that fits is kept on its own.
+        entries: list[JsonValue] = []
+        for index, entry in enumerate(value):
+            misfit = _misfit({key: [entry]})
+            if misfit is None:
+                entries.append(entry)
+            else:
+                unreadable.append(_words([key, f"[{index}]", *misfit[0][2:]], misfit[1]))
+        kept[key] = entries
+    try:
+        return RecordedConfig(msgspec.convert(kept, RunSection), tuple(unreadable))
+    except msgspec.ValidationError as exc:  # not expected: each key fitted on its own
+        return RecordedConfig(unreadable=(*unreadable, f"run: {exc}"))
+
+
+def _words(keys: list[str], message: str) -> str:
+    return f"run.{key_path(keys)}: {message}"
 
 
 def _misfit(table: JsonObject) -> tuple[list[str], str] | None:
