@@ -251,6 +251,16 @@ class RunSection(_Table):
     # checkpoint, resumable (`--max-cost`). Declarative: it acts only by stopping.
     max_cost: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
+    @property
+    def model_fallbacks(self) -> list[str]:
+        """`[run.model] fallbacks`, empty when not set."""
+        return list(self.model.fallbacks or []) if self.model is not None else []
+
+    @property
+    def sandbox_env(self) -> dict[str, str]:
+        """`[run.sandbox.env]`, its references unresolved; empty when not set."""
+        return dict(self.sandbox.env) if self.sandbox is not None else {}
+
 
 class WorkflowSection(_Table):
     graph: str = DEFAULT_GRAPH
@@ -488,7 +498,7 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
     _check_sinks(run.events, fail)
     if run.agent is not None:
         _check_agent(run.agent, fail)
-    for name, value in (run.sandbox.env if run.sandbox is not None else {}).items():
+    for name, value in run.sandbox_env.items():
         keys = ["run", "sandbox", "env", name]
         if not ENV_NAME.fullmatch(name):
             fail(keys, "a variable name is letters, digits and '_', not starting with a digit")
@@ -692,7 +702,7 @@ def config_secrets(run: RunSection) -> list[str]:
         found += list(server.headers.values())
         found += [v for k, v in server.env.items() if is_secret_name(k)]
     # What `[run.sandbox.env]` hands a stage under a secret name, written out or not.
-    for name, value in (run.sandbox.env if run.sandbox is not None else {}).items():
+    for name, value in run.sandbox_env.items():
         if is_secret_name(name):
             found.append(_resolved_or_none(value) or "")
     # A hook's headers name allowed variables as `$NAME`; what is written out is literal.

@@ -215,7 +215,7 @@ def attach(
     sinks_config = run.events.sinks if run.events is not None else []
     if not sinks_config:
         return
-    sandbox = run.sandbox.env if run.sandbox is not None else {}
+    sandbox = run.sandbox_env
 
     def notice(message: str) -> None:
         emit(ev.RunNotice(level="warn", code=NOTICE_CODE, message=message))

@@ -196,9 +196,9 @@ class LifecycleHooks:
             scratch=scratch,
             emit=emit,
             dry_run=bool(settings.get("dry_run")),
-            sandbox_env=recorded.sandbox.env if recorded.sandbox is not None else None,
+            sandbox_env=recorded.sandbox_env,
             model=(text(settings.get("model")), text(settings.get("provider"))),
-            fallbacks=tuple(recorded.model.fallbacks or ()) if recorded.model is not None else (),
+            fallbacks=tuple(recorded.model_fallbacks),
         )
 
     def wants(self, event: str) -> bool:

@@ -45,7 +45,7 @@ def check_resumable(
     check_options(
         options,
         graph or load_graph(repo, run_id, manifest, source, meta),
-        recorded.model.fallbacks if recorded.model is not None else None,
+        recorded.model_fallbacks,
         cli_command=recorded.agent.cli_command if recorded.agent is not None else None,
     )
 

@@ -42,8 +42,7 @@ async def run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> Non
     t0 = time.monotonic()
     logs = make_private_dir(runtime.scratch / "setup")
     records = process_groups.records_dir(runtime.scratch)
-    recorded = manifest.run_config
-    sandbox = recorded.sandbox.env if recorded.sandbox is not None else {}
+    sandbox = manifest.run_config.sandbox_env
     try:
         # Setup commands are swept with the stages', when the walk ends.
         base = stage_environment(sandbox=sandbox, mark=process_groups.process_mark(records))

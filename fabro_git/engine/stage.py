@@ -156,8 +156,7 @@ class StageRequest(msgspec.Struct):
     @property
     def model_fallbacks(self) -> list[str]:
         """`[run.model] fallbacks` of the run's configuration."""
-        model = self._services.manifest.run_config.model
-        return list(model.fallbacks or []) if model is not None else []
+        return self._services.manifest.run_config.model_fallbacks
 
     @property
     def mcp_servers(self) -> dict[str, McpServerConfig]:
@@ -195,8 +194,7 @@ class StageRequest(msgspec.Struct):
     @property
     def sandbox_env(self) -> dict[str, str]:
         """`[run.sandbox.env]` of the run's configuration, its references unresolved."""
-        sandbox = self._services.manifest.run_config.sandbox
-        return dict(sandbox.env) if sandbox is not None else {}
+        return self._services.manifest.run_config.sandbox_env
 
     @property
     def process_mark(self) -> str:
