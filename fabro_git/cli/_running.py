@@ -8,14 +8,14 @@ import contextlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fabro_git.errors import FabroError, disk_full_in
-from fabro_git.jsondata import JsonValue, section, text
 
 if TYPE_CHECKING:
+    from fabro_git.config.run_config import RunSection
     from fabro_git.engine.finish import RunResult
     from fabro_git.engine.fixes import Fixes
     from fabro_git.engine.options import Options
@@ -50,11 +50,11 @@ def stdin_answers() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
 
 
-def use_run_author(repo: GitRepo, settings: Mapping[str, JsonValue]) -> None:
+def use_run_author(repo: GitRepo, run: RunSection) -> None:
     """The run's commits carry `[run.git.author]` when its configuration names one."""
-    author = section(section(section(settings, "config"), "git"), "author")
-    if author:
-        repo.override_author(text(author.get("name")), text(author.get("email")))
+    author = run.git.author if run.git is not None else None
+    if author is not None and (author.name is not None or author.email is not None):
+        repo.override_author(author.name, author.email)
 
 
 def progress_renderer(output: str) -> ProgressRenderer:
@@ -208,14 +208,10 @@ def spawn_detached(
     mark_starting(Path(repo.git_dir), run_id, child.pid)
 
 
-def remember_config_secrets(settings: Mapping[str, JsonValue]) -> None:
+def remember_config_secrets(run: RunSection) -> None:
     """Mask the credentials the run's configuration holds or hands its stages, on a
     resume as on the run's start."""
-    import msgspec
-
     from fabro_git import redact
     from fabro_git.config.run_config import config_secrets
 
-    # A manifest of another version may not convert: then it has nothing to add.
-    with contextlib.suppress(msgspec.ValidationError):
-        redact.remember_values(config_secrets(settings))
+    redact.remember_values(config_secrets(run))

@@ -5,7 +5,7 @@ higher spending cap, a fix to `--rebase` onto or a corrected `--workflow`)."""
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +26,7 @@ from fabro_git.cli.run import (
     resolve_workflow,
 )
 from fabro_git.errors import ConfigError, FabroError
-from fabro_git.jsondata import JsonValue, section, text
+from fabro_git.jsondata import text
 
 if TYPE_CHECKING:
     from fabro_git.engine.checkpoint import Manifest
@@ -89,7 +89,7 @@ def resume(
         spawn_detached(repo, full_id, options, fixes)
         print(full_id)
         return 0
-    use_run_author(repo, manifest.settings)
+    use_run_author(repo, manifest.run_config)
     if not detached_child:
         print(f"resuming run {full_id}", file=sys.stderr)
     renderer = None if detached_child else progress_renderer(output)
@@ -140,7 +140,7 @@ def _run_to_resume(
             ask=ask_on_terminal("Trust it and resume?"),
             repo_root=repo.root,
         )
-    remember_config_secrets(manifest.settings)
+    remember_config_secrets(manifest.run_config)
     return full_id, stored, fetched
 
 
@@ -156,9 +156,9 @@ def _options(
     max_cost: float | None,
 ) -> Options:
     """The resumed run's options: the run's own settings, and what this command adds."""
-    from fabro_git.engine.replication import push_remote_of
     from fabro_git.engine.runner import Options
 
+    recorded = manifest.run_config
     return Options(
         auto_approve=auto_approve or bool(manifest.settings.get("auto_approve")),
         answers=list(answers),
@@ -168,14 +168,14 @@ def _options(
         provider=text(manifest.settings.get("provider")),
         interactive=interactive,
         detached=detached_child,
-        push_remote=check_push_remote(push_remote) or push_remote_of(manifest.settings),
+        push_remote=check_push_remote(push_remote)
+        or (recorded.git.push_remote if recorded.git is not None else None)
+        or None,
         # The run's own choice holds on every resume; --no-retro here adds to it.
         retro=retro and manifest.settings.get("retro") is not False,
         retro_narrative=bool(manifest.settings.get("retro_narrative")),
         # A cap given here holds for this resume; else the run's own.
-        max_cost=check_max_cost(max_cost)
-        if max_cost is not None
-        else _recorded_max_cost(manifest.settings),
+        max_cost=check_max_cost(max_cost) if max_cost is not None else recorded.max_cost,
     )
 
 
@@ -204,12 +204,6 @@ def _execute(
             before=before,
             fixes=fixes,
         )
-
-
-def _recorded_max_cost(settings: Mapping[str, JsonValue]) -> float | None:
-    """The cap the run's configuration set (`--max-cost` or `[run] max_cost`)."""
-    value = section(settings, "config").get("max_cost")
-    return float(value) if isinstance(value, int | float) and value > 0 else None
 
 
 def _check_spending(run_id: str, spent: float, cap: float | None) -> None:

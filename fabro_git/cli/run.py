@@ -126,7 +126,7 @@ def _build_spec(
         options=options,
         setup_commands=setup,
         exclude_globs=list(run_cfg.checkpoint.exclude_globs) if run_cfg.checkpoint else [],
-        settings=config.settings(),
+        config=config,
     )
 
 
@@ -374,14 +374,14 @@ def _create(repo: GitRepo, spec: RunSpec, options: Options, *, detach: bool) -> 
     from fabro_git.config.trust import record_run_config
     from fabro_git.engine.session import create_run
 
-    use_run_author(repo, spec.settings)
+    use_run_author(repo, spec.config.run)
     check_answers(spec.graph, options.answers)
     if detach:
         _warn_unanswerable_gates(spec.graph, options)
     from fabro_git import redact
 
     redact.remember(spec.inputs)
-    remember_config_secrets(spec.settings)
+    remember_config_secrets(spec.config.run)
     opened = create_run(repo, spec, warn=_warn)
     record_run_config(repo.root, opened.run_id, opened.manifest.settings)
     return opened

@@ -69,8 +69,10 @@ def permission_level(value: str) -> PermissionLevel | None:
     return None
 
 
-class _Table(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
-    pass
+class _Table(msgspec.Struct, omit_defaults=True):
+    """A table of the schema. A key it does not name is refused in a file a person
+    wrote (`toml_source.convert`) and ignored in a run's recorded configuration, which
+    a later version may have written."""
 
 
 class ModelConfig(_Table):
@@ -248,6 +250,16 @@ class RunSection(_Table):
     # US dollars the run may spend on models: past it, the run stops at its next
     # checkpoint, resumable (`--max-cost`). Declarative: it acts only by stopping.
     max_cost: Annotated[float, msgspec.Meta(gt=0)] | None = None
+
+    @property
+    def model_fallbacks(self) -> list[str]:
+        """`[run.model] fallbacks`, empty when not set."""
+        return list(self.model.fallbacks or []) if self.model is not None else []
+
+    @property
+    def sandbox_env(self) -> dict[str, str]:
+        """`[run.sandbox.env]`, its references unresolved; empty when not set."""
+        return dict(self.sandbox.env) if self.sandbox is not None else {}
 
 
 class WorkflowSection(_Table):
@@ -486,7 +498,7 @@ def _check_run_section(run: RunSection, path: Path, text: str) -> None:
     _check_sinks(run.events, fail)
     if run.agent is not None:
         _check_agent(run.agent, fail)
-    for name, value in (run.sandbox.env if run.sandbox is not None else {}).items():
+    for name, value in run.sandbox_env.items():
         keys = ["run", "sandbox", "env", name]
         if not ENV_NAME.fullmatch(name):
             fail(keys, "a variable name is letters, digits and '_', not starting with a digit")
@@ -644,23 +656,23 @@ def mcp_timeouts(server: McpServerConfig) -> tuple[float, float]:
     )
 
 
-def stream_idle_timeout(agent: Mapping[str, JsonValue]) -> float | None:
+def stream_idle_timeout(agent: AgentConfig) -> float | None:
     """`[run.agent] stream_idle_timeout` in seconds (checked at load), or None if unset."""
     from fabro_git.durations import parse_duration
 
-    text = agent.get("stream_idle_timeout")
-    return parse_duration(text.strip()) if isinstance(text, str) else None
+    text = agent.stream_idle_timeout
+    return parse_duration(text.strip()) if text is not None else None
 
 
 MAX_REQUEST_RETRIES = 20
 
 
-def request_retry_delay(text: JsonValue) -> float | None:
+def request_retry_delay(text: str | None) -> float | None:
     """`[run.agent] request_retry_delay` in seconds (zero or more), None if unset or
     not a duration."""
     from fabro_git.durations import parse_duration
 
-    return parse_duration(text.strip()) if isinstance(text, str) else None
+    return parse_duration(text.strip()) if text is not None else None
 
 
 def resolve_env_references(text: str, environ: Mapping[str, str], where: str) -> str:
@@ -678,21 +690,19 @@ def resolve_env_references(text: str, environ: Mapping[str, str], where: str) ->
     return ENV_REFERENCE.sub(value, text)
 
 
-def config_secrets(settings: Mapping[str, JsonValue]) -> list[str]:
-    """Credentials written literally into a run's configuration (`settings` as the
-    manifest keeps it): MCP servers' and hooks' header values and secret-named env values. The
-    redactor masks them wherever they appear; `{{ env.NAME }}` references are not, except
-    in `[run.sandbox.env]`: a secret-named variable there is masked whatever host
-    variable its value comes from."""
+def config_secrets(run: RunSection) -> list[str]:
+    """Credentials written literally into a run's configuration: MCP servers' and
+    hooks' header values and secret-named env values. The redactor masks them wherever
+    they appear; `{{ env.NAME }}` references are not, except in `[run.sandbox.env]`: a
+    secret-named variable there is masked whatever host variable its value comes from."""
     from fabro_git.redact import is_secret_name
 
-    run = msgspec.convert(settings.get("config") or {}, RunSection)
     found: list[str] = []
     for server in (run.agent.mcps if run.agent is not None else {}).values():
         found += list(server.headers.values())
         found += [v for k, v in server.env.items() if is_secret_name(k)]
     # What `[run.sandbox.env]` hands a stage under a secret name, written out or not.
-    for name, value in (run.sandbox.env if run.sandbox is not None else {}).items():
+    for name, value in run.sandbox_env.items():
         if is_secret_name(name):
             found.append(_resolved_or_none(value) or "")
     # A hook's headers name allowed variables as `$NAME`; what is written out is literal.

@@ -2,6 +2,11 @@
 position in its own words and msgspec a wrong value's key path, while a user wants the
 file's line and plain words (`run.hooks[0].event: unknown key`). tomllib keeps no
 lines, so a key's line is found by scanning the text for its table header and key.
+
+A key the schema does not name is refused here, by `convert`, and not by the schema's
+types: the same types read a run's recorded configuration, which a later version may
+have written with keys this one does not know. A typo is a mistake of a file a person
+wrote; a stored record from a newer version is not.
 """
 
 from __future__ import annotations
@@ -17,7 +22,6 @@ import msgspec
 from fabro_git.errors import SourceError
 
 _PATH_RE = re.compile(r"^(?P<what>.*) - at `\$(?P<path>[^`]*)`$", re.S)
-_UNKNOWN_RE = re.compile(r"^Object contains unknown field `(?P<key>[^`]*)`$")
 _MISSING_RE = re.compile(r"^Object missing required field `(?P<key>[^`]*)`$")
 _EXPECTED_RE = re.compile(r"^Expected `(?P<want>[^`]*)`, got `(?P<got>[^`]*)`$")
 
@@ -26,10 +30,45 @@ _T = TypeVar("_T")
 
 
 def convert(data: Mapping[str, object], schema: type[_T], path: Path, text: str) -> _T:
+    """`data` read from the TOML file `path` (its `text`) as `schema`, a key the schema
+    does not name refused as a value that does not fit is."""
+    unknown = unknown_key(data, msgspec.inspect.type_info(schema))
+    if unknown is not None:
+        raise _refuse(unknown, "unknown key", path, text, hint=_UNKNOWN_HINT)
     try:
         return msgspec.convert(data, schema)
     except msgspec.ValidationError as exc:
         raise validation_error(str(exc), path, text, data) from None
+
+
+def unknown_key(value: object, kind: msgspec.inspect.Type) -> list[str] | None:
+    """The key path of the first key in `value` that `kind` does not name, in the
+    file's order; None when there is none. A value of another shape than `kind` is
+    left to `msgspec.convert` to refuse."""
+    if isinstance(kind, msgspec.inspect.Metadata):
+        return unknown_key(value, kind.type)
+    if isinstance(kind, msgspec.inspect.UnionType):
+        for member in kind.types:
+            found = unknown_key(value, member)
+            if found is not None:
+                return found
+        return None
+    items: list[tuple[str, object, msgspec.inspect.Type]] = []
+    if isinstance(kind, msgspec.inspect.StructType) and isinstance(value, dict):
+        fields = {field.encode_name: field.type for field in kind.fields}
+        for key, item in value.items():
+            if key not in fields:
+                return [str(key)]
+            items.append((str(key), item, fields[key]))
+    elif isinstance(kind, msgspec.inspect.DictType) and isinstance(value, dict):
+        items = [(str(key), item, kind.value_type) for key, item in value.items()]
+    elif isinstance(kind, msgspec.inspect.ListType) and isinstance(value, list):
+        items = [(f"[{i}]", item, kind.item_type) for i, item in enumerate(value)]
+    for key, item, item_kind in items:
+        found = unknown_key(item, item_kind)
+        if found is not None:
+            return [key, *found]
+    return None
 
 
 def _name_dict_keys(keys: list[str], data: object) -> list[str]:
@@ -53,24 +92,34 @@ def _name_dict_keys(keys: list[str], data: object) -> list[str]:
 
 
 def validation_error(raw: str, path: Path, text: str, data: object) -> SourceError:
+    keys, message = described(raw, data)
+    return _refuse(keys, message, path, text, hint=None)
+
+
+def described(raw: str, data: object) -> tuple[list[str], str]:
+    """msgspec's message `raw` about `data` in a user's words: the key path of the
+    value that does not fit, and what is wrong with it."""
     match = _PATH_RE.match(raw)
     what, where = (match["what"], match["path"]) if match else (raw, "")
     keys = _name_dict_keys([k for k in re.split(r"\.(?![^\[]*\])|(?=\[)", where) if k], data)
-    unknown = _UNKNOWN_RE.match(what)
     missing = _MISSING_RE.match(what)
     expected = _EXPECTED_RE.match(what)
-    hint = None
-    if unknown:
-        keys.append(unknown["key"])
-        message = "unknown key"
-        hint = "see `man git-fabro` (RUN CONFIGURATION) for the keys a run config takes"
-    elif missing:
+    if missing:
         keys.append(missing["key"])
         message = "required key is missing"
     elif expected:
         message = f"expected {_type_words(expected['want'])}, got {_type_words(expected['got'])}"
     else:
         message = what[:1].lower() + what[1:]
+    return keys, message
+
+
+_UNKNOWN_HINT = "see `man git-fabro` (RUN CONFIGURATION) for the keys a run config takes"
+
+
+def _refuse(
+    keys: list[str], message: str, path: Path, text: str, *, hint: str | None
+) -> SourceError:
     where = key_path(keys) or "(top level)"
     return SourceError(f"{where}: {message}", path=path, line=find_line(text, keys), hint=hint)
 

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import msgspec
 
+from fabro_git.config.recorded import read_recorded
 from fabro_git.config.run_config import (
     ENV_REFERENCE,
     PROJECT_CONFIG,
@@ -518,17 +519,17 @@ def recorded_actions(settings: Mapping[str, object]) -> RunConfigActions:
     records, not on today's project file: a fetched run's manifest is its author's."""
     raw = settings.get("config") or {}
     config = raw if isinstance(raw, dict) else {}
+    # The digest is of the recorded values as they are, read or not.
     acting = {key: config[key] for key in _ACTING_KEYS if config.get(key)}
     digest = hashlib.sha256(msgspec.json.encode(acting, order="sorted")).hexdigest()
-    try:
-        run = msgspec.convert(config, RunSection)
-    except (msgspec.ValidationError, TypeError):
-        # A manifest this version cannot read: say so rather than guess what it does.
+    recorded = read_recorded(config)
+    if recorded.unreadable:
+        # A manifest this version cannot read whole: say so rather than guess what it does.
         found = [
             Action("run", "acts in ways this version cannot read (an unreadable configuration)")
         ]
         return RunConfigActions(found if acting else [], digest)
-    return RunConfigActions(actions(run), digest)
+    return RunConfigActions(actions(recorded.run), digest)
 
 
 def record_run_config(repo_root: Path, run_id: str, settings: Mapping[str, object]) -> None:

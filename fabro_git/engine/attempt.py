@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import traceback
-from collections.abc import Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,9 +28,9 @@ from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.engine.walk_rules import stage_timeout
 from fabro_git.errors import FabroError, disk_full_in
 from fabro_git.events import catalogue as ev
-from fabro_git.jsondata import JsonValue, section, texts
 
 if TYPE_CHECKING:
+    from fabro_git.config.run_config import RunSection
     from fabro_git.outputs.assets import Snapshot
 
 # Stages that run commands in the worktree: their test assets are captured.
@@ -107,11 +106,10 @@ async def _guarded(handler: Handler, request: StageRequest) -> Outcome:
         )
 
 
-def asset_include(settings: Mapping[str, JsonValue]) -> tuple[str, ...]:
+def asset_include(run: RunSection) -> tuple[str, ...]:
     """`[run.artifacts] include`: the run's own globs of files to capture as assets,
     beside the known test-report paths."""
-    config = section(settings, "config")
-    return tuple(texts(section(config, "artifacts").get("include")) or ())
+    return tuple(run.artifacts.include) if run.artifacts is not None else ()
 
 
 async def asset_baseline(request: StageRequest, include: tuple[str, ...]) -> Snapshot | None:

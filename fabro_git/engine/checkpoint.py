@@ -14,6 +14,7 @@ a delta back together with its base.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import time
@@ -28,6 +29,8 @@ from fabro_git.jsondata import JsonObject
 if TYPE_CHECKING:
     from _typeshed import SupportsKeysAndGetItem
 
+    from fabro_git.config.recorded import RecordedConfig
+    from fabro_git.config.run_config import RunSection
     from fabro_git.engine.outcome import StageRecord, Usage
 
     StageRecords = dict[str, StageRecord]
@@ -207,7 +210,7 @@ class Checkpoint(msgspec.Struct, kw_only=True):
                 setattr(self, name, TrackedMap(value))
 
 
-class Manifest(msgspec.Struct, kw_only=True):
+class Manifest(msgspec.Struct, kw_only=True, dict=True):
     format_version: int = FORMAT_VERSION
     run_id: str
     workflow_name: str
@@ -234,6 +237,19 @@ class Manifest(msgspec.Struct, kw_only=True):
     forked_from: JsonObject | None = None
     # Set on a run that `rewind` replaced: the id of the run that carries on from it.
     superseded_by: str | None = None
+
+    @functools.cached_property
+    def recorded_config(self) -> RecordedConfig:
+        """`settings["config"]`, the run's effective `[run]` table, read once: what this
+        version could read of it, and what it could not (`read_recorded`)."""
+        from fabro_git.config.recorded import read_recorded
+
+        return read_recorded(self.settings.get("config"))
+
+    @property
+    def run_config(self) -> RunSection:
+        """The run's effective `[run]` configuration, typed."""
+        return self.recorded_config.run
 
 
 _encoder = msgspec.json.Encoder(order="deterministic")

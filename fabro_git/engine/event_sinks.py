@@ -31,16 +31,18 @@ import signal
 import subprocess
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from fabro_git.config.locations import open_private
 from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, Sink
 from fabro_git.events.envelope import Envelope, EventProps
-from fabro_git.jsondata import JsonValue, section, text_map
 from fabro_git.terminal import json_printable
+
+if TYPE_CHECKING:
+    from fabro_git.config.run_config import RunSection
 
 NOTICE_CODE = "event_sink_failed"
 # How long a sink's program has to read its last lines once its stdin is closed.
@@ -199,22 +201,21 @@ _attached: weakref.WeakKeyDictionary[EventBus, list[Sink]] = weakref.WeakKeyDict
 
 def attach(
     bus: EventBus,
-    settings: Mapping[str, JsonValue],
+    run: RunSection,
     *,
     emit: Callable[[EventProps], object],
     host_dir: Path,
     scratch: Path,
     warn: Callable[[str], object] | None = None,
 ) -> None:
-    """Add the sinks the run's configuration (its manifest's `settings`) names to
+    """Add the sinks the run's configuration (its manifest's `run_config`) names to
     `bus`. Nothing is opened or started before the first event reaches a sink. `warn`
     also tells the terminal of a failure, while the run's renderer is not attached yet
     (the first events of a new run)."""
-    config = section(settings, "config")
-    sinks_config = section(config, "events").get("sinks")
-    if not isinstance(sinks_config, list) or not sinks_config:
+    sinks_config = run.events.sinks if run.events is not None else []
+    if not sinks_config:
         return
-    sandbox = text_map(section(config, "sandbox").get("env"))
+    sandbox = run.sandbox_env
 
     def notice(message: str) -> None:
         emit(ev.RunNotice(level="warn", code=NOTICE_CODE, message=message))
@@ -232,16 +233,13 @@ def attach(
 
     sinks: list[Sink] = []
     for number, entry in enumerate(sinks_config, start=1):
-        if not isinstance(entry, dict):
-            continue
-        path, script, command = entry.get("path"), entry.get("script"), entry.get("command")
-        if entry.get("type") == "file" and isinstance(path, str):
-            sinks.append(FileSink(number, host_dir / path, notice))
-        elif entry.get("type") == "command":
+        if entry.type == "file" and entry.path is not None:
+            sinks.append(FileSink(number, host_dir / entry.path, notice))
+        elif entry.type == "command":
             argv = (
-                [shutil.which("sh") or "/bin/sh", "-c", script]
-                if isinstance(script, str)
-                else [str(part) for part in (command if isinstance(command, list) else [])]
+                [shutil.which("sh") or "/bin/sh", "-c", entry.script]
+                if entry.script is not None
+                else list(entry.command or [])
             )
             if argv:
                 sinks.append(

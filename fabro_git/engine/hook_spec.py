@@ -107,11 +107,11 @@ class Hook(msgspec.Struct, frozen=True):
     max_tool_rounds: int = DEFAULT_TOOL_ROUNDS
 
     @classmethod
-    def from_config(cls, raw: JsonValue, index: int) -> Hook:
-        from fabro_git.config.run_config import HookConfig
+    def from_config(cls, config: HookConfig, index: int) -> Hook:
+        """The hook `[[run.hooks]]` entry number `index` (from 0) configures; a matcher
+        that is no regular expression raises `re.error`."""
         from fabro_git.durations import parse_duration
 
-        config = msgspec.convert(raw, HookConfig)
         kind = config.kind
         if config.timeout_ms is not None:
             timeout = config.timeout_ms / 1000

@@ -56,10 +56,11 @@ import trio
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.engine.emit import Emit
 from fabro_git.events import catalogue as ev
-from fabro_git.jsondata import JsonObject, JsonValue, section, text, text_map, texts
+from fabro_git.jsondata import JsonObject, JsonValue, text
 from fabro_git.llm import types as llm
 
 if TYPE_CHECKING:
+    from fabro_git.engine.checkpoint import Manifest
     from fabro_git.engine.outcome import Usage
 from fabro_git.engine.hook_spec import (
     HOOK_MAX_TOKENS,
@@ -160,9 +161,9 @@ class LifecycleHooks:
         self._cut = False
 
     @classmethod
-    def from_settings(
+    def from_manifest(
         cls,
-        settings: Mapping[str, JsonValue],
+        manifest: Manifest,
         *,
         run_id: str,
         workflow: str,
@@ -171,13 +172,13 @@ class LifecycleHooks:
         emit: Emit,
     ) -> LifecycleHooks:
         """The hooks the run's manifest records (its effective configuration)."""
-        config = section(settings, "config")
-        raw = config.get("hooks")
+        recorded = manifest.run_config
+        settings = manifest.settings
         hooks = []
-        for i, entry in enumerate(raw if isinstance(raw, list) else []):
+        for i, entry in enumerate(recorded.hooks):
             try:
                 hooks.append(Hook.from_config(entry, i))
-            except (msgspec.ValidationError, re.error, TypeError) as exc:
+            except re.error as exc:
                 # Checked when the run was made: only a manifest from another version
                 # gets here, and a hook must not be what stops its run.
                 emit(
@@ -195,9 +196,9 @@ class LifecycleHooks:
             scratch=scratch,
             emit=emit,
             dry_run=bool(settings.get("dry_run")),
-            sandbox_env=text_map(section(config, "sandbox").get("env")),
+            sandbox_env=recorded.sandbox_env,
             model=(text(settings.get("model")), text(settings.get("provider"))),
-            fallbacks=tuple(texts(section(config, "model").get("fallbacks")) or ()),
+            fallbacks=tuple(recorded.model_fallbacks),
         )
 
     def wants(self, event: str) -> bool:

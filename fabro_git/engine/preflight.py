@@ -12,7 +12,6 @@ from fabro_git.engine.checkpoint import Manifest
 from fabro_git.engine.runner import Options
 from fabro_git.engine.stored_run import StoredRun, load_graph
 from fabro_git.errors import FabroError
-from fabro_git.jsondata import section, texts
 from fabro_git.store.repo import GitRepo
 from fabro_git.workflow import Graph
 
@@ -42,12 +41,12 @@ def check_resumable(
         return
     manifest, _cp, meta, source = stored
     check_in_place_home(repo, run_id, manifest)
-    config = section(manifest.settings, "config")
+    recorded = manifest.run_config
     check_options(
         options,
         graph or load_graph(repo, run_id, manifest, source, meta),
-        texts(section(config, "model").get("fallbacks")),
-        cli_command=texts(section(config, "agent").get("cli_command")),
+        recorded.model_fallbacks,
+        cli_command=recorded.agent.cli_command if recorded.agent is not None else None,
     )
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import AsyncIterable, Mapping
+from collections.abc import AsyncIterable
 from typing import Unpack
 
 import trio
@@ -25,7 +25,6 @@ from fabro_git.engine.emit import Emit, EnvelopeFields
 from fabro_git.errors import FabroError
 from fabro_git.events import catalogue as ev
 from fabro_git.events.envelope import EventProps
-from fabro_git.jsondata import JsonValue, section
 from fabro_git.store import remote as rem
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
@@ -34,12 +33,6 @@ from fabro_git.store.repo import GitRepo
 FINAL_PUSH_SECONDS = 60.0
 # A remote asking for a password would wait forever on nobody: a live push never prompts.
 _NO_PROMPT = {"GIT_TERMINAL_PROMPT": "0"}
-
-
-def push_remote_of(settings: Mapping[str, JsonValue]) -> str | None:
-    """The `[run.git] push_remote` a run's recorded configuration names, if any."""
-    remote = section(section(settings, "config"), "git").get("push_remote")
-    return remote if isinstance(remote, str) and remote else None
 
 
 class LivePush:

@@ -473,7 +473,7 @@ class Runtime:
                 return hooked
         if run.handler is None:
             return Outcome.failure(f"no handler for node type {node.handler_type!r}", oc.STRUCTURAL)
-        include = attempt.asset_include(self.manifest.settings)
+        include = attempt.asset_include(self.manifest.run_config)
         assets = await attempt.asset_baseline(request, include)
         call = functools.partial(
             attempt.call_handler, run.handler, request, scope, in_place=self.options.in_place

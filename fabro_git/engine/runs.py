@@ -27,6 +27,7 @@ import msgspec
 
 from fabro_git import __version__
 from fabro_git.config.locations import make_private_dir, run_scratch_dir
+from fabro_git.config.run_config import EffectiveConfig
 from fabro_git.engine import process_groups
 from fabro_git.engine.checkpoint import Checkpoint, Manifest, TrackedMap, encode
 from fabro_git.engine.context import Context
@@ -57,8 +58,8 @@ class RunSpec(msgspec.Struct):
     options: Options
     setup_commands: list[str]
     exclude_globs: list[str]
-    # The effective run configuration.
-    settings: JsonObject = msgspec.field(default_factory=dict)
+    # The effective run configuration, recorded in the manifest's settings.
+    config: EffectiveConfig
     # An id allocated beforehand (`git fabro batch` names every run before any starts).
     run_id: str | None = None
 
@@ -153,7 +154,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
     bus = EventBus(run_id, [TailFileSink(scratch / "events.jsonl")])
     emit = make_emitter(bus)
     attach_event_sinks(
-        bus, manifest.settings, emit=emit, host_dir=repo.root, scratch=scratch, warn=warn
+        bus, manifest.run_config, emit=emit, host_dir=repo.root, scratch=scratch, warn=warn
     )
     emit(_created_event(repo, spec, manifest, scratch, dirty=bool(dirty)))
     if dirty:
@@ -227,7 +228,7 @@ def _new_manifest(
             "provider": options.provider,
             "setup_commands": [*spec.setup_commands],
             "exclude_globs": [*spec.exclude_globs],
-            **spec.settings,
+            **spec.config.settings(),
         },
         tool_version=__version__,
         workflow_file=graph.origin.relpath if graph.origin is not None else None,
@@ -303,7 +304,7 @@ def open_run(repo: GitRepo, run_id: str, *, workflow: Graph | None = None) -> Op
             bus.restore_pending(tail_after(tail.read_bytes(), checkpoint.last_event_id))
         bus.add_sink(TailFileSink(tail))
         attach_event_sinks(
-            bus, manifest.settings, emit=make_emitter(bus), host_dir=repo.root, scratch=scratch
+            bus, manifest.run_config, emit=make_emitter(bus), host_dir=repo.root, scratch=scratch
         )
         run_tip = _run_tip(repo, run_id, manifest, checkpoint)
         recorder = Recorder(

@@ -116,8 +116,12 @@ def execute_run(
         emit(event)
     if renderer is not None:
         run.bus.add_sink(renderer)
-    hooks = LifecycleHooks.from_settings(
-        run.manifest.settings,
+    for problem in run.manifest.recorded_config.unreadable:
+        # A manifest of another version, or a hostile one: the run goes on without it.
+        message = f"the run's recorded configuration: {problem}; this version leaves it out"
+        emit(ev.RunNotice(level="warn", code="config_unreadable", message=message))
+    hooks = LifecycleHooks.from_manifest(
+        run.manifest,
         run_id=run_id,
         workflow=run.graph.name,
         host_dir=repo.root,

@@ -17,7 +17,7 @@ from fabro_git.engine.checkpoint import Manifest
 from fabro_git.engine.runner import Runtime
 from fabro_git.errors import ConfigError
 from fabro_git.events import catalogue as ev
-from fabro_git.jsondata import section, text_map, texts
+from fabro_git.jsondata import texts
 
 
 class SetupFailed(Exception):
@@ -42,7 +42,7 @@ async def run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> Non
     t0 = time.monotonic()
     logs = make_private_dir(runtime.scratch / "setup")
     records = process_groups.records_dir(runtime.scratch)
-    sandbox = text_map(section(section(manifest.settings, "config"), "sandbox").get("env"))
+    sandbox = manifest.run_config.sandbox_env
     try:
         # Setup commands are swept with the stages', when the walk ends.
         base = stage_environment(sandbox=sandbox, mark=process_groups.process_mark(records))

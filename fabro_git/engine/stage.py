@@ -29,9 +29,10 @@ from fabro_git.engine import branches, child_walks, threads
 from fabro_git.engine.clean_start import CleanStart
 from fabro_git.engine.clean_start import touched_since as clean_touched_since
 from fabro_git.engine.scope import Scope
-from fabro_git.jsondata import JsonValue, section, text_map, texts
+from fabro_git.jsondata import JsonValue
 
 if TYPE_CHECKING:
+    from fabro_git.config.run_config import AgentConfig, McpServerConfig
     from fabro_git.engine.branches import BranchPlan, BranchResult
     from fabro_git.engine.checkpoint import Manifest
     from fabro_git.engine.interviewer import Interviewer
@@ -155,20 +156,21 @@ class StageRequest(msgspec.Struct):
     @property
     def model_fallbacks(self) -> list[str]:
         """`[run.model] fallbacks` of the run's configuration."""
-        config = section(self._services.manifest.settings, "config")
-        return texts(section(config, "model").get("fallbacks")) or []
+        return self._services.manifest.run_config.model_fallbacks
 
     @property
-    def mcp_servers(self) -> dict[str, JsonValue]:
+    def mcp_servers(self) -> dict[str, McpServerConfig]:
         """`[run.agent.mcps]` of the run's configuration: server name → its table."""
-        config = section(self._services.manifest.settings, "config")
-        return dict(section(section(config, "agent"), "mcps"))
+        return dict(self.agent_config.mcps)
 
     @property
-    def agent_config(self) -> Mapping[str, JsonValue]:
-        """`[run.agent]` of the run's configuration (how `backend="cli"` stages run)."""
-        config = section(self._services.manifest.settings, "config")
-        return dict(section(config, "agent"))
+    def agent_config(self) -> AgentConfig:
+        """`[run.agent]` of the run's configuration (how `backend="cli"` stages run, the
+        MCP servers and model requests of `backend="api"` ones)."""
+        from fabro_git.config.run_config import AgentConfig
+
+        agent = self._services.manifest.run_config.agent
+        return agent if agent is not None else AgentConfig()
 
     @property
     def completed(self) -> Mapping[str, StageRecord]:
@@ -192,8 +194,7 @@ class StageRequest(msgspec.Struct):
     @property
     def sandbox_env(self) -> dict[str, str]:
         """`[run.sandbox.env]` of the run's configuration, its references unresolved."""
-        config = section(self._services.manifest.settings, "config")
-        return text_map(section(config, "sandbox").get("env"))
+        return self._services.manifest.run_config.sandbox_env
 
     @property
     def process_mark(self) -> str:

@@ -81,12 +81,12 @@ def _retry_policy(req: StageRequest) -> RetryPolicy:
     from fabro_git.config.run_config import request_retry_delay
     from fabro_git.llm.client import RetryPolicy
 
-    settings = req.agent_config
+    agent = req.agent_config
     default = RetryPolicy()
-    retries = settings.get("request_retries")
-    delay = request_retry_delay(settings.get("request_retry_delay"))
+    retries = agent.request_retries
+    delay = request_retry_delay(agent.request_retry_delay)
     return RetryPolicy(
-        max_retries=retries if isinstance(retries, int) else default.max_retries,
+        max_retries=retries if retries is not None else default.max_retries,
         initial_delay=delay if delay is not None else default.initial_delay,
     )
 
@@ -97,19 +97,12 @@ def _mcp_specs(
     """The run's MCP servers, `{{ env.NAME }}` references resolved, a stdio server's
     environment the stage's (`base`) and its own `env`; and those that cannot be
     (server, error, required)."""
-    import msgspec
-
     from fabro_git.agent.mcp import McpServerSpec
-    from fabro_git.config.run_config import (
-        McpServerConfig,
-        mcp_timeouts,
-        resolve_env_references,
-    )
+    from fabro_git.config.run_config import mcp_timeouts, resolve_env_references
 
     specs: list[McpServerSpec] = []
     broken: list[tuple[str, str, bool]] = []
-    for name, table in sorted(req.mcp_servers.items()):
-        server = msgspec.convert(table, McpServerConfig)
+    for name, server in sorted(req.mcp_servers.items()):
         where = f"run.agent.mcps.{name}"
 
         def fill(text: str, key: str, where: str = where) -> str:
@@ -153,7 +146,7 @@ def permission_level(req: StageRequest) -> tuple[Level, str]:
             req.node.get("permissions"),
             f"permissions={req.node.get('permissions')} on the node",
         ),
-        (req.agent_config.get("permissions"), "the run's [run.agent] permissions"),
+        (req.agent_config.permissions, "the run's [run.agent] permissions"),
     ):
         if value:
             level = check_level(str(value))

@@ -46,7 +46,6 @@ from fabro_git.events.catalogue import (
 from fabro_git.handlers.command import stage_environment
 from fabro_git.handlers.llm_api import stage_usage
 from fabro_git.handlers.prompting import outcome_from_reply, recorded_reply
-from fabro_git.jsondata import text, texts
 from fabro_git.llm import cli
 from fabro_git.llm import types as llm
 from fabro_git.llm.choice import CLI_ALTERNATIVES, CliChoice, cli_choice
@@ -64,15 +63,15 @@ async def run_cli_agent(
     req: StageRequest, body: str, preamble: str, status_file: StatusFile
 ) -> Outcome:
     node = req.node
-    settings = req.agent_config
-    custom = texts(settings.get("cli_command")) or None
+    agent = req.agent_config
+    custom = list(agent.cli_command or []) or None
     model, provider = req.run_model
     choice = cli_choice(node, model=model, provider=provider, env=os.environ, custom=custom)
     prompt = preamble + body
     req.emit(StagePrompt(text=prompt))
     req.files["prompt.md"] = prompt.encode()
     prompt_path = req.stage_dir / "cli-prompt.md"
-    call = _invocation(req, choice, prompt, prompt_path, custom, text(settings.get("cli_output")))
+    call = _invocation(req, choice, prompt, prompt_path, custom, agent.cli_output)
     argv = [choice.program, *call.argv[1:]]
     stdout_path = req.stage_dir / STDOUT_LOG
     stderr_path = req.stage_dir / STDERR_LOG

@@ -162,3 +162,30 @@ def test_model_request_retry_settings_are_checked(tmp_path: Path, toml: str, exp
     good = "[run.agent]\nrequest_retries = 0\nrequest_retry_delay = '0s'\n"
     layer = parse_layer(good, tmp_path / "run.toml", "run config", run_config=True)
     assert layer.data["run"]["agent"] == {"request_retries": 0, "request_retry_delay": "0s"}
+
+
+@pytest.mark.parametrize(
+    ("toml", "expected"),
+    [
+        (
+            '[run.agent.mcps.first]\ntype = "stdio"\ncommand = ["a"]\n'
+            '[run.agent.mcps.second]\ntype = "stdio"\ncommand = ["b"]\nstartup = "5s"\n',
+            "run.toml:7: run.agent.mcps.second.startup: unknown key",
+        ),
+        (
+            '[[run.hooks]]\nevent = "stage_start"\ncommand = "a"\n'
+            '[[run.hooks]]\nevent = "stage_start"\ncomand = "b"\n',
+            "run.toml:6: run.hooks[1].comand: unknown key",
+        ),
+        (
+            '[run.git.author]\nname = "A"\nmail = "a@b"\n',
+            "run.toml:3: run.git.author.mail: unknown key",
+        ),
+    ],
+)
+def test_an_unknown_key_is_named_where_it_is(tmp_path: Path, toml: str, expected: str) -> None:
+    """In a table of named tables (`[run.agent.mcps.<name>]`) the key is found in the
+    table that holds it, not in the first one."""
+    with pytest.raises(SourceError) as caught:
+        parse_layer(toml, tmp_path / "run.toml", "run config", run_config=True)
+    assert expected in str(caught.value)
