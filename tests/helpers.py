@@ -88,20 +88,28 @@ def run_json(
     return proc, json.loads(lines[-1])
 
 
-def run_events(run_id: str, cwd: Path) -> list[dict]:
+def run_events(run_id: str, cwd: Path, env: dict[str, str] | None = None) -> list[dict]:
     """The run's events as `git fabro logs` prints them, each one checked against the
     events contract: every test that reads a run's events checks what it reads. The one
     way tests read a run's events.
 
     Read in process through the run reader `logs` prints from (its lines are the ones
     `logs` prints: tests/engine/test_reader.py holds the two to that), which spares
-    each read the start of a process."""
-    from fabro_git.engine import reader
-    from fabro_git.store.repo import GitRepo
+    each read the start of a process; with `env` (another machine's FABRO_HOME, say),
+    through `git fabro logs` in that environment."""
+    if env is not None:
+        proc = run_fabro("logs", run_id, cwd=cwd, env=env)
+        assert proc.returncode == 0, proc.stderr
+        assert "Traceback" not in proc.stderr, proc.stderr
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    else:
+        from fabro_git.engine import reader
+        from fabro_git.store.repo import GitRepo
 
-    with GitRepo.discover(cwd) as repo:
-        recorded = reader.read_events(repo, reader.resolve_run(repo, run_id))
-    events = [json.loads(event.json_text) for event in recorded]
+        with GitRepo.discover(cwd) as repo:
+            recorded = reader.read_events(repo, reader.resolve_run(repo, run_id))
+        lines = [event.json_text for event in recorded]
+    events = [json.loads(line) for line in lines]
     problems = [problem for event in events for problem in contract_problems(event)]
     assert problems == [], "events break the contract:\n" + "\n".join(problems[:20])
     return events
