@@ -87,6 +87,8 @@ class GitRepo:
                 "git fabro supports sha1 repositories only"
             )
         self.objects = LooseObjects(root, git_dir / "objects", self._repo.object_store)
+        # Refs whose directories (and their reflogs') `update_ref` has made or found.
+        self._ref_dirs_made: set[str] = set()
 
     @functools.cached_property
     def _shared_perm(self) -> SharedPerm | None:
@@ -236,16 +238,17 @@ class GitRepo:
         flush = durability(self.root).refs
         log_dir = (self.git_dir / "logs" / name).parent
 
-        def attempt() -> bool:
-            try:
-                # dulwich creates missing reflog directories one mkdir at a time and
-                # fails if another process creates one first; make them up front.
-                log_dir.mkdir(parents=True, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                conflict = self.conflicting_ref(name)
-                if conflict is not None:
-                    raise ref_conflict_error(name, conflict) from None
-                raise
+        def swap(make_dirs: bool) -> bool:
+            if make_dirs:
+                try:
+                    # dulwich creates missing reflog directories one mkdir at a time and
+                    # fails if another process creates one first; make them up front.
+                    log_dir.mkdir(parents=True, exist_ok=True)
+                except (FileExistsError, NotADirectoryError):
+                    conflict = self.conflicting_ref(name)
+                    if conflict is not None:
+                        raise ref_conflict_error(name, conflict) from None
+                    raise
             return swap_ref(
                 refs,
                 ref,
@@ -258,7 +261,20 @@ class GitRepo:
                 timestamp=ident.time,
                 timezone=ident.tz_offset,
                 message=_one_line(message),
+                make_dirs=make_dirs,
             )
+
+        def attempt() -> bool:
+            # A run moves its two refs at every stage: their directories are made once,
+            # and again only when one has gone (`git pack-refs` removes emptied ones).
+            if name in self._ref_dirs_made:
+                try:
+                    return swap(make_dirs=False)
+                except FileNotFoundError:
+                    self._ref_dirs_made.discard(name)
+            result = swap(make_dirs=True)
+            self._ref_dirs_made.add(name)
+            return result
 
         with self._ref_errors(name, "updated"):
             ok = retrying(
