@@ -53,7 +53,6 @@ class LooseObjects:
         self.root = root
         self.objects_dir = objects_dir
         self._store = store
-        self._fanout_dirs: set[str] = set()
         # Big blobs are stored from several threads at once (`store_blob`): dulwich's
         # pack list, which `contains_packed` reloads, is looked at by one at a time.
         self._packs_lock = threading.Lock()
@@ -166,7 +165,7 @@ class LooseObjects:
         else:
             data = zlib.compress(data, _LOOSE_COMPRESSION)
         try:
-            fd, tmp = self._open_temp(path.parent, sha[:2])
+            fd, tmp = self._open_temp(path.parent)
             try:
                 with os.fdopen(fd, "wb") as f:
                     # A bounded write at a time: one write(2) of tens of megabytes costs
@@ -205,7 +204,7 @@ class LooseObjects:
             size = source.stat().st_size
             digest = hashlib.sha1(b"blob %d\0" % size)
             compressor = zlib.compressobj(_LOOSE_COMPRESSION)
-            fd, tmp = self._open_temp(self.objects_dir, "")
+            fd, tmp = self._open_temp(self.objects_dir)
             try:
                 with os.fdopen(fd, "wb") as out, source.open("rb") as fh:
                     out.write(compressor.compress(b"blob %d\0" % size))
@@ -235,25 +234,26 @@ class LooseObjects:
                 copy.unlink(missing_ok=True)
         return sha, size
 
-    def _open_temp(self, fanout: Path, prefix: str) -> tuple[int, str]:
-        """Create a new temporary object file in `fanout`, read-only from the start."""
+    def _open_temp(self, fanout: Path) -> tuple[int, str]:
+        """Create a new temporary object file in `fanout`, read-only from the start.
+
+        The file is tried first and the directory made only when it is missing, as git
+        does: nearly every fan-out directory exists already, and a `mkdir` that finds
+        one costs about what writing a small object does."""
         for _ in range(_TEMP_ATTEMPTS):
-            if prefix not in self._fanout_dirs:
-                try:
-                    fanout.mkdir(exist_ok=True)
-                except FileExistsError:
-                    # mkdir found it, and then `git prune` removed it before mkdir could
-                    # check that it is a directory: make it again.
-                    continue
-                self._fanout_dirs.add(prefix)
             tmp = str(fanout / f"tmp_obj_{os.getpid()}_{next(_tmp_counter)}")
             try:
                 return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), tmp
             except FileExistsError:
                 continue  # debris of a crashed process that had our pid: take another name
             except FileNotFoundError:
-                # `git gc` / `git prune` removes fan-out directories it empties.
-                self._fanout_dirs.discard(prefix)
+                # Not made yet, or `git gc` / `git prune` removed it when it emptied it.
+                try:
+                    fanout.mkdir(exist_ok=True)
+                except FileExistsError:
+                    # mkdir found it, and then `git prune` removed it before mkdir could
+                    # check that it is a directory: try again.
+                    continue
         raise StoreError(f"cannot create a temporary object file in {fanout}")
 
 
