@@ -393,6 +393,18 @@ class Recorder:
         self.repo.note_written(tree)  # git wrote it: checked present at the run's end
         return tree
 
+    def checked_out(self, tree: str) -> None:
+        """The run's worktree was just checked out from the run tip, whose tree is
+        `tree`, and nothing has run in it: its index is git's record of that tree, so
+        the first stage's tree is staged in process from it like every later one's
+        (`Stager`), instead of by `git add -A` and `git write-tree`. Not with
+        `exclude_globs`, which only git's scan applies."""
+        if self.worktree is None or self.exclude_globs or self._last_scan is not None:
+            return
+        stamp = statcheck.index_stamp(self.worktree)
+        if stamp is not None:
+            self._last_scan = (tree, stamp)
+
     def missing_objects(self) -> list[str]:
         """The objects this run wrote, and its two tips, that git no longer has, once
         those still held in memory are written again (see `GitRepo.missing_written`)."""

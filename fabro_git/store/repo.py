@@ -450,11 +450,28 @@ class GitRepo:
         return head, b"".join(tail)[-keep:] if tail else b""
 
     def list_dir(self, commit: str, path: str) -> list[str] | None:
+        entries = self.dir_entries(commit, path)
+        return None if entries is None else sorted(entries)
+
+    def dir_entries(self, commit: str, path: str) -> dict[str, tuple[int, str]] | None:
+        """The entries of the directory `path` of `commit`: name -> (mode, object id);
+        None when it is not a directory there. A caller reading many files of one
+        directory reads them by id (`read_blob`) instead of walking to each again."""
         entry = self._lookup(commit, path)
         if entry is None or entry[0] & 0o170000 != 0o040000:
             return None
         tree = self.tree(entry[1].decode())
-        return sorted(e.path.decode("utf-8", "surrogateescape") for e in tree.iteritems())
+        return {
+            e.path.decode("utf-8", "surrogateescape"): (e.mode, e.sha.decode())
+            for e in tree.iteritems()
+        }
+
+    def read_blob(self, sha: str) -> bytes:
+        """The bytes of blob `sha` (MissingObject when git does not have it)."""
+        blob = self._object(sha, "blob")
+        if not isinstance(blob, Blob):
+            raise StoreError(f"{sha} is a {blob.type_name.decode()}, not a blob")
+        return blob.as_raw_string()
 
     def list_files(self, commit: str, path: str) -> list[tuple[str, int]]:
         """Every file under the directory `path` of `commit` (`""`: the whole tree),
