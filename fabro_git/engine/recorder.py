@@ -369,13 +369,14 @@ class Recorder:
 
         Commits the stage made itself on the run branch are adopted first. StoreError,
         with git's message, when the tree cannot be recorded: the stage's work must
-        not go missing behind a success.
+        not go missing behind a success. A small change is staged in process
+        (`Stager`), except in a run with `exclude_globs`, which only git's scan applies.
         """
         if self.worktree is None or self.run_tip is None:
             return None
         try:
             self._adopt_stage_commits(node_id)
-            if self._last_scan is not None:
+            if self._last_scan is not None and not self.exclude_globs:
                 staged = self._stager().stage(*self._last_scan)
                 if staged is not None:
                     self._last_scan = staged
