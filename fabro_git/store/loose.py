@@ -96,6 +96,18 @@ class LooseObjects:
         else:
             self._written.setdefault(sha, None)
 
+    def held(self, sha: str) -> tuple[bytes, bytes] | None:
+        """The type and body of object `sha` if this process wrote it and still holds its
+        bytes (a tree a checkpoint just wrote, read again to diff it); None otherwise."""
+        held = self._written.get(sha)
+        if held is None:
+            return None
+        header, data = held
+        if not header:  # the header leads the data
+            end = data.index(b"\0") + 1
+            header, data = data[:end], data[end:]
+        return header.split(b" ", 1)[0], data
+
     def missing_written(self, also: Iterable[str] = ()) -> list[str]:
         """The objects this process wrote (and `also`) that git does not have now,
         after writing again those whose bytes are still held: a `git gc --prune=now`

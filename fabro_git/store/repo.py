@@ -550,7 +550,11 @@ class GitRepo:
             ) from err
 
     def tree_body(self, sha: str) -> bytes:
-        """The serialised entries of tree `sha`, as git stores them (no `Tree` built)."""
+        """The serialised entries of tree `sha`, as git stores them (no `Tree` built).
+        A tree this process wrote is taken from the bytes it still holds, not read back."""
+        held = self.objects.held(sha)
+        if held is not None and held[0] == b"tree":
+            return held[1]
         store = self._repo.object_store
         try:
             kind, raw = store.get_raw(ObjectID(sha.encode()))
