@@ -82,7 +82,7 @@ def swap_ref(
     return True
 
 
-def _refuse_packed_parent(packed: Mapping[Ref, object], name: Ref, filename: str) -> None:
+def _refuse_packed_parent(packed: Mapping[Ref, object], name: Ref, filename: str | bytes) -> None:
     """NotADirectoryError when a packed ref's name is a directory of `name`: git cannot
     hold both."""
     probe = Ref(os.path.dirname(name))
