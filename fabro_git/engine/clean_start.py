@@ -65,13 +65,15 @@ class CleanStart(msgspec.Struct, frozen=True):
 
 async def after_fresh_checkout(ledger: Ledger) -> None:
     """Leave a mark when the run's worktree was just checked out from its tip and
-    nothing has run in it yet: the first stages need no snapshot either."""
+    nothing has run in it yet: the first stages need no snapshot either, and the first
+    checkpoint stages the tree in process (`Recorder.checked_out`)."""
     ledger.clean_mark = None
     recorder = ledger.recorder
     if recorder.worktree is None or recorder.run_tip is None:
         return
     seen = ledger.hooks_seen()
     tree = await ledger.call(recorder.tip_tree, recorder.run_tip)
+    recorder.checked_out(tree)
     _leave(ledger, seen, tree, recorder.run_tip)
 
 

@@ -305,7 +305,7 @@ def sweep_adopted(mark: str | None, *, hooks_too: bool = True) -> list[int]:
     others = running_stages - {mark}
     killed: list[int] = []
     for _ in range(50):
-        table = reaper.processes()
+        table = _table.read()
         spared = _spared()
         targets = [
             process
@@ -325,6 +325,10 @@ def sweep_adopted(mark: str | None, *, hooks_too: bool = True) -> list[int]:
         forget(_adopted_records.pop(pid, None))
     _reap()
     return killed
+
+
+# What the sweeps after each stage read of `/proc` (`reaper.ProcessTable`).
+_table = reaper.ProcessTable()
 
 
 def _swept(value: str | None, mark: str | None, *, others: bool, hooks_too: bool) -> bool:

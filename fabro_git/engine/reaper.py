@@ -199,9 +199,11 @@ def become_subreaper() -> bool:
         return False
 
 
-def descendants(roots: Iterable[int], table: list[ProcessInfo] | None = None) -> list[ProcessInfo]:
+def descendants(
+    roots: Iterable[int], table: list[ProcessInfo] | None = None, *, zombies: bool = False
+) -> list[ProcessInfo]:
     """The live processes descended from `roots` (the roots left out), by the parent
-    each has now."""
+    each has now (and those waiting to be reaped, with `zombies`)."""
     children: dict[int, list[ProcessInfo]] = {}
     for process in processes() if table is None else table:
         children.setdefault(process.ppid, []).append(process)
@@ -213,7 +215,7 @@ def descendants(roots: Iterable[int], table: list[ProcessInfo] | None = None) ->
             if child.pid not in seen:
                 seen.add(child.pid)
                 stack.append(child.pid)
-                if not child.zombie:
+                if zombies or not child.zombie:
                     found.append(child)
     return found
 
@@ -364,6 +366,52 @@ def processes() -> list[ProcessInfo]:
                 if process is not None:
                     found.append(process)
     return found
+
+
+class ProcessTable:
+    """`processes()` for a sweep after every stage, reading again only the processes
+    whose entries may have changed since the last read: the new ones, and this
+    process's descendants.
+
+    Reading `/proc/<pid>/stat` for every process on a busy machine costs milliseconds
+    (a few hundred processes), at every stage. Most of them are nothing of the run's,
+    and cannot become so: a process's parent changes only when the parent dies, and
+    then its new parent is one of its own ancestors (a subreaper) or init, so a process
+    that does not descend from this one never will. Such a process is not read again
+    while its `/proc` entry is the same one: a pid used again by a later process is a
+    new entry, with a new inode number. An entry kept is only used to tell that it is
+    no descendant; `kill_processes` reads each target again before killing it.
+    """
+
+    def __init__(self) -> None:
+        # Processes that do not descend from this one: pid -> (inode, what was read).
+        self._unrelated: dict[int, tuple[int, ProcessInfo]] = {}
+        import threading  # here: the watcher, which loads this file, needs none
+
+        self._lock = threading.Lock()
+
+    def read(self) -> list[ProcessInfo]:
+        with self._lock:
+            return self._read()
+
+    def _read(self) -> list[ProcessInfo]:
+        table: list[ProcessInfo] = []
+        inodes: dict[int, int] = {}
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(_PROC):
+                if not entry.name.isdigit():
+                    continue
+                pid = int(entry.name)
+                inode = entry.inode()
+                known = self._unrelated.get(pid)
+                process = known[1] if known is not None and known[0] == inode else read_stat(pid)
+                if process is not None:
+                    table.append(process)
+                    inodes[pid] = inode
+        me = os.getpid()
+        related = {me, *(p.pid for p in descendants([me], table, zombies=True))}
+        self._unrelated = {p.pid: (inodes[p.pid], p) for p in table if p.pid not in related}
+        return table
 
 
 def read_stat(pid: int) -> ProcessInfo | None:

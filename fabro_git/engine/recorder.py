@@ -369,13 +369,14 @@ class Recorder:
 
         Commits the stage made itself on the run branch are adopted first. StoreError,
         with git's message, when the tree cannot be recorded: the stage's work must
-        not go missing behind a success.
+        not go missing behind a success. A small change is staged in process
+        (`Stager`), except in a run with `exclude_globs`, which only git's scan applies.
         """
         if self.worktree is None or self.run_tip is None:
             return None
         try:
             self._adopt_stage_commits(node_id)
-            if self._last_scan is not None:
+            if self._last_scan is not None and not self.exclude_globs:
                 staged = self._stager().stage(*self._last_scan)
                 if staged is not None:
                     self._last_scan = staged
@@ -392,6 +393,18 @@ class Recorder:
         self._last_scan = (tree, statcheck.index_stamp(self.worktree))
         self.repo.note_written(tree)  # git wrote it: checked present at the run's end
         return tree
+
+    def checked_out(self, tree: str) -> None:
+        """The run's worktree was just checked out from the run tip, whose tree is
+        `tree`, and nothing has run in it: its index is git's record of that tree, so
+        the first stage's tree is staged in process from it like every later one's
+        (`Stager`), instead of by `git add -A` and `git write-tree`. Not with
+        `exclude_globs`, which only git's scan applies."""
+        if self.worktree is None or self.exclude_globs or self._last_scan is not None:
+            return
+        stamp = statcheck.index_stamp(self.worktree)
+        if stamp is not None:
+            self._last_scan = (tree, stamp)
 
     def missing_objects(self) -> list[str]:
         """The objects this run wrote, and its two tips, that git no longer has, once

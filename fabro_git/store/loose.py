@@ -52,8 +52,8 @@ class LooseObjects:
     def __init__(self, root: Path, objects_dir: Path, store: BaseObjectStore) -> None:
         self.root = root
         self.objects_dir = objects_dir
+        self._objects_path = str(objects_dir)
         self._store = store
-        self._fanout_dirs: set[str] = set()
         # Big blobs are stored from several threads at once (`store_blob`): dulwich's
         # pack list, which `contains_packed` reloads, is looked at by one at a time.
         self._packs_lock = threading.Lock()
@@ -96,6 +96,18 @@ class LooseObjects:
             self._held_bytes += size
         else:
             self._written.setdefault(sha, None)
+
+    def held(self, sha: str) -> tuple[bytes, bytes] | None:
+        """The type and body of object `sha` if this process wrote it and still holds its
+        bytes (a tree a checkpoint just wrote, read again to diff it); None otherwise."""
+        held = self._written.get(sha)
+        if held is None:
+            return None
+        header, data = held
+        if not header:  # the header leads the data
+            end = data.index(b"\0") + 1
+            header, data = data[:end], data[end:]
+        return header.split(b" ", 1)[0], data
 
     def missing_written(self, also: Iterable[str] = ()) -> list[str]:
         """The objects this process wrote (and `also`) that git does not have now,
@@ -142,7 +154,10 @@ class LooseObjects:
         """Write `header` and `data` (or `data` alone, holding its header) as the loose
         object `sha` unless it exists."""
         self._remember(sha, data, header)
-        path = self.objects_dir / sha[:2] / sha[2:]
+        # Plain strings: a checkpoint writes a dozen objects, and path objects cost more
+        # than the system calls here.
+        fanout = os.path.join(self._objects_path, sha[:2])
+        path = os.path.join(fanout, sha[2:])
         # Looked for first, whatever its size: one syscall against a file written and
         # renamed (a stage's empty log, an unchanged file, is written at every stage).
         try:
@@ -166,21 +181,23 @@ class LooseObjects:
         else:
             data = zlib.compress(data, _LOOSE_COMPRESSION)
         try:
-            fd, tmp = self._open_temp(path.parent, sha[:2])
+            fd, tmp = self._open_temp(fanout)
             try:
-                with os.fdopen(fd, "wb") as f:
+                try:
                     # A bounded write at a time: one write(2) of tens of megabytes costs
                     # the kernel several times more than the same bytes in 1 MB ones.
                     view = memoryview(data)
-                    for start in range(0, len(data), FILE_CHUNK):
-                        f.write(view[start : start + FILE_CHUNK])
+                    while view:
+                        view = view[os.write(fd, view[:FILE_CHUNK]) :]
                     if durability(self.root).loose_objects:
-                        os.fsync(f.fileno())
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
                 os.replace(tmp, path)
             except BaseException as err:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-                if isinstance(err, OSError) and path.exists():
+                if isinstance(err, OSError) and os.path.exists(path):
                     return sha  # another user's identical object is as good
                 raise
         except OSError as err:
@@ -205,7 +222,7 @@ class LooseObjects:
             size = source.stat().st_size
             digest = hashlib.sha1(b"blob %d\0" % size)
             compressor = zlib.compressobj(_LOOSE_COMPRESSION)
-            fd, tmp = self._open_temp(self.objects_dir, "")
+            fd, tmp = self._open_temp(self._objects_path)
             try:
                 with os.fdopen(fd, "wb") as out, source.open("rb") as fh:
                     out.write(compressor.compress(b"blob %d\0" % size))
@@ -235,25 +252,23 @@ class LooseObjects:
                 copy.unlink(missing_ok=True)
         return sha, size
 
-    def _open_temp(self, fanout: Path, prefix: str) -> tuple[int, str]:
-        """Create a new temporary object file in `fanout`, read-only from the start."""
+    def _open_temp(self, fanout: str) -> tuple[int, str]:
+        """Create a new temporary object file in `fanout`, read-only from the start.
+
+        The file is tried first and the directory made only when it is missing, as git
+        does: nearly every fan-out directory exists already, and a `mkdir` that finds
+        one costs about what writing a small object does."""
         for _ in range(_TEMP_ATTEMPTS):
-            if prefix not in self._fanout_dirs:
-                try:
-                    fanout.mkdir(exist_ok=True)
-                except FileExistsError:
-                    # mkdir found it, and then `git prune` removed it before mkdir could
-                    # check that it is a directory: make it again.
-                    continue
-                self._fanout_dirs.add(prefix)
-            tmp = str(fanout / f"tmp_obj_{os.getpid()}_{next(_tmp_counter)}")
+            tmp = os.path.join(fanout, f"tmp_obj_{os.getpid()}_{next(_tmp_counter)}")
             try:
                 return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444), tmp
             except FileExistsError:
                 continue  # debris of a crashed process that had our pid: take another name
             except FileNotFoundError:
-                # `git gc` / `git prune` removes fan-out directories it empties.
-                self._fanout_dirs.discard(prefix)
+                # Not made yet, or `git gc` / `git prune` removed it when it emptied it.
+                # Another process may make it first; either way the open is tried again.
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(fanout)
         raise StoreError(f"cannot create a temporary object file in {fanout}")
 
 

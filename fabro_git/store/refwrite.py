@@ -14,6 +14,7 @@ file again at every update (for `core.sharedRepository`): two config parses a st
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from dulwich.file import GitFile, SharedPerm, adjust_shared_perm
@@ -35,11 +36,13 @@ def swap_ref(
     timestamp: int,
     timezone: int,
     message: bytes,
+    make_dirs: bool = True,
 ) -> bool:
     """Point `name` at `new` if it points at `old` (old=None: if it does not exist).
     False when it does not; True also when it already points at `new` (no reflog line
     then, as with dulwich). The reflog line goes under `logs` (the common dir's
-    `logs/`), with `shared` permissions when the repository is shared."""
+    `logs/`), with `shared` permissions when the repository is shared. Without
+    `make_dirs` the ref's directory is taken to exist (FileNotFoundError if not)."""
     try:
         realnames, contents = refs.follow(name)
         realname = realnames[-1]
@@ -50,13 +53,9 @@ def swap_ref(
     filename = refs.refpath(realname)
     packed = refs.get_packed_refs()
     if old is not None:
-        # A packed ref whose name is a directory of this one: git cannot hold both.
-        probe = Ref(os.path.dirname(realname))
-        while probe:
-            if packed.get(probe) is not None:
-                raise NotADirectoryError(filename)
-            probe = Ref(os.path.dirname(probe))
-    os.makedirs(os.path.dirname(filename), exist_ok=True)
+        _refuse_packed_parent(packed, realname, filename)
+    if make_dirs:
+        os.makedirs(os.path.dirname(filename), exist_ok=True)
     with GitFile(filename, "wb", fsync=fsync) as f:
         current = refs.read_loose_ref(realname)
         if current is None:
@@ -81,3 +80,13 @@ def swap_ref(
         if shared is not None:
             adjust_shared_perm(log_path, shared)
     return True
+
+
+def _refuse_packed_parent(packed: Mapping[Ref, object], name: Ref, filename: str | bytes) -> None:
+    """NotADirectoryError when a packed ref's name is a directory of `name`: git cannot
+    hold both."""
+    probe = Ref(os.path.dirname(name))
+    while probe:
+        if packed.get(probe) is not None:
+            raise NotADirectoryError(filename)
+        probe = Ref(os.path.dirname(probe))

@@ -87,6 +87,8 @@ class GitRepo:
                 "git fabro supports sha1 repositories only"
             )
         self.objects = LooseObjects(root, git_dir / "objects", self._repo.object_store)
+        # Refs whose directories (and their reflogs') `update_ref` has made or found.
+        self._ref_dirs_made: set[str] = set()
 
     @functools.cached_property
     def _shared_perm(self) -> SharedPerm | None:
@@ -236,16 +238,17 @@ class GitRepo:
         flush = durability(self.root).refs
         log_dir = (self.git_dir / "logs" / name).parent
 
-        def attempt() -> bool:
-            try:
-                # dulwich creates missing reflog directories one mkdir at a time and
-                # fails if another process creates one first; make them up front.
-                log_dir.mkdir(parents=True, exist_ok=True)
-            except (FileExistsError, NotADirectoryError):
-                conflict = self.conflicting_ref(name)
-                if conflict is not None:
-                    raise ref_conflict_error(name, conflict) from None
-                raise
+        def swap(make_dirs: bool) -> bool:
+            if make_dirs:
+                try:
+                    # dulwich creates missing reflog directories one mkdir at a time and
+                    # fails if another process creates one first; make them up front.
+                    log_dir.mkdir(parents=True, exist_ok=True)
+                except (FileExistsError, NotADirectoryError):
+                    conflict = self.conflicting_ref(name)
+                    if conflict is not None:
+                        raise ref_conflict_error(name, conflict) from None
+                    raise
             return swap_ref(
                 refs,
                 ref,
@@ -258,7 +261,20 @@ class GitRepo:
                 timestamp=ident.time,
                 timezone=ident.tz_offset,
                 message=_one_line(message),
+                make_dirs=make_dirs,
             )
+
+        def attempt() -> bool:
+            # A run moves its two refs at every stage: their directories are made once,
+            # and again only when one has gone (`git pack-refs` removes emptied ones).
+            if name in self._ref_dirs_made:
+                try:
+                    return swap(make_dirs=False)
+                except FileNotFoundError:
+                    self._ref_dirs_made.discard(name)
+            result = swap(make_dirs=True)
+            self._ref_dirs_made.add(name)
+            return result
 
         with self._ref_errors(name, "updated"):
             ok = retrying(
@@ -434,11 +450,28 @@ class GitRepo:
         return head, b"".join(tail)[-keep:] if tail else b""
 
     def list_dir(self, commit: str, path: str) -> list[str] | None:
+        entries = self.dir_entries(commit, path)
+        return None if entries is None else sorted(entries)
+
+    def dir_entries(self, commit: str, path: str) -> dict[str, tuple[int, str]] | None:
+        """The entries of the directory `path` of `commit`: name -> (mode, object id);
+        None when it is not a directory there. A caller reading many files of one
+        directory reads them by id (`read_blob`) instead of walking to each again."""
         entry = self._lookup(commit, path)
         if entry is None or entry[0] & 0o170000 != 0o040000:
             return None
         tree = self.tree(entry[1].decode())
-        return sorted(e.path.decode("utf-8", "surrogateescape") for e in tree.iteritems())
+        return {
+            e.path.decode("utf-8", "surrogateescape"): (e.mode, e.sha.decode())
+            for e in tree.iteritems()
+        }
+
+    def read_blob(self, sha: str) -> bytes:
+        """The bytes of blob `sha` (MissingObject when git does not have it)."""
+        blob = self._object(sha, "blob")
+        if not isinstance(blob, Blob):
+            raise StoreError(f"{sha} is a {blob.type_name.decode()}, not a blob")
+        return blob.as_raw_string()
 
     def list_files(self, commit: str, path: str) -> list[tuple[str, int]]:
         """Every file under the directory `path` of `commit` (`""`: the whole tree),
@@ -517,7 +550,11 @@ class GitRepo:
             ) from err
 
     def tree_body(self, sha: str) -> bytes:
-        """The serialised entries of tree `sha`, as git stores them (no `Tree` built)."""
+        """The serialised entries of tree `sha`, as git stores them (no `Tree` built).
+        A tree this process wrote is taken from the bytes it still holds, not read back."""
+        held = self.objects.held(sha)
+        if held is not None and held[0] == b"tree":
+            return held[1]
         store = self._repo.object_store
         try:
             kind, raw = store.get_raw(ObjectID(sha.encode()))

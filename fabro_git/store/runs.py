@@ -159,18 +159,29 @@ def list_segments(repo: GitRepo, meta_sha: str) -> list[str]:
     `events/<NNNNNN>.jsonl` of runs recorded before it; a run resumed across the change
     holds both, and the numbers say the order.
     """
-    found: list[tuple[int, str]] = []
-    for name in repo.list_dir(meta_sha, EVENTS_DIR) or []:
+    return [path for path, _ in _segments(repo, meta_sha)]
+
+
+def _segments(repo: GitRepo, meta_sha: str) -> list[tuple[str, str]]:
+    """Every event segment of `meta_sha` (see `list_segments`) in order: its path and
+    blob id."""
+    found: list[tuple[int, str, str]] = []
+    for name, (mode, sha) in (repo.dir_entries(meta_sha, EVENTS_DIR) or {}).items():
         number = segment_number(name)
-        if number is not None:
-            found.append((number, f"{EVENTS_DIR}/{name}"))
+        if number is not None and _is_file(mode):
+            found.append((number, f"{EVENTS_DIR}/{name}", sha))
         elif _SHARD_RE.match(name):
             shard = f"{EVENTS_DIR}/{name}"
-            for inner in repo.list_dir(meta_sha, shard) or []:
+            for inner, (inner_mode, inner_sha) in (repo.dir_entries(meta_sha, shard) or {}).items():
                 number = segment_number(inner)
-                if number is not None:
-                    found.append((number, f"{shard}/{inner}"))
-    return [path for _, path in sorted(found)]
+                if number is not None and _is_file(inner_mode):
+                    found.append((number, f"{shard}/{inner}", inner_sha))
+    return [(path, sha) for _, path, sha in sorted(found)]
+
+
+def _is_file(mode: int) -> bool:
+    """Whether a tree entry's mode is a file's (a blob), not a directory's or a submodule's."""
+    return mode & 0o170000 not in (0o040000, 0o160000)
 
 
 def read_segment(repo: GitRepo, meta_sha: str, number: int) -> bytes | None:
@@ -182,10 +193,11 @@ def read_segment(repo: GitRepo, meta_sha: str, number: int) -> bytes | None:
 
 
 def read_events(repo: GitRepo, meta_sha: str) -> bytes:
-    """Every durable event line of the snapshot `meta_sha`, in order, newline-terminated."""
+    """Every durable event line of the snapshot `meta_sha`, in order, newline-terminated.
+    The segments are read by id: the trees on the way are read once, not once a segment."""
     parts = []
-    for path in list_segments(repo, meta_sha):
-        data = repo.read_file(meta_sha, path)
+    for _path, sha in _segments(repo, meta_sha):
+        data = repo.read_blob(sha)
         if data:
             parts.append(data if data.endswith(b"\n") else data + b"\n")
     return b"".join(parts)

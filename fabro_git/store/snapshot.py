@@ -63,6 +63,9 @@ class MetaSnapshotter:
         # Within one write, blob ids by the bytes object they were made from: the same
         # bytes under two paths (an offloaded value's two files) are hashed once.
         self._blob_ids: dict[int, str] = {}
+        # The commit this snapshotter last made and its tree: the next snapshot builds
+        # on it without reading the commit back from disk.
+        self._made: tuple[str, str] | None = None
 
     def write(
         self,
@@ -83,7 +86,10 @@ class MetaSnapshotter:
         self._store_big(files.values())
         base_tree: str | None = None
         if expected_tip is not None:
-            base_tree = self.repo.commit_info(expected_tip).tree
+            made = self._made
+            base_tree = (
+                made[1] if made is not None and made[0] == expected_tip else None
+            ) or self.repo.commit_info(expected_tip).tree
         root = self._apply(base_tree, changes, "")
         if root is None:
             root = self.repo.store_object(Tree())
@@ -94,6 +100,7 @@ class MetaSnapshotter:
         )
         subject = message.strip().split("\n", 1)[0]
         self.repo.update_ref(self.ref, commit, old=expected_tip, message=f"fabro: {subject}")
+        self._made = (commit, root)
         # Only the new tip's trees are built on next: older listings would only grow the
         # heap (a thousand-entry nodes/ per stage) for the garbage collector to walk.
         self._listings = self._fresh

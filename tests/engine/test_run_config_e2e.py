@@ -78,6 +78,29 @@ def test_exclude_globs_keep_a_file_out_of_the_run_branch(repo: Path) -> None:
     assert "out/drop.log" not in files
 
 
+def test_exclude_globs_hold_for_every_stage_not_only_the_first(repo: Path) -> None:
+    """Stages after the first are staged in process: the globs hold there too, for the
+    files they write and for those an earlier stage left out."""
+    setup_config(
+        repo,
+        '[workflow]\ngraph = "say.fabro"\n[run.checkpoint]\nexclude_globs = ["**/*.log"]\n',
+        script="echo a > one.txt && echo b > one.log",
+    )
+    (repo / "runs" / "say.fabro").write_text(
+        (SAY % "echo a > one.txt && echo b > one.log").replace(
+            "start -> say -> exit",
+            'again [shape=parallelogram, script="echo c > two.txt && echo d > two.log"]\n'
+            "    start -> say -> again -> exit",
+        )
+    )
+    git(repo, "commit", "-q", "-am", "two stages")
+    proc, result = run_json("run", "runs/run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    files = git(repo, "ls-tree", "-r", "--name-only", f"fabro/run/{result['run_id']}").split()
+    assert "one.txt" in files and "two.txt" in files
+    assert "one.log" not in files and "two.log" not in files, files
+
+
 def test_git_author_names_the_run_commits(repo: Path) -> None:
     setup_config(
         repo,

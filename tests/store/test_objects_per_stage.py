@@ -56,3 +56,26 @@ def test_a_stage_that_changes_nothing(repo: Path, tmp_path: Path) -> None:
 
 def test_a_stage_that_writes_one_file(repo: Path, tmp_path: Path) -> None:
     assert _objects_per_stage(repo, tmp_path, "echo {n}-{i} > f_{i}.txt") == ONE_FILE_STAGE
+
+
+def _git_commands(repo: Path, tmp_path: Path, stages: int) -> list[str]:
+    """The git commands a run of `stages` file-writing stages starts, outer one aside."""
+    trace = tmp_path / f"trace{stages}.log"
+    workflow = _workflow(tmp_path / f"traced{stages}.fabro", stages, "echo {n}-{i} > g_{i}.txt")
+    proc = run_fabro("run", str(workflow), cwd=repo, env={"GIT_TRACE": str(trace)})
+    assert proc.returncode == 0, proc.stderr
+    commands = []
+    for line in trace.read_text().splitlines():
+        _, marker, command = line.partition("trace: built-in: git ")
+        if marker and not command.startswith("fabro"):
+            commands.append(command.split(" ")[0])
+    return commands
+
+
+def test_stages_start_no_git_process(repo: Path, tmp_path: Path) -> None:
+    """A stage's tree is staged in process, the first one's too (from the index git
+    wrote when it checked the worktree out): a run starts as many git processes
+    whatever its number of stages, and none of them stages files."""
+    one, four = _git_commands(repo, tmp_path, 1), _git_commands(repo, tmp_path, 4)
+    assert sorted(one) == sorted(four)
+    assert "add" not in four and "write-tree" not in four, four
