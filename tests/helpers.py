@@ -133,14 +133,14 @@ def bare_remote(tmp_path: Path, name: str = "origin.git", *, origin_of: Path | N
 
 @functools.cache
 def _contract() -> Any:
-    from fabro_git.events.seed import load_contract
+    from event_contract.seed import load_contract
 
     return load_contract()
 
 
 def contract_problems(event: dict) -> list[str]:
     """What is wrong with `event` by the events contract (nothing: an empty list)."""
-    from fabro_git.events.contract import check_event
+    from event_contract.check import check_event
 
     return check_event(event, _contract())
 

@@ -12,12 +12,12 @@ order. The rules that keep the JSON faithful to the contract:
   list, which `omit_defaults` drops: exactly the documented behaviour.
 - A string whose values the seed enumerates is a `Literal`.
 
-`tests/events/test_catalogue.py` reads the seed and checks every Struct here against it,
+`tests/events/test_event_catalogue.py` reads the seed and checks every Struct here against it,
 so a change on either side that breaks the contract fails the tests.
 
 Not modelled, on the seed's own word: `cli.ensure.*` (legacy, no longer emitted) and
-`agent.skill.expanded` (no longer a durable run event). `fabro_git.events.contract`
-still accepts them in old logs.
+`agent.skill.expanded` (no longer a durable run event). The tests' contract checks
+still accept them in old logs.
 """
 
 from typing import ClassVar, Literal
@@ -492,6 +492,9 @@ class LoopRestart(EventProps, kw_only=True):
 # ---------------------------------------------------------------------------- agent
 # Stage-scoped agent events carry node_id, node_label, stage_id, session_id and
 # parent_session_id in the envelope; session lifecycle events carry only the session ids.
+
+# The agent events that are not stage-scoped: they omit node_id, node_label, stage_id.
+UNSCOPED_EVENTS = frozenset({"agent.session.started", "agent.session.ended"})
 
 
 class AgentSessionStarted(EventProps, kw_only=True):

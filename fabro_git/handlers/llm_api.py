@@ -23,6 +23,7 @@ from fabro_git.engine.outcome import BUDGET, DETERMINISTIC, TRANSIENT, Outcome, 
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
 from fabro_git.events.catalogue import (
+    UNSCOPED_EVENTS,
     AgentError,
     AgentMcpFailed,
     AgentMessage,
@@ -32,7 +33,6 @@ from fabro_git.events.catalogue import (
     InterviewStarted,
     StagePrompt,
 )
-from fabro_git.events.contract import UNSCOPED_EVENTS
 from fabro_git.events.envelope import EventProps
 from fabro_git.handlers.prompting import outcome_from_reply, recorded_reply, thread_of
 from fabro_git.jsondata import JsonValue

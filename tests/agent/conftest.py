@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 import trio
+from event_contract.check import check_event
+from event_contract.seed import load_contract
 from llm_server import LlmServer, Recorded, provider_env
 
 from fabro_git.agent.session import AgentResult, AgentSession
 from fabro_git.events.bus import EventBus, MemorySink
-from fabro_git.events.contract import check_event
 from fabro_git.events.envelope import Envelope, EventProps
-from fabro_git.events.seed import load_contract
 from fabro_git.llm.client import NO_RETRIES
 from fabro_git.llm.types import Target
 

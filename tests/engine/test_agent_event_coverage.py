@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from event_contract.check import check_event
+from event_contract.seed import load_contract
 from helpers import git, run_events, run_json, write_workflow
 from llm_server import Drop, LlmServer, Reply, ToolUse, quota_exhausted, unauthorized
-
-from fabro_git.events.contract import check_event
-from fabro_git.events.seed import load_contract
 
 NOT_EMITTED = ("agent.sub.", "agent.mcp.")  # shown by test_subagents and test_mcp
 NOT_HERE = {"agent.steering.injected", "agent.skill.expanded"}

@@ -21,10 +21,9 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
+from event_contract.check import check_event, check_jsonl
+from event_contract.seed import Catalogue, load_contract
 from helpers import fabro_exe, git, run_fabro, wait_until
-
-from fabro_git.events.contract import check_event, check_jsonl
-from fabro_git.events.seed import Catalogue, load_contract
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

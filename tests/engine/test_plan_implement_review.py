@@ -15,12 +15,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+from event_contract.check import check_event
+from event_contract.seed import load_contract
 from helpers import git, run_events, run_json
 from llm_server import LlmServer, Reply, ToolUse
 
 import fabro_git
-from fabro_git.events.contract import check_event
-from fabro_git.events.seed import load_contract
 
 # Read at import, before the hermetic environment clears them: the opt-in real-provider
 # run below uses the caller's own keys.

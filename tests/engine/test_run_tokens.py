@@ -8,11 +8,10 @@ import json
 import re
 from pathlib import Path
 
+from event_contract.check import check_event
+from event_contract.seed import load_contract
 from helpers import git, run_events, run_fabro, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
-
-from fabro_git.events.contract import check_event
-from fabro_git.events.seed import load_contract
 
 FLOW = """\
 digraph D {

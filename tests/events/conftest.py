@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from fabro_git.events.seed import Catalogue, load_contract
+from event_contract.seed import Catalogue, load_contract
 
 # The user's own page, in the shared dir next to the checkout; a clone elsewhere lacks it.
 SEED = Path(__file__).resolve().parents[2].parent / "shared" / "seeds" / "001_3eaf23ec03a7643b.txt"

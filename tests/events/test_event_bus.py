@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 import trio
+from event_contract.check import check_jsonl
+from event_contract.seed import Catalogue
 
 from fabro_git.events.bus import EventBus, MemorySink, TailFileSink, tail_after
 from fabro_git.events.catalogue import GitCommit, RunNotice, StagePrompt
-from fabro_git.events.contract import check_jsonl
 from fabro_git.events.envelope import decode_event, encode_event
-from fabro_git.events.seed import Catalogue
 
 
 def notice(n: int) -> RunNotice:

@@ -9,11 +9,11 @@ from __future__ import annotations
 import msgspec
 import msgspec.inspect as mi
 import pytest
+from event_contract.seed import Catalogue, PropSpec
 
 from fabro_git.events import catalogue as catalogue_module
 from fabro_git.events.catalogue import CATALOGUE, NOT_EMITTED
 from fabro_git.events.envelope import Envelope, EventProps
-from fabro_git.events.seed import Catalogue, PropSpec
 
 
 def _strip_none(t: mi.Type) -> tuple[mi.Type, bool]:

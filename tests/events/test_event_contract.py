@@ -6,9 +6,8 @@ import copy
 from typing import Any
 
 import pytest
-
-from fabro_git.events.contract import UNSCOPED_EVENTS, check_event, check_jsonl
-from fabro_git.events.seed import Catalogue
+from event_contract.check import UNSCOPED_EVENTS, check_event, check_jsonl
+from event_contract.seed import Catalogue
 
 GOOD: dict[str, Any] = {
     "id": "019234ab-cdef-7890-abcd-ef1234567890",

@@ -16,7 +16,7 @@ import ast
 import importlib
 from pathlib import Path
 
-from fabro_git.events.seed import load_contract
+from event_contract.seed import load_contract
 
 TESTS = Path(__file__).resolve().parent.parent
 

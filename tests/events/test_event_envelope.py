@@ -9,6 +9,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from event_contract.check import UNSCOPED_EVENTS, check_event
+from event_contract.seed import Catalogue, EventSpec
 
 from fabro_git.events import envelope as envelope_module
 from fabro_git.events.catalogue import (
@@ -20,7 +22,6 @@ from fabro_git.events.catalogue import (
     StageCompleted,
     StageUsage,
 )
-from fabro_git.events.contract import UNSCOPED_EVENTS, check_event
 from fabro_git.events.envelope import (
     Actor,
     EventProps,
@@ -32,7 +33,6 @@ from fabro_git.events.envelope import (
     stage_id_for,
     uuid7,
 )
-from fabro_git.events.seed import Catalogue, EventSpec
 
 TS_RE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 RUN = "01JQXYZABCDEFGHJKMNPQRSTVW"

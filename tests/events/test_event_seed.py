@@ -6,8 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-from fabro_git.events.seed import Catalogue, SeedFormatError, parse_catalogue
+from event_contract.seed import Catalogue, SeedFormatError, parse_catalogue
 
 HEADER = re.compile(r"^`([a-z][a-z0-9_]*(?:\.[a-z0-9_]+)+)`$")
 
@@ -187,10 +186,10 @@ def test_parse_rejects_a_changed_page(text: str, message: str) -> None:
 
 def test_carried_contract_is_the_seed(seed_path: Path) -> None:
     """The catalogue the project carries says what the seed page says, prose aside."""
-    from fabro_git.events.seed import CONTRACT_DATA, catalogue_data, load_catalogue
+    from event_contract.seed import CONTRACT_DATA, catalogue_data, load_catalogue
 
     fresh = catalogue_data(load_catalogue(seed_path))
     assert fresh == CONTRACT_DATA.read_bytes(), (
-        "fabro_git/events/contract.json is out of date; regenerate it with "
-        f"`python -m fabro_git.events.seed {seed_path} > fabro_git/events/contract.json`"
+        "tests/event_contract/contract.json is out of date; regenerate it with "
+        f"`cd tests && python -m event_contract.seed {seed_path} > event_contract/contract.json`"
     )

@@ -26,7 +26,7 @@ This module only reads text; it knows nothing about our Structs.
 
 The project carries the parsed catalogue as data of its own (`contract.json`: names,
 properties, types, optionality and examples, without the page's prose), so the contract
-holds in any clone. `python -m fabro_git.events.seed SEED` writes that file anew from the
+holds in any clone. `python -m event_contract.seed SEED`, run in `tests/`, writes that file anew from the
 page; a test compares the two whenever the page is at hand.
 """
 
@@ -322,6 +322,6 @@ if __name__ == "__main__":
 
     if len(sys.argv) != 2:
         sys.exit(
-            "usage: python -m fabro_git.events.seed SEED_FILE > fabro_git/events/contract.json"
+            "usage (in tests/): python -m event_contract.seed SEED_FILE > event_contract/contract.json"
         )
     sys.stdout.buffer.write(catalogue_data(load_catalogue(Path(sys.argv[1]))))

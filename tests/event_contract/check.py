@@ -3,7 +3,7 @@
 The Structs in `fabro_git.events.catalogue` make the right event easy to build; this
 module proves that what actually reached the log is right. It works on decoded JSON,
 not on our Structs, so it catches anything that bypassed them, and it reads its rules
-from the parsed seed (`fabro_git.events.seed`), not from our code.
+from the parsed seed (`event_contract.seed`), not from our code.
 
 It is strict on purpose: unknown names and fields, missing required fields, `null`
 where the seed has no `?`, wrong JSON types, values outside an enumerated set, malformed
@@ -18,8 +18,9 @@ from collections.abc import Mapping
 
 import msgspec
 
+from event_contract.seed import EventSpec, PropSpec
+from fabro_git.events.catalogue import UNSCOPED_EVENTS
 from fabro_git.events.envelope import decode_event, iter_complete_lines
-from fabro_git.events.seed import EventSpec, PropSpec
 from fabro_git.jsondata import JsonObject, JsonValue
 
 # Envelope fields the seed names in prose rather than in its envelope table: stage-scoped
@@ -36,7 +37,6 @@ PROSE_ENVELOPE_FIELDS: dict[str, PropSpec] = {
 # node_label, stage_id". The metadata snapshot section: init and finalize snapshots are
 # unscoped; checkpoint snapshots "include the checkpoint node_id, node_label, and stage_id".
 NODE_SCOPED_PREFIXES = ("stage.", "checkpoint.", "parallel.branch.", "agent.")
-UNSCOPED_EVENTS = frozenset({"agent.session.started", "agent.session.ended"})
 SCOPE_FIELDS = ("node_id", "node_label", "stage_id")
 
 UUID7_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
@@ -50,7 +50,7 @@ def envelope_spec(catalogue: Mapping[str, EventSpec]) -> dict[str, PropSpec]:
     """The seed's envelope table plus the prose-only fields."""
     table: dict[str, PropSpec] | None = getattr(catalogue, "envelope", None)
     if table is None:
-        raise TypeError("check_event needs a Catalogue from fabro_git.events.seed")
+        raise TypeError("check_event needs a Catalogue from event_contract.seed")
     return {**table, **PROSE_ENVELOPE_FIELDS}
 
 
