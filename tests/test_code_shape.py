@@ -287,3 +287,31 @@ def test_the_model_layer_imports_nothing_above_it() -> None:
         if any(_within(name, package) for package in ABOVE_LLM)
     )
     assert not found, f"fabro_git.llm reaches modules above it: {found}"
+
+
+# Short names a module of the package may be imported under: domain words (the V4A
+# patch format), never a two- or three-letter cipher (STYLE.md: `outcome`, not `oc`).
+SHORT_NAMES_ALLOWED = {"llm", "v4a"}
+
+
+def abbreviated_imports(tree: ast.Module) -> list[str]:
+    """`from fabro_git.x import module as ab` aliases of three letters or fewer."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fabro_git"):
+            for alias in node.names:
+                name = (alias.asname or "").strip("_")
+                if alias.asname is not None and len(name) <= 3 and name not in SHORT_NAMES_ALLOWED:
+                    found.append(f"{alias.name} as {alias.asname}")
+    return found
+
+
+def test_no_module_is_imported_under_an_abbreviation() -> None:
+    found = {
+        f"{_relative(path)}: {entry}"
+        for path in _sources()
+        for entry in abbreviated_imports(ast.parse(path.read_text()))
+    }
+    assert not found, f"modules imported under an abbreviation: {sorted(found)}"
+    probe = ast.parse("from fabro_git.engine import outcome as oc\n")
+    assert abbreviated_imports(probe) == ["outcome as oc"]  # the scan can fail

@@ -237,12 +237,12 @@ def _new_record(
 
 def _push_record(repo: GitRepo, record: BatchRecord) -> None:
     from fabro_git.errors import StoreError
-    from fabro_git.store import remote as rem
     from fabro_git.store import runs as runrefs
+    from fabro_git.store.remote import push
 
     assert record.remote is not None
     ref = runrefs.batch_ref(record.batch_id)
-    report = rem.push(repo, record.remote, [ref])
+    report = push(repo, record.remote, [ref])
     for _, ok, message in report.refs:
         if not ok:
             raise StoreError(f"{record.remote} refused {ref}: {message}")

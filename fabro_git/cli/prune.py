@@ -13,7 +13,7 @@ import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from fabro_git.cli import _housekeeping as hk
+from fabro_git.cli import _housekeeping as housekeeping
 from fabro_git.cli._runs import RunRow, all_rows
 from fabro_git.errors import ConfigError
 
@@ -41,7 +41,7 @@ def run(
     chosen = [r for r in rows if _matches(r, cutoff, wanted, workflow)]
     removals = []
     for row in reversed(chosen):  # oldest first
-        removal = hk.plan(repo, row.run_id, row)
+        removal = housekeeping.plan(repo, row.run_id, row)
         if removal.checked_out:
             where = ", ".join(str(p) for p in removal.checked_out)
             print(
@@ -50,7 +50,7 @@ def run(
             continue
         removals.append(removal)
     # The runs it removes take their own things with them; orphans are what no run owns.
-    orphans = hk.find_orphans(repo, {r.run_id for r in rows})
+    orphans = housekeeping.find_orphans(repo, {r.run_id for r in rows})
     if not removals and not orphans:
         print(f"nothing to prune ({_criteria(older_than, wanted, workflow)})", file=sys.stderr)
         return 0
@@ -58,26 +58,26 @@ def run(
         print("\n".join(removal.lines()))
     if orphans:
         print("\n".join(orphans.lines()))
-    what = hk.plural(len(removals), "run")
+    what = housekeeping.plural(len(removals), "run")
     if orphans:
         what += " and what gone runs left"
     if dry_run:
         print(f"dry run: would remove {what}; nothing was deleted", file=sys.stderr)
         return 0
-    if not hk.confirm(f"Remove {what}?", yes=yes, what=what):
+    if not housekeeping.confirm(f"Remove {what}?", yes=yes, what=what):
         print("nothing was removed", file=sys.stderr)
         return 1
     removed = []
     for removal in removals:
         try:
-            hk.remove(repo, removal)
-        except hk.RunLive as err:  # it started since it was listed
+            housekeeping.remove(repo, removal)
+        except housekeeping.RunLive as err:  # it started since it was listed
             print(f"keeping run {removal.run_id}: {err.message}", file=sys.stderr)
             continue
         removed.append(removal.run_id)
         print(f"removed run {removal.run_id}", file=sys.stderr)
-    hk.remove_orphans(repo, orphans)
-    print(f"pruned {hk.plural(len(removed), 'run')}", file=sys.stderr)
+    housekeeping.remove_orphans(repo, orphans)
+    print(f"pruned {housekeeping.plural(len(removed), 'run')}", file=sys.stderr)
     note_remote_tracking(repo, removed)
     return 0
 

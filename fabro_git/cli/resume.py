@@ -109,7 +109,7 @@ def _run_to_resume(
     refused, and so is a configuration the user does not trust."""
     from fabro_git.cli._runs import resolve_run
     from fabro_git.engine.session import load_run
-    from fabro_git.events import catalogue as ev
+    from fabro_git.events.catalogue import GitFetch
     from fabro_git.store import runs as runrefs
 
     known = set(runrefs.list_run_ids(repo))
@@ -118,7 +118,7 @@ def _run_to_resume(
     manifest, cp, _meta, _source = stored
     # A run this repository did not have was found on origin and fetched on demand.
     fetched: list[EventProps] = (
-        [] if full_id in known else [ev.GitFetch(branch=_run_branch_name(manifest), success=True)]
+        [] if full_id in known else [GitFetch(branch=_run_branch_name(manifest), success=True)]
     )
     if manifest.superseded_by:
         raise FabroError(

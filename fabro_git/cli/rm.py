@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fabro_git.cli import _housekeeping as hk
+from fabro_git.cli import _housekeeping as housekeeping
 from fabro_git.errors import FabroError, RunNotFound
 
 if TYPE_CHECKING:
@@ -42,20 +42,20 @@ def run(run_args: list[str], *, yes: bool, dry_run: bool) -> int:
             ) from None
         if run_id not in run_ids:
             run_ids.append(run_id)
-    removals = [hk.plan(repo, run_id, rows.get(run_id)) for run_id in run_ids]
+    removals = [housekeeping.plan(repo, run_id, rows.get(run_id)) for run_id in run_ids]
     for removal in removals:
-        hk.check(repo, removal)
+        housekeeping.check(repo, removal)
     for removal in removals:
         print("\n".join(removal.lines()))
-    what = hk.plural(len(removals), "run")
+    what = housekeeping.plural(len(removals), "run")
     if dry_run:
         print(f"dry run: would remove {what}; nothing was deleted", file=sys.stderr)
         return 0
-    if not hk.confirm(f"Remove {what}?", yes=yes, what=what):
+    if not housekeeping.confirm(f"Remove {what}?", yes=yes, what=what):
         print("nothing was removed", file=sys.stderr)
         return 1
     for removal in removals:
-        hk.remove(repo, removal)
+        housekeeping.remove(repo, removal)
         print(f"removed run {removal.run_id}", file=sys.stderr)
     note_remote_tracking(repo, run_ids)
     return 0

@@ -27,7 +27,7 @@ def fetch(remote: str, run: str | None = None) -> int:
     """Fetch every run from `remote`, or with `run` (an id or a prefix the remote can
     resolve) just that run's refs, and say how many runs came new and how many moved.
     1 when a run was kept as it is because the remote's would rewrite it."""
-    from fabro_git.store import remote as rem
+    from fabro_git.store import remote as remotes
     from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
     from fabro_git.store.worktree import checked_out_branches
@@ -42,7 +42,9 @@ def fetch(remote: str, run: str | None = None) -> int:
         if ref.startswith(runrefs.RUN_BRANCH_PREFIX)
     }
     if run is None:
-        report = rem.fetch(repo, remote, FETCH_REFSPECS, skip=checked_out, group=runrefs.run_of_ref)
+        report = remotes.fetch(
+            repo, remote, FETCH_REFSPECS, skip=checked_out, group=runrefs.run_of_ref
+        )
     else:
         _, report = runrefs.fetch_run(repo, remote, run, skip=checked_out)
     held = {ref: checked_out[ref] for ref in report.held}
@@ -96,7 +98,7 @@ def _runs(count: int) -> str:
 
 
 def push(remote: str, run_ids: list[str]) -> int:
-    from fabro_git.store import remote as rem
+    from fabro_git.store import remote as remotes
     from fabro_git.store import runs as runrefs
     from fabro_git.store.repo import GitRepo
 
@@ -114,7 +116,7 @@ def push(remote: str, run_ids: list[str]) -> int:
         owned = runrefs.run_refs(repo, run_id)
         refs.append(runrefs.meta_ref(run_id))
         refs.extend(name for name in owned if name != runrefs.meta_ref(run_id))
-    report = rem.push(repo, remote, refs)
+    report = remotes.push(repo, remote, refs)
     failed = [(ref, msg) for ref, ok, msg in report.refs if not ok]
     for ref, ok, msg in report.refs:
         print(

@@ -20,14 +20,13 @@ from typing import TYPE_CHECKING
 import trio
 
 from fabro_git.config.protected import ConfigSnapshot, config_change_refused
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.ledger import PendingFile
-from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.outcome import CANCELED, DETERMINISTIC, TRANSIENT, Outcome
 from fabro_git.engine.scope import Scope
 from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.engine.walk_rules import stage_timeout
 from fabro_git.errors import FabroError, disk_full_in
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import AssetCaptured
 
 if TYPE_CHECKING:
     from fabro_git.config.run_config import RunSection
@@ -65,7 +64,7 @@ async def call_handler(
                 scope.halt_scope = None
                 request.timed_by(None)
         if halt.cancelled_caught:
-            result = Outcome.failure(f"stopped by its manager: {scope.halted}", oc.CANCELED)
+            result = Outcome.failure(f"stopped by its manager: {scope.halted}", CANCELED)
         elif deadline.cancelled_caught:
             assert timeout is not None
             if request.timeout_outcome is not None:
@@ -73,7 +72,7 @@ async def call_handler(
             else:
                 result = Outcome.failure(
                     f"{node.handler_type} stage {node.id} timed out after {timeout:g}s",
-                    oc.TRANSIENT,
+                    TRANSIENT,
                 )
     finally:
         # Nothing the stage started outlives it, daemons that left its groups too;
@@ -85,7 +84,7 @@ async def call_handler(
                     partial(config_change_refused, config, what=f"stage {node.id}")
                 )
     if refused is not None:
-        return Outcome.failure(refused, oc.DETERMINISTIC)
+        return Outcome.failure(refused, DETERMINISTIC)
     return result
 
 
@@ -98,11 +97,11 @@ async def _guarded(handler: Handler, request: StageRequest) -> Outcome:
         if disk_full_in(exc) is not None:
             raise  # not the stage's failure: the run stops at its last checkpoint
         if isinstance(exc, FabroError):
-            return Outcome.failure(str(exc), oc.DETERMINISTIC)
+            return Outcome.failure(str(exc), DETERMINISTIC)
         # A handler bug must not take the run's state with it.
         request.files["handler-error.txt"] = "".join(traceback.format_exception(exc)).encode()
         return Outcome.failure(
-            f"handler error in {request.node.id}: {type(exc).__name__}: {exc}", oc.DETERMINISTIC
+            f"handler error in {request.node.id}: {type(exc).__name__}: {exc}", DETERMINISTIC
         )
 
 
@@ -143,7 +142,7 @@ async def capture_assets(
     pending_files.update(kept)
     for item in found.files:
         request.emit(
-            ev.AssetCaptured(
+            AssetCaptured(
                 attempt=request.attempt,
                 node_slug=slug,
                 path=item.path,

@@ -30,13 +30,13 @@ from pathlib import Path
 
 import msgspec
 
-from fabro_git.engine import outcome as oc
+from fabro_git.engine.outcome import FAILED, PARTIAL, SUCCEEDED
 from fabro_git.errors import ConfigError, FabroError, RunNotFound, SourceError
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
 
 # A run that ended one way or the other; the rest are what `--resume` takes up again.
-FINISHED = (oc.SUCCEEDED, oc.PARTIAL, oc.FAILED, "superseded")
+FINISHED = (SUCCEEDED, PARTIAL, FAILED, "superseded")
 
 
 class BatchRow(msgspec.Struct):
@@ -194,7 +194,7 @@ def write_record(repo: GitRepo, record: BatchRecord) -> str:
 def fetch_runs(repo: GitRepo, remote: str, record: BatchRecord) -> None:
     """Bring the refs of the batch's runs that `remote` has, as far as they
     fast-forward: after a batch ran elsewhere, its table and `ps` read them here."""
-    from fabro_git.store import remote as rem
+    from fabro_git.store.remote import fetch, ls_remote
 
     patterns = []
     for row in record.rows:
@@ -203,8 +203,8 @@ def fetch_runs(repo: GitRepo, remote: str, record: BatchRecord) -> None:
             runrefs.run_branch_ref(row.run_id),
             f"{runrefs.PARALLEL_PREFIX}{row.run_id}/*",
         ]
-    listed = rem.ls_remote(repo, remote, patterns)
-    rem.fetch(repo, remote, [f"{name}:{name}" for name in sorted(listed)], group=runrefs.run_of_ref)
+    listed = ls_remote(repo, remote, patterns)
+    fetch(repo, remote, [f"{name}:{name}" for name in sorted(listed)], group=runrefs.run_of_ref)
 
 
 def read_record(repo: GitRepo, batch_id: str) -> BatchRecord:
@@ -298,13 +298,13 @@ def summarize(repo: GitRepo, row: BatchRow, *, said: str = "") -> RowSummary:
         return RowSummary(row.row, row.run_id, status, 0, None, said)
     run = open_run(repo, row.run_id)
     stages = run.stages()
-    done = sum(1 for stage in stages if stage.status in (oc.SUCCEEDED, oc.PARTIAL))
+    done = sum(1 for stage in stages if stage.status in (SUCCEEDED, PARTIAL))
     failure = ""
     status = run.status
-    if status not in (oc.SUCCEEDED, oc.PARTIAL, "running"):
+    if status not in (SUCCEEDED, PARTIAL, "running"):
         failure = _first_line(run.checkpoint.error) or said
         for stage in stages:
-            if stage.status == oc.FAILED and not failure:
+            if stage.status == FAILED and not failure:
                 failure = _first_line(str(stage.record.get("failure_reason") or ""))
     return RowSummary(row.row, row.run_id, status, done, run.summary().cost, failure)
 

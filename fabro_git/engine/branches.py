@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.context import Context, context_delta
+from fabro_git.engine.outcome import FAILED, PARTIAL, SKIPPED, SUCCEEDED, event_status
 from fabro_git.engine.recording import BranchRecording
 from fabro_git.engine.scope import RunFailed, Scope, WalkEnd
 from fabro_git.errors import DiskFull, FabroError
@@ -125,11 +125,9 @@ class FanOut:
         except DiskFull:
             raise
         except FabroError as err:
-            self.results[index] = BranchResult(index, target, oc.FAILED, None, error=str(err))
+            self.results[index] = BranchResult(index, target, FAILED, None, error=str(err))
             self.ledger.emit(
-                ParallelBranchCompleted(
-                    index=index, duration_ms=0, status=oc.event_status(oc.FAILED)
-                ),
+                ParallelBranchCompleted(index=index, duration_ms=0, status=event_status(FAILED)),
                 node_id=self.parent.qualified(target),
             )
 
@@ -145,7 +143,7 @@ class FanOut:
             end = await self.walk(scope, target)
             status, join = end.status, end.stopped_at
         except RunFailed as exc:
-            status, error = oc.FAILED, str(exc)
+            status, error = FAILED, str(exc)
         finally:
             if scope.ref is not None:
                 with trio.CancelScope(shield=True), contextlib.suppress(FabroError):
@@ -164,14 +162,14 @@ class FanOut:
         duration_ms = int((time.monotonic() - started) * 1000)
         emit(
             ParallelBranchCompleted(
-                index=index, duration_ms=duration_ms, status=oc.event_status(status)
+                index=index, duration_ms=duration_ms, status=event_status(status)
             ),
             node_id=parent.qualified(target),
             node_label=label,
         )
         if (
             self.plan.join_policy == "first_success"
-            and status in (oc.SUCCEEDED, oc.PARTIAL)
+            and status in (SUCCEEDED, PARTIAL)
             and not self.done.is_set()
         ):
             self.done.set()
@@ -216,7 +214,7 @@ class FanOut:
                 result = BranchResult(
                     index,
                     target,
-                    oc.SKIPPED,
+                    SKIPPED,
                     None,
                     error="cancelled: another branch succeeded first",
                 )

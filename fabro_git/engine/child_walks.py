@@ -15,12 +15,12 @@ from collections.abc import Awaitable, Callable
 import trio
 
 from fabro_git.engine import child_progress
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.context import Context, context_delta
 from fabro_git.engine.ledger import Ledger
+from fabro_git.engine.outcome import FAILED, SUCCEEDED
 from fabro_git.engine.recording import ChildRecording
 from fabro_git.engine.scope import ChildResult, RunFailed, Scope, Supervision, WalkEnd
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import RunNotice
 from fabro_git.outputs.artifacts import ResolvedContext
 from fabro_git.store.adopt import adopt_tree
 from fabro_git.store.runs import child_progress_ref
@@ -70,14 +70,14 @@ async def run_child(
         else:
             end = await _supervised_walk(walk, scope, begin, supervision)
     except RunFailed as exc:
-        result = ChildResult(oc.FAILED, scope.steps, context_delta(before, scope.context), str(exc))
+        result = ChildResult(FAILED, scope.steps, context_delta(before, scope.context), str(exc))
     else:
         result = ChildResult(end.status, scope.steps, context_delta(before, scope.context))
     if scope.halted is not None:
         # The manager's word decides: a stop condition that held is a success, cycles
         # run out a failure, whatever the stage it cut off made of it.
         stopped = scope.halted.startswith("stop condition")
-        result.status = oc.SUCCEEDED if stopped else oc.FAILED
+        result.status = SUCCEEDED if stopped else FAILED
         result.error = None if stopped else scope.halted
         result.notes = scope.halted
     if scope.progress_ref is not None:
@@ -105,7 +105,7 @@ async def _supervised_walk(walk: Walk, scope: Scope, begin: str, rules: Supervis
             f"of {rules.poll_interval:g}s (manager.max_cycles)"
         )
 
-    end: WalkEnd | RunFailed = WalkEnd(oc.FAILED)
+    end: WalkEnd | RunFailed = WalkEnd(FAILED)
     async with trio.open_nursery() as nursery:
         nursery.start_soon(poll)
         try:
@@ -136,7 +136,7 @@ async def _resume(ledger: Ledger, scope: Scope, start: str) -> str:
     scope.steps = state.steps
     scope.base_tree = await ledger.call(ledger.recorder.tip_tree, sha)
     ledger.emit(
-        ev.RunNotice(
+        RunNotice(
             level="info",
             code="child_resumed",
             message=f"child workflow {scope.prefix.rstrip('/')} goes on at {state.next_node}, "

@@ -25,8 +25,8 @@ import msgspec
 from fabro_git.engine.checkpoint import Checkpoint
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.outcome import CANCELED, event_failure_class
-from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import tail_after
+from fabro_git.events.catalogue import StageFailed
 from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
@@ -115,7 +115,7 @@ def close_cut_off(cut_off: CutOff, emit: Emit) -> None:
     """Give each open attempt its terminal event, innermost (latest started) first."""
     for stage in reversed(cut_off.open):
         emit(
-            ev.StageFailed(
+            StageFailed(
                 index=stage.index,
                 error=INTERRUPTED,
                 failure_class=event_failure_class(CANCELED),

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from fabro_git.config.locations import open_private
-from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, Sink
+from fabro_git.events.catalogue import RunNotice
 from fabro_git.events.envelope import Envelope, EventProps
 from fabro_git.terminal import json_printable
 
@@ -218,7 +218,7 @@ def attach(
     sandbox = run.sandbox_env
 
     def notice(message: str) -> None:
-        emit(ev.RunNotice(level="warn", code=NOTICE_CODE, message=message))
+        emit(RunNotice(level="warn", code=NOTICE_CODE, message=message))
         if warn is not None:
             warn(bus.redactor.mask_text(message))
 

@@ -17,7 +17,15 @@ from fabro_git.engine.checkpoint import Checkpoint
 from fabro_git.engine.runner import Runtime, Scope, now_iso
 from fabro_git.engine.stored_run import objects_lost_error
 from fabro_git.errors import FabroError, StoreError
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import (
+    RunCompleted,
+    RunFailed,
+    RunNotice,
+    SandboxCleanupCompleted,
+    SandboxCleanupFailed,
+    SandboxCleanupStarted,
+    TokenUsage,
+)
 from fabro_git.jsondata import JsonObject
 from fabro_git.store import worktree as git_worktree
 
@@ -105,7 +113,7 @@ def _record_interrupted(runtime: Runtime, scope: Scope) -> None:
     if current:
         _undo_unfinished_visit(checkpoint, current)
     runtime.emit(
-        ev.RunNotice(
+        RunNotice(
             level="warn",
             code="interrupted",
             message=f"run interrupted; continue it with `git fabro resume {runtime.run_id}`",
@@ -122,7 +130,7 @@ async def _record_failed(
         checkpoint.next_node_id = current
     checkpoint.error = error
     runtime.emit(
-        ev.RunFailed(
+        RunFailed(
             error=error or "run failed", duration_ms=checkpoint.active_ms, git_commit_sha=final_sha
         )
     )
@@ -135,7 +143,7 @@ async def _record_failed(
 async def _announce_completed(runtime: Runtime, status: str, final_sha: str | None) -> None:
     checkpoint = runtime.cp
     runtime.emit(
-        ev.RunCompleted(
+        RunCompleted(
             duration_ms=checkpoint.active_ms,
             artifact_count=checkpoint.artifact_count,
             status=outcome.event_status(status),
@@ -157,17 +165,17 @@ async def _release_worktree(runtime: Runtime, status: str) -> None:
     await runtime.hooks.fire("sandbox_cleanup", status=status)
     await runtime.hooks.wait_worktree_free()
     emit = runtime.emit
-    emit(ev.SandboxCleanupStarted(provider="local"))
+    emit(SandboxCleanupStarted(provider="local"))
     started = time.monotonic()
     try:
         await runtime.store_call(git_worktree.remove_worktree, runtime.repo, recorder.worktree)
         emit(
-            ev.SandboxCleanupCompleted(
+            SandboxCleanupCompleted(
                 provider="local", duration_ms=int((time.monotonic() - started) * 1000)
             )
         )
     except FabroError as exc:
-        emit(ev.SandboxCleanupFailed(provider="local", error=str(exc)))
+        emit(SandboxCleanupFailed(provider="local", error=str(exc)))
 
 
 def _final_snapshot(
@@ -189,12 +197,12 @@ def _final_snapshot(
         )
 
 
-def _run_usage(checkpoint: Checkpoint) -> ev.TokenUsage | None:
+def _run_usage(checkpoint: Checkpoint) -> TokenUsage | None:
     """The run's tokens for `run.completed.usage`; None when no model was called."""
     tokens = checkpoint.tokens
     if not tokens.total_tokens:
         return None
-    return ev.TokenUsage(
+    return TokenUsage(
         input_tokens=tokens.input_tokens,
         output_tokens=tokens.output_tokens,
         total_tokens=tokens.total_tokens,

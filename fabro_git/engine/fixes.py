@@ -40,7 +40,7 @@ from fabro_git.engine.checkpoint import Checkpoint, Manifest, encode
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.recorder import Recorder
 from fabro_git.errors import ConfigError, FabroError, WorkflowError
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import RunNotice
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
 from fabro_git.workflow import Graph
@@ -128,7 +128,7 @@ def apply_rebase(
     branch = runrefs.run_branch_name(run_id)
     if repo.is_ancestor(rebase.sha, tip):
         emit(
-            ev.RunNotice(
+            RunNotice(
                 level="info",
                 code="rebased",
                 message=f"{branch} already holds {rebase.rev} ({rebase.sha[:12]}); "
@@ -149,7 +149,7 @@ def apply_rebase(
     recorder.run_tip = sha
     cp.git_commit_sha = sha
     emit(
-        ev.RunNotice(
+        RunNotice(
             level="info",
             code="rebased",
             message=f"merged {rebase.rev} ({rebase.sha[:12]}) into {branch} as "
@@ -210,7 +210,7 @@ def apply_fixes(
         new = fixes.workflow
         files.update(workflow_files(manifest, new, read_dir))
         emit(
-            ev.RunNotice(
+            RunNotice(
                 level="info",
                 code="workflow_replaced",
                 message=f"the run goes on from {cp.next_node_id or 'its start'} with the "

@@ -55,7 +55,7 @@ import trio
 
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.engine.emit import Emit
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import NoticeLevel, RunNotice
 from fabro_git.jsondata import JsonObject, JsonValue, text
 from fabro_git.llm import types as llm
 
@@ -182,7 +182,7 @@ class LifecycleHooks:
                 # Checked when the run was made: only a manifest from another version
                 # gets here, and a hook must not be what stops its run.
                 emit(
-                    ev.RunNotice(
+                    RunNotice(
                         level="warn",
                         code="hook_unreadable",
                         message=f"hook {i + 1} of the run's configuration cannot be read ({exc}); it will not fire",
@@ -598,11 +598,11 @@ class LifecycleHooks:
         message: str,
         payload: Mapping[str, JsonValue] | None = None,
         *,
-        level: ev.NoticeLevel = "warn",
+        level: NoticeLevel = "warn",
     ) -> None:
         node_id = payload.get("node_id") if payload else None
         self._emit(
-            ev.RunNotice(level=level, code=code, message=message),
+            RunNotice(level=level, code=code, message=message),
             node_id=node_id if isinstance(node_id, str) else None,
         )
 

@@ -39,15 +39,23 @@ from fabro_git.engine.checkpoint import (
 )
 from fabro_git.engine.emit import Emit
 from fabro_git.errors import DiskFull, FabroError, RefRaceError, StoreError
-from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import last_event_id
+from fabro_git.events.catalogue import (
+    CheckpointFailed,
+    GitCommit,
+    MetadataSnapshotCompleted,
+    MetadataSnapshotFailed,
+    MetadataSnapshotStarted,
+    RunNotice,
+    SnapshotPhase,
+)
 from fabro_git.store import runs as runrefs
 from fabro_git.store import statcheck
-from fabro_git.store import worktree as wt
 from fabro_git.store.repo import GitRepo
 from fabro_git.store.runs import MetaSummary, run_commit_message, segment_path
 from fabro_git.store.snapshot import MetaSnapshotter, StoredBlob
 from fabro_git.store.staging import Stager
+from fabro_git.store.worktree import attach_head, diff_text, head_branch, snapshot_tree
 
 # The layout lives in `store.runs`; these names stay importable from here.
 __all__ = ["MetaSummary", "Recorder", "run_commit_message", "segment_path"]
@@ -127,7 +135,7 @@ class Recorder:
         branch's) by a scan of its own index."""
         if self.worktree is not None and Path(worktree) == Path(self.worktree):
             return self.stage_tree(qid)
-        return wt.snapshot_tree(worktree, exclude_globs=self.exclude_globs)
+        return snapshot_tree(worktree, exclude_globs=self.exclude_globs)
 
     # -- the checkpoint of a stage ------------------------------------------------------
 
@@ -175,14 +183,14 @@ class Recorder:
         with contextlib.suppress(FabroError):
             diff = self.repo.small_tree_diff(self.tip_tree(before), tree, max_bytes=20_000)
             if diff is None and self.worktree is not None:
-                diff = wt.diff_text(self.worktree, before, sha, max_bytes=20_000)
+                diff = diff_text(self.worktree, before, sha, max_bytes=20_000)
         return diff or None
 
     # -- snapshots -----------------------------------------------------------------
 
     def snapshot(
         self,
-        phase: ev.SnapshotPhase,
+        phase: SnapshotPhase,
         subject: str,
         cp: Checkpoint,
         files: Mapping[str, bytes | Path | None],
@@ -196,7 +204,7 @@ class Recorder:
         A file given as a Path (a command's whole output) is streamed into git, masked
         on the way, rather than read into memory. `trailers` go after the summary's."""
         stamp = _stamp(stage)
-        self.emit(ev.MetadataSnapshotStarted(phase=phase, branch=self.meta_ref), **stamp)
+        self.emit(MetadataSnapshotStarted(phase=phase, branch=self.meta_ref), **stamp)
         started = time.monotonic()
         segment = self.take_segment()
         all_files, whole = self._snapshot_files(phase, cp, files, segment)
@@ -237,7 +245,7 @@ class Recorder:
         self.meta_tip = result.commit_sha
         self._deltas.written(cp, result.commit_sha, whole=whole)
         self.emit(
-            ev.MetadataSnapshotCompleted(
+            MetadataSnapshotCompleted(
                 phase=phase,
                 branch=self.meta_ref,
                 duration_ms=_ms(started),
@@ -251,7 +259,7 @@ class Recorder:
 
     def _snapshot_files(
         self,
-        phase: ev.SnapshotPhase,
+        phase: SnapshotPhase,
         cp: Checkpoint,
         files: Mapping[str, bytes | Path | None],
         segment: bytes,
@@ -271,11 +279,11 @@ class Recorder:
         return all_files, delta is None
 
     def _snapshot_failed(
-        self, phase: ev.SnapshotPhase, started: float, err: FabroError, stamp: _Stamp
+        self, phase: SnapshotPhase, started: float, err: FabroError, stamp: _Stamp
     ) -> None:
         self.degraded = True
         self.emit(
-            ev.MetadataSnapshotFailed(
+            MetadataSnapshotFailed(
                 phase=phase,
                 branch=self.meta_ref,
                 duration_ms=_ms(started),
@@ -285,7 +293,7 @@ class Recorder:
             **stamp,
         )
         self.emit(
-            ev.RunNotice(
+            RunNotice(
                 level="error",
                 code="checkpoint_metadata_write_failed",
                 message=f"could not write the metadata snapshot to {self.meta_ref}: {err}",
@@ -381,7 +389,7 @@ class Recorder:
                 if staged is not None:
                     self._last_scan = staged
                     return staged[0]
-            tree = wt.snapshot_tree(
+            tree = snapshot_tree(
                 self.worktree, exclude_globs=self.exclude_globs, changed_paths=changed_paths
             )
         except DiskFull:
@@ -423,7 +431,7 @@ class Recorder:
         other move (rewound, rewritten, replaced, HEAD taken elsewhere) is refused."""
         assert self.worktree is not None and self.run_tip is not None
         branch = runrefs.run_branch_name(self.run_id)
-        head = wt.head_branch(self.worktree)
+        head = head_branch(self.worktree)
         if head != self.run_ref:
             where = (
                 f"on branch {head.removeprefix('refs/heads/')}" if head else "on a detached HEAD"
@@ -440,7 +448,7 @@ class Recorder:
         if tip is None or not self.repo.is_ancestor(self.run_tip, tip):
             raise self._moved(f"during {node_id}", expected=self.run_tip, found=tip)
         self.emit(
-            ev.RunNotice(
+            RunNotice(
                 level="info",
                 code="stage_commits_adopted",
                 message=f"{node_id} committed on {branch} itself "
@@ -487,13 +495,13 @@ class Recorder:
         self.run_tip = sha
         cp.git_commit_sha = sha
         cp.pending_commit = None
-        self.emit(ev.GitCommit(sha=sha), node_id=pending.node_id, node_label=node_label)
+        self.emit(GitCommit(sha=sha), node_id=pending.node_id, node_label=node_label)
         return sha
 
     def _commit_failed(self, node_id: str, message: str) -> None:
         self.degraded = True
-        self.emit(ev.CheckpointFailed(error=message), node_id=node_id)
-        self.emit(ev.RunNotice(level="error", code="checkpoint_git_failed", message=message))
+        self.emit(CheckpointFailed(error=message), node_id=node_id)
+        self.emit(RunNotice(level="error", code="checkpoint_git_failed", message=message))
 
     def plan_commit(
         self,
@@ -531,8 +539,8 @@ class Recorder:
         self.repo.commit_info(self.run_tip)  # MissingObject when gc took it
         if self.worktree is not None and (self.worktree / ".git").exists():
             with contextlib.suppress(FabroError):
-                if wt.head_branch(self.worktree) != self.run_ref:
-                    wt.attach_head(self.worktree, self.run_ref)
+                if head_branch(self.worktree) != self.run_ref:
+                    attach_head(self.worktree, self.run_ref)
         pending = cp.pending_commit
         expected = cp.git_commit_sha or base_sha
         if pending is not None:
@@ -556,7 +564,7 @@ class Recorder:
                 message=f"fabro: resume sets aside commits of a cut-off stage ({self.run_tip[:12]})",
             )
             self.emit(
-                ev.RunNotice(
+                RunNotice(
                     level="warn",
                     code="stage_commits_set_aside",
                     message=f"{runrefs.run_branch_name(self.run_id)} held commits of a stage "

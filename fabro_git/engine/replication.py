@@ -23,10 +23,10 @@ import trio
 
 from fabro_git.engine.emit import Emit, EnvelopeFields
 from fabro_git.errors import FabroError
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import CheckpointCompleted, GitPush, RunNotice
 from fabro_git.events.envelope import EventProps
-from fabro_git.store import remote as rem
 from fabro_git.store import runs as runrefs
+from fabro_git.store.remote import PushReport, local_refs, push
 from fabro_git.store.repo import GitRepo
 
 # How long a run's end waits for its final push.
@@ -66,7 +66,7 @@ class LivePush:
         def emit_and_ask(event: EventProps, /, **kwargs: Unpack[EnvelopeFields]) -> None:
             emit(event, **kwargs)
             name = event if isinstance(event, str) else event.NAME
-            if name == ev.CheckpointCompleted.NAME and self._token is not None:
+            if name == CheckpointCompleted.NAME and self._token is not None:
                 self._token.run_sync_soon(self._ask)
 
         return emit_and_ask
@@ -115,7 +115,7 @@ class LivePush:
             nursery.cancel_scope.cancel()
         if not pushed:
             self.emit(
-                ev.RunNotice(
+                RunNotice(
                     level="warn",
                     code="push_failed",
                     message=f"the final push to {self.remote} did not finish; push the run"
@@ -132,7 +132,7 @@ class LivePush:
         state = ["waiting"]
         guard = threading.Lock()
 
-        def push() -> rem.PushReport | None:
+        def push_now() -> PushReport | None:
             with guard:
                 if state[0] == "cancelled":
                     return None
@@ -140,14 +140,14 @@ class LivePush:
             try:
                 # Listed here, on the worker thread and by git itself: the refs as they
                 # are when this push starts, read beside the checkpoints' writes.
-                refs.extend(rem.local_refs(self.repo, self._patterns))
-                return rem.push(self.repo, self.remote, refs, env=_NO_PROMPT)
+                refs.extend(local_refs(self.repo, self._patterns))
+                return push(self.repo, self.remote, refs, env=_NO_PROMPT)
             finally:
                 with contextlib.suppress(trio.RunFinishedError):
                     token.run_sync_soon(idle.set)
 
         try:
-            report = await trio.to_thread.run_sync(push, abandon_on_cancel=True)
+            report = await trio.to_thread.run_sync(push_now, abandon_on_cancel=True)
         except trio.Cancelled:
             with guard:
                 if state[0] == "waiting":
@@ -166,10 +166,10 @@ class LivePush:
             if runrefs.run_branch_ref(self.run_id) in refs
             else runrefs.meta_ref(self.run_id)
         )
-        self.emit(ev.GitPush(branch=branch, success=not problem))
+        self.emit(GitPush(branch=branch, success=not problem))
         if problem and not self._failing:
             self.emit(
-                ev.RunNotice(
+                RunNotice(
                     level="warn",
                     code="push_failed",
                     message=f"could not push the run to {self.remote} (the run goes on): {problem}",
@@ -177,7 +177,7 @@ class LivePush:
             )
         elif not problem and self._failing:
             self.emit(
-                ev.RunNotice(
+                RunNotice(
                     level="info", code="push_recovered", message=f"pushing to {self.remote} again"
                 )
             )

@@ -37,7 +37,7 @@ import trio
 from fabro_git.engine import lock
 from fabro_git.engine.outcome import DETERMINISTIC, FAILED, Outcome
 from fabro_git.errors import FabroError
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import NoticeLevel, RunNotice
 from fabro_git.store import repo_state
 from fabro_git.store.repo_state import RepoState, StateReader
 
@@ -144,10 +144,10 @@ class RepoGuard:
         return Outcome.failure(message, DETERMINISTIC, notes=result.notes)
 
     def _notice(
-        self, request: StageRequest, problems: list[str], *, level: ev.NoticeLevel = "error"
+        self, request: StageRequest, problems: list[str], *, level: NoticeLevel = "error"
     ) -> None:
         request.emit(
-            ev.RunNotice(
+            RunNotice(
                 level=level,
                 code="repository_changed",
                 message=f"{request.node_id}: " + "; ".join(problems),

@@ -22,7 +22,7 @@ import trio
 
 from fabro_git.engine.outcome import FAILED
 from fabro_git.errors import FabroError
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import RunNotice
 from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.outputs import retro
 from fabro_git.store import runs as runrefs
@@ -167,7 +167,7 @@ def retro_files(
         document = retro_document(runtime, status, error)
     except FabroError as exc:
         runtime.emit(
-            ev.RunNotice(level="warn", code="retro_failed", message=f"no retro written: {exc}")
+            RunNotice(level="warn", code="retro_failed", message=f"no retro written: {exc}")
         )
         return {}
     if narrative is not None:
@@ -197,7 +197,7 @@ async def narrative_for(runtime: Runtime, status: str, error: str | None) -> Jso
                 why = f"the model did not answer within {NARRATIVE_TIMEOUT:g}s"
     if narrative is None:
         runtime.emit(
-            ev.RunNotice(
+            RunNotice(
                 level="warn",
                 code="retro_narrative_failed",
                 message=f"the retro has no narrative: {why}",

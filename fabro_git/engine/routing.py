@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import random
 
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.edges import Selection, select_edge
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.failures import is_tracked, may_cross_loop_restart
-from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.outcome import FAILED, Outcome, event_status
 from fabro_git.engine.scope import Decision, Scope
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import EdgeSelected, LoopRestart, RunNotice
 from fabro_git.outputs.artifacts import ResolvedContext
 from fabro_git.workflow import Edge, Node
 
@@ -34,7 +33,7 @@ class Router:
     def route(self, scope: Scope, node: Node, result: Outcome) -> Decision:
         qid = scope.qualified(node.id)
         limit = scope.graph.get_int("loop_restart_signature_limit", 3)
-        signature = scope.context.text("failure_signature") if result.status == oc.FAILED else None
+        signature = scope.context.text("failure_signature") if result.status == FAILED else None
         if (
             signature
             and is_tracked(result.failure_class)
@@ -50,13 +49,13 @@ class Router:
         fanned_out = node.handler_type == "parallel"
         selection = None if fanned_out else self._select(scope, node, result)
         if (
-            result.status == oc.FAILED
+            result.status == FAILED
             and node.handler_type != "conditional"
             and (selection is None or selection.reason != "condition")
         ):
             return self._failure_route(scope, node, result)
         if selection is None:
-            if result.status == oc.FAILED:  # a conditional node passing a failure on
+            if result.status == FAILED:  # a conditional node passing a failure on
                 return Decision(
                     None,
                     f"no outgoing edge of {qid} matches (status {result.status}); "
@@ -112,7 +111,7 @@ class Router:
         """A loop_restart edge: the walk starts afresh from its target, unless the
         failure may not cross it or has come round too often."""
         qid = scope.qualified(node.id)
-        if result.status == oc.FAILED and not may_cross_loop_restart(result.failure_class):
+        if result.status == FAILED and not may_cross_loop_restart(result.failure_class):
             return Decision(
                 None,
                 f"loop_restart blocked: failure_class={result.failure_class} (requires transient_infra)",
@@ -124,7 +123,7 @@ class Router:
             if limit and count >= limit:
                 return Decision(None, _same_failure(qid, result, count, limit))
         decision = self._take(scope, node, result, selection.edge, selection.reason)
-        self.emit(ev.LoopRestart(from_node=qid, to_node=scope.qualified(selection.edge.target)))
+        self.emit(LoopRestart(from_node=qid, to_node=scope.qualified(selection.edge.target)))
         self._restart(scope)
         return decision
 
@@ -169,7 +168,7 @@ class Router:
             "(see Replies in git-fabro(1))"
         )
         self.emit(
-            ev.RunNotice(
+            RunNotice(
                 level="info" if reason == "condition" else "warn",
                 code="no_directive",
                 message=message,
@@ -193,7 +192,7 @@ class Router:
                 "ends there; add an edge from it if the workflow should go on"
             )
         self.emit(
-            ev.RunNotice(level="warn", code="no_outgoing_edge", message=message),
+            RunNotice(level="warn", code="no_outgoing_edge", message=message),
             node_id=qid,
             node_label=node.label,
         )
@@ -225,7 +224,7 @@ class Router:
         """Announce the edge taken; it, as the `edge_selected` hooks hear of it."""
         edge = (scope.qualified(node.id), scope.qualified(target), label)
         self.emit(
-            ev.EdgeSelected(
+            EdgeSelected(
                 from_node=edge[0],
                 to_node=edge[1],
                 label=label,
@@ -233,7 +232,7 @@ class Router:
                 reason=reason,
                 preferred_label=result.preferred_label,
                 suggested_next_ids=list(result.suggested_next_ids),
-                stage_status=oc.event_status(result.status),
+                stage_status=event_status(result.status),
                 is_jump=is_jump,
             )
         )

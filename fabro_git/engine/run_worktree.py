@@ -13,7 +13,7 @@ from pathlib import Path
 from fabro_git.config.locations import runs_dir
 from fabro_git.engine.emit import Emit
 from fabro_git.errors import FabroError, StoreError
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import GitReset
 from fabro_git.store import runs as runrefs
 from fabro_git.store import worktree as git_worktree
 from fabro_git.store.repo import GitRepo
@@ -36,7 +36,7 @@ def ensure_worktree(
     if (path / ".git").exists():
         try:
             git_worktree.checkout(path, run_tip)
-            emit(ev.GitReset(sha=run_tip))
+            emit(GitReset(sha=run_tip))
             return path, False
         except FabroError:
             with contextlib.suppress(FabroError):

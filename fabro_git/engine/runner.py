@@ -27,7 +27,6 @@ import trio
 
 from fabro_git.config.locations import make_private_dir
 from fabro_git.engine import attempt, walk_hooks
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint, Manifest, now_iso
 from fabro_git.engine.context import Context, plain_object
 from fabro_git.engine.emit import Emit
@@ -35,7 +34,20 @@ from fabro_git.engine.failures import failure_signature, is_tracked
 from fabro_git.engine.ledger import Ledger, PendingFile
 from fabro_git.engine.lifecycle import LifecycleHooks
 from fabro_git.engine.options import Options
-from fabro_git.engine.outcome import Outcome, StageRecord
+from fabro_git.engine.outcome import (
+    DETERMINISTIC,
+    FAILED,
+    PARTIAL,
+    RETRY,
+    SKIPPED,
+    STRUCTURAL,
+    SUCCEEDED,
+    TRANSIENT,
+    Outcome,
+    StageRecord,
+    event_failure_class,
+    event_status,
+)
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.recording import FILES_TOUCHED_LIMIT, NO_WORKTREE_CHANGES, MainRecording
 from fabro_git.engine.repo_guard import RepoGuard
@@ -60,7 +72,13 @@ from fabro_git.engine.walk_rules import (
     visit_limit,
     walk_finished,
 )
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import (
+    StageCompleted,
+    StageFailed,
+    StageRetrying,
+    StageStarted,
+    StageUsage,
+)
 from fabro_git.events.envelope import Actor, EventProps
 from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as runrefs
@@ -359,11 +377,11 @@ class Runtime:
         """Run the stage: its attempts, then its record, then `stage.completed`."""
         run = self._open_stage(scope, node, visit, stage_id)
         result, attempts, files = await self._attempts(scope, run)
-        if node.get_bool("auto_status", False) and result.status not in (oc.SUCCEEDED, oc.SKIPPED):
+        if node.get_bool("auto_status", False) and result.status not in (SUCCEEDED, SKIPPED):
             result.notes = (
                 result.notes + "; " if result.notes else ""
             ) + f"auto_status: was {result.status}"
-            result.status = oc.SUCCEEDED
+            result.status = SUCCEEDED
         signature = self._failed(run, result)
         duration_ms = int((time.monotonic() - run.started) * 1000)
         if node.handler_type in TRACKS_TREE and not result.files_touched:
@@ -422,7 +440,7 @@ class Runtime:
             number = run.earlier + attempt
             self._emit_stage(
                 run,
-                ev.StageStarted(
+                StageStarted(
                     index=run.index,
                     handler_type=node.handler_type,
                     attempt=number,
@@ -443,8 +461,8 @@ class Runtime:
                 node_dir=run.node_dir,
             )
             result = await self._attempt(scope, run, request)
-            retryable = result.status == oc.RETRY or (
-                result.status == oc.FAILED and result.failure_class == oc.TRANSIENT
+            retryable = result.status == RETRY or (
+                result.status == FAILED and result.failure_class == TRANSIENT
             )
             if not (retryable and await self._retrying(run, result, attempt)):
                 return self._exhausted(node, result, retryable), number, request.files
@@ -453,7 +471,7 @@ class Runtime:
             attempt += 1
             self._emit_stage(
                 run,
-                ev.StageRetrying(
+                StageRetrying(
                     index=run.index,
                     attempt=run.earlier + attempt,
                     max_attempts=run.max_attempts,
@@ -472,7 +490,7 @@ class Runtime:
             if hooked is not None:
                 return hooked
         if run.handler is None:
-            return Outcome.failure(f"no handler for node type {node.handler_type!r}", oc.STRUCTURAL)
+            return Outcome.failure(f"no handler for node type {node.handler_type!r}", STRUCTURAL)
         include = attempt.asset_include(self.manifest.run_config)
         assets = await attempt.asset_baseline(request, include)
         call = functools.partial(
@@ -498,10 +516,10 @@ class Runtime:
             return False
         self._emit_stage(
             run,
-            ev.StageFailed(
+            StageFailed(
                 index=run.index,
                 error=result.error or "retry requested",
-                failure_class=oc.event_failure_class(result.failure_class or oc.TRANSIENT),
+                failure_class=event_failure_class(result.failure_class or TRANSIENT),
                 failure_signature=failure_signature(run.qid, result.failure_class, result.error),
                 will_retry=True,
             ),
@@ -516,28 +534,28 @@ class Runtime:
         """The last attempt's outcome as the stage's: a retry asked for with no attempt
         left fails (or partially succeeds, where the node allows it)."""
         allow_partial = node.get_bool("allow_partial", False)
-        if result.status == oc.RETRY:
-            result.status = oc.PARTIAL if allow_partial else oc.FAILED
-            if result.status == oc.FAILED and not result.error:
+        if result.status == RETRY:
+            result.status = PARTIAL if allow_partial else FAILED
+            if result.status == FAILED and not result.error:
                 result.error = "retries exhausted"
-        elif result.status == oc.FAILED and retryable and allow_partial:
-            result.status = oc.PARTIAL
+        elif result.status == FAILED and retryable and allow_partial:
+            result.status = PARTIAL
         return result
 
     def _failed(self, run: StageRun, result: Outcome) -> str | None:
         """A failed stage's signature, announced with `stage.failed`. A conditional node
         carries the previous stage's outcome through for its edge conditions: that is
         routing data, not a failure of its own."""
-        if result.status != oc.FAILED or run.node.handler_type == "conditional":
+        if result.status != FAILED or run.node.handler_type == "conditional":
             return None
-        result.failure_class = result.failure_class or oc.DETERMINISTIC
+        result.failure_class = result.failure_class or DETERMINISTIC
         signature = failure_signature(run.qid, result.failure_class, result.error)
         self._emit_stage(
             run,
-            ev.StageFailed(
+            StageFailed(
                 index=run.index,
                 error=result.error or "stage failed",
-                failure_class=oc.event_failure_class(result.failure_class),
+                failure_class=event_failure_class(result.failure_class),
                 failure_signature=signature,
                 will_retry=False,
             ),
@@ -567,22 +585,22 @@ class Runtime:
 
     def _completed(
         self, scope: Scope, run: StageRun, result: Outcome, record: StageRecord
-    ) -> ev.StageCompleted:
+    ) -> StageCompleted:
         usage = None
         if result.usage is not None:
-            usage = ev.StageUsage(
+            usage = StageUsage(
                 **{k: v for k, v in msgspec.structs.asdict(result.usage).items() if v is not None}
             )
-        return ev.StageCompleted(
+        return StageCompleted(
             index=run.index,
             duration_ms=record.get("duration_ms", 0),
-            status=oc.event_status(result.status),
+            status=event_status(result.status),
             preferred_label=result.preferred_label,
             suggested_next_ids=list(result.suggested_next_ids),
             usage=usage,
             error=result.error,
-            failure_class=oc.event_failure_class(result.failure_class)
-            if result.status == oc.FAILED and result.failure_class
+            failure_class=event_failure_class(result.failure_class)
+            if result.status == FAILED and result.failure_class
             else None,
             failure_signature=record.get("failure_signature"),
             context_updates=plain_object(result.context_updates) or None,
@@ -639,7 +657,7 @@ class Runtime:
             context.set("preferred_label", result.preferred_label)
         else:
             context.remove("preferred_label")
-        if result.status == oc.FAILED:
+        if result.status == FAILED:
             context.set("failure_class", result.failure_class)
             context.set("failure_signature", signature)
         else:

@@ -38,8 +38,8 @@ from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, now_iso
 from fabro_git.engine.stored_run import load_graph, load_run, load_run_at, read_run_dir
 from fabro_git.errors import ConfigError, FabroError, StoreError
-from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
+from fabro_git.events.catalogue import MetadataSnapshotFailed, RunCreated, RunNotice
 from fabro_git.events.envelope import Actor, EventProps
 from fabro_git.jsondata import JsonObject, texts
 from fabro_git.store import runs as runrefs
@@ -163,7 +163,7 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
             "it starts from the committed HEAD. Commit or stash them, or use --in-place."
         )
         warn(message)
-        emit(ev.RunNotice(level="warn", code="uncommitted_changes", message=message))
+        emit(RunNotice(level="warn", code="uncommitted_changes", message=message))
     in_place = manifest.in_place
     recorder = Recorder(
         repo,
@@ -248,8 +248,8 @@ def _first_checkpoint(spec: RunSpec, run_id: str, created_at: str) -> Checkpoint
 
 def _created_event(
     repo: GitRepo, spec: RunSpec, manifest: Manifest, scratch: Path, *, dirty: bool
-) -> ev.RunCreated:
-    return ev.RunCreated(
+) -> RunCreated:
+    return RunCreated(
         settings=manifest.settings,
         graph=graph_record(spec.graph),
         workflow_source=spec.source,
@@ -426,7 +426,7 @@ def fork_run(repo: GitRepo, source_id: str, point: ForkPoint) -> str:
     fork_source = {**forked_from, "git_commit_sha": start}
     emit(_forked_created_event(repo, at, manifest, scratch, fork_source))
     emit(
-        ev.RunNotice(
+        RunNotice(
             level="info",
             code="forked",
             message=f"forked from run {source_id} at {point.label}; "
@@ -466,7 +466,7 @@ def fork_run(repo: GitRepo, source_id: str, point: ForkPoint) -> str:
 
 def _forked_created_event(
     repo: GitRepo, at: str, manifest: Manifest, scratch: Path, fork_source: dict[str, object]
-) -> ev.RunCreated:
+) -> RunCreated:
     """The new run's `run.created`: the source's own (its graph, source and settings),
     with what is the new run's."""
     created = _source_created_properties(repo, at)
@@ -482,7 +482,7 @@ def _forked_created_event(
     created.setdefault("workflow_slug", manifest.workflow_slug)
     created.setdefault("provenance", {"subject": {"kind": "user", "login": _login()}})
     created.setdefault("graph", {})
-    return msgspec.convert({k: v for k, v in created.items() if v is not None}, ev.RunCreated)
+    return msgspec.convert({k: v for k, v in created.items() if v is not None}, RunCreated)
 
 
 def _fork_start(checkpoint: Checkpoint, point: ForkPoint, base_sha: str) -> str:
@@ -572,7 +572,7 @@ def supersede_run(repo: GitRepo, source_id: str, new_id: str, label: str, meta: 
     failures: list[str] = []
 
     def emit(event: EventProps, /, **scope: Unpack[EnvelopeFields]) -> None:
-        if isinstance(event, ev.MetadataSnapshotFailed):
+        if isinstance(event, MetadataSnapshotFailed):
             failures.append(event.error or "git refused the snapshot")
         bus.emit(event, **scope)
 
@@ -580,7 +580,7 @@ def supersede_run(repo: GitRepo, source_id: str, new_id: str, label: str, meta: 
         # The notice is the source's last event: it goes after the snapshot's start,
         # into the segment that snapshot writes.
         emit(
-            ev.RunNotice(
+            RunNotice(
                 level="info",
                 code="superseded",
                 message=f"rewound to {label} as run {new_id}; this run is superseded",

@@ -19,9 +19,8 @@ from typing import TYPE_CHECKING, Protocol
 import msgspec
 import trio
 
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.context import Context
-from fabro_git.engine.outcome import Outcome, StageRecord
+from fabro_git.engine.outcome import FAILED, PARTIAL, SUCCEEDED, Outcome, StageRecord
 from fabro_git.jsondata import JsonObject
 from fabro_git.workflow import Graph, Node
 
@@ -171,7 +170,7 @@ def final_status(scope: Scope) -> str:
     of its stages did, else succeeded."""
     if scope.completed:
         last = scope.outcomes.get(scope.completed[-1])
-        if last is not None and last["status"] == oc.FAILED:
-            return oc.FAILED
+        if last is not None and last["status"] == FAILED:
+            return FAILED
     statuses = {record["status"] for record in scope.outcomes.values()}
-    return oc.PARTIAL if oc.PARTIAL in statuses else oc.SUCCEEDED
+    return PARTIAL if PARTIAL in statuses else SUCCEEDED

@@ -52,8 +52,18 @@ from fabro_git.engine.stored_run import (
 )
 from fabro_git.engine.watchdog import watch_for_stall
 from fabro_git.errors import FabroError, MissingObject
-from fabro_git.events import catalogue as ev
 from fabro_git.events.bus import Sink, tail_after
+from fabro_git.events.catalogue import (
+    RunInterrupt,
+    RunNotice,
+    RunStarted,
+    RunSteer,
+    SandboxFailed,
+    SandboxInitialized,
+    SandboxInitializing,
+    SandboxReady,
+    WatchdogTimeout,
+)
 from fabro_git.events.envelope import EventProps
 from fabro_git.store import worktree as git_worktree
 from fabro_git.store.repo import GitRepo
@@ -119,7 +129,7 @@ def execute_run(
     for problem in run.manifest.recorded_config.unreadable:
         # A manifest of another version, or a hostile one: the run goes on without it.
         message = f"the run's recorded configuration: {problem}; this version leaves it out"
-        emit(ev.RunNotice(level="warn", code="config_unreadable", message=message))
+        emit(RunNotice(level="warn", code="config_unreadable", message=message))
     hooks = LifecycleHooks.from_manifest(
         run.manifest,
         run_id=run_id,
@@ -250,7 +260,7 @@ def _result_as_stored(run: OpenRun) -> RunResult:
 async def _prepare_worktree(run: OpenRun, *, new: bool) -> tuple[Path, bool]:
     """The directory the stages run in, and whether it was checked out afresh."""
     emit = run.emit
-    emit(ev.SandboxInitializing(provider="local"))
+    emit(SandboxInitializing(provider="local"))
     started = time.monotonic()
     fresh = False
     if run.manifest.in_place:
@@ -258,9 +268,9 @@ async def _prepare_worktree(run: OpenRun, *, new: bool) -> tuple[Path, bool]:
         worktree = Path(run.repo.root)
     else:
         worktree, fresh = await _checkout(run, new=new, started=started)
-    emit(ev.SandboxReady(provider="local", duration_ms=_ms_since(started), name=str(worktree)))
+    emit(SandboxReady(provider="local", duration_ms=_ms_since(started), name=str(worktree)))
     emit(
-        ev.SandboxInitialized(
+        SandboxInitialized(
             working_directory=str(worktree),
             provider="local",
             identifier=run.run_id,
@@ -287,7 +297,7 @@ async def _checkout(run: OpenRun, *, new: bool, started: float) -> tuple[Path, b
             )
         )
     except FabroError as exc:
-        run.emit(ev.SandboxFailed(provider="local", error=str(exc), duration_ms=_ms_since(started)))
+        run.emit(SandboxFailed(provider="local", error=str(exc), duration_ms=_ms_since(started)))
         raise
     if not fresh:
         # What a cut-off stage left untracked must not leak into its rerun.
@@ -308,7 +318,7 @@ async def _announce_start(
         )
     if resuming and await trio.to_thread.run_sync(_has_begun, run):
         emit(
-            ev.RunNotice(
+            RunNotice(
                 level="info",
                 code="resumed",
                 message=f"resuming from checkpoint after {checkpoint.current_node or 'start'}; next: {checkpoint.next_node_id or 'start'}",
@@ -320,7 +330,7 @@ async def _announce_start(
     checkpoint.error = None
     manifest = run.manifest
     emit(
-        ev.RunStarted(
+        RunStarted(
             name=run.graph.name,
             base_branch=manifest.base_branch,
             base_sha=manifest.base_sha,
@@ -467,7 +477,7 @@ class _Walk:
             self.status, self.spent = INTERRUPTED, exc
             run_id, checkpoint = self.runtime.run_id, self.runtime.cp
             self.emit(
-                ev.RunNotice(
+                RunNotice(
                     level="warn",
                     code="max_cost_reached",
                     message=f"{exc}; stopped at the checkpoint after "
@@ -508,7 +518,7 @@ class _Walk:
 
     def _stalled(self, idle: float) -> None:
         self.emit(
-            ev.WatchdogTimeout(idle_seconds=int(idle)),
+            WatchdogTimeout(idle_seconds=int(idle)),
             node_id=self.scope.context.text("current_node"),
         )
         self.error = f"stall watchdog: no activity for {int(idle)}s (stall_timeout={self.stall:g}s)"
@@ -518,11 +528,11 @@ class _Walk:
         actor = request.actor.as_actor()
         match request:
             case control.Interrupt():
-                self.emit(ev.RunInterrupt(), actor=actor)
+                self.emit(RunInterrupt(), actor=actor)
                 self._interrupt()
                 return control.Reply(ok=True)
             case control.Steer(text=text):
-                self.emit(ev.RunSteer(text=text), actor=actor)
+                self.emit(RunSteer(text=text), actor=actor)
                 return control.Reply(ok=True, delivered=self.runtime.steer(text))
             case control.Attach():
                 return control.Stream(self.desk.follow)

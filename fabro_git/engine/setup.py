@@ -16,7 +16,7 @@ from fabro_git.engine import process_groups
 from fabro_git.engine.checkpoint import Manifest
 from fabro_git.engine.runner import Runtime
 from fabro_git.errors import ConfigError
-from fabro_git.events import catalogue as ev
+from fabro_git.events import catalogue
 from fabro_git.jsondata import texts
 
 
@@ -38,7 +38,7 @@ async def run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> Non
     if not commands:
         return
     emit = runtime.emit
-    emit(ev.SetupStarted(command_count=len(commands)))
+    emit(catalogue.SetupStarted(command_count=len(commands)))
     t0 = time.monotonic()
     logs = make_private_dir(runtime.scratch / "setup")
     records = process_groups.records_dir(runtime.scratch)
@@ -56,9 +56,11 @@ async def run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> Non
         if names:
             where = f"setup command {index + 1}"
             emit(
-                ev.RunNotice(level="warn", code=NOTICE_CODE, message=stripped_notice(names, where))
+                catalogue.RunNotice(
+                    level="warn", code=NOTICE_CODE, message=stripped_notice(names, where)
+                )
             )
-        emit(ev.SetupCommandStarted(command=command, index=index))
+        emit(catalogue.SetupCommandStarted(command=command, index=index))
         c0 = time.monotonic()
         out, err = logs / f"{index}.stdout", logs / f"{index}.stderr"
         code, _timed_out = await run_script(
@@ -73,16 +75,20 @@ async def run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> Non
         exit_code = -1 if code is None else code
         if exit_code != 0:
             stderr = err.read_bytes()[-4000:].decode("utf-8", "replace")
-            emit(ev.SetupFailed(command=command, index=index, exit_code=exit_code, stderr=stderr))
+            emit(
+                catalogue.SetupFailed(
+                    command=command, index=index, exit_code=exit_code, stderr=stderr
+                )
+            )
             raise SetupFailed(
                 f"setup command {index + 1} ({command!r}) exited with status {exit_code}"
             )
         emit(
-            ev.SetupCommandCompleted(
+            catalogue.SetupCommandCompleted(
                 command=command,
                 index=index,
                 exit_code=exit_code,
                 duration_ms=int((time.monotonic() - c0) * 1000),
             )
         )
-    emit(ev.SetupCompleted(duration_ms=int((time.monotonic() - t0) * 1000)))
+    emit(catalogue.SetupCompleted(duration_ms=int((time.monotonic() - t0) * 1000)))

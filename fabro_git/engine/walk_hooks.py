@@ -7,12 +7,11 @@ recording's: `recording.MainRecording`.)
 
 from __future__ import annotations
 
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.lifecycle import LifecycleHooks
-from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.outcome import DETERMINISTIC, FAILED, SKIPPED, Outcome
 from fabro_git.engine.scope import Decision, Scope
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import RunNotice
 from fabro_git.workflow import Node
 
 
@@ -30,10 +29,10 @@ async def stage_start(
         max_attempts=max_attempts,
     )
     if said.action == "block":
-        return Outcome.failure(said.describe("stage_start"), oc.DETERMINISTIC)
+        return Outcome.failure(said.describe("stage_start"), DETERMINISTIC)
     if said.action in ("skip", "override"):
         return Outcome(
-            status=oc.SKIPPED,
+            status=SKIPPED,
             notes=said.describe("stage_start"),
             jump_to_node=said.edge_to if said.action == "override" else None,
         )
@@ -68,7 +67,7 @@ async def stage_end(
 ) -> Decision | None:
     """`stage_complete` or `stage_failed`; a block ends the walk failed there (the
     stage itself stays recorded as it ended)."""
-    event = "stage_failed" if result.status == oc.FAILED else "stage_complete"
+    event = "stage_failed" if result.status == FAILED else "stage_complete"
     if not hooks.wants(event):
         return None
     decision = await hooks.fire(
@@ -77,7 +76,7 @@ async def stage_end(
         node_label=node.label,
         handler_type=node.handler_type,
         status=result.status,
-        failure_reason=result.error if result.status == oc.FAILED else None,
+        failure_reason=result.error if result.status == FAILED else None,
     )
     return Decision(None, decision.describe(event)) if decision.action == "block" else None
 
@@ -99,7 +98,7 @@ async def edge_selected(
                 f"{said.describe('edge_selected')}, to {said.edge_to!r}, which is no node of the workflow",
             )
         emit(
-            ev.RunNotice(
+            RunNotice(
                 level="info",
                 code="hook_override",
                 message=f"{said.describe('edge_selected')}: going to {said.edge_to} instead of {edge_to}",

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from fabro_git.engine import outcome as oc
 from fabro_git.engine.checkpoint import Checkpoint
 from fabro_git.engine.emit import Emit
+from fabro_git.engine.outcome import PARTIAL, SUCCEEDED
 from fabro_git.engine.scope import Decision, Scope
-from fabro_git.events import catalogue as ev
+from fabro_git.events.catalogue import RunNotice
 from fabro_git.workflow import Graph, Node
 
 
@@ -26,7 +26,7 @@ def check_goal_gates(scope: Scope, emit: Emit) -> Decision:
             f"goal gate unsatisfied for node {scope.qualified(gate.id)} and no retry target",
         )
     emit(
-        ev.RunNotice(
+        RunNotice(
             level="warn",
             code="goal_gate_retry",
             message=f"goal gate {gate.id} is not satisfied; retrying from {target}",
@@ -41,7 +41,7 @@ def _unsatisfied_goal_gate(scope: Scope) -> Node | None:
         if (
             node is not None
             and node.get_bool("goal_gate", False)
-            and record["status"] not in (oc.SUCCEEDED, oc.PARTIAL)
+            and record["status"] not in (SUCCEEDED, PARTIAL)
         ):
             return node
     return None

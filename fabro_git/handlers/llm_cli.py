@@ -29,8 +29,7 @@ import uuid
 from pathlib import Path
 
 from fabro_git.config.locations import open_private
-from fabro_git.engine import outcome as oc
-from fabro_git.engine.outcome import Outcome, Usage
+from fabro_git.engine.outcome import DETERMINISTIC, TRANSIENT, Outcome, Usage
 from fabro_git.engine.process import META_LIMIT, excerpt, run_script
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
@@ -91,7 +90,7 @@ async def run_cli_agent(
             _keep_output(req, call.argv, prompt)
             return Outcome.failure(
                 f"agent CLI {call.argv[0]} for {node.id} timed out after {seconds:g}s",
-                oc.TRANSIENT,
+                TRANSIENT,
                 files_touched=await req.touched_since(before, limit=FILES_TOUCHED_LIMIT),
             )
 
@@ -121,7 +120,7 @@ async def run_cli_agent(
             )
             return Outcome.failure(
                 failure,
-                oc.DETERMINISTIC,
+                DETERMINISTIC,
                 files_touched=files,
                 usage=spent,
                 response=reply.text or None,

@@ -17,7 +17,8 @@ WRITER = textwrap.dedent(
     from pathlib import Path
     from fabro_git.store.repo import GitRepo
     from fabro_git.store.snapshot import MetaSnapshotter
-    from fabro_git.store import runs, worktree as wt
+    from fabro_git.store import runs
+    from fabro_git.store.worktree import add_worktree, remove_worktree, snapshot_tree
 
     repo_path, run_id, scratch, start_at, rounds = sys.argv[1:6]
     rounds = int(rounds)
@@ -25,7 +26,7 @@ WRITER = textwrap.dedent(
     base = repo.require_base().sha
     repo.update_ref(runs.run_branch_ref(run_id), base, old=None, message="fabro: start")
     path = Path(scratch) / run_id / "worktree"
-    wt.add_worktree(repo, path, branch=runs.run_branch_name(run_id), commit=base)
+    add_worktree(repo, path, branch=runs.run_branch_name(run_id), commit=base)
     meta = MetaSnapshotter(repo, runs.meta_ref(run_id))
     while time.time() < float(start_at):
         time.sleep(0.005)
@@ -36,7 +37,7 @@ WRITER = textwrap.dedent(
         # at about the same moment.
         (path / "shared.txt").write_text(f"round {i}\\n")
         (path / f"own-{run_id}.txt").write_text(f"{run_id} {i}\\n")
-        tree = wt.snapshot_tree(path)
+        tree = snapshot_tree(path)
         meta_tip = meta.write(
             {
                 f"events/{i + 1:06d}.jsonl": f'{{"round": {i}}}\\n'.encode(),
@@ -53,7 +54,7 @@ WRITER = textwrap.dedent(
         )
         repo.update_ref(runs.run_branch_ref(run_id), commit, old=run_tip, message="fabro: checkpoint")
         run_tip = commit
-    wt.remove_worktree(repo, path)
+    remove_worktree(repo, path)
     repo.close()
     print(run_id, meta_tip, run_tip)
     """

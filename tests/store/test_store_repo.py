@@ -10,8 +10,8 @@ import pytest
 from helpers import bare_remote, git
 
 from fabro_git.errors import RefRaceError, RepositoryError, StoreError
-from fabro_git.store import worktree as wt
 from fabro_git.store.repo import GitRepo, parse_trailers
+from fabro_git.store.worktree import add_worktree
 
 
 @pytest.fixture
@@ -94,7 +94,7 @@ def test_discover_inside_run_worktree_resolves_to_main_repo(repo: Path, tmp_path
         sha = r.require_base().sha
         assert sha is not None
         r.update_ref("refs/heads/fabro/run/01TESTRUN", sha, old=None, message="fabro: start")
-        wt.add_worktree(r, tmp_path / "elsewhere" / "wt", branch="fabro/run/01TESTRUN", commit=sha)
+        add_worktree(r, tmp_path / "elsewhere" / "wt", branch="fabro/run/01TESTRUN", commit=sha)
     inner = tmp_path / "elsewhere" / "wt"
     (inner / "deep").mkdir()
     with GitRepo.discover(inner / "deep") as r:
@@ -110,7 +110,7 @@ def test_discover_inside_detached_scratch_worktree_resolves_to_main_repo(
 
     path = run_scratch_dir(repo / ".git", "01PARALLEL") / "worktree"
     with GitRepo.discover(repo) as r:
-        wt.add_worktree(r, path, branch=None, commit=head_sha(repo))
+        add_worktree(r, path, branch=None, commit=head_sha(repo))
     with GitRepo.discover(path) as r:
         assert r.root == repo.resolve()
 

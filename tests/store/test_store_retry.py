@@ -13,9 +13,9 @@ import pytest
 from helpers import git
 
 from fabro_git.errors import RefRaceError, RepositoryError
-from fabro_git.store import worktree as wt
 from fabro_git.store.backoff import DEADLINE_SECONDS, is_transient_git_failure
 from fabro_git.store.repo import GitRepo
+from fabro_git.store.worktree import add_worktree, snapshot_tree
 
 
 class FakeClock:
@@ -135,13 +135,13 @@ def test_a_lock_waits_as_long_as_gits_own_ref_lock_timeout_says(
 def test_git_add_waits_for_a_held_index_lock(repo: Path, tmp_path: Path, clock: FakeClock) -> None:
     with GitRepo.discover(repo) as grepo:
         worktree = tmp_path / "wt"
-        wt.add_worktree(grepo, worktree, branch=None, commit=_head(repo))
+        add_worktree(grepo, worktree, branch=None, commit=_head(repo))
     (worktree / "new.txt").write_text("new\n")
     lock = Path(git(worktree, "rev-parse", "--git-path", "index.lock").strip())
     lock = lock if lock.is_absolute() else worktree / lock
     lock.write_text("")
     clock.release_after(lock, 0.3)
-    tree = wt.snapshot_tree(worktree, clock=clock)
+    tree = snapshot_tree(worktree, clock=clock)
     assert clock.now >= 0.3
     assert "new.txt" in git(repo, "ls-tree", "--name-only", tree)
 

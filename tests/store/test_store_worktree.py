@@ -11,8 +11,16 @@ import pytest
 from helpers import git
 
 from fabro_git.errors import RefRaceError, StoreError
-from fabro_git.store import worktree as wt
 from fabro_git.store.repo import GitRepo
+from fabro_git.store.worktree import (
+    _admin_dir_of,
+    add_worktree,
+    checkout,
+    diff_text,
+    files_changed,
+    remove_worktree,
+    snapshot_tree,
+)
 
 RUN = "01WORKTREE"
 BRANCH = f"fabro/run/{RUN}"
@@ -32,7 +40,7 @@ def run_wt(grepo: GitRepo, repo: Path, tmp_path: Path) -> Path:
     assert base is not None
     grepo.update_ref(REF, base, old=None, message="fabro: start")
     path = tmp_path / "scratch" / RUN / "worktree"
-    wt.add_worktree(grepo, path, branch=BRANCH, commit=base)
+    add_worktree(grepo, path, branch=BRANCH, commit=base)
     return path
 
 
@@ -43,7 +51,7 @@ def tree_paths(repo: Path, tree: str) -> set[str]:
 def commit_stage(grepo: GitRepo, path: Path, **kwargs: object) -> str:
     tip = grepo.read_ref(REF)
     assert tip is not None
-    tree = wt.snapshot_tree(path, **kwargs)  # type: ignore[arg-type]
+    tree = snapshot_tree(path, **kwargs)  # type: ignore[arg-type]
     sha = grepo.write_commit(tree=tree, parents=[tip], message="stage")
     grepo.update_ref(REF, sha, old=tip, message="fabro: checkpoint")
     return sha
@@ -62,7 +70,7 @@ def test_add_worktree_attached(grepo: GitRepo, repo: Path, run_wt: Path) -> None
 def test_add_worktree_detached(grepo: GitRepo, repo: Path, tmp_path: Path) -> None:
     base = git(repo, "rev-parse", "HEAD").strip()
     path = tmp_path / "p" / "q" / "detached"
-    wt.add_worktree(grepo, path, branch=None, commit=base)
+    add_worktree(grepo, path, branch=None, commit=base)
     assert git(path, "rev-parse", "HEAD").strip() == base
     assert git(path, "symbolic-ref", "-q", "HEAD", check=False) == ""
 
@@ -70,13 +78,13 @@ def test_add_worktree_detached(grepo: GitRepo, repo: Path, tmp_path: Path) -> No
 def test_add_worktree_branch_must_match_commit(grepo: GitRepo, repo: Path, tmp_path: Path) -> None:
     base = git(repo, "rev-parse", "HEAD").strip()
     with pytest.raises(StoreError, match="does not exist"):
-        wt.add_worktree(grepo, tmp_path / "w", branch="fabro/run/NOPE", commit=base)
+        add_worktree(grepo, tmp_path / "w", branch="fabro/run/NOPE", commit=base)
     other = grepo.write_commit(
         tree=git(repo, "rev-parse", "HEAD^{tree}").strip(), parents=[base], message="o"
     )
     grepo.update_ref(REF, other, old=None, message="x")
     with pytest.raises(RefRaceError):
-        wt.add_worktree(grepo, tmp_path / "w", branch=BRANCH, commit=base)
+        add_worktree(grepo, tmp_path / "w", branch=BRANCH, commit=base)
     assert not (tmp_path / "w").exists()
 
 
@@ -95,7 +103,7 @@ def test_snapshot_stages_everything_but_ignored_and_excluded(
     (run_wt / "pkg" / "node_modules" / "x.js").write_text("js")
     (run_wt / "pkg" / "keep.js").write_text("keep")
     (run_wt / "README.md").unlink()
-    tree = wt.snapshot_tree(run_wt, exclude_globs=["**/node_modules/**"])
+    tree = snapshot_tree(run_wt, exclude_globs=["**/node_modules/**"])
     assert tree_paths(repo, tree) == {".gitignore", "src/main.py", "pkg/keep.js"}
     # Nothing of the user's repository changed: no config, no info/exclude.
     assert "untrackedcache" not in (repo / ".git" / "config").read_text().lower()
@@ -110,13 +118,13 @@ def test_snapshot_with_changed_paths_stages_only_those(
     (run_wt / "a.txt").write_text("a\n")
     (run_wt / "b.txt").write_text("b\n")
     (run_wt / "weird [name]*.txt").write_text("w\n")
-    tree = wt.snapshot_tree(run_wt, changed_paths=["a.txt", "weird [name]*.txt"])
+    tree = snapshot_tree(run_wt, changed_paths=["a.txt", "weird [name]*.txt"])
     # b.txt was not named, so it is not staged: the caller's list is trusted.
     assert tree_paths(repo, tree) == {"README.md", "a.txt", "weird [name]*.txt"}
     (run_wt / "a.txt").unlink()
-    tree = wt.snapshot_tree(run_wt, changed_paths=["a.txt"])
+    tree = snapshot_tree(run_wt, changed_paths=["a.txt"])
     assert tree_paths(repo, tree) == {"README.md", "weird [name]*.txt"}
-    assert wt.snapshot_tree(run_wt, changed_paths=[]) == tree
+    assert snapshot_tree(run_wt, changed_paths=[]) == tree
 
 
 def test_changed_paths_fall_back_to_a_full_scan_when_git_refuses(
@@ -127,7 +135,7 @@ def test_changed_paths_fall_back_to_a_full_scan_when_git_refuses(
     (run_wt / "debug.log").write_text("log")
     # "never-existed" matches nothing and debug.log is ignored: git refuses the list,
     # and the full scan still gives the right tree.
-    tree = wt.snapshot_tree(run_wt, changed_paths=["c.txt", "debug.log", "never-existed"])
+    tree = snapshot_tree(run_wt, changed_paths=["c.txt", "debug.log", "never-existed"])
     assert tree_paths(repo, tree) == {".gitignore", "README.md", "c.txt"}
 
 
@@ -135,7 +143,7 @@ def test_changed_paths_respect_exclude_globs(grepo: GitRepo, repo: Path, run_wt:
     (run_wt / ".cache").mkdir()
     (run_wt / ".cache" / "x").write_text("x")
     (run_wt / "y.txt").write_text("y")
-    tree = wt.snapshot_tree(
+    tree = snapshot_tree(
         run_wt, exclude_globs=["**/.cache/**"], changed_paths=[".cache/x", "y.txt"]
     )
     assert tree_paths(repo, tree) == {"README.md", "y.txt"}
@@ -144,7 +152,7 @@ def test_changed_paths_respect_exclude_globs(grepo: GitRepo, repo: Path, run_wt:
 def test_snapshot_applies_clean_filters(grepo: GitRepo, repo: Path, run_wt: Path) -> None:
     (run_wt / ".gitattributes").write_text("*.txt text eol=lf\n")
     (run_wt / "crlf.txt").write_bytes(b"one\r\ntwo\r\n")
-    tree = wt.snapshot_tree(run_wt)
+    tree = snapshot_tree(run_wt)
     blob = git(repo, "rev-parse", f"{tree}:crlf.txt").strip()
     assert git(repo, "cat-file", "blob", blob) == "one\ntwo\n"
 
@@ -159,13 +167,13 @@ def test_commit_cycle_and_checkout(grepo: GitRepo, repo: Path, run_wt: Path) -> 
     second = commit_stage(grepo, run_wt)
     assert git(run_wt, "status", "--porcelain") == ""
     assert git(repo, "log", "--format=%s", BRANCH).splitlines() == ["stage", "stage", "initial"]
-    assert wt.files_changed(run_wt, first, second) == ["code.py", "plan.md"]
-    assert wt.files_changed(repo, base, second) == ["code.py", "plan.md"]
+    assert files_changed(run_wt, first, second) == ["code.py", "plan.md"]
+    assert files_changed(repo, base, second) == ["code.py", "plan.md"]
 
     # Local edits are discarded; the branch is moved by CAS and stays attached.
     (run_wt / "plan.md").write_text("half-written\n")
     (run_wt / "untracked.txt").write_text("stays")
-    wt.checkout(run_wt, first)
+    checkout(run_wt, first)
     assert (run_wt / "plan.md").read_text() == "the plan\n"
     assert not (run_wt / "code.py").exists()
     assert (run_wt / "untracked.txt").read_text() == "stays"
@@ -175,8 +183,8 @@ def test_commit_cycle_and_checkout(grepo: GitRepo, repo: Path, run_wt: Path) -> 
 
     # Detached worktrees move only their own HEAD.
     detached = run_wt.parent / "detached"
-    wt.add_worktree(grepo, detached, branch=None, commit=second)
-    wt.checkout(detached, first)
+    add_worktree(grepo, detached, branch=None, commit=second)
+    checkout(detached, first)
     assert git(detached, "rev-parse", "HEAD").strip() == first
     assert git(detached, "status", "--porcelain") == ""
     assert grepo.read_ref(REF) == first
@@ -184,7 +192,7 @@ def test_commit_cycle_and_checkout(grepo: GitRepo, repo: Path, run_wt: Path) -> 
 
 def test_remove_worktree(grepo: GitRepo, repo: Path, run_wt: Path) -> None:
     (run_wt / "dirty.txt").write_text("uncommitted")
-    wt.remove_worktree(grepo, run_wt)
+    remove_worktree(grepo, run_wt)
     assert not run_wt.exists()
     assert str(run_wt) not in git(repo, "worktree", "list", "--porcelain")
     assert grepo.read_ref(REF) is not None  # the branch survives its worktree
@@ -199,12 +207,12 @@ def test_remove_worktree_leaves_a_worktree_it_cannot_vouch_for_to_git(
     # git decides, and here refuses, with its own message; nothing is deleted.
     (admin,) = (repo / ".git" / "worktrees").iterdir()
     (admin / "gitdir").write_text(str(tmp_path / "elsewhere" / ".git") + "\n")
-    assert wt._admin_dir_of(grepo, run_wt) is None
+    assert _admin_dir_of(grepo, run_wt) is None
     with pytest.raises(StoreError, match="is not a working tree"):
-        wt.remove_worktree(grepo, run_wt)
+        remove_worktree(grepo, run_wt)
     assert (run_wt / "README.md").exists() and admin.is_dir()
     # And a main worktree is never taken for a linked one.
-    assert wt._admin_dir_of(grepo, repo) is None
+    assert _admin_dir_of(grepo, repo) is None
 
 
 def test_worktree_deleted_behind_gits_back_then_readded(
@@ -214,16 +222,16 @@ def test_worktree_deleted_behind_gits_back_then_readded(
     sha = commit_stage(grepo, run_wt)
     shutil.rmtree(run_wt)
     assert f"worktree {run_wt}" in git(repo, "worktree", "list", "--porcelain")
-    wt.add_worktree(grepo, run_wt, branch=BRANCH, commit=sha)
+    add_worktree(grepo, run_wt, branch=BRANCH, commit=sha)
     assert (run_wt / "work.txt").read_text() == "w"
     # Also at a different path (scratch dir moved), while the old one is stale.
     shutil.rmtree(run_wt)
     elsewhere = run_wt.parent.parent / "moved" / "worktree"
-    wt.add_worktree(grepo, elsewhere, branch=BRANCH, commit=sha)
+    add_worktree(grepo, elsewhere, branch=BRANCH, commit=sha)
     assert (elsewhere / "work.txt").read_text() == "w"
     # Removing a worktree that is already gone just forgets it.
     shutil.rmtree(elsewhere)
-    wt.remove_worktree(grepo, elsewhere)
+    remove_worktree(grepo, elsewhere)
     assert "moved" not in git(repo, "worktree", "list", "--porcelain")
 
 
@@ -233,7 +241,7 @@ def test_add_worktree_refuses_a_live_checkout_of_the_branch(
     tip = grepo.read_ref(REF)
     assert tip is not None
     with pytest.raises(StoreError, match="worktree"):
-        wt.add_worktree(grepo, tmp_path / "second", branch=BRANCH, commit=tip)
+        add_worktree(grepo, tmp_path / "second", branch=BRANCH, commit=tip)
 
 
 def test_git_location_variables_from_hooks_are_ignored(
@@ -244,7 +252,7 @@ def test_git_location_variables_from_hooks_are_ignored(
     monkeypatch.setenv("GIT_INDEX_FILE", str(repo / ".git" / "index"))
     monkeypatch.setenv("GIT_WORK_TREE", str(repo))
     (run_wt / "from-agent.txt").write_text("a")
-    tree = wt.snapshot_tree(run_wt)
+    tree = snapshot_tree(run_wt)
     assert "from-agent.txt" in tree_paths(repo, tree)
     monkeypatch.delenv("GIT_DIR")
     monkeypatch.delenv("GIT_INDEX_FILE")
@@ -259,22 +267,22 @@ def test_diff_text_and_truncation(grepo: GitRepo, repo: Path, run_wt: Path) -> N
     (run_wt / "big.txt").write_text("".join(f"line {i}\n" for i in range(5000)))
     (run_wt / "README.md").write_text("hello\nworld\n")
     sha = commit_stage(grepo, run_wt)
-    full = wt.diff_text(run_wt, base, sha)
+    full = diff_text(run_wt, base, sha)
     assert "+world" in full and "+line 4999" in full and "truncated" not in full
-    cut = wt.diff_text(repo, base, sha, max_bytes=300)
+    cut = diff_text(repo, base, sha, max_bytes=300)
     body, marker = cut.rsplit("\n[", 1)
     assert len(body.encode()) <= 300
     assert full.startswith(body)
     assert "truncated" in marker and f"git diff {base[:12]} {sha[:12]}" in marker
     with pytest.raises(StoreError):
-        wt.diff_text(repo, base, "0" * 40)
+        diff_text(repo, base, "0" * 40)
 
 
 def test_fsck_clean_after_worktree_cycle(grepo: GitRepo, repo: Path, run_wt: Path) -> None:
     for i in range(3):
         (run_wt / f"f{i}.txt").write_text(str(i))
         commit_stage(grepo, run_wt)
-    wt.remove_worktree(grepo, run_wt)
+    remove_worktree(grepo, run_wt)
     proc = subprocess.run(["git", "fsck", "--strict"], cwd=repo, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 
@@ -285,12 +293,12 @@ def test_add_worktree_on_a_live_worktree_resets_it(
     (run_wt / "kept.txt").write_text("k")
     sha = commit_stage(grepo, run_wt)
     (run_wt / "kept.txt").write_text("half-done edit")
-    wt.add_worktree(grepo, run_wt, branch=BRANCH, commit=sha)  # as on resume
+    add_worktree(grepo, run_wt, branch=BRANCH, commit=sha)  # as on resume
     assert (run_wt / "kept.txt").read_text() == "k"
     assert git(run_wt, "status", "--porcelain") == ""
     # A live worktree in another state is not taken over.
     with pytest.raises(StoreError, match="already a worktree"):
-        wt.add_worktree(grepo, run_wt, branch=None, commit=sha)
+        add_worktree(grepo, run_wt, branch=None, commit=sha)
     assert git(run_wt, "symbolic-ref", "HEAD").strip() == REF
 
 
@@ -309,10 +317,10 @@ def test_checkout_clears_an_index_lock_left_by_a_killed_git(
     lock.write_text("")
     # A fresh lock may belong to a live git process: left alone, and git refuses.
     with pytest.raises(StoreError, match=r"index\.lock"):
-        wt.checkout(run_wt, base)
+        checkout(run_wt, base)
     assert lock.exists()
     old = lock.stat().st_mtime - 3600
     os.utime(lock, (old, old))
-    wt.checkout(run_wt, base)
+    checkout(run_wt, base)
     assert not lock.exists()
     assert not (run_wt / "x.txt").exists()
