@@ -42,6 +42,9 @@ from fabro_git.store.tree_diff import TreeDiffs
 if TYPE_CHECKING:
     from fabro_git.redact import StreamMasker
 
+# The run branches' ref prefix, named with the rest of the layout by `store/runs.py`,
+# which builds on this module: defined here because discovering a repository tells a
+# run's worktree by its branch.
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
 

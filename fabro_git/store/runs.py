@@ -24,10 +24,9 @@ import msgspec
 
 from fabro_git.errors import AmbiguousRunId, RunNotFound, StoreError
 from fabro_git.store import remote as _remote
-from fabro_git.store.repo import GitRepo, ref_conflict_error
+from fabro_git.store.repo import RUN_BRANCH_PREFIX, GitRepo, ref_conflict_error
 
 META_PREFIX = "refs/fabro/meta/"
-RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
 PARALLEL_PREFIX = "refs/fabro/parallel/"
 # A batch (`git fabro batch`): a commit whose tree holds one file, the batch record.
 BATCH_PREFIX = "refs/fabro/batch/"
