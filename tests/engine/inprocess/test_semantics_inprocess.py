@@ -7,6 +7,7 @@ tests in tests/engine/test_fabro_semantics.py keep one run of each through
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,9 @@ import pytest
 
 from engine.inprocess.harness import Walked, walk
 from fabro_git.engine.interviewer import make_interviewer
+from fabro_git.engine.outcome import Outcome
+from fabro_git.engine.stage import Handler, StageRequest
+from fabro_git.handlers import handler_for
 from fabro_git.workflow import parse, validate
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -37,6 +41,31 @@ def auto_approve() -> Any:
     return make_interviewer(auto_approve=True, answers=[], interactive=False)
 
 
+def leaving_after(visits: int) -> Callable[[str], Handler | None]:
+    """The real handlers, except that `implement`'s run past `visits` sets the context
+    key the loops below leave on: a limit that fails to end a loop fails its test
+    instead of hanging it."""
+    ran = 0
+
+    def handlers(handler_type: str) -> Handler | None:
+        handler = handler_for(handler_type)
+        if handler is None:
+            return None
+        real = handler
+
+        async def bounded(request: StageRequest) -> Outcome:
+            nonlocal ran
+            if request.node_id == "implement":
+                ran += 1
+                if ran > visits:
+                    return Outcome.success(context_updates={"all_acs_pass": "true"})
+            return await real(request)
+
+        return bounded
+
+    return handlers
+
+
 # The shape of a real fix-and-verify loop: it leaves only when an agent sets a context
 # key, which a simulated agent never does.
 AGENT_LOOP = """
@@ -58,7 +87,9 @@ def dry_run_agent_loop(
     tmp_path: Path, *, graph_attrs: str = "", implement_attrs: str = ""
 ) -> Walked:
     source = AGENT_LOOP % {"graph_attrs": graph_attrs, "implement_attrs": implement_attrs}
-    walked = walk(source, tmp_path, dry_run=True, interviewer=auto_approve())
+    walked = walk(
+        source, tmp_path, dry_run=True, interviewer=auto_approve(), handlers=leaving_after(30)
+    )
     assert walked.status == "failed", walked.error
     return walked
 
@@ -105,6 +136,7 @@ def test_the_dry_run_default_holds_across_loop_restarts(tmp_path: Path) -> None:
         tmp_path,
         dry_run=True,
         interviewer=auto_approve(),
+        handlers=leaving_after(30),
     )
     assert walked.status == "failed"
     assert "node implement has run 10 times" in (walked.error or "")
@@ -272,8 +304,9 @@ def test_a_fan_out_whose_branches_reach_no_fan_in_ends_the_run(tmp_path: Path) -
     ended = ended_at(walked)
     assert set(ended) == {"a", "b", "fan"}
     assert "none of its branches reached a fan-in, so the run ends there" in ended["fan"]
-    # No branch ran again in the run's worktree: the best branch's file came in once.
+    # The branches of a run in place share its worktree: each stage wrote its line once.
     assert (walked.worktree / "a").read_text() == "a\n"
+    assert (walked.worktree / "b").read_text() == "b\n"
 
 
 # The shape of Fabro's `clone-substack`: two plans converge on a debate, two reviews on a
