@@ -1,4 +1,10 @@
-"""Routing and handler semantics through real runs: loops, gates, retries, parallel, children."""
+"""Routing and handler semantics through real runs: loops, gates, retries, parallel, children.
+
+One or two runs of each through `git fabro`, for what needs the real command: its flags
+and output, piped stdin, --detach, the run branch and the metadata ref. The many cases
+walk in process in tests/engine/inprocess/test_routing_inprocess.py (loop restarts after
+transient failures and a human gate's answers by label or key, or auto-approved, among
+them), and a loop restart runs through the command in test_event_contract_e2e.py."""
 
 from __future__ import annotations
 
@@ -68,15 +74,6 @@ def test_human_gate_takes_queued_answers(repo: Path) -> None:
     assert edge["properties"]["reason"] == "preferred_label"
 
 
-def test_human_gate_by_label_and_auto_approve(repo: Path) -> None:
-    write_workflow(repo, HUMAN)
-    proc, result = run_json("run", "wf.fabro", "--answer", "approve", cwd=repo)
-    assert git(repo, "show", f"fabro/run/{result['run_id']}:result") == "shipped\n"
-    proc, result = run_json("run", "wf.fabro", "--auto-approve", cwd=repo)
-    assert proc.returncode == 0
-    assert git(repo, "show", f"fabro/run/{result['run_id']}:result") == "shipped\n"
-
-
 def test_unanswered_human_gate_fails_closed(repo: Path) -> None:
     write_workflow(repo, HUMAN)
     proc, result = run_json("run", "wf.fabro", cwd=repo, input="")
@@ -144,31 +141,6 @@ def test_goal_gate_sends_the_run_back(repo: Path) -> None:
     assert any(
         e["event"] == "run.notice" and e["properties"]["code"] == "goal_gate_retry" for e in events
     )
-
-
-def test_loop_restart_resets_visits_after_transient_failures(repo: Path) -> None:
-    write_workflow(
-        repo,
-        """
-        digraph LR {
-            start [shape=Mdiamond]
-            exit [shape=Msquare]
-            count [shape=parallelogram, script="n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) > n", max_visits=1]
-            gate [shape=parallelogram, script="test $(cat n) -ge 3 || sleep 5", timeout="300ms"]
-            start -> count -> gate
-            gate -> exit [condition="outcome=succeeded"]
-            gate -> count [condition="outcome=failed", loop_restart=true]
-        }
-        """,
-    )
-    # A timeout is transient, so it may cross the loop_restart edge; the restart resets
-    # visit counts, so `count` (max_visits=1) runs again each time.
-    proc, result = run_json("run", "wf.fabro", cwd=repo)
-    assert proc.returncode == 0, proc.stderr
-    events = run_events(result["run_id"], repo)
-    assert [n for n, _ in stages(events)].count("count") == 3
-    restarts = [e["properties"] for e in events if e["event"] == "loop.restart"]
-    assert restarts == [{"from_node": "gate", "to_node": "count"}] * 2
 
 
 PARALLEL = """

@@ -40,10 +40,6 @@ NAMED = {
         "engine/test_llm_stages.py",
         "test_steering_reaches_the_agent_in_flight",
     ),
-    "loop.restart": (
-        "engine/test_routing.py",
-        "test_loop_restart_resets_visits_after_transient_failures",
-    ),
     "git.push": (
         "engine/test_live_push.py",
         "test_a_remote_that_refuses_is_a_warning_and_the_run_succeeds",

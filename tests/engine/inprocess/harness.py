@@ -24,6 +24,7 @@ from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, RunFailed, Runtime
 from fabro_git.engine.session import make_emitter
 from fabro_git.engine.stage import Handler
+from fabro_git.engine.templating import render_goal, render_graph
 from fabro_git.engine.watchdog import watch_for_stall
 from fabro_git.events.bus import EventBus
 from fabro_git.events.envelope import Envelope
@@ -95,6 +96,7 @@ def walk(
     clock: trio.testing.MockClock | None = None,
     alongside: Callable[[], Awaitable[None]] | None = None,
     detached: bool = False,
+    render: bool = False,
 ) -> Walked:
     """Run the graph's main walk to its end, on a MockClock that jumps over every sleep
     unless `mock_clock` is off (a real process must get the time to stop when told).
@@ -102,8 +104,13 @@ def walk(
     its own) and runs `alongside` the walk what moves it when the moment comes. As in
     a real run, the gates are put on a desk `git fabro attach` would see, and a gate
     waiting there is no stall; `detached` is a run with no terminal, whose gates wait
-    for an attached answer."""
+    for an attached answer. `render` renders the workflow's templates first, with no
+    inputs and the graph's goal, as `git fabro run` does before a run starts."""
     graph = parse(textwrap.dedent(source))
+    goal = ""
+    if render:
+        goal = render_goal(graph, inputs={})
+        render_graph(graph, goal=goal, inputs={})
     worktree = tmp_path / "worktree"
     worktree.mkdir(parents=True, exist_ok=True)
     base_sha = _init_repository(worktree)
@@ -113,7 +120,7 @@ def walk(
         workflow_name=graph.name,
         workflow_slug="wf",
         workflow_path=None,
-        goal="",
+        goal=goal,
         inputs={},
         labels={},
         base_sha=base_sha,

@@ -1,6 +1,6 @@
 """Routing semantics in this process on trio's MockClock: loops and their limits, the
 circuit breaker, retries and their backoff, failure edges, retry targets, goal gates,
-loop restarts, edge choice and parallel outcomes. The end-to-end tests in
+loop restarts, edge choice, human gates' answers and parallel outcomes. The end-to-end tests in
 tests/engine/test_routing.py keep one or two runs of each through `git fabro`."""
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import pytest
 import trio
 
 from engine.inprocess.harness import Walked, walk
+from fabro_git.engine.interviewer import make_interviewer
 from fabro_git.engine.outcome import Outcome
 from fabro_git.engine.stage import Handler, StageRequest
 from fabro_git.handlers import handler_for
@@ -393,3 +395,39 @@ def test_parallel_branches_get_isolated_context(tmp_path: Path) -> None:
     (completed,) = walked.props("parallel.completed")
     outputs = {r.id: r.context_updates["command.output"] for r in completed.results}
     assert outputs == {"x": "from-x\n", "y": "from-y\n"}
+
+
+HUMAN = """
+digraph H {
+    start [shape=Mdiamond]
+    exit [shape=Msquare]
+    approve [shape=hexagon, label="Ship it?"]
+    yes [shape=parallelogram, script="echo shipped > result"]
+    no [shape=parallelogram, script="echo revised > result"]
+    start -> approve
+    approve -> yes [label="[A] Approve"]
+    approve -> no  [label="[R] Revise"]
+    yes -> exit
+    no -> exit
+}
+"""
+
+
+@pytest.mark.parametrize(
+    ("answers", "auto_approve", "result"),
+    [
+        (["approve"], False, "shipped"),  # a queued answer matches a label
+        (["R"], False, "revised"),  # or an accelerator key
+        ([], True, "shipped"),  # auto-approval takes the first choice
+    ],
+    ids=["by-label", "by-key", "auto-approve"],
+)
+def test_a_human_gate_routes_on_its_answer(
+    tmp_path: Path, answers: list[str], auto_approve: bool, result: str
+) -> None:
+    interviewer = make_interviewer(auto_approve=auto_approve, answers=answers, interactive=False)
+    walked = walk(HUMAN, tmp_path, interviewer=interviewer)
+    assert walked.status == "succeeded", walked.error
+    assert (walked.worktree / "result").read_text() == f"{result}\n"
+    (edge,) = [e for e in walked.props("edge.selected") if e.from_node == "approve"]
+    assert edge.reason == "preferred_label"
