@@ -48,7 +48,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(autouse=True)
 def hermetic_env(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path_factory.mktemp("home")
+    return _hermetic(tmp_path_factory.mktemp("home"), monkeypatch)
+
+
+def _hermetic(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     for var in list(os.environ):
         if var.startswith(("GIT_", "FABRO_")) or var in PROVIDER_VARS or var.endswith("_BASE_URL"):
             monkeypatch.delenv(var, raising=False)
@@ -116,6 +119,27 @@ def repo(tmp_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
     # repository's index would hold them.
     git(path, "update-index", "-q", "--refresh")
     yield path
+
+
+@pytest.fixture(scope="module")
+def module_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The hermetic environment of a module's shared fixtures, for the module's life.
+
+    A module-scoped fixture is made before any test's own `hermetic_env`: this one gives
+    it the same kind of environment (its own HOME and FABRO_HOME), which each test's
+    `hermetic_env` then replaces while it runs."""
+    with pytest.MonkeyPatch.context() as patch:
+        yield _hermetic(tmp_path_factory.mktemp("module-home"), patch)
+
+
+@pytest.fixture(scope="module")
+def module_repo(module_env: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh repository for a module's fixtures to make runs in once, for its tests
+    to read, or to copy (`helpers.copy_repo`) where they change it."""
+    path = tmp_path_factory.mktemp("module-repo") / "repo"
+    shutil.copytree(_repo_template(tmp_path_factory), path, symlinks=True)
+    git(path, "update-index", "-q", "--refresh")
+    return path
 
 
 @pytest.fixture

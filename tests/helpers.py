@@ -452,3 +452,20 @@ def typed_at_a_terminal(
         raise
     code = terminal.close(timeout=timeout)
     return code, terminal.seen.replace(b"\x00answered", prompt)
+
+
+def copy_repo(source: Path, dest: Path, source_home: Path) -> Path:
+    """A copy of `source` and of its runs' scratch dirs, made under `source_home` (the
+    HOME of `module_env`), now under the current FABRO_HOME as the copy's: the runs a
+    module's fixture made once, for a test that changes them (rm, prune, fork, rewind)
+    to have as if it had made them itself, for the cost of a copy."""
+    from fabro_git.config.locations import repo_key, runs_dir
+
+    shutil.copytree(source, dest, symlinks=True)
+    # The copies have new inodes and ctimes: the index learns them now.
+    git(dest, "update-index", "-q", "--refresh")
+    old, new = repo_key(source / ".git"), repo_key(dest / ".git")
+    for scratch in (source_home / "fabro" / "runs").glob(f"*-{old}"):
+        run_id = scratch.name.removesuffix(f"-{old}")
+        shutil.copytree(scratch, runs_dir() / f"{run_id}-{new}", symlinks=True)
+    return dest

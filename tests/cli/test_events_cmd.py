@@ -7,7 +7,8 @@ import json
 import subprocess
 from pathlib import Path
 
-from helpers import fabro_exe, read_until, run_fabro, write_workflow
+import pytest
+from helpers import copy_repo, fabro_exe, read_until, run_fabro, write_workflow
 
 
 def _run_hello(repo: Path) -> str:
@@ -22,8 +23,24 @@ def _lines(*args: str, cwd: Path) -> list[str]:
     return proc.stdout.splitlines()
 
 
-def test_one_run_is_its_logs_and_filters_pick_events_and_nodes(repo: Path) -> None:
-    run_id = _run_hello(repo)
+@pytest.fixture(scope="module")
+def two_runs(module_repo: Path) -> tuple[str, str]:
+    """Two runs of `hello`, one after the other, made once for the module."""
+    return _run_hello(module_repo), _run_hello(module_repo)
+
+
+@pytest.fixture
+def finished(
+    tmp_path: Path, module_repo: Path, module_env: Path, two_runs: tuple[str, str]
+) -> tuple[Path, tuple[str, str]]:
+    """The two runs in a copy of the module's repository: no other run is there."""
+    return copy_repo(module_repo, tmp_path / "repo", module_env), two_runs
+
+
+def test_one_run_is_its_logs_and_filters_pick_events_and_nodes(
+    finished: tuple[Path, tuple[str, str]],
+) -> None:
+    repo, (run_id, _) = finished
     logs = _lines("logs", run_id, cwd=repo)
     assert _lines("events", run_id, cwd=repo) == logs
     events = [json.loads(line) for line in logs]
@@ -58,9 +75,10 @@ def test_one_run_is_its_logs_and_filters_pick_events_and_nodes(repo: Path) -> No
     assert "Traceback" not in bad.stderr
 
 
-def test_several_runs_and_every_run_merge_in_time_order(repo: Path) -> None:
-    first = _run_hello(repo)
-    second = _run_hello(repo)
+def test_several_runs_and_every_run_merge_in_time_order(
+    finished: tuple[Path, tuple[str, str]],
+) -> None:
+    repo, (first, second) = finished
     logs = _lines("logs", first, cwd=repo) + _lines("logs", second, cwd=repo)
     merged = sorted(logs, key=lambda line: (json.loads(line)["ts"], json.loads(line)["id"]))
     assert _lines("events", cwd=repo) == merged

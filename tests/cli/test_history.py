@@ -15,6 +15,7 @@ import pytest
 from helpers import (
     assert_fsck_clean,
     bare_remote,
+    copy_repo,
     fabro_exe,
     git,
     meta_file,
@@ -54,13 +55,22 @@ def _reflogs(repo: Path, run_id: str) -> bytes:
     )
 
 
-@pytest.fixture
-def finished(repo: Path) -> tuple[Path, str]:
-    write_workflow(repo, THREE)
-    proc, result = run_json("run", "wf.fabro", cwd=repo)
+@pytest.fixture(scope="module")
+def finished_once(module_repo: Path) -> str:
+    """The three-stage run, made once for the module."""
+    write_workflow(module_repo, THREE)
+    proc, result = run_json("run", "wf.fabro", cwd=module_repo)
     assert proc.returncode == 0, proc.stderr
     assert result["status"] == "succeeded"
-    return repo, result["run_id"]
+    return str(result["run_id"])
+
+
+@pytest.fixture
+def finished(
+    tmp_path: Path, module_repo: Path, module_env: Path, finished_once: str
+) -> tuple[Path, str]:
+    """The finished run in a copy of the module's repository, each test's to change."""
+    return copy_repo(module_repo, tmp_path / "repo", module_env), finished_once
 
 
 def _stage_starts(events: list[dict]) -> list[str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import shutil
 import subprocess
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from helpers import (
     assert_fsck_clean,
     bare_remote,
+    copy_repo,
     fabro_exe,
     git,
     run_fabro,
@@ -81,15 +83,26 @@ def _leave_worktree_as_a_kill_would(repo: Path, run_id: str) -> Path:
     return path
 
 
-@pytest.fixture
-def runs(repo: Path) -> dict[str, str]:
-    """A succeeded, a failed and a parallel run, by kind."""
-    write_workflow(repo, FAILS, "fails.fabro")
+@pytest.fixture(scope="module")
+def made_runs(module_repo: Path) -> dict[str, str]:
+    """A succeeded, a failed and a parallel run, by kind, made once for the module."""
+    write_workflow(module_repo, FAILS, "fails.fabro")
     return {
-        "hello": _run(repo, "hello"),
-        "failed": _run(repo, "fails.fabro", code=1),
-        "parallel": _run(repo, "parallel-review", "--dry-run", "--auto-approve"),
+        "hello": _run(module_repo, "hello"),
+        "failed": _run(module_repo, "fails.fabro", code=1),
+        "parallel": _run(module_repo, "parallel-review", "--dry-run", "--auto-approve"),
     }
+
+
+@pytest.fixture
+def runs(
+    repo: Path, module_repo: Path, module_env: Path, made_runs: dict[str, str]
+) -> dict[str, str]:
+    """`made_runs` in `repo`: a copy of the module's repository and of its runs' scratch
+    dirs, each test's to change."""
+    shutil.rmtree(repo)
+    copy_repo(module_repo, repo, module_env)
+    return made_runs
 
 
 def test_rm_removes_every_trace_of_its_runs_and_nothing_else(
