@@ -133,8 +133,10 @@ def test_follow_prints_a_live_run_as_it_goes_and_ends_with_it(repo: Path, tmp_pa
     assert json.loads(printed[-1])["node_id"] == "exit"
 
 
-def test_following_every_run_picks_up_a_run_started_meanwhile(repo: Path) -> None:
-    earlier = _run_hello(repo)
+def test_following_every_run_picks_up_a_run_started_meanwhile(
+    finished: tuple[Path, tuple[str, str]],
+) -> None:
+    repo, earlier = finished
     # Started without git's front end, so the kill below reaches the command itself.
     follower = subprocess.Popen(
         [*fabro_exe(), "events", "--follow", "--filter", "event=run.completed"],
@@ -146,12 +148,12 @@ def test_following_every_run_picks_up_a_run_started_meanwhile(repo: Path) -> Non
     try:
         assert follower.stdout is not None
         fd = follower.stdout.fileno()
-        seen = read_until(fd, b'"event":"run.completed"')  # the earlier run's, at once
+        seen = read_until(fd, b'"event":"run.completed"', count=2)  # the earlier runs', at once
         later = _run_hello(repo)
-        seen = read_until(fd, b'"event":"run.completed"', seen, count=2)
+        seen = read_until(fd, b'"event":"run.completed"', seen, count=3)
         assert follower.poll() is None  # every run, so it goes on
     finally:
         follower.kill()
         follower.communicate()
     runs = [json.loads(line)["run_id"] for line in seen.decode().splitlines()]
-    assert runs == [earlier, later]
+    assert runs == [*earlier, later]
