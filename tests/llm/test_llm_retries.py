@@ -199,11 +199,25 @@ def test_rejected_key_is_deterministic_names_the_variable_and_skips_failover(
     assert len(llm_server.requests) == 1 and run.retries == [] and run.failovers == []
 
 
-def test_missing_key_names_the_variable_before_any_request(llm_server: LlmServer) -> None:
+@pytest.mark.parametrize(
+    ("target", "variables"),
+    [
+        (ANTHROPIC, "ANTHROPIC_API_KEY"),
+        (OPENAI, "OPENAI_API_KEY"),
+        (GEMINI, "GEMINI_API_KEY or GOOGLE_API_KEY"),
+    ],
+    ids=str,
+)
+def test_missing_key_names_the_variable_before_any_request(
+    llm_server: LlmServer, target: Target, variables: str
+) -> None:
     run = Run()
     with pytest.raises(MissingCredentials) as caught:
-        run(llm_server, GEMINI, env={})
-    assert "GEMINI_API_KEY or GOOGLE_API_KEY" in str(caught.value)
+        run(llm_server, target, env={})
+    assert f"set {variables}" in str(caught.value)
+    # Only this provider's variables.
+    others = {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"} - set(variables.split())
+    assert not any(other in str(caught.value) for other in others)
     assert "Using a real model" in str(caught.value)
     assert llm_server.requests == []
 
