@@ -485,6 +485,8 @@ def test_a_transient_failure_is_retried_and_the_stage_succeeds(
         assert not events_named(events, "agent.output.replace")
 
 
+# Each provider's stream cut mid-call is retried whole in process
+# (tests/llm/test_llm_retries.py::test_a_stream_dropped_mid_tool_call_is_retried_...).
 @providers("openai", "gemini")
 def test_an_agent_turn_cut_mid_tool_call_is_retried_and_the_tool_runs_once(
     repo: Path, llm_server: LlmServer, p: Provider

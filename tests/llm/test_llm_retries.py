@@ -19,6 +19,7 @@ from llm_server import (
     Reply,
     Stall,
     StreamError,
+    ToolUse,
     provider_env,
     quota_exhausted,
     rate_limited,
@@ -43,6 +44,7 @@ from fabro_git.llm.types import (
     StreamEvent,
     Target,
     TextDelta,
+    ToolCallReady,
 )
 
 ANTHROPIC = Target("anthropic", "claude-sonnet-4-6")
@@ -177,6 +179,35 @@ def test_dropped_stream_is_retried_and_the_new_attempt_restarts_output(
     )
     after_restart = run.events[starts[1] :]
     assert "".join(e.delta for e in after_restart if isinstance(e, TextDelta)) == "whole answer"
+
+
+# SSE events before the first half of a lone tool call's arguments is out, per format:
+# Anthropic's message_start, ping, block start and a first delta; the Responses API's
+# created, in_progress, item added and a first delta; Chat Completions' role chunk, the
+# call's opening and a first delta.
+HALF_A_CALL_IN = {"anthropic": 4, "openai": 4, "gemini": 3}
+
+
+@pytest.mark.parametrize("target", [ANTHROPIC, OPENAI, GEMINI], ids=str)
+def test_a_stream_dropped_mid_tool_call_is_retried_and_only_the_whole_call_comes_out(
+    llm_server: LlmServer, target: Target
+) -> None:
+    append = ToolUse("shell", {"command": "echo once >> ran.txt"}, id="s1")
+    llm_server.script(
+        Drop(reply=Reply(text="", tool_calls=(append,)), after=HALF_A_CALL_IN[target.provider]),
+        Reply(text="", tool_calls=(append,)),
+    )
+    run = Run()
+    response = run(llm_server, target)
+
+    [retry] = run.retries
+    assert retry.error["kind"] == "stream_dropped"
+    [call] = response.tool_calls
+    assert (call.id, call.name, call.arguments) == ("s1", "shell", append.arguments)
+    # Nothing of the cut call was handed on: one call, ready once, from the second attempt.
+    assert [event.call for event in run.events if isinstance(event, ToolCallReady)] == [call]
+    assert len(llm_server.requests) == 2
+    assert llm_server.requests[1].body == llm_server.requests[0].body
 
 
 @pytest.mark.parametrize(
