@@ -373,29 +373,70 @@ def test_long_tool_output_is_cut_for_the_model_but_whole_in_the_event(
     assert sent["content"].endswith("use offset to read on]")
 
 
+@pytest.mark.parametrize(
+    ("provider", "api"), [("anthropic", "anthropic"), ("openai", "responses"), ("gemini", "chat")]
+)
 def test_the_conversation_round_trips_and_a_later_visit_carries_on(
-    agent: Harness, worktree: Path
+    agent: Harness, worktree: Path, provider: str, api: str
 ) -> None:
+    """A stored conversation (a thread's) goes back whole in each provider's own format:
+    the first visit's prompt, its tool round (a Gemini call with its signature) and its
+    answer come before the next visit's prompt."""
     agent.server.script(
-        Reply(text="", tool_calls=(ToolUse("read_file", {"path": "a.txt"}, id="c1"),)),
+        Reply(
+            text="",
+            tool_calls=(
+                ToolUse("read_file", {"path": "a.txt"}, id="c1", thought_signature="sig-c1"),
+            ),
+        ),
         Reply(text="first visit done"),
         Reply(text="second visit done"),
     )
-    session = agent.session()
+    session = agent.session(provider)
     trio.run(session.run, "first task")
     stored = session.conversation.to_bytes()
 
     restored = Conversation.from_bytes(stored)
     assert restored == session.conversation
     assert restored.turns == 2 and restored.files_touched == []
-    again = agent.session(conversation=restored, visit=2)
+    again = agent.session(provider, conversation=restored, visit=2)
     result = trio.run(again.run, "second task")
 
     assert result.text == "second visit done" and result.turns == 1
-    messages = agent.requests("anthropic")[2].body["messages"]
-    assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
-    assert messages[0]["content"] == "first task" and messages[-1]["content"] == "second task"
     assert json.loads(stored)["messages"][1]["tool_calls"][0]["id"] == "c1"
+    body = agent.requests(api)[2].body
+    if api == "anthropic":
+        messages = body["messages"]
+        assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant", "user"]
+        assert messages[0]["content"] == "first task" and messages[-1]["content"] == "second task"
+        assert messages[1]["content"][-1]["id"] == "c1"
+        assert messages[2]["content"][0]["tool_use_id"] == "c1"
+        assert messages[3]["content"][-1]["text"] == "first visit done"
+    elif api == "responses":
+        items = body["input"]
+        assert items[0] == {"role": "user", "content": "first task"}
+        assert [item.get("type") for item in items[1:3]] == [
+            "function_call",
+            "function_call_output",
+        ]
+        assert items[1]["call_id"] == items[2]["call_id"] == "c1"
+        assert "first visit done" in json.dumps(items[3])
+        assert items[-1] == {"role": "user", "content": "second task"}
+    else:
+        messages = [m for m in body["messages"] if m["role"] != "system"]
+        assert [m["role"] for m in messages] == [
+            "user",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+        ]
+        assert messages[0]["content"] == "first task" and messages[-1]["content"] == "second task"
+        [sent] = messages[1]["tool_calls"]
+        assert sent["id"] == "c1"
+        assert sent["extra_content"] == {"google": {"thought_signature": "sig-c1"}}
+        assert messages[2]["tool_call_id"] == "c1"
+        assert messages[3]["content"] == "first visit done"
 
 
 def test_the_preamble_comes_before_the_prompt(agent: Harness) -> None:

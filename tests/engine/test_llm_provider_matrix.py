@@ -2,12 +2,17 @@
 
 The three formats the local server speaks stand for the providers: Anthropic Messages
 (`anthropic`), OpenAI Responses (`openai`) and Chat Completions (`gemini`, through its
-OpenAI-compatible endpoint). Every scenario runs once per provider: an agent that reads,
-edits and creates files; a prompt whose reply routes the graph; a transient failure
-retried, then success; failover to another provider; a missing and a rejected key; a
-CLI-agent stage; Ctrl-C mid-stream, then resume. An OpenAI-compatible server named by
-its base URL (Ollama) runs an agent too. Every event of every run is checked against
-the events contract.
+OpenAI-compatible endpoint). The scenarios: an agent that reads, edits and creates
+files; a prompt whose reply routes the graph; a transient failure retried, then success;
+failover to another provider; a missing and a rejected key; a CLI-agent stage; Ctrl-C
+mid-stream, then resume. An OpenAI-compatible server named by its base URL (Ollama) runs
+an agent too. Every event of every run is checked against the events contract.
+
+Each scenario runs through the real command for one or two providers, different ones
+from scenario to scenario, so each provider still runs end to end several times; what
+differs between providers (each wire format, reasoning and signature round trips, retry
+classification, key variables) is checked for every provider in process, through the
+real SDKs (tests/llm/, tests/agent/), where it costs a fraction of a `git fabro run`.
 """
 
 from __future__ import annotations
@@ -104,7 +109,16 @@ PROVIDERS = [
     ),
 ]
 BY_NAME = {p.name: p for p in PROVIDERS}
-each_provider = pytest.mark.parametrize("p", PROVIDERS, ids=[p.name for p in PROVIDERS])
+
+
+def providers(*names: str) -> pytest.MarkDecorator:
+    """Runs a test for the providers named: a scenario whose per-provider facts (a
+    request's wire format, a reasoning or signature round trip, a key's variable) are
+    checked in process (tests/llm/, tests/agent/) runs end to end for one or two, a
+    different one from scenario to scenario so each provider still runs through the
+    real command several times."""
+    return pytest.mark.parametrize("p", [BY_NAME[name] for name in names], ids=names)
+
 
 # The catalogue's default model of each provider, which a bare provider fallback gets.
 DEFAULT_MODEL = {
@@ -202,7 +216,10 @@ def _tool_names(p: Provider, body: dict) -> set[str]:
     return {tool["function"]["name"] for tool in body["tools"]}
 
 
-@each_provider
+# Anthropic's agent runs end to end in tests/engine/test_llm_stages.py; Gemini's signed
+# calls go back through the real command in the mid-tool-call retry below, and its agent
+# edits in process (tests/agent/test_agent_loop.py).
+@providers("openai")
 def test_an_agent_reads_edits_and_creates_files(
     repo: Path, llm_server: LlmServer, p: Provider
 ) -> None:
@@ -264,8 +281,15 @@ def test_an_agent_reads_edits_and_creates_files(
 # ------------------------------------------------------------------------ prompt routing
 
 
-@each_provider
-@pytest.mark.parametrize(("label", "ran"), [("fix", True), ("approve", False)])
+# Each provider's request and usage are checked in process (tests/llm/test_llm_providers.py).
+ROUTES = [("anthropic", "fix", True), ("gemini", "approve", False)]
+
+
+@pytest.mark.parametrize(
+    ("p", "label", "ran"),
+    [(BY_NAME[name], label, ran) for name, label, ran in ROUTES],
+    ids=[f"{name}-{label}" for name, label, _ in ROUTES],
+)
 def test_a_prompt_reply_routes_the_run(
     repo: Path, llm_server: LlmServer, p: Provider, label: str, ran: bool
 ) -> None:
@@ -316,7 +340,8 @@ EFFORT_SENT = {
 }
 
 
-@each_provider
+# Each provider's effort and allowance fields: test_a_reply_allowance_and_effort_reach_each_wire.
+@providers("openai")
 def test_a_prompts_reasoning_effort_reaches_the_wire_and_its_reasoning_is_recorded(
     repo: Path, llm_server: LlmServer, p: Provider
 ) -> None:
@@ -344,7 +369,9 @@ def test_a_prompts_reasoning_effort_reaches_the_wire_and_its_reasoning_is_record
     assert meta_file(repo, result["run_id"], "nodes/review/response.md") == APPROVE
 
 
-@each_provider
+# Anthropic's is the API that needs its thinking back (signed, before the call); the
+# others' tool rounds are checked in process (test_tool_call_round_trip).
+@providers("anthropic")
 def test_an_agent_thinking_before_a_tool_call_sends_its_reasoning_back_as_its_api_needs(
     repo: Path, llm_server: LlmServer, p: Provider
 ) -> None:
@@ -458,7 +485,9 @@ def test_a_transient_failure_is_retried_and_the_stage_succeeds(
         assert not events_named(events, "agent.output.replace")
 
 
-@each_provider
+# Each provider's stream cut mid-call is retried whole in process
+# (tests/llm/test_llm_retries.py::test_a_stream_dropped_mid_tool_call_is_retried_...).
+@providers("openai", "gemini")
 def test_an_agent_turn_cut_mid_tool_call_is_retried_and_the_tool_runs_once(
     repo: Path, llm_server: LlmServer, p: Provider
 ) -> None:
@@ -489,7 +518,9 @@ def test_an_agent_turn_cut_mid_tool_call_is_retried_and_the_tool_runs_once(
 # ------------------------------------------------------------------------ failover
 
 
-@each_provider
+# Each provider's quota error fails over mid-conversation below; classified in process
+# (tests/llm/test_llm_retries.py).
+@providers("openai")
 def test_a_spent_quota_fails_over_to_the_other_provider(
     repo: Path, llm_server: LlmServer, p: Provider
 ) -> None:
@@ -550,8 +581,8 @@ def _tool_rounds(api: str, body: dict) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize(
     ("first", "then"),
-    [("anthropic", "gemini"), ("openai", "anthropic"), ("gemini", "openai")],
-    ids=["anthropic-to-gemini", "openai-to-anthropic", "gemini-to-openai"],
+    [("anthropic", "gemini"), ("gemini", "openai")],
+    ids=["anthropic-to-gemini", "gemini-to-openai"],
 )
 def test_an_agent_fails_over_mid_conversation_with_its_tool_history(
     repo: Path, llm_server: LlmServer, first: str, then: str
@@ -609,7 +640,8 @@ def test_an_agent_fails_over_mid_conversation_with_its_tool_history(
 # ------------------------------------------------------------------------ keys
 
 
-@each_provider
+# Each provider's variables are named in process (tests/llm/test_llm_retries.py).
+@providers("gemini")
 def test_a_missing_key_is_refused_before_the_run_naming_its_variable(
     repo: Path, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch, p: Provider
 ) -> None:
@@ -629,7 +661,8 @@ def test_a_missing_key_is_refused_before_the_run_naming_its_variable(
     assert "refs/fabro" not in git(repo, "for-each-ref")
 
 
-@each_provider
+# Each provider's is classified and named in process (tests/llm/test_llm_retries.py).
+@providers("anthropic")
 def test_a_rejected_key_fails_the_stage_naming_its_variable(
     repo: Path, llm_server: LlmServer, p: Provider
 ) -> None:
@@ -665,7 +698,8 @@ def test_gemini_takes_google_api_key_when_gemini_api_key_is_unset(
 # ------------------------------------------------------------------------ CLI agents
 
 
-@each_provider
+# Each profile's CLI runs end to end in tests/engine/test_cli_agents.py.
+@providers("openai")
 def test_a_cli_agent_stage_runs_its_providers_cli(
     repo: Path,
     llm_server: LlmServer,
@@ -722,7 +756,9 @@ def _tail_has_delta(node_id: str, text: str) -> bool:
     return False
 
 
-@each_provider
+# Each provider's stream cancelled mid-way closes its session in process
+# (tests/agent/test_agent_shell.py).
+@providers("anthropic")
 def test_ctrl_c_mid_stream_then_resume_never_replays_the_half_stream(
     repo: Path, llm_server: LlmServer, monkeypatch: pytest.MonkeyPatch, p: Provider
 ) -> None:

@@ -24,6 +24,7 @@ from fabro_git.llm.types import (
     StreamEvent,
     Target,
     TextDelta,
+    ToolCall,
     ToolCallReady,
     ToolResult,
     ToolSpec,
@@ -308,3 +309,103 @@ def test_the_server_also_answers_without_streaming(llm_server: LlmServer, name: 
         return choice.content or "", choice.tool_calls[0].id
 
     assert trio.run(main) == ("plain", "c1")
+
+
+@pytest.mark.parametrize("name", ["anthropic", "openai", "gemini"])
+def test_a_reply_allowance_and_effort_reach_each_wire(llm_server: LlmServer, name: str) -> None:
+    """A node's `max_tokens` and `reasoning_effort` in each provider's own fields."""
+    llm_server.script(Reply(text="ok"))
+    call(llm_server, TARGETS[name], ask("go", max_tokens=900, reasoning_effort="high"))
+    body = llm_server.requests[0].body
+    if WIRE[name] == "anthropic":
+        # The thinking budget comes on top of the answer's own 900.
+        assert body["thinking"]["type"] == "enabled"
+        assert body["max_tokens"] == 900 + body["thinking"]["budget_tokens"]
+    elif WIRE[name] == "responses":
+        assert (body["reasoning"]["effort"], body["max_output_tokens"]) == ("high", 900)
+    else:
+        assert (body["reasoning_effort"], body["max_tokens"]) == ("high", 900)
+
+
+def test_anthropic_thinking_before_a_tool_call_goes_back_first_in_its_turn(
+    llm_server: LlmServer,
+) -> None:
+    """With thinking on, a tool round's assistant turn must open with its signed thinking
+    block, or Anthropic refuses the request."""
+    llm_server.script(
+        Reply(
+            text="",
+            reasoning="first look at the file",
+            tool_calls=(ToolUse("read_file", {"path": "a.py"}, id="r1"),),
+        ),
+        Reply(text="Looked."),
+    )
+    question = Message.user("look")
+    first, _ = call(
+        llm_server,
+        TARGETS["anthropic"],
+        Request(messages=(question,), tools=(READ_FILE,), reasoning_effort="low"),
+    )
+    conversation = (
+        question,
+        first.as_message(),
+        Message.tool([ToolResult(tool_call_id="r1", content="print(1)")]),
+    )
+    call(
+        llm_server,
+        TARGETS["anthropic"],
+        Request(messages=conversation, tools=(READ_FILE,), reasoning_effort="low"),
+    )
+    turn = llm_server.requests[1].body["messages"][1]
+    assert turn["role"] == "assistant"
+    assert turn["content"][0] == {
+        "type": "thinking",
+        "thinking": "first look at the file",
+        "signature": "sig_1",
+    }
+    assert turn["content"][-1]["type"] == "tool_use" and turn["content"][-1]["id"] == "r1"
+
+
+def test_gemini_gets_its_signed_call_back_signed_and_a_foreign_call_the_stand_in(
+    llm_server: LlmServer,
+) -> None:
+    """Gemini 3 signs each tool call and refuses one sent back without its signature (the
+    local server does too); a call another provider made carries the stand-in value
+    Google documents for a conversation begun elsewhere."""
+    gemini = TARGETS["gemini"]
+    llm_server.script(
+        Reply(
+            text="",
+            tool_calls=(
+                ToolUse("read_file", {"path": "a.py"}, id="g1", thought_signature="sig-g1"),
+            ),
+        ),
+        Reply(text="Read it."),
+        Reply(text="Carried on."),
+    )
+    question = Message.user("look")
+    first, _ = call(llm_server, gemini, Request(messages=(question,), tools=(READ_FILE,)))
+    signed = (
+        question,
+        first.as_message(),
+        Message.tool([ToolResult(tool_call_id="g1", content="print(1)")]),
+    )
+    second, _ = call(llm_server, gemini, Request(messages=signed, tools=(READ_FILE,)))
+    assert second.text == "Read it."
+    [sent] = llm_server.requests[1].body["messages"][1]["tool_calls"]
+    assert sent["extra_content"] == {"google": {"thought_signature": "sig-g1"}}
+
+    foreign = (
+        question,
+        Message(
+            role="assistant",
+            tool_calls=(ToolCall(id="a1", name="read_file", arguments={"path": "a.py"}),),
+        ),
+        Message.tool([ToolResult(tool_call_id="a1", content="print(1)")]),
+    )
+    third, _ = call(llm_server, gemini, Request(messages=foreign, tools=(READ_FILE,)))
+    assert third.text == "Carried on."
+    [sent] = llm_server.requests[2].body["messages"][1]["tool_calls"]
+    assert sent["extra_content"] == {
+        "google": {"thought_signature": "skip_thought_signature_validator"}
+    }

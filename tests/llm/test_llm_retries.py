@@ -19,6 +19,7 @@ from llm_server import (
     Reply,
     Stall,
     StreamError,
+    ToolUse,
     provider_env,
     quota_exhausted,
     rate_limited,
@@ -43,6 +44,7 @@ from fabro_git.llm.types import (
     StreamEvent,
     Target,
     TextDelta,
+    ToolCallReady,
 )
 
 ANTHROPIC = Target("anthropic", "claude-sonnet-4-6")
@@ -179,6 +181,35 @@ def test_dropped_stream_is_retried_and_the_new_attempt_restarts_output(
     assert "".join(e.delta for e in after_restart if isinstance(e, TextDelta)) == "whole answer"
 
 
+# SSE events before the first half of a lone tool call's arguments is out, per format:
+# Anthropic's message_start, ping, block start and a first delta; the Responses API's
+# created, in_progress, item added and a first delta; Chat Completions' role chunk, the
+# call's opening and a first delta.
+HALF_A_CALL_IN = {"anthropic": 4, "openai": 4, "gemini": 3}
+
+
+@pytest.mark.parametrize("target", [ANTHROPIC, OPENAI, GEMINI], ids=str)
+def test_a_stream_dropped_mid_tool_call_is_retried_and_only_the_whole_call_comes_out(
+    llm_server: LlmServer, target: Target
+) -> None:
+    append = ToolUse("shell", {"command": "echo once >> ran.txt"}, id="s1")
+    llm_server.script(
+        Drop(reply=Reply(text="", tool_calls=(append,)), after=HALF_A_CALL_IN[target.provider]),
+        Reply(text="", tool_calls=(append,)),
+    )
+    run = Run()
+    response = run(llm_server, target)
+
+    [retry] = run.retries
+    assert retry.error["kind"] == "stream_dropped"
+    [call] = response.tool_calls
+    assert (call.id, call.name, call.arguments) == ("s1", "shell", append.arguments)
+    # Nothing of the cut call was handed on: one call, ready once, from the second attempt.
+    assert [event.call for event in run.events if isinstance(event, ToolCallReady)] == [call]
+    assert len(llm_server.requests) == 2
+    assert llm_server.requests[1].body == llm_server.requests[0].body
+
+
 @pytest.mark.parametrize(
     ("target", "variable"),
     [(ANTHROPIC, "ANTHROPIC_API_KEY"), (OPENAI, "OPENAI_API_KEY"), (GEMINI, "GEMINI_API_KEY")],
@@ -199,11 +230,25 @@ def test_rejected_key_is_deterministic_names_the_variable_and_skips_failover(
     assert len(llm_server.requests) == 1 and run.retries == [] and run.failovers == []
 
 
-def test_missing_key_names_the_variable_before_any_request(llm_server: LlmServer) -> None:
+@pytest.mark.parametrize(
+    ("target", "variables"),
+    [
+        (ANTHROPIC, "ANTHROPIC_API_KEY"),
+        (OPENAI, "OPENAI_API_KEY"),
+        (GEMINI, "GEMINI_API_KEY or GOOGLE_API_KEY"),
+    ],
+    ids=str,
+)
+def test_missing_key_names_the_variable_before_any_request(
+    llm_server: LlmServer, target: Target, variables: str
+) -> None:
     run = Run()
     with pytest.raises(MissingCredentials) as caught:
-        run(llm_server, GEMINI, env={})
-    assert "GEMINI_API_KEY or GOOGLE_API_KEY" in str(caught.value)
+        run(llm_server, target, env={})
+    assert f"set {variables}" in str(caught.value)
+    # Only this provider's variables.
+    others = {"ANTHROPIC_API_KEY", "OPENAI_API_KEY", "GEMINI_API_KEY"} - set(variables.split())
+    assert not any(other in str(caught.value) for other in others)
     assert "Using a real model" in str(caught.value)
     assert llm_server.requests == []
 
