@@ -153,7 +153,7 @@ def show_retro(run_id: str, *, json_output: bool) -> int:
     data = reader.read_file(runrefs.RETRO)
     if data is None:
         status = effective_status(cp.status, reader.live)
-        if manifest.settings.get("retro") is False:
+        if not manifest.options.retro:
             why = "it ran with --no-retro"
         elif status == "running":
             why = "it is still running; its retro is written when it ends"

@@ -26,7 +26,6 @@ from fabro_git.cli.run import (
     resolve_workflow,
 )
 from fabro_git.errors import ConfigError, FabroError
-from fabro_git.jsondata import text
 
 if TYPE_CHECKING:
     from fabro_git.engine.checkpoint import Manifest
@@ -158,22 +157,22 @@ def _options(
     """The resumed run's options: the run's own settings, and what this command adds."""
     from fabro_git.engine.runner import Options
 
-    recorded = manifest.run_config
+    recorded, started = manifest.run_config, manifest.options
     return Options(
-        auto_approve=auto_approve or bool(manifest.settings.get("auto_approve")),
+        auto_approve=auto_approve or started.auto_approve,
         answers=list(answers),
-        dry_run=bool(manifest.settings.get("dry_run")),
+        dry_run=started.dry_run,
         in_place=manifest.in_place,
-        model=text(manifest.settings.get("model")),
-        provider=text(manifest.settings.get("provider")),
+        model=started.model,
+        provider=started.provider,
         interactive=interactive,
         detached=detached_child,
         push_remote=check_push_remote(push_remote)
         or (recorded.git.push_remote if recorded.git is not None else None)
         or None,
         # The run's own choice holds on every resume; --no-retro here adds to it.
-        retro=retro and manifest.settings.get("retro") is not False,
-        retro_narrative=bool(manifest.settings.get("retro_narrative")),
+        retro=retro and started.retro,
+        retro_narrative=started.retro_narrative,
         # A cap given here holds for this resume; else the run's own.
         max_cost=check_max_cost(max_cost) if max_cost is not None else recorded.max_cost,
     )

@@ -210,6 +210,43 @@ class Checkpoint(msgspec.Struct, kw_only=True):
                 setattr(self, name, TrackedMap(value))
 
 
+class RecordedOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """The options a run started with, as its manifest's `settings` records them beside
+    its `[run]` table (`config`). Read by `read_options`, never strictly: a value that
+    does not fit (a later version's, or a fetched run's written by hand) reads as the
+    default, as an unreadable key of the table is left out."""
+
+    dry_run: bool = False
+    auto_approve: bool = False
+    retro: bool = True
+    retro_narrative: bool = False
+    model: str | None = None
+    provider: str | None = None
+    setup_commands: tuple[str, ...] = ()
+    exclude_globs: tuple[str, ...] = ()
+    # Not a setting: what did not fit, in words, for the run's notices.
+    unreadable: tuple[str, ...] = ()
+
+
+def read_options(settings: JsonObject) -> RecordedOptions:
+    """The options `settings` records: each that fits its type, else its default and a
+    line in `unreadable`."""
+    fitted: JsonObject = {}
+    unreadable: list[str] = []
+    for field in msgspec.structs.fields(RecordedOptions):
+        if field.name == "unreadable" or field.encode_name not in settings:
+            continue
+        value = settings[field.encode_name]
+        try:
+            msgspec.convert(value, field.type)
+        except msgspec.ValidationError as exc:
+            unreadable.append(f"settings.{field.name}: {str(exc)[0].lower()}{str(exc)[1:]}")
+        else:
+            fitted[field.encode_name] = value
+    options = msgspec.convert(fitted, RecordedOptions)
+    return msgspec.structs.replace(options, unreadable=tuple(unreadable))
+
+
 class Manifest(msgspec.Struct, kw_only=True, dict=True):
     format_version: int = FORMAT_VERSION
     run_id: str
@@ -245,6 +282,11 @@ class Manifest(msgspec.Struct, kw_only=True, dict=True):
         from fabro_git.config.recorded import read_recorded
 
         return read_recorded(self.settings.get("config"))
+
+    @functools.cached_property
+    def options(self) -> RecordedOptions:
+        """The options the run started with (`settings` beside `config`), typed."""
+        return read_options(self.settings)
 
     @property
     def run_config(self) -> RunSection:

@@ -56,7 +56,7 @@ import trio
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.engine.emit import Emit
 from fabro_git.events.catalogue import NoticeLevel, RunNotice
-from fabro_git.jsondata import JsonObject, JsonValue, text
+from fabro_git.jsondata import JsonObject, JsonValue
 from fabro_git.llm import types as llm
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class LifecycleHooks:
     ) -> LifecycleHooks:
         """The hooks the run's manifest records (its effective configuration)."""
         recorded = manifest.run_config
-        settings = manifest.settings
+        options = manifest.options
         hooks = []
         for i, entry in enumerate(recorded.hooks):
             try:
@@ -195,9 +195,9 @@ class LifecycleHooks:
             host_dir=host_dir,
             scratch=scratch,
             emit=emit,
-            dry_run=bool(settings.get("dry_run")),
+            dry_run=options.dry_run,
             sandbox_env=recorded.sandbox_env,
-            model=(text(settings.get("model")), text(settings.get("provider"))),
+            model=(options.model, options.provider),
             fallbacks=tuple(recorded.model_fallbacks),
         )
 

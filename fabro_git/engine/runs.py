@@ -41,7 +41,7 @@ from fabro_git.errors import ConfigError, FabroError, StoreError
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.catalogue import MetadataSnapshotFailed, RunCreated, RunNotice
 from fabro_git.events.envelope import Actor, EventProps
-from fabro_git.jsondata import JsonObject, texts
+from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as runrefs
 from fabro_git.store.durability import prefetch as prefetch_durability
 from fabro_git.store.repo import GitRepo
@@ -314,7 +314,7 @@ def open_run(repo: GitRepo, run_id: str, *, workflow: Graph | None = None) -> Op
             emit=make_emitter(bus),
             take_segment=bus.take_segment,
             worktree=None if manifest.in_place else scratch / "worktree",
-            exclude_globs=texts(manifest.settings.get("exclude_globs")) or [],
+            exclude_globs=list(manifest.options.exclude_globs),
             meta_tip=meta,
             run_tip=run_tip,
             requeue=bus.restore_pending,
@@ -440,7 +440,7 @@ def fork_run(repo: GitRepo, source_id: str, point: ForkPoint) -> str:
         emit=emit,
         take_segment=bus.take_segment,
         worktree=None,
-        exclude_globs=texts(manifest.settings.get("exclude_globs")) or [],
+        exclude_globs=list(manifest.options.exclude_globs),
         meta_tip=None,
         run_tip=start,
     )

@@ -126,7 +126,8 @@ def execute_run(
         emit(event)
     if renderer is not None:
         run.bus.add_sink(renderer)
-    for problem in run.manifest.recorded_config.unreadable:
+    manifest = run.manifest
+    for problem in (*manifest.recorded_config.unreadable, *manifest.options.unreadable):
         # A manifest of another version, or a hostile one: the run goes on without it.
         message = f"the run's recorded configuration: {problem}; this version leaves it out"
         emit(RunNotice(level="warn", code="config_unreadable", message=message))
@@ -497,7 +498,7 @@ class _Walk:
         ):
             await run_setup(runtime, manifest, runtime.worktree)
             self.scope.context.set("internal.setup_done", True)
-        if self.first_start and not manifest.settings.get("setup_commands"):
+        if self.first_start and not manifest.options.setup_commands:
             # The checkout is the tip's tree: a CLI stage needs no snapshot.
             from fabro_git.engine import clean_start
 

@@ -17,7 +17,6 @@ from fabro_git.engine.checkpoint import Manifest
 from fabro_git.engine.runner import Runtime
 from fabro_git.errors import ConfigError
 from fabro_git.events import catalogue
-from fabro_git.jsondata import texts
 
 
 class SetupFailed(Exception):
@@ -34,7 +33,7 @@ async def run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> Non
     )
     from fabro_git.workflow.templates import script_environment
 
-    commands = texts(manifest.settings.get("setup_commands")) or []
+    commands = manifest.options.setup_commands
     if not commands:
         return
     emit = runtime.emit

@@ -28,7 +28,14 @@ from helpers import (
 
 from fabro_git.config.recorded import read_recorded
 from fabro_git.config.run_config import AgentConfig, RunSection, SandboxConfig
-from fabro_git.engine.checkpoint import Manifest, decode_manifest, encode
+from fabro_git.engine.checkpoint import (
+    Manifest,
+    RecordedOptions,
+    decode_manifest,
+    encode,
+    read_options,
+)
+from fabro_git.jsondata import JsonObject
 
 
 def test_keys_this_version_does_not_know_are_ignored_at_every_depth() -> None:
@@ -94,6 +101,33 @@ def test_values_that_do_not_fit_are_left_out_and_named(
     assert recorded.run == kept
 
 
+@pytest.mark.parametrize(
+    ("settings", "options"),
+    [
+        ({}, RecordedOptions()),
+        (
+            {"dry_run": True, "retro": False, "model": "m", "setup_commands": ["make"]},
+            RecordedOptions(dry_run=True, retro=False, model="m", setup_commands=("make",)),
+        ),
+        (
+            {"dry_run": "yes", "model": 5, "exclude_globs": ["*.log", 1], "provider": "p"},
+            RecordedOptions(
+                provider="p",
+                unreadable=(
+                    "settings.dry_run: expected `bool`, got `str`",
+                    "settings.model: expected `str | null`, got `int`",
+                    "settings.exclude_globs: expected `str`, got `int` - at `$[1]`",
+                ),
+            ),
+        ),
+    ],
+)
+def test_the_options_a_run_started_with_read_back_typed_and_leniently(
+    settings: JsonObject, options: RecordedOptions
+) -> None:
+    assert read_options(settings) == options
+
+
 def test_the_manifest_reads_its_config_once_and_writes_the_same_bytes(tmp_path: Path) -> None:
     settings = {"dry_run": False, "config": {"goal": "g", "later": 1}, "config_sources": []}
     manifest = Manifest(
@@ -148,12 +182,13 @@ def _failed_run(repo: Path, tmp_path: Path, marker: Path) -> str:
     return str(result["run_id"])
 
 
-def _rewrite_recorded_config(repo: Path, run_id: str, config: object) -> None:
-    """A new commit on the run's meta ref whose manifest records `config`, every other
-    file and the message as they were."""
+def _rewrite_recorded_config(repo: Path, run_id: str, config: object, **settings: object) -> None:
+    """A new commit on the run's meta ref whose manifest records `config` (and the other
+    `settings` given), every other file and the message as they were."""
     ref = f"refs/fabro/meta/{run_id}"
     manifest = json.loads(git(repo, "show", f"{ref}:manifest.json"))
     manifest["settings"]["config"] = config
+    manifest["settings"].update(settings)
     data = json.dumps(manifest, indent=2).encode()
     blob = (
         subprocess.run(
@@ -236,6 +271,8 @@ def test_a_hostile_recorded_config_loses_what_does_not_fit_and_says_so(
             "sandbox": ["A=1"],
             "max_cost": "lots",
         },
+        dry_run="yes",
+        setup_commands="rm -rf /",
     )
     before = marker.read_text().count("x")
     (tmp_path / "go").write_text("")
@@ -249,4 +286,11 @@ def test_a_hostile_recorded_config_loses_what_does_not_fit_and_says_so(
         if e["properties"]["code"] == "config_unreadable"
     ]
     named = [message.split(": ")[1] for message in notices]
-    assert named == ["run.hooks[0].event", "run.agent.mcps", "run.sandbox", "run.max_cost"]
+    assert named == [
+        "run.hooks[0].event",
+        "run.agent.mcps",
+        "run.sandbox",
+        "run.max_cost",
+        "settings.dry_run",
+        "settings.setup_commands",
+    ]
