@@ -24,6 +24,7 @@ import signal
 import stat
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from helpers import (
 from llm_server import (
     Drop,
     Fault,
+    Held,
     LlmServer,
     Reply,
     StallMidStream,
@@ -848,6 +850,48 @@ def test_ctrl_c_mid_stream_then_resume_never_replays_the_half_stream(
     assert completed["properties"]["status"] == "succeeded"
     [done] = events_named(events, "run.completed")
     assert done["properties"]["status"] == "succeeded"
+
+
+@providers("openai")
+def test_ctrl_c_while_a_request_waits_for_its_headers_stops_the_run_and_resume_sends_it_again(
+    repo: Path, llm_server: LlmServer, p: Provider
+) -> None:
+    write_workflow(repo, AGENT % f', model="{p.model}"')
+    gate = threading.Event()
+    llm_server.script(Held(gate=gate, reply=Reply(text="Too late.")))
+    proc = subprocess.Popen(
+        [*fabro_exe(), "run", "wf.fabro", "--goal", "g"],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        # The request is at the server, which has sent nothing back: no status, no header.
+        wait_until(lambda: llm_server.in_flight == 1, process=proc, what="the request held")
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        gate.set()  # the server's thread answers a client that has gone
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert b"Traceback" not in err
+    run_id = re.findall(r"git fabro resume ([0-9A-Z]{26})", err.decode())[-1]
+    assert "run.failed" not in [e["event"] for e in run_events(run_id, repo)]
+
+    llm_server.script(Reply(text="Done after all."))
+    resumed = run_fabro("resume", run_id, cwd=repo)
+    assert resumed.returncode == 0, resumed.stderr
+    # The held request was sent again, whole, and its late answer never reached the run.
+    assert len(llm_server.requests) == 2
+    assert llm_server.requests[1].body == llm_server.requests[0].body
+    assert meta_file(repo, run_id, "nodes/work/response.md") == "Done after all."
+    # The resume records the cut attempt as cancelled before it starts the stage again.
+    work = [e for e in run_events(run_id, repo) if e.get("node_id") == "work"]
+    assert [e["event"] for e in work if e["event"].startswith("stage.")].count("stage.started") == 2
+    [failed] = [e for e in work if e["event"] == "stage.failed"]
+    assert failed["properties"]["failure_class"] == "canceled"
 
 
 # ------------------------------------------------------------------------ by base URL
