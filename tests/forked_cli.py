@@ -267,7 +267,14 @@ def run(
     out_read, out_write = os.pipe()
     err_read, err_write = os.pipe()
     with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as conn:
-        conn.connect(server.address)
+        try:
+            conn.connect(server.address)
+        except OSError:  # the server is gone (killed from outside): start it ordinarily
+            server.ready = False
+            for fd in (stdin_read, stdin_write, out_read, out_write, err_read, err_write):
+                if fd >= 0:
+                    os.close(fd)
+            return None
         socket.send_fds(conn, [json.dumps(request).encode()], [stdin_read, out_write, err_write])
         for fd in (stdin_read, out_write, err_write):
             os.close(fd)

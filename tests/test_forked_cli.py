@@ -148,3 +148,19 @@ def test_the_server_forks_from_one_thread() -> None:
     server = forked_cli._server(dict(os.environ))
     assert server is not None
     assert len(list(Path(f"/proc/{server.process.pid}/task").iterdir())) == 1
+
+
+def test_a_server_killed_from_outside_leaves_the_commands_to_start_ordinarily(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = dict(os.environ)
+    server = forked_cli._Server(env)
+    monkeypatch.setitem(forked_cli._servers, os.getpid(), server)
+    try:
+        assert forked_cli.run(["--version"], repo, env, None, 60) is not None
+        server.process.kill()
+        server.process.wait()
+        assert forked_cli.run(["--version"], repo, env, None, 60) is None
+        assert run_fabro("--version", cwd=repo).stdout.startswith("git-fabro ")
+    finally:
+        server.close()
