@@ -13,6 +13,8 @@ import contextlib
 import sys
 from collections.abc import Callable, Sequence
 
+from fabro_git.cli import _collector
+
 EXIT_OK = 0
 EXIT_USER_ERROR = 1
 EXIT_BUG = 3
@@ -33,6 +35,7 @@ def entry() -> None:
     # This process may adopt what its stages leave behind (`fabro_git.engine.reaper`);
     # a flag, not an import of the reaper, so `--version` stays fast.
     fabro_git.running_as_command = True
+    _collector.pause()  # until the command's own work begins
     code = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):

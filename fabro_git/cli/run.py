@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fabro_git.cli._collector import start_collecting
 from fabro_git.cli._running import (
     disk_full_names_the_run,
     progress_renderer,
@@ -360,6 +361,7 @@ def run(
             raise ConfigError(f"--run-id {run_id!r} is not a run id (a ULID)")
         spec.run_id = run_id
     opened = _create(repo, spec, options, detach=detach)
+    start_collecting()
     if detach:
         return _go_on_detached(repo, opened, options, json_output=json_output)
     result = _execute(repo, opened, options, output)
