@@ -18,7 +18,7 @@ import contextlib
 import functools
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -31,7 +31,7 @@ from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
 from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError, disk_full_in
-from fabro_git.store._gitcli import git_failure, out, run_git, start_git
+from fabro_git.store._gitcli import config_entries, git_failure, out, run_git, start_git
 from fabro_git.store.backoff import DEADLINE_SECONDS, SYSTEM_CLOCK, Clock, retrying
 from fabro_git.store.durability import durability
 from fabro_git.store.identity import Identities, Identity
@@ -215,6 +215,18 @@ class GitRepo:
         """`origin_url`, asked of git now and answered when called (once)."""
         wait = start_git(["config", "--get", f"remote.{remote}.url"], cwd=self.root)
         return lambda: out(wait()).strip() or None
+
+    def settings_later(self) -> Callable[[], dict[str, str]]:
+        """The repository's whole configuration (`git config --list`, as
+        `_gitcli.config_entries` gives it), asked of git now and answered when called
+        (as often as wanted): one git process for several questions."""
+        wait = start_git(["config", "--null", "--list"], cwd=self.root)
+        return functools.cache(lambda: config_entries(wait()))
+
+    @staticmethod
+    def origin_url_in(settings: Mapping[str, str], remote: str = "origin") -> str | None:
+        """`origin_url`, from `settings_later`'s answer."""
+        return settings.get(f"remote.{remote}.url", "").strip() or None
 
     # -- refs ------------------------------------------------------------------------
 
