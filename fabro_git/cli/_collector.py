@@ -13,23 +13,13 @@ from __future__ import annotations
 
 import gc
 
-_paused = False
-
-
-def pause() -> None:
-    """Off until `start_collecting`: only the console script's own process calls this."""
-    global _paused
-    if gc.isenabled():
-        gc.disable()
-        _paused = True
+import fabro_git
 
 
 def start_collecting() -> None:
-    """What is loaded now stays; the collector looks at what comes after. A process
-    whose collector `pause` did not turn off (a test or a library calling `main`) keeps
-    it as it was."""
-    global _paused
-    if _paused:
-        _paused = False
+    """What is loaded now stays; the collector looks at what comes after. Only in the
+    console script's process: a test or a library calling `main` keeps its collector
+    as it was."""
+    if fabro_git.running_as_command and not gc.isenabled():
         gc.freeze()
         gc.enable()
