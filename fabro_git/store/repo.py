@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -31,16 +30,10 @@ from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
 from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
-from fabro_git.errors import (
-    FabroError,
-    MissingObject,
-    RefRaceError,
-    RepositoryError,
-    StoreError,
-    disk_full_in,
-)
+from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError, disk_full_in
 from fabro_git.store._gitcli import config_entries, git_failure, out, run_git, start_git
 from fabro_git.store.backoff import DEADLINE_SECONDS, SYSTEM_CLOCK, Clock, retrying
+from fabro_git.store.commit_count import commits_between
 from fabro_git.store.durability import durability
 from fabro_git.store.identity import Identities, Identity
 from fabro_git.store.loose import FILE_CHUNK, LooseObjects
@@ -54,9 +47,6 @@ if TYPE_CHECKING:
 # which builds on this module: defined here because discovering a repository tells a
 # run's worktree by its branch.
 RUN_BRANCH_PREFIX = "refs/heads/fabro/run/"
-# The most commits `GitRepo.change_summary` walks in process before leaving the count
-# to git (a run makes two or three a stage).
-_WALK_LIMIT = 10_000
 _TRAILER_RE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9-]*)[ \t]*:[ \t]*(.*)$")
 
 
@@ -551,7 +541,13 @@ class GitRepo:
 
     def change_summary(self, base: str, tip: str) -> tuple[int, int]:
         """(commits, files changed) from `base` to `tip`, as `git log`/`git diff` count."""
-        commits = self._commits_between(base, tip)
+        commits = commits_between(
+            self.git_dir,
+            base,
+            tip,
+            parents=lambda sha: self._commit(sha).parents,
+            has_replace_refs=lambda: bool(self.list_refs("refs/replace")),
+        )
         args = ["rev-list", "--count", f"{base}..{tip}"]
         # Else git counts, while the files are diffed.
         counting = start_git(args, cwd=self.root) if commits is None else None
@@ -568,39 +564,6 @@ class GitRepo:
         if proc.returncode != 0:
             raise git_failure(args, self.root, proc)
         return int(out(proc).strip() or 0), files
-
-    def _commits_between(self, base: str, tip: str) -> int | None:
-        """`git rev-list --count base..tip`, counted here when that is plain: every line
-        of descent from `tip` comes down to `base` within `_WALK_LIMIT` commits, as a
-        run's branch grown from its base does. Then the commits met on the way are
-        exactly those git counts (each descends from `base`, so none is in its past).
-        None, for git to count, when a line leaves `base`'s descendants (it reaches a
-        root commit), the walk is long, an object cannot be read here, or git could see
-        another history than the objects hold: a shallow clone, grafts, replace refs."""
-        if (
-            os.environ.get("GIT_REPLACE_REF_BASE")
-            or (self.git_dir / "shallow").exists()
-            or (self.git_dir / "info" / "grafts").exists()
-            or self.list_refs("refs/replace")
-        ):
-            return None
-        seen: set[str] = set()
-        pending = [tip]
-        try:
-            while pending:
-                sha = pending.pop()
-                if sha == base or sha in seen:
-                    continue
-                if len(seen) >= _WALK_LIMIT:
-                    return None
-                seen.add(sha)
-                parents = self._commit(sha).parents
-                if not parents:
-                    return None
-                pending.extend(parent.decode() for parent in parents)
-        except (FabroError, KeyError, ValueError, OSError):
-            return None  # git counts, and says what is wrong if anything is
-        return len(seen)
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         a = self._commit(ancestor).id
