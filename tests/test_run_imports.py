@@ -9,6 +9,9 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+from pathlib import Path
+
+from helpers import write_workflow
 
 RUN_PATH = (
     "fabro_git.cli.app",
@@ -55,3 +58,39 @@ def test_the_version_probe_imports_only_the_cli_face() -> None:
     assert proc.returncode == 0, proc.stderr
     loaded = ast.literal_eval(proc.stderr)  # the list printed above
     assert loaded == ["fabro_git", "fabro_git.cli"], loaded
+
+
+def test_a_run_of_commands_loads_no_model_code(repo: Path) -> None:
+    """A workflow of command stages runs without the LLM stages' handlers, model choice
+    or the handlers of stage kinds it lacks: each is start-up time it does not need."""
+    write_workflow(
+        repo,
+        'digraph W { start [shape=Mdiamond]; exit [shape=Msquare]; s [shape=parallelogram, script="true"]; start -> s -> exit }\n',
+    )
+    report = repo.parent / "loaded.txt"
+    code = (
+        "import os, sys\n"
+        "sys.argv = ['git-fabro', 'run', 'wf.fabro']\n"
+        "from fabro_git.cli import entry\n"
+        "real_exit = os._exit\n"
+        "def leave(code):\n"
+        f"    with open({str(report)!r}, 'w') as out:\n"
+        "        out.write(repr(sorted(n for n in sys.modules if n.startswith('fabro_git'))))\n"
+        "    real_exit(code)\n"
+        "os._exit = leave\n"
+        "entry()\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=repo, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded = set(ast.literal_eval(report.read_text()))
+    assert "fabro_git.handlers.command" in loaded
+    unneeded = {
+        "fabro_git.handlers.llm",
+        "fabro_git.handlers.parallel",
+        "fabro_git.handlers.subworkflow",
+        "fabro_git.llm.choice",
+        "fabro_git.llm.cli",
+    }
+    assert not loaded & unneeded, sorted(loaded & unneeded)

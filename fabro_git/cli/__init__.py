@@ -26,6 +26,7 @@ def entry() -> None:
     tail are written with explicit flushes), so the process skips the module teardown
     and garbage collection of a normal exit, which costs ~0.1 s after a run.
     """
+    import gc
     import os
 
     import fabro_git
@@ -33,6 +34,9 @@ def entry() -> None:
     # This process may adopt what its stages leave behind (`fabro_git.engine.reaper`);
     # a flag, not an import of the reaper, so `--version` stays fast.
     fabro_git.running_as_command = True
+    # Off while the process starts, on again as the command's work begins
+    # (`fabro_git.cli._collector`).
+    gc.disable()
     code = main()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):

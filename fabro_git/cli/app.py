@@ -18,6 +18,7 @@ import typer
 
 from fabro_git import __version__
 from fabro_git.cli import _groups, _run_commands
+from fabro_git.cli._collector import start_collecting
 from fabro_git.cli._typer import (
     APP_SETTINGS,
     Command,
@@ -742,6 +743,8 @@ def run_app(args: list[str], *, whole: bool = False) -> int:
     """Parse `args` and run the command they name. With `whole`, through the application
     holding every command (what `_app_for` is checked against)."""
     application = app if whole else _app_for(args)
+    if args[:1] != ["run"]:
+        start_collecting()  # `run` turns it on once its modules are loaded
     try:
         result = application(args=args, prog_name="git fabro", standalone_mode=False)
     except typer.Exit as exc:

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fabro_git.cli._collector import start_collecting
 from fabro_git.cli._running import (
     disk_full_names_the_run,
     progress_renderer,
@@ -360,6 +361,7 @@ def run(
             raise ConfigError(f"--run-id {run_id!r} is not a run id (a ULID)")
         spec.run_id = run_id
     opened = _create(repo, spec, options, detach=detach)
+    start_collecting()
     if detach:
         return _go_on_detached(repo, opened, options, json_output=json_output)
     result = _execute(repo, opened, options, output)
@@ -465,9 +467,11 @@ def check_push_remote(remote: str | None) -> str | None:
 
 def check_permissions(level: str | None) -> str | None:
     """`--permissions LEVEL` names one of the agents' permission levels."""
+    if level is None:
+        return level
     from fabro_git.agent.permissions import LEVELS, check_level
 
-    if level is not None and check_level(level) is None:
+    if check_level(level) is None:
         raise ConfigError(
             f"--permissions {level!r} is no permission level",
             hint=f"pass one of {', '.join(LEVELS)}",
@@ -490,12 +494,13 @@ def check_max_cost(usd: float | None) -> float | None:
 def check_answers(graph: Graph, answers: list[str]) -> None:
     """Every `--answer` must be one that some gate of the workflow can take: a typo
     would otherwise fail the run at its gate, after all the stages before it ran."""
-    from fabro_git.handlers.human import gate_choices, match
     from fabro_git.workflow.model import HUMAN, MANAGER_LOOP
 
     nodes = list(graph.nodes.values())
     if not answers or any(node.handler_type == MANAGER_LOOP for node in nodes):
         return  # a child workflow's gates are not known until it runs
+    from fabro_git.handlers.human import gate_choices, match
+
     gates = {node.id: gate_choices(graph, node) for node in nodes if node.handler_type == HUMAN}
     if any(choice.freeform for choices in gates.values() for choice in choices):
         return

@@ -62,18 +62,23 @@ def check_options(
     is resolved."""
     if options.dry_run:
         return
-    from fabro_git.engine.stage_choice import located
-    from fabro_git.llm.choice import StageChoiceError, check_stages, is_llm
+    from fabro_git.workflow.model import LLM_TYPES
     from fabro_git.workflow.paths import descendants
+
+    nodes = [
+        node
+        for workflow in [graph, *descendants(graph)]
+        for node in workflow.nodes.values()
+        if node.handler_type in LLM_TYPES
+    ]
+    if not nodes and not fallbacks:
+        return  # no model to choose: model choice is not even loaded
+    from fabro_git.engine.stage_choice import located
+    from fabro_git.llm.choice import StageChoiceError, check_stages
 
     try:
         check_stages(
-            [
-                node
-                for workflow in [graph, *descendants(graph)]
-                for node in workflow.nodes.values()
-                if is_llm(node)
-            ],
+            nodes,
             model=options.model,
             provider=options.provider,
             fallbacks=fallbacks,

@@ -209,8 +209,11 @@ class _Watcher:
         self.process = process
 
     def close(self) -> None:
-        """Let the watcher go: this process has killed what it recorded itself."""
+        """Let the watcher go: this process has killed what it recorded itself, so the
+        watcher exits without starting the interpreter that would find nothing left."""
         if self._write_end is not None:
+            with contextlib.suppress(OSError):  # the watcher is gone already
+                os.write(self._write_end, b"done\n")
             os.close(self._write_end)
             self._write_end = None
 
@@ -222,7 +225,7 @@ def _start_watcher(directory: Path) -> _Watcher | None:
     watched = [reaper.__file__, str(directory), str(os.getpid())]
     try:
         process = subprocess.Popen(
-            [sys.executable, "-I", "-S", "-c", reaper.WATCHER, *watched],
+            ["/bin/sh", "-c", reaper.WAIT, sys.executable, reaper.WATCHER, *watched],
             stdin=read_end,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -8,11 +8,12 @@ Each group is recorded in the run's scratch dir while it may be alive (one small
 per group, written atomically), and killed when the run ends, when a resumed run
 starts, and by the watcher the moment `git fabro` dies.
 
-The watcher is a bare interpreter that loads this file (standard library only) only
-when it has work, so it starts in a few milliseconds, on another core than the run's.
-It reads its stdin, a pipe whose other end only `git fabro` holds, and end of file
-means that process is gone, however it went. It then kills the groups its parent
-recorded and exits. That
+The watcher is a shell (`WAIT`, ~1 ms to start) that reads its stdin, a pipe whose
+other end only `git fabro` holds: end of file means that process is gone, however it
+went. Only then does it become a bare interpreter (`exec`, the same process) that loads
+this file (standard library only), kills the groups its parent recorded and exits. A
+run that ends as it should kills what it recorded itself and then writes `done` down
+the pipe: the shell exits, and no interpreter is started. That
 replaces asking the kernel for a parent-death signal per command (`PR_SET_PDEATHSIG`),
 which Python can only request by forking instead of vforking, or through `setpriv`,
 one more program started per command; and the watcher kills the whole group, where the
@@ -448,19 +449,21 @@ def boot_id() -> str | None:
     return _boot[0]
 
 
-# The watcher's program: `python -I -S -c WATCHER REAPER_PY RECORDS_DIR OWNER_PID`. It
-# waits with nothing but `os` loaded (a bare interpreter starts in a few milliseconds),
-# and loads this file only once there is something to do. Neither the terminal's Ctrl-C
-# nor a hang-up is meant for it: it goes when its parent does.
+# The watcher: `sh -c WAIT PYTHON WATCHER REAPER_PY RECORDS_DIR OWNER_PID`. At end of
+# file on its stdin the shell replaces itself with `PYTHON -I -S -c WATCHER REAPER_PY
+# RECORDS_DIR OWNER_PID`, which loads this file; at a `done` line (the run killed what
+# it recorded: nothing is left for it) it just exits. Neither the terminal's Ctrl-C nor
+# a hang-up is meant for it: it goes when its parent does (an ignored signal stays
+# ignored across the `exec`).
+WAIT = """\
+trap '' INT HUP TERM PIPE
+while read -r line; do [ "$line" = done ] && exit 0; done
+exec "$0" -I -S -c "$@"
+"""
 WATCHER = """\
-import os, signal, sys
+import signal, sys
 for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM, signal.SIGPIPE):
     signal.signal(sig, signal.SIG_IGN)
-try:
-    while os.read(0, 4096):
-        pass
-except OSError:
-    pass
 import importlib.util
 
 spec = importlib.util.spec_from_file_location("fabro_reaper", sys.argv[1])

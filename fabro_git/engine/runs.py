@@ -142,12 +142,14 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
     scratch = make_private_dir(run_scratch_dir(repo.git_dir, run_id))
     lock = RunLock(repo, run_id)
     lock.acquire()
-    # Three git processes asked at once and answered below: they run side by side, and
-    # while this process works.
+    # Two git processes asked at once and answered below: they run side by side, and
+    # while this process works. The configuration answers both the origin's URL and
+    # what to flush (`fabro_git.store.durability`).
     dirty_later = repo.uncommitted_changes_later()
-    origin_later = repo.origin_url_later()
-    prefetch_durability(repo.root)
-    manifest = _new_manifest(repo, spec, run_id, base.sha, base.branch, origin_later())
+    settings = repo.settings_later()
+    prefetch_durability(repo.root, settings)
+    origin = repo.origin_url_in(settings())
+    manifest = _new_manifest(repo, spec, run_id, base.sha, base.branch, origin)
     checkpoint = _first_checkpoint(spec, run_id, manifest.created_at)
     dirty = dirty_later()
 

@@ -11,6 +11,7 @@ from fabro_git.engine.outcome import PARTIAL, SUCCEEDED
 from fabro_git.engine.scope import Decision, Scope
 from fabro_git.events.catalogue import RunNotice
 from fabro_git.workflow import Graph, Node
+from fabro_git.workflow.model import LLM_TYPES
 
 
 def check_goal_gates(scope: Scope, emit: Emit) -> Decision:
@@ -66,8 +67,6 @@ DEFAULT_LLM_STAGE_TIMEOUT = 30 * 60.0
 
 def stage_timeout(node: Node) -> float | None:
     """The node's `timeout` in seconds; for a model stage without one, the default."""
-    from fabro_git.llm.choice import LLM_TYPES  # the model catalogue: on demand
-
     timeout = node.get_duration("timeout", None)
     if timeout is None and node.handler_type in LLM_TYPES:
         return DEFAULT_LLM_STAGE_TIMEOUT

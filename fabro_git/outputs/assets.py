@@ -26,6 +26,7 @@ limits bound that), and a file whose hash is unchanged is skipped.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import hashlib
 import mimetypes
 import os
@@ -235,11 +236,15 @@ def mime_type(path: str) -> str:
     suffix = Path(path).suffix.lower()
     if suffix in _EXTRA_TYPES:
         return _EXTRA_TYPES[suffix]
-    guessed, _ = _MIME.guess_type(path, strict=False)
+    guessed, _ = _mime_table().guess_type(path, strict=False)
     return guessed or "application/octet-stream"
 
 
-_MIME = mimetypes.MimeTypes()
+@functools.cache
+def _mime_table() -> mimetypes.MimeTypes:
+    """Python's built-in table, built on the first capture (~3 ms) rather than by every
+    run that imports this module."""
+    return mimetypes.MimeTypes()
 
 
 def capture(worktree: Path, before: Snapshot, include: Sequence[str] = ()) -> Capture:

@@ -164,3 +164,16 @@ def describe_failure(
 
 def out(proc: subprocess.CompletedProcess[bytes]) -> str:
     return proc.stdout.decode("utf-8", "surrogateescape")
+
+
+def config_entries(proc: subprocess.CompletedProcess[bytes]) -> dict[str, str]:
+    """The entries `git config --null --list` (or `--get-regexp`) printed, by name as
+    git prints it (section and key lower-cased, a subsection as written): each entry is
+    "name\nvalue\0", "name\0" for a key with no value; the last one of a name wins, as
+    it does for git."""
+    values: dict[str, str] = {}
+    for entry in out(proc).split("\0"):
+        if entry:
+            name, _, value = entry.partition("\n")
+            values[name] = value
+    return values

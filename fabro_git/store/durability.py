@@ -17,13 +17,12 @@ deprecated `core.fsyncObjectFiles = true` also flushes loose objects, as git doe
 
 from __future__ import annotations
 
-import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import msgspec
 
-from fabro_git.store._gitcli import out, run_git, start_git
+from fabro_git.store._gitcli import config_entries, start_git
 
 LOOSE_OBJECT = "loose-object"
 PACK = "pack"
@@ -94,11 +93,13 @@ class Durability(msgspec.Struct, frozen=True):
         )
 
 
-def prefetch(root: Path) -> None:
+def prefetch(root: Path, settings: Callable[[], Mapping[str, str]] | None = None) -> None:
     """Start reading the repository's setting now (a git process that runs while the
-    caller works), for `durability` to collect when it is first asked."""
+    caller works), for `durability` to collect when it is first asked. `settings`: the
+    repository's whole configuration, read already for other questions too
+    (`GitRepo.settings_later`), answers instead of a git process of its own."""
     if root not in _pending and root not in _known:
-        _pending[root] = start_git(_ARGS, cwd=root)
+        _pending[root] = settings if settings is not None else _read_later(root)
 
 
 def durability(root: Path) -> Durability:
@@ -106,21 +107,18 @@ def durability(root: Path) -> Durability:
     known = _known.get(root)
     if known is not None:
         return known
-    waiter = _pending.pop(root, None)
-    proc = waiter() if waiter is not None else run_git(_ARGS, cwd=root, check=False)
-    values: dict[str, str] = {}
-    # --null: each entry is "name\nvalue\0" ("name\0" for a key with no value); the
-    # last one of a name wins, as it does for git.
-    for entry in out(proc).split("\0"):
-        if not entry:
-            continue
-        name, _, value = entry.partition("\n")
-        values[name.lower()] = value
+    waiter = _pending.pop(root, None) or _read_later(root)
+    values = waiter()
     found = Durability.from_config(values.get("core.fsync"), values.get("core.fsyncobjectfiles"))
     _known[root] = found
     return found
 
 
+def _read_later(root: Path) -> Callable[[], Mapping[str, str]]:
+    wait = start_git(_ARGS, cwd=root)
+    return lambda: config_entries(wait())
+
+
 _ARGS = ("config", "--null", "--get-regexp", r"^core\.fsync(objectfiles)?$")
 _known: dict[Path, Durability] = {}
-_pending: dict[Path, Callable[[], subprocess.CompletedProcess[bytes]]] = {}
+_pending: dict[Path, Callable[[], Mapping[str, str]]] = {}

@@ -128,6 +128,11 @@ class LooseObjects:
         return lost
 
     def _absent(self, shas: list[str]) -> list[str]:
+        """Those of `shas` git does not have. One that is a loose file here is there,
+        read by git as it is (written whole, then renamed into place): only the others,
+        packed since or gone, are asked of git, so a run that lost nothing starts no
+        git process here."""
+        shas = [sha for sha in shas if not os.path.isfile(self._loose_path(sha))]
         if not shas:
             return []
         import subprocess
@@ -149,6 +154,9 @@ class LooseObjects:
             for line in proc.stdout.splitlines()
             if line.endswith(b" missing")
         ]
+
+    def _loose_path(self, sha: str) -> str:
+        return os.path.join(self._objects_path, sha[:2], sha[2:])
 
     def _store_loose(self, sha: str, data: bytes, header: bytes = b"") -> str:
         """Write `header` and `data` (or `data` alone, holding its header) as the loose

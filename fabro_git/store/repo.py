@@ -18,7 +18,7 @@ import contextlib
 import functools
 import re
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -31,8 +31,9 @@ from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
 from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError, disk_full_in
-from fabro_git.store._gitcli import git_failure, out, run_git, start_git
+from fabro_git.store._gitcli import config_entries, git_failure, out, run_git, start_git
 from fabro_git.store.backoff import DEADLINE_SECONDS, SYSTEM_CLOCK, Clock, retrying
+from fabro_git.store.commit_count import commits_between
 from fabro_git.store.durability import durability
 from fabro_git.store.identity import Identities, Identity
 from fabro_git.store.loose import FILE_CHUNK, LooseObjects
@@ -215,6 +216,18 @@ class GitRepo:
         """`origin_url`, asked of git now and answered when called (once)."""
         wait = start_git(["config", "--get", f"remote.{remote}.url"], cwd=self.root)
         return lambda: out(wait()).strip() or None
+
+    def settings_later(self) -> Callable[[], dict[str, str]]:
+        """The repository's whole configuration (`git config --list`, as
+        `_gitcli.config_entries` gives it), asked of git now and answered when called
+        (as often as wanted): one git process for several questions."""
+        wait = start_git(["config", "--null", "--list"], cwd=self.root)
+        return functools.cache(lambda: config_entries(wait()))
+
+    @staticmethod
+    def origin_url_in(settings: Mapping[str, str], remote: str = "origin") -> str | None:
+        """`origin_url`, from `settings_later`'s answer."""
+        return settings.get(f"remote.{remote}.url", "").strip() or None
 
     # -- refs ------------------------------------------------------------------------
 
@@ -528,15 +541,26 @@ class GitRepo:
 
     def change_summary(self, base: str, tip: str) -> tuple[int, int]:
         """(commits, files changed) from `base` to `tip`, as `git log`/`git diff` count."""
+        commits = commits_between(
+            self.git_dir,
+            base,
+            tip,
+            parents=lambda sha: self._commit(sha).parents,
+            has_replace_refs=lambda: bool(self.list_refs("refs/replace")),
+        )
         args = ["rev-list", "--count", f"{base}..{tip}"]
-        counting = start_git(args, cwd=self.root)  # counts while the files are diffed
+        # Else git counts, while the files are diffed.
+        counting = start_git(args, cwd=self.root) if commits is None else None
         try:
             # The files in process: the two trees are in this repository's objects, and
             # only the subtrees that differ are read.
             old, new = self._commit(base).tree.decode(), self._commit(tip).tree.decode()
             files = len(self.changed_paths(old, new, limit=sys.maxsize)) if old != new else 0
         finally:
-            proc = counting()
+            proc = counting() if counting is not None else None
+        if proc is None:
+            assert commits is not None
+            return commits, files
         if proc.returncode != 0:
             raise git_failure(args, self.root, proc)
         return int(out(proc).strip() or 0), files
