@@ -37,7 +37,9 @@ async function refreshRun() {
   const error = document.getElementById("run-error");
   error.hidden = !run.error;
   error.textContent = run.error || "";
-  document.getElementById("controls").hidden = !run.live;
+  // A run that has ended its walk may still hold its lock while it writes its last
+  // snapshot: there is nothing left to steer or interrupt.
+  document.getElementById("controls").hidden = !(run.live && run.status === "running");
   renderTimeline();
   colourGraph();
   if (run.live && gateStream === null) followGates();
