@@ -3,9 +3,10 @@ has already imported the package, instead of a new interpreter importing it agai
 
 Most of a short `git fabro` command's time is the interpreter importing trio, typer,
 msgspec, dulwich and the package (a quarter of a second for `run`, against 50 ms for a
-one-stage run itself). The suite starts that command about 1,500 times through `run_fabro`, so each
-test worker keeps one warm server (`python tests/forked_cli.py`) that imported all of it
-once, and `helpers.run_fabro` asks it to fork a child for each command. The child is what
+one-stage run itself). The suite starts that command about 1,500 times through
+`helpers.run_fabro`, so each test worker keeps one warm server (`python
+tests/forked_cli.py`) that imported all of it once, and `run_fabro` asks it to fork a
+child for each command. The child is what
 `git fabro ARGS` would have started: its own process, with the caller's working
 directory, environment (as git passes it to a dashed external: `GIT_EXEC_PATH` set and
 git's exec path first in `PATH`), umask and standard streams, whose pid the caller can
