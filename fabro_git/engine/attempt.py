@@ -30,7 +30,7 @@ from fabro_git.events.catalogue import AssetCaptured
 
 if TYPE_CHECKING:
     from fabro_git.config.run_config import RunSection
-    from fabro_git.outputs.assets import Snapshot
+    from fabro_git.outputs.assets import Capture, Snapshot
 
 # Stages that run commands in the worktree: their test assets are captured.
 RUNS_COMMANDS = frozenset({"command", "tool", "agent", "codergen"})
@@ -111,47 +111,63 @@ def asset_include(run: RunSection) -> tuple[str, ...]:
     return tuple(run.artifacts.include) if run.artifacts is not None else ()
 
 
-async def asset_baseline(request: StageRequest, include: tuple[str, ...]) -> Snapshot | None:
-    """The asset files before a stage that runs commands (None for other stages)."""
-    if request.node.handler_type not in RUNS_COMMANDS:
-        return None
-    from fabro_git.outputs import assets
+class AssetWatch:
+    """The asset files of one attempt at a stage that runs commands: those there before
+    it (`baseline`) and those it wrote (`capture`), both blocking work done on the
+    worker-thread trips the repository guard makes before and after the stage
+    (`RepoGuard.around`), then kept (`keep`)."""
 
-    return await trio.to_thread.run_sync(assets.baseline, request.worktree, include)
+    def __init__(self, request: StageRequest, include: tuple[str, ...]) -> None:
+        self.request = request
+        self.include = include
+        self._before: Snapshot | None = None
+        self._found: Capture | None = None
 
+    @classmethod
+    def of(cls, request: StageRequest, include: tuple[str, ...]) -> AssetWatch | None:
+        """The watch for `request`'s attempt; None for a stage that runs no commands."""
+        if request.node.handler_type not in RUNS_COMMANDS:
+            return None
+        return cls(request, include)
 
-async def capture_assets(
-    request: StageRequest,
-    before: Snapshot,
-    include: tuple[str, ...],
-    *,
-    scratch: Path,
-    pending_files: dict[str, PendingFile],
-) -> None:
-    """Copy the assets the attempt wrote to scratch and, at the next checkpoint, the
-    meta ref; one `asset.captured` per file."""
-    from fabro_git.outputs import assets
-    from fabro_git.store.runs import asset_dir, node_slug
+    def baseline(self) -> None:
+        """Blocking: the asset files before the attempt."""
+        from fabro_git.outputs import assets
 
-    found = await trio.to_thread.run_sync(assets.capture, request.worktree, before, include)
-    if found.empty:
-        return
-    slug = node_slug(request.node_dir)
-    directory = asset_dir(slug, request.attempt)
-    kept = await trio.to_thread.run_sync(assets.keep, scratch, directory, found)
-    pending_files.update(kept)
-    for item in found.files:
-        request.emit(
-            AssetCaptured(
-                attempt=request.attempt,
-                node_slug=slug,
-                path=item.path,
-                mime=item.mime,
-                content_md5=item.md5,
-                content_sha256=item.sha256,
-                bytes=len(item.data),
+        self._before = assets.baseline(self.request.worktree, self.include)
+
+    def capture(self) -> None:
+        """Blocking: what the attempt wrote among the asset files since `baseline`."""
+        from fabro_git.outputs import assets
+
+        if self._before is not None:
+            self._found = assets.capture(self.request.worktree, self._before, self.include)
+
+    async def keep(self, *, scratch: Path, pending_files: dict[str, PendingFile]) -> None:
+        """Copy what `capture` found to scratch and, at the next checkpoint, the meta
+        ref; one `asset.captured` per file."""
+        from fabro_git.outputs import assets
+        from fabro_git.store.runs import asset_dir, node_slug
+
+        found, request = self._found, self.request
+        if found is None or found.empty:
+            return
+        slug = node_slug(request.node_dir)
+        directory = asset_dir(slug, request.attempt)
+        kept = await trio.to_thread.run_sync(assets.keep, scratch, directory, found)
+        pending_files.update(kept)
+        for item in found.files:
+            request.emit(
+                AssetCaptured(
+                    attempt=request.attempt,
+                    node_slug=slug,
+                    path=item.path,
+                    mime=item.mime,
+                    content_md5=item.md5,
+                    content_sha256=item.sha256,
+                    bytes=len(item.data),
+                )
             )
-        )
 
 
 def event_response(result: Outcome) -> str | None:

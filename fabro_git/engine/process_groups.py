@@ -49,6 +49,7 @@ __all__ = [
     "start",
     "stop_watcher",
     "sweep_adopted",
+    "sweep_stage",
 ]
 
 
@@ -297,18 +298,34 @@ def _outlives_the_walk(mark: str) -> bool:
     return any(f".{kind}." in mark for kind in ("hook", "sink"))
 
 
-def sweep_adopted(mark: str | None, *, hooks_too: bool = True) -> list[int]:
+def sweep_stage(mark: str, *, since: set[int] | None) -> None:
+    """At the end of the stage of `mark`: kill what carries its mark (`kill_marked`,
+    among the processes started since the pids `since`), then what was re-parented to
+    this process (`sweep_adopted`). One read of `/proc` serves both when the first
+    kills nothing: the table read for the second names the pids alive for the first."""
+    table = _table.read() if _Subreaper.on else None
+    alive = None if table is None else {process.pid for process in table}
+    killed = kill_marked(mark, since=since, alive=alive)
+    # A kill re-parents what was under the killed process: the table is read again.
+    sweep_adopted(mark, table=None if killed else table)
+
+
+def sweep_adopted(
+    mark: str | None, *, hooks_too: bool = True, table: list[reaper.ProcessInfo] | None = None
+) -> list[int]:
     """Kill what was re-parented to this process (see `fabro_git.engine.reaper`), with
     everything under it: at the end of the stage of `mark`, what carries that mark, and
     what carries no mark of this run's when no other stage is running; with `mark` None
     (the run's end), all of it but this process's own helpers (and, unless `hooks_too`,
-    what carries a hook's or an event sink's mark). Returns the pids killed."""
+    what carries a hook's or an event sink's mark). Returns the pids killed. `table`:
+    the processes as read a moment ago (`ProcessTable.read`), for the first look."""
     if not _Subreaper.on:
         return []
     others = running_stages - {mark}
     killed: list[int] = []
     for _ in range(50):
-        table = _table.read()
+        if table is None or killed:
+            table = _table.read()
         spared = _spared()
         targets = [
             process

@@ -160,13 +160,18 @@ def marked(mark: str, among: set[int] | None = None) -> list[int]:
     return found
 
 
-def kill_marked(mark: str, *, since: set[int] | None = None) -> list[int]:
+def kill_marked(
+    mark: str, *, since: set[int] | None = None, alive: set[int] | None = None
+) -> list[int]:
     """SIGKILL every process carrying `mark` (see `marked`); with `since`, only those
     whose pid was not alive then (a stage's, started after it began). Repeated until
-    none is found, so a child forked during the sweep goes too."""
+    none is found, so a child forked during the sweep goes too. `alive`: the pids alive
+    now, read by the caller a moment ago (the first look takes them rather than reading
+    `/proc` again)."""
     killed: list[int] = []
     for _ in range(50):
-        among = None if since is None else pids() - since
+        now = pids() if alive is None or killed else alive
+        among = None if since is None else now - since
         found = [pid for pid in marked(mark, among) if pid != os.getpid()]
         if not found:
             break

@@ -111,11 +111,24 @@ class RepoGuard:
         self._in_flight = 0
 
     async def around(
-        self, request: StageRequest, call: Callable[[], Awaitable[Outcome]]
+        self,
+        request: StageRequest,
+        call: Callable[[], Awaitable[Outcome]],
+        *,
+        before: Callable[[], object] | None = None,
+        after: Callable[[], object] | None = None,
     ) -> Outcome:
-        """Run the stage (`call`), then fail it if it changed the user's repository."""
+        """Run the stage (`call`), then fail it if it changed the user's repository.
+
+        `before` and `after` are blocking work of the caller's (what an attempt takes of
+        the worktree around the stage), done on the worker thread that takes the state
+        before and after: a trip to a worker thread costs a hand-off each way, which a
+        loaded machine makes dear. `after` is done only when the stage ended (not when
+        it was cut off), and its exception, if any, is raised once the check is done."""
         if self._in_flight == 0 or self._baseline is None:
-            self._baseline = await trio.to_thread.run_sync(self.reader.take)
+            self._baseline = await trio.to_thread.run_sync(self._take_then, before)
+        elif before is not None:
+            await trio.to_thread.run_sync(before)
         self._in_flight += 1
         try:
             result = await call()
@@ -123,12 +136,12 @@ class RepoGuard:
             self._in_flight -= 1
             with trio.CancelScope(shield=True):
                 # Cut off (Ctrl-C, the watchdog): still put the config and hooks back.
-                problems = await self._check(request)
+                problems, _ = await self._check(request)
             if problems:
                 self._notice(request, problems)
             raise
         self._in_flight -= 1
-        problems = await self._check(request)
+        problems, after_error = await self._check(request, after)
         try:
             own = self._own_refs(request)
         except RunRefLost as err:
@@ -136,12 +149,21 @@ class RepoGuard:
         else:
             if own:
                 self._notice(request, own, level="warn")
+        if after_error is not None:
+            raise after_error
         if not problems:
             return result
         message = f"{request.node_id} changed the user's repository: " + "; ".join(problems)
         if result.status == FAILED and result.error:
             message = f"{result.error}\n{message}"
         return Outcome.failure(message, DETERMINISTIC, notes=result.notes)
+
+    def _take_then(self, work: Callable[[], object] | None) -> RepoState:
+        """The state now, then `work` (on the same worker thread)."""
+        state = self.reader.take()
+        if work is not None:
+            work()
+        return state
 
     def _notice(
         self, request: StageRequest, problems: list[str], *, level: NoticeLevel = "error"
@@ -154,16 +176,29 @@ class RepoGuard:
             )
         )
 
-    async def _check(self, request: StageRequest) -> list[str]:
+    async def _check(
+        self, request: StageRequest, after: Callable[[], object] | None = None
+    ) -> tuple[list[str], Exception | None]:
+        """The changes found (and put back), and what `after` raised, if anything."""
         baseline = self._baseline
         assert baseline is not None
-        after = await trio.to_thread.run_sync(self.reader.take)
-        if after == baseline:
-            return []
+
+        def take() -> tuple[RepoState, Exception | None]:
+            state = self.reader.take()
+            if after is not None:
+                try:
+                    after()
+                except Exception as err:  # raised once the check is done
+                    return state, err
+            return state, None
+
+        state, after_error = await trio.to_thread.run_sync(take)
+        if state == baseline:
+            return [], after_error
         try:
-            return await self._compare(baseline, after, request)
+            return await self._compare(baseline, state, request), after_error
         except OSError as err:
-            return [f"the repository changed, and putting it back failed: {err}"]
+            return [f"the repository changed, and putting it back failed: {err}"], after_error
 
     async def _compare(
         self, baseline: RepoState, after: RepoState, request: StageRequest

@@ -491,20 +491,16 @@ class Runtime:
                 return hooked
         if run.handler is None:
             return Outcome.failure(f"no handler for node type {node.handler_type!r}", STRUCTURAL)
-        include = attempt.asset_include(self.manifest.run_config)
-        assets = await attempt.asset_baseline(request, include)
+        assets = attempt.AssetWatch.of(request, attempt.asset_include(self.manifest.run_config))
         call = functools.partial(
             attempt.call_handler, run.handler, request, scope, in_place=self.options.in_place
         )
-        result = await self.repo_guard.around(request, call)
-        if assets is not None:
-            await attempt.capture_assets(
-                request,
-                assets,
-                include,
-                scratch=self.scratch,
-                pending_files=self.ledger.pending_files,
-            )
+        if assets is None:
+            return await self.repo_guard.around(request, call)
+        result = await self.repo_guard.around(
+            request, call, before=assets.baseline, after=assets.capture
+        )
+        await assets.keep(scratch=self.scratch, pending_files=self.ledger.pending_files)
         return result
 
     async def _retrying(self, run: StageRun, result: Outcome, attempt: int) -> bool:

@@ -236,13 +236,12 @@ class StageRequest(msgspec.Struct):
         """Kill whatever the stage started that is still running (the engine calls this
         when the stage ends)."""
         if self._mark is not None:
-            from fabro_git.engine import process_groups, reaper
+            from fabro_git.engine import process_groups
 
             process_groups.running_stages.discard(self._mark)
-            reaper.kill_marked(self._mark, since=self._pids_before)
-            # What left the stage's groups and was re-parented to this process, mark
-            # or none (`env -i`).
-            process_groups.sweep_adopted(self._mark)
+            # What carries its mark, then what left the stage's groups and was
+            # re-parented to this process, mark or none (`env -i`).
+            process_groups.sweep_stage(self._mark, since=self._pids_before)
 
     @property
     def output_listener(self) -> Callable[[str, str], None] | None:

@@ -16,6 +16,7 @@ never a ref.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import re
@@ -250,12 +251,20 @@ def put_back_tree(top: Path, before: dict[str, Entry], after: dict[str, Entry]) 
 
 def remote_push_urls(config: bytes | None) -> tuple[list[str], list[str]]:
     """The `url`s of the config's remotes that have no `pushurl`, and the `pushurl`s."""
+    urls, pushurls = _push_urls(config or b"")
+    return list(urls), list(pushurls)
+
+
+@functools.lru_cache(maxsize=8)
+def _push_urls(config: bytes) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """`remote_push_urls`, parsed once for each version of the config (every command
+    stage's environment asks, and the config seldom changes within a run)."""
     urls: list[str] = []
     pushurls: list[str] = []
     try:
-        parsed = ConfigFile.from_file(io.BytesIO(config or b""))
+        parsed = ConfigFile.from_file(io.BytesIO(config))
     except Exception:  # an unreadable config: git would refuse to push anyway
-        return urls, pushurls
+        return (), ()
     for section in parsed.sections():
         if len(section) != 2 or section[0].lower() != b"remote":
             continue
@@ -264,4 +273,4 @@ def remote_push_urls(config: bytes | None) -> tuple[list[str], list[str]]:
             pushurls += own_push
         else:
             urls += [v.decode("utf-8", "replace") for v in parsed.get_multivar(section, "url")]
-    return urls, pushurls
+    return tuple(urls), tuple(pushurls)

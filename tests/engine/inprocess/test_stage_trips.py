@@ -1,0 +1,56 @@
+"""A command stage's trips to a worker thread: each is a hand-off each way, which a
+loaded machine makes dear, so the blocking work around a stage shares them. The
+repository guard's look before the stage takes the asset baseline on the same trip, its
+look after takes the asset capture; the checkpoint is one more."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from engine.inprocess.harness import walk
+
+
+def _workflow(stages: int) -> str:
+    nodes = "".join(
+        f'    s{i} [shape=parallelogram, script="echo {i} > f{i}.txt"]\n' for i in range(stages)
+    )
+    chain = " -> ".join(["start", *(f"s{i}" for i in range(stages)), "exit"])
+    return (
+        "digraph W {\n    start [shape=Mdiamond]\n    exit [shape=Msquare]\n"
+        f"{nodes}    {chain}\n}}\n"
+    )
+
+
+def _trips(tmp_path: Path, stages: int, monkeypatch: pytest.MonkeyPatch) -> int:
+    count = 0
+    original = trio.to_thread.run_sync
+
+    async def counted(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        nonlocal count
+        count += 1
+        return await original(fn, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(trio.to_thread, "run_sync", counted)
+        walked = walk(_workflow(stages), tmp_path / str(stages))
+    assert walked.status == "succeeded", walked.error
+    assert [f"f{i}.txt" for i in range(stages)] == sorted(
+        p.name for p in walked.worktree.glob("f*.txt")
+    )
+    return count
+
+
+def test_a_command_stage_takes_three_trips_to_a_worker_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The difference between three command stages and one: what a command stage costs,
+    # whatever the run's start and end take.
+    per_stage = (_trips(tmp_path, 3, monkeypatch) - _trips(tmp_path, 1, monkeypatch)) / 2
+    # The guard's look before (with the asset baseline), its look after (with the
+    # asset capture), the checkpoint.
+    assert per_stage == 3
