@@ -49,6 +49,9 @@ from pathlib import Path
 _STARTUP_PREFIXES = ("PYTHON", "LC_")
 _STARTUP_NAMES = frozenset({"LANG"})
 
+# Read once, as the suite starts: each test's hermetic environment drops FABRO_* names.
+ORDINARY_ONLY = os.environ.get("FABRO_TEST_EXEC") == "1"
+
 
 def _startup_vars(env: dict[str, str]) -> dict[str, str]:
     return {
@@ -249,7 +252,7 @@ def run(
 ) -> subprocess.CompletedProcess[str] | None:
     """`git fabro ARGS` forked warm, as `subprocess.run(..., capture_output=True,
     text=True)` would give it; None where it must start the ordinary way."""
-    if os.environ.get("FABRO_TEST_EXEC") == "1":
+    if ORDINARY_ONLY:
         return None
     where = os.fspath(cwd) if cwd is not None else os.getcwd()
     passed = _git_environment(env)

@@ -14,7 +14,7 @@ import pytest
 from helpers import git, run_fabro, write_workflow
 
 pytestmark = pytest.mark.skipif(
-    not hasattr(os, "pidfd_open") or os.environ.get("FABRO_TEST_EXEC") == "1",
+    not hasattr(os, "pidfd_open") or forked_cli.ORDINARY_ONLY,
     reason="the warm start needs os.pidfd_open and is off under FABRO_TEST_EXEC=1",
 )
 
