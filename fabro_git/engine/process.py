@@ -113,7 +113,11 @@ async def run_script(
             err.write(f"cannot start {argv[0]}: {exc.strerror or exc}\n".encode())
             return 126, False
     recorded = (
-        process_groups.record(groups, process.pid, kind=group_kind) if groups is not None else None
+        process_groups.record(
+            groups, process.pid, kind=group_kind, started=process_groups.started_between(process)
+        )
+        if groups is not None
+        else None
     )
     timed_out = False
     try:

@@ -85,24 +85,26 @@ async def start(
             env=env,
             start_new_session=True,
         )
-    return _Child(
-        subprocess.Popen(
-            argv,
-            cwd=str(cwd),
-            stdin=source,
-            stdout=stdout,
-            stderr=stderr,
-            env=env,
-            start_new_session=True,
-        )
+    earliest = reaper.boot_ticks()
+    popen = subprocess.Popen(
+        argv,
+        cwd=str(cwd),
+        stdin=source,
+        stdout=stdout,
+        stderr=stderr,
+        env=env,
+        start_new_session=True,
     )
+    return _Child(popen, started=(earliest, reaper.boot_ticks()))
 
 
 class _Child:
-    """A child waited for through a pidfd, without a thread (Linux)."""
+    """A child waited for through a pidfd, without a thread (Linux). `started` brackets
+    its start time, in `/proc/<pid>/stat`'s ticks: `record` need not read it back."""
 
-    def __init__(self, popen: subprocess.Popen[bytes]) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], *, started: tuple[int, int]) -> None:
         self._popen = popen
+        self.started = started
         self._pidfd: int | None = os.pidfd_open(popen.pid)
         self._finalizer = weakref.finalize(self, os.close, self._pidfd)
 
@@ -125,23 +127,33 @@ class _Child:
         return self._popen.returncode
 
 
+def started_between(process: StageProcess) -> tuple[int, int] | None:
+    """The ticks `process`'s start time lies between, when `start` bracketed it."""
+    return process.started if isinstance(process, _Child) else None
+
+
 def records_dir(scratch: Path) -> Path:
     """Where a run's scratch dir keeps its process group records."""
     return scratch / "process-groups"
 
 
-def record(directory: Path, pgid: int, *, kind: str = "stage") -> Path | None:
+def record(
+    directory: Path, pgid: int, *, kind: str = "stage", started: tuple[int, int] | None = None
+) -> Path | None:
     """Note that group `pgid` (led by the process `pgid`) belongs to this run, and make
     sure the run's watcher is there to kill it should this process die. `kind` is
     `stage` (what stages run) or `hook` (lifecycle hooks, which may outlive the walk
-    until the run's very end)."""
-    leader = read_stat(pgid)
-    entry: ProcessRecord = {
-        "pgid": pgid,
-        "start": leader.start if leader else None,
-        "boot": boot_id(),
-        "kind": kind,
-    }
+    until the run's very end). `started`: the leader's start time as bracketed when
+    this process started it (`start`), else it is read from `/proc`, which waits while
+    a fresh process loads."""
+    entry: ProcessRecord = {"pgid": pgid, "boot": boot_id(), "kind": kind}
+    if started is not None:
+        entry["start"], latest = started
+        if latest != started[0]:
+            entry["start_max"] = latest
+    else:
+        leader = read_stat(pgid)
+        entry["start"] = leader.start if leader else None
     return _write_record(directory, str(pgid), entry)
 
 

@@ -58,8 +58,11 @@ The watcher cannot be the subreaper: it is no ancestor of the stages' processes,
 subreaper only receives its descendants' orphans.
 
 A pid can be recycled once its group is gone, so a record also holds the leader's start
-time (from `/proc/<pid>/stat`, in clock ticks since boot) and the boot id. A group is
-only signalled when its leader is the very process recorded, or, with the leader gone,
+time (as `/proc/<pid>/stat` gives it, in clock ticks since boot) and the boot id. For a
+command `git fabro` started itself the start time is not read back but bracketed: the
+boot clock read just before the spawn and just after it (`start` and `start_max`, most
+often one tick), since reading a fresh child's `/proc/<pid>/stat` waits while it
+loads. A group is only signalled when its leader is the very process recorded, or, with the leader gone,
 when every member started after it and still sits in the leader's session: Linux never
 hands out an id that a live group or session still uses. Without `/proc` a record is
 never trusted, only removed.
@@ -90,6 +93,7 @@ class ProcessRecord(TypedDict, total=False):
     mark: str
     orphan: int
     start: int | None
+    start_max: int  # the latest start a bracketed one may have (see above)
     boot: str | None
     owner: int
 
@@ -326,7 +330,7 @@ def _kill_run_mark(path: Path, entry: ProcessRecord, mark: str, kind: str | None
 def _kill_group(path: Path, entry: ProcessRecord, pgid: int, grace: float) -> list[int]:
     """A recorded process group, if it is still the one recorded."""
     killed: list[int] = []
-    if still_ours(pgid, entry.get("start"), entry.get("boot")):
+    if still_ours(pgid, entry.get("start"), entry.get("boot"), entry.get("start_max")):
         # What left the group from under its members goes too: found first, as a
         # member's death re-parents its children.
         table = processes()
@@ -349,9 +353,12 @@ def _stop(pgid: int, grace: float) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def still_ours(pgid: int, start: int | None, boot: str | None) -> bool:
-    """Whether group `pgid`, recorded with its leader's `start` time in boot `boot`, is
-    still the group recorded (see the module's docstring)."""
+def still_ours(
+    pgid: int, start: int | None, boot: str | None, start_max: int | None = None
+) -> bool:
+    """Whether group `pgid`, recorded with its leader's `start` time (or a start between
+    `start` and `start_max`) in boot `boot`, is still the group recorded (see the
+    module's docstring)."""
     if start is None or boot is None or boot != boot_id():
         return False
     members = [p for p in processes() if p.pgid == pgid and not p.zombie]
@@ -359,7 +366,7 @@ def still_ours(pgid: int, start: int | None, boot: str | None) -> bool:
         return False
     leader = next((p for p in members if p.pid == pgid), None)
     if leader is not None:
-        return leader.start == start
+        return start <= leader.start <= max(start, start_max or start)
     return all(p.session == pgid and p.start >= start for p in members)
 
 
@@ -442,6 +449,15 @@ def read_stat(pid: int) -> ProcessInfo | None:
 
 
 _boot: list[str | None] = []
+
+
+def boot_ticks() -> int:
+    """The boot clock now, in the clock ticks since boot `/proc/<pid>/stat` counts a
+    process's start time in (rounded down as the kernel rounds it)."""
+    return time.clock_gettime_ns(time.CLOCK_BOOTTIME) // (1_000_000_000 // _TICKS_PER_SECOND)
+
+
+_TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def boot_id() -> str | None:

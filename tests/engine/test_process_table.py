@@ -3,8 +3,11 @@ only what may have become the run's, and still sees every process of the run."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +55,41 @@ def test_the_table_reads_again_only_new_processes_and_descendants(
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_started_command_is_recorded_with_a_start_window_that_holds_its_start(
+    tmp_path: Path,
+) -> None:
+    """`process_groups.start` brackets the start time instead of reading it back: the
+    record still names that very group, and one whose window misses the leader's start
+    does not."""
+    import json
+
+    import trio
+
+    from fabro_git.engine import process_groups
+
+    async def main() -> None:
+        with open(os.devnull, "wb") as sink:
+            process = await process_groups.start(
+                ["sleep", "30"], cwd=tmp_path, stdout=sink, stderr=sink, env=dict(os.environ)
+            )
+        try:
+            window = process_groups.started_between(process)
+            assert window is not None
+            path = process_groups.record(tmp_path / "groups", process.pid, started=window)
+            assert path is not None
+            entry = json.loads(path.read_text())
+            leader = reaper.read_stat(process.pid)
+            assert leader is not None
+            assert entry["start"] <= leader.start <= entry.get("start_max", entry["start"])
+            assert reaper.still_ours(
+                process.pid, entry["start"], entry["boot"], entry.get("start_max")
+            )
+            # A recycled pid: a leader that started after the window is not the one recorded.
+            assert not reaper.still_ours(process.pid, window[0] - 5, entry["boot"], window[0] - 1)
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            await process.wait()
+
+    trio.run(main)
