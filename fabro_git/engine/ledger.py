@@ -63,6 +63,9 @@ class Ledger:
         # id, for the main run's checkpoint to reuse (or the error computing it, to
         # raise there).
         self.stage_trees: dict[str, str | FabroError | None] = {}
+        # The paths a stage changed, found with its tree on the repository guard's trip
+        # after it (`MainRecording.tree_after_stage`), by stage id.
+        self.stage_files: dict[str, list[str]] = {}
         # What a scan of the worktree for a stage's tree found running, by stage id, and
         # what the last checkpoint's scan left (see `clean_start`).
         self.scan_hooks: dict[str, int | None] = {}

@@ -16,6 +16,7 @@ computes for that is the one it records, so it is computed once.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from functools import partial
 from typing import TypeVar
 
@@ -57,38 +58,67 @@ class MainRecording:
     async def files_touched(self, scope: Scope, stage_id: str) -> list[str]:
         """The stage's tree against the run tip's. The tree is computed here, before
         stage.completed, and the checkpoint reuses it: computing it writes objects
-        only, so it is as safe to do early as late."""
+        only, so it is as safe to do early as late. Found already on the guard's look
+        after the stage (`tree_after_stage`), it costs no trip of its own."""
         ledger = self.ledger
+        found = ledger.stage_files.pop(stage_id, None)
+        if found is not None:
+            return found
         recorder = ledger.recorder
         before = recorder.run_tip
         if before is None or recorder.worktree is None:
             return []
         ledger.scan_hooks[stage_id] = ledger.hooks_seen()
-        node_id = stage_id.rpartition("@")[0]
-
-        def tree_and_files() -> tuple[str | FabroError | None, list[str], Exception | None]:
-            # One trip to a worker thread for the three steps: each trip costs a thread
-            # hand-off, which a loaded machine makes dear.
-            try:
-                tree = recorder.stage_tree(node_id)
-            except FabroError as err:
-                return err, [], None  # the checkpoint reports it
-            if tree is None:
-                return None, [], None
-            try:
-                old = recorder.tip_tree(before)
-            except Exception as err:  # raised below, once the tree is kept
-                return tree, [], err
-            try:
-                return tree, ledger.repo.changed_paths(old, tree, limit=FILES_TOUCHED_LIMIT), None
-            except FabroError:
-                return tree, [], None
-
-        tree, files, error = await ledger.call(tree_and_files)
+        tree, files, error = await ledger.call(self._tree_and_files, stage_id, before)
         ledger.stage_trees[stage_id] = tree
         if error is not None:
             raise error
         return files
+
+    def tree_after_stage(self, scope: Scope, stage_id: str) -> Callable[[], None] | None:
+        """Blocking work for the repository guard's trip after the stage: its tree and
+        files_touched, kept for `files_touched` and the checkpoint. Not when the stage
+        moved or deleted the run branch: the guard puts a deleted one back after that
+        trip, and the tree is taken once it has."""
+        ledger = self.ledger
+        recorder = ledger.recorder
+        before = recorder.run_tip
+        if before is None or recorder.worktree is None:
+            return None
+
+        def find() -> None:
+            if ledger.repo.read_ref(recorder.run_ref) != before:
+                return
+            scanned = ledger.hooks_seen()
+            tree, files, error = self._tree_and_files(stage_id, before)
+            if error is None:
+                ledger.scan_hooks[stage_id] = scanned
+                ledger.stage_trees[stage_id] = tree
+                ledger.stage_files[stage_id] = files
+
+        return find
+
+    def _tree_and_files(
+        self, stage_id: str, before: str
+    ) -> tuple[str | FabroError | None, list[str], Exception | None]:
+        """Blocking: the stage's tree (or the error recording it, for the checkpoint to
+        report), the paths it changed since `before`, and what failed reading the tip's
+        tree, to raise once the tree is kept. The three steps share one trip."""
+        recorder = self.ledger.recorder
+        try:
+            tree = recorder.stage_tree(stage_id.rpartition("@")[0])
+        except FabroError as err:
+            return err, [], None  # the checkpoint reports it
+        if tree is None:
+            return None, [], None
+        try:
+            old = recorder.tip_tree(before)
+        except Exception as err:  # raised by the caller, once the tree is kept
+            return tree, [], err
+        try:
+            return tree, self.ledger.repo.changed_paths(old, tree, limit=FILES_TOUCHED_LIMIT), None
+        except FabroError:
+            return tree, [], None
 
     def clean_start(self, scope: Scope) -> CleanStart | None:
         return clean_start.take(self.ledger, scope.worktree)
@@ -180,6 +210,7 @@ class MainRecording:
     def _stage_tree(self, stage: FinishedStage) -> str | None:
         """The stage's tree: the one `files_touched` computed, else a fresh scan."""
         ledger = self.ledger
+        ledger.stage_files.pop(stage.stage_id, None)  # the stage gave its own
         if stage.stage_id not in ledger.stage_trees:
             ledger.scan_hooks[stage.stage_id] = ledger.hooks_seen()
             return ledger.recorder.stage_tree(stage.node.id)
@@ -199,6 +230,9 @@ class _NestedRecording:
 
     async def files_touched(self, scope: Scope, stage_id: str) -> list[str]:
         return await _scope_files_touched(self.ledger, scope, stage_id)
+
+    def tree_after_stage(self, scope: Scope, stage_id: str) -> Callable[[], None] | None:
+        return None
 
     def clean_start(self, scope: Scope) -> CleanStart | None:
         self.ledger.clean_mark = None  # used at most once, and only by the run's stages

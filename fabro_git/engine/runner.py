@@ -116,6 +116,18 @@ T = TypeVar("T")
 TRACKS_TREE = frozenset({"command", "tool", "parallel", "parallel.fan_in", "stack.manager_loop"})
 
 
+def _both(first: Callable[[], object], then: Callable[[], object] | None) -> Callable[[], object]:
+    """`first`, then `then` when there is one: two pieces of blocking work, one trip."""
+    if then is None:
+        return first
+
+    def both() -> None:
+        first()
+        then()
+
+    return both
+
+
 class StageRun(msgspec.Struct, kw_only=True):
     """One stage as `execute_stage` runs it: its names, its place, its retry budget."""
 
@@ -495,10 +507,16 @@ class Runtime:
         call = functools.partial(
             attempt.call_handler, run.handler, request, scope, in_place=self.options.in_place
         )
+        # The stage's tree is taken on the guard's trip after it, with the assets.
+        tree = (
+            scope.recording.tree_after_stage(scope, run.stage_id)
+            if node.handler_type in TRACKS_TREE
+            else None
+        )
         if assets is None:
-            return await self.repo_guard.around(request, call)
+            return await self.repo_guard.around(request, call, after=tree)
         result = await self.repo_guard.around(
-            request, call, before=assets.baseline, after=assets.capture
+            request, call, before=assets.baseline, after=_both(assets.capture, tree)
         )
         await assets.keep(scratch=self.scratch, pending_files=self.ledger.pending_files)
         return result
@@ -520,8 +538,10 @@ class Runtime:
                 will_retry=True,
             ),
         )
-        # A tree taken during the attempt (an agent CLI's) is not the stage's.
+        # A tree taken during or after the attempt (an agent CLI's, the guard's) is not
+        # the stage's.
         self.ledger.stage_trees.pop(run.stage_id, None)
+        self.ledger.stage_files.pop(run.stage_id, None)
         self.ledger.scan_hooks.pop(run.stage_id, None)
         return True
 

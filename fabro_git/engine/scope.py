@@ -25,6 +25,8 @@ from fabro_git.jsondata import JsonObject
 from fabro_git.workflow import Graph, Node
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from fabro_git.engine.clean_start import CleanStart
 
 
@@ -107,6 +109,12 @@ class ScopeRecording(Protocol):
 
     async def files_touched(self, scope: Scope, stage_id: str) -> list[str]:
         """The paths the stage changed, against the scope's last recorded tree."""
+        ...
+
+    def tree_after_stage(self, scope: Scope, stage_id: str) -> Callable[[], None] | None:
+        """Blocking work to do on the repository guard's trip after the stage, which
+        finds what `files_touched` then returns without a trip of its own; None when
+        there is none."""
         ...
 
     def clean_start(self, scope: Scope) -> CleanStart | None:

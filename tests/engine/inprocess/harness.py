@@ -97,6 +97,7 @@ def walk(
     alongside: Callable[[], Awaitable[None]] | None = None,
     detached: bool = False,
     render: bool = False,
+    run_branch: bool = False,
 ) -> Walked:
     """Run the graph's main walk to its end, on a MockClock that jumps over every sleep
     unless `mock_clock` is off (a real process must get the time to stop when told).
@@ -105,7 +106,9 @@ def walk(
     a real run, the gates are put on a desk `git fabro attach` would see, and a gate
     waiting there is no stall; `detached` is a run with no terminal, whose gates wait
     for an attached answer. `render` renders the workflow's templates first, with no
-    inputs and the graph's goal, as `git fabro run` does before a run starts."""
+    inputs and the graph's goal, as `git fabro run` does before a run starts. With
+    `run_branch` the run records each stage's tree on a run branch checked out in the
+    worktree, as a run in a worktree of its own does; else it runs in place, with none."""
     graph = parse(textwrap.dedent(source))
     goal = ""
     if render:
@@ -114,6 +117,8 @@ def walk(
     worktree = tmp_path / "worktree"
     worktree.mkdir(parents=True, exist_ok=True)
     base_sha = _init_repository(worktree)
+    if run_branch:
+        subprocess.run(["git", "checkout", "-q", "-b", "fabro/run/RUN"], cwd=worktree, check=True)
     repo = GitRepo.discover(worktree)
     manifest = Manifest(
         run_id="RUN",
@@ -143,10 +148,11 @@ def walk(
         workflow_slug="wf",
         emit=emit,
         take_segment=bus.take_segment,
-        worktree=None,  # in place: the run has no worktree or branch of its own
+        # In place, the run has no worktree or branch of its own.
+        worktree=worktree if run_branch else None,
         exclude_globs=[],
         meta_tip=None,
-        run_tip=None,
+        run_tip=base_sha if run_branch else None,
         requeue=bus.restore_pending,
     )
     desk = GateDesk()

@@ -1,7 +1,8 @@
 """A command stage's trips to a worker thread: each is a hand-off each way, which a
 loaded machine makes dear, so the blocking work around a stage shares them. The
 repository guard's look before the stage takes the asset baseline on the same trip, its
-look after takes the asset capture; the checkpoint is one more."""
+look after takes the asset capture and, in a run with a branch of its own, the stage's
+tree and files_touched; the checkpoint is one more."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ def _workflow(stages: int) -> str:
     )
 
 
-def _trips(tmp_path: Path, stages: int, monkeypatch: pytest.MonkeyPatch) -> int:
+def _trips(
+    tmp_path: Path, stages: int, monkeypatch: pytest.MonkeyPatch, *, run_branch: bool
+) -> int:
     count = 0
     original = trio.to_thread.run_sync
 
@@ -37,20 +40,29 @@ def _trips(tmp_path: Path, stages: int, monkeypatch: pytest.MonkeyPatch) -> int:
 
     with monkeypatch.context() as patch:
         patch.setattr(trio.to_thread, "run_sync", counted)
-        walked = walk(_workflow(stages), tmp_path / str(stages))
+        walked = walk(_workflow(stages), tmp_path / str(stages), run_branch=run_branch)
     assert walked.status == "succeeded", walked.error
     assert [f"f{i}.txt" for i in range(stages)] == sorted(
         p.name for p in walked.worktree.glob("f*.txt")
     )
+    completed = {
+        e.node_id: getattr(e.properties, "files_touched", None)
+        for e in walked.events
+        if e.event == "stage.completed" and e.node_id not in ("start", "exit")
+    }
+    # Each stage's own file, found on the guard's trip (or none, in place).
+    assert completed == {f"s{i}": [f"f{i}.txt"] if run_branch else [] for i in range(stages)}
     return count
 
 
+@pytest.mark.parametrize("run_branch", [False, True], ids=["in-place", "run-branch"])
 def test_a_command_stage_takes_three_trips_to_a_worker_thread(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_branch: bool
 ) -> None:
     # The difference between three command stages and one: what a command stage costs,
     # whatever the run's start and end take.
-    per_stage = (_trips(tmp_path, 3, monkeypatch) - _trips(tmp_path, 1, monkeypatch)) / 2
+    three = _trips(tmp_path, 3, monkeypatch, run_branch=run_branch)
+    per_stage = (three - _trips(tmp_path, 1, monkeypatch, run_branch=run_branch)) / 2
     # The guard's look before (with the asset baseline), its look after (with the
     # asset capture), the checkpoint.
     assert per_stage == 3
