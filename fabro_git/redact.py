@@ -133,9 +133,11 @@ def _is_hex(digits: str | bytes) -> bool:
 NOT_SECRET = frozenset({"PASSWORD_STORE_DIR", "PASSWORD_STORE_KEY", "PASSWORD_STORE_GPG_OPTS"})
 
 
+@functools.lru_cache(maxsize=4096)
 def is_secret_name(name: str) -> bool:
     """Whether a variable of this name holds a secret: the one rule for what the
-    redactor masks and what a stage's environment leaves out."""
+    redactor masks and what a stage's environment leaves out. Remembered by name: each
+    stage's environment asks again of every variable the host has."""
     return name not in NOT_SECRET and bool(_SECRET_NAME.search(name.upper()))
 
 

@@ -34,6 +34,7 @@ import os
 import re
 import stat
 import struct
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -286,13 +287,39 @@ def _stamp(path: Path) -> tuple[int, int] | None:
 
 
 def _lines(path: Path) -> list[bytes]:
+    """The pattern lines of an ignore or attributes file (none when it is missing).
+
+    Remembered between stages by the file's stat data, and only for a file last written
+    well before it was read: one rewritten within the same timestamp tick as a read
+    would otherwise keep its stat data, as git's racily clean index entries would."""
+    key = os.fspath(path)
+    try:
+        st = os.stat(key)
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+    known = _read_lines.get(key)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    read_at = time.time_ns()
     try:
         data = path.read_bytes()
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return []
-    return [
+    lines = [
         line for line in data.splitlines() if line.strip() and not line.lstrip().startswith(b"#")
     ]
+    if read_at - max(st.st_mtime_ns, st.st_ctime_ns) > _SETTLED_NS:
+        if len(_read_lines) >= 256:
+            _read_lines.clear()
+        _read_lines[key] = (stamp, lines)
+    return lines
+
+
+# The lines of the ignore and attributes files read so far, by path, with their stat data.
+_read_lines: dict[str, tuple[tuple[int, int, int, int], list[bytes]]] = {}
+# How long before it is read a file must have been written for its lines to be kept.
+_SETTLED_NS = 100_000_000
 
 
 def _ignore_patterns(paths: list[Path]) -> list[re.Pattern[bytes]] | None:

@@ -10,11 +10,12 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+import pytest
 from helpers import git, run_fabro, write_workflow
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fabro_git.store import statcheck
+from fabro_git.store import staging, statcheck
 from fabro_git.store.repo import GitRepo
 from fabro_git.store.staging import Stager
 
@@ -219,4 +220,31 @@ def test_a_new_file_no_ignore_pattern_can_match_is_staged_in_process(repo: Path)
     staged = Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo))
     assert staged is not None
     assert git(repo, "ls-files", "src") == "src/main.py\n"
+    grepo.close()
+
+
+def test_an_exclude_file_rewritten_between_stagings_is_read_again(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ignore files' lines are remembered between stages by their stat data: a
+    rewrite that keeps the size and puts the mtime back still changes the ctime."""
+    # Any file counts as settled, so the first reading is remembered.
+    monkeypatch.setattr(staging, "_SETTLED_NS", -1)
+    exclude = repo / ".git" / "info" / "exclude"
+    exclude.parent.mkdir(exist_ok=True)
+    exclude.write_text("*.log\n")
+    long_ago = exclude.stat().st_mtime - 3600
+    os.utime(exclude, (long_ago, long_ago))
+    git(repo, "add", "-A")
+    tree = git(repo, "write-tree").strip()
+    grepo = GitRepo.discover(repo)
+    stager = Stager(grepo, repo)
+    (repo / "a.txt").write_text("kept\n")
+    staged = stager.stage(tree, statcheck.index_stamp(repo))
+    assert staged is not None  # no pattern can match a.txt: staged in process
+    exclude.write_text("*.txt\n")  # the same size
+    os.utime(exclude, (long_ago, long_ago))
+    (repo / "b.txt").write_text("ignored now\n")
+    # b.txt may be ignored: git decides, not a remembered reading of the old file.
+    assert stager.stage(*staged) is None
     grepo.close()
