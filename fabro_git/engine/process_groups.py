@@ -165,24 +165,30 @@ def _write_record(directory: Path, name: str, entry: ProcessRecord) -> Path:
     if directory not in _watchers:
         _watchers[directory] = _start_watcher(directory)
     path = directory / f"{name}.json"
-    # A live group's id (a nonce) is unique on the machine, so a temporary name from it
-    # is ours alone; what a crashed run left under it is replaced.
-    tmp = directory / f".{name}.tmp"
+    # Written in place, in one write: a live group's id (a nonce) is unique on the
+    # machine, so the name is ours alone, and what a crashed run left under it is
+    # replaced. Records are read only once their writer is gone (the watcher, a resume,
+    # the run's own end), and one cut short by a kill reads as no record, as a record
+    # not yet renamed into place would; a renamed temporary file would cost a stage one
+    # more file to make.
+    data = json.dumps(entry).encode()
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     except FileNotFoundError:  # the directory went away (a cleanup): make it again
         _made_dirs.discard(directory)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         _made_dirs.add(directory)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(json.dumps(entry).encode())
-        os.replace(tmp, path)
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(f"short write of {path}")
     except BaseException:
         with contextlib.suppress(OSError):
-            os.unlink(tmp)
+            os.unlink(path)
         raise
+    finally:
+        os.close(fd)
     return path
 
 
