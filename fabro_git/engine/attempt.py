@@ -130,11 +130,24 @@ class AssetWatch:
             return None
         return cls(request, include)
 
-    def baseline(self) -> None:
-        """Blocking: the asset files before the attempt."""
+    @staticmethod
+    def snapshot(worktree: Path, include: tuple[str, ...]) -> Snapshot:
+        """Blocking: the asset files in `worktree` now."""
         from fabro_git.outputs import assets
 
-        self._before = assets.baseline(self.request.worktree, self.include)
+        return assets.baseline(worktree, include)
+
+    def baseline(self) -> None:
+        """Blocking: the asset files before the attempt."""
+        self._before = self.snapshot(self.request.worktree, self.include)
+
+    def use(self, taken: object) -> bool:
+        """Take `taken`, a `snapshot` of this worktree made just before the attempt, as
+        its baseline; False (and nothing taken) when it is none."""
+        if not isinstance(taken, dict):
+            return False
+        self._before = taken
+        return True
 
     def capture(self) -> None:
         """Blocking: what the attempt wrote among the asset files since `baseline`."""

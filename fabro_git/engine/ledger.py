@@ -98,3 +98,17 @@ class Ledger:
         """Taken just before a scan: how many hooks had started, or None while one runs."""
         hooks = self.hooks
         return None if hooks.busy else hooks.started
+
+
+def both(first: Callable[[], object], then: Callable[[], object] | None) -> Callable[[], object]:
+    """`first`, then `then` when there is one: two pieces of blocking work on one trip to
+    a worker thread (each trip is a hand-off each way, which a loaded machine makes
+    dear)."""
+    if then is None:
+        return first
+
+    def in_turn() -> None:
+        first()
+        then()
+
+    return in_turn

@@ -23,7 +23,7 @@ from typing import TypeVar
 from fabro_git.engine import child_progress, clean_start
 from fabro_git.engine.checkpoint import now_iso
 from fabro_git.engine.clean_start import CleanStart
-from fabro_git.engine.ledger import Ledger, PendingFile
+from fabro_git.engine.ledger import Ledger, PendingFile, both
 from fabro_git.engine.outcome import event_status
 from fabro_git.engine.recorder import CheckpointNotWritten, StageCheckpoint
 from fabro_git.engine.scope import (
@@ -123,13 +123,20 @@ class MainRecording:
     def clean_start(self, scope: Scope) -> CleanStart | None:
         return clean_start.take(self.ledger, scope.worktree)
 
-    async def record(self, scope: Scope, stage: FinishedStage, decision: Decision) -> None:
-        """Checkpoint the stage; then the `checkpoint_saved` hooks, and the spending cap."""
+    async def record(
+        self,
+        scope: Scope,
+        stage: FinishedStage,
+        decision: Decision,
+        then: Callable[[], object] | None = None,
+    ) -> None:
+        """Checkpoint the stage, then `then` on the same trip; then the
+        `checkpoint_saved` hooks, and the spending cap."""
         # A failed walk names its last stage as next, so a run cut off before the
         # finish resumes there rather than looking finished.
         next_node = stage.node.id if decision.error is not None else decision.next_node
         ledger = self.ledger
-        await ledger.call(partial(self._checkpoint, scope, stage, next_node))
+        await ledger.call(both(partial(self._checkpoint, scope, stage, next_node), then))
         if ledger.hooks.wants("checkpoint_saved"):
             said = await ledger.hooks.fire(
                 "checkpoint_saved",
@@ -245,7 +252,14 @@ class BranchRecording(_NestedRecording):
     walk_name = "its parallel branch"
     workflow_name = "the branch's workflow"
 
-    async def record(self, scope: Scope, stage: FinishedStage, decision: Decision) -> None:
+    async def record(
+        self,
+        scope: Scope,
+        stage: FinishedStage,
+        decision: Decision,
+        then: Callable[[], object] | None = None,
+    ) -> None:
+        # `then` is for the run's own scope: a branch's stages share their look before.
         await self.ledger.call(self._commit, scope, stage)
 
     def _commit(self, scope: Scope, stage: FinishedStage) -> None:
@@ -292,7 +306,14 @@ class ChildRecording(_NestedRecording):
     walk_name = "its child workflow"
     workflow_name = "the child workflow"
 
-    async def record(self, scope: Scope, stage: FinishedStage, decision: Decision) -> None:
+    async def record(
+        self,
+        scope: Scope,
+        stage: FinishedStage,
+        decision: Decision,
+        then: Callable[[], object] | None = None,
+    ) -> None:
+        # `then` is for the run's own scope: a child's stages share their look before.
         ledger = self.ledger
         if stage.node.handler_type not in NO_WORKTREE_CHANGES:
             await self._advance_tree(scope, stage.stage_id)

@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import trio
 
@@ -109,6 +109,40 @@ class RepoGuard:
         # share one baseline, taken when the first of them started.
         self._baseline: RepoState | None = None
         self._in_flight = 0
+        # The look before the next stage, taken on the checkpoint's trip (`look_ahead`).
+        self._ahead: LookAhead | None = None
+
+    def look_ahead(self, node_id: str, work: Callable[[], object] | None) -> None:
+        """Blocking, on the trip that checkpoints the stage before `node_id`'s: the state
+        its look before would take, and `work` (the caller's own look before it). The
+        stage takes them (`ahead_of`) when nothing but the engine ran in between: no
+        hook started, no other stage in flight. That spares it a trip to a worker
+        thread. A change made in that moment (by the user, or by an event sink at the
+        stage's `stage.started`) is then seen as the stage's, as one made while it runs
+        is."""
+        self._ahead = None
+        hooks = self.ledger.hooks_seen()
+        if hooks is None or self._in_flight:
+            return
+        try:
+            state = self.reader.take()
+            taken = work() if work is not None else None
+        except Exception:  # the stage looks for itself, and meets it there
+            return
+        self._ahead = LookAhead(node_id, state, taken, hooks)
+
+    def ahead_of(self, node_id: str) -> LookAhead | None:
+        """The look before `node_id`'s stage taken at the last checkpoint, if it still
+        stands; taken once (a retry looks again)."""
+        ahead, self._ahead = self._ahead, None
+        if (
+            ahead is None
+            or ahead.node_id != node_id
+            or self._in_flight
+            or self.ledger.hooks_seen() != ahead.hooks
+        ):
+            return None
+        return ahead
 
     async def around(
         self,
@@ -117,6 +151,7 @@ class RepoGuard:
         *,
         before: Callable[[], object] | None = None,
         after: Callable[[], object] | None = None,
+        ahead: LookAhead | None = None,
     ) -> Outcome:
         """Run the stage (`call`), then fail it if it changed the user's repository.
 
@@ -124,8 +159,13 @@ class RepoGuard:
         the worktree around the stage), done on the worker thread that takes the state
         before and after: a trip to a worker thread costs a hand-off each way, which a
         loaded machine makes dear. `after` is done only when the stage ended (not when
-        it was cut off), and its exception, if any, is raised once the check is done."""
-        if self._in_flight == 0 or self._baseline is None:
+        it was cut off), and its exception, if any, is raised once the check is done.
+        With `ahead` (see `ahead_of`) the state before is the one it holds, and no trip
+        is made before the stage."""
+        self._ahead = None
+        if ahead is not None and self._in_flight == 0:
+            self._baseline = ahead.state
+        elif self._in_flight == 0 or self._baseline is None:
             self._baseline = await trio.to_thread.run_sync(self._take_then, before)
         elif before is not None:
             await trio.to_thread.run_sync(before)
@@ -356,6 +396,17 @@ class RepoGuard:
                 f"by the stage; put back at {expected[:12]}"
             )
         return done
+
+
+class LookAhead(NamedTuple):
+    """The look before a stage, taken early (`RepoGuard.look_ahead`): for the stage of
+    `node_id`, the repository's `state`, what the caller's own work returned, and the
+    count of hooks started then."""
+
+    node_id: str
+    state: RepoState
+    taken: object
+    hooks: int
 
 
 class RunRefLost(FabroError):

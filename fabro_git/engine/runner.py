@@ -31,7 +31,7 @@ from fabro_git.engine.checkpoint import Checkpoint, Manifest, now_iso
 from fabro_git.engine.context import Context, plain_object
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.failures import failure_signature, is_tracked
-from fabro_git.engine.ledger import Ledger, PendingFile
+from fabro_git.engine.ledger import Ledger, PendingFile, both
 from fabro_git.engine.lifecycle import LifecycleHooks
 from fabro_git.engine.options import Options
 from fabro_git.engine.outcome import (
@@ -114,18 +114,6 @@ T = TypeVar("T")
 # commands, a fan-in or a fan-out that merges (the chosen branch's files) and a manager
 # loop (its child's).
 TRACKS_TREE = frozenset({"command", "tool", "parallel", "parallel.fan_in", "stack.manager_loop"})
-
-
-def _both(first: Callable[[], object], then: Callable[[], object] | None) -> Callable[[], object]:
-    """`first`, then `then` when there is one: two pieces of blocking work, one trip."""
-    if then is None:
-        return first
-
-    def both() -> None:
-        first()
-        then()
-
-    return both
 
 
 class StageRun(msgspec.Struct, kw_only=True):
@@ -325,12 +313,26 @@ class Runtime:
             result = await self.execute_stage(scope, node, visit, stage_id)
             decision = await self._decide(scope, node, result)
             stage = FinishedStage(node, visit, stage_id, result)
-            await scope.recording.record(scope, stage, decision)
+            await scope.recording.record(
+                scope, stage, decision, then=self._look_ahead(scope, decision)
+            )
             if decision.error is not None:
                 raise RunFailed(decision.error)
             if decision.next_node is None:
                 return WalkEnd(final_status(scope))
             node_id = decision.next_node
+
+    def _look_ahead(self, scope: Scope, decision: Decision) -> Callable[[], None] | None:
+        """Blocking work for the checkpoint's trip: the look before the next stage, its
+        asset baseline too when it runs commands (`RepoGuard.look_ahead`)."""
+        node = scope.graph.nodes.get(decision.next_node or "")
+        if node is None or decision.error is not None:
+            return None
+        work = None
+        if node.handler_type in attempt.RUNS_COMMANDS:
+            include = attempt.asset_include(self.manifest.run_config)
+            work = functools.partial(attempt.AssetWatch.snapshot, scope.worktree, include)
+        return functools.partial(self.repo_guard.look_ahead, scope.qualified(node.id), work)
 
     async def _decide(self, scope: Scope, node: Node, result: Outcome) -> Decision:
         """Where the walk goes after the stage: its end hooks, routing, the goal gates
@@ -513,11 +515,18 @@ class Runtime:
             if node.handler_type in TRACKS_TREE
             else None
         )
+        # The look before it, taken at the last checkpoint when nothing came between.
+        ahead = self.repo_guard.ahead_of(run.qid)
         if assets is None:
-            return await self.repo_guard.around(request, call, after=tree)
-        result = await self.repo_guard.around(
-            request, call, before=assets.baseline, after=_both(assets.capture, tree)
-        )
+            return await self.repo_guard.around(request, call, after=tree, ahead=ahead)
+        if ahead is not None and assets.use(ahead.taken):
+            result = await self.repo_guard.around(
+                request, call, after=both(assets.capture, tree), ahead=ahead
+            )
+        else:
+            result = await self.repo_guard.around(
+                request, call, before=assets.baseline, after=both(assets.capture, tree)
+            )
         await assets.keep(scratch=self.scratch, pending_files=self.ledger.pending_files)
         return result
 

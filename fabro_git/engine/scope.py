@@ -122,8 +122,15 @@ class ScopeRecording(Protocol):
         (see `clean_start`); None when the stage must take a snapshot."""
         ...
 
-    async def record(self, scope: Scope, stage: FinishedStage, decision: Decision) -> None:
-        """Keep the finished stage (its files, its tree, where the walk goes next)."""
+    async def record(
+        self,
+        scope: Scope,
+        stage: FinishedStage,
+        decision: Decision,
+        then: Callable[[], object] | None = None,
+    ) -> None:
+        """Keep the finished stage (its files, its tree, where the walk goes next); the
+        run's own scope does the blocking `then` on the same trip, once it has."""
         ...
 
 

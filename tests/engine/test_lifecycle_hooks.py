@@ -228,6 +228,25 @@ def test_a_blocking_stage_start_hook_that_exits_2_fails_the_stage_unrun(repo: Pa
     assert "deploys are frozen" in run_failed["properties"]["error"]
 
 
+def test_what_a_hook_changes_in_the_repository_between_stages_is_not_the_next_stages(
+    repo: Path,
+) -> None:
+    """A stage's look before it may be taken early, at the previous checkpoint, but not
+    across a hook: a `checkpoint_saved` hook that sets a config key leaves it set, and
+    the stage after it is not failed for the change."""
+    configure(
+        repo,
+        hook("checkpoint_saved", 'git config "fabro.saved-$FABRO_NODE_ID" yes', blocking=True),
+    )
+    proc, result = run_json("run", "run.toml", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert result["status"] == "succeeded"
+    for node in ("start", "build", "deploy"):
+        assert git(repo, "config", "--get", f"fabro.saved-{node}").strip() == "yes"
+    events = run_events(result["run_id"], repo)
+    assert not notices(events, "repository_changed")
+
+
 def test_a_run_start_hook_that_fails_blocks_the_run_before_any_stage(repo: Path) -> None:
     configure(repo, hook("run_start", "exit 7"))
     proc, result = run_json("run", "run.toml", cwd=repo)

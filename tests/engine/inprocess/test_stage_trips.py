@@ -1,8 +1,9 @@
 """A command stage's trips to a worker thread: each is a hand-off each way, which a
 loaded machine makes dear, so the blocking work around a stage shares them. The
-repository guard's look before the stage takes the asset baseline on the same trip, its
-look after takes the asset capture and, in a run with a branch of its own, the stage's
-tree and files_touched; the checkpoint is one more."""
+checkpoint of the stage before takes the repository guard's look before this one, with
+its asset baseline; the guard's look after it takes the asset capture and, in a run
+with a branch of its own, the stage's tree and files_touched; its checkpoint is the
+other."""
 
 from __future__ import annotations
 
@@ -56,13 +57,13 @@ def _trips(
 
 
 @pytest.mark.parametrize("run_branch", [False, True], ids=["in-place", "run-branch"])
-def test_a_command_stage_takes_three_trips_to_a_worker_thread(
+def test_a_command_stage_takes_two_trips_to_a_worker_thread(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run_branch: bool
 ) -> None:
     # The difference between three command stages and one: what a command stage costs,
     # whatever the run's start and end take.
     three = _trips(tmp_path, 3, monkeypatch, run_branch=run_branch)
     per_stage = (three - _trips(tmp_path, 1, monkeypatch, run_branch=run_branch)) / 2
-    # The guard's look before (with the asset baseline), its look after (with the
-    # asset capture), the checkpoint.
-    assert per_stage == 3
+    # The guard's look after (with the asset capture and the tree), the checkpoint (with
+    # the next stage's look before).
+    assert per_stage == 2
