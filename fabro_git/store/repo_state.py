@@ -6,9 +6,11 @@ script) can therefore set `alias.st` or `core.hooksPath`, drop a hook in, or mov
 user's branches, and the user's next `git` command would run what it left. The engine
 takes a `RepoState` before a stage and one after, and puts back what changed.
 
-Taking one is cheap enough to do twice a stage: every file is read only when its stat
-data (inode, size, mtime) differs from the last time this reader saw it, so a state
-costs a handful of `stat` calls, one per loose ref and hook. Refs are read from the
+Taking one is cheap enough to do twice a stage: on Linux a watch on the directories
+(`fabro_git.store.dirwatch`) says what changed since the last look, and only that is
+read again, so a look at an unchanged repository costs one read of the watch however
+many refs it holds; elsewhere every file is looked at (a `stat` per loose ref and hook)
+and read only when its stat data (inode, size, mtime) changed. Refs are read from the
 files (`packed-refs` and the loose refs over it) as git lays them out; a `.lock` is
 never a ref.
 """
@@ -26,6 +28,8 @@ from pathlib import Path
 
 import msgspec
 from dulwich.config import ConfigFile
+
+from fabro_git.store.dirwatch import DirWatch
 
 # What a file entry under hooks/ or info/ is: ("file", mode, bytes) or ("link", 0, target).
 Entry = tuple[str, int, bytes]
@@ -48,22 +52,122 @@ class RepoState(msgspec.Struct, frozen=True):
 
 
 class StateReader:
-    """Takes `RepoState`s of one repository, reading only the files that changed."""
+    """Takes `RepoState`s of one repository, reading only the files that changed.
+
+    On Linux a `DirWatch` on the git dir, `hooks/`, `info/` and every directory under
+    `refs/` says what changed since the last look, and only that is read again: a look
+    at an unchanged repository costs one read of the watch, however many refs it has.
+    Elsewhere (or when the watch lost track) every file is looked at, and read again only
+    when its stat data changed."""
 
     def __init__(self, git_dir: Path) -> None:
         self.git_dir = Path(git_dir)
         self._top = os.fspath(git_dir)
         self._cache: dict[str, tuple[tuple[int, int, int, int], bytes]] = {}
+        self._watch = DirWatch.open()
+        self._last: RepoState | None = None
+        # The refs as `packed-refs` and the loose ref files have them, by full name.
+        self._packed: dict[str, str] = {}
+        self._loose: dict[str, str] = {}
+        # What a watch cannot vouch for, read at every look: symbolic links (their
+        # target may change where nothing is watched).
+        self._linked: set[str] = set()
 
     def take(self) -> RepoState:
+        if self._watch is None:
+            return self._scan()
+        changes = self._watch.changes()
+        if changes is None or self._last is None:
+            return self._scan()
+        if not changes and not self._linked:
+            return self._last
+        return self._apply(changes, self._last)
+
+    def close(self) -> None:
+        if self._watch is not None:
+            self._watch.close()
+
+    def _scan(self) -> RepoState:
+        """Everything looked at (and watched first, where there is a watch)."""
         top = self._top
-        return RepoState(
-            config=self._read(os.path.join(top, "config")),
-            worktree_config=self._read(os.path.join(top, "config.worktree")),
+        self._linked = set()
+        self._watch_dir(top)
+        state = RepoState(
+            config=self._file(os.path.join(top, "config")),
+            worktree_config=self._file(os.path.join(top, "config.worktree")),
             hooks=self._tree(os.path.join(top, "hooks")),
             info=self._tree(os.path.join(top, "info"), skip=_DERIVED_INFO.match),
             refs=self._refs(),
         )
+        self._last = state
+        return state
+
+    def _apply(self, changes: set[tuple[str, str]], last: RepoState) -> RepoState:
+        """`last` with what `changes` names read again."""
+        areas, ref_files = self._sort(changes)
+        if "everything" in areas:
+            return self._scan()
+        top = self._top
+        refs = last.refs
+        if "refs" in areas:
+            refs = self._refs()
+        elif ref_files or self._linked or "packed-refs" in areas:
+            if "packed-refs" in areas:
+                self._packed = self._packed_refs()
+            for path in ref_files | self._linked:
+                self._loose_ref(path, len(top) + 1)
+            refs = {**self._packed, **self._loose}
+        config, worktree_config = (os.path.join(top, n) for n in ("config", "config.worktree"))
+        state = RepoState(
+            config=self._file(config) if config in areas | self._linked else last.config,
+            worktree_config=self._file(worktree_config)
+            if worktree_config in areas | self._linked
+            else last.worktree_config,
+            hooks=self._tree(os.path.join(top, "hooks")) if "hooks" in areas else last.hooks,
+            info=self._tree(os.path.join(top, "info"), skip=_DERIVED_INFO.match)
+            if "info" in areas
+            else last.info,
+            refs=refs,
+        )
+        self._last = state
+        return state
+
+    def _sort(self, changes: set[tuple[str, str]]) -> tuple[set[str], set[str]]:
+        """What `changes` touch: the areas to read again ("hooks", "info", "refs" whole,
+        "packed-refs", a config file's path, or "everything"), and the loose ref files."""
+        top = self._top
+        areas: set[str] = set()
+        ref_files: set[str] = set()
+        for directory, name in changes:
+            if directory == top:
+                if name in ("config", "config.worktree"):
+                    areas.add(os.path.join(top, name))
+                elif name == "packed-refs":
+                    areas.add(name)
+                elif name in ("", "hooks", "info", "refs"):
+                    areas.add("everything")  # a whole area came or went
+                # Else a file of the git dir no state holds (the index, HEAD, ...).
+            elif _under(directory, os.path.join(top, "hooks")):
+                areas.add("hooks")
+            elif _under(directory, os.path.join(top, "info")):
+                areas.add("info")
+            elif _under(directory, self._refs_top):
+                path = os.path.join(directory, name)
+                if not name or (os.path.isdir(path) and not os.path.islink(path)):
+                    areas.add("refs")  # a directory came or went: read them all
+                elif not name.endswith(".lock"):
+                    ref_files.add(path)
+        return areas, ref_files
+
+    def _watch_dir(self, directory: str) -> None:
+        if self._watch is not None:
+            self._watch.watch(directory)
+
+    def _file(self, path: str) -> bytes | None:
+        """A file of the git dir itself (config, `packed-refs`), read if it changed."""
+        if os.path.islink(path):
+            self._linked.add(path)
+        return self._read(path)
 
     def _read(self, path: str, st: os.stat_result | None = None) -> bytes | None:
         try:
@@ -92,6 +196,7 @@ class StateReader:
         cut = len(top) + 1
         while pending and len(found) < _MAX_FILES:
             directory = pending.pop()
+            self._watch_dir(directory)
             try:
                 entries = list(os.scandir(directory))
             except (FileNotFoundError, NotADirectoryError, PermissionError):
@@ -113,17 +218,14 @@ class StateReader:
         return found
 
     def _refs(self) -> dict[str, str]:
-        refs: dict[str, str] = {}
-        packed = self._read(os.path.join(self._top, "packed-refs"))
-        for line in (packed or b"").splitlines():
-            if not line or line[:1] in (b"#", b"^"):
-                continue
-            sha, _, name = line.partition(b" ")
-            refs[name.decode("utf-8", "surrogateescape")] = sha.decode()
-        pending = [os.path.join(self._top, "refs")]
+        self._packed = self._packed_refs()
+        self._loose = {}
+        self._linked = {path for path in self._linked if not _under(path, self._refs_top)}
+        pending = [self._refs_top]
         cut = len(self._top) + 1
         while pending:
             directory = pending.pop()
+            self._watch_dir(directory)
             try:
                 entries = list(os.scandir(directory))
             except (FileNotFoundError, NotADirectoryError, PermissionError):
@@ -131,18 +233,45 @@ class StateReader:
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
                     pending.append(entry.path)
-                    continue
-                if entry.name.endswith(".lock"):
-                    continue
-                try:
-                    data = self._read(entry.path, entry.stat())
-                except FileNotFoundError:
-                    continue
-                if data:
-                    value = data.strip().decode("utf-8", "replace")
-                    if value:  # an empty file is one being written: not a ref yet
-                        refs[entry.path[cut:]] = value
+                elif not entry.name.endswith(".lock"):
+                    self._loose_ref(entry.path, cut)
+        return {**self._packed, **self._loose}
+
+    @property
+    def _refs_top(self) -> str:
+        return os.path.join(self._top, "refs")
+
+    def _packed_refs(self) -> dict[str, str]:
+        packed = self._file(os.path.join(self._top, "packed-refs"))
+        refs: dict[str, str] = {}
+        for line in (packed or b"").splitlines():
+            if not line or line[:1] in (b"#", b"^"):
+                continue
+            sha, _, name = line.partition(b" ")
+            refs[name.decode("utf-8", "surrogateescape")] = sha.decode()
         return refs
+
+    def _loose_ref(self, path: str, cut: int) -> None:
+        """Read the loose ref file at `path` into `_loose` (or out, when it is gone or
+        empty: an empty file is one being written, not a ref yet)."""
+        name = path[cut:]
+        if os.path.islink(path):
+            self._linked.add(path)
+        else:
+            self._linked.discard(path)
+        try:
+            data = self._read(path)
+        except (FileNotFoundError, IsADirectoryError):
+            data = None
+        value = data.strip().decode("utf-8", "replace") if data else ""
+        if value:
+            self._loose[name] = value
+        else:
+            self._loose.pop(name, None)
+
+
+def _under(path: str, directory: str) -> bool:
+    return path == directory or path.startswith(directory + os.sep)
 
 
 # -- what changed -----------------------------------------------------------------------

@@ -4,7 +4,9 @@ and that the push refusal holds against the ways a user's config routes pushes."
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from helpers import bare_remote, git
@@ -72,3 +74,46 @@ def test_pushes_are_refused_whatever_the_config_routes_them_through(
     assert git(remote, "for-each-ref") == ""
     assert push_environment({}, repo / ".git", allow_push=True) == {}
     assert _push(repo, {}, "origin", "main").returncode == 0
+
+
+def test_a_watched_state_is_the_state_read_whole_after_every_kind_of_change(
+    repo: Path,
+) -> None:
+    """On Linux a reader reads again only what its watch says changed: after each change
+    below, what it takes is what a new reader, reading everything, takes; and with no
+    change it takes nothing again."""
+    git_dir = repo / ".git"
+    reader = StateReader(git_dir)
+    sha = git(repo, "rev-parse", "HEAD").strip()
+    git(repo, "commit", "-q", "--allow-empty", "-m", "two")
+    later = git(repo, "rev-parse", "HEAD").strip()
+    hooks = git_dir / "hooks"
+    hooks.mkdir(exist_ok=True)
+    changes = [
+        lambda: git(repo, "branch", "topic", sha),
+        lambda: git(repo, "update-ref", "refs/heads/topic", later),
+        lambda: (git_dir / "refs" / "heads" / "topic").write_text(sha + "\n"),  # in place
+        lambda: git(repo, "branch", "deep/er/still", sha),  # new directories
+        lambda: git(repo, "tag", "v1", sha),
+        lambda: git(repo, "pack-refs", "--all"),
+        lambda: git(repo, "branch", "-D", "topic"),
+        lambda: shutil.rmtree(git_dir / "refs" / "heads" / "deep", ignore_errors=True),
+        lambda: (hooks / "pre-commit").write_text("#!/bin/sh\nexit 0\n"),
+        lambda: (hooks / "pre-commit").write_text("#!/bin/sh\nexit 1\n"),
+        lambda: (hooks / "nested").mkdir(),
+        lambda: (hooks / "nested" / "x").write_text("x"),
+        lambda: (git_dir / "info" / "exclude").write_text("*.tmp\n"),
+        lambda: git(repo, "config", "alias.st", "status"),
+        lambda: (git_dir / "config.worktree").write_text("[core]\n\tx = 1\n"),
+        lambda: os.symlink(
+            git_dir / "refs" / "tags" / "v2-target", git_dir / "refs" / "tags" / "v2"
+        ),
+        lambda: (git_dir / "refs" / "tags" / "v2-target").write_text(later + "\n"),
+        lambda: (git_dir / "packed-refs").write_text(f"{sha} refs/heads/packed-only\n"),
+    ]
+    first = reader.take()
+    assert reader.take() is first or sys.platform != "linux"  # nothing changed: nothing read
+    for number, change in enumerate(changes):
+        change()
+        assert reader.take() == StateReader(git_dir).take(), f"after change {number}"
+    reader.close()
