@@ -33,6 +33,8 @@ from fabro_git.store._gitcli import git_failure
 from fabro_git.store.durability import durability
 
 if TYPE_CHECKING:
+    from dulwich.pack import Pack
+
     from fabro_git.redact import StreamMasker
 
 _TEMP_ATTEMPTS = 100
@@ -55,8 +57,11 @@ class LooseObjects:
         self._objects_path = str(objects_dir)
         self._store = store
         # Big blobs are stored from several threads at once (`store_blob`): dulwich's
-        # pack list, which `contains_packed` reloads, is looked at by one at a time.
+        # pack list (`_packed`) is refreshed by one at a time.
         self._packs_lock = threading.Lock()
+        self._packs_dir = os.path.join(self._objects_path, "pack")
+        self._packs_stamp: int | None = None
+        self._packs: list[Pack] = []
         # Every object this process wrote or relied on, for `missing_written`: with its
         # bytes (header, body) while they fit the budget, so a lost one can be written
         # again; None past it.
@@ -155,6 +160,28 @@ class LooseObjects:
             if line.endswith(b" missing")
         ]
 
+    def _packed(self, sha: str) -> bool:
+        """Whether a pack holds `sha`. dulwich lists the pack directory at each question,
+        which every new object of a checkpoint asks: the packs are listed again only
+        when the directory changed. A pack added within one tick of the directory's
+        clock goes unseen until the next change, and the object is written loose beside
+        it: a duplicate git tolerates (and `git gc` drops), never a loss."""
+        try:
+            stamp = os.stat(self._packs_dir).st_mtime_ns
+        except OSError:
+            return False
+        with self._packs_lock:
+            if stamp != self._packs_stamp:
+                self._packs = list(self._store.packs)
+                self._packs_stamp = stamp
+            packs = self._packs
+        wanted = ObjectID(sha.encode())
+        try:
+            return any(wanted in pack for pack in packs)
+        except OSError:  # a pack removed since (a repack): ask again next time
+            self._packs_stamp = None
+            return False
+
     def _loose_path(self, sha: str) -> str:
         return os.path.join(self._objects_path, sha[:2], sha[2:])
 
@@ -177,9 +204,7 @@ class LooseObjects:
             pass
         except PermissionError:
             return sha  # owned by another user in a shared repository; it exists
-        with self._packs_lock:
-            packed = self._store.contains_packed(ObjectID(sha.encode()))
-        if packed:
+        if self._packed(sha):
             return sha
         # One zlib call for the whole object: dulwich compresses chunk by chunk, which
         # for a tree is once per entry.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -422,3 +423,43 @@ def test_object_writes_survive_pruned_fanout_dirs_and_leftover_temp_files(
     )
     assert grepo.store_object(third) == third.id.decode()
     assert git(repo, "cat-file", "-t", third.id.decode()).strip() == "blob"
+
+
+def test_an_object_a_pack_holds_is_not_written_loose_and_a_new_pack_is_seen(
+    repo: Path,
+) -> None:
+    """The writer asks the packs before writing an object loose, listing them again only
+    when the pack directory changed."""
+
+    def loose(sha: str) -> Path:
+        return repo / ".git" / "objects" / sha[:2] / sha[2:]
+
+    (repo / "packed.txt").write_text("packed\n")
+    first = git(repo, "hash-object", "-w", "packed.txt").strip()
+    git(repo, "add", "packed.txt")
+    git(repo, "commit", "-q", "-m", "packed")
+    git(repo, "repack", "-a", "-d", "-q")
+    git(repo, "prune-packed")
+    assert not loose(first).exists()
+    grepo = GitRepo.discover(repo)
+    try:
+        assert grepo.store_blob(b"packed\n") == first
+        assert not loose(first).exists()
+        # A pack made since the last look: the directory changed, so it is listed again.
+        (repo / "later.txt").write_text("later\n")
+        later = git(repo, "hash-object", "-w", "later.txt").strip()
+        git(repo, "add", "later.txt")
+        git(repo, "commit", "-q", "-m", "later")
+        git(repo, "repack", "-d", "-q")
+        git(repo, "prune-packed")
+        pack_dir = repo / ".git" / "objects" / "pack"
+        stamp = pack_dir.stat().st_mtime_ns + 10_000_000  # a tick on, whatever the clock
+        os.utime(pack_dir, ns=(stamp, stamp))
+        assert not loose(later).exists()
+        assert grepo.store_blob(b"later\n") == later
+        assert not loose(later).exists()
+        # A new object is written loose, as ever.
+        fresh = grepo.store_blob(b"fresh\n")
+        assert loose(fresh).exists()
+    finally:
+        grepo.close()
