@@ -166,21 +166,26 @@ class LooseObjects:
         when the directory changed. A pack added within one tick of the directory's
         clock goes unseen until the next change, and the object is written loose beside
         it: a duplicate git tolerates (and `git gc` drops), never a loss."""
-        try:
-            stamp = os.stat(self._packs_dir).st_mtime_ns
-        except OSError:
-            return False
-        with self._packs_lock:
-            if stamp != self._packs_stamp:
-                self._packs = list(self._store.packs)
-                self._packs_stamp = stamp
-            packs = self._packs
+        from dulwich.pack import PackFileDisappeared
+
         wanted = ObjectID(sha.encode())
-        try:
-            return any(wanted in pack for pack in packs)
-        except OSError:  # a pack removed since (a repack): ask again next time
-            self._packs_stamp = None
-            return False
+        for _ in range(2):
+            try:
+                stamp = os.stat(self._packs_dir).st_mtime_ns
+            except OSError:
+                return False
+            with self._packs_lock:
+                if stamp != self._packs_stamp:
+                    self._packs = list(self._store.packs)
+                    self._packs_stamp = stamp
+                packs = self._packs
+            try:
+                return any(wanted in pack for pack in packs)
+            except (OSError, PackFileDisappeared):
+                # A pack a repack removed within the directory's tick: list them again.
+                with self._packs_lock:
+                    self._packs_stamp = None
+        return False
 
     def _loose_path(self, sha: str) -> str:
         return os.path.join(self._objects_path, sha[:2], sha[2:])
