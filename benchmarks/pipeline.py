@@ -20,7 +20,11 @@ to the same tree.
 same rounds, interleaved with the first and with git, so a before/after comparison sees
 the same load.
 
-    python benchmarks/pipeline.py [--stages 50] [--reps 5] [--against OTHER/git-fabro]
+`--refs N` gives the repository (and git's copy) N loose tags first, as a repository
+that has seen many runs has loose refs: the repository guard looks at them twice a
+stage.
+
+    python benchmarks/pipeline.py [--stages 50] [--reps 5] [--refs 0] [--against OTHER/git-fabro]
 """
 
 from __future__ import annotations
@@ -57,8 +61,19 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - start
 
 
+def loose_tags(repo: Path, count: int, env: dict[str, str]) -> None:
+    """`count` loose tags on HEAD, written as git writes loose refs."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=repo, env=env, check=True, capture_output=True
+    ).stdout
+    for i in range(count):
+        tag = repo / ".git" / "refs" / "tags" / "bench" / f"g{i % 50}" / f"t{i}"
+        tag.parent.mkdir(parents=True, exist_ok=True)
+        tag.write_bytes(sha)
+
+
 def measure(
-    stages: int, reps: int, script: str, label: str, against: str | None = None
+    stages: int, reps: int, script: str, label: str, against: str | None = None, refs: int = 0
 ) -> tuple[float, float]:
     exe = shutil.which("git-fabro")
     if exe is None:
@@ -88,6 +103,8 @@ def measure(
     sh(repo, "git", "commit", "-q", "-m", "init", env=env)
     copy = base / "git-copy"
     sh(base, "git", "clone", "-q", str(repo), str(copy), env=env)
+    loose_tags(repo, refs, env)
+    loose_tags(copy, refs, env)
     first = (
         subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=copy, env=env, check=True, capture_output=True
@@ -165,13 +182,21 @@ def main() -> None:
     parser.add_argument("--stages", type=int, default=50)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--against", help="another git-fabro to time in the same rounds")
+    parser.add_argument("--refs", type=int, default=0, help="loose refs in the repository")
     args = parser.parse_args()
+    refs = f", {args.refs} loose refs" if args.refs else ""
     print(
-        f"{args.stages}-stage linear pipeline, median of {args.reps} (whole process vs git add+commit per stage)"
+        f"{args.stages}-stage linear pipeline{refs}, median of {args.reps} "
+        "(whole process vs git add+commit per stage)"
     )
-    measure(args.stages, args.reps, "true", "stages run `true`", args.against)
+    measure(args.stages, args.reps, "true", "stages run `true`", args.against, args.refs)
     measure(
-        args.stages, args.reps, "echo {i} > f_{i}.txt", "each stage writes a file", args.against
+        args.stages,
+        args.reps,
+        "echo {i} > f_{i}.txt",
+        "each stage writes a file",
+        args.against,
+        args.refs,
     )
 
 
