@@ -35,8 +35,9 @@ _IN_DELETE_SELF = 0x400
 _IN_MOVE_SELF = 0x800
 _IN_Q_OVERFLOW = 0x4000
 _IN_IGNORED = 0x8000
+# A directory reached through a symbolic link (`.git/hooks` linked to the project's
+# hooks) is watched where the link leads, as it is read there.
 _IN_ONLYDIR = 0x01000000
-_IN_DONT_FOLLOW = 0x02000000
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
 _MASK = (
@@ -50,7 +51,6 @@ _MASK = (
     | _IN_DELETE_SELF
     | _IN_MOVE_SELF
     | _IN_ONLYDIR
-    | _IN_DONT_FOLLOW
 )
 # What makes a watched directory itself go: its entries must be read again from above.
 _GONE = _IN_DELETE_SELF | _IN_MOVE_SELF | _IN_IGNORED

@@ -117,3 +117,24 @@ def test_a_watched_state_is_the_state_read_whole_after_every_kind_of_change(
         change()
         assert reader.take() == StateReader(git_dir).take(), f"after change {number}"
     reader.close()
+
+
+def test_a_watched_state_sees_hooks_through_a_symlinked_hooks_directory(
+    repo: Path, tmp_path: Path
+) -> None:
+    """`.git/hooks` may be a link to a directory the project keeps its hooks in: a hook
+    changed there is a change to the repository's hooks."""
+    shared = tmp_path / "shared-hooks"
+    shared.mkdir()
+    (shared / "pre-commit").write_text("#!/bin/sh\nexit 0\n")
+    hooks = repo / ".git" / "hooks"
+    shutil.rmtree(hooks, ignore_errors=True)
+    hooks.symlink_to(shared, target_is_directory=True)
+    reader = StateReader(repo / ".git")
+    before = reader.take()
+    (shared / "pre-commit").write_text("#!/bin/sh\nexit 1\n")
+    (shared / "post-checkout").write_text("#!/bin/sh\n")
+    after = reader.take()
+    assert after == StateReader(repo / ".git").take()
+    assert after.hooks != before.hooks
+    reader.close()
