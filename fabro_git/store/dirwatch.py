@@ -35,11 +35,11 @@ _IN_DELETE_SELF = 0x400
 _IN_MOVE_SELF = 0x800
 _IN_Q_OVERFLOW = 0x4000
 _IN_IGNORED = 0x8000
-# A directory reached through a symbolic link (`.git/hooks` linked to the project's
-# hooks) is watched where the link leads, as it is read there.
 _IN_ONLYDIR = 0x01000000
 _IN_NONBLOCK = os.O_NONBLOCK
 _IN_CLOEXEC = os.O_CLOEXEC
+# Without IN_DONT_FOLLOW: a directory reached through a symbolic link (`.git/hooks`
+# linked to the project's hooks) is watched where the link leads, as it is read there.
 _MASK = (
     _IN_MODIFY
     | _IN_ATTRIB
