@@ -201,6 +201,32 @@ def assert_fsck_clean(repo: Path) -> None:
     )
 
 
+def loosen_packs(repo: Path) -> None:
+    """Make every object of the repository a loose file: each pack is moved out of
+    the object store, then its objects are unpacked back loose."""
+    import shutil
+    import tempfile
+
+    pack_dir = repo / ".git" / "objects" / "pack"
+    with tempfile.TemporaryDirectory() as aside:
+        for pack in sorted(pack_dir.glob("*.pack")):
+            moved = Path(aside) / pack.name
+            shutil.move(pack, moved)
+            pack.with_suffix(".idx").unlink()
+            pack.with_suffix(".rev").unlink(missing_ok=True)
+            with moved.open("rb") as fh:
+                subprocess.run(["git", "unpack-objects", "-q"], cwd=repo, stdin=fh, check=True)
+
+
+def drop_object(repo: Path, sha: str) -> None:
+    """Remove object `sha` from the repository, packed or loose (a `git gc
+    --prune=now` at the wrong moment, or a damaged disk)."""
+    loosen_packs(repo)
+    path = repo / ".git" / "objects" / sha[:2] / sha[2:]
+    assert path.is_file(), f"{sha} is not in {repo}"
+    path.unlink()
+
+
 def meta_bytes(repo: Path, run_id: str, path: str) -> bytes:
     """A file of the run's meta ref, as bytes."""
     return subprocess.run(

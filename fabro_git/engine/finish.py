@@ -195,6 +195,8 @@ def _final_snapshot(
             f"run {runtime.run_id} ended {status}, but its final state could not be written to git",
             hint=f"fix the git error shown above, then `git fabro resume {runtime.run_id}`",
         )
+    # The packs the run's checkpoints wrote become one: a run leaves one pack behind.
+    runtime.repo.consolidate_packs()
 
 
 def _run_usage(checkpoint: Checkpoint) -> TokenUsage | None:

@@ -155,7 +155,15 @@ class Recorder:
         the walk's events."""
         self.plan_commit(cp, stage.node_id, stage.status, tree, merge_parents)
         subject = f"checkpoint {stage.node_id}@{stage.visit}"
-        if self.snapshot("checkpoint", subject, cp, files, stage=stage) is None:
+        made: list[str] = []
+
+        def run_commit(meta_sha: str) -> None:
+            # The run branch's commit names the snapshot: made as soon as its id is
+            # known, it goes into the snapshot's pack.
+            if cp.pending_commit is not None:
+                made.append(self._run_commit(cp.pending_commit, meta_sha))
+
+        if self.snapshot("checkpoint", subject, cp, files, stage=stage, then=run_commit) is None:
             cp.pending_commit = None
             # Going on would pile stages onto a record git does not hold (and end with
             # a success nothing backs); stop, so resume redoes this stage from the last
@@ -165,7 +173,7 @@ class Recorder:
                 "(see the error above)",
                 snapshot_written=False,
             )
-        sha = self.commit_pending(cp, node_label=stage.node_label)
+        sha = self.commit_pending(cp, node_label=stage.node_label, made=made[0] if made else None)
         if sha is None and cp.pending_commit is not None:
             raise CheckpointNotWritten(
                 f"the run-branch commit for {stage.node_id} could not be made (see the error above)",
@@ -197,12 +205,14 @@ class Recorder:
         *,
         stage: StageCheckpoint | None = None,
         trailers: Mapping[str, str] | None = None,
+        then: Callable[[str], object] | None = None,
     ) -> str | None:
         """Write one meta snapshot (of `stage`'s checkpoint, if given). Returns its sha,
         or None when git refused (reported).
 
         A file given as a Path (a command's whole output) is streamed into git, masked
-        on the way, rather than read into memory. `trailers` go after the summary's."""
+        on the way, rather than read into memory. `trailers` go after the summary's;
+        `then` is `MetaSnapshotter.write`'s."""
         stamp = _stamp(stage)
         self.emit(MetadataSnapshotStarted(phase=phase, branch=self.meta_ref), **stamp)
         started = time.monotonic()
@@ -232,7 +242,7 @@ class Recorder:
                             *self.repo.store_file(data, self.redactor.stream_bytes())
                         )
                     all_files[path] = stored[data]
-            result = self.meta.write(all_files, message, expected_tip=self.meta_tip)
+            result = self.meta.write(all_files, message, expected_tip=self.meta_tip, then=then)
         except DiskFull:
             raise  # nothing more can be recorded: the run stops at its last checkpoint
         except FabroError as err:
@@ -468,19 +478,26 @@ class Recorder:
             f"then `git fabro resume {self.run_id}`",
         )
 
-    def commit_pending(self, cp: Checkpoint, *, node_label: str | None = None) -> str | None:
-        """Step 3: make the run-branch commit named by `cp.pending_commit`."""
+    def _run_commit(self, pending: PendingCommit, meta_sha: str) -> str:
+        """Write the run-branch commit of `pending`, which names snapshot `meta_sha`."""
+        message = self.redactor.mask_text(
+            run_commit_message(
+                self.run_id, pending.node_id, pending.status, pending.completed, meta_sha
+            )
+        )
+        parents = [pending.parent, *pending.extra_parents]
+        return self.repo.write_commit(tree=pending.tree, parents=parents, message=message)
+
+    def commit_pending(
+        self, cp: Checkpoint, *, node_label: str | None = None, made: str | None = None
+    ) -> str | None:
+        """Step 3: make the run-branch commit named by `cp.pending_commit` (`made`: it
+        was written already, with the snapshot) and move the branch to it."""
         pending = cp.pending_commit
         if pending is None or self.meta_tip is None:
             return None
-        message = self.redactor.mask_text(
-            run_commit_message(
-                self.run_id, pending.node_id, pending.status, pending.completed, self.meta_tip
-            )
-        )
         try:
-            parents = [pending.parent, *pending.extra_parents]
-            sha = self.repo.write_commit(tree=pending.tree, parents=parents, message=message)
+            sha = made if made is not None else self._run_commit(pending, self.meta_tip)
             self.repo.update_ref(
                 self.run_ref,
                 sha,

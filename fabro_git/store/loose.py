@@ -8,6 +8,11 @@ is written without first asking whether it exists: a checkpoint's objects are ne
 new, and the question costs a system call each; writing an existing one again also
 freshens it against `git gc`, as git does.
 
+The objects stored within a `batch` (a checkpoint's) go into one pack instead
+(`fabro_git.store.packwrite`): two files where a dozen loose ones would be. They are
+flushed as loose objects would be: a pack here holds what git would have written loose,
+so `core.fsync` is asked about loose objects for it.
+
 The writer remembers what it wrote (the bytes of the small ones), so that an object a
 `git gc --prune=now` removed before a ref made it reachable can be found and written
 again (`missing_written`).
@@ -21,7 +26,7 @@ import itertools
 import os
 import threading
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
@@ -29,6 +34,7 @@ from dulwich.object_store import BaseObjectStore
 from dulwich.objects import ObjectID, ShaFile
 
 from fabro_git.errors import StoreError, disk_full_in
+from fabro_git.store import packwrite
 from fabro_git.store._gitcli import git_failure
 from fabro_git.store.durability import durability
 
@@ -45,6 +51,21 @@ FILE_CHUNK = 1 << 20  # bytes read at a time when a file is written as a blob
 # this much in all (the rest are only checked).
 _HELD_OBJECT_MAX = 256 * 1024
 _HELD_BUDGET = 32 * 1024 * 1024
+# A batch of fewer objects is written loose: one file each is no more than a pack's two.
+_PACK_MIN = 3
+# Bigger objects of a batch are written loose all the same (and not held in memory
+# until the batch ends).
+_PACKED_OBJECT_MAX = 1 << 20
+
+
+class _Batch:
+    """The objects of an open `LooseObjects.batch`: id -> (type, body), in the order
+    they came; only the thread that opened it adds to it."""
+
+    def __init__(self) -> None:
+        self.thread = threading.get_ident()
+        self.objects: dict[str, tuple[bytes, bytes]] = {}
+        self.depth = 1
 
 
 class LooseObjects:
@@ -67,6 +88,76 @@ class LooseObjects:
         # again; None past it.
         self._written: dict[str, tuple[bytes, bytes] | None] = {}
         self._held_bytes = 0
+        self._batch: _Batch | None = None
+        # The packs this process wrote, merged as they pile up.
+        self._ladder = packwrite.PackLadder(self._packs_dir)
+
+    @contextlib.contextmanager
+    def batch(self) -> Iterator[None]:
+        """Objects this thread stores within the block are written as one pack when it
+        ends (a few, or a big one: loose, at once or then). Nothing may point at them,
+        no ref and no index, before the block ends; `flush` writes them sooner. An error
+        inside drops them. A block inside another joins it."""
+        if self._batch is not None and self._batch.thread == threading.get_ident():
+            self._batch.depth += 1
+            try:
+                yield
+            finally:
+                self._batch.depth -= 1
+            return
+        batch = self._batch = _Batch()
+        try:
+            yield
+        except BaseException:
+            self._batch = None
+            for sha in batch.objects:
+                self._forget(sha)
+            raise
+        self._batch = None
+        self._write_batch(batch.objects)
+
+    def flush(self) -> None:
+        """Write the objects of this thread's open batch now (a ref is about to point at
+        them); the batch goes on, empty."""
+        batch = self._batch
+        if batch is not None and batch.thread == threading.get_ident() and batch.objects:
+            objects, batch.objects = batch.objects, {}
+            self._write_batch(objects)
+
+    def consolidate(self) -> None:
+        """Merge the packs this process wrote into one (the run's end)."""
+        fsync = durability(self.root).loose_objects
+        try:
+            self._ladder.merge_all(fsync=fsync)
+        except OSError as err:
+            self._raise(err, "merge the run's packs in")
+
+    def _write_batch(self, objects: dict[str, tuple[bytes, bytes]]) -> None:
+        if len(objects) < _PACK_MIN:
+            for sha, (type_name, body) in objects.items():
+                self._write_loose(sha, body, b"%s %d\0" % (type_name, len(body)))
+            return
+        entries = [
+            packwrite.entry(bytes.fromhex(sha), type_name, body)
+            for sha, (type_name, body) in objects.items()
+        ]
+        fsync = durability(self.root).loose_objects
+        try:
+            written = packwrite.write(self._packs_dir, entries, fsync=fsync)
+            self._ladder.add(written, fsync=fsync)
+        except OSError as err:
+            self._raise(err, "write a pack to")
+
+    def _raise(self, err: OSError, what: str) -> None:
+        full = disk_full_in(err)
+        if full is not None:
+            raise full from err
+        raise StoreError(f"cannot {what} {self._packs_dir}: {err}") from err
+
+    def _forget(self, sha: str) -> None:
+        held = self._written.pop(sha, None)
+        if held is not None:
+            self._held_bytes -= len(held[0]) + len(held[1])
 
     def store_object(self, obj: ShaFile) -> str:
         """Write `obj` as a loose object unless packed; safe against concurrent writers."""
@@ -104,7 +195,11 @@ class LooseObjects:
 
     def held(self, sha: str) -> tuple[bytes, bytes] | None:
         """The type and body of object `sha` if this process wrote it and still holds its
-        bytes (a tree a checkpoint just wrote, read again to diff it); None otherwise."""
+        bytes (a tree a checkpoint just wrote, read again to diff it); None otherwise.
+        An object of the open batch is always held."""
+        batch = self._batch
+        if batch is not None and sha in batch.objects:
+            return batch.objects[sha]
         held = self._written.get(sha)
         if held is None:
             return None
@@ -128,7 +223,7 @@ class LooseObjects:
                 lost.append(sha)
                 continue
             header, data = held
-            self._store_loose(sha, data, header)
+            self._write_loose(sha, data, header)
         lost += self._absent([sha for sha in missing if sha not in lost])
         return lost
 
@@ -137,7 +232,11 @@ class LooseObjects:
         read by git as it is (written whole, then renamed into place): only the others,
         packed since or gone, are asked of git, so a run that lost nothing starts no
         git process here."""
-        shas = [sha for sha in shas if not os.path.isfile(self._loose_path(sha))]
+        shas = [
+            sha
+            for sha in shas
+            if not os.path.isfile(self._loose_path(sha)) and not self._in_our_pack(sha)
+        ]
         if not shas:
             return []
         import subprocess
@@ -159,6 +258,11 @@ class LooseObjects:
             for line in proc.stdout.splitlines()
             if line.endswith(b" missing")
         ]
+
+    def _in_our_pack(self, sha: str) -> bool:
+        """Whether a pack this process wrote holds `sha` and is still there."""
+        pack = self._ladder.find(bytes.fromhex(sha))
+        return pack is not None and os.path.isfile(pack.base + ".idx")
 
     def _packed(self, sha: str) -> bool:
         """Whether a pack holds `sha`. dulwich lists the pack directory at each question,
@@ -192,8 +296,24 @@ class LooseObjects:
 
     def _store_loose(self, sha: str, data: bytes, header: bytes = b"") -> str:
         """Write `header` and `data` (or `data` alone, holding its header) as the loose
-        object `sha` unless it exists."""
+        object `sha` unless it exists; into the open batch, if this thread has one."""
+        batch = self._batch
+        if (
+            batch is not None
+            and batch.thread == threading.get_ident()
+            and len(data) <= _PACKED_OBJECT_MAX
+        ):
+            if sha not in batch.objects and self._ladder.find(bytes.fromhex(sha)) is None:
+                if not header:
+                    end = data.index(b"\0") + 1
+                    header, data = data[:end], data[end:]
+                batch.objects[sha] = (header.split(b" ", 1)[0], data)
+            self._remember(sha, data, header)
+            return sha
         self._remember(sha, data, header)
+        return self._write_loose(sha, data, header)
+
+    def _write_loose(self, sha: str, data: bytes, header: bytes = b"") -> str:
         # Plain strings: a checkpoint writes a dozen objects, and path objects cost more
         # than the system calls here.
         fanout = os.path.join(self._objects_path, sha[:2])

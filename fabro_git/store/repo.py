@@ -248,6 +248,7 @@ class GitRepo:
         ref = _checked_ref(name)
         if not valid_hexsha(new):
             raise StoreError(f"cannot point {name} at {new!r}: not an object id")
+        self.objects.flush()  # what the ref will lead to is on disk first
         ident = self.committer()
         refs = self._repo.refs
         assert isinstance(refs, DiskRefsContainer)
@@ -690,6 +691,11 @@ class GitRepo:
         """Write the file at `path` as a blob, through `masker` (secrets out), a bounded
         chunk at a time; its id and size."""
         return self.objects.store_file(path, masker)
+
+    def consolidate_packs(self) -> None:
+        """Merge the packs this process's checkpoints wrote into one
+        (`LooseObjects.consolidate`)."""
+        self.objects.consolidate()
 
     def note_written(self, sha: str) -> None:
         """Count `sha` (say, a tree git wrote for us) among the objects `missing_written`

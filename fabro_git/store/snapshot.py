@@ -15,7 +15,7 @@ caller last saw, so a crash at any point leaves either the old snapshot or the n
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 import msgspec
 from dulwich.objects import Tree
@@ -73,12 +73,15 @@ class MetaSnapshotter:
         message: str,
         *,
         expected_tip: str | None,
+        then: Callable[[str], object] | None = None,
     ) -> SnapshotResult:
         """Commit the tree at `expected_tip` with `files` applied, then move the ref.
 
         `files` maps a slash-separated path to its new content, or to None to delete
         it (a whole directory may be deleted that way). RefRaceError if the ref is no
-        longer at `expected_tip`; nothing is overwritten then.
+        longer at `expected_tip`; nothing is overwritten then. `then` is called with the
+        new commit before the ref moves: the objects it stores (the run branch's commit,
+        which names this one) go into the snapshot's pack.
         """
         changes = _nest(files)
         self._fresh = {}
@@ -90,14 +93,18 @@ class MetaSnapshotter:
             base_tree = (
                 made[1] if made is not None and made[0] == expected_tip else None
             ) or self.repo.commit_info(expected_tip).tree
-        root = self._apply(base_tree, changes, "")
-        if root is None:
-            root = self.repo.store_object(Tree())
-        commit = self.repo.write_commit(
-            tree=root,
-            parents=[expected_tip] if expected_tip is not None else [],
-            message=message,
-        )
+        # The snapshot's new objects, a dozen small ones, go to disk as one pack.
+        with self.repo.objects.batch():
+            root = self._apply(base_tree, changes, "")
+            if root is None:
+                root = self.repo.store_object(Tree())
+            commit = self.repo.write_commit(
+                tree=root,
+                parents=[expected_tip] if expected_tip is not None else [],
+                message=message,
+            )
+            if then is not None:
+                then(commit)
         subject = message.strip().split("\n", 1)[0]
         self.repo.update_ref(self.ref, commit, old=expected_tip, message=f"fabro: {subject}")
         self._made = (commit, root)

@@ -41,7 +41,17 @@ class TreeDiffs:
 
         Spawning `git diff` costs more than the rest of a small checkpoint; for the
         handful of changed files a typical stage leaves, reading the blobs here is faster.
+        A `git repack` beside it can move a blob out of its loose file between the two
+        places dulwich looks: the diff is read once more, then left to git.
         """
+        for _ in range(2):
+            try:
+                return self._small_diff(old_tree, new_tree, max_bytes=max_bytes)
+            except KeyError:
+                continue
+        return None
+
+    def _small_diff(self, old_tree: str, new_tree: str, *, max_bytes: int) -> str | None:
         import io
 
         from dulwich.patch import write_object_diff

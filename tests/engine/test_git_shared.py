@@ -10,7 +10,7 @@ import threading
 import time
 from pathlib import Path
 
-from helpers import assert_fsck_clean, git, read_checkpoint, run_fabro, write_workflow
+from helpers import assert_fsck_clean, drop_object, git, read_checkpoint, run_fabro, write_workflow
 
 from fabro_git.config.locations import run_scratch_dir
 
@@ -317,12 +317,6 @@ def test_a_tree_git_cannot_record_fails_the_run_with_gits_message(repo: Path) ->
 # -- refs that lead to objects git no longer has -----------------------------------------------
 
 
-def _delete_object(repo: Path, sha: str) -> None:
-    path = repo / ".git" / "objects" / sha[:2] / sha[2:]
-    assert path.is_file(), f"{sha} is not a loose object"
-    path.unlink()
-
-
 def test_refs_to_missing_objects_are_named_with_the_way_back(repo: Path) -> None:
     write_workflow(
         repo,
@@ -335,7 +329,7 @@ def test_refs_to_missing_objects_are_named_with_the_way_back(repo: Path) -> None
     assert proc.returncode == 1
     run_id = _run_id(proc)
     branch = f"refs/heads/fabro/run/{run_id}"
-    _delete_object(repo, git(repo, "rev-parse", branch).strip())
+    drop_object(repo, git(repo, "rev-parse", branch).strip())
     for args in (("inspect", run_id), ("resume", run_id)):
         proc = run_fabro(*args, cwd=repo)
         assert "Traceback" not in proc.stderr and "bad object" not in proc.stderr

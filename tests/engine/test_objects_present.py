@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import git, run_fabro, write_workflow
+from helpers import drop_object, git, run_fabro, write_workflow
 
 # s2 deletes the loose tree of the checkpoint before it (the run wrote it), as a
 # `git gc --prune=now` racing the checkpoint can.
@@ -69,7 +69,7 @@ def _run_with_a_missing_blob(repo: Path) -> tuple[str, str]:
     assert proc.returncode == 0, proc.stderr
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     blob = git(repo, "rev-parse", f"refs/fabro/meta/{run_id}:nodes/s1/script.sh").strip()
-    (repo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    drop_object(repo, blob)
     return run_id, blob
 
 

@@ -1,4 +1,5 @@
-"""How many new loose objects a stage's checkpoint writes, so a regression shows.
+"""How many new objects a stage's checkpoint writes, and how many files for them, so a
+regression shows.
 
 Two runs of the same shape, one with more stages than the other, in one repository:
 the difference in new objects, divided by the difference in stages, is the cost of one
@@ -9,6 +10,10 @@ Per stage, on the run branch: the commit, and for a stage that writes a file its
 and the new root tree. On the meta ref: `checkpoint.json`, the event segment, the
 node's `status.json` and `script.sh`; the trees on the way to them (root, `events/`,
 `events/<shard>/`, `nodes/`, `nodes/<node>/`); and the snapshot commit.
+
+The snapshot and the run-branch commit are written as one pack per checkpoint, and a
+run merges its packs into one: only the blob and the tree the stage's own files make
+are loose (the worktree's index names them as soon as they are written).
 """
 
 from __future__ import annotations
@@ -19,6 +24,9 @@ from helpers import git, run_fabro
 
 NOOP_STAGE = 1 + (4 + 5 + 1)
 ONE_FILE_STAGE = 3 + (4 + 5 + 1)
+# Loose objects a stage writes: its files' blobs and the trees above them.
+NOOP_LOOSE = 0
+ONE_FILE_LOOSE = 2
 
 
 def _workflow(path: Path, stages: int, script: str) -> Path:
@@ -33,29 +41,39 @@ def _workflow(path: Path, stages: int, script: str) -> Path:
     return path
 
 
-def _loose_objects(repo: Path) -> int:
+def _counts(repo: Path) -> tuple[int, int, int]:
+    """Loose objects, objects in packs, packs."""
     out = git(repo, "count-objects", "-v")
-    return int(out.split("count: ")[1].split()[0])
+    fields = dict(line.split(": ") for line in out.splitlines())
+    return int(fields["count"]), int(fields["in-pack"]), int(fields["packs"])
 
 
-def _objects_per_stage(repo: Path, tmp_path: Path, script: str) -> float:
+def _per_stage(repo: Path, tmp_path: Path, script: str) -> tuple[float, float, list[int]]:
+    """Objects per stage, loose objects per stage, and the packs each run added."""
     added = []
     # A first run writes what every run shares (the empty blob of a quiet stage's log).
     for stages in (1, 2, 6):
         workflow = _workflow(tmp_path / f"count{stages}.fabro", stages, script)
-        before = _loose_objects(repo)
+        before = _counts(repo)
         proc = run_fabro("run", str(workflow), cwd=repo)
         assert proc.returncode == 0, proc.stderr
-        added.append(_loose_objects(repo) - before)
-    return (added[2] - added[1]) / 4
+        added.append([after - was for after, was in zip(_counts(repo), before, strict=True)])
+    (loose2, packed2, _), (loose6, packed6, _) = added[1], added[2]
+    objects = (loose6 + packed6 - loose2 - packed2) / 4
+    return objects, (loose6 - loose2) / 4, [packs for _, _, packs in added]
 
 
 def test_a_stage_that_changes_nothing(repo: Path, tmp_path: Path) -> None:
-    assert _objects_per_stage(repo, tmp_path, "true {n}-{i}") == NOOP_STAGE
+    objects, loose, packs = _per_stage(repo, tmp_path, "true {n}-{i}")
+    assert (objects, loose) == (NOOP_STAGE, NOOP_LOOSE)
+    assert packs == [1, 1, 1]
 
 
 def test_a_stage_that_writes_one_file(repo: Path, tmp_path: Path) -> None:
-    assert _objects_per_stage(repo, tmp_path, "echo {n}-{i} > f_{i}.txt") == ONE_FILE_STAGE
+    objects, loose, packs = _per_stage(repo, tmp_path, "echo {n}-{i} > f_{i}.txt")
+    assert (objects, loose) == (ONE_FILE_STAGE, ONE_FILE_LOOSE)
+    assert packs == [1, 1, 1]
+    assert "error" not in git(repo, "fsck", "--no-dangling").lower()
 
 
 def _git_commands(repo: Path, tmp_path: Path, stages: int) -> list[str]:
