@@ -56,6 +56,8 @@ _PACK_MIN = 3
 # Bigger objects of a batch are written loose all the same (and not held in memory
 # until the batch ends).
 _PACKED_OBJECT_MAX = 1 << 20
+# A batch holding this much is written out as it goes, a pack at a time.
+_BATCH_BYTES_MAX = 32 << 20
 
 
 class _Batch:
@@ -65,6 +67,7 @@ class _Batch:
     def __init__(self) -> None:
         self.thread = threading.get_ident()
         self.objects: dict[str, tuple[bytes, bytes]] = {}
+        self.size = 0
         self.depth = 1
 
 
@@ -121,7 +124,7 @@ class LooseObjects:
         them); the batch goes on, empty."""
         batch = self._batch
         if batch is not None and batch.thread == threading.get_ident() and batch.objects:
-            objects, batch.objects = batch.objects, {}
+            objects, batch.objects, batch.size = batch.objects, {}, 0
             self._write_batch(objects)
 
     def consolidate(self) -> None:
@@ -308,7 +311,10 @@ class LooseObjects:
                     end = data.index(b"\0") + 1
                     header, data = data[:end], data[end:]
                 batch.objects[sha] = (header.split(b" ", 1)[0], data)
+                batch.size += len(data)
             self._remember(sha, data, header)
+            if batch.size >= _BATCH_BYTES_MAX:
+                self.flush()
             return sha
         self._remember(sha, data, header)
         return self._write_loose(sha, data, header)

@@ -190,9 +190,12 @@ class PackLadder:
             rung.append(pack)
             if len(rung) < self.rung:
                 return gone
-            pack = self._merge(rung, fsync=fsync)
-            gone += rung
+            merged = self._merge(rung, fsync=fsync)
+            gone += [p for p in rung if merged is None or p.base != merged.base]
             self._classes[level] = []
+            if merged is None:
+                return gone
+            pack = merged
             level += 1
 
     def merge_all(self, *, fsync: bool) -> tuple[Written | None, list[Written]]:
@@ -202,8 +205,8 @@ class PackLadder:
         if len(packs) < 2:
             return None, []
         merged = self._merge(packs, fsync=fsync)
-        self._classes = [[merged]]
-        return merged, packs
+        self._classes = [[merged]] if merged is not None else []
+        return merged, [p for p in packs if merged is None or p.base != merged.base]
 
     def find(self, sha: bytes) -> Written | None:
         """The pack of this ladder that holds `sha` (a raw id), if one does."""
@@ -213,14 +216,21 @@ class PackLadder:
                     return pack
         return None
 
-    def _merge(self, packs: list[Written], *, fsync: bool) -> Written:
-        entries: list[Entry] = []
+    def _merge(self, packs: list[Written], *, fsync: bool) -> Written | None:
+        """One pack of the objects of `packs`, which are then deleted; None when none of
+        them is left."""
+        readable: list[tuple[Written, list[Entry]]] = []
         for pack in packs:
             # A pack a `git repack` took away is skipped: its objects went into the
-            # repack's (or, unreachable, away: `missing_written` looks for them).
+            # repack's (or, unreachable, loose: `missing_written` looks for them).
             with contextlib.suppress(FileNotFoundError):
-                entries += read_entries(pack)
-        merged = write(self.pack_dir, entries, fsync=fsync)
+                readable.append((pack, read_entries(pack)))
+        if len(readable) < 2:
+            # Nothing to merge; a lone pack left stays as it is (merged again, it would
+            # be the same file, deleted as an old one).
+            return readable[0][0] if readable else None
+        merged = write(self.pack_dir, [e for _, entries in readable for e in entries], fsync=fsync)
         for pack in packs:
-            remove(pack)
+            if pack.base != merged.base:
+                remove(pack)
         return merged

@@ -120,6 +120,23 @@ class Stager:
             return None
         if sum(st.st_size for st in to_hash.values()) > MAX_BYTES:
             return None
+        # The stage's blobs and trees go to disk as one pack, before the index names them.
+        with self.repo.objects.batch():
+            staged = self._objects(base_tree, changes, to_hash)
+        if staged is None:
+            return None
+        tree, entries = staged
+        stamp = self._write_index(changes.index, entries)
+        return tree, stamp
+
+    def _objects(
+        self,
+        base_tree: str,
+        changes: statcheck.WorktreeChanges,
+        to_hash: dict[bytes, os.stat_result],
+    ) -> tuple[str, dict[bytes, IndexEntry]] | None:
+        """Store the changed files' blobs and the trees above them: the worktree's tree
+        and the index entries that name it; None when a file is still being written."""
         from dulwich.index import IndexEntry as Entry
 
         root = os.fsencode(self.worktree)
@@ -158,8 +175,7 @@ class Stager:
             tree = self.repo.store_raw(b"tree", b"")
         # Only the new tree's listings are built on next: older ones would only grow.
         self._listings = fresh
-        stamp = self._write_index(changes.index, entries)
-        return tree, stamp
+        return tree, entries
 
     def _write_index(
         self, old: statcheck.IndexState, entries: dict[bytes, IndexEntry]

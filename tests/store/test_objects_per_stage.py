@@ -20,13 +20,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers import git, run_fabro
+from helpers import assert_fsck_clean, git, run_fabro
 
 NOOP_STAGE = 1 + (4 + 5 + 1)
 ONE_FILE_STAGE = 3 + (4 + 5 + 1)
-# Loose objects a stage writes: its files' blobs and the trees above them.
+# Three files, two in a new directory: their blobs, that directory's tree, the root's.
+THREE_FILE_STAGE = 1 + 3 + 2 + (4 + 5 + 1)
+# Loose objects a stage writes: its files' blobs and the trees above them, when there
+# are fewer than three (else they are a pack of their own).
 NOOP_LOOSE = 0
 ONE_FILE_LOOSE = 2
+THREE_FILE_LOOSE = 0
 
 
 def _workflow(path: Path, stages: int, script: str) -> Path:
@@ -73,7 +77,15 @@ def test_a_stage_that_writes_one_file(repo: Path, tmp_path: Path) -> None:
     objects, loose, packs = _per_stage(repo, tmp_path, "echo {n}-{i} > f_{i}.txt")
     assert (objects, loose) == (ONE_FILE_STAGE, ONE_FILE_LOOSE)
     assert packs == [1, 1, 1]
-    assert "error" not in git(repo, "fsck", "--no-dangling").lower()
+    assert_fsck_clean(repo)
+
+
+def test_a_stage_that_writes_three_files(repo: Path, tmp_path: Path) -> None:
+    script = "mkdir d_{i} && echo {n}-{i}-a > d_{i}/a && echo {n}-{i}-b > d_{i}/b && echo {n}-{i}-c > c_{i}"
+    objects, loose, packs = _per_stage(repo, tmp_path, script)
+    assert (objects, loose) == (THREE_FILE_STAGE, THREE_FILE_LOOSE)
+    assert packs == [1, 1, 1]
+    assert_fsck_clean(repo)
 
 
 def _git_commands(repo: Path, tmp_path: Path, stages: int) -> list[str]:

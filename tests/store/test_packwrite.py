@@ -161,3 +161,19 @@ def test_a_blob_stored_outside_a_batch_is_loose(repo: Path, grepo: GitRepo) -> N
     loose = _loose(repo)
     grepo.store_object(Blob.from_string(b"alone\n"))
     assert _loose(repo) == loose + 1 and _packs(repo) == []
+
+
+def test_a_merge_that_finds_one_pack_left_keeps_it(repo: Path, grepo: GitRepo) -> None:
+    """`git gc` took all but one of the packs away: merged alone, the last one would be
+    the very same file, written again and then deleted as an old one."""
+    with grepo.objects.batch():
+        _three(grepo, "gone")
+    [taken] = _packs(repo)
+    with grepo.objects.batch():
+        kept = _three(grepo, "kept")
+    for name in (taken, taken.replace(".pack", ".idx")):
+        (repo / ".git/objects/pack" / name).unlink()
+    grepo.consolidate_packs()
+    assert len(_packs(repo)) == 1
+    for sha in kept:
+        git(repo, "cat-file", "-e", sha)
