@@ -231,14 +231,15 @@ class LooseObjects:
         return lost
 
     def _absent(self, shas: list[str]) -> list[str]:
-        """Those of `shas` git does not have. One that is a loose file here is there,
-        read by git as it is (written whole, then renamed into place): only the others,
-        packed since or gone, are asked of git, so a run that lost nothing starts no
-        git process here."""
+        """Those of `shas` git does not have. One in a pack this process wrote that is
+        still there, or a loose file here, is there, read by git as it is (written whole,
+        then renamed into place): only the others, packed since or gone, are asked of
+        git, so a run that lost nothing starts no git process here."""
+        there: dict[str, bool] = {}  # each of our packs looked for once
         shas = [
             sha
             for sha in shas
-            if not os.path.isfile(self._loose_path(sha)) and not self._in_our_pack(sha)
+            if not self._in_our_pack(sha, there) and not os.path.isfile(self._loose_path(sha))
         ]
         if not shas:
             return []
@@ -262,10 +263,16 @@ class LooseObjects:
             if line.endswith(b" missing")
         ]
 
-    def _in_our_pack(self, sha: str) -> bool:
-        """Whether a pack this process wrote holds `sha` and is still there."""
+    def _in_our_pack(self, sha: str, there: dict[str, bool]) -> bool:
+        """Whether a pack this process wrote holds `sha` and is still there (`there`:
+        the packs looked for already)."""
         pack = self._ladder.find(bytes.fromhex(sha))
-        return pack is not None and os.path.isfile(pack.base + ".idx")
+        if pack is None:
+            return False
+        found = there.get(pack.base)
+        if found is None:
+            found = there[pack.base] = os.path.isfile(pack.base + ".idx")
+        return found
 
     def _packed(self, sha: str) -> bool:
         """Whether a pack holds `sha`. dulwich lists the pack directory at each question,

@@ -18,6 +18,7 @@ import contextlib
 import functools
 import re
 import sys
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
@@ -93,6 +94,9 @@ class GitRepo:
         self.objects = LooseObjects(root, git_dir / "objects", self._repo.object_store)
         # Refs whose directories (and their reflogs') `update_ref` has made or found.
         self._ref_dirs_made: set[str] = set()
+        # The packs dulwich opened are closed with this object, if `close` was not called
+        # (a web request's repository, a reader's): their files are not held for long.
+        self._closing = weakref.finalize(self, self._repo.close)
 
     @functools.cached_property
     def _shared_perm(self) -> SharedPerm | None:
@@ -162,7 +166,7 @@ class GitRepo:
         return cls(toplevel, common_dir, git_dir, clock=clock)
 
     def close(self) -> None:
-        self._repo.close()
+        self._closing()
 
     def __enter__(self) -> GitRepo:
         return self
