@@ -62,13 +62,11 @@ _BATCH_BYTES_MAX = 32 << 20
 
 class _Batch:
     """The objects of an open `LooseObjects.batch`: id -> (type, body), in the order
-    they came; only the thread that opened it adds to it."""
+    they came, and their size; only the thread that opened it adds to it."""
 
     def __init__(self) -> None:
-        self.thread = threading.get_ident()
         self.objects: dict[str, tuple[bytes, bytes]] = {}
         self.size = 0
-        self.depth = 1
 
 
 class LooseObjects:
@@ -91,7 +89,9 @@ class LooseObjects:
         # again; None past it.
         self._written: dict[str, tuple[bytes, bytes] | None] = {}
         self._held_bytes = 0
-        self._batch: _Batch | None = None
+        # The open batch of each thread that has one, by thread id.
+        self._batches: dict[int, _Batch] = {}
+        self._ladder_lock = threading.Lock()
         # The packs this process wrote, merged as they pile up.
         self._ladder = packwrite.PackLadder(self._packs_dir)
 
@@ -100,30 +100,28 @@ class LooseObjects:
         """Objects this thread stores within the block are written as one pack when it
         ends (a few, or a big one: loose, at once or then). Nothing may point at them,
         no ref and no index, before the block ends; `flush` writes them sooner. An error
-        inside drops them. A block inside another joins it."""
-        if self._batch is not None and self._batch.thread == threading.get_ident():
-            self._batch.depth += 1
-            try:
-                yield
-            finally:
-                self._batch.depth -= 1
+        inside drops them. A block inside another joins it; each thread has its own."""
+        me = threading.get_ident()
+        outer = self._batches.get(me)
+        if outer is not None:
+            yield
             return
-        batch = self._batch = _Batch()
+        batch = self._batches[me] = _Batch()
         try:
             yield
         except BaseException:
-            self._batch = None
+            del self._batches[me]
             for sha in batch.objects:
                 self._forget(sha)
             raise
-        self._batch = None
+        del self._batches[me]
         self._write_batch(batch.objects)
 
     def flush(self) -> None:
         """Write the objects of this thread's open batch now (a ref is about to point at
         them); the batch goes on, empty."""
-        batch = self._batch
-        if batch is not None and batch.thread == threading.get_ident() and batch.objects:
+        batch = self._batches.get(threading.get_ident())
+        if batch is not None and batch.objects:
             objects, batch.objects, batch.size = batch.objects, {}, 0
             self._write_batch(objects)
 
@@ -131,7 +129,8 @@ class LooseObjects:
         """Merge the packs this process wrote into one (the run's end)."""
         fsync = durability(self.root).loose_objects
         try:
-            self._ladder.merge_all(fsync=fsync)
+            with self._ladder_lock:
+                self._ladder.merge_all(fsync=fsync)
         except OSError as err:
             self._raise(err, "merge the run's packs in")
 
@@ -147,7 +146,8 @@ class LooseObjects:
         fsync = durability(self.root).loose_objects
         try:
             written = packwrite.write(self._packs_dir, entries, fsync=fsync)
-            self._ladder.add(written, fsync=fsync)
+            with self._ladder_lock:
+                self._ladder.add(written, fsync=fsync)
         except OSError as err:
             self._raise(err, "write a pack to")
 
@@ -199,10 +199,11 @@ class LooseObjects:
     def held(self, sha: str) -> tuple[bytes, bytes] | None:
         """The type and body of object `sha` if this process wrote it and still holds its
         bytes (a tree a checkpoint just wrote, read again to diff it); None otherwise.
-        An object of the open batch is always held."""
-        batch = self._batch
-        if batch is not None and sha in batch.objects:
-            return batch.objects[sha]
+        An object of an open batch is always held."""
+        for batch in list(self._batches.values()):
+            pending = batch.objects.get(sha)
+            if pending is not None:
+                return pending
         held = self._written.get(sha)
         if held is None:
             return None
@@ -263,10 +264,17 @@ class LooseObjects:
             if line.endswith(b" missing")
         ]
 
+    def _packed_here(self, sha: str) -> bool:
+        """Whether a pack this process wrote holds `sha` (gone since, it went into
+        git's)."""
+        with self._ladder_lock:
+            return self._ladder.find(bytes.fromhex(sha)) is not None
+
     def _in_our_pack(self, sha: str, there: dict[str, bool]) -> bool:
         """Whether a pack this process wrote holds `sha` and is still there (`there`:
         the packs looked for already)."""
-        pack = self._ladder.find(bytes.fromhex(sha))
+        with self._ladder_lock:
+            pack = self._ladder.find(bytes.fromhex(sha))
         if pack is None:
             return False
         found = there.get(pack.base)
@@ -307,13 +315,9 @@ class LooseObjects:
     def _store_loose(self, sha: str, data: bytes, header: bytes = b"") -> str:
         """Write `header` and `data` (or `data` alone, holding its header) as the loose
         object `sha` unless it exists; into the open batch, if this thread has one."""
-        batch = self._batch
-        if (
-            batch is not None
-            and batch.thread == threading.get_ident()
-            and len(data) <= _PACKED_OBJECT_MAX
-        ):
-            if sha not in batch.objects and self._ladder.find(bytes.fromhex(sha)) is None:
+        batch = self._batches.get(threading.get_ident()) if self._batches else None
+        if batch is not None and len(data) <= _PACKED_OBJECT_MAX:
+            if sha not in batch.objects and not self._packed_here(sha):
                 if not header:
                     end = data.index(b"\0") + 1
                     header, data = data[:end], data[end:]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -177,3 +178,29 @@ def test_a_merge_that_finds_one_pack_left_keeps_it(repo: Path, grepo: GitRepo) -
     assert len(_packs(repo)) == 1
     for sha in kept:
         git(repo, "cat-file", "-e", sha)
+
+
+def test_each_thread_has_its_own_batch(repo: Path, grepo: GitRepo) -> None:
+    """A batch opened on another thread meanwhile neither takes this thread's objects
+    nor keeps them from disk when this thread moves a ref."""
+    other_open, this_done = threading.Event(), threading.Event()
+    theirs: list[str] = []
+
+    def other() -> None:
+        with grepo.objects.batch():
+            theirs.extend(_three(grepo, "theirs"))
+            other_open.set()
+            this_done.wait(30)
+
+    with grepo.objects.batch():
+        _, _, commit = _three(grepo, "ours")
+        thread = threading.Thread(target=other)
+        thread.start()
+        assert other_open.wait(30)
+        grepo.update_ref("refs/fabro/meta/ours", commit, old=None, message="m")
+        assert git(repo, "log", "--format=%s", "refs/fabro/meta/ours").strip() == "c ours"
+    this_done.set()
+    thread.join()
+    for sha in theirs:
+        git(repo, "cat-file", "-e", sha)
+    assert_fsck_clean(repo)
