@@ -139,7 +139,7 @@ def _forget_unless_alive(pgid: int, recorded: Path | None) -> None:
     # What a command leaves running in the background keeps its record until the run
     # ends, when it is killed.
     if recorded is not None and not process_groups.alive(pgid):
-        process_groups.forget(recorded)
+        process_groups.release(recorded)
 
 
 async def _stop_group(process: process_groups.StageProcess) -> None:

@@ -157,6 +157,25 @@ def record(
     return _write_record(directory, str(pgid), entry)
 
 
+# Record files this process emptied when their group ended (`release`), by directory:
+# the next record goes into one, so a command stage neither makes nor removes a file for
+# its group. Read, an empty file is no record; the run's end removes them.
+_free_records: dict[Path, list[Path]] = {}
+
+
+def release(path: Path | None) -> None:
+    """Drop the record at `path`, which this process wrote, once its group is gone: the
+    file is emptied and kept for the next record."""
+    if path is None:
+        return
+    try:
+        os.truncate(path, 0)
+    except OSError:
+        forget(path)
+        return
+    _free_records.setdefault(path.parent, []).append(path)
+
+
 def _write_record(directory: Path, name: str, entry: ProcessRecord) -> Path:
     entry["owner"] = os.getpid()
     if directory not in _made_dirs:
@@ -164,7 +183,11 @@ def _write_record(directory: Path, name: str, entry: ProcessRecord) -> Path:
         _made_dirs.add(directory)
     if directory not in _watchers:
         _watchers[directory] = _start_watcher(directory)
-    path = directory / f"{name}.json"
+    try:
+        # A file's name is only a name: what a record says is in it.
+        path = _free_records[directory].pop()
+    except (KeyError, IndexError):
+        path = directory / f"{name}.json"
     # Written in place, in one write: a live group's id (a nonce) is unique on the
     # machine, so the name is ours alone, and what a crashed run left under it is
     # replaced. Records are read only once their writer is gone (the watcher, a resume,
@@ -263,6 +286,8 @@ def stop_watcher(directory: Path) -> None:
     """At the run's end, after its own `kill_recorded`: the watcher of `directory`
     exits, having nothing of this process's left to kill."""
     _nonces.pop(directory, None)
+    for path in _free_records.pop(directory, []):
+        forget(path)
     watcher = _watchers.pop(directory, None)
     if watcher is not None:
         watcher.close()

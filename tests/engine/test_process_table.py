@@ -93,3 +93,28 @@ def test_a_started_command_is_recorded_with_a_start_window_that_holds_its_start(
             await process.wait()
 
     trio.run(main)
+
+
+def test_command_stages_record_their_groups_in_one_reused_file(repo: Path) -> None:
+    """A command stage's group record goes into the file the stage before emptied when
+    its group ended: stages make no record file each, and the run's end leaves none."""
+    from helpers import git, run_fabro, write_workflow
+
+    stages = "".join(
+        f'  s{i} [shape=parallelogram, script="ls ../process-groups > seen_{i}.txt"]\n'
+        for i in range(3)
+    )
+    write_workflow(
+        repo,
+        "digraph R {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        + stages
+        + "  start -> s0 -> s1 -> s2 -> exit\n}\n",
+    )
+    proc = run_fabro("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    branch = git(repo, "for-each-ref", "--format=%(refname)", "refs/heads/fabro/run").strip()
+    seen = [git(repo, "show", f"{branch}:seen_{i}.txt").split() for i in range(3)]
+    assert len(seen[0]) == 2  # the run's mark, and the stage's own group
+    assert seen[1] == seen[0] and seen[2] == seen[0]
+    scratch = next((Path(os.environ["FABRO_HOME"]) / "runs").iterdir())
+    assert not list((scratch / "process-groups").glob("*.json"))
