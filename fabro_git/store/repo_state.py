@@ -179,12 +179,20 @@ class StateReader:
         if cached is not None and cached[0] == stamp:
             return cached[1]
         try:
-            with open(path, "rb") as fh:
-                data = fh.read()
+            # Without a file object: the first look reads every loose ref, thousands in
+            # a repository with many tags.
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             return None
         except PermissionError:
             data = b""  # unreadable to us: its stat still tells of a change
+        else:
+            try:
+                data = _read_all(fd, st.st_size)
+            except IsADirectoryError:
+                return None
+            finally:
+                os.close(fd)
         self._cache[path] = (stamp, data)
         return data
 
@@ -234,7 +242,7 @@ class StateReader:
                 if entry.is_dir(follow_symlinks=False):
                     pending.append(entry.path)
                 elif not entry.name.endswith(".lock"):
-                    self._loose_ref(entry.path, cut)
+                    self._loose_ref(entry.path, cut, entry)
         return {**self._packed, **self._loose}
 
     @property
@@ -251,23 +259,36 @@ class StateReader:
             refs[name.decode("utf-8", "surrogateescape")] = sha.decode()
         return refs
 
-    def _loose_ref(self, path: str, cut: int) -> None:
+    def _loose_ref(self, path: str, cut: int, entry: os.DirEntry[str] | None = None) -> None:
         """Read the loose ref file at `path` into `_loose` (or out, when it is gone or
-        empty: an empty file is one being written, not a ref yet)."""
+        empty: an empty file is one being written, not a ref yet). `entry`: the path's
+        entry as the directory listed it, whose type and stat cost no more calls."""
         name = path[cut:]
-        if os.path.islink(path):
+        if entry.is_symlink() if entry is not None else os.path.islink(path):
             self._linked.add(path)
         else:
             self._linked.discard(path)
         try:
-            data = self._read(path)
-        except (FileNotFoundError, IsADirectoryError):
+            data = self._read(path, entry.stat() if entry is not None else None)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             data = None
         value = data.strip().decode("utf-8", "replace") if data else ""
         if value:
             self._loose[name] = value
         else:
             self._loose.pop(name, None)
+
+
+def _read_all(fd: int, size: int) -> bytes:
+    """What is left to read of the regular file `fd`, `size` bytes expected (more if it
+    grew): a read that returns less than it asked for has reached the end."""
+    want = max(size + 1, 4096)
+    chunks = []
+    while True:
+        chunk = os.read(fd, want)
+        chunks.append(chunk)
+        if len(chunk) < want:
+            return b"".join(chunks)
 
 
 def _under(path: str, directory: str) -> bool:
