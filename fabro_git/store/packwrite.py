@@ -32,6 +32,7 @@ _COMPRESSION = 1
 _IDX_MAGIC = b"\377tOc"
 _LARGE_OFFSET = 0x80000000
 _tmp_counter = itertools.count()
+_TEMP_ATTEMPTS = 100
 
 
 class Entry(NamedTuple):
@@ -148,8 +149,16 @@ def _index(objects: dict[bytes, tuple[int, int, int]], checksum: bytes) -> bytes
 
 def _put(pack_dir: str, path: str, parts: list[bytes], *, fsync: bool) -> None:
     """Write `parts` to a new read-only temporary file in `pack_dir`, renamed to `path`."""
-    tmp = os.path.join(pack_dir, f"tmp_pack_{os.getpid()}_{next(_tmp_counter)}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o444)
+    for _ in range(_TEMP_ATTEMPTS):
+        tmp = os.path.join(pack_dir, f"tmp_pack_{os.getpid()}_{next(_tmp_counter)}")
+        try:
+            # A new file, never one already there (a crashed process's, or a link).
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(f"no free temporary pack name in {pack_dir}")
     try:
         try:
             for part in parts:

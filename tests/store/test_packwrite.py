@@ -3,6 +3,7 @@ never pointed at before they are on disk."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import subprocess
 import threading
@@ -204,3 +205,18 @@ def test_each_thread_has_its_own_batch(repo: Path, grepo: GitRepo) -> None:
     for sha in theirs:
         git(repo, "cat-file", "-e", sha)
     assert_fsck_clean(repo)
+
+
+def test_a_temporary_pack_name_already_taken_is_passed_over(repo: Path, grepo: GitRepo) -> None:
+    """Debris of a crashed process that had this pid, or a link planted there, is never
+    written through: the next name is taken."""
+    pack_dir = repo / ".git/objects/pack"
+    target = repo / "elsewhere.txt"
+    target.write_text("untouched\n")
+    for n in range(3):
+        (pack_dir / f"tmp_pack_{os.getpid()}_{n}").symlink_to(target)
+    packwrite._tmp_counter = itertools.count()
+    with grepo.objects.batch():
+        blob, _, _ = _three(grepo, "taken")
+    assert target.read_text() == "untouched\n"
+    assert git(repo, "cat-file", "-p", blob) == "content taken\n"
