@@ -102,8 +102,7 @@ class LooseObjects:
         no ref and no index, before the block ends; `flush` writes them sooner. An error
         inside drops them. A block inside another joins it; each thread has its own."""
         me = threading.get_ident()
-        outer = self._batches.get(me)
-        if outer is not None:
+        if me in self._batches:
             yield
             return
         batch = self._batches[me] = _Batch()

@@ -187,35 +187,28 @@ class PackLadder:
         self.rung = rung
         self._classes: list[list[Written]] = []
 
-    def add(self, written: Written, *, fsync: bool) -> list[Written]:
-        """Count a new pack in; returns the packs merged into another (deleted)."""
-        gone: list[Written] = []
+    def add(self, written: Written, *, fsync: bool) -> None:
+        """Count a new pack in, merging a full class into one of the next."""
         level = 0
-        pack = written
-        while True:
+        pack: Written | None = written
+        while pack is not None:
             if len(self._classes) == level:
                 self._classes.append([])
             rung = self._classes[level]
             rung.append(pack)
             if len(rung) < self.rung:
-                return gone
-            merged = self._merge(rung, fsync=fsync)
-            gone += [p for p in rung if merged is None or p.base != merged.base]
+                return
             self._classes[level] = []
-            if merged is None:
-                return gone
-            pack = merged
+            pack = self._merge(rung, fsync=fsync)
             level += 1
 
-    def merge_all(self, *, fsync: bool) -> tuple[Written | None, list[Written]]:
-        """Merge every pack left into one; returns it (None: there was at most one) and
-        the packs merged away."""
+    def merge_all(self, *, fsync: bool) -> None:
+        """Merge every pack left into one."""
         packs = [p for rung in self._classes for p in rung]
         if len(packs) < 2:
-            return None, []
+            return
         merged = self._merge(packs, fsync=fsync)
         self._classes = [[merged]] if merged is not None else []
-        return merged, [p for p in packs if merged is None or p.base != merged.base]
 
     def find(self, sha: bytes) -> Written | None:
         """The pack of this ladder that holds `sha` (a raw id), if one does."""
