@@ -43,6 +43,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 # What the interpreter reads as it starts: a child forked from the server has the
 # server's, so a command whose environment says otherwise starts the ordinary way.
@@ -144,10 +145,16 @@ def _serve(address: str) -> None:
 
 def _child(request: dict[str, object], fds: list[int]) -> None:
     try:
+        if request.get("session"):
+            os.setsid()
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
         # Nothing of the server's survives into the command: its sockets and pipes.
         os.closerange(3, 65536)
+        # A fresh interpreter line-buffers a standard output that is a terminal; the
+        # server's was a pipe.
+        if os.isatty(1):
+            sys.stdout.reconfigure(line_buffering=True)
         os.chdir(str(request["cwd"]))
         env = request["env"]
         assert isinstance(env, dict)
@@ -301,6 +308,183 @@ def run(
     if out is None or err is None:
         raise subprocess.TimeoutExpired(command, timeout)
     return subprocess.CompletedProcess(command, code, _text(out), _text(err))
+
+
+# --- a started command: `subprocess.Popen` of the installed script, warm -------------
+
+
+def start(
+    args: list[str],
+    cwd: Path | None,
+    env: dict[str, str],
+    streams: tuple[object, object, object],
+    *,
+    text: bool,
+    new_session: bool,
+) -> Process | None:
+    """The installed `git-fabro ARGS` (not through git) forked warm, as
+    `subprocess.Popen([git-fabro, *ARGS], env=env, stdin=, stdout=, stderr=,
+    start_new_session=)` would start it; None where it must start the ordinary way.
+    `streams` are what Popen takes: None, `subprocess.DEVNULL`, `subprocess.PIPE`, a
+    file descriptor or a file."""
+    if ORDINARY_ONLY:
+        return None
+    where = os.fspath(cwd) if cwd is not None else os.getcwd()
+    script = shutil.which("git-fabro", path=env.get("PATH", os.defpath))
+    if script != os.path.join(os.path.dirname(sys.executable), "git-fabro"):
+        return None
+    if not os.path.isdir(where):
+        return None
+    server = _server(env)
+    if server is None or _startup_vars(env) != server.startup:
+        return None
+    umask = os.umask(0o022)
+    os.umask(umask)
+    request = {
+        "argv": [script, *args],
+        "cwd": where,
+        "env": env,
+        "umask": umask,
+        "session": new_session,
+    }
+    passed: list[int] = []  # the child's ends, closed here once sent
+    ours: list[int | None] = []  # the pipes' other ends, kept
+    for target, stream in enumerate(streams):
+        if stream is subprocess.PIPE:
+            read, write = os.pipe()
+            passed.append(read if target == 0 else write)
+            ours.append(write if target == 0 else read)
+        elif stream is subprocess.DEVNULL:
+            passed.append(os.open(os.devnull, os.O_RDWR))
+            ours.append(None)
+        else:
+            fd = target if stream is None else stream if isinstance(stream, int) else None
+            if fd is None:
+                fileno = getattr(stream, "fileno", None)
+                assert fileno is not None, f"not a stream Popen takes: {stream!r}"
+                fd = fileno()
+            passed.append(os.dup(fd))
+            ours.append(None)
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        conn.connect(server.address)
+        socket.send_fds(conn, [json.dumps(request).encode()], passed)
+        pid = json.loads(conn.recv(1 << 16))["pid"]
+    except OSError:  # the server is gone (killed from outside): start it ordinarily
+        server.ready = False
+        conn.close()
+        for fd in [*passed, *ours]:
+            if fd is not None:
+                os.close(fd)
+        return None
+    finally:
+        for fd in passed:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    return Process(["git-fabro", *args], pid, conn, ours, text=text)
+
+
+class Process:
+    """A warm command as the test sees a `subprocess.Popen`: its pid (its own session's
+    leader when started in one), `stdin`/`stdout`/`stderr` for the streams asked as
+    pipes, and `poll`, `wait`, `communicate`, `send_signal`, `terminate`, `kill`. Its
+    exit status comes from the server, which reaps it: negative for a signal, as
+    Popen's."""
+
+    def __init__(
+        self, args: list[str], pid: int, conn: socket.socket, ours: list[int | None], *, text: bool
+    ) -> None:
+        import io
+        import locale
+
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+        self._conn = conn
+        encoding = locale.getpreferredencoding(False)
+
+        def wrap(fd: int | None, mode: str) -> Any:
+            if fd is None:
+                return None
+            raw = open(fd, mode + "b", buffering=0 if mode == "w" else -1)  # noqa: SIM115
+            if not text:
+                return raw
+            return io.TextIOWrapper(raw, encoding=encoding, write_through=True)  # type: ignore[arg-type]
+
+        self.stdin = wrap(ours[0], "w")
+        self.stdout = wrap(ours[1], "r")
+        self.stderr = wrap(ours[2], "r")
+
+    def _reply(self, timeout: float | None) -> int | None:
+        if self.returncode is None:
+            self._conn.settimeout(timeout)
+            try:
+                reply = self._conn.recv(1 << 16)
+            except (TimeoutError, BlockingIOError):
+                return None
+            self.returncode = json.loads(reply)["code"] if reply else -signal.SIGKILL
+            self._conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        return self._reply(0)
+
+    def wait(self, timeout: float | None = None) -> int:
+        code = self._reply(timeout)
+        if code is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return code
+
+    def communicate(
+        self, input: str | bytes | None = None, timeout: float | None = None
+    ) -> tuple[Any, Any]:
+        """As Popen's: `input` to stdin, then both pipes read to their end."""
+        results: dict[str, Any] = {}
+
+        def drain(name: str, stream: Any) -> None:
+            results[name] = stream.read()
+            stream.close()
+
+        readers = [
+            threading.Thread(target=drain, args=(name, stream), daemon=True)
+            for name, stream in (("out", self.stdout), ("err", self.stderr))
+            if stream is not None
+        ]
+        for reader in readers:
+            reader.start()
+        if self.stdin is not None:
+            with contextlib.suppress(BrokenPipeError):
+                if input:
+                    self.stdin.write(input)
+                self.stdin.close()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader in readers:
+            reader.join(None if deadline is None else max(deadline - time.monotonic(), 0))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        self.wait(None if deadline is None else max(deadline - time.monotonic(), 0.001))
+        return results.get("out"), results.get("err")
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __enter__(self) -> Process:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+        self.wait()
 
 
 def _text(data: bytes) -> str:

@@ -36,6 +36,41 @@ def fabro_exe() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "fabro_git"]
 
 
+def start_fabro(
+    args: list[str],
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    stdin: Any = None,
+    stdout: Any = None,
+    stderr: Any = None,
+    text: bool = False,
+    start_new_session: bool = False,
+) -> Any:
+    """The installed `git-fabro ARGS` started as `subprocess.Popen([*fabro_exe(), *ARGS],
+    ...)` starts it (`env`, as Popen's, is the whole environment), forked from a warm
+    interpreter where that gives the same process (`forked_cli.start`). What it returns
+    has Popen's `pid`, `stdin`/`stdout`/`stderr`, `returncode`, `poll`, `wait`,
+    `communicate`, `send_signal`, `terminate` and `kill`."""
+    full_env = dict(os.environ if env is None else env)
+    streams = (stdin, stdout, stderr)
+    warm = forked_cli.start(
+        list(args), cwd, full_env, streams, text=text, new_session=start_new_session
+    )
+    if warm is not None:
+        return warm
+    return subprocess.Popen(
+        [*fabro_exe(), *args],
+        cwd=cwd,
+        env=full_env,
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        text=text,
+        start_new_session=start_new_session,
+    )
+
+
 def run_fabro(
     *args: str,
     cwd: Path | None = None,
@@ -391,8 +426,8 @@ class Terminal:
             else:
                 full_env[name] = value
         self.leader, follower = pty.openpty()
-        self.proc = subprocess.Popen(
-            [*fabro_exe(), *args],
+        self.proc = start_fabro(
+            args,
             cwd=cwd,
             stdin=follower if stdin else subprocess.DEVNULL,
             stdout=follower,

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, git, run_fabro, typed_at_a_terminal, write_workflow
+from helpers import git, run_fabro, start_fabro, typed_at_a_terminal, write_workflow
 
 from fabro_git.engine.batch import read_inputs
 from fabro_git.errors import SourceError
@@ -174,8 +174,8 @@ def test_ctrl_c_interrupts_every_run_and_resume_finishes_the_batch(
     write_workflow(repo, HOLDING)
     rows = _rows(tmp_path / "rows.jsonl", [{"n": n} for n in range(1, 4)])
     home = Path(os.environ["HOME"])
-    proc = subprocess.Popen(
-        [*fabro_exe(), "batch", "wf.fabro", "--inputs", str(rows), "--max-parallel", "2", "--json"],
+    proc = start_fabro(
+        ["batch", "wf.fabro", "--inputs", str(rows), "--max-parallel", "2", "--json"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

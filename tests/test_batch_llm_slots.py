@@ -14,7 +14,7 @@ import subprocess
 import threading
 from pathlib import Path
 
-from helpers import events_named, fabro_exe, run_events, run_fabro, wait_until, write_workflow
+from helpers import events_named, run_events, run_fabro, start_fabro, wait_until, write_workflow
 from llm_server import Held, LlmServer
 
 # Three prompt stages side by side: two rows of it ask for six replies at once.
@@ -66,8 +66,8 @@ def test_max_parallel_caps_llm_stages_across_the_runs_of_a_batch(
     llm_server.script(*[Held(gate)] * 6)
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"n": 1}\n{"n": 2}\n')
-    proc = subprocess.Popen(
-        [*fabro_exe(), "batch", "wf.fabro", "--inputs", str(rows), "--max-parallel", "2"],
+    proc = start_fabro(
+        ["batch", "wf.fabro", "--inputs", str(rows), "--max-parallel", "2"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

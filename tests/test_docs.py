@@ -212,7 +212,12 @@ def _stages(repo: Path, run_id: str) -> list[str]:
     return [s.split(": ", 1)[1].split(" (")[0] for s in subjects if s.startswith("fabro(")]
 
 
-def test_the_readmes_first_workflow_validates_and_runs(repo: Path) -> None:
+def test_the_readmes_first_workflow_validates_and_runs(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stages' `python3 -m pytest` is the suite's own: without the plugins installed
+    # beside it (xdist, hypothesis, playwright) each of its four starts costs a sixth.
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
     (repo / "fix-tests.fabro").write_text(_first_workflow())
     (repo / "test_ok.py").write_text("def test_ok():\n    assert 1 + 1 == 2\n")
     git(repo, "add", "test_ok.py")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import forked_cli
 import pytest
-from helpers import git, run_fabro, write_workflow
+from helpers import fabro_exe, git, run_fabro, write_workflow
 
 pytestmark = pytest.mark.skipif(
     not hasattr(os, "pidfd_open") or forked_cli.ORDINARY_ONLY,
@@ -164,3 +164,43 @@ def test_a_server_killed_from_outside_leaves_the_commands_to_start_ordinarily(
         assert run_fabro("--version", cwd=repo).stdout.startswith("git-fabro ")
     finally:
         server.close()
+
+
+HOLD = """\
+digraph Hold {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    hold  [shape=parallelogram, script="while [ ! -f \\"$HOME/go\\" ]; do sleep 0.05; done; echo held"]
+    start -> hold -> exit
+}
+"""
+
+
+def test_a_started_command_is_a_process_as_popen_gives_it(repo: Path) -> None:
+    """`forked_cli.start`: its pid is the command's own, leading a session of its own;
+    a signal to its group reaches it; its exit status and pipes are Popen's."""
+    import signal
+
+    write_workflow(repo, HOLD)
+    env = dict(os.environ)
+    streams = (subprocess.DEVNULL, subprocess.PIPE, subprocess.PIPE)
+    proc = forked_cli.start(["run", "wf.fabro"], repo, env, streams, text=True, new_session=True)
+    assert proc is not None, "the warm start stepped aside"
+    assert proc.stderr.readline().startswith("run ")  # started, and still holding
+    assert proc.poll() is None
+    assert os.getsid(proc.pid) == os.getpgid(proc.pid) == proc.pid
+    assert Path(f"/proc/{proc.pid}/cwd").resolve() == repo.resolve()
+    os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.wait(timeout=30) == -signal.SIGKILL
+    proc.stdout.close()
+    proc.stderr.close()
+
+    # Finished: output and status as the ordinary start gives them.
+    (Path(os.environ["HOME"]) / "go").write_text("")
+    ordinary = subprocess.run(
+        [*fabro_exe(), "--version"], cwd=repo, env=env, capture_output=True, text=True
+    )
+    warm = forked_cli.start(["--version"], repo, env, streams, text=True, new_session=False)
+    assert warm is not None
+    assert warm.communicate(timeout=30) == (ordinary.stdout, ordinary.stderr)
+    assert warm.returncode == ordinary.returncode == 0

@@ -10,7 +10,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from helpers import TERMINAL_ESCAPES, fabro_exe, read_until, run_fabro, write_workflow
+from helpers import TERMINAL_ESCAPES, read_until, run_fabro, start_fabro, write_workflow
 
 # Prints a line, then waits for a file that the test makes only once it has seen it.
 WAITS = """\
@@ -29,8 +29,8 @@ def test_verbose_shows_a_commands_lines_while_it_runs(repo: Path, hermetic_env: 
     write_workflow(repo, WAITS)
     leader, follower = pty.openpty()
     env = {**os.environ, "TERM": "xterm-256color"}
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "-v"],
+    proc = start_fabro(
+        ["run", "wf.fabro", "-v"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=follower,
@@ -135,8 +135,8 @@ def test_without_verbose_a_terminal_shows_the_latest_line_cut_to_its_width(
     fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 60, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color"}
     env.pop("COLUMNS", None)
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro"],
+    proc = start_fabro(
+        ["run", "wf.fabro"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=follower,

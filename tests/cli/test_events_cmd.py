@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import copy_repo, fabro_exe, read_until, run_fabro, write_workflow
+from helpers import copy_repo, read_until, run_fabro, start_fabro, write_workflow
 
 
 def _run_hello(repo: Path) -> str:
@@ -138,8 +138,8 @@ def test_following_every_run_picks_up_a_run_started_meanwhile(
 ) -> None:
     repo, earlier = finished
     # Started without git's front end, so the kill below reaches the command itself.
-    follower = subprocess.Popen(
-        [*fabro_exe(), "events", "--follow", "--filter", "event=run.completed"],
+    follower = start_fabro(
+        ["events", "--follow", "--filter", "event=run.completed"],
         cwd=repo,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -7,7 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, run_fabro, write_workflow
+from helpers import run_fabro, start_fabro, write_workflow
 
 GATED = """\
 digraph Gated {
@@ -32,8 +32,8 @@ def test_run_outlives_a_closed_pipe(repo: Path, hermetic_env: Path, stream: str)
     # closed by its reader while a stage is running must not stop the run.
     pipe = {stream: subprocess.PIPE}
     other = "stdout" if stream == "stderr" else "stderr"
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", *(["--json"] if stream == "stdout" else [])],
+    proc = start_fabro(
+        ["run", "wf.fabro", *(["--json"] if stream == "stdout" else [])],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         **pipe,

@@ -17,9 +17,9 @@ from helpers import (
     assert_fsck_clean,
     bare_remote,
     copy_repo,
-    fabro_exe,
     git,
     run_fabro,
+    start_fabro,
     wait_until,
     write_workflow,
 )
@@ -207,8 +207,8 @@ def test_rm_refuses_what_it_must_not_delete(repo: Path, runs: dict[str, str]) ->
 def _held_run(repo: Path) -> tuple[subprocess.Popen[bytes], str]:
     """A run that stays live in its `hold` stage until $HOME/go exists."""
     write_workflow(repo, HOLDS, "holds.fabro")
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "holds.fabro"],
+    proc = start_fabro(
+        ["run", "holds.fabro"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from helpers import fabro_exe, run_fabro, write_workflow
+from helpers import run_fabro, start_fabro, write_workflow
 
 GATED = """\
 digraph G {
@@ -26,9 +26,7 @@ def _detached(repo: Path, tail: str) -> str:
 
 def test_wait_blocks_until_the_run_ends(repo: Path, hermetic_env: Path) -> None:
     run_id = _detached(repo, "true")
-    waiter = subprocess.Popen(
-        [*fabro_exe(), "wait", run_id], cwd=repo, stderr=subprocess.PIPE, text=True
-    )
+    waiter = start_fabro(["wait", run_id], cwd=repo, stderr=subprocess.PIPE, text=True)
     timed_out = run_fabro("wait", run_id, "--timeout", "1", cwd=repo)  # bare seconds
     assert timed_out.returncode == 124 and "still running" in timed_out.stderr
     assert waiter.poll() is None  # the run is held at its stage, so wait is too

@@ -11,14 +11,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from helpers import (
-    Terminal,
-    fabro_exe,
-    git,
-    run_events,
-    run_fabro,
-    write_workflow,
-)
+from helpers import Terminal, git, run_events, run_fabro, start_fabro, write_workflow
 
 
 def test_attach_answers_a_detached_runs_gate(repo: Path) -> None:
@@ -111,8 +104,8 @@ def test_first_answer_wins_between_the_runs_terminal_and_attach(repo: Path, tmp_
         ]
         attach_log = tmp_path / "attach.log"
         with attach_log.open("w") as log:
-            attach = subprocess.Popen(
-                [*fabro_exe(), "attach", row["run_id"]],
+            attach = start_fabro(
+                ["attach", row["run_id"]],
                 cwd=repo,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.DEVNULL,

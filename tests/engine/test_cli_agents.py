@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 from helpers import (
     events_named,
-    fabro_exe,
     git,
     meta_file,
     run_events,
     run_fabro,
     run_json,
+    start_fabro,
     trust_project,
     wait_until,
     write_workflow,
@@ -527,8 +527,8 @@ def test_ctrl_c_kills_the_cli_and_everything_it_started(
     pidfile = tmp_path / "agent.pids"
     write_workflow(repo, SIMPLE % "")
     _plan(tmp_path, monkeypatch, hang=str(pidfile), reply="never")
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "--goal", "g"],
+    proc = start_fabro(
+        ["run", "wf.fabro", "--goal", "g"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import assert_fsck_clean, bare_remote, fabro_exe, git, run_events, run_fabro
+from helpers import assert_fsck_clean, bare_remote, git, run_events, run_fabro, start_fabro
 
 # `check` fails until $HOME/ok exists: the "fix" a user makes before resuming.
 WORKFLOW = """\
@@ -252,8 +252,8 @@ def _killed_between_fan_out_and_fan_in(repo: Path, workflow: Path) -> str | None
     """kill -9 once the fan-out's checkpoint is on the meta ref, before the fan-in's is.
     Returns the run id, or None if the kill landed outside that window."""
     before = set(_refs(repo, "refs/fabro/meta"))
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", str(workflow)],
+    proc = start_fabro(
+        ["run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

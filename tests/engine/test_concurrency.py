@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, wait_until
+from helpers import assert_fsck_clean, git, run_fabro, start_fabro, wait_until
 
 # Every run writes the same shared files (the same blobs and trees at about the same
 # moment) and one file of its own.
@@ -166,8 +166,8 @@ def _wait_for_event(
 def _start_gated(repo: Path, tmp_path: Path) -> tuple[subprocess.Popen, str]:
     workflow = tmp_path / "gated.fabro"
     workflow.write_text(GATED)
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", str(workflow)],
+    proc = start_fabro(
+        ["run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -226,8 +226,8 @@ def test_two_resumes_of_one_interrupted_run_race_and_one_wins(
     proc.communicate()
     assert _ps(repo)[run_id]["status"] == "interrupted"
     resumers = [
-        subprocess.Popen(
-            [*fabro_exe(), "resume", run_id],
+        start_fabro(
+            ["resume", run_id],
             cwd=repo,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,

@@ -8,7 +8,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from helpers import fabro_exe, run_events, run_fabro, wait_until, write_workflow
+from helpers import run_events, run_fabro, start_fabro, wait_until, write_workflow
 
 from fabro_git.config.locations import run_scratch_dir
 
@@ -25,8 +25,8 @@ digraph H {
 
 def _start_held(repo: Path, home: Path) -> tuple[subprocess.Popen[str], str]:
     write_workflow(repo, HELD)
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "--json"],
+    proc = start_fabro(
+        ["run", "wf.fabro", "--json"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

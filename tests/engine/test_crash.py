@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from helpers import assert_fsck_clean, fabro_exe, git, run_events, run_fabro
+from helpers import assert_fsck_clean, git, run_events, run_fabro, start_fabro
 
 from fabro_git.config.locations import run_scratch_dir
 
@@ -136,8 +136,8 @@ def _kill_at(point: KillPoint, repo: Path, workflow: Path, fabro_home: Path, log
     out = open(logdir / "run.out", "wb")  # noqa: SIM115 - closed below
     err = open(logdir / "run.err", "wb")  # noqa: SIM115
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", str(workflow)],
+    proc = start_fabro(
+        ["run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=out,
@@ -389,8 +389,8 @@ def test_run_whose_snapshots_cannot_be_written_does_not_claim_success(
     fabro_home = Path(os.environ["FABRO_HOME"])
     # Each snapshot waits out the lock as long as git would be told to, not 4 s.
     git(repo, "config", "core.filesRefLockTimeout", "100")
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", str(workflow)],
+    proc = start_fabro(
+        ["run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

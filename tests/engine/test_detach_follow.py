@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from helpers import fabro_exe, run_fabro, write_workflow
+from helpers import run_fabro, start_fabro, write_workflow
 
 SLOW_START = """\
 digraph D {
@@ -49,8 +49,8 @@ def test_logs_follow_right_after_detach_sees_the_end(repo: Path, tmp_path: Path)
     run_id = started.stdout.strip()
     # Following at once must wait for the late child rather than give up on a run that
     # nobody seems to execute: the child goes only once `logs -f` shows the run.
-    follow = subprocess.Popen(
-        [*fabro_exe(), "logs", run_id, "-f"],
+    follow = start_fabro(
+        ["logs", run_id, "-f"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 from event_contract.check import check_event, check_jsonl
 from event_contract.seed import Catalogue, load_contract
-from helpers import fabro_exe, git, run_fabro, wait_until
+from helpers import git, run_fabro, start_fabro, wait_until
 
 UUID7 = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
@@ -243,8 +243,8 @@ def _killed_then_resumed(repo: Path, tmp_path: Path, home: Path) -> list[str]:
 
 def _stopped_then_resumed(repo: Path, tmp_path: Path, home: Path, sig: signal.Signals) -> list[str]:
     (tmp_path / "naps.fabro").write_text(NAPS)
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", str(tmp_path / "naps.fabro")],
+    proc = start_fabro(
+        ["run", str(tmp_path / "naps.fabro")],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -293,8 +293,8 @@ def _gate_times_out(repo: Path, tmp_path: Path, home: Path) -> list[str]:
     (tmp_path / "unanswered.fabro").write_text(GATE_TIMES_OUT)
     out, err = tmp_path / "gate.out", tmp_path / "gate.err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [*fabro_exe(), "run", str(tmp_path / "unanswered.fabro"), "--json"],
+        proc = start_fabro(
+            ["run", str(tmp_path / "unanswered.fabro"), "--json"],
             cwd=repo,
             stdin=subprocess.PIPE,
             stdout=stdout,

@@ -21,6 +21,7 @@ from helpers import (
     read_checkpoint,
     run_events,
     run_fabro,
+    start_fabro,
     tail_has,
     wait_until,
 )
@@ -166,8 +167,8 @@ def test_ctrl_c_at_a_human_gate_waiting_on_the_terminal(repo: Path, tmp_path: Pa
         "}\n"
     )
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", str(workflow)],
+    proc = start_fabro(
+        ["run", str(workflow)],
         cwd=repo,
         stdin=follower,
         stdout=follower,
@@ -228,8 +229,8 @@ def test_a_killed_run_shows_how_long_it_ran(repo: Path, tmp_path: Path) -> None:
         '  slow [shape=parallelogram, max_retries=1, timeout="500ms", script="sleep 600"]\n'
         "  start -> slow -> exit }\n"
     )
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", str(workflow)],
+    proc = start_fabro(
+        ["run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -18,13 +18,13 @@ from pathlib import Path
 
 import pytest
 from helpers import (
-    fabro_exe,
     git,
     meta_file,
     pids_with_env,
     run_events,
     run_fabro,
     run_json,
+    start_fabro,
     tail_has,
     trust_project,
     wait_until,
@@ -821,8 +821,8 @@ def _start_run(repo: Path, err: Path) -> subprocess.Popen:
     """`git fabro run run.toml` in the background, in its own session (a signal sent to
     it reaches it alone), its stderr in `err`."""
     with err.open("wb") as stderr:
-        return subprocess.Popen(
-            [*fabro_exe(), "run", "run.toml"],
+        return start_fabro(
+            ["run", "run.toml"],
             cwd=repo,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -890,8 +890,8 @@ def test_a_stopped_run_stops_its_non_blocking_hooks_instead_of_waiting_for_them(
         ),
         NAPPING,
     )
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "run.toml"],
+    proc = start_fabro(
+        ["run", "run.toml"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -16,10 +16,10 @@ from pathlib import Path
 from helpers import (
     assert_fsck_clean,
     bare_remote,
-    fabro_exe,
     git,
     run_events,
     run_fabro,
+    start_fabro,
     wait_until,
     write_workflow,
 )
@@ -61,8 +61,8 @@ def test_a_teammate_follows_the_run_and_takes_it_over(
     bare = _remote(tmp_path, repo)
     write_workflow(repo, WORKFLOW.format(remote=bare))
     git(repo, "push", "-q", "origin", "HEAD:refs/heads/main")
-    first = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "--push", "origin"],
+    first = start_fabro(
+        ["run", "wf.fabro", "--push", "origin"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

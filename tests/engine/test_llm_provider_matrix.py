@@ -31,12 +31,12 @@ from pathlib import Path
 import pytest
 from helpers import (
     events_named,
-    fabro_exe,
     git,
     meta_file,
     run_events,
     run_fabro,
     run_json,
+    start_fabro,
     wait_until,
     write_workflow,
 )
@@ -773,8 +773,8 @@ def test_ctrl_c_mid_stream_then_resume_never_replays_the_half_stream(
         # words are out by then.
         StallMidStream(reply=half, after=p.two_words_in + 5),
     )
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "--goal", "g"],
+    proc = start_fabro(
+        ["run", "wf.fabro", "--goal", "g"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -859,8 +859,8 @@ def test_ctrl_c_while_a_request_waits_for_its_headers_stops_the_run_and_resume_s
     write_workflow(repo, AGENT % f', model="{p.model}"')
     gate = threading.Event()
     llm_server.script(Held(gate=gate, reply=Reply(text="Too late.")))
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "--goal", "g"],
+    proc = start_fabro(
+        ["run", "wf.fabro", "--goal", "g"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 from helpers import (
     events_named,
-    fabro_exe,
     git,
     meta_file,
     run_events,
     run_fabro,
     run_json,
+    start_fabro,
     wait_until,
     write_workflow,
 )
@@ -301,8 +301,8 @@ def test_steering_reaches_the_agent_in_flight(
         Reply(text="Waiting.", tool_calls=(ToolUse("shell", {"command": wait}, id="t1"),)),
         Reply(text="Done, the other way."),
     )
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "--json"],
+    proc = start_fabro(
+        ["run", "wf.fabro", "--json"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 from helpers import (
     events_named,
-    fabro_exe,
     git,
     meta_file,
     run_events,
     run_fabro,
     run_json,
+    start_fabro,
     trust_project,
     write_workflow,
 )
@@ -372,8 +372,8 @@ def test_ctrl_c_during_a_tool_call_stops_the_server(
             tool_calls=(ToolUse("mcp__notes__block", {"marker": str(marker)}, id="b1"),),
         )
     )
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "run.toml", "--goal", "g"],
+    proc = start_fabro(
+        ["run", "run.toml", "--goal", "g"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

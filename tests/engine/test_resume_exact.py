@@ -19,7 +19,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import bare_remote, fabro_exe, git, read_checkpoint, run_events, run_fabro, wait_until
+from helpers import (
+    bare_remote,
+    git,
+    read_checkpoint,
+    run_events,
+    run_fabro,
+    start_fabro,
+    wait_until,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -68,8 +76,8 @@ def _workflow(tmp_path: Path, stages: dict[str, str]) -> Path:
 
 def _start(repo: Path, workflow: Path, logdir: Path) -> subprocess.Popen[bytes]:
     with (logdir / "run.out").open("wb") as out, (logdir / "run.err").open("wb") as err:
-        return subprocess.Popen(
-            [*fabro_exe(), "run", str(workflow)],
+        return start_fabro(
+            ["run", str(workflow)],
             cwd=repo,
             stdin=subprocess.DEVNULL,
             stdout=out,

@@ -14,7 +14,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from helpers import fabro_exe, git, run_fabro, run_json, wait_until, write_workflow
+from helpers import git, run_fabro, run_json, start_fabro, wait_until, write_workflow
 
 # `hold` waits until $HOME/go exists, and says it has started by touching $HOME/held.
 WORKFLOW = """\
@@ -75,8 +75,8 @@ def test_straight_detached_and_resumed_runs_commit_the_same_tree(
     go.unlink()
     held.unlink()
     before = set(git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta").split())
-    killed = subprocess.Popen(
-        [*fabro_exe(), "run", *ARGS],
+    killed = start_fabro(
+        ["run", *ARGS],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

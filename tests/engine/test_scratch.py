@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from helpers import (
     assert_fsck_clean,
-    fabro_exe,
     git,
     run_fabro,
     run_json,
+    start_fabro,
     wait_until,
     write_workflow,
 )
@@ -74,8 +74,8 @@ def _workflow(tmp_path: Path, gate: str) -> Path:
 
 def _interrupted_run(repo: Path, workflow: Path) -> str:
     """Start the run and kill -9 it while `gate` waits; returns the run id."""
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", str(workflow)],
+    proc = start_fabro(
+        ["run", str(workflow)],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import fabro_exe, meta_file, run_json, wait_until, write_workflow
+from helpers import meta_file, run_json, start_fabro, wait_until, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
 KINDS = ("setsid", "double", "nohup", "bare-setsid", "bare-double")
@@ -179,8 +179,8 @@ digraph D {{
 """,
     )
     with (tmp_path / "run.err").open("wb") as err:
-        return subprocess.Popen(
-            [*fabro_exe(), "run", "wf.fabro"],
+        return start_fabro(
+            ["run", "wf.fabro"],
             cwd=repo,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
@@ -269,8 +269,8 @@ digraph D {
         Reply(text="Done."),
     )
     with (tmp_path / "run.err").open("wb") as err:
-        proc = subprocess.Popen(
-            [*fabro_exe(), "run", "wf.fabro", "--goal", "g"],
+        proc = start_fabro(
+            ["run", "wf.fabro", "--goal", "g"],
             cwd=repo,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

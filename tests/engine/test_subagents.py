@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from helpers import (
     events_named,
-    fabro_exe,
     git,
     meta_file,
     run_events,
     run_fabro,
     run_json,
+    start_fabro,
     wait_until,
     write_workflow,
 )
@@ -313,8 +313,8 @@ def test_ctrl_c_closes_sub_agents_and_the_resumed_stage_starts_fresh(
         ),
     )
     llm_server.script_when("CHILD-C", Stall(seconds=120))
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "--goal", "g"],
+    proc = start_fabro(
+        ["run", "wf.fabro", "--goal", "g"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

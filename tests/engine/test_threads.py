@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from helpers import (
     bare_remote,
-    fabro_exe,
     git,
     meta_file,
     run_events,
     run_fabro,
     run_json,
+    start_fabro,
     wait_until,
     write_workflow,
 )
@@ -124,8 +124,8 @@ def test_a_thread_survives_an_interrupt_and_a_resume_in_another_clone(
 ) -> None:
     write_workflow(repo, THREAD % {"model": "sonnet"})
     llm_server.script(Reply(text="PLAN-42: the plan."), Stall(seconds=120))
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "--goal", "g"],
+    proc = start_fabro(
+        ["run", "wf.fabro", "--goal", "g"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,
@@ -231,8 +231,8 @@ def test_a_node_thread_needs_no_fidelity_of_its_own_when_every_edge_in_sets_full
 def test_a_thread_survives_kill_9(repo: Path, llm_server: LlmServer) -> None:
     write_workflow(repo, THREAD % {"model": "sonnet"})
     llm_server.script(Reply(text="PLAN-K: the plan."), Stall(seconds=120))
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "--goal", "g", "--json"],
+    proc = start_fabro(
+        ["run", "wf.fabro", "--goal", "g", "--json"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

@@ -9,7 +9,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from helpers import fabro_exe, git, run_fabro, wait_until, write_workflow
+from helpers import git, run_fabro, start_fabro, wait_until, write_workflow
 
 HELD = """\
 digraph H {
@@ -23,8 +23,8 @@ digraph H {
 
 def test_a_worktree_left_without_its_git_link_is_made_again(repo: Path, hermetic_env: Path) -> None:
     write_workflow(repo, HELD)
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro"],
+    proc = start_fabro(
+        ["run", "wf.fabro"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

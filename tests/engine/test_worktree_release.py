@@ -10,7 +10,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from helpers import assert_fsck_clean, fabro_exe, git, run_fabro, wait_until, write_workflow
+from helpers import assert_fsck_clean, git, run_fabro, start_fabro, wait_until, write_workflow
 
 # `check` fails until $HOME/ok exists; `wait` waits for $HOME/go unless told not to.
 WORKFLOW = """\
@@ -117,8 +117,8 @@ def test_an_interrupted_run_releases_its_worktree_and_resumes(
     repo: Path, hermetic_env: Path
 ) -> None:
     _setup(repo, WAIT_FOR_GO)
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "release.fabro"],
+    proc = start_fabro(
+        ["run", "release.fabro"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.DEVNULL,

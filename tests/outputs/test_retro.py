@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 from helpers import (
-    fabro_exe,
     git,
     meta_file,
     run_events,
     run_fabro,
     run_json,
+    start_fabro,
     wait_until,
     write_workflow,
 )
@@ -170,8 +170,8 @@ def test_an_interrupted_run_has_a_retro_naming_the_stage_it_stopped_in(
     repo: Path, hermetic_env: Path
 ) -> None:
     write_workflow(repo, HELD)
-    proc = subprocess.Popen(
-        [*fabro_exe(), "run", "wf.fabro", "--json"],
+    proc = start_fabro(
+        ["run", "wf.fabro", "--json"],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,

@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from helpers import fabro_exe, git, run_fabro
+from helpers import git, run_fabro, start_fabro
 
 from fabro_git.store import runs
 from fabro_git.store.repo import GitRepo
@@ -113,8 +113,8 @@ def test_a_run_kept_in_the_flat_layout_shows_its_log_and_resumes(
         "  start -> one -> two -> exit\n}\n"
     )
     with (tmp_path / "run.err").open("wb") as err:
-        proc = subprocess.Popen(
-            [*fabro_exe(), "run", str(workflow)],
+        proc = start_fabro(
+            ["run", str(workflow)],
             cwd=repo,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from helpers import fabro_exe, write_workflow
+from helpers import start_fabro, write_workflow
 
 # A workflow whose middle stage runs until the test creates a file: the test sees the
 # stage running, then lets it finish.
@@ -69,8 +69,8 @@ class Server:
 
 
 def start_server(repo: Path, *extra: str, env: dict[str, str] | None = None) -> Server:
-    proc = subprocess.Popen(
-        [*fabro_exe(), "serve", "--port", "0", *extra],
+    proc = start_fabro(
+        ["serve", "--port", "0", *extra],
         cwd=repo,
         env=env,
         stdin=subprocess.DEVNULL,
