@@ -122,13 +122,26 @@ POINTS = [
 ]
 
 
-def _tail_events(fabro_home: Path) -> list[dict]:
-    events: list[dict] = []
-    for tail in (fabro_home / "runs").glob("*/events.jsonl"):
-        for line in tail.read_bytes().split(b"\n")[:-1]:  # complete lines only
-            with contextlib.suppress(ValueError):
-                events.append(json.loads(line))
-    return events
+class _Tail:
+    """The events the live tails under `fabro_home` hold so far, read on from where the
+    last look stopped: the kill loop looks every half millisecond."""
+
+    def __init__(self, fabro_home: Path) -> None:
+        self.fabro_home = fabro_home
+        self.read: dict[Path, int] = {}
+        self.events: list[dict] = []
+
+    def __call__(self) -> list[dict]:
+        for tail in (self.fabro_home / "runs").glob("*/events.jsonl"):
+            with open(tail, "rb") as stream:
+                stream.seek(self.read.get(tail, 0))
+                data = stream.read()
+            complete = data[: data.rfind(b"\n") + 1]  # complete lines only
+            self.read[tail] = self.read.get(tail, 0) + len(complete)
+            for line in complete.split(b"\n")[:-1]:
+                with contextlib.suppress(ValueError):
+                    self.events.append(json.loads(line))
+        return self.events
 
 
 def _kill_at(point: KillPoint, repo: Path, workflow: Path, fabro_home: Path, logdir: Path) -> float:
@@ -146,8 +159,9 @@ def _kill_at(point: KillPoint, repo: Path, workflow: Path, fabro_home: Path, log
     )
     try:
         deadline = started + 30
+        tail = _Tail(fabro_home)
         while True:
-            seen = sum(1 for e in _tail_events(fabro_home) if e.get("event") == point.event)
+            seen = sum(1 for e in tail() if e.get("event") == point.event)
             if seen >= point.nth:
                 break
             assert proc.poll() is None, (
@@ -398,10 +412,8 @@ def test_run_whose_snapshots_cannot_be_written_does_not_claim_success(
         text=True,
     )
     deadline = time.monotonic() + 30
-    while not any(
-        e.get("event") == "stage.started" and e.get("node_id") == "s2"
-        for e in _tail_events(fabro_home)
-    ):
+    tail = _Tail(fabro_home)
+    while not any(e.get("event") == "stage.started" and e.get("node_id") == "s2" for e in tail()):
         assert proc.poll() is None and time.monotonic() < deadline
         time.sleep(0.002)
     run_id = _only_run(repo)
