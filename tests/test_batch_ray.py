@@ -50,6 +50,19 @@ digraph Rows {
 """
 
 
+# A node removed is seen gone after five missed health checks a second apart, not
+# Ray's default of five three seconds apart (a live node that misses five on a loaded
+# machine would be lost too); no idle worker is started ahead of a task (each is an
+# interpreter importing Ray).
+SYSTEM_CONFIG = {
+    "health_check_period_ms": 1000,
+    "health_check_timeout_ms": 1000,
+    "health_check_failure_threshold": 5,
+    "enable_worker_prestart": False,
+    "prestart_worker_first_driver": False,
+}
+
+
 class TwoNodes:
     """A Ray cluster of two nodes: a head that runs no task (the driver joins it, and
     the batch's coordinator lives there) and a worker of 4 CPUs. Each node's processes
@@ -67,7 +80,12 @@ class TwoNodes:
         self.fabro_homes = [Path(env["FABRO_HOME"]) for env in self.environ.values()]
         with mock.patch.dict(os.environ, self.environ["head"], clear=True):
             self.cluster = Cluster(
-                initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False}
+                initialize_head=True,
+                head_node_args={
+                    "num_cpus": 0,
+                    "include_dashboard": False,
+                    "_system_config": SYSTEM_CONFIG,
+                },
             )
         self.add_worker("worker")
         self.address = self.cluster.address
