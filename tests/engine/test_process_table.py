@@ -100,8 +100,11 @@ def test_command_stages_record_their_groups_in_one_reused_file(repo: Path) -> No
     its group ended: stages make no record file each, and the run's end leaves none."""
     from helpers import git, run_fabro, write_workflow
 
+    # The group is recorded just after its leader starts: the first stage waits (up to
+    # 5 s) for its record's file to appear before it looks.
+    wait = "for t in $(seq 100); do [ $(ls ../process-groups | wc -l) -ge 2 ] && break; sleep 0.05; done"
     stages = "".join(
-        f'  s{i} [shape=parallelogram, script="ls ../process-groups > seen_{i}.txt"]\n'
+        f'  s{i} [shape=parallelogram, script="{wait}; ls ../process-groups > seen_{i}.txt"]\n'
         for i in range(3)
     )
     write_workflow(
