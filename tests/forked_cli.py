@@ -373,14 +373,13 @@ def start(
     except OSError:  # the server is gone (killed from outside): start it ordinarily
         server.ready = False
         conn.close()
-        for fd in [*passed, *ours]:
+        for fd in ours:
             if fd is not None:
                 os.close(fd)
         return None
     finally:
         for fd in passed:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+            os.close(fd)
     return Process(["git-fabro", *args], pid, conn, ours, text=text)
 
 

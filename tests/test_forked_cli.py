@@ -161,6 +161,11 @@ def test_a_server_killed_from_outside_leaves_the_commands_to_start_ordinarily(
         server.process.kill()
         server.process.wait()
         assert forked_cli.run(["--version"], repo, env, None, 60) is None
+        streams = (subprocess.DEVNULL, subprocess.PIPE, subprocess.PIPE)
+        assert (
+            forked_cli.start(["--version"], repo, env, streams, text=True, new_session=False)
+            is None
+        )
         assert run_fabro("--version", cwd=repo).stdout.startswith("git-fabro ")
     finally:
         server.close()
