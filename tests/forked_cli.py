@@ -421,8 +421,10 @@ class Process:
                 reply = self._conn.recv(1 << 16)
             except (TimeoutError, BlockingIOError):
                 return None
-            self.returncode = json.loads(reply)["code"] if reply else -signal.SIGKILL
             self._conn.close()
+            if not reply:  # the server went away first: the status is not known
+                raise RuntimeError(f"the warm server ended before {self.args} did")
+            self.returncode = json.loads(reply)["code"]
         return self.returncode
 
     def poll(self) -> int | None:
