@@ -78,7 +78,11 @@ def _preload() -> None:
         for info in pkgutil.walk_packages(fabro_git.__path__, "fabro_git.")
         if not info.name.endswith("__main__")
     ]
-    for name in [*names, "anthropic", "openai", "mcp", "httpx", "starlette", "hypercorn"]:
+    # The SDKs, and what the package's own modules import from inside a function.
+    lazy = ["anthropic", "openai", "mcp", "httpx", "starlette", "hypercorn", "platformdirs"]
+    lazy += ["re2", "dulwich.index", "dulwich.worktree", "dulwich.trailers"]
+    lazy += ["typer._click.decorators", "typer._click._textwrap"]
+    for name in [*names, *lazy]:
         with contextlib.suppress(Exception):
             importlib.import_module(name)
 
