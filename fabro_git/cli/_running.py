@@ -16,6 +16,7 @@ from fabro_git.errors import FabroError, disk_full_in
 
 if TYPE_CHECKING:
     from fabro_git.config.run_config import RunSection
+    from fabro_git.engine.checkpoint import TokenTotals
     from fabro_git.engine.finish import RunResult
     from fabro_git.engine.fixes import Fixes
     from fabro_git.engine.options import Options
@@ -99,7 +100,9 @@ def report(
             file=sys.stderr,
         )
     elif result.run_branch and result.final_git_commit_sha and not json_output:
-        where_the_result_is(repo, run_id, result.run_branch, base_sha, result.final_git_commit_sha)
+        spent = model_use(result.tokens, result.total_cost)
+        tip = result.final_git_commit_sha
+        where_the_result_is(repo, run_id, result.run_branch, base_sha, tip, spent)
     code: int = result.exit_code
     return code
 
@@ -126,7 +129,10 @@ def _fix_hint(repo: GitRepo, run_id: str) -> str:
     return f"correct the workflow and `git fabro resume {run_id} --workflow FILE`"
 
 
-def where_the_result_is(repo: GitRepo, run_id: str, branch: str, base: str, tip: str) -> None:
+def where_the_result_is(
+    repo: GitRepo, run_id: str, branch: str, base: str, tip: str, spent: str | None
+) -> None:
+    """The result line: the run's branch, what it changed, and `spent` (`model_use`)."""
     try:
         commits, files = repo.change_summary(base, tip)
     except FabroError:
@@ -136,7 +142,6 @@ def where_the_result_is(repo: GitRepo, run_id: str, branch: str, base: str, tip:
     if files:
         lines.append(f"  review:   git fabro diff {run_id[:12]}")
         lines.append(f"  take it:  git merge --squash {branch}")
-    spent = _model_use(repo, run_id)
     if spent:
         lines.append(f"  model:    {spent}")
     lines.append(
@@ -148,29 +153,18 @@ def where_the_result_is(repo: GitRepo, run_id: str, branch: str, base: str, tip:
     print(printable("\n".join(lines)), file=sys.stderr)
 
 
-def _model_use(repo: GitRepo, run_id: str) -> str | None:
-    """The run's tokens and cost as its last checkpoint records them, or None when it
-    called no model."""
-    import msgspec
-
-    from fabro_git.engine.checkpoint import Checkpoint
+def model_use(tokens: TokenTotals, total_cost: float) -> str | None:
+    """A run's tokens and cost, as its checkpoint counts them; None when it called no
+    model."""
     from fabro_git.events.render import format_cost
-    from fabro_git.store import runs as runrefs
 
-    try:
-        tip = repo.read_ref(runrefs.meta_ref(run_id))
-        data = repo.read_file(tip, runrefs.CHECKPOINT) if tip else None
-        cp = msgspec.json.decode(data, type=Checkpoint) if data else None
-    except (FabroError, msgspec.DecodeError, msgspec.ValidationError):
+    if not tokens.total_tokens:
         return None
-    if cp is None or not cp.tokens.total_tokens:
-        return None
-    tokens = cp.tokens
     text = (
         f"{tokens.total_tokens:,} tokens ({tokens.input_tokens:,} in / "
         f"{tokens.output_tokens:,} out)"
     )
-    return text + (f", about {format_cost(cp.total_cost)}" if cp.total_cost else "")
+    return text + (f", about {format_cost(total_cost)}" if total_cost else "")
 
 
 def spawn_detached(

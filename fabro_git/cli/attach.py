@@ -48,7 +48,7 @@ def run(run_id: str, *, output: str = "tail") -> int:
 
 def _result(repo: GitRepo, run_id: str) -> int:
     """Say how the run ended (or stands) and exit as it did."""
-    from fabro_git.cli._running import where_the_result_is
+    from fabro_git.cli._running import model_use, where_the_result_is
     from fabro_git.cli._runs import read_row
     from fabro_git.engine.session import load_run
     from fabro_git.store import runs as runrefs
@@ -71,7 +71,8 @@ def _result(repo: GitRepo, run_id: str) -> int:
         )
     tip = repo.read_ref(runrefs.run_branch_ref(run_id))
     if status in EXIT_BY_STATUS and EXIT_BY_STATUS[status] == 0 and manifest.run_branch and tip:
-        where_the_result_is(repo, run_id, manifest.run_branch, manifest.base_sha, tip)
+        spent = model_use(checkpoint.tokens, checkpoint.total_cost)
+        where_the_result_is(repo, run_id, manifest.run_branch, manifest.base_sha, tip, spent)
     return EXIT_BY_STATUS.get(status, 1)
 
 

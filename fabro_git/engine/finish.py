@@ -13,7 +13,7 @@ import time
 import msgspec
 
 from fabro_git.engine import outcome, retros
-from fabro_git.engine.checkpoint import Checkpoint
+from fabro_git.engine.checkpoint import Checkpoint, TokenTotals
 from fabro_git.engine.runner import Runtime, Scope, now_iso
 from fabro_git.engine.stored_run import objects_lost_error
 from fabro_git.errors import FabroError, StoreError
@@ -40,6 +40,9 @@ class RunResult(msgspec.Struct):
     meta_ref: str
     final_git_commit_sha: str | None
     error: str | None = None
+    # What the run's model calls used, as its checkpoint says (the result line shows it).
+    tokens: TokenTotals = msgspec.field(default_factory=TokenTotals)
+    total_cost: float = 0.0
 
     def to_json(self) -> dict[str, str | None]:
         return {
@@ -100,7 +103,14 @@ async def finish(
     await runtime.store_call(_final_snapshot, runtime, status, error, narrative)
     manifest = runtime.manifest
     return RunResult(
-        runtime.run_id, status, manifest.run_branch, manifest.meta_ref, final_sha, error
+        runtime.run_id,
+        status,
+        manifest.run_branch,
+        manifest.meta_ref,
+        final_sha,
+        error,
+        tokens=checkpoint.tokens,
+        total_cost=checkpoint.total_cost,
     )
 
 

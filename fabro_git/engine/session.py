@@ -255,6 +255,8 @@ def _result_as_stored(run: OpenRun) -> RunResult:
         manifest.run_branch,
         manifest.meta_ref,
         run.recorder.run_tip if run.recorder else None,
+        tokens=run.checkpoint.tokens,
+        total_cost=run.checkpoint.total_cost,
     )
 
 

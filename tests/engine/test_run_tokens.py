@@ -79,6 +79,12 @@ def test_token_totals_are_summed_and_shown_from_git_in_a_clone(
     text = run_fabro("inspect", run_id, cwd=clone).stdout
     assert "tokens     5,800 in / 500 out (6,300 total); 40 reasoning, 100 cache read" in text
 
+    # The result line again, from what git holds: attaching to the ended run in the clone.
+    line = "  model:    6,300 tokens (5,800 in / 500 out), about $"
+    attached = run_fabro("attach", run_id, cwd=clone)
+    assert attached.returncode == 0, attached.stderr
+    assert line in attached.stderr
+
 
 def test_a_run_without_model_calls_shows_no_tokens(repo: Path) -> None:
     write_workflow(repo, FLOW)
