@@ -21,6 +21,7 @@ import contextlib
 import itertools
 import json
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -226,7 +227,8 @@ def _api_of(path: str) -> str:
 
 
 class LlmServer:
-    def __init__(self) -> None:
+    def __init__(self, tls: ssl.SSLContext | None = None) -> None:
+        """`tls`: the server's TLS settings (its certificate), to be reached over HTTPS."""
         self._script: deque[Scripted] = deque()
         self._by_api: dict[str, deque[Scripted]] = {}
         self._by_conversation: list[tuple[str, deque[Scripted]]] = []
@@ -248,6 +250,10 @@ class LlmServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
+        self._scheme = "http"
+        if tls is not None:
+            self._httpd.socket = tls.wrap_socket(self._httpd.socket, server_side=True)
+            self._scheme = "https"
         self._thread = threading.Thread(
             target=self._httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
         )
@@ -255,7 +261,7 @@ class LlmServer:
     @property
     def url(self) -> str:
         host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}"
+        return f"{self._scheme}://{host!s}:{port}"
 
     def start(self) -> LlmServer:
         self._thread.start()

@@ -10,6 +10,8 @@ stream that ends without the provider's closing event is a dropped stream.
 from __future__ import annotations
 
 import email.utils
+import functools
+import os
 import time
 from collections.abc import AsyncIterable, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
@@ -38,6 +40,8 @@ from fabro_git.llm.errors import (
 from fabro_git.llm.types import EventSink, Request, Response, Target, ToolCall
 
 if TYPE_CHECKING:
+    import ssl
+
     import httpx2
 
 _Item = TypeVar("_Item")
@@ -106,6 +110,31 @@ async def read_to_end(
         raise failure
 
 
+def http_client(default: Callable[..., httpx2.AsyncClient], request: Request) -> httpx2.AsyncClient:
+    """The HTTP client for one SDK client: the SDK's own default (`default`, its
+    `DefaultAsyncHttpxClient`: its timeouts, connection limits and keep-alive), with the
+    request's timeout and the process's TLS settings (`tls_settings`)."""
+    return default(timeout=client_timeout(request), verify=tls_settings())
+
+
+def tls_settings() -> ssl.SSLContext:
+    """The TLS settings the SDKs' HTTP layer makes for a client that is given none: the
+    trust store of `SSL_CERT_FILE` or `SSL_CERT_DIR` when set, else the system's, with
+    certificates and host names verified. Made once a process for each trust store
+    named: reading a trust store (about 150 certificates) is most of what a new client
+    costs, 20 to 40 ms of CPU on every model call."""
+    return _tls_settings(os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+
+
+@functools.cache
+def _tls_settings(cafile: str | None, capath: str | None) -> ssl.SSLContext:
+    # `cafile` and `capath` are the cache key: the HTTP layer reads them from the
+    # environment itself, as it always does.
+    from httpcore2 import default_ssl_context
+
+    return default_ssl_context()
+
+
 def client_timeout(request: Request) -> float | httpx2.Timeout | None:
     """The SDK client's timeout: the request's, with reads bounded by its idle timeout."""
     if request.idle_timeout is None:
@@ -144,14 +173,30 @@ def translate(exc: BaseException, target: Target, *, streaming: bool = False) ->
         cause = exc.__cause__ or exc
         if streaming or "RemoteProtocolError" in {c.__name__ for c in type(cause).__mro__}:
             return StreamDropped(
-                f"the response stream broke off: {cause}",
+                f"the response stream broke off: {_reason(cause)}",
                 provider=target.provider,
                 model=target.model,
             )
         return ConnectionFailed(
-            f"cannot reach the provider: {cause}", provider=target.provider, model=target.model
+            f"cannot reach the provider: {_reason(cause)}",
+            provider=target.provider,
+            model=target.model,
         )
     return None
+
+
+def _reason(exc: BaseException) -> str:
+    """What the chain of causes says first: a transport error's own message is often
+    empty, where its cause's (a certificate refused, a connection refused) is not."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        seen.add(id(link))
+        text = str(link).strip()
+        if text:
+            return text
+        link = link.__cause__ or link.__context__
+    return type(exc).__name__
 
 
 _QUOTA_CODES = {"insufficient_quota", "billing_error", "billing_hard_limit_reached"}

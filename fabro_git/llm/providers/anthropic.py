@@ -15,6 +15,7 @@ from fabro_git.llm.errors import StreamDropped
 from fabro_git.llm.providers import (
     Connection,
     client_timeout,
+    http_client,
     read_to_end,
     stream_events,
     tool_call,
@@ -128,6 +129,7 @@ async def stream(
         base_url=connection.base_url,
         max_retries=0,
         timeout=client_timeout(request),
+        http_client=http_client(anthropic.DefaultAsyncHttpxClient, request),
     )
     async with client:
         # The body is plain JSON; the SDK's parameter type picks the streaming overload.

@@ -22,6 +22,7 @@ from fabro_git.llm.providers import (
     error_code,
     error_message,
     from_status,
+    http_client,
     read_to_end,
     stream_failure,
     tool_call,
@@ -129,6 +130,7 @@ async def stream(
         base_url=connection.base_url,
         max_retries=0,
         timeout=client_timeout(request),
+        http_client=http_client(openai.DefaultAsyncHttpxClient, request),
     )
     # The SDK's own stream stops reading at `[DONE]` and abandons its async generators,
     # which trio reports; reading the raw SSE body to its end leaves nothing behind.

@@ -14,6 +14,7 @@ from fabro_git.llm.providers import (
     Connection,
     client_timeout,
     from_status,
+    http_client,
     read_to_end,
     stream_events,
     tool_call,
@@ -107,6 +108,7 @@ async def stream(
         base_url=connection.base_url,
         max_retries=0,
         timeout=client_timeout(request),
+        http_client=http_client(openai.DefaultAsyncHttpxClient, request),
     )
     async with client:
         # The body is plain JSON; the SDK's parameter type picks the streaming overload.
