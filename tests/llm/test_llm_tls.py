@@ -4,6 +4,7 @@ through the real SDKs and a local HTTPS server."""
 
 from __future__ import annotations
 
+import shutil
 import ssl
 import subprocess
 from collections.abc import Iterator
@@ -27,6 +28,8 @@ TARGETS = {
 
 def _certificate(directory: Path, name: str) -> tuple[Path, Path]:
     """A self-signed certificate for 127.0.0.1, and its key."""
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl is not installed (Debian: apt-get install openssl)")
     cert, key = directory / f"{name}.pem", directory / f"{name}.key"
     request = ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2"]
     subject = ["-subj", f"/CN={name}", "-addext", "subjectAltName=IP:127.0.0.1"]
