@@ -79,7 +79,7 @@ def _preload() -> None:
         if not info.name.endswith("__main__")
     ]
     # The SDKs, and what the package's own modules import from inside a function.
-    lazy = ["anthropic", "openai", "mcp", "httpx", "starlette", "hypercorn", "platformdirs"]
+    lazy = ["anthropic", "openai", "mcp", "httpx2", "starlette", "hypercorn", "platformdirs"]
     lazy += ["re2", "dulwich.index", "dulwich.worktree", "dulwich.trailers"]
     lazy += ["typer._click.decorators", "typer._click._textwrap"]
     for name in [*names, *lazy]:
