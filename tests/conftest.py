@@ -11,6 +11,7 @@ import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import git
@@ -36,6 +37,28 @@ LONGEST_FIRST = (
     "tests/engine/test_hostile_services.py::test_an_mcp_server_offering_thousands",
     "tests/engine/test_agent_event_coverage.py::",
 )
+
+
+# Tests that share one costly module fixture and so must run on one worker: the Ray
+# cluster's (three workers would start three clusters). xdist's own `xdist_group` mark
+# does this by renaming each test's node id, which pytest 9.2 no longer lets it do, so
+# the grouping is declared here, by node id prefix, and done by the scheduler below.
+ONE_WORKER = ("tests/test_batch_ray.py::",)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Grouped(LoadScopeScheduling):
+        """Each test is its own unit of work, but those of a `ONE_WORKER` prefix are one."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            return next((group for group in ONE_WORKER if nodeid.startswith(group)), nodeid)
+
+    return Grouped(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -33,8 +33,6 @@ from llm_server import Held, LlmServer
 from test_batch_llm_slots import FAN
 
 ray = pytest.importorskip("ray", reason="the Ray extra: pip install '.[ray]'")
-# One worker runs them all, so the suite starts one cluster, not one a worker.
-pytestmark = pytest.mark.xdist_group("ray-cluster")
 
 # Two stages: the second holds until $FABRO_INPUT_DIR/go exists, once it has said it
 # started, so a test can cut the batch while every running row is inside it.
@@ -124,6 +122,17 @@ class TwoNodes:
 
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TwoNodes]:
+    # One worker runs this file (conftest's ONE_WORKER), so the suite starts one cluster,
+    # not one a worker; a second start in the same session is that grouping broken.
+    session = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        session = session.parent  # the workers' own directories are under the session's
+    try:
+        (session / "ray-cluster-started").touch(exist_ok=False)
+    except FileExistsError:
+        pytest.fail(
+            "a second Ray cluster in one session: the tests of this file were spread over workers"
+        )
     cluster = TwoNodes(tmp_path_factory.mktemp("ray-nodes"))
     try:
         yield cluster
