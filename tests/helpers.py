@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import json
@@ -21,6 +22,13 @@ T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"
+
+
+@functools.cache
+def parsed(path: Path) -> ast.Module:
+    """The syntax tree of the module at `path`, parsed once a test process: the scans of
+    the package's code read each module many times over, and none changes a tree."""
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> str:

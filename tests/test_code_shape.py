@@ -14,6 +14,8 @@ import re
 import sys
 from pathlib import Path
 
+from helpers import parsed
+
 import fabro_git
 
 ROOT = Path(fabro_git.__file__).parent
@@ -137,7 +139,7 @@ def module_imports(path: Path, modules: set[str]) -> set[str]:
         else:
             visit(node)
 
-    visit(ast.parse(path.read_text(), str(path)))
+    visit(parsed(path))
     found.discard(own)
     return found
 
@@ -205,7 +207,7 @@ def test_no_function_over_the_line_limit() -> None:
     lengths = {
         f"{_relative(path)}:{name}": lines
         for path in _sources()
-        for name, lines in function_lengths(ast.parse(path.read_text())).items()
+        for name, lines in function_lengths(parsed(path)).items()
     }
     too_long = {
         name: lines
@@ -310,7 +312,7 @@ def test_no_module_is_imported_under_an_abbreviation() -> None:
     found = {
         f"{_relative(path)}: {entry}"
         for path in _sources()
-        for entry in abbreviated_imports(ast.parse(path.read_text()))
+        for entry in abbreviated_imports(parsed(path))
     }
     assert not found, f"modules imported under an abbreviation: {sorted(found)}"
     probe = ast.parse("from fabro_git.engine import outcome as oc\n")

@@ -11,6 +11,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+from helpers import parsed
+
 import fabro_git
 
 ROOT = Path(fabro_git.__file__).parent
@@ -36,7 +38,7 @@ def _module_name(path: Path) -> str:
 
 
 def _imports(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parsed(path)
     package = _module_name(path)
     if path.name != "__init__.py":
         package = package.rpartition(".")[0]

@@ -10,8 +10,11 @@ list of events.
 from __future__ import annotations
 
 import ast
+import functools
 from dataclasses import dataclass
 from pathlib import Path
+
+from helpers import parsed
 
 import fabro_git
 from fabro_git.events.catalogue import CATALOGUE
@@ -58,12 +61,13 @@ def _struct_called(func: ast.expr, classes: dict[str, str], modules: set[str]) -
     return None
 
 
-def emitted_in_code() -> list[Emitted]:
+@functools.cache
+def emitted_in_code() -> tuple[Emitted, ...]:
     found: list[Emitted] = []
     for path in sorted(ROOT.rglob("*.py")):
         if path.parent.name == "events" and path.name == "catalogue.py":
             continue
-        tree = ast.parse(path.read_text(), str(path))
+        tree = parsed(path)
         classes, modules = _catalogue_names(tree)
         rel = path.relative_to(ROOT.parent)
         for node in ast.walk(tree):
@@ -84,7 +88,7 @@ def emitted_in_code() -> list[Emitted]:
                 and isinstance(node.args[0].value, str)
             ):
                 found.append(Emitted(node.args[0].value, where, keywords, typed=False))
-    return found
+    return tuple(found)
 
 
 ENVELOPE = {"node_id", "node_label", "stage_id", "session_id", "parent_session_id", "actor"}
