@@ -24,7 +24,8 @@ digraph L {
 """,
     )
     reply = " ".join(f"step-{i:06d}" for i in range(30_000))  # 359,999 characters
-    llm_server.script(Reply(text=reply))
+    # In deltas of 997 characters, one of them across the 100,000th.
+    llm_server.script(Reply(text=reply, cuts=tuple(range(997, len(reply), 997))))
     proc, result = run_json("run", "wf.fabro", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     run_id = result["run_id"]

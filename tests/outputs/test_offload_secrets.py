@@ -35,6 +35,18 @@ def _forms(key: str) -> list[bytes]:
     return [key.encode(), json.dumps(key)[1:-1].encode()]
 
 
+def _cuts(reply: str, held: str, keys: list[str]) -> tuple[int, ...]:
+    """Where the reply's deltas end: a word at a time through the part holding the keys,
+    and through the middle of each key, so a key arrives in two deltas; the filler in
+    pieces of 4,000 characters (a word at a time, the reply would be 27,000 deltas)."""
+    start = reply.index(held)
+    cuts = {start, start + len(held)}
+    cuts.update(start + i + 1 for i, char in enumerate(held) if char == " ")
+    cuts.update(reply.index(key) + len(key) // 2 for key in keys)
+    cuts.update(range(0, len(reply), 4_000))
+    return tuple(sorted(cuts))
+
+
 def _all_objects(repo: Path) -> bytes:
     return subprocess.run(
         ["git", "cat-file", "--batch-all-objects", "--batch"],
@@ -72,7 +84,7 @@ def test_no_key_in_an_offloaded_reply_reaches_git(
     # Early: within the first 100,000 characters, which the events carry too.
     reply = held + filler if where == "early" else filler + held
     assert len(reply) > 150_000
-    llm_server.script(Reply(text=reply))
+    llm_server.script(Reply(text=reply, cuts=_cuts(reply, held, list(keys.values()))))
     write_workflow(repo, WORKFLOW)
     env = {"MY_SERVICE_TOKEN": keys["plain"]}
     if quoted:
