@@ -59,3 +59,31 @@ def test_a_dirty_file_put_back_and_commits_of_the_stage_count(repo: Path) -> Non
     git(repo, "add", "committed.txt")
     git(repo, "commit", "-q", "-m", "stage commit")  # clean before and after
     assert _touched(repo, before) == ["README.md", "committed.txt"]
+
+
+def test_a_new_directory_is_found_whatever_the_untracked_cache_says(repo: Path) -> None:
+    """git's untracked cache can say a directory is unchanged when it is not (a new
+    directory made in a directory of tracked files soon after a scan was missed by git
+    2.39, now and then). Here the cache is made to lie for certain: a filesystem monitor
+    that reports no change lets git trust it outright. The snapshot reads the
+    directories themselves."""
+    (repo / "src").mkdir()
+    (repo / "src" / "a.txt").write_text("a\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    monitor = repo.parent / "no-change-monitor"
+    monitor.write_text("#!/bin/sh\nprintf 'token\\0'\n")
+    monitor.chmod(0o755)
+    git(repo, "config", "core.fsmonitor", str(monitor))
+    git(repo, "config", "core.fsmonitorHookVersion", "2")
+    git(repo, "update-index", "--untracked-cache")
+    cached_status = ("-c", "core.untrackedCache=true", "-c", "status.showUntrackedFiles=all")
+    before = take_snapshot(repo)
+    # Scans that fill the cache, as a `git status` in the worktree does.
+    for _ in range(2):
+        git(repo, *cached_status, "status")
+    (repo / "src" / "new").mkdir()
+    (repo / "src" / "new" / "c.txt").write_text("c\n")
+    cached = git(repo, *cached_status, "status", "--porcelain")
+    assert "src/new/c.txt" not in cached  # the cache does lie
+    assert _touched(repo, before) == ["src/new/c.txt"]
