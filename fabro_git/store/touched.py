@@ -14,11 +14,11 @@ dirty files) says the bytes are the same. Files the stage committed itself are c
 afterwards, so the paths of those commits are added.
 
 Only the dirty set is read, so the cost is one `git status` per snapshot (which also
-names HEAD) plus an `lstat` per dirty file. The untracked cache is off for these scans,
-though the worktree's index has one: git (2.39 measured) then skips a directory whose
-stat data have not moved since the last scan, and a new directory made inside a
-directory of tracked files shortly after a scan was missed, its files never listed, in
-about one stage of forty in `benchmarks/files_touched.py`. Every directory is read.
+names HEAD) plus an `lstat` per dirty file. Every directory is read: the untracked
+cache is off for these scans, though the worktree's index has one. With it, git (2.39
+measured) skips a directory whose stat data have not moved since the last scan, and it
+missed a new directory made inside a directory of tracked files shortly after a scan,
+its files never listed, in about one stage of forty in `benchmarks/files_touched.py`.
 """
 
 from __future__ import annotations
