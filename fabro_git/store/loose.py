@@ -212,6 +212,24 @@ class LooseObjects:
             header, data = data[:end], data[end:]
         return header.split(b" ", 1)[0], data
 
+    def read_loose(self, sha: str) -> tuple[bytes, bytes] | None:
+        """The type and body of object `sha` from its loose file, or None where there is
+        none (it is packed, or absent) or it cannot be read whole: the caller then looks
+        in the packs, as git does after its loose file. Read here first because a
+        repository that has seen many runs holds a pack for each, and a pack is asked
+        for an object through its index, one index after another."""
+        try:
+            with open(self._loose_path(sha), "rb") as file:
+                data = zlib.decompress(file.read())
+        except (OSError, zlib.error):
+            return None
+        end = data.find(b"\0", 0, 64)
+        type_name, _, size = data[:end].partition(b" ")
+        body = data[end + 1 :]
+        if end < 0 or not size.isdigit() or int(size) != len(body):
+            return None
+        return type_name, body
+
     def missing_written(self, also: Iterable[str] = ()) -> list[str]:
         """The objects this process wrote (and `also`) that git does not have now,
         after writing again those whose bytes are still held: a `git gc --prune=now`

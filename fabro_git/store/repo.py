@@ -27,7 +27,7 @@ import msgspec
 from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked, SharedPerm
 from dulwich.graph import can_fast_forward
-from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
+from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, object_class, valid_hexsha
 from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
@@ -534,7 +534,7 @@ class GitRepo:
 
     @functools.cached_property
     def _diffs(self) -> TreeDiffs:
-        return TreeDiffs(self._repo.object_store, self.tree_body)
+        return TreeDiffs(lambda sha: self._object(sha, "object"), self.tree_body)
 
     def small_tree_diff(self, old_tree: str, new_tree: str, *, max_bytes: int) -> str | None:
         """See `TreeDiffs.small_diff`."""
@@ -584,7 +584,7 @@ class GitRepo:
     def tree_body(self, sha: str) -> bytes:
         """The serialised entries of tree `sha`, as git stores them (no `Tree` built).
         A tree this process wrote is taken from the bytes it still holds, not read back."""
-        held = self.objects.held(sha)
+        held = self.objects.held(sha) or self.objects.read_loose(sha)
         if held is not None and held[0] == b"tree":
             return held[1]
         store = self._repo.object_store
@@ -614,6 +614,12 @@ class GitRepo:
         return obj
 
     def _object(self, sha: str, kind: str) -> ShaFile:
+        # Bytes this process wrote and still holds, or a loose file, before the packs:
+        # an object is its id's wherever it is stored.
+        found = self.objects.held(sha) or self.objects.read_loose(sha)
+        cls = object_class(found[0]) if found is not None else None
+        if found is not None and cls is not None:
+            return cls.from_raw_string(cls.type_num, found[1], ObjectID(sha.encode()))
         store = self._repo.object_store
         try:
             return store[ObjectID(sha.encode())]

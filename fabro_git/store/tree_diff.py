@@ -12,7 +12,9 @@ from collections.abc import Callable, Iterator
 from typing import cast
 
 from dulwich.object_store import BaseObjectStore
-from dulwich.objects import ObjectID, parse_tree
+from dulwich.objects import ObjectID, ShaFile, parse_tree
+
+from fabro_git.errors import MissingObject
 
 _SMALL_DIFF_FILES = 20
 _SMALL_DIFF_BYTES = 256 * 1024
@@ -26,11 +28,23 @@ def _is_tree(entry: _Entry | None) -> bool:
     return entry is not None and entry[0] & 0o170000 == 0o040000
 
 
-class TreeDiffs:
-    """Tree comparisons over one object store; `tree_body` reads a tree's raw entries."""
+class _Objects:
+    """What a diff asks of an object store, an object by its hex id, answered by the
+    repository's own reader (held bytes and loose files before the packs)."""
 
-    def __init__(self, store: BaseObjectStore, tree_body: Callable[[str], bytes]) -> None:
-        self._store = store
+    def __init__(self, read: Callable[[str], ShaFile]) -> None:
+        self._read = read
+
+    def __getitem__(self, sha: bytes) -> ShaFile:
+        return self._read(sha.decode())
+
+
+class TreeDiffs:
+    """Tree comparisons over one repository's objects: `read` gives an object by its hex
+    id, `tree_body` a tree's raw entries."""
+
+    def __init__(self, read: Callable[[str], ShaFile], tree_body: Callable[[str], bytes]) -> None:
+        self._objects = _Objects(read)
         self._tree_body = tree_body
         self._entries_cache: dict[str, dict[bytes, _Entry]] = {}
         self._last_changes: tuple[tuple[str, str], int, list[tuple[_Side, _Side]]] | None = None
@@ -42,12 +56,12 @@ class TreeDiffs:
         Spawning `git diff` costs more than the rest of a small checkpoint; for the
         handful of changed files a typical stage leaves, reading the blobs here is faster.
         A `git repack` beside it can move a blob out of its loose file between the two
-        places dulwich looks: the diff is read once more, then left to git.
+        places it is looked for: the diff is read once more, then left to git.
         """
         for _ in range(2):
             try:
                 return self._small_diff(old_tree, new_tree, max_bytes=max_bytes)
-            except KeyError:
+            except (KeyError, MissingObject):
                 continue
         return None
 
@@ -56,7 +70,7 @@ class TreeDiffs:
 
         from dulwich.patch import write_object_diff
 
-        store = self._store
+        store = self._objects
         changes = self._changes(old_tree, new_tree, _SMALL_DIFF_FILES)
         if len(changes) > _SMALL_DIFF_FILES:
             return None
@@ -67,12 +81,12 @@ class TreeDiffs:
                     continue
                 if mode & 0o170000 == 0o160000:
                     return None  # a submodule: leave it to git
-                total += len(store.get_raw(sha)[1])
+                total += len(store[sha].as_raw_string())
                 if total > _SMALL_DIFF_BYTES:
                     return None
         out = io.BytesIO()
         for old_side, new_side in changes:
-            write_object_diff(out, store, old_side, new_side)
+            write_object_diff(out, cast(BaseObjectStore, store), old_side, new_side)
         data = out.getvalue()
         if len(data) > max_bytes:
             cut = data.rfind(b"\n", 0, max_bytes) + 1 or max_bytes

@@ -463,3 +463,41 @@ def test_an_object_a_pack_holds_is_not_written_loose_and_a_new_pack_is_seen(
         assert loose(fresh).exists()
     finally:
         grepo.close()
+
+
+def test_objects_are_read_from_their_loose_file_before_the_packs(repo: Path) -> None:
+    """A loose object is read from its file, whatever the packs hold; a loose file that
+    is not a whole object (bad zlib, a size that disagrees) leaves the read to the packs,
+    as git falls back to them."""
+
+    def loose(sha: str) -> Path:
+        return repo / ".git" / "objects" / sha[:2] / sha[2:]
+
+    (repo / "a.txt").write_text("alpha\n")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "a")
+    commit = head_sha(repo)
+    blob = git(repo, "rev-parse", "HEAD:a.txt").strip()
+    grepo = GitRepo.discover(repo)
+    try:
+        assert grepo.objects.read_loose(blob) == (b"blob", b"alpha\n")
+        assert grepo.read_blob(blob) == b"alpha\n"
+        assert grepo.commit_info(commit).message.startswith("a")
+        # The same objects packed as well, and their loose files damaged: the packs
+        # answer, and the damaged file is not taken for the object.
+        git(repo, "repack", "-a", "-q")
+        for sha, damage in ((blob, b"not zlib"), (commit, None)):
+            path = loose(sha)
+            path.chmod(0o644)
+            if damage is None:  # whole zlib, but a header whose size is wrong
+                import zlib
+
+                body = git(repo, "cat-file", "commit", sha).encode()
+                damage = zlib.compress(b"commit %d\0" % (len(body) + 1) + body)
+            path.write_bytes(damage)
+            assert grepo.objects.read_loose(sha) is None
+        assert grepo.read_blob(blob) == b"alpha\n"
+        assert grepo.commit_info(commit).message.startswith("a")
+        assert grepo.objects.read_loose("0" * 40) is None
+    finally:
+        grepo.close()
