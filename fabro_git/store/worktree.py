@@ -35,9 +35,10 @@ from fabro_git.store.backoff import Clock
 from fabro_git.store.repo import GitRepo
 
 # Per-invocation settings for scanning big trees; nothing is written to any config file.
+# A run worktree's index carries no untracked cache (`_NO_UNTRACKED_CACHE`).
+_NO_UNTRACKED_CACHE = ("-c", "core.untrackedCache=false")
 _SCAN_CONFIG = (
-    "-c",
-    "core.untrackedCache=true",
+    *_NO_UNTRACKED_CACHE,
     "-c",
     "core.preloadIndex=true",
     "-c",
@@ -47,15 +48,17 @@ _SCAN_CONFIG = (
     "-c",
     "core.sparseCheckout=false",
 )
-# A new worktree gets an index in the compact v4 format with an untracked cache, as
-# `feature.manyFiles` would give it; this applies to the worktree's own index only.
+# A new worktree gets an index in the compact v4 format, as `feature.manyFiles` would
+# give it; this applies to the worktree's own index only. Not the untracked cache that
+# setting brings: git never consults it for the scans here (each names a pathspec),
+# and git 2.39's now and then called a directory unchanged just after a new one was
+# made in it, so a `git status` an agent runs in the worktree could miss new files.
 # The user's sparse checkout is not the run's: with sparse checkout off for the `add`,
 # git neither copies the patterns into the new worktree nor checks out a partial tree.
 _CREATE_CONFIG = (
     "-c",
     "index.version=4",
-    "-c",
-    "core.untrackedCache=true",
+    *_NO_UNTRACKED_CACHE,
     "-c",
     "core.sparseCheckout=false",
 )
@@ -265,7 +268,11 @@ def snapshot_tree(
             retry_transient=True,
             clock=clock,
         )
-    return out(run_git(["write-tree"], cwd=worktree, retry_transient=True, clock=clock)).strip()
+    return out(
+        run_git(
+            [*_NO_UNTRACKED_CACHE, "write-tree"], cwd=worktree, retry_transient=True, clock=clock
+        )
+    ).strip()
 
 
 def head_branch(worktree: Path) -> str | None:
@@ -315,7 +322,11 @@ def checkout(worktree: Path, commit: str) -> None:
             repo.close()
     _undo_sparse_checkout(worktree)
     run_git(
-        ["-c", "core.sparseCheckout=false", "reset", "--hard", "--quiet", commit, "--"],
+        [
+            *_NO_UNTRACKED_CACHE,
+            *("-c", "core.sparseCheckout=false"),
+            *("reset", "--hard", "--quiet", commit, "--"),
+        ],
         cwd=worktree,
         retry_transient=True,
     )

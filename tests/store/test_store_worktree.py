@@ -324,3 +324,34 @@ def test_checkout_clears_an_index_lock_left_by_a_killed_git(
     checkout(run_wt, base)
     assert not lock.exists()
     assert not (run_wt / "x.txt").exists()
+
+
+def test_a_run_worktrees_index_carries_no_untracked_cache(
+    grepo: GitRepo, repo: Path, run_wt: Path
+) -> None:
+    """Not when the worktree is made, nor after git stages it, even where the user's
+    config asks for the cache: git's could miss a new directory, and a `git status` in
+    the worktree would then leave its files out."""
+    from fabro_git.store.statcheck import index_path, read_index
+
+    def extensions() -> tuple[bytes, ...]:
+        index = index_path(run_wt)
+        assert index is not None
+        stat = index.stat()
+        state = read_index(index, (stat.st_mtime_ns, stat.st_size))
+        assert state is not None
+        return state.extensions
+
+    git(repo, "config", "core.untrackedCache", "true")
+    assert b"UNTR" not in extensions()
+    (run_wt / "new").mkdir()
+    (run_wt / "new" / "a.txt").write_text("a\n")
+    commit_stage(grepo, run_wt)
+    assert b"TREE" in extensions() or extensions() == ()  # the index was read
+    assert b"UNTR" not in extensions()
+    # The same worktree with the setting git fabro overrides: git adds the cache, and
+    # git fabro's next write of the index (a checkout, say a rewind's) drops it.
+    git(run_wt, "-c", "core.untrackedCache=true", "add", "-A")
+    assert b"UNTR" in extensions()
+    checkout(run_wt, git(run_wt, "rev-parse", "HEAD").strip())
+    assert b"UNTR" not in extensions()
