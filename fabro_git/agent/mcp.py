@@ -258,10 +258,15 @@ async def _serve(
                 import httpx2
                 from mcp.client.streamable_http import streamable_http_client
 
-                # The SDK's advice: a long read timeout, as a server may hold a stream.
+                from fabro_git.llm.providers import tls_settings
+
+                # The SDK's advice: a long read timeout, as a server may hold a stream. The
+                # trust store is the one the model clients read, once a process.
                 client = await stack.enter_async_context(
                     httpx2.AsyncClient(
-                        headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0)
+                        headers=dict(spec.headers),
+                        timeout=httpx2.Timeout(30.0, read=300.0),
+                        verify=tls_settings(),
                     )
                 )
                 read, write = await stack.enter_async_context(
