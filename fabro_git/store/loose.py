@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from dulwich.object_store import BaseObjectStore
-from dulwich.objects import ObjectID, ShaFile
+from dulwich.objects import ObjectID, ShaFile, object_class
 
 from fabro_git.errors import StoreError, disk_full_in
 from fabro_git.store import packwrite
@@ -211,6 +211,15 @@ class LooseObjects:
             end = data.index(b"\0") + 1
             header, data = data[:end], data[end:]
         return header.split(b" ", 1)[0], data
+
+    def read(self, sha: str) -> ShaFile | None:
+        """Object `sha` from the bytes this process holds or from its loose file; None
+        when neither has it (it is in a pack, or absent)."""
+        found = self.held(sha) or self.read_loose(sha)
+        cls = object_class(found[0]) if found is not None else None
+        if found is None or cls is None:
+            return None
+        return cls.from_raw_string(cls.type_num, found[1], ObjectID(sha.encode()))
 
     def read_loose(self, sha: str) -> tuple[bytes, bytes] | None:
         """The type and body of object `sha` from its loose file, or None where there is

@@ -27,7 +27,7 @@ import msgspec
 from dulwich.errors import NotGitRepository
 from dulwich.file import FileLocked, SharedPerm
 from dulwich.graph import can_fast_forward
-from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, object_class, valid_hexsha
+from dulwich.objects import Blob, Commit, ObjectID, ShaFile, Tree, valid_hexsha
 from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
@@ -614,12 +614,9 @@ class GitRepo:
         return obj
 
     def _object(self, sha: str, kind: str) -> ShaFile:
-        # Bytes this process wrote and still holds, or a loose file, before the packs:
-        # an object is its id's wherever it is stored.
-        found = self.objects.held(sha) or self.objects.read_loose(sha)
-        cls = object_class(found[0]) if found is not None else None
-        if found is not None and cls is not None:
-            return cls.from_raw_string(cls.type_num, found[1], ObjectID(sha.encode()))
+        found = self.objects.read(sha)  # held bytes or its loose file, before the packs
+        if found is not None:
+            return found
         store = self._repo.object_store
         try:
             return store[ObjectID(sha.encode())]
