@@ -38,6 +38,7 @@ from fabro_git.engine.reaper import (
 
 __all__ = [
     "alive",
+    "end_run",
     "forget",
     "kill_marked",
     "kill_recorded",
@@ -241,6 +242,8 @@ _made_dirs: set[Path] = set()
 # The watcher of each record directory this process has recorded in (None where none
 # could be started: the records still serve the run's end and a resume).
 _watchers: dict[Path, _Watcher | None] = {}
+# How long the run's end waits for a watcher told `done` to exit.
+_WATCHER_EXIT = 5.0
 
 
 class _Watcher:
@@ -252,12 +255,16 @@ class _Watcher:
 
     def close(self) -> None:
         """Let the watcher go: this process has killed what it recorded itself, so the
-        watcher exits without starting the interpreter that would find nothing left."""
+        watcher exits without starting the interpreter that would find nothing left.
+        It is waited for (a shell reading a line: a millisecond), so a process that
+        runs on after the run keeps no child of it."""
         if self._write_end is not None:
             with contextlib.suppress(OSError):  # the watcher is gone already
                 os.write(self._write_end, b"done\n")
             os.close(self._write_end)
             self._write_end = None
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=_WATCHER_EXIT)
 
 
 def _start_watcher(directory: Path) -> _Watcher | None:
@@ -280,6 +287,13 @@ def _start_watcher(directory: Path) -> _Watcher | None:
     finally:
         os.close(read_end)
     return _Watcher(write_end, process)
+
+
+def end_run(directory: Path, *, grace: float) -> None:
+    """The run's end, for the processes it recorded in `directory`: what is left of
+    them is killed (TERM, then KILL after `grace` seconds), then the watcher goes."""
+    kill_recorded(directory, grace=grace)
+    stop_watcher(directory)
 
 
 def stop_watcher(directory: Path) -> None:

@@ -145,9 +145,7 @@ def execute_run(
         return trio.run(_drive_hooked, run, request, hooks)
     finally:
         close_event_sinks(run.bus)  # before the kill: a sink's program reads to the end first
-        records = process_groups.records_dir(run.scratch)
-        process_groups.kill_recorded(records, grace=2.0)
-        process_groups.stop_watcher(records)
+        process_groups.end_run(process_groups.records_dir(run.scratch), grace=2.0)
         run.bus.close()
         run.lock.release()
 

@@ -121,3 +121,25 @@ def test_command_stages_record_their_groups_in_one_reused_file(repo: Path) -> No
     assert seen[1] == seen[0] and seen[2] == seen[0]
     scratch = next((Path(os.environ["FABRO_HOME"]) / "runs").iterdir())
     assert not list((scratch / "process-groups").glob("*.json"))
+
+
+def test_the_runs_end_kills_its_groups_and_reaps_its_watcher(tmp_path: Path) -> None:
+    """`end_run`, as a run's end does: the group a stage left running is killed, and the
+    watcher started with the first record is told `done` and waited for, so a process
+    that goes on after the run (a test's, a server's) keeps no child of it."""
+    from fabro_git.engine import process_groups
+
+    records = process_groups.records_dir(tmp_path)
+    leftover = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        process_groups.record(records, leftover.pid)
+        watcher = process_groups._watchers[records]
+        assert watcher is not None and watcher.process.poll() is None
+        process_groups.end_run(records, grace=1.0)
+        assert leftover.wait(timeout=10) == -signal.SIGTERM
+        assert watcher.process.returncode == 0  # reaped, having read `done`
+        assert records not in process_groups._watchers
+    finally:
+        if leftover.poll() is None:
+            os.killpg(leftover.pid, signal.SIGKILL)
+            leftover.wait()

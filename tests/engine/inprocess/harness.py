@@ -17,6 +17,7 @@ from typing import Any
 import trio
 import trio.testing
 
+from fabro_git.engine import process_groups
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
 from fabro_git.engine.gates import AttendedRun, GateDesk, SharedInterviewer
 from fabro_git.engine.interviewer import Interviewer, Question, make_interviewer
@@ -211,6 +212,9 @@ def walk(
         with _still_while_threads_run(clock):
             trio.run(main, clock=clock)
     finally:
+        # The run's end, as `git fabro run`'s: what its stages left is killed, and the
+        # watcher of their records goes.
+        process_groups.end_run(process_groups.records_dir(runtime.scratch), grace=2.0)
         repo.close()
     seconds = clock.current_time() if clock else 0.0
     return Walked(status, error, sink.events, runtime, seconds, worktree, sink.times)
