@@ -219,6 +219,9 @@ class _Server:
             self.process.wait(timeout=10)
         if self.process.poll() is None:
             self.process.kill()
+            self.process.wait()
+        if self.process.stdout:
+            self.process.stdout.close()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
