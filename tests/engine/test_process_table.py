@@ -91,6 +91,7 @@ def test_a_started_command_is_recorded_with_a_start_window_that_holds_its_start(
         finally:
             os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
+            process_groups.end_run(tmp_path / "groups", grace=0.0)  # the record's watcher
 
     trio.run(main)
 
