@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -168,7 +169,7 @@ def show_retro(run_id: str, *, json_output: bool) -> int:
     except (msgspec.DecodeError, ValueError) as exc:
         raise FabroError(
             f"run {full_id}: its retro.json cannot be read ({exc})",
-            hint=f"look at it with `git show {meta}:{runrefs.RETRO}`",
+            hint=f"look at it with `{shlex.join(['git', 'show', f'{meta}:{runrefs.RETRO}'])}`",
         ) from exc
     if json_output:
         sys.stdout.write(json.dumps(document, indent=2) + "\n")

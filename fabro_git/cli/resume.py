@@ -4,6 +4,7 @@ higher spending cap, a fix to `--rebase` onto or a corrected `--workflow`)."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -122,7 +123,8 @@ def _run_to_resume(
     if manifest.superseded_by:
         raise FabroError(
             f"run {full_id} was rewound: run {manifest.superseded_by} replaced it",
-            hint=f"resume that run with `git fabro resume {manifest.superseded_by}`",
+            hint="resume that run with "
+            f"`{shlex.join(['git', 'fabro', 'resume', manifest.superseded_by])}`",
         )
     if cp.status in ("succeeded", "partially_succeeded") and not detached_child:
         from fabro_git.terminal import printable

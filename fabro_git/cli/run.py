@@ -5,6 +5,7 @@ what the two share is in `_running.py`."""
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -232,7 +233,7 @@ def _validated(path: Path, *, allow_typos: bool = False) -> Graph:
         raise WorkflowError(
             f"the workflow has {len(errors)} error(s) and cannot run:\n" + "\n".join(lines),
             path=path,
-            hint=f"see `git fabro validate {path}`",
+            hint=f"see `{shlex.join(['git', 'fabro', 'validate', str(path)])}`",
         )
     if not allow_typos:
         _refuse_typos(path, diagnostics)

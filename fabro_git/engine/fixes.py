@@ -31,6 +31,7 @@ graph is validated as `run` validates, and the next snapshot rewrites `graph.fab
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 
@@ -168,7 +169,7 @@ def check_workflow(graph: Graph, cp: Checkpoint, path: Path, run_id: str) -> Non
             "corrected workflow keeps every completed node (it may change them and what "
             "comes after)",
             path=path,
-            hint=f"put them back, or start afresh with `git fabro run {path}`",
+            hint=f"put them back, or start afresh with `{shlex.join(['git', 'fabro', 'run', str(path)])}`",
         )
 
 

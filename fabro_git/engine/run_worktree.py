@@ -7,6 +7,7 @@ when it was removed, half removed or left behind by a repository that moved.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import shutil
 from pathlib import Path
 
@@ -47,8 +48,9 @@ def ensure_worktree(
             raise StoreError(
                 f"run {run_id}: its branch {branch} is checked out at {other}, and a branch "
                 "can be checked out in one worktree only",
-                hint=f"switch that worktree away (git -C {other} switch --detach) or remove it "
-                f"(git worktree remove {other}), then run the command again",
+                hint=f"switch that worktree away ({shlex.join(['git', '-C', str(other), 'switch', '--detach'])}) "
+                f"or remove it ({shlex.join(['git', 'worktree', 'remove', str(other)])}), then run the "
+                "command again",
             )
     git_worktree.add_worktree(repo, path, branch=branch, commit=run_tip)
     return path, True

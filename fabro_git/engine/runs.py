@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, Unpack
@@ -624,7 +625,8 @@ def rewind_run(repo: GitRepo, source_id: str, point: ForkPoint) -> str:
         if stored.manifest.superseded_by:
             raise FabroError(
                 f"run {source_id} was already rewound: run {stored.manifest.superseded_by} replaced it",
-                hint=f"rewind that run instead, or fork this one with `git fabro fork {source_id} {point.label}`",
+                hint="rewind that run instead, or fork this one with "
+                f"`{shlex.join(['git', 'fabro', 'fork', source_id, point.label])}`",
             )
         new_id = fork_run(repo, source_id, point)
         try:

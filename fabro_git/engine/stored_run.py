@@ -8,6 +8,7 @@ worded here once. What a run stores under a directory of its meta ref is read wi
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import NamedTuple
 
@@ -65,7 +66,8 @@ def unreadable_meta(run_id: str, meta: str, exc: StoreError) -> FabroError:
         return missing_object_error(run_id, ref, meta, exc)
     return FabroError(
         f"run {run_id}: {ref} does not point at a metadata snapshot ({exc.message})",
-        hint=f"look at it with `git show {meta}`; if it is not a run, delete it with `git update-ref -d {ref}`",
+        hint=f"look at it with `{shlex.join(['git', 'show', meta])}`; if it is not a run, "
+        f"delete it with `{shlex.join(['git', 'update-ref', '-d', ref])}`",
     )
 
 

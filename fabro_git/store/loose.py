@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import itertools
 import os
+import re
 import threading
 import zlib
 from collections.abc import Iterable, Iterator
@@ -51,6 +52,7 @@ FILE_CHUNK = 1 << 20  # bytes read at a time when a file is written as a blob
 # this much in all (the rest are only checked).
 _HELD_OBJECT_MAX = 256 * 1024
 _HELD_BUDGET = 32 * 1024 * 1024
+_HEX_ID = re.compile(r"[0-9a-f]{40}")
 # A batch of fewer objects is written loose: one file each is no more than a pack's two.
 _PACK_MIN = 3
 # Bigger objects of a batch are written loose all the same (and not held in memory
@@ -226,7 +228,10 @@ class LooseObjects:
         none (it is packed, or absent) or it cannot be read whole: the caller then looks
         in the packs, as git does after its loose file. Read here first because a
         repository that has seen many runs holds a pack for each, and a pack is asked
-        for an object through its index, one index after another."""
+        for an object through its index, one index after another. An id that is not 40
+        hex digits (a ref's content is not vouched for) names no file here."""
+        if not _HEX_ID.fullmatch(sha):
+            return None
         try:
             with open(self._loose_path(sha), "rb") as file:
                 data = zlib.decompress(file.read())

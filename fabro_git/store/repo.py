@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import shlex
 import sys
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -151,7 +152,8 @@ class GitRepo:
         if lines[2] == "true":
             raise RepositoryError(
                 f"{common_dir} is a bare repository; runs need a working tree",
-                hint=f"clone it (git clone {common_dir} <dir>) and run git fabro in the clone",
+                hint=f"clone it ({shlex.join(['git', 'clone', str(common_dir)])} <dir>) and run git fabro "
+                "in the clone",
             )
         if lines[3] != "true" or len(lines) < 5:
             raise RepositoryError(
@@ -614,22 +616,18 @@ class GitRepo:
         return obj
 
     def _object(self, sha: str, kind: str) -> ShaFile:
+        if not valid_hexsha(sha):  # say, a ref file's content: dulwich asserts on it
+            raise StoreError(f"{sha[:80]!r} is not an object id (40 hex digits)")
         found = self.objects.read(sha)  # held bytes or its loose file, before the packs
         if found is not None:
             return found
         store = self._repo.object_store
-        try:
-            return store[ObjectID(sha.encode())]
-        except KeyError:
-            pass
-        except ValueError as err:
-            raise MissingObject(f"{kind} {sha} is missing from {self.git_dir}") from err
-        try:
-            # A `git repack` may have moved it from a loose file into a pack between the
-            # two places dulwich looked; one more look finds it there.
-            return store[ObjectID(sha.encode())]
-        except (KeyError, ValueError) as err:
-            raise MissingObject(f"{kind} {sha} is missing from {self.git_dir}") from err
+        # Looked for twice: a `git repack` may move it from a loose file into a pack
+        # between the places dulwich looks.
+        for _ in range(2):
+            with contextlib.suppress(KeyError, ValueError):
+                return store[ObjectID(sha.encode())]
+        raise MissingObject(f"{kind} {sha} is missing from {self.git_dir}")
 
     def _lookup(self, commit: str, path: str) -> tuple[int, ObjectID] | None:
         mode, sha = 0o040000, self._commit(commit).tree
@@ -759,12 +757,14 @@ def ref_conflict_error(name: str, conflict: str) -> RepositoryError:
             f"your branch {short!r} is in the way: git fabro needs the branch "
             f"{name.removeprefix('refs/heads/')}, and git cannot hold a branch {short} "
             f"and branches beneath {short}/ at once; nothing was created",
-            hint=f"rename your branch (git branch -m {short} <new-name>) and try again",
+            hint=f"rename your branch ({shlex.join(['git', 'branch', '-m', short])} <new-name>) and "
+            "try again",
         )
     return RepositoryError(
         f"the ref {conflict} is in the way: git fabro needs {name}, and git cannot hold "
         f"both; nothing was created",
-        hint=f"rename or delete {conflict} (git update-ref -d {conflict}) and try again",
+        hint=f"rename or delete {conflict} ({shlex.join(['git', 'update-ref', '-d', conflict])}) "
+        "and try again",
     )
 
 

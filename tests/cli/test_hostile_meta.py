@@ -194,3 +194,27 @@ def test_a_meta_ref_that_nests_is_no_run(repo: Path) -> None:
     resumed = run_fabro("resume", "nested/inner", cwd=repo)
     assert resumed.returncode == 1 and "Traceback" not in resumed.stderr
     assert not list((Path(os.environ["FABRO_HOME"]) / "runs").glob("nested*"))
+
+
+def test_a_command_a_hint_suggests_keeps_a_fetched_value_one_quoted_word(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A fetched run's manifest says who replaced it; resume suggests resuming that run.
+    The id is the manifest's, so the suggested command quotes it: pasted into a shell,
+    it stays one argument and runs nothing."""
+    import shlex
+
+    proc, result = run_json("run", "hello", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    run_id = result["run_id"]
+    meta = f"refs/fabro/meta/{run_id}"
+    manifest = json.loads(git(repo, "show", f"{meta}:manifest.json"))
+    hostile = "x; touch pwned; $(touch pwned2)"
+    manifest["superseded_by"] = hostile
+    _add_entry(repo, meta, ["manifest.json"], json.dumps(manifest).encode())
+    clone, env = fresh_clone(repo, tmp_path)
+
+    resumed = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert resumed.returncode != 0 and "Traceback" not in resumed.stderr
+    hint = resumed.stderr.split("resume that run with `", 1)[1].split("`", 1)[0]
+    assert shlex.split(hint) == ["git", "fabro", "resume", hostile]

@@ -501,3 +501,24 @@ def test_objects_are_read_from_their_loose_file_before_the_packs(repo: Path) -> 
         assert grepo.objects.read_loose("0" * 40) is None
     finally:
         grepo.close()
+
+
+def test_an_id_that_is_not_hex_reads_no_file(repo: Path) -> None:
+    """An object id comes from a ref's content, which nothing vouches for: one that is
+    not 40 hex digits does not become a path, in the objects directory or out of it."""
+    import zlib
+
+    crafted = zlib.compress(b"blob 5\0hello")
+    (repo / ".git" / "crafted").write_bytes(crafted)  # objects/../crafted
+    fake = "ab" + "c" * 38
+    (repo / ".git" / "objects" / "ab").mkdir(exist_ok=True)
+    (repo / ".git" / "objects" / "ab" / fake[2:]).write_bytes(crafted)
+    grepo = GitRepo.discover(repo)
+    try:
+        assert grepo.objects.read_loose(fake) == (b"blob", b"hello")  # a hex id is read
+        assert grepo.objects.read_loose("..crafted") is None
+        assert grepo.objects.read_loose("AB" + "C" * 38) is None  # git names them in lower case
+        with pytest.raises(StoreError):
+            grepo.read_blob("..crafted")
+    finally:
+        grepo.close()
