@@ -545,3 +545,16 @@ def copy_repo(source: Path, dest: Path, source_home: Path) -> Path:
         run_id = scratch.name.removesuffix(f"-{old}")
         shutil.copytree(scratch, runs_dir() / f"{run_id}-{new}", symlinks=True)
     return dest
+
+
+def pasted(command: str, cwd: Path) -> list[str]:
+    """What `command`, a line a message suggests, does pasted into bash: the arguments
+    `git` gets, with `git` a function that prints them (one a line), run in `cwd`."""
+    proc = subprocess.run(
+        ["bash", "-c", 'git() { printf "%s\\n" "$@"; }\n' + command],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return proc.stdout.splitlines()

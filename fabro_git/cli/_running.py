@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -125,7 +126,9 @@ def _fix_hint(repo: GitRepo, run_id: str) -> str:
     failed = last is not None and last["status"] == outcome.FAILED
     if failed:
         base = manifest.base_branch or manifest.base_sha[:12]
-        return f"commit a fix and `git fabro resume {run_id} --rebase {base}`"
+        return (
+            f"commit a fix and `{shlex.join(['git', 'fabro', 'resume', run_id, '--rebase', base])}`"
+        )
     return f"correct the workflow and `git fabro resume {run_id} --workflow FILE`"
 
 

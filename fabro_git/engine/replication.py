@@ -15,6 +15,7 @@ bound the caller sets.
 from __future__ import annotations
 
 import contextlib
+import shlex
 import threading
 from collections.abc import AsyncIterable
 from typing import Unpack
@@ -119,7 +120,7 @@ class LivePush:
                     level="warn",
                     code="push_failed",
                     message=f"the final push to {self.remote} did not finish; push the run"
-                    f" with `git fabro push {self.remote} {self.run_id}`",
+                    f" with `{shlex.join(['git', 'fabro', 'push', self.remote, self.run_id])}`",
                 )
             )
 

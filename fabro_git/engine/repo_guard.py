@@ -28,6 +28,7 @@ agent that pushes because it was told to "ship it", not against a hostile progra
 from __future__ import annotations
 
 import re
+import shlex
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
@@ -313,13 +314,15 @@ class RepoGuard:
             ):
                 reported.append(
                     f"{what} (left as it is: it is checked out and moved forward, which may "
-                    f"be your own commit; if not, `git update-ref {name} {old} {new}`)"
+                    f"be your own commit; if not, `{shlex.join(['git', 'update-ref', name, old, new])}`)"
                 )
                 kept[name] = new
                 continue
             if old is None:
                 # Not deleted: it may hold the stage's work (a branch it checked out).
-                reported.append(f"{what} (left; `git update-ref -d {name}` removes it)")
+                reported.append(
+                    f"{what} (left; `{shlex.join(['git', 'update-ref', '-d', name])}` removes it)"
+                )
                 kept[name] = new
                 continue
             try:

@@ -51,7 +51,8 @@ def load_run_at(repo: GitRepo, run_id: str, meta: str, *, what: str) -> StoredRu
         raise FabroError(f"run {run_id}: cannot read its metadata ({exc})") from exc
     if manifest_data is None or checkpoint is None or source is None:
         raise FabroError(
-            f"run {run_id}: {what} is incomplete", hint=f"inspect it with `git show {meta}`"
+            f"run {run_id}: {what} is incomplete",
+            hint=f"inspect it with `{shlex.join(['git', 'show', meta])}`",
         )
     try:
         manifest = decode_manifest(manifest_data)

@@ -15,7 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import fresh_clone, git, run_fabro, run_json, write_workflow
+from helpers import fresh_clone, git, pasted, run_fabro, run_json, write_workflow
 
 # `check` fails until $HOME/ok exists, so the run can be resumed.
 FAILING = """\
@@ -202,8 +202,6 @@ def test_a_command_a_hint_suggests_keeps_a_fetched_value_one_quoted_word(
     """A fetched run's manifest says who replaced it; resume suggests resuming that run.
     The id is the manifest's, so the suggested command quotes it: pasted into a shell,
     it stays one argument and runs nothing."""
-    import shlex
-
     proc, result = run_json("run", "hello", cwd=repo)
     assert result["status"] == "succeeded", proc.stderr
     run_id = result["run_id"]
@@ -217,4 +215,7 @@ def test_a_command_a_hint_suggests_keeps_a_fetched_value_one_quoted_word(
     resumed = run_fabro("resume", run_id, cwd=clone, env=env)
     assert resumed.returncode != 0 and "Traceback" not in resumed.stderr
     hint = resumed.stderr.split("resume that run with `", 1)[1].split("`", 1)[0]
-    assert shlex.split(hint) == ["git", "fabro", "resume", hostile]
+    sandbox = tmp_path / "paste"
+    sandbox.mkdir()
+    assert pasted(hint, sandbox) == ["fabro", "resume", hostile]
+    assert list(sandbox.iterdir()) == []

@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from helpers import bare_remote, git, run_fabro, write_workflow
+from helpers import bare_remote, git, pasted, run_fabro, write_workflow
 
 
 def _workflow(script: str, *, node_attrs: str = "", graph_attrs: str = "") -> str:
@@ -84,6 +84,22 @@ def test_a_stage_that_moves_the_users_branch_fails_and_the_branch_is_put_back(
     assert git(repo, "rev-parse", "gone").strip() == main_before
     # A ref the stage made is named, not deleted: it may hold the stage's work.
     assert "git update-ref -d refs/tags/t1" in error, error
+
+
+def test_a_ref_the_stage_named_to_run_code_is_one_quoted_word_in_the_suggestion(
+    repo: Path,
+) -> None:
+    """A ref name may hold `$(`, `)` and `;`: the stage (an agent) chooses it, so the
+    command the message suggests quotes it, and pasted into a shell it runs nothing."""
+    hostile = "refs/tags/x;touch${IFS}pwned1;$(touch${IFS}pwned2)"
+    proc, result = _run(repo, f"git update-ref '{hostile}' HEAD")
+    assert result["status"] == "failed", proc.stderr
+    error = _stage_error(repo, result["run_id"])
+    suggested = error.split("(left; `", 1)[1].split("`", 1)[0]
+    sandbox = repo.parent / "paste"
+    sandbox.mkdir()
+    assert pasted(suggested, sandbox) == ["update-ref", "-d", hostile], error
+    assert list(sandbox.iterdir()) == []
 
 
 def _bare_remote(repo: Path, tmp_path: Path) -> Path:
