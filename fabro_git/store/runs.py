@@ -35,6 +35,7 @@ BATCH_RECORD = "batch.json"
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ALIASES = str.maketrans({"I": "1", "L": "1", "O": "0"})
 _ULID_LEN = 26
+_RUN_ID = re.compile(r"[0-9A-Z]{26}")
 
 
 def run_branch_name(run_id: str) -> str:
@@ -385,9 +386,12 @@ def list_batch_ids(repo: GitRepo) -> list[str]:
 
 
 def is_run_id(name: str) -> bool:
-    """Whether a name read from a ref can be a run id: one path component. A fetched
-    `refs/fabro/meta/a/b` is no run (its id would nest the run's scratch and lock paths)."""
-    return bool(name) and "/" not in name
+    """Whether a name read from a ref can be a run id: 26 digits and capitals, a ULID's
+    shape, as every run is given one (`new_ulid`; `--run-id` takes nothing else). A
+    fetched ref's name is not vouched for: `refs/fabro/meta/a/b` would nest the run's
+    scratch and lock paths, and a name with `;` or `$(` would be shell code in every
+    command a message suggests for the run."""
+    return _RUN_ID.fullmatch(name) is not None
 
 
 def is_allocated_id(name: str) -> bool:

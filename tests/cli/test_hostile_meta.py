@@ -178,9 +178,15 @@ def test_fork_refuses_to_copy_an_entry_that_climbs_out(repo: Path) -> None:
     assert git(repo, "for-each-ref", "refs/fabro") == before
 
 
-def test_a_meta_ref_that_nests_is_no_run(repo: Path) -> None:
+@pytest.mark.parametrize(
+    "name",
+    ["nested/inner", "x;touch${IFS}pwned;$(touch${IFS}pwned2)", "01j0000000000000000000000a"],
+    ids=["nests", "shell-code", "not-a-ulid"],
+)
+def test_a_meta_ref_whose_name_is_no_run_id_is_no_run(repo: Path, name: str) -> None:
     """`refs/fabro/meta/a/b` names no run: its id would nest the run's scratch and lock
-    paths. ps lists it not, and resume finds no run by it."""
+    paths; nor does a name with shell code, which would go into every command a message
+    suggests for the run. ps lists them not, and resume finds no run by them."""
     write_workflow(
         repo,
         "digraph W { start [shape=Mdiamond]; exit [shape=Msquare]; start -> exit }",
@@ -188,12 +194,13 @@ def test_a_meta_ref_that_nests_is_no_run(repo: Path) -> None:
     proc = run_fabro("run", "wf.fabro", "--json", cwd=repo)
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     meta = git(repo, "rev-parse", f"refs/fabro/meta/{run_id}").strip()
-    git(repo, "update-ref", "refs/fabro/meta/nested/inner", meta)
+    git(repo, "update-ref", f"refs/fabro/meta/{name}", meta)
     listed = run_fabro("ps", "--json", cwd=repo)
     assert [json.loads(line)["run_id"] for line in listed.stdout.splitlines()] == [run_id]
-    resumed = run_fabro("resume", "nested/inner", cwd=repo)
+    resumed = run_fabro("resume", name, cwd=repo)
     assert resumed.returncode == 1 and "Traceback" not in resumed.stderr
-    assert not list((Path(os.environ["FABRO_HOME"]) / "runs").glob("nested*"))
+    assert not list((Path(os.environ["FABRO_HOME"]) / "runs").glob(name.split("/")[0] + "*"))
+    assert not list(repo.rglob("pwned*"))
 
 
 def test_a_command_a_hint_suggests_keeps_a_fetched_value_one_quoted_word(
