@@ -465,7 +465,9 @@ def test_an_object_a_pack_holds_is_not_written_loose_and_a_new_pack_is_seen(
         grepo.close()
 
 
-def test_objects_are_read_from_their_loose_file_before_the_packs(repo: Path) -> None:
+def test_a_loose_object_is_read_from_its_file_and_a_damaged_one_left_to_the_packs(
+    repo: Path,
+) -> None:
     """A loose object is read from its file, whatever the packs hold; a loose file that
     is not a whole object (bad zlib, a size that disagrees) leaves the read to the packs,
     as git falls back to them."""
