@@ -1,8 +1,9 @@
 """Retries, failover and the errors a user acts on, through the real SDKs.
 
-Backoff runs on trio's `MockClock` with `autojump_threshold=0`: every `trio.sleep` of
-the retry loop is skipped at once and the virtual time it took is exact. These calls
-set no HTTP timeout (`timeout=None`), so the only deadlines are the retry loop's own.
+Backoff runs on trio's `MockClock` (`virtual_clock`): every `trio.sleep` of the retry
+loop is skipped once the loop has nothing else to wait for, and the virtual time it
+took is exact. These calls set no HTTP timeout (`timeout=None`), so the only deadlines
+are the retry loop's own.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import random
 
 import pytest
 import trio
-import trio.testing
 from llm_server import (
     Drop,
     Garbled,
@@ -26,6 +26,7 @@ from llm_server import (
     server_error,
     unauthorized,
 )
+from virtual_clock import virtual_clock
 
 from fabro_git.events.catalogue import AgentFailover, AgentLlmRetry
 from fabro_git.llm.client import RetryPolicy, complete
@@ -98,7 +99,8 @@ class Run:
             finally:
                 self.elapsed = trio.current_time() - started
 
-        return trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        with virtual_clock() as clock:
+            return trio.run(main, clock=clock)
 
 
 @pytest.mark.parametrize("target", [ANTHROPIC, OPENAI, GEMINI], ids=str)

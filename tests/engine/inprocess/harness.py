@@ -5,17 +5,16 @@ to run on trio's MockClock."""
 
 from __future__ import annotations
 
-import contextlib
-import math
 import subprocess
 import textwrap
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trio
 import trio.testing
+from virtual_clock import IDLE, still_while_threads_run
 
 from fabro_git.engine import process_groups
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
@@ -182,7 +181,7 @@ def walk(
     # worker thread runs (git work: a checkpoint, the repository guard's look around
     # a stage), however long a loaded machine makes it.
     if clock is None and mock_clock:
-        clock = trio.testing.MockClock(autojump_threshold=0.02)
+        clock = trio.testing.MockClock(autojump_threshold=IDLE)
     status: str | None = None
     error: str | None = None
 
@@ -209,7 +208,7 @@ def walk(
             nursery.cancel_scope.cancel()
 
     try:
-        with _still_while_threads_run(clock):
+        with still_while_threads_run(clock):
             trio.run(main, clock=clock)
     finally:
         # The run's end, as `git fabro run`'s: what its stages left is killed, and the
@@ -232,32 +231,3 @@ def _init_repository(path: Path) -> str:
     git("add", "README.md")
     git("commit", "-q", "-m", "initial")
     return git("rev-parse", "HEAD")
-
-
-@contextlib.contextmanager
-def _still_while_threads_run(clock: trio.testing.MockClock | None) -> Iterator[None]:
-    """While the walk runs, the clock's autojump is off whenever a worker thread runs
-    (every `trio.to_thread.run_sync` of the process, for the walk's duration)."""
-    if clock is None:
-        yield
-        return
-    original = trio.to_thread.run_sync
-    threshold = clock.autojump_threshold
-    running = 0
-
-    async def run_sync(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        nonlocal running
-        running += 1
-        clock.autojump_threshold = math.inf
-        try:
-            return await original(fn, *args, **kwargs)
-        finally:
-            running -= 1
-            if not running:
-                clock.autojump_threshold = threshold
-
-    trio.to_thread.run_sync = run_sync  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        trio.to_thread.run_sync = original
