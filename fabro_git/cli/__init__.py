@@ -51,6 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"git-fabro {__version__}")
         return EXIT_OK
+    if args[:1] == ["__complete"]:
+        # At every Tab of the completion scripts: before the app is built.
+        from fabro_git.cli import complete_words
+
+        return complete_words.main(args[1:])
 
     def invoke() -> int:
         from fabro_git.cli.app import run_app

@@ -589,17 +589,6 @@ def completion(
     raise typer.Exit(impl.run(shell, typer.main.get_command(app)))
 
 
-@command("__complete", hidden=True)
-def complete_words(
-    kind: Annotated[str, typer.Argument()],
-    arg: Annotated[str | None, typer.Argument()] = None,
-) -> None:
-    """Words for the completion scripts: run ids and workflow names, a run's checkpoints."""
-    from fabro_git.cli import completion as impl
-
-    raise typer.Exit(impl.words(kind, arg))
-
-
 @command()
 def rm(
     run_ids: Annotated[

@@ -3,8 +3,8 @@
 The commands and their options are written into the script from the CLI's own
 definition when it is printed, so they cannot drift from it; only what lives in the
 repository (run ids, batch ids, workflow names, a run's checkpoints, remotes) is asked
-for while completing, through the hidden `git fabro __complete KIND`, which reads refs and a
-commit per run and never opens the engine.
+for while completing, through the hidden `git fabro __complete KIND`
+(`complete_words.py`), which starts without the CLI's app and lists refs through git.
 
 `git fabro <TAB>` goes through git's own completion: git's bash script calls
 `_git_fabro`, zsh's `_git` calls `_git-fabro`, and fish's git completion is given
@@ -52,52 +52,6 @@ def run(shell: str, cli: _click.Command) -> int:
     script = {"bash": _bash, "zsh": _zsh, "fish": _fish}[shell](_surface(commands), commands)
     sys.stdout.write(script)
     return 0
-
-
-def words(kind: str, arg: str | None = None) -> int:
-    """Print completion words of `kind`, one a line. Errors print nothing: a completion
-    must never put a message in the middle of the user's command line."""
-    try:
-        found = _words(kind, arg)
-    except Exception:  # see the docstring
-        return 0
-    sys.stdout.write("".join(f"{w}\n" for w in found))
-    return 0
-
-
-def _words(kind: str, arg: str | None) -> list[str]:
-    if kind == "examples":
-        from fabro_git.cli._examples import example_names
-
-        return example_names()
-    if kind == "workflows":
-        from fabro_git.cli._workflows import named_workflows, repository_root
-
-        return list(dict.fromkeys(w.name for w in named_workflows(repository_root())))
-    from pathlib import Path
-
-    from fabro_git.store import runs as runrefs
-    from fabro_git.store.repo import GitRepo
-
-    repo = GitRepo.discover(Path.cwd())
-    if kind == "batches":
-        return list(reversed(runrefs.list_batch_ids(repo)))
-    if kind == "runs":
-        ids = list(reversed(runrefs.list_run_ids(repo)))
-        names: dict[str, None] = {}
-        for run_id in ids:
-            sha = repo.read_ref(runrefs.meta_ref(run_id))
-            if sha is not None:
-                name = repo.commit_info(sha).trailers.get("Fabro-Workflow")
-                if name:
-                    names[name] = None
-        return ids + list(names)
-    if kind == "checkpoints" and arg:
-        from fabro_git.cli._timeline import timeline
-
-        run_id = runrefs.resolve_run_id(repo, arg, remote=None)
-        return list(dict.fromkeys(e.label for e in timeline(repo, run_id, base_sha=None)))
-    return []
 
 
 # -- the CLI's shape --------------------------------------------------------------------
@@ -303,11 +257,24 @@ __git_fabro_complete() {{
     workflows)
         compopt -o filenames 2>/dev/null
         __git_fabro_files=1
-        COMPREPLY=($(compgen -W "$also $($call __complete workflows 2>/dev/null)" -- "$cur") $(compgen -f -- "$cur"))
+        COMPREPLY=()
+        __git_fabro_offer "$also"$'\n'"$($call __complete workflows 2>/dev/null)" "$cur"
+        mapfile -t -O "${{#COMPREPLY[@]}}" COMPREPLY < <(compgen -f -- "$cur")
         return
         ;;
     esac
-    COMPREPLY=($(compgen -W "$list" -- "$cur"))
+    COMPREPLY=()
+    __git_fabro_offer "$list" "$cur"
+}}
+
+# The words of $1, one a line, that start with $2, added to COMPREPLY as they are.
+# Not `compgen -W`, which expands each word, `$(...)` included: these come from a
+# repository's refs and files, which a clone or a fetch brought.
+__git_fabro_offer() {{
+    local word
+    while IFS= read -r word; do
+        [[ -n $word && $word == "$2"* ]] && COMPREPLY+=("$word")
+    done <<<"$1"
 }}
 
 # Called by git's own completion for `git fabro ...`. git completes with `-o nospace`

@@ -25,17 +25,16 @@ import msgspec
 from fabro_git.errors import AmbiguousRunId, RunNotFound, StoreError
 from fabro_git.store import remote as _remote
 from fabro_git.store.repo import RUN_BRANCH_PREFIX, GitRepo, ref_conflict_error
+from fabro_git.store.run_names import BATCH_PREFIX as BATCH_PREFIX
+from fabro_git.store.run_names import META_PREFIX as META_PREFIX
+from fabro_git.store.run_names import is_run_id as is_run_id
 
-META_PREFIX = "refs/fabro/meta/"
 PARALLEL_PREFIX = "refs/fabro/parallel/"
-# A batch (`git fabro batch`): a commit whose tree holds one file, the batch record.
-BATCH_PREFIX = "refs/fabro/batch/"
 BATCH_RECORD = "batch.json"
 
 _CROCKFORD = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _ALIASES = str.maketrans({"I": "1", "L": "1", "O": "0"})
 _ULID_LEN = 26
-_RUN_ID = re.compile(r"[0-9A-Z]{26}")
 
 
 def run_branch_name(run_id: str) -> str:
@@ -383,15 +382,6 @@ def list_batch_ids(repo: GitRepo) -> list[str]:
         for name in repo.list_refs(BATCH_PREFIX)
         if is_run_id(name[len(BATCH_PREFIX) :])
     )
-
-
-def is_run_id(name: str) -> bool:
-    """Whether a name read from a ref can be a run id: 26 digits and capitals, a ULID's
-    shape, as every run is given one (`new_ulid`; `--run-id` takes nothing else). A
-    fetched ref's name is not vouched for: `refs/fabro/meta/a/b` would nest the run's
-    scratch and lock paths, and a name with `;` or `$(` would be shell code in every
-    command a message suggests for the run."""
-    return _RUN_ID.fullmatch(name) is not None
 
 
 def is_allocated_id(name: str) -> bool:

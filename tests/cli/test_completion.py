@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import run_fabro, run_json, write_workflow
+from helpers import git, run_fabro, run_json, write_workflow
 
 GIT_BASH_COMPLETION = Path("/usr/share/bash-completion/completions/git")
 
@@ -73,6 +73,59 @@ def test_complete_words_lists_runs_and_workflow_names_and_is_hidden(
     # Outside a repository it prints nothing and fails nothing.
     outside = run_fabro("__complete", "runs", cwd=repo.parent)
     assert outside.returncode == 0 and outside.stdout == "" and outside.stderr == ""
+
+
+def _hostile_run(repo: Path, run_id: str, marker: Path) -> str:
+    """A run as a fetch could bring it: a meta ref whose commit names its workflow with
+    shell code, and another whose workflow name is a terminal escape."""
+    tree = git(repo, "rev-parse", f"refs/fabro/meta/{run_id}^{{tree}}").strip()
+    hostile = "01HXZZZZZZZZZZZZZZZZZZZZZZ"
+    for ident, name in (
+        (hostile, f"$(touch${{IFS}}{marker})"),
+        ("01HXZZZZZZZZZZZZZZZZZZZZZY", "\x1b]8;;https://example.com\x07x"),
+    ):
+        message = f"init\n\nFabro-Workflow: {name}\n"
+        sha = subprocess.run(
+            ["git", "commit-tree", tree], input=message, cwd=repo,
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        git(repo, "update-ref", f"refs/fabro/meta/{ident}", sha)
+    return hostile
+
+
+def test_a_fetched_runs_words_are_offered_only_when_they_are_plain(
+    with_run: tuple[Path, str], tmp_path: Path
+) -> None:
+    """A workflow name or a checkpoint's label comes from a fetched run: `__complete`
+    prints none that holds shell or terminal characters, and bash's script adds the
+    words it is given as they are (`compgen -W` would run a `$(...)` in them)."""
+    repo, run_id = with_run
+    marker = tmp_path / "pwned"
+    hostile = _hostile_run(repo, run_id, marker)
+    words = run_fabro("__complete", "runs", cwd=repo).stdout.split("\n")
+    assert sorted(w for w in words if w) == sorted(
+        [run_id, hostile, "01HXZZZZZZZZZZZZZZZZZZZZZY", "wf"]
+    )
+
+    bash = _script("bash", tmp_path)
+    lines = _bash(
+        f"""
+        source {bash}
+        comp() {{
+            COMP_WORDS=(git-fabro "$@"); COMP_CWORD=$#; COMPREPLY=()
+            _git_fabro_standalone
+            printf '%s|' "${{COMPREPLY[@]}}"; echo
+        }}
+        comp show ""
+        # Whatever the command printed, the script expands none of it.
+        git-fabro() {{ printf '%s\\n' '$(touch${{IFS}}{marker})' 'a*' 'b c'; }}
+        comp show ""
+        """,
+        cwd=repo,
+    )
+    assert sorted(lines[0].split("|")[:-1]) == sorted(w for w in words if w)
+    assert lines[1].split("|")[:-1] == [f"$(touch${{IFS}}{marker})", "a*", "b c"]
+    assert not marker.exists()
 
 
 def test_unknown_shell_is_a_user_error() -> None:
