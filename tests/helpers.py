@@ -319,20 +319,27 @@ def wait_until(
     limit: float = 90,
     what: str = "the condition",
 ) -> T:
-    """Look at `condition` every 20 ms until it gives something true, and return that: a
-    failed assertion once `limit` seconds pass or `process` ends first. The one place
-    tests wait for something another process does (a file, an event in a run's tail)."""
+    """Look at `condition` until it gives something true, and return that: a failed
+    assertion once `limit` seconds pass or `process` ends first. The one place tests
+    wait for something another process does (a file, an event in a run's tail).
+
+    It looks again after 20 ms, or after twice what the last look took when that is
+    longer: a look that starts processes (git, `git fabro ps`) then takes at most a
+    third of a core from the processes it waits for."""
     import time
 
     deadline = time.monotonic() + limit
-    while not (found := condition()):
+    while True:
+        looked = time.monotonic()
+        if found := condition():
+            return found
         if process is not None:
             assert process.poll() is None, (
                 f"the process ended (exit {process.returncode}) before {what}"
             )
-        assert time.monotonic() < deadline, f"no {what} after {limit:g}s"
-        time.sleep(0.02)
-    return found
+        now = time.monotonic()
+        assert now < deadline, f"no {what} after {limit:g}s"
+        time.sleep(max(0.02, 2 * (now - looked)))
 
 
 def tail_has(run_id: str, event: str, node_id: str) -> bool:
