@@ -25,7 +25,7 @@ import ssl
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -324,16 +324,28 @@ class LlmServer:
         return next(self._ids)
 
     @contextlib.contextmanager
-    def answering(self) -> Iterator[None]:
-        """Count a request in flight while it is answered."""
+    def answering(self) -> Iterator[Callable[[], None]]:
+        """Count a request in flight while it is answered: until the `done` it gives is
+        called, just before the last of the answer is sent, or else until the answer
+        ends. A client that has its whole answer can start its next request at once,
+        before this thread runs again: counted out only after that last write, the two
+        would overlap here though they never did for the client."""
         with self._lock:
             self.in_flight += 1
             self.most_in_flight = max(self.most_in_flight, self.in_flight)
-        try:
-            yield
-        finally:
+        counted = True
+
+        def done() -> None:
+            nonlocal counted
             with self._lock:
-                self.in_flight -= 1
+                if counted:
+                    self.in_flight -= 1
+                    counted = False
+
+        try:
+            yield done
+        finally:
+            done()
 
 
 def _first_user_text(body: dict[str, Any]) -> str:
@@ -367,13 +379,19 @@ def provider_env(server: LlmServer) -> dict[str, str]:
 class _Handler(BaseHTTPRequestHandler):
     owner: LlmServer
     protocol_version = "HTTP/1.1"
+    # Counts this request out of the server's `in_flight` (`LlmServer.answering`).
+    _done: Callable[[], None]
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def do_POST(self) -> None:
         # A client that gave up (a timeout test) needs no answer.
-        with contextlib.suppress(BrokenPipeError, ConnectionResetError), self.owner.answering():
+        with (
+            contextlib.suppress(BrokenPipeError, ConnectionResetError),
+            self.owner.answering() as done,
+        ):
+            self._done = done
             self._answer()
 
     def _answer(self) -> None:
@@ -434,7 +452,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("transfer-encoding", "chunked")
         self.send_header("cache-control", "no-cache")
         self.end_headers()
-        for index, event in enumerate(events):
+        ahead = next(events, None)
+        index = -1
+        while ahead is not None:
+            event, ahead, index = ahead, next(events, None), index + 1
             if isinstance(scripted, Drop) and index == scripted.after:
                 # Cut the chunked body short: the client sees an incomplete message.
                 self.wfile.flush()
@@ -448,6 +469,8 @@ class _Handler(BaseHTTPRequestHandler):
             if isinstance(scripted, Garbled) and index == scripted.after:
                 event = _garbled(api, scripted.data)
             payload = event.encode()
+            if ahead is None:
+                self._done()  # the client has the whole answer once this is sent
             self.wfile.write(f"{len(payload):x}\r\n".encode() + payload + b"\r\n")
             self.wfile.flush()
             if isinstance(scripted, StreamError | Garbled) and index == scripted.after:
@@ -465,6 +488,7 @@ class _Handler(BaseHTTPRequestHandler):
         for key, value in (headers or {}).items():
             self.send_header(key, value)
         self.end_headers()
+        self._done()
         self.wfile.write(data)
 
 
