@@ -43,7 +43,7 @@ from dulwich.objects import Blob, ObjectID
 
 from fabro_git.errors import FabroError
 from fabro_git.store import statcheck
-from fabro_git.store._gitcli import out, run_git
+from fabro_git.store._gitcli import config_entries, run_git
 from fabro_git.store.durability import durability
 from fabro_git.store.repo import GitRepo
 from fabro_git.store.treelisting import TreeListing
@@ -255,12 +255,8 @@ class Stager:
         ]
 
     def _read_settings(self) -> _Settings:
-        listing = out(run_git(["config", "--list", "-z"], cwd=self.worktree))
-        config: dict[str, str] = {}
-        for item in listing.split("\0"):
-            key, _, value = item.partition("\n")
-            if key:
-                config[key.lower()] = value
+        # Asked in the worktree, so that its own `config.worktree` counts.
+        config = config_entries(run_git(["config", "--null", "--list"], cwd=self.worktree))
 
         def flag(name: str, default: bool) -> bool:
             value = config.get(name)

@@ -248,3 +248,21 @@ def test_an_exclude_file_rewritten_between_stagings_is_read_again(
     # b.txt may be ignored: git decides, not a remembered reading of the old file.
     assert stager.stage(*staged) is None
     grepo.close()
+
+
+@pytest.mark.parametrize("setting", ["core.excludesFile", "core.autocrlf"])
+def test_what_the_repositorys_config_asks_for_is_left_to_git(repo: Path, setting: str) -> None:
+    """The stager reads git's configuration as the worktree sees it: a new file that the
+    user's excludes file may match, or line endings git converts, are left to git. The
+    same new file without the setting is staged in process."""
+    tree = git(repo, "write-tree").strip()
+    grepo = GitRepo.discover(repo)
+    (repo / "noise.log").write_text("a line\n")
+    assert Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo)) is not None
+    git(repo, "reset", "-q")
+    excludes = repo.parent / "excludes"
+    excludes.write_text("*.log\n")
+    value = str(excludes) if setting == "core.excludesFile" else "true"
+    git(repo, "config", setting, value)  # as written, in camel case: git lower-cases it
+    assert Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo)) is None
+    grepo.close()
