@@ -36,7 +36,8 @@ def listed(prefix: str, cwd: Path, *, trailer: str = "") -> list[tuple[str, list
     if proc.returncode != 0:
         return []
     found = []
-    for line in out(proc).splitlines():
+    # By "\n" alone: `splitlines` would also cut at characters a trailer's value may hold.
+    for line in out(proc).split("\n"):
         name, _, rest = line.partition("\0")
         ident = name.removeprefix(prefix)
         if name.startswith(prefix) and is_run_id(ident):
