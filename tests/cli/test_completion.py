@@ -83,6 +83,8 @@ def _hostile_run(repo: Path, run_id: str, marker: Path) -> str:
     for ident, name in (
         (hostile, f"$(touch${{IFS}}{marker})"),
         ("01HXZZZZZZZZZZZZZZZZZZZZZY", "\x1b]8;;https://example.com\x07x"),
+        # A record separator is a line break to `str.splitlines`: no made-up run.
+        ("01HXZZZZZZZZZZZZZZZZZZZZZX", "w\x1erefs/fabro/meta/01HXFAKEFAKEFAKEFAKEFAKEFA"),
     ):
         message = f"init\n\nFabro-Workflow: {name}\n"
         sha = subprocess.run(
@@ -104,7 +106,7 @@ def test_a_fetched_runs_words_are_offered_only_when_they_are_plain(
     hostile = _hostile_run(repo, run_id, marker)
     words = run_fabro("__complete", "runs", cwd=repo).stdout.split("\n")
     assert sorted(w for w in words if w) == sorted(
-        [run_id, hostile, "01HXZZZZZZZZZZZZZZZZZZZZZY", "wf"]
+        [run_id, hostile, "01HXZZZZZZZZZZZZZZZZZZZZZY", "01HXZZZZZZZZZZZZZZZZZZZZZX", "wf"]
     )
 
     bash = _script("bash", tmp_path)
