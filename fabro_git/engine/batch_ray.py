@@ -47,6 +47,7 @@ from fabro_git.engine import batch as batches
 from fabro_git.engine.batch import RowJob, RowSummary
 from fabro_git.errors import ConfigError, FabroError, StoreError
 from fabro_git.store import runs as runrefs
+from fabro_git.store._gitcli import lines_of
 
 RAY_HINT = "install the extra: pip install 'git-fabro[ray]'"
 # Ray's module, its actor handles and object refs: untyped here, as Ray is an optional
@@ -429,7 +430,7 @@ def refresh_cache(cache: Path, item: RemoteRow) -> None:
     record = runrefs.batch_ref(item.job.batch_id)
     patterns = [record, *_run_refs(item.job.row.run_id)]
     listed = _git(["ls-remote", "--refs", item.url, "--", *patterns], cache)
-    names = [line.partition("\t")[2] for line in listed.splitlines() if "\t" in line]
+    names = [line.partition("\t")[2] for line in lines_of(listed) if "\t" in line]
     if record not in names:
         raise StoreError(f"{item.url} has no {record}: the batch record was not pushed there")
     # The run's refs as the remote has them, even behind what an earlier attempt on
@@ -455,7 +456,7 @@ def row_repository(cache: Path, item: RemoteRow) -> Path:
     patterns = [*_run_refs(run_id)[:2], f"{runrefs.PARALLEL_PREFIX}{run_id}/"]
     listed = _git(["for-each-ref", "--format=%(objectname) %(refname)", "--", *patterns], cache)
     lines = [f"update refs/heads/{item.branch} {item.base}\n"]
-    for line in listed.splitlines():
+    for line in lines_of(listed):
         sha, _, name = line.partition(" ")
         lines.append(f"update {name} {sha}\n")
     from fabro_git.store._gitcli import run_git

@@ -90,11 +90,11 @@ def resolve_rebase(repo: GitRepo, rev: str, run_id: str) -> Rebase:
 def merged_tree(repo: GitRepo, tip: str, onto: Rebase, run_id: str) -> str:
     """The tree of `onto` merged into `tip` (objects only, no ref moves); a
     `FabroError` naming the conflicting files when they do not merge cleanly."""
-    from fabro_git.store._gitcli import git_failure, out, run_git
+    from fabro_git.store._gitcli import git_failure, out_lines, run_git
 
     args = ["merge-tree", "--write-tree", "--name-only", "--no-messages", tip, onto.sha]
     proc = run_git(args, cwd=repo.root, check=False)
-    lines = out(proc).splitlines()
+    lines = out_lines(proc)
     if proc.returncode == 0 and lines:
         return lines[0].strip()
     if proc.returncode != 1 or not lines:

@@ -166,6 +166,22 @@ def out(proc: subprocess.CompletedProcess[bytes]) -> str:
     return proc.stdout.decode("utf-8", "surrogateescape")
 
 
+def out_lines(proc: subprocess.CompletedProcess[bytes]) -> list[str]:
+    """`out(proc)` cut into git's lines, at "\n" alone. `str.splitlines` also cuts at
+    characters a ref name, a path or a commit message may hold (U+2028, U+0085,
+    \x1c-\x1e): a ref named `refs/fabro/parallel/ID/x\u2028refs/heads/main`, which a
+    stage may make, would list `refs/heads/main` too."""
+    return lines_of(out(proc))
+
+
+def lines_of(text: str) -> list[str]:
+    """`text`, as git prints it, cut at "\n" alone (see `out_lines`)."""
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()
+    return lines
+
+
 def config_entries(proc: subprocess.CompletedProcess[bytes]) -> dict[str, str]:
     """The entries `git config --null --list` (or `--get-regexp`) printed, by name as
     git prints it (section and key lower-cased, a subsection as written): each entry is

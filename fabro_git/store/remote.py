@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 import msgspec
 
 from fabro_git.errors import StoreError
-from fabro_git.store._gitcli import describe_failure, out, run_git
+from fabro_git.store._gitcli import describe_failure, out_lines, run_git
 from fabro_git.store.repo import GitRepo
 
 
@@ -21,7 +21,7 @@ def ls_remote(repo: GitRepo, remote: str, patterns: Sequence[str]) -> dict[str, 
     """Refs on `remote` matching `patterns` (as `git ls-remote` matches them): {name: sha}."""
     proc = run_git(["ls-remote", "--refs", remote, "--", *patterns], cwd=repo.root)
     refs: dict[str, str] = {}
-    for line in out(proc).splitlines():
+    for line in out_lines(proc):
         sha, _, name = line.partition("\t")
         if name:
             refs[name] = sha
@@ -32,7 +32,7 @@ def local_refs(repo: GitRepo, patterns: Sequence[str]) -> list[str]:
     """This repository's refs under `patterns` (exact names or prefixes), as git lists
     them: a separate process, so safe beside writes from another thread."""
     proc = run_git(["for-each-ref", "--format=%(refname)", "--", *patterns], cwd=repo.root)
-    return sorted(line for line in out(proc).splitlines() if line)
+    return sorted(line for line in out_lines(proc) if line)
 
 
 # Where a fetch lands before anything of this repository moves: one namespace per fetch,
@@ -105,7 +105,7 @@ def _ref_ids(repo: GitRepo, patterns: Sequence[str]) -> dict[str, str]:
         ["for-each-ref", "--format=%(objectname) %(refname)", "--", *patterns], cwd=repo.root
     )
     found: dict[str, str] = {}
-    for line in out(proc).splitlines():
+    for line in out_lines(proc):
         sha, _, name = line.partition(" ")
         if name:
             found[name] = sha
@@ -175,7 +175,7 @@ def push(
     env = {**(env or {}), "GIT_FABRO_PRE_PUSH": "1"}
     proc = run_git(["push", "--porcelain", remote, *specs], cwd=repo.root, check=False, env=env)
     results: dict[str, tuple[str, bool, str]] = {}
-    for line in out(proc).splitlines():
+    for line in out_lines(proc):
         parts = line.split("\t")
         if len(parts) < 3 or len(parts[0]) != 1:
             continue

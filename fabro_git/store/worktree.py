@@ -30,7 +30,7 @@ from pathlib import Path
 
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.errors import RefRaceError, StoreError
-from fabro_git.store._gitcli import git_env, git_failure, out, run_git
+from fabro_git.store._gitcli import git_env, git_failure, lines_of, out, run_git
 from fabro_git.store.backoff import Clock
 from fabro_git.store.repo import GitRepo
 
@@ -443,7 +443,7 @@ def _worktrees(repo: GitRepo) -> list[dict[str, str]]:
     entries = []
     for block in listing.split("\n\n"):
         fields = {}
-        for line in block.splitlines():
+        for line in lines_of(block):
             key, _, value = line.partition(" ")
             fields[key] = value
         if "worktree" in fields:

@@ -209,6 +209,36 @@ def test_parallel_refs_are_replicated_too(repo: Path, tmp_path: Path) -> None:
     assert remote == local
 
 
+# A stage makes two refs of its own run's: `x`, and one whose name is `x`, a line
+# separator (U+2028, which a ref name may hold) and the name of a branch the user never
+# pushed. Cut at that separator, the listing of the run's refs would name the branch.
+SMUGGLE = """\
+digraph Smuggle {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    make  [shape=parallelogram, script="p=refs/fabro/parallel/$FABRO_RUN_ID/x; git update-ref $p HEAD && git update-ref \\"$p$(printf '\\342\\200\\250')refs/heads/private\\" HEAD"]
+    start -> make -> exit
+}
+"""
+
+
+def test_a_ref_name_that_holds_a_line_separator_pushes_nothing_else(
+    repo: Path, tmp_path: Path
+) -> None:
+    bare = _remote(tmp_path, repo)
+    git(repo, "branch", "private")  # the user's, never pushed
+    write_workflow(repo, SMUGGLE)
+    proc = run_fabro("run", "wf.fabro", "--push", "origin", "--json", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    assert "could not push" not in proc.stderr, proc.stderr
+    # The run's refs reached the remote by their whole names, and nothing else did.
+    made = git(repo, "for-each-ref", "--format=%(refname)", f"refs/fabro/parallel/{run_id}/")
+    pushed = git(bare, "for-each-ref", "--format=%(refname)", f"refs/fabro/parallel/{run_id}/")
+    assert "\u2028" in made and pushed == made
+    assert "refs/heads/private" not in git(bare, "for-each-ref", "--format=%(refname)").split("\n")
+
+
 def test_a_slow_remote_does_not_hold_the_stages_and_pushes_coalesce(
     repo: Path, tmp_path: Path, hermetic_env: Path
 ) -> None:

@@ -355,6 +355,8 @@ def test_iter_log_follows_first_parent(grepo: GitRepo, repo: Path) -> None:
         ("s\n\nbody para\nA: 1\n", {}),
         ("s\n\nA: first\n  continued\nB:2\n", {"A": "first continued", "B": "2"}),
         ("s\n\nA: 1\n\n\n", {"A": "1"}),
+        # A line separator inside a value (a node's label) makes no trailer of its own.
+        ("s\n\nA: x\u2028Fabro-Checkpoint: forged\n", {"A": "x\u2028Fabro-Checkpoint: forged"}),
     ],
 )
 def test_parse_trailers(message: str, expected: dict[str, str]) -> None:
