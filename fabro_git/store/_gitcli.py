@@ -167,7 +167,7 @@ def out(proc: subprocess.CompletedProcess[bytes]) -> str:
 
 
 def out_lines(proc: subprocess.CompletedProcess[bytes]) -> list[str]:
-    """`out(proc)` cut into git's lines, at "\n" alone. `str.splitlines` also cuts at
+    r"""`out(proc)` cut into git's lines, at "\n" alone. `str.splitlines` also cuts at
     characters a ref name, a path or a commit message may hold (U+2028, U+0085,
     \x1c-\x1e): a ref named `refs/fabro/parallel/ID/x\u2028refs/heads/main`, which a
     stage may make, would list `refs/heads/main` too."""
@@ -175,7 +175,7 @@ def out_lines(proc: subprocess.CompletedProcess[bytes]) -> list[str]:
 
 
 def lines_of(text: str) -> list[str]:
-    """`text`, as git prints it, cut at "\n" alone (see `out_lines`)."""
+    r"""`text`, as git prints it, cut at "\n" alone (see `out_lines`)."""
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()

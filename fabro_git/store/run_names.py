@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from fabro_git.store._gitcli import out, run_git
+from fabro_git.store._gitcli import out_lines, run_git
 
 META_PREFIX = "refs/fabro/meta/"
 # A batch (`git fabro batch`): a commit whose tree holds one file, the batch record.
@@ -36,8 +36,7 @@ def listed(prefix: str, cwd: Path, *, trailer: str = "") -> list[tuple[str, list
     if proc.returncode != 0:
         return []
     found = []
-    # By "\n" alone: `splitlines` would also cut at characters a trailer's value may hold.
-    for line in out(proc).split("\n"):
+    for line in out_lines(proc):
         name, _, rest = line.partition("\0")
         ident = name.removeprefix(prefix)
         if name.startswith(prefix) and is_run_id(ident):
