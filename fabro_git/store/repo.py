@@ -33,15 +33,7 @@ from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
 from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError, disk_full_in
-from fabro_git.store._gitcli import (
-    config_entries,
-    git_failure,
-    lines_of,
-    out,
-    out_lines,
-    run_git,
-    start_git,
-)
+from fabro_git.store._gitcli import config_entries, git_failure, lines_of, out, run_git, start_git
 from fabro_git.store.backoff import DEADLINE_SECONDS, SYSTEM_CLOCK, Clock, retrying
 from fabro_git.store.commit_count import commits_between
 from fabro_git.store.durability import durability
@@ -148,7 +140,7 @@ class GitRepo:
             cwd=start,
             check=False,
         )
-        lines = out_lines(proc)
+        lines = lines_of(out(proc))
         if len(lines) < 4:
             detail = proc.stderr.decode("utf-8", "replace").strip()
             if "not a git repository" in detail or not detail:
@@ -219,7 +211,7 @@ class GitRepo:
             proc = wait()
             if proc.returncode != 0:
                 raise git_failure(args, self.root, proc)
-            return [line for line in out_lines(proc) if line]
+            return [line for line in lines_of(out(proc)) if line]
 
         return answer
 
@@ -799,7 +791,7 @@ def _is_run_worktree(worktree_git_dir: Path, toplevel: Path) -> bool:
 
 def _main_worktree(common_dir: Path) -> Path | None:
     proc = run_git(["worktree", "list", "--porcelain"], cwd=common_dir, check=False)
-    lines = out_lines(proc)
+    lines = lines_of(out(proc))
     if not lines or not lines[0].startswith("worktree "):
         return None
     if len(lines) > 1 and lines[1] == "bare":
