@@ -2,9 +2,11 @@
 
 A run is its refs; everything else it has here (worktree registrations, the scratch
 dir, lock files) is derived from them and disposable. A removal takes the run's lock
-first, so a live run is refused and nothing can start the run meanwhile; then it
-removes the worktrees, then the refs by compare-and-swap with the meta ref last, then
-the scratch dir and the lock files. A removal cut short leaves the run listed (its meta
+first, so a live run is refused and nothing can start the run meanwhile; then it kills
+what the run's process records still name (a run killed with -9 leaves its stage
+commands to its watcher, which may not be done, or gone too), then it removes the
+worktrees, then the refs by compare-and-swap with the meta ref last, then the scratch
+dir and the lock files. A removal cut short leaves the run listed (its meta
 ref goes last), so running the command again finishes it.
 
 Every check is made for every run before anything is deleted: a refused run stops the
@@ -126,6 +128,8 @@ def remove(repo: GitRepo, removal: Removal) -> None:
             hint=f"stop it first, or wait: git fabro logs -f {removal.run_id}",
         ) from err
     try:
+        if removal.scratch is not None:
+            stop_leftovers(removal.scratch)
         for path in removal.worktrees:
             remove_worktree(repo, path)
         for name, sha in removal.refs.items():
@@ -137,6 +141,15 @@ def remove(repo: GitRepo, removal: Removal) -> None:
                 path.unlink()
     finally:
         lock.release()
+
+
+def stop_leftovers(scratch: Path) -> None:
+    """Kill what a run that is not live left running, by the records in its scratch
+    dir, before the worktree it writes into and the records that name it go."""
+    from fabro_git.engine import reaper
+    from fabro_git.engine.process_groups import records_dir
+
+    reaper.kill_recorded(records_dir(scratch))
 
 
 def remove_worktree(repo: GitRepo, path: Path) -> None:
@@ -279,6 +292,8 @@ def scratch_of_gone_repositories() -> list[Path]:
 
 
 def remove_orphans(repo: GitRepo, orphans: Orphans) -> None:
+    for path in orphans.scratch_dirs:
+        stop_leftovers(path)
     for path in orphans.worktrees:
         remove_worktree(repo, path)
     for name, sha in orphans.refs.items():

@@ -4,10 +4,12 @@ the runs can do all of it too."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -335,6 +337,81 @@ def test_prune_takes_a_killed_run_as_interrupted(repo: Path) -> None:
     assert _runs(repo) == {} and _worktrees(repo) == [str(repo)]
     assert not _scratch(repo, run_id).exists()
     assert_fsck_clean(repo)
+
+
+def _stat(pid: int | str) -> list[str]:
+    """The fields of `/proc/<pid>/stat` after the command name (state, ppid, ...)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return []
+    return stat[stat.rfind(")") + 2 :].split()
+
+
+def _alive(pid: int) -> bool:
+    return _stat(pid)[:1] not in ([], ["Z"])
+
+
+def _watcher_of(pid: int) -> int:
+    """The watcher `git fabro` started beside its run (`fabro_git.engine.reaper`)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):
+            if (
+                _stat(entry.name)[1:2] == [str(pid)]
+                and b"process-groups" in (entry / "cmdline").read_bytes()
+            ):
+                found.append(int(entry.name))
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.parametrize("how", ["rm", "prune-of-its-leftovers"])
+def test_what_a_killed_runs_stage_left_running_goes_with_the_run(
+    repo: Path, hermetic_env: Path, how: str
+) -> None:
+    """A run killed with -9 leaves its stage to its watcher; with the watcher gone too,
+    the stage runs on. Removing the run (or, its refs gone, what it left) kills the
+    stage before the worktree it writes into goes."""
+    pid_file = hermetic_env / "stage.pid"
+    write_workflow(
+        repo, HOLDS.replace('script="', f'script="echo $$ > {pid_file}; '), "holds.fabro"
+    )
+    proc = start_fabro(
+        ["run", "holds.fabro"],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    stage = int(
+        wait_until(
+            lambda: pid_file.exists() and pid_file.read_text().strip(),
+            process=proc,
+            what="the stage's pid",
+        )
+    )
+    os.kill(_watcher_of(proc.pid), signal.SIGKILL)
+    proc.kill()
+    proc.wait()
+    run_id = next((Path(os.environ["FABRO_HOME"]) / "runs").iterdir()).name[:26]
+    try:
+        assert _alive(stage)  # nothing else would stop it
+        if how == "rm":
+            removed = run_fabro("rm", "--yes", run_id, cwd=repo)
+        else:
+            for ref in _run_refs(repo, run_id):
+                git(repo, "update-ref", "-d", ref)
+            old = time.time() - 3600
+            os.utime(_scratch(repo, run_id), (old, old))
+            removed = run_fabro("prune", "--yes", cwd=repo)
+        assert removed.returncode == 0, removed.stderr
+        wait_until(lambda: not _alive(stage), what="end of the stage")
+        assert _worktrees(repo) == [str(repo)]
+        assert not _scratch(repo, run_id).exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stage, signal.SIGKILL)
 
 
 # -- a clone that fetched the runs -----------------------------------------------------
