@@ -105,3 +105,40 @@ def read_input_text(path: Path, *, limit: int = MAX_INPUT_BYTES) -> str:
             f"is not valid UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})",
             path=path,
         ) from None
+
+
+def read_inside(path: Path, root: Path | None, *, limit: int) -> tuple[bytes, int] | None:
+    """At most `limit` bytes of the regular file at `path`, and its size; None when it
+    is no regular file, cannot be read, or (symlinks followed) lies outside `root`.
+
+    For files a repository holds (a cloned one's, or what an agent wrote): a symlink
+    committed there may lead anywhere, to `~/.ssh` or `/proc/self/environ`, and a
+    device or FIFO would never end a read. `root` None: the file is the user's own
+    (their config dir), read wherever it leads. Opened without following a last
+    symlink and without blocking, and checked again once open.
+    """
+    real = os.path.realpath(path)
+    if root is not None and not Path(real).is_relative_to(os.path.realpath(root)):
+        return None
+    flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC
+    try:
+        fd = os.open(real, flags)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        chunks: list[bytes] = []
+        total = 0
+        while total < limit:
+            chunk = os.read(fd, min(1024 * 1024, limit - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+        return b"".join(chunks), info.st_size
+    except OSError:
+        return None
+    finally:
+        os.close(fd)

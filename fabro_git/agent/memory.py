@@ -16,6 +16,7 @@ from pathlib import Path
 import msgspec
 
 from fabro_git.events.catalogue import MemoryFile
+from fabro_git.files import read_inside
 
 BUDGET_BYTES = 32 * 1024
 TRUNCATION_MARKER = "\n[Project instructions truncated at 32 KiB]"
@@ -46,12 +47,10 @@ def load_memory(worktree: Path, profile: str, start: Path | None = None) -> Memo
     for directory in directories:
         for name in names:
             path = directory / name
-            real = Path(os.path.realpath(path))
-            if not real.is_relative_to(root) or not real.is_file():
+            read = read_inside(path, root, limit=remaining)
+            if read is None:
                 continue
-            size = real.stat().st_size
-            with real.open("rb") as handle:
-                loaded = handle.read(remaining) if remaining else b""
+            loaded, size = read
             truncated = len(loaded) < size
             remaining -= len(loaded)
             files.append(

@@ -34,6 +34,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -471,7 +472,9 @@ class AgentSession:
                 visit=self.visit,
             )
         )
-        skills = await trio.to_thread.run_sync(skill_files.discover_skills, self.skill_dirs)
+        skills = await trio.to_thread.run_sync(
+            partial(skill_files.discover_skills, self.skill_dirs, worktree=self.worktree)
+        )
         self._context.skills = skills
         self._emit(
             AgentSkillsDiscovered(

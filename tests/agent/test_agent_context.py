@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 from pathlib import Path
 
 from llm_server import Fault, Reply, ToolUse
 
 from fabro_git.agent.memory import BUDGET_BYTES
 from fabro_git.agent.session import SUMMARY_REQUEST, AgentLimits
+from fabro_git.agent.skills import SKILL_LIMIT, discover_skills
 
 from .conftest import Harness
 
@@ -133,6 +136,62 @@ def test_skills_are_discovered_expanded_and_used(agent: Harness, worktree: Path)
     ]
     assert results[0]["content"] == "project commit steps" and results[0]["is_error"] is False
     assert results[1]["is_error"] is True and "no skill named 'deploy'" in results[1]["content"]
+
+
+def test_a_worktree_skill_is_read_only_inside_the_worktree(
+    agent: Harness, worktree: Path, tmp_path: Path
+) -> None:
+    """A repository's skill is a file it holds: a `SKILL.md` (or a skill dir) linked out
+    of the worktree is not read, a link inside it is, and the user's own skills dir is
+    read wherever it leads."""
+    outside = tmp_path / "outside"
+    write_skill(outside, "away", "Away", "OUTSIDE-DIR-TEXT")
+    (outside / "key").write_text("---\nname: leak\ndescription: Leak\n---\nOUTSIDE-KEY\n")
+    skills = worktree / "skills"
+    (skills / "leak").mkdir(parents=True)
+    (skills / "leak" / "SKILL.md").symlink_to(outside / "key")
+    (skills / "away").symlink_to(outside / "away")
+    (worktree / "docs").mkdir()
+    (worktree / "docs" / "ok.md").write_text("---\nname: ok\ndescription: Ok\n---\nOK-TEXT\n")
+    (skills / "ok").mkdir()
+    (skills / "ok" / "SKILL.md").symlink_to(Path("..", "..", "docs", "ok.md"))
+    (skills / "big").mkdir()
+    (skills / "big" / "SKILL.md").write_text("x" * (SKILL_LIMIT + 1))
+    user = Path(os.environ["XDG_CONFIG_HOME"]) / "git-fabro" / "skills"
+    user.mkdir(parents=True)
+    (user / "mine").symlink_to(outside / "away")  # the user's own link: followed
+    agent.server.script(
+        Reply(
+            text="",
+            tool_calls=(
+                ToolUse("use_skill", {"skill_name": "leak"}, id="s1"),
+                ToolUse("use_skill", {"skill_name": "ok"}, id="s2"),
+            ),
+        ),
+        Reply(text="done"),
+    )
+    session = agent.session(skill_dirs=None)
+    import trio
+
+    trio.run(session.run, "/leak /away go")
+
+    [discovered] = agent.of("agent.skills.discovered")
+    assert [s["name"] for s in discovered["skills"]] == ["away", "ok"]  # `away` is the user's
+    bodies = json.dumps([r.body for r in agent.requests("anthropic")])
+    assert "OUTSIDE-KEY" not in bodies and "OK-TEXT" in bodies
+
+
+def test_a_skill_file_that_is_a_fifo_is_never_read(tmp_path: Path) -> None:
+    (tmp_path / "skills" / "pipe").mkdir(parents=True)
+    os.mkfifo(tmp_path / "skills" / "pipe" / "SKILL.md")
+    found: list[object] = []
+    reader = threading.Thread(
+        target=lambda: found.append(discover_skills([tmp_path / "skills"], worktree=tmp_path)),
+        daemon=True,
+    )
+    reader.start()
+    reader.join(timeout=10)  # a read of a FIFO with no writer never returns
+    assert found == [{}]
 
 
 def test_without_skills_there_is_no_use_skill_tool_and_slashes_stay(agent: Harness) -> None:
