@@ -130,6 +130,11 @@ def test_a_bad_inputs_file_is_refused_naming_its_line_before_any_run(
     assert proc.returncode != 0
     assert f"{rows}:3" in proc.stderr, proc.stderr
     assert git(repo, "for-each-ref", "refs/fabro") == ""
+    # A FIFO is refused, never opened for a read that would wait for a writer forever.
+    fifo = tmp_path / "rows-pipe.jsonl"
+    os.mkfifo(fifo)
+    proc = run_fabro("batch", "wf.fabro", "--inputs", str(fifo), cwd=repo, timeout=60)
+    assert proc.returncode == 1 and f"{fifo}: is a named pipe" in proc.stderr, proc.stderr
     # A workflow with errors is refused once, before any run, as `run` refuses it.
     write_workflow(repo, "digraph Broken { a -> b }\n", name="broken.fabro")
     rows.write_text('{"n": 1}\n')
@@ -163,6 +168,10 @@ def test_inputs_rows_that_cannot_be_runs_name_their_line(
 def test_inputs_rows_give_a_goal_and_string_inputs(tmp_path: Path) -> None:
     jsonl = _rows(tmp_path / "rows.jsonl", [{"goal": "g", "n": 1, "ok": True}, {"x": "y"}])
     assert read_inputs(jsonl) == [("g", {"n": "1", "ok": "true"}), (None, {"x": "y"})]
+    # JSON holds U+2028 and U+0085 raw in a string: still one row each.
+    raw = tmp_path / "raw.jsonl"
+    raw.write_text('{"goal": "a\u2028b", "n": "c\x85d"}\r\n{"x": "y"}\n', encoding="utf-8")
+    assert read_inputs(raw) == [("a\u2028b", {"n": "c\x85d"}), (None, {"x": "y"})]
     csv = tmp_path / "rows.csv"
     csv.write_text('n,goal\n1,"a, b"\n\n2,c\n')
     assert read_inputs(csv) == [("a, b", {"n": "1"}), ("c", {"n": "2"})]

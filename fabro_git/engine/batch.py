@@ -31,7 +31,8 @@ from pathlib import Path
 import msgspec
 
 from fabro_git.engine.outcome import FAILED, PARTIAL, SUCCEEDED
-from fabro_git.errors import ConfigError, FabroError, RunNotFound, SourceError
+from fabro_git.errors import FabroError, RunNotFound, SourceError
+from fabro_git.files import read_input_text
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
 
@@ -92,10 +93,8 @@ def read_inputs(path: Path) -> list[tuple[str | None, dict[str, str]]]:
     """Each row of a JSONL or CSV file as (goal, inputs): `goal` by key or column, every
     other key or column an input (`-V KEY=VALUE`). A row that cannot be one is a
     SourceError naming the file and line, before anything has started."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"--inputs {path}: cannot be read ({err})") from None
+    # A FIFO, a device or a file of gigabytes is refused, never read (`fabro_git.files`).
+    text = read_input_text(path)
     rows = _csv_rows(path, text) if path.suffix.lower() == ".csv" else _jsonl_rows(path, text)
     if not rows:
         raise SourceError(
@@ -106,7 +105,9 @@ def read_inputs(path: Path) -> list[tuple[str | None, dict[str, str]]]:
 
 def _jsonl_rows(path: Path, text: str) -> list[tuple[str | None, dict[str, str]]]:
     rows = []
-    for number, line in enumerate(text.splitlines(), 1):
+    # Lines end at "\n" alone: JSON may hold U+2028, U+0085 and the like raw in a
+    # string, where `str.splitlines` would cut a row in two.
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:

@@ -692,7 +692,7 @@ def _decision_in(text: str) -> HookDecision | None:
     text = text.strip()
     if not text:
         return None
-    lines = [line for line in text.splitlines() if line.strip()]
+    lines = [line for line in text.split("\n") if line.strip()]  # JSON may hold U+2028 raw
     for candidate in (text, lines[-1]):
         try:
             value = json.loads(candidate)

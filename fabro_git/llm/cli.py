@@ -182,7 +182,9 @@ def _json_objects(text: str) -> list[JsonObject]:
     if isinstance(whole, list):
         return [item for item in whole if isinstance(item, dict)]
     found = []
-    for line in text.splitlines():
+    # JSON lines end at "\n" alone: a CLI written in JavaScript or Rust leaves U+2028,
+    # U+2029 and U+0085 raw in a string, where `str.splitlines` would cut a line.
+    for line in text.split("\n"):
         line = line.strip()
         if not line.startswith("{"):
             continue

@@ -49,6 +49,24 @@ def test_codex_takes_the_last_agent_message_and_sums_turns() -> None:
     assert reply.usage is not None and reply.usage.input_tokens == 12
 
 
+def test_json_lines_are_cut_at_newlines_alone() -> None:
+    """A CLI in JavaScript or Rust leaves U+2028 and U+0085 raw in its JSON strings."""
+    text = "one\u2028two\x85three"
+    out = "".join(
+        json.dumps(o, ensure_ascii=False) + "\n"
+        for o in (
+            {"type": "item.completed", "item": {"type": "agent_message", "text": text}},
+            {"type": "turn.completed", "usage": {"input_tokens": 1, "output_tokens": 1}},
+        )
+    ).encode()
+    assert parse_output("codex-jsonl", out).text == text
+    claude = "".join(
+        json.dumps(o, ensure_ascii=False) + "\n"
+        for o in ({"type": "system"}, {"type": "result", "is_error": False, "result": text})
+    ).encode()
+    assert parse_output("claude-json", claude).text == text
+
+
 def test_codex_turn_failed_without_a_message_is_an_error() -> None:
     out = _lines({"type": "turn.failed", "error": {"message": "quota exceeded"}})
     assert parse_output("codex-jsonl", out).error == "codex: quota exceeded"
