@@ -567,6 +567,10 @@ def _artifact(source: RepositoryRuns, run_id: str, path: str) -> tuple[str, byte
             data = run.read_artifact(item)
             if data is None:
                 return None
-            shown = "".join(ch if ch.isalnum() or ch in "._-" else "_" for ch in item.name)
+            # A header value is Latin-1 (any other letter failed the response): ASCII
+            # letters and digits only, which every client saves under the same name.
+            shown = "".join(
+                ch if ch.isascii() and (ch.isalnum() or ch in "._-") else "_" for ch in item.name
+            )
             return shown[-100:], data
     return None

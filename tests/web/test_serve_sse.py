@@ -13,6 +13,7 @@ import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import quote
 
 import pytest
 from helpers import git, run_events, run_fabro, write_workflow
@@ -330,6 +331,27 @@ def test_a_stages_artifacts_are_listed_and_downloaded(repo: Path, server: Server
     assert json.loads(got.buffer) == "".join(f"{n}\n" for n in range(1, 30_001))
     for path in ("first/values/nope.json", "../../../etc/passwd", "%2e%2e/manifest.json"):
         assert request(server, f"/api/runs/{run_id}/artifacts/{path}").status == 404, path
+
+
+def test_an_artifact_named_in_any_script_downloads_under_a_plain_name(
+    repo: Path, server: Server
+) -> None:
+    write_workflow(
+        repo,
+        "digraph Named {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  first [shape=parallelogram, script="mkdir -p test-results; '
+        'echo hi > \'test-results/r\u00e9sum\u00e9 \u5831\u544a\\"x\\".txt\'"]\n'
+        "  start -> first -> exit\n}\n",
+    )
+    done = run_fabro("run", "wf.fabro", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    (row,) = get_json(server, "/api/runs")
+    stage = get_json(server, f"/api/runs/{row['run_id']}/stages/first@1")
+    (listed,) = stage["artifacts"]
+    got = request(server, f"/api/runs/{row['run_id']}/artifacts/{quote(listed['path'])}")
+    assert got.status == 200 and got.buffer == b"hi\n"
+    # A header is Latin-1: a name is given in letters every client reads, quotes too.
+    assert got.headers["content-disposition"] == 'attachment; filename="test-results_r_sum_____x_.txt"'
 
 
 def test_without_graphviz_the_drawing_is_an_error_that_says_what_to_do(
