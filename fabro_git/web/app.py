@@ -18,7 +18,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, TypeVarTuple, cast
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import msgspec
 import trio
@@ -114,7 +114,9 @@ class Guard:
             # (and from the browser's history).
             rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
             # One leading slash: `//host/...` would send the browser to another site.
-            path = "/" + (scope.get("root_path", "") + scope["path"]).lstrip("/")
+            # Percent-encoded again: the decoded path may hold any letter, or CR LF, and
+            # a header value is Latin-1 text of one line.
+            path = "/" + quote((scope.get("root_path", "") + scope["path"]).lstrip("/"))
             location = path + (f"?{rest}" if rest else "")
             response: Response = Response(status_code=303, headers={"location": location})
             response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")

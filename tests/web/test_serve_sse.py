@@ -210,9 +210,18 @@ def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Ser
     assert "HttpOnly" in cookie and "SameSite=strict" in cookie
     # The address it sends the browser on to stays on this server, whatever the path.
     query = server.url.split("?", 1)[1]
-    for path, kept in (("//evil.example/x", "/evil.example/x"), ("/runs/x", "/runs/x")):
+    # Percent-encoded as it came: a decoded letter of another script made the header
+    # fail, and a decoded CR LF would have ended it.
+    for path, kept in (
+        ("//evil.example/x", "/evil.example/x"),
+        ("/runs/x", "/runs/x"),
+        ("/r%C3%A9sum%C3%A9", "/r%C3%A9sum%C3%A9"),
+        ("/%E5%A0%B1", "/%E5%A0%B1"),
+        ("/a%0D%0ASet-Cookie:%20x=1", "/a%0D%0ASet-Cookie%3A%20x%3D1"),
+    ):
         entry = request(server, f"{path}?{query}", token=False)
-        assert entry.headers["location"] == kept, path
+        assert entry.status == 303 and entry.headers["location"] == kept, path
+        assert "x=1" not in entry.headers.get("set-cookie", ""), path
     page = request(server, "/", token=False, headers={"Cookie": cookie.split(";")[0]})
     assert page.status == 200
     csp = page.headers["content-security-policy"]
@@ -351,7 +360,8 @@ def test_an_artifact_named_in_any_script_downloads_under_a_plain_name(
     got = request(server, f"/api/runs/{row['run_id']}/artifacts/{quote(listed['path'])}")
     assert got.status == 200 and got.buffer == b"hi\n"
     # A header is Latin-1: a name is given in letters every client reads, quotes too.
-    assert got.headers["content-disposition"] == 'attachment; filename="test-results_r_sum_____x_.txt"'
+    plain = 'attachment; filename="test-results_r_sum_____x_.txt"'
+    assert got.headers["content-disposition"] == plain
 
 
 def test_without_graphviz_the_drawing_is_an_error_that_says_what_to_do(
