@@ -106,16 +106,20 @@ class Stager:
         settings = self._current_settings()
         if not settings.supported:
             return None
+        # The user's files are read as git reads them, symlinks followed; the worktree's
+        # own are not followed (git does not follow them either).
         if changes.added:
-            sources = [*settings.ignore_files]
-            sources += [self.worktree / os.fsdecode(p) for p in changes.ignore_files]
+            sources = [(path, True) for path in settings.ignore_files]
+            sources += [(self.worktree / os.fsdecode(p), False) for p in changes.ignore_files]
             if _may_be_ignored(list(changes.added), _ignore_patterns(sources)):
                 return None
         to_hash = {**changes.changed, **changes.added}
         if any(len(path) >= _NAME_MASK for path in to_hash):
             return None
-        attribute_files = [*settings.attribute_files]
-        attribute_files += [self.worktree / os.fsdecode(p) for p in changes.attribute_files]
+        attribute_files = [(path, True) for path in settings.attribute_files]
+        attribute_files += [
+            (self.worktree / os.fsdecode(p), False) for p in changes.attribute_files
+        ]
         if to_hash and _sets_conversion(attribute_files):
             return None
         if sum(st.st_size for st in to_hash.values()) > MAX_BYTES:
@@ -298,26 +302,30 @@ def _stamp(path: Path) -> tuple[int, int] | None:
     return st.st_mtime_ns, st.st_size
 
 
-def _lines(path: Path) -> list[bytes]:
-    """The pattern lines of an ignore or attributes file (none when it is missing).
+def _lines(path: Path, *, follow: bool) -> list[bytes] | None:
+    """The pattern lines of an ignore or attributes file (none when it is missing); None
+    when it is no regular file (`follow` False: a symlink, which git does not follow in
+    the worktree), so git decides: a stage may leave a `.gitignore` linked to
+    `/dev/zero`, or a FIFO, which a read would never finish.
 
     Remembered between stages by the file's stat data, and only for a file last written
     well before it was read: one rewritten within the same timestamp tick as a read
     would otherwise keep its stat data, as git's racily clean index entries would."""
     key = os.fspath(path)
     try:
-        st = os.stat(key)
+        st = os.stat(key, follow_symlinks=follow)
     except (FileNotFoundError, NotADirectoryError):
         return []
+    if not stat.S_ISREG(st.st_mode):
+        return None
     stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
     known = _read_lines.get(key)
     if known is not None and known[0] == stamp:
         return known[1]
     read_at = time.time_ns()
-    try:
-        data = path.read_bytes()
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        return []
+    data = _read_regular(key, follow=follow)
+    if data is None:
+        return None
     lines = [
         line for line in data.splitlines() if line.strip() and not line.lstrip().startswith(b"#")
     ]
@@ -334,15 +342,40 @@ _read_lines: dict[str, tuple[tuple[int, int, int, int], list[bytes]]] = {}
 _SETTLED_NS = 100_000_000
 
 
-def _ignore_patterns(paths: list[Path]) -> list[re.Pattern[bytes]] | None:
+def _read_regular(path: str, *, follow: bool) -> bytes | None:
+    """The bytes of the regular file at `path`, opened without blocking (a FIFO put in
+    its place since the check is not waited on); None when it is gone or is no longer
+    a regular file."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    try:
+        fd = os.open(path, flags)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _ignore_patterns(paths: list[tuple[Path, bool]]) -> list[re.Pattern[bytes]] | None:
     """Every positive ignore pattern of `paths`, widened so that it matches at least
     what git's would (`*` and `?` also cross `/`, `**` is `*`, anchors and the
     directory-only slash are dropped); None when a pattern cannot be widened safely."""
     import fnmatch
 
     found = []
-    for path in paths:
-        for line in _lines(path):
+    for path, follow in paths:
+        lines = _lines(path, follow=follow)
+        if lines is None:
+            return None
+        for line in lines:
             pattern = line.strip()
             if pattern.startswith(b"!"):
                 continue  # a negation can only un-ignore
@@ -376,9 +409,14 @@ def _may_be_ignored(paths: list[bytes], patterns: list[re.Pattern[bytes]] | None
     return False
 
 
-def _sets_conversion(paths: list[Path]) -> bool:
-    """True when an attributes file sets anything that can change a blob's bytes."""
-    return any(_BLOB_CHANGING.search(line) for p in paths for line in _lines(p))
+def _sets_conversion(paths: list[tuple[Path, bool]]) -> bool:
+    """True when an attributes file sets anything that can change a blob's bytes, or
+    cannot be read as a regular file."""
+    for path, follow in paths:
+        lines = _lines(path, follow=follow)
+        if lines is None or any(_BLOB_CHANGING.search(line) for line in lines):
+            return True
+    return False
 
 
 # A change set shaped like the tree: name -> (mode, sha), None (delete) or a nested dict.

@@ -4,6 +4,7 @@ to git whatever it does not reproduce (clean filters above all)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import subprocess
@@ -266,3 +267,43 @@ def test_what_the_repositorys_config_asks_for_is_left_to_git(repo: Path, setting
     git(repo, "config", setting, value)  # as written, in camel case: git lower-cases it
     assert Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo)) is None
     grepo.close()
+
+
+def test_an_ignore_file_that_is_no_regular_file_is_left_to_git(repo: Path, tmp_path: Path) -> None:
+    """A stage may leave a `.gitignore` linked to a FIFO (or to `/dev/zero`): the stager
+    never reads it, and git, which does not follow a link in the worktree, decides."""
+    import threading
+
+    tree = git(repo, "write-tree").strip()
+    grepo = GitRepo.discover(repo)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    (repo / ".gitignore").symlink_to(fifo)
+    (repo / "new.txt").write_text("new\n")
+    staged: list[object] = []
+    stager = threading.Thread(
+        target=lambda: staged.append(Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo))),
+        daemon=True,
+    )
+    stager.start()
+    stager.join(timeout=10)  # a read of a FIFO with no writer never returns
+    assert staged == [None]
+    grepo.close()
+
+
+def test_a_stage_that_links_gitignore_to_dev_zero_is_checkpointed(repo: Path) -> None:
+    write_workflow(
+        repo,
+        "digraph G { start [shape=Mdiamond]; exit [shape=Msquare];\n"
+        '  link [shape=parallelogram, script="ln -s /dev/zero .gitignore; echo new > new.txt"]\n'
+        "  start -> link -> exit }\n",
+    )
+    # Bounded memory: an endless read fails here rather than taking the machine's.
+    proc = subprocess.run(
+        ["prlimit", "--as=4000000000", "git", "fabro", "run", "wf.fabro", "--json"],
+        cwd=repo, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
+    listed = git(repo, "ls-tree", "--name-only", f"fabro/run/{run_id}")
+    assert {".gitignore", "new.txt"} <= set(listed.split())
