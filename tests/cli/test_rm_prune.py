@@ -206,9 +206,9 @@ def test_rm_refuses_what_it_must_not_delete(repo: Path, runs: dict[str, str]) ->
         assert "Traceback" not in proc.stderr
 
 
-def _held_run(repo: Path) -> tuple[subprocess.Popen[bytes], str]:
+def _held_run(repo: Path, workflow: str = HOLDS) -> tuple[subprocess.Popen[bytes], str]:
     """A run that stays live in its `hold` stage until $HOME/go exists."""
-    write_workflow(repo, HOLDS, "holds.fabro")
+    write_workflow(repo, workflow, "holds.fabro")
     proc = start_fabro(
         ["run", "holds.fabro"],
         cwd=repo,
@@ -374,16 +374,7 @@ def test_what_a_killed_runs_stage_left_running_goes_with_the_run(
     the stage runs on. Removing the run (or, its refs gone, what it left) kills the
     stage before the worktree it writes into goes."""
     pid_file = hermetic_env / "stage.pid"
-    write_workflow(
-        repo, HOLDS.replace('script="', f'script="echo $$ > {pid_file}; '), "holds.fabro"
-    )
-    proc = start_fabro(
-        ["run", "holds.fabro"],
-        cwd=repo,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    proc, run_id = _held_run(repo, HOLDS.replace('script="', f'script="echo $$ > {pid_file}; '))
     stage = int(
         wait_until(
             lambda: pid_file.exists() and pid_file.read_text().strip(),
@@ -394,7 +385,6 @@ def test_what_a_killed_runs_stage_left_running_goes_with_the_run(
     os.kill(_watcher_of(proc.pid), signal.SIGKILL)
     proc.kill()
     proc.wait()
-    run_id = next((Path(os.environ["FABRO_HOME"]) / "runs").iterdir()).name[:26]
     try:
         assert _alive(stage)  # nothing else would stop it
         if how == "rm":
