@@ -114,15 +114,22 @@ def read_inside(path: Path, root: Path | None, *, limit: int) -> tuple[bytes, in
     For files a repository holds (a cloned one's, or what an agent wrote): a symlink
     committed there may lead anywhere, to `~/.ssh` or `/proc/self/environ`, and a
     device or FIFO would never end a read. `root` None: the file is the user's own
-    (their config dir), read wherever it leads. Opened without following a last
-    symlink and without blocking, and checked again once open.
+    (their config dir), read wherever it leads.
     """
     real = os.path.realpath(path)
     if root is not None and not Path(real).is_relative_to(os.path.realpath(root)):
         return None
-    flags = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC
+    return read_regular(real, limit=limit, follow=False)
+
+
+def read_regular(path: str | Path, *, limit: int, follow: bool = True) -> tuple[bytes, int] | None:
+    """At most `limit` bytes of the regular file at `path`, and its size; None when it
+    is no regular file (without `follow`, a symlink is none) or cannot be read. Opened
+    without blocking, so a FIFO put in its place is never waited on, and checked again
+    once open."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC
     try:
-        fd = os.open(real, flags)
+        fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW)
     except OSError:
         return None
     try:

@@ -42,6 +42,7 @@ import msgspec
 from dulwich.objects import Blob, ObjectID
 
 from fabro_git.errors import FabroError
+from fabro_git.files import read_regular
 from fabro_git.store import statcheck
 from fabro_git.store._gitcli import config_entries, run_git
 from fabro_git.store.durability import durability
@@ -323,9 +324,10 @@ def _lines(path: Path, *, follow: bool) -> list[bytes] | None:
     if known is not None and known[0] == stamp:
         return known[1]
     read_at = time.time_ns()
-    data = _read_regular(key, follow=follow)
-    if data is None:
+    read = read_regular(key, limit=_MAX_PATTERN_BYTES + 1, follow=follow)
+    if read is None or len(read[0]) > _MAX_PATTERN_BYTES:
         return None
+    data = read[0]
     lines = [
         line for line in data.splitlines() if line.strip() and not line.lstrip().startswith(b"#")
     ]
@@ -340,28 +342,8 @@ def _lines(path: Path, *, follow: bool) -> list[bytes] | None:
 _read_lines: dict[str, tuple[tuple[int, int, int, int], list[bytes]]] = {}
 # How long before it is read a file must have been written for its lines to be kept.
 _SETTLED_NS = 100_000_000
-
-
-def _read_regular(path: str, *, follow: bool) -> bytes | None:
-    """The bytes of the regular file at `path`, opened without blocking (a FIFO put in
-    its place since the check is not waited on); None when it is gone or is no longer
-    a regular file."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
-    try:
-        fd = os.open(path, flags)
-    except OSError:
-        return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        chunks = []
-        while chunk := os.read(fd, 1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+# An ignore or attributes file larger than this is left to git.
+_MAX_PATTERN_BYTES = 16 * 1024 * 1024
 
 
 def _ignore_patterns(paths: list[tuple[Path, bool]]) -> list[re.Pattern[bytes]] | None:
