@@ -39,6 +39,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from installed import fabro_exe
+
 SCRIPTS = {"add": "echo {i} > f_{i}.txt", "rewrite": "echo {i} > out.txt"}
 
 
@@ -98,9 +100,7 @@ def measure(stages: int, w: int, workload: str) -> None:
     """Run the long pipeline; when it nears its end, start a short one beside it in the
     same repository, so the early stages of the one and the late stages of the other
     run at the same time, under the same load (a shared machine drifts over a minute)."""
-    exe = shutil.which("git-fabro")
-    if exe is None:
-        raise SystemExit("git-fabro is not on PATH; pip install the project first")
+    exe = fabro_exe()
     base = Path(tempfile.mkdtemp(prefix="fabro-long-"))
     env = dict(
         os.environ,

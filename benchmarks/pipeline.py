@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from installed import fabro_exe
+
 
 def sh(cwd: Path, *args: str, env: dict[str, str] | None = None) -> None:
     subprocess.run(args, cwd=cwd, check=True, capture_output=True, env=env)
@@ -75,9 +77,7 @@ def loose_tags(repo: Path, count: int, env: dict[str, str]) -> None:
 def measure(
     stages: int, reps: int, script: str, label: str, against: str | None = None, refs: int = 0
 ) -> tuple[float, float]:
-    exe = shutil.which("git-fabro")
-    if exe is None:
-        raise SystemExit("git-fabro is not on PATH; pip install the project first")
+    exe = fabro_exe()
     bash = shutil.which("bash") or "/bin/sh"
     exes = [exe, *([against] if against else [])]
     base = Path(tempfile.mkdtemp(prefix="fabro-bench-"))

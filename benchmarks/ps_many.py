@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from installed import fabro_exe
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from fabro_git.store import runs
@@ -45,9 +47,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=5)
     args = parser.parse_args()
-    exe = shutil.which("git-fabro")
-    if exe is None:
-        raise SystemExit("git-fabro is not on PATH; pip install the project first")
+    exe = fabro_exe()
     base = Path(tempfile.mkdtemp(prefix="fabro-ps-"))
     env = dict(
         os.environ,

@@ -10,11 +10,12 @@ which does load the CLI.
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import subprocess
 import sys
 import time
+
+from installed import fabro_exe
 
 
 def median_time(argv: list[str], reps: int) -> float:
@@ -33,9 +34,7 @@ def main() -> None:
     )
     parser.add_argument("--reps", type=int, default=20)
     args = parser.parse_args()
-    exe = shutil.which("git-fabro")
-    if exe is None:
-        raise SystemExit("git-fabro is not on PATH; pip install the project first")
+    exe = fabro_exe()
     # Run the console script with this interpreter directly: version managers' shims
     # (pyenv) add their own start-up to whatever is measured through PATH.
     script = [sys.executable, exe]

@@ -88,7 +88,9 @@ def main() -> None:
             print(
                 f"{name:8} {args.large // args.small}x the nodes: {times[1] / times[0]:.1f}x the CPU time   (target: at most 12x)"
             )
-        exe = shutil.which("git-fabro")
+        exe = shutil.which("git-fabro", path=str(Path(sys.executable).parent)) or shutil.which(
+            "git-fabro"
+        )
         if exe is not None:
             path = base / f"chain-{args.large}.fabro"
             started = time.perf_counter()
