@@ -349,7 +349,8 @@ _MAX_PATTERN_BYTES = 16 * 1024 * 1024
 def _ignore_patterns(paths: list[tuple[Path, bool]]) -> list[re.Pattern[bytes]] | None:
     """Every positive ignore pattern of `paths`, widened so that it matches at least
     what git's would (`*` and `?` also cross `/`, `**` is `*`, anchors and the
-    directory-only slash are dropped); None when a pattern cannot be widened safely."""
+    directory-only slash are dropped); None when a pattern cannot be widened safely, or
+    a file cannot be read as a regular file (`_lines`)."""
     import fnmatch
 
     found = []
