@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +26,8 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+
+from installed import environ_with_fabro
 
 LINE = "benchmark output line 0123456789 abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -95,7 +96,7 @@ def main() -> None:
     size = args.mb * 1_000_000
     root = Path(tempfile.mkdtemp(prefix="fabro-big-output-", dir=args.dir))
     try:
-        env = dict(os.environ)
+        env = environ_with_fabro()
         env["FABRO_HOME"] = str(root / "fabro-home")
         env.pop("GIT_DIR", None)
         repo = root / "repo"

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -30,6 +29,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from big_output import git, measured  # noqa: E402
+from installed import environ_with_fabro  # noqa: E402
 from llm_server import LlmServer, LongText, Reply, provider_env  # noqa: E402
 
 UNIT = "streamed-reply-line-0123456789-abcdefghijklmnopqrstuvwxyz-ABCDEFGHIJ\n"
@@ -59,7 +59,7 @@ def measure(stage: str, mb: int, directory: str | None) -> None:
     root = Path(tempfile.mkdtemp(prefix="fabro-huge-reply-", dir=directory))
     server = LlmServer().start()
     try:
-        env = dict(os.environ)
+        env = environ_with_fabro()
         env["FABRO_HOME"] = str(root / "fabro-home")
         env.update(provider_env(server))
         repo = root / "repo"

@@ -4,6 +4,7 @@ so a stale install elsewhere on PATH is not measured by mistake."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -16,3 +17,12 @@ def fabro_exe() -> str:
     if found is None:
         raise SystemExit("no git-fabro beside this interpreter nor on PATH; install the project")
     return found
+
+
+def environ_with_fabro() -> dict[str, str]:
+    """This process's environment with `fabro_exe()`'s directory first on PATH, so that
+    `git fabro` runs the same command."""
+    return dict(
+        os.environ,
+        PATH=os.pathsep.join([str(Path(fabro_exe()).parent), os.environ.get("PATH", "")]),
+    )

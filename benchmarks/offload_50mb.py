@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -33,6 +32,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
 from big_output import checkpoint_seconds, git, measured  # noqa: E402
+from installed import environ_with_fabro  # noqa: E402
 from llm_server import LlmServer, Reply, provider_env  # noqa: E402
 
 LINE = "offloaded-value-line-0123456789-abcdefghijklmnopqrstuvwxyz-ABCDEFGHIJKLMNOPQRSTUVWXYZ\n"
@@ -57,7 +57,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="fabro-offload-", dir=args.dir))
     server = LlmServer().start()
     try:
-        env = dict(os.environ)
+        env = environ_with_fabro()
         env["FABRO_HOME"] = str(root / "fabro-home")
         env.update(provider_env(server))
         value = root / "value.txt"
