@@ -24,6 +24,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from fabro_git.errors import StoreError
+
 if TYPE_CHECKING:
     from dulwich.index import IndexEntry
 
@@ -235,7 +237,8 @@ def _compare_directory(
             subdirectories.append(relpath)
             continue
         if not (is_reg(mode) or is_link(mode)):
-            return None
+            _refuse_special(name, relpath, mode)
+            return None  # a special file: git skips it
         if name == b".gitignore":
             result.ignore_files.append(relpath)
         elif name == b".gitattributes":
@@ -260,6 +263,28 @@ def _compare_directory(
         if len(changed) + len(added) > limit:
             return None
     return seen
+
+
+# The files of the worktree git opens as it adds or checks out files: a FIFO by one of
+# these names blocks git itself (and a `git add -A` run would never end).
+_READ_BY_GIT = (b".gitignore", b".gitattributes")
+
+
+def _refuse_special(name: bytes, relpath: bytes, mode: int) -> None:
+    """StoreError for a special file by a name git reads (`_READ_BY_GIT`)."""
+    if name not in _READ_BY_GIT:
+        return
+    if stat.S_ISFIFO(mode):
+        kind = "named pipe (FIFO)"
+    elif stat.S_ISSOCK(mode):
+        kind = "socket"
+    else:
+        kind = "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"
+    raise StoreError(
+        f"{os.fsdecode(relpath)} is a {kind}, not a file: git reads every "
+        f"{os.fsdecode(name)} and would wait on it for ever",
+        hint="a stage left it in the run's worktree: remove it there, and from what made it",
+    )
 
 
 def _find_deleted(

@@ -307,3 +307,19 @@ def test_a_stage_that_links_gitignore_to_dev_zero_is_checkpointed(repo: Path) ->
     run_id = json.loads(proc.stdout.splitlines()[-1])["run_id"]
     listed = git(repo, "ls-tree", "--name-only", f"fabro/run/{run_id}")
     assert {".gitignore", "new.txt"} <= set(listed.split())
+
+
+def test_a_fifo_named_gitignore_fails_the_stage_instead_of_hanging_the_checkpoint(
+    repo: Path,
+) -> None:
+    """git opens every `.gitignore` as it adds files, and waits on a FIFO for ever; the
+    checkpoint says so and fails the stage."""
+    write_workflow(
+        repo,
+        "digraph F { start [shape=Mdiamond]; exit [shape=Msquare];\n"
+        '  pipe [shape=parallelogram, script="mkdir sub && mkfifo sub/.gitignore && echo x > new"]\n'
+        "  start -> pipe -> exit }\n",
+    )
+    proc = run_fabro("run", "wf.fabro", cwd=repo, timeout=60)
+    assert proc.returncode == 1, proc.stderr
+    assert "sub/.gitignore is a named pipe (FIFO), not a file" in proc.stderr
