@@ -294,6 +294,15 @@ def read_project(repo_root: Path) -> ProjectFile:
     name = "project config"
     if not os.path.lexists(path):
         return ProjectFile(root, path, Layer(name, path, {}), None, [])
+    # The repository's own file, as every path it names (`workflow.paths`): a link out
+    # of it would make a file of this machine (the user's settings, say) its settings.
+    real = Path(os.path.realpath(path))
+    if not real.is_relative_to(root):
+        raise ConfigError(
+            f"{name} {path}: is a link to {real}, outside the repository",
+            hint="a repository's configuration is a file it holds: replace the link with "
+            "the file, or remove it",
+        )
     try:
         data = read_input_file(path)
     except UnreadableFile as err:

@@ -219,6 +219,22 @@ def test_project_defaults_apply_to_a_plain_workflow_file(repo: Path) -> None:
     assert stdout_of(repo, result["run_id"]) == "from-project\n"
 
 
+def test_a_project_config_linked_out_of_the_repository_is_refused(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A clone's `.fabro/project.toml` is the repository's own file: a link to a file of
+    this machine (the user's settings, say) is refused, not read as the project's."""
+    outside = tmp_path / "elsewhere.toml"
+    outside.write_text('[run.inputs]\nx = "from-outside"\n')
+    (repo / ".fabro").mkdir()
+    (repo / ".fabro" / "project.toml").symlink_to(outside)
+    setup_config(repo, "", script="echo {{ inputs.x }}")
+    proc = run_fabro("run", "runs/say.fabro", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert f"is a link to {outside.resolve()}, outside the repository" in proc.stderr
+    assert git(repo, "for-each-ref", "refs/fabro") == ""
+
+
 def test_git_author_holds_in_a_detached_and_a_resumed_run(repo: Path) -> None:
     """The detached child and `resume` take the author from the manifest, not the
     config file, which may have changed or be gone."""
