@@ -77,7 +77,10 @@ digraph H {
 
     # Memory: the reply is never whole in the run's memory (before, the run held it
     # four times or more: its deltas joined, its bytes, its JSON form, the masked copy).
-    assert peak - baseline < SIZE // 2, (peak // MB, baseline // MB)
+    # One copy would be SIZE over. What streaming buffers take does not grow with the
+    # reply (a 100 MB reply peaks 6-13 MB over a short one, `benchmarks/huge_reply.py`)
+    # and measured up to 12.8 MB here: half a copy was within a megabyte of it.
+    assert peak - baseline < SIZE * 3 // 4, (peak // MB, baseline // MB)
 
     # Stored once: one blob as large as the reply, the reply's own bytes, which both
     # response.md and the offloaded value name.
