@@ -78,8 +78,9 @@ digraph H {
     # Memory: the reply is never whole in the run's memory (before, the run held it
     # four times or more: its deltas joined, its bytes, its JSON form, the masked copy).
     # One copy would be SIZE over. What streaming buffers take does not grow with the
-    # reply (a 100 MB reply peaks 6-13 MB over a short one, `benchmarks/huge_reply.py`)
-    # and measured up to 12.8 MB here: half a copy was within a megabyte of it.
+    # reply (`benchmarks/huge_reply.py`: a 100 MB reply's run peaked at 116 MB, where a
+    # short one's takes about 110) and measured up to 12.8 MB over here: half a copy
+    # was within a megabyte of that.
     assert peak - baseline < SIZE * 3 // 4, (peak // MB, baseline // MB)
 
     # Stored once: one blob as large as the reply, the reply's own bytes, which both
