@@ -22,6 +22,7 @@ import itertools
 import json
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections import deque
@@ -226,6 +227,14 @@ def _api_of(path: str) -> str:
     return "unknown"
 
 
+class _Httpd(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that went away mid-request (a run killed, a retry given up) is
+        no error of the server's: no traceback for it in the test output."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
+
+
 class LlmServer:
     def __init__(self, tls: ssl.SSLContext | None = None) -> None:
         """`tls`: the server's TLS settings (its certificate), to be reached over HTTPS."""
@@ -248,7 +257,7 @@ class LlmServer:
         class Handler(_Handler):
             owner = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _Httpd(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         self._scheme = "http"
         if tls is not None:
