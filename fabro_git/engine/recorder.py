@@ -54,7 +54,7 @@ from fabro_git.store import statcheck
 from fabro_git.store.repo import GitRepo
 from fabro_git.store.runs import MetaSummary, run_commit_message, segment_path
 from fabro_git.store.snapshot import MetaSnapshotter, StoredBlob
-from fabro_git.store.staging import Stager
+from fabro_git.store.staging import PendingIndex, Stager, Stamp
 from fabro_git.store.worktree import attach_head, diff_text, head_branch, snapshot_tree
 
 # The layout lives in `store.runs`; these names stay importable from here.
@@ -112,7 +112,7 @@ class Recorder:
         self.degraded = False
         self.redactor = redact.for_process()
         # The tree git last wrote from the worktree, and the index file's stamp then.
-        self._last_scan: tuple[str, tuple[int, int] | None] | None = None
+        self._last_scan: tuple[str, Stamp | PendingIndex | None] | None = None
         self._staging: Stager | None = None
         # Stage checkpoints go to git as deltas on the last complete one.
         self._deltas = DeltaWriter()

@@ -11,7 +11,11 @@ freshens it against `git gc`, as git does.
 The objects stored within a `batch` (a checkpoint's) go into one pack instead
 (`fabro_git.store.packwrite`): two files where a dozen loose ones would be. They are
 flushed as loose objects would be: a pack here holds what git would have written loose,
-so `core.fsync` is asked about loose objects for it.
+so `core.fsync` is asked about loose objects for it. A batch may also be carried over
+(`batch(carry=True)`: a stage's new blobs and trees, found before its checkpoint) into
+the next one written, by any thread, or the next ref move: the stage's objects then
+share the checkpoint's pack rather than each make a file of its own. Whatever is to
+name carried objects waits for them (`when_written`).
 
 The writer remembers what it wrote (the bytes of the small ones), so that an object a
 `git gc --prune=now` removed before a ref made it reachable can be found and written
@@ -27,14 +31,14 @@ import os
 import re
 import threading
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import ObjectID, ShaFile, object_class
 
-from fabro_git.errors import StoreError, disk_full_in
+from fabro_git.errors import DiskFull, StoreError, disk_full_in
 from fabro_git.store import packwrite
 from fabro_git.store._gitcli import git_failure
 from fabro_git.store.durability import durability
@@ -93,16 +97,25 @@ class LooseObjects:
         self._held_bytes = 0
         # The open batch of each thread that has one, by thread id.
         self._batches: dict[int, _Batch] = {}
+        # Objects of carried batches, not on disk yet, and what waits for them.
+        self._carried: dict[str, tuple[bytes, bytes]] = {}
+        self._after_carried: list[Callable[[], object]] = []
+        self._carried_lock = threading.Lock()
         self._ladder_lock = threading.Lock()
         # The packs this process wrote, merged as they pile up.
         self._ladder = packwrite.PackLadder(self._packs_dir)
 
     @contextlib.contextmanager
-    def batch(self) -> Iterator[None]:
+    def batch(self, *, carry: bool = False) -> Iterator[None]:
         """Objects this thread stores within the block are written as one pack when it
         ends (a few, or a big one: loose, at once or then). Nothing may point at them,
         no ref and no index, before the block ends; `flush` writes them sooner. An error
-        inside drops them. A block inside another joins it; each thread has its own."""
+        inside drops them. A block inside another joins it; each thread has its own.
+
+        With `carry`, the block's objects are not written when it ends but with the
+        next batch written (by any thread), the next `flush` or ref move: nothing on
+        disk may name them before then but what `when_written` puts off. They are read
+        back from memory meanwhile (`held`)."""
         me = threading.get_ident()
         if me in self._batches:
             yield
@@ -116,18 +129,37 @@ class LooseObjects:
                 self._forget(sha)
             raise
         del self._batches[me]
-        self._write_batch(batch.objects)
+        if carry:
+            with self._carried_lock:
+                self._carried.update(batch.objects)
+        else:
+            self._write_batch(batch.objects)
+
+    def when_written(self, then: Callable[[], object]) -> None:
+        """Call `then` once the carried objects are on disk: now, if none are waiting;
+        else on the thread that writes them, right after. An exception it raises goes
+        to that thread's caller."""
+        with self._carried_lock:
+            if self._carried:
+                self._after_carried.append(then)
+                return
+        then()
 
     def flush(self) -> None:
-        """Write the objects of this thread's open batch now (a ref is about to point at
-        them); the batch goes on, empty."""
+        """Write the objects of this thread's open batch, and the carried ones, now (a
+        ref is about to point at them); the batch goes on, empty."""
         batch = self._batches.get(threading.get_ident())
+        objects: dict[str, tuple[bytes, bytes]] = {}
         if batch is not None and batch.objects:
             objects, batch.objects, batch.size = batch.objects, {}, 0
+        if objects or self._carried:
             self._write_batch(objects)
 
     def consolidate(self) -> None:
-        """Merge the packs this process wrote into one (the run's end)."""
+        """Merge the packs this process wrote into one (the run's end), after writing
+        the carried objects."""
+        if self._carried:
+            self._write_batch({})
         fsync = durability(self.root).loose_objects
         try:
             with self._ladder_lock:
@@ -136,6 +168,21 @@ class LooseObjects:
             self._raise(err, "merge the run's packs in")
 
     def _write_batch(self, objects: dict[str, tuple[bytes, bytes]]) -> None:
+        """Write `objects` and the carried ones, then call what waited for those."""
+        with self._carried_lock:
+            carried, self._carried = self._carried, {}
+            after, self._after_carried = self._after_carried, []
+        try:
+            self._write_objects({**carried, **objects} if carried else objects)
+        except BaseException:
+            with self._carried_lock:  # still to be written, by the next batch
+                self._carried = {**carried, **self._carried}
+                self._after_carried[:0] = after
+            raise
+        for then in after:
+            then()
+
+    def _write_objects(self, objects: dict[str, tuple[bytes, bytes]]) -> None:
         if len(objects) < _PACK_MIN:
             for sha, (type_name, body) in objects.items():
                 self._write_loose(sha, body, b"%s %d\0" % (type_name, len(body)))
@@ -155,7 +202,7 @@ class LooseObjects:
     def _raise(self, err: OSError, what: str) -> None:
         full = disk_full_in(err)
         if full is not None:
-            raise full from err
+            raise DiskFull(f"cannot {what} {self._packs_dir}: {full.detail}") from err
         raise StoreError(f"cannot {what} {self._packs_dir}: {err}") from err
 
     def _forget(self, sha: str) -> None:
@@ -200,11 +247,14 @@ class LooseObjects:
     def held(self, sha: str) -> tuple[bytes, bytes] | None:
         """The type and body of object `sha` if this process wrote it and still holds its
         bytes (a tree a checkpoint just wrote, read again to diff it); None otherwise.
-        An object of an open batch is always held."""
+        An object of an open or carried batch is always held."""
         for batch in list(self._batches.values()):
             pending = batch.objects.get(sha)
             if pending is not None:
                 return pending
+        pending = self._carried.get(sha)
+        if pending is not None:
+            return pending
         held = self._written.get(sha)
         if held is None:
             return None

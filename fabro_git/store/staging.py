@@ -18,6 +18,11 @@ caller falls back to `git add -A` when any of it is in play:
 - `core.fileMode=false`, `core.symlinks=false`, `core.ignoreCase`, split or sparse
   indexes, gitlinks and nested repositories, special files, and an index that moved.
 
+The stage's new objects are carried into the checkpoint's pack (`LooseObjects.batch`
+with `carry`), and the index, which names them, is written once they are on disk
+(`PendingIndex`): a stage makes no object file of its own. An index git rewrote in
+between (a hook's `git add`) is left as git wrote it.
+
 The index is written to a temporary file renamed into place, in the version it had,
 without its cache extensions: git rebuilds its cache-tree and untracked
 cache on its next write, and a stale one would mislead it. Entries keep git's "racily
@@ -75,6 +80,48 @@ class _Conflict(Exception):
     """A file became a directory or the reverse: left to git."""
 
 
+Stamp = tuple[int, int]
+
+
+class PendingIndex:
+    """The index a staging will write once its objects are on disk, and then the stamp
+    of the index written (None: it was not written, and only git knows the index)."""
+
+    def __init__(
+        self,
+        stager: Stager,
+        seen: Stamp,
+        old: statcheck.IndexState,
+        entries: dict[bytes, IndexEntry],
+    ) -> None:
+        self._stager = stager
+        self._seen = seen
+        self._old = old
+        self._entries: dict[bytes, IndexEntry] | None = entries
+        self.done = False
+        self.stamp: Stamp | None = None
+
+    def settle(self) -> Stamp | None:
+        """The stamp of the index once written: the objects are written now if they are
+        still waiting."""
+        if not self.done:
+            self._stager.repo.objects.flush()
+        return self.stamp
+
+    def write(self) -> None:
+        """Write the index, unless it changed since the scan: a rename over an index git
+        wrote meanwhile would undo what git recorded there."""
+        entries, self._entries = self._entries, None
+        self.done = True
+        if entries is None:
+            return
+        try:
+            if statcheck.index_stamp(self._stager.worktree) == self._seen:
+                self.stamp = self._stager.write_index(self._old, entries)
+        except (OSError, _Conflict):
+            self.stamp = None  # the next staging asks git
+
+
 class Stager:
     """Stages one worktree's small changes in process (see the module docstring)."""
 
@@ -87,23 +134,30 @@ class Stager:
         self._listings: dict[str, TreeListing] = {}
 
     def stage(
-        self, base_tree: str, stamp: tuple[int, int] | None
-    ) -> tuple[str, tuple[int, int] | None] | None:
-        """The worktree's tree, and its index's new stamp, when the index still is the one
-        `stamp` names and `base_tree` was written from it; None when git must do it."""
+        self, base_tree: str, stamp: Stamp | PendingIndex | None
+    ) -> tuple[str, Stamp | PendingIndex | None] | None:
+        """The worktree's tree, and its index's new stamp (or the index write waiting for
+        the tree's objects), when the index still is the one `stamp` names and
+        `base_tree` was written from it; None when git must do it."""
+        if isinstance(stamp, PendingIndex):
+            try:
+                stamp = stamp.settle()
+            except (FabroError, OSError):
+                return None  # git will write them, or say what is wrong
+        # A special file where git would read one raises: git would hang on it.
         changes = statcheck.scan(self.worktree, stamp, limit=MAX_CHANGES)
-        if changes is None:
+        if changes is None or stamp is None:
             return None
         if changes.count == 0:
             return base_tree, stamp
         try:
-            return self._stage(base_tree, changes)
+            return self._stage(base_tree, changes, stamp)
         except (FabroError, OSError, _Conflict):
             return None  # git will do it, and say what is wrong if anything is
 
     def _stage(
-        self, base_tree: str, changes: statcheck.WorktreeChanges
-    ) -> tuple[str, tuple[int, int] | None] | None:
+        self, base_tree: str, changes: statcheck.WorktreeChanges, stamp: Stamp
+    ) -> tuple[str, PendingIndex] | None:
         settings = self._current_settings()
         if not settings.supported:
             return None
@@ -125,14 +179,16 @@ class Stager:
             return None
         if sum(st.st_size for st in to_hash.values()) > MAX_BYTES:
             return None
-        # The stage's blobs and trees go to disk as one pack, before the index names them.
-        with self.repo.objects.batch():
+        # The stage's blobs and trees go to disk with the checkpoint's pack, and the
+        # index that names them after it.
+        with self.repo.objects.batch(carry=True):
             staged = self._objects(base_tree, changes, to_hash)
         if staged is None:
             return None
         tree, entries = staged
-        stamp = self._write_index(changes.index, entries)
-        return tree, stamp
+        pending = PendingIndex(self, stamp, changes.index, entries)
+        self.repo.objects.when_written(pending.write)
+        return tree, pending
 
     def _objects(
         self,
@@ -182,9 +238,9 @@ class Stager:
         self._listings = fresh
         return tree, entries
 
-    def _write_index(
+    def write_index(
         self, old: statcheck.IndexState, entries: dict[bytes, IndexEntry]
-    ) -> tuple[int, int] | None:
+    ) -> Stamp | None:
         path = statcheck.index_path(self.worktree)
         if path is None:
             raise _Conflict

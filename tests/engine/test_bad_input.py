@@ -273,8 +273,9 @@ def test_full_disk_stops_the_run_cleanly_and_resume_finishes_it(repo: Path) -> N
 
 
 def test_git_running_out_of_space_in_the_store_is_disk_full(tmp_path: Path) -> None:
-    """The repository itself on a small filesystem: git's own `git add` of the stage's
-    output fails, and its "No space left on device" becomes the same message."""
+    """The repository itself on a small filesystem: the pack that takes the stage's
+    output fails to write, and its "No space left on device" becomes the same message,
+    naming where it was written."""
     prefix = _private_mount_namespace()
     mount = tmp_path / "small"
     mount.mkdir()
@@ -298,7 +299,8 @@ def test_git_running_out_of_space_in_the_store_is_disk_full(tmp_path: Path) -> N
         check=False,
     )
     assert proc.returncode == 1, proc.stderr
-    assert "error: disk full: git add failed" in proc.stderr
+    assert "error: disk full: cannot write a pack to " in proc.stderr
+    assert "/.git/objects/pack: No space left on device" in proc.stderr
     assert "No space left on device" in proc.stderr
     assert "Nothing recorded is lost" in proc.stderr and "git fabro resume" in proc.stderr
     assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr

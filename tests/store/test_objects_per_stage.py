@@ -11,9 +11,10 @@ and the new root tree. On the meta ref: `checkpoint.json`, the event segment, th
 node's `status.json` and `script.sh`; the trees on the way to them (root, `events/`,
 `events/<shard>/`, `nodes/`, `nodes/<node>/`); and the snapshot commit.
 
-The snapshot and the run-branch commit are written as one pack per checkpoint, and a
-run merges its packs into one: only the blob and the tree the stage's own files make
-are loose (the worktree's index names them as soon as they are written).
+The snapshot, the run-branch commit and the stage's own blobs and trees are written as
+one pack per checkpoint (the worktree's index, which names the stage's objects, is
+written after that pack), and a run merges its packs into one: a stage leaves no loose
+object.
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ NOOP_STAGE = 1 + (4 + 5 + 1)
 ONE_FILE_STAGE = 3 + (4 + 5 + 1)
 # Three files, two in a new directory: their blobs, that directory's tree, the root's.
 THREE_FILE_STAGE = 1 + 3 + 2 + (4 + 5 + 1)
-# Loose objects a stage writes: its files' blobs and the trees above them, when there
-# are fewer than three (else they are a pack of their own).
+# Loose objects a stage writes: none, however many files it changed (they go into the
+# checkpoint's pack).
 NOOP_LOOSE = 0
-ONE_FILE_LOOSE = 2
+ONE_FILE_LOOSE = 0
 THREE_FILE_LOOSE = 0
 
 
@@ -95,8 +96,8 @@ def test_a_stage_that_writes_one_file(repo: Path, tmp_path: Path) -> None:
 
 
 def test_a_stage_that_writes_three_files(repo: Path, tmp_path: Path) -> None:
-    """Its blobs and trees are a pack of their own, written before the index names them:
-    no loose object is left."""
+    """Its blobs and trees go into the checkpoint's pack, written before the index
+    names them: no loose object is left."""
     script = "mkdir d_{i} && echo {n}-{i}-a > d_{i}/a && echo {n}-{i}-b > d_{i}/b && echo {n}-{i}-c > c_{i}"
     objects, loose, packs = _per_stage(repo, tmp_path, script)
     assert _about(objects, THREE_FILE_STAGE) and _loose_about(loose, THREE_FILE_LOOSE)

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 
 from fabro_git.store import staging, statcheck
 from fabro_git.store.repo import GitRepo
-from fabro_git.store.staging import Stager
+from fabro_git.store.staging import PendingIndex, Stager
 
 # Names chosen to exercise git's tree order (a directory sorts as if it ended in "/").
 DIRS = ["", "d1", "d1/d2", "d1.d", "sp ace"]
@@ -27,6 +28,17 @@ FILES = ["a", "d1.txt", "d1-a", "d10", "é", "x y", "Z"]
 # Ignore patterns, some of which match the names above (and one that only un-ignores).
 IGNORE_PATTERNS = ["*.txt", "d1/", "/Z", "!d1.txt", "sp ace/", "**/fa", "d1.d/*", "*.log"]
 File = tuple[str, bytes, bool, bool]  # path, content, executable, symlink
+
+
+def _settled(staged: tuple[str, object] | None) -> tuple[str, tuple[int, int] | None]:
+    """A staging's tree and the stamp of the index it wrote, once its objects are on
+    disk (as the checkpoint that takes them writes them)."""
+    assert staged is not None
+    tree, stamp = staged
+    if isinstance(stamp, PendingIndex):
+        return tree, stamp.settle()
+    assert stamp is None or isinstance(stamp, tuple)
+    return tree, stamp
 
 
 def _path(dir_name: str, file_name: str) -> str:
@@ -121,7 +133,7 @@ def test_the_tree_is_the_one_git_writes(
                 git(root, "add", "-A")
                 tree, stamp = git(root, "write-tree").strip(), statcheck.index_stamp(root)
                 continue
-            tree, stamp = staged
+            tree, stamp = _settled(staged)
             # The index we wrote says what git would: nothing differs from the files...
             assert git(root, "--no-optional-locks", "diff", "--name-status").strip() == ""
             others = git(root, "--no-optional-locks", "ls-files", "--others", "--exclude-standard")
@@ -211,6 +223,61 @@ def test_staging_leaves_no_lock_and_waits_its_turn_behind_git(repo: Path) -> Non
     grepo.close()
 
 
+def test_the_index_names_the_stages_objects_only_once_they_are_on_disk(repo: Path) -> None:
+    """A staging's blob and trees wait in memory for the checkpoint's pack, written by
+    another thread; the index that names them is written right after it."""
+    (repo / "a").write_text("one\n")
+    git(repo, "add", "-A")
+    tree = git(repo, "write-tree").strip()
+    index = repo / ".git" / "index"
+    before = index.read_bytes()
+    grepo = GitRepo.discover(repo)
+    (repo / "a").write_text("two\n")
+    staged = Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo))
+    assert staged is not None
+    new_tree, pending = staged
+    assert isinstance(pending, PendingIndex) and not pending.done
+    assert index.read_bytes() == before  # nothing on disk names the new objects yet
+    assert subprocess.run(["git", "cat-file", "-e", new_tree], cwd=repo).returncode != 0
+    assert grepo.objects.held(new_tree) is not None  # read back from memory meanwhile
+
+    def checkpoint() -> None:
+        with grepo.objects.batch():
+            grepo.store_raw(b"blob", b"the checkpoint's own\n")
+
+    thread = threading.Thread(target=checkpoint)
+    thread.start()
+    thread.join()
+    assert pending.done and pending.stamp == statcheck.index_stamp(repo)
+    assert git(repo, "cat-file", "-t", new_tree) == "tree\n"
+    assert git(repo, "--no-optional-locks", "diff", "--name-status") == ""
+    assert git(repo, "write-tree").strip() == new_tree
+    grepo.close()
+
+
+def test_an_index_git_rewrote_before_the_objects_were_written_is_left_as_git_wrote_it(
+    repo: Path,
+) -> None:
+    (repo / "a").write_text("one\n")
+    git(repo, "add", "-A")
+    tree = git(repo, "write-tree").strip()
+    grepo = GitRepo.discover(repo)
+    stager = Stager(grepo, repo)
+    (repo / "a").write_text("two\n")
+    staged = stager.stage(tree, statcheck.index_stamp(repo))
+    assert staged is not None
+    (repo / "b").write_text("a hook's\n")
+    git(repo, "add", "b")  # git rewrites the index meanwhile
+    grepo.objects.flush()
+    # Git's index stands: b as git staged it, a as git last saw it.
+    assert "b\n" in git(repo, "ls-files")
+    assert git(repo, "--no-optional-locks", "diff", "--name-only") == "a\n"
+    pending = staged[1]
+    assert isinstance(pending, PendingIndex) and pending.done and pending.stamp is None
+    assert stager.stage(*staged) is None  # the next staging is git's
+    grepo.close()
+
+
 def test_a_new_file_no_ignore_pattern_can_match_is_staged_in_process(repo: Path) -> None:
     (repo / ".gitignore").write_text("*.log\nbuild/\n")
     git(repo, "add", "-A")
@@ -219,7 +286,7 @@ def test_a_new_file_no_ignore_pattern_can_match_is_staged_in_process(repo: Path)
     (repo / "src").mkdir()
     (repo / "src" / "main.py").write_text("print('hi')\n")
     staged = Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo))
-    assert staged is not None
+    _settled(staged)
     assert git(repo, "ls-files", "src") == "src/main.py\n"
     grepo.close()
 
