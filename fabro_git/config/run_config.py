@@ -153,6 +153,8 @@ class McpServerConfig(_Table):
     Strings in `command`, `script`, `env`, `url` and `headers` may hold `{{ env.NAME }}`
     references, resolved from the host environment when a stage starts the server, so
     a credential need not be written into the config (nor reach the run's manifest).
+    In `script` a reference is the variable `FABRO_ENV_NAME`, handed over in the
+    environment (`env_references_as_variables`), never shell text.
     """
 
     type: Literal["stdio", "http", "sandbox"]
@@ -688,6 +690,32 @@ def resolve_env_references(text: str, environ: Mapping[str, str], where: str) ->
         return environ[name]
 
     return ENV_REFERENCE.sub(value, text)
+
+
+# The variable a `{{ env.NAME }}` reference in a shell line is handed over in.
+SCRIPT_REFERENCE_PREFIX = "FABRO_ENV_"
+
+
+def env_references_as_variables(
+    script: str, environ: Mapping[str, str], where: str
+) -> tuple[str, dict[str, str]]:
+    """`script` (a shell line) with each `{{ env.NAME }}` made the parameter expansion
+    `${FABRO_ENV_NAME}`, and those variables with the host's values, for the process's
+    environment: a value reaches the shell as a variable's value, never as shell text
+    to parse (a quote or `$(...)` in it stays a character) nor in the process list. An
+    unset variable is an error naming the field, as in `resolve_env_references`."""
+    passed: dict[str, str] = {}
+
+    def variable(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in environ:
+            raise ConfigError(
+                f"{where}: {match.group(0)} names {name}, which is not set in the environment"
+            )
+        passed[SCRIPT_REFERENCE_PREFIX + name] = environ[name]
+        return "${" + SCRIPT_REFERENCE_PREFIX + name + "}"
+
+    return ENV_REFERENCE.sub(variable, script), passed
 
 
 def config_secrets(run: RunSection) -> list[str]:

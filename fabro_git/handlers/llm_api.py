@@ -98,7 +98,11 @@ def _mcp_specs(
     environment the stage's (`base`) and its own `env`; and those that cannot be
     (server, error, required)."""
     from fabro_git.agent.mcp import McpServerSpec
-    from fabro_git.config.run_config import mcp_timeouts, resolve_env_references
+    from fabro_git.config.run_config import (
+        env_references_as_variables,
+        mcp_timeouts,
+        resolve_env_references,
+    )
 
     specs: list[McpServerSpec] = []
     broken: list[tuple[str, str, bool]] = []
@@ -109,8 +113,13 @@ def _mcp_specs(
             return resolve_env_references(text, os.environ, f"{where}.{key}")
 
         try:
+            passed: dict[str, str] = {}
             if server.script is not None:
-                argv = ["/bin/sh", "-c", fill(server.script, "script")]
+                # Values go in the environment: shell text is code.
+                line, passed = env_references_as_variables(
+                    server.script, os.environ, f"{where}.script"
+                )
+                argv = ["/bin/sh", "-c", line]
             else:
                 argv = [fill(part, "command") for part in server.command or []]
             startup, tool = mcp_timeouts(server)
@@ -122,6 +131,7 @@ def _mcp_specs(
                     env={
                         **base,
                         **{k: fill(v, f"env.{k}") for k, v in server.env.items()},
+                        **passed,
                     },
                     url=fill(server.url or "", "url"),
                     headers={k: fill(v, f"headers.{k}") for k, v in server.headers.items()},

@@ -53,6 +53,13 @@ def environment(name: str) -> str:
 
 
 @app.tool()
+def parent_command() -> str:
+    \"\"\"The command line of the process that started this server.\"\"\"
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+        return f.read().replace(b"\\0", b" ").decode("utf-8", "replace")
+
+
+@app.tool()
 def block(marker: str) -> str:
     \"\"\"Write this server's pid to `marker`, then never answer.\"\"\"
     import time
@@ -159,12 +166,13 @@ def test_the_agent_calls_a_stdio_servers_tool_in_its_worktree(
     [ready] = events_named(events, "agent.mcp.ready")
     assert ready["node_id"] == "work"
     assert ready["properties"]["server_name"] == "notes"
-    assert ready["properties"]["tool_count"] == 4
+    assert ready["properties"]["tool_count"] == 5
     assert {t["original_name"] for t in ready["properties"]["tools"]} == {
         "add_note",
         "block",
         "environment",
         "explode",
+        "parent_command",
     }
     completed = {
         e["properties"]["tool_call_id"]: e for e in events_named(events, "agent.tool.completed")
@@ -181,6 +189,42 @@ def test_the_agent_calls_a_stdio_servers_tool_in_its_worktree(
     manifest = meta_file(repo, run_id, "manifest.json")
     assert "{{ env.NOTES_TOKEN }}" in manifest
     assert "tok-abcdefgh-1234" not in git(repo, "log", "-p", "--all")
+
+
+def test_a_script_servers_env_references_reach_it_as_values_not_as_shell_text(
+    repo: Path, llm_server: LlmServer, notes_server: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A `{{ env.NAME }}` in a `script` is handed to the shell as a variable: quotes and
+    command substitutions in the value stay characters, and the value (a credential,
+    often) is not in the command line other users can read."""
+    value = 'it\'s "$(touch pwned1)" `touch pwned2`; touch pwned3 # tok-9f8e7d6c'
+    monkeypatch.setenv("NOTES_ARG", value)
+    write_workflow(repo, AGENT)
+    script = f'NOTES_SEEN="{{{{ env.NOTES_ARG }}}}" {sys.executable} {notes_server}'
+    _run_config(
+        repo, f'[run.agent.mcps.notes]\ntype = "stdio"\nscript = {json.dumps(script)}\n'
+    )
+    llm_server.script(
+        Reply(
+            text="Looking.",
+            tool_calls=(
+                ToolUse("mcp__notes__environment", {"name": "NOTES_SEEN"}, id="t1"),
+                ToolUse("mcp__notes__parent_command", {}, id="t2"),
+            ),
+        ),
+        Reply(text="Done."),
+    )
+    proc, result = run_json("run", "run.toml", "--goal", "notes", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    results = {
+        e["properties"]["tool_call_id"]: e["properties"]["output"]
+        for e in events_named(run_events(result["run_id"], repo), "agent.tool.completed")
+    }
+    assert results["t1"] == f"NOTES_SEEN={value}"
+    assert "/bin/sh -c NOTES_SEEN=" in results["t2"]
+    assert "tok-9f8e7d6c" not in results["t2"]
+    worktrees = [repo, *Path(os.environ["FABRO_HOME"]).rglob("worktree")]
+    assert not [p for w in worktrees for p in w.glob("pwned*")]
 
 
 def test_a_server_that_fails_to_start_is_left_out(
