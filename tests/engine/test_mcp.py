@@ -201,9 +201,7 @@ def test_a_script_servers_env_references_reach_it_as_values_not_as_shell_text(
     monkeypatch.setenv("NOTES_ARG", value)
     write_workflow(repo, AGENT)
     script = f'NOTES_SEEN="{{{{ env.NOTES_ARG }}}}" {sys.executable} {notes_server}'
-    _run_config(
-        repo, f'[run.agent.mcps.notes]\ntype = "stdio"\nscript = {json.dumps(script)}\n'
-    )
+    _run_config(repo, f'[run.agent.mcps.notes]\ntype = "stdio"\nscript = {json.dumps(script)}\n')
     llm_server.script(
         Reply(
             text="Looking.",
