@@ -352,8 +352,14 @@ def _walk_files(base: Path, workspace: Workspace) -> list[Path]:
 
 
 def _git_files(base: Path, workspace: Workspace) -> list[Path] | None:
+    """The files git lists under `base`; None when git cannot say, or would hang: git
+    reads every `.gitignore` as it walks, and waits for ever on a FIFO by that name."""
     import subprocess
 
+    from fabro_git.store.statcheck import special_files
+
+    if next(special_files(workspace.root), None) is not None:
+        return None
     try:
         listing = subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],

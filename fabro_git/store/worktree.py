@@ -30,6 +30,7 @@ from pathlib import Path
 
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.errors import RefRaceError, StoreError
+from fabro_git.store import statcheck
 from fabro_git.store._gitcli import git_env, git_failure, lines_of, out, run_git
 from fabro_git.store.backoff import Clock
 from fabro_git.store.repo import GitRepo
@@ -245,6 +246,7 @@ def snapshot_tree(
     `clock` (`store.backoff`).
     """
     worktree = Path(worktree)
+    statcheck.refuse_special_files(worktree)  # git would wait on a FIFO for ever
     excludes = [f":(glob,exclude){g}" for g in exclude_globs]
     staged = False
     if changed_paths is not None:
@@ -308,6 +310,7 @@ def checkout(worktree: Path, commit: str) -> None:
     """
     worktree = Path(worktree)
     _clear_stale_index_lock(worktree)
+    _drop_special_files(worktree)
     symref = run_git(["symbolic-ref", "-q", "HEAD"], cwd=worktree, check=False)
     branch_ref = out(symref).strip() if symref.returncode == 0 else None
     if branch_ref:
@@ -362,7 +365,19 @@ def remove_untracked(worktree: Path, *, exclude_globs: Sequence[str] = ()) -> No
     repository in an untracked directory goes too (`-ff`).
     """
     excludes = [f":(glob,exclude){g}" for g in exclude_globs]
+    _drop_special_files(Path(worktree))
     run_git(["clean", "-ffdq", "--", ".", *excludes], cwd=Path(worktree))
+
+
+def _drop_special_files(worktree: Path) -> None:
+    """Delete the FIFOs, sockets and devices named `.gitignore` or `.gitattributes`
+    (`statcheck.special_files`) from a worktree about to be put back to a commit, which
+    cannot hold them: git reads those names as it walks the worktree, and would wait on
+    a FIFO for ever."""
+    root = os.fsencode(worktree)
+    for relpath, _ in list(statcheck.special_files(worktree)):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(root, relpath))
 
 
 def diff_text(worktree_or_repo: Path, old: str, new: str, *, max_bytes: int = 200_000) -> str:

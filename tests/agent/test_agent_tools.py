@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -195,6 +196,26 @@ def test_grep_skips_what_git_ignores(worktree: Path, context: ToolContext) -> No
         call(context, "grep", pattern="beta").output == "a.txt:2: beta\nsub/kept.txt:1: beta kept"
     )
     assert call(context, "grep", pattern="beta", path="sub").output == "sub/kept.txt:1: beta kept"
+
+
+def test_grep_in_a_worktree_with_a_fifo_named_gitignore_answers(
+    worktree: Path, context: ToolContext
+) -> None:
+    """git reads every `.gitignore` as it lists files and would wait on a FIFO for ever;
+    the search walks the files itself then (and never opens the FIFO)."""
+    (worktree / "sub").mkdir()
+    fifo = worktree / "sub" / ".gitignore"
+    os.mkfifo(fifo)
+    (worktree / "sub" / "kept.txt").write_text("beta kept\n")
+    answered: list[str] = []
+    searching = threading.Thread(
+        target=lambda: answered.append(call(context, "grep", pattern="beta").output), daemon=True
+    )
+    searching.start()
+    searching.join(60)
+    if searching.is_alive():  # let a git stuck on the FIFO go, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert answered == ["a.txt:2: beta\nsub/kept.txt:1: beta kept"]
 
 
 def test_malformed_glob_patterns_are_tool_errors(context: ToolContext) -> None:

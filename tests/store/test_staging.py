@@ -390,3 +390,70 @@ def test_a_fifo_named_gitignore_fails_the_stage_instead_of_hanging_the_checkpoin
     proc = run_fabro("run", "wf.fabro", cwd=repo, timeout=60)
     assert proc.returncode == 1, proc.stderr
     assert "sub/.gitignore is a named pipe (FIFO), not a file" in proc.stderr
+
+
+FIFO_STAGE = (
+    'pipe [shape=parallelogram, script="mkdir -p sub && test -e {marker} || mkfifo sub/.gitignore;'
+    ' touch {marker}; echo x > new"]'
+)
+
+
+@pytest.mark.parametrize("path", ["git-staging", "parallel-branch"])
+def test_a_fifo_named_gitignore_fails_the_stage_whoever_stages_it(
+    repo: Path, tmp_path: Path, path: str
+) -> None:
+    """The same refusal where git stages the worktree: a run with exclude globs (which
+    only git applies), and a parallel branch's own worktree (the branch fails, the run
+    goes on with the other, partially succeeded)."""
+    stage = FIFO_STAGE.format(marker=tmp_path / "made")
+    if path == "git-staging":
+        body = f"{stage}\n  start -> pipe -> exit"
+        (repo / "run.toml").write_text(
+            '[workflow]\ngraph = "wf.fabro"\n[run.checkpoint]\nexclude_globs = ["*.log"]\n'
+        )
+        target = "run.toml"
+    else:
+        body = (
+            f"fan [shape=component]; join [shape=tripleoctagon];\n  {stage}\n"
+            '  other [shape=parallelogram, script="echo y > other"]\n'
+            "  start -> fan; fan -> pipe -> join; fan -> other -> join; join -> exit"
+        )
+        target = "wf.fabro"
+    write_workflow(
+        repo, f"digraph F {{ start [shape=Mdiamond]; exit [shape=Msquare];\n  {body} }}\n"
+    )
+    proc = run_fabro("run", target, cwd=repo, timeout=60)
+    assert proc.returncode == (1 if path == "git-staging" else 0), proc.stderr
+    assert "sub/.gitignore is a named pipe (FIFO), not a file" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    if path == "parallel-branch":
+        assert "branch pipe: failed" in proc.stderr and "Run partially succeeded" in proc.stderr
+
+
+@pytest.mark.parametrize("put_back", ["remove_untracked", "checkout"])
+def test_putting_a_worktree_back_drops_a_fifo_git_would_wait_on(repo: Path, put_back: str) -> None:
+    """Resume puts a killed run's worktree back to its checkpoint with `git reset` and
+    `git clean`, which read every `.gitignore` as they walk: the FIFO a stage left goes
+    first (a commit cannot hold one)."""
+    from fabro_git.store import worktree as worktrees
+
+    fifo = repo / ".gitignore"
+    os.mkfifo(fifo)
+    (repo / "left.txt").write_text("untracked\n")
+    head = git(repo, "rev-parse", "HEAD").strip()
+    done: list[bool] = []
+
+    def go() -> None:
+        if put_back == "checkout":
+            worktrees.checkout(repo, head)
+        else:
+            worktrees.remove_untracked(repo)
+        done.append(True)
+
+    putting = threading.Thread(target=go, daemon=True)
+    putting.start()
+    putting.join(60)
+    if putting.is_alive():  # let a git stuck on the FIFO go, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert done == [True]
+    assert not fifo.exists() and not os.path.islink(fifo)
