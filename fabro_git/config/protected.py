@@ -146,14 +146,24 @@ def _entry(path: Path) -> Entry | None:
         return Entry("other", mode, "")
     digest = hashlib.sha256()
     kept: list[bytes] | None = [] if info.st_size <= KEEP_LIMIT else None
+    # Opened as what lstat saw: a FIFO or a link swapped in since is never waited on
+    # nor followed, and is "other".
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1024 * 1024):
-                digest.update(chunk)
-                if kept is not None:
-                    kept.append(chunk)
+        fd = os.open(path, flags)
     except OSError:
         return Entry("other", mode, "")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return Entry("other", mode, "")
+        while chunk := os.read(fd, 1024 * 1024):
+            digest.update(chunk)
+            if kept is not None:
+                kept.append(chunk)
+    except OSError:
+        return Entry("other", mode, "")
+    finally:
+        os.close(fd)
     return Entry("file", mode, digest.hexdigest(), None if kept is None else b"".join(kept))
 
 

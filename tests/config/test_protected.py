@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 from fabro_git.config import protected
@@ -87,3 +88,29 @@ def test_a_file_too_large_to_keep_is_found_but_not_put_back(tmp_path: Path, monk
     (tmp_path / ".fabro" / "big").write_text("changed, and large")
     said = config_change_refused(snapshot)
     assert said is not None and "except .fabro/big (restore those by hand)" in said
+
+
+def test_a_fifo_swapped_in_after_the_look_is_never_waited_on(tmp_path: Path, monkeypatch) -> None:
+    """An agent's process may replace a file between the snapshot's `lstat` and its
+    read: a FIFO found then is "other", not a read that waits for a writer for ever."""
+    config = tmp_path / ".fabro"
+    config.mkdir()
+    fifo = config / "project.toml"
+    os.mkfifo(fifo)
+    real_lstat = os.lstat
+    seen_as_file = os.stat_result((0o100644, 0, 0, 1, 0, 0, 10, 0, 0, 0))
+
+    def lstat(path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        # What lstat reported a moment before the swap: a regular file.
+        return seen_as_file if Path(path) == fifo else real_lstat(path, *args, **kwargs)
+
+    monkeypatch.setattr(protected.os, "lstat", lstat)
+    entries: list[dict[str, protected.Entry]] = []
+    looking = threading.Thread(
+        target=lambda: entries.append(protected._entries(config)), daemon=True
+    )
+    looking.start()
+    looking.join(60)
+    if looking.is_alive():  # let a read stuck on the FIFO go, then fail
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert [entry["project.toml"].kind for entry in entries] == ["other"]
