@@ -66,32 +66,41 @@ def read_input_file(path: Path, *, limit: int = MAX_INPUT_BYTES) -> bytes:
     except OSError as exc:
         raise _os_error(path, exc) from None
     _check_kind(path, info.st_mode, info.st_size, limit)
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, _OPEN_FLAGS)
     except OSError as exc:
         raise _os_error(path, exc) from None
     try:
         info = os.fstat(fd)
         _check_kind(path, info.st_mode, info.st_size, limit)
-        chunks: list[bytes] = []
-        total = 0
-        while total <= limit:
-            chunk = os.read(fd, min(1024 * 1024, limit + 1 - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
+        data = _read_fd(fd, limit + 1)
     except OSError as exc:
         raise _os_error(path, exc) from None
     finally:
         os.close(fd)
-    if total > limit:
+    if len(data) > limit:
         raise UnreadableFile(
             f"grew past {_megabytes(limit)} while being read; input files are limited to "
             f"{_megabytes(limit)}",
             path=path,
         )
+    return data
+
+
+# Never blocking: a FIFO swapped in after a check cannot hold up the open.
+_OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def _read_fd(fd: int, limit: int) -> bytes:
+    """At most `limit` bytes from `fd`, a megabyte at a time."""
+    chunks: list[bytes] = []
+    total = 0
+    while total < limit:
+        chunk = os.read(fd, min(1024 * 1024, limit - total))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        total += len(chunk)
     return b"".join(chunks)
 
 
@@ -127,24 +136,15 @@ def read_regular(path: str | Path, *, limit: int, follow: bool = True) -> tuple[
     is no regular file (without `follow`, a symlink is none) or cannot be read. Opened
     without blocking, so a FIFO put in its place is never waited on, and checked again
     once open."""
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | os.O_CLOEXEC
     try:
-        fd = os.open(path, flags if follow else flags | os.O_NOFOLLOW)
+        fd = os.open(path, _OPEN_FLAGS if follow else _OPEN_FLAGS | os.O_NOFOLLOW)
     except OSError:
         return None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             return None
-        chunks: list[bytes] = []
-        total = 0
-        while total < limit:
-            chunk = os.read(fd, min(1024 * 1024, limit - total))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            total += len(chunk)
-        return b"".join(chunks), info.st_size
+        return _read_fd(fd, limit), info.st_size
     except OSError:
         return None
     finally:
