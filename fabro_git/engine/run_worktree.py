@@ -64,13 +64,19 @@ def _drop_stale_checkouts(repo: GitRepo, checkouts: list[Path], path: Path) -> l
     a scratch dir from before the key) leaves a checkout of the run branch under the old
     name, and git refuses a second one. We hold the run lock and a run worktree holds
     nothing git lacks, so it goes (its files first: after a move, its link back to the
-    repository is broken and `git worktree remove` refuses it).
+    repository is broken and `git worktree remove` refuses it). What a killed process
+    of the run left running there, by the records in that scratch dir, is killed first:
+    it would go on writing into the files removed.
     """
+    from fabro_git.engine import reaper
+    from fabro_git.engine.process_groups import records_dir
+
     root = runs_dir().resolve()
     left = []
     for other in checkouts:
         resolved = other.resolve()
         if resolved != path.resolve() and resolved.is_relative_to(root):
+            reaper.kill_recorded(records_dir(other.parent))
             shutil.rmtree(other, ignore_errors=True)
             git_worktree.remove_worktree(repo, other)
         else:

@@ -366,13 +366,14 @@ def _watcher_of(pid: int) -> int:
     return found[0]
 
 
-@pytest.mark.parametrize("how", ["rm", "prune-of-its-leftovers"])
+@pytest.mark.parametrize("how", ["rm", "prune-of-its-leftovers", "resume-after-a-move"])
 def test_what_a_killed_runs_stage_left_running_goes_with_the_run(
     repo: Path, hermetic_env: Path, how: str
 ) -> None:
     """A run killed with -9 leaves its stage to its watcher; with the watcher gone too,
     the stage runs on. Removing the run (or, its refs gone, what it left) kills the
-    stage before the worktree it writes into goes."""
+    stage before the worktree it writes into goes; so does a resume after the
+    repository moved, which drops the checkout under the old scratch dir."""
     pid_file = hermetic_env / "stage.pid"
     proc, run_id = _held_run(repo, HOLDS.replace('script="', f'script="echo $$ > {pid_file}; '))
     stage = int(
@@ -387,6 +388,24 @@ def test_what_a_killed_runs_stage_left_running_goes_with_the_run(
     proc.wait()
     try:
         assert _alive(stage)  # nothing else would stop it
+        if how == "resume-after-a-move":
+            moved = repo.parent / "moved"
+            repo.rename(moved)
+            resumed = start_fabro(
+                ["resume", run_id],
+                cwd=moved,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+            )
+            try:
+                wait_until(lambda: not _alive(stage), process=resumed, what="end of the old stage")
+            finally:
+                (hermetic_env / "go").write_text("")  # the resumed stage may finish now
+            _, stderr = resumed.communicate(timeout=60)
+            assert resumed.returncode == 0, stderr
+            assert _worktrees(moved) == [str(moved)]
+            return
         if how == "rm":
             removed = run_fabro("rm", "--yes", run_id, cwd=repo)
         else:
