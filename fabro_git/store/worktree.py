@@ -246,13 +246,14 @@ def snapshot_tree(
     `clock` (`store.backoff`).
     """
     worktree = Path(worktree)
-    statcheck.refuse_special_files(worktree)  # git would wait on a FIFO for ever
     excludes = [f":(glob,exclude){g}" for g in exclude_globs]
     staged = False
     if changed_paths is not None:
         if not changed_paths:
             staged = True
         else:
+            # git would wait on a FIFO for ever (`statcheck.refuse_special_files`)
+            statcheck.refuse_special_files(worktree, changed_paths)
             spec = "\0".join([*(f":(literal){p}" for p in changed_paths), *excludes]) + "\0"
             proc = run_git(
                 [*_SCAN_CONFIG, "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"],
@@ -264,6 +265,7 @@ def snapshot_tree(
             )
             staged = proc.returncode == 0
     if not staged:
+        statcheck.refuse_special_files(worktree)
         run_git(
             [*_SCAN_CONFIG, "add", "-A", "--", ".", *excludes],
             cwd=worktree,

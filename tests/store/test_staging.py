@@ -430,6 +430,22 @@ def test_a_fifo_named_gitignore_fails_the_stage_whoever_stages_it(
         assert "branch pipe: failed" in proc.stderr and "Run partially succeeded" in proc.stderr
 
 
+def test_an_add_of_known_paths_looks_only_on_their_way(repo: Path) -> None:
+    """git reads the ignore and attribute files of the directories leading to the paths
+    it adds: only those are looked at; the whole walk finds the rest."""
+    from fabro_git.errors import StoreError
+
+    (repo / "a" / "b").mkdir(parents=True)
+    os.mkfifo(repo / "a" / ".gitignore")
+    (repo / "other").mkdir()
+    os.mkfifo(repo / "other" / ".gitattributes")
+    with pytest.raises(StoreError, match=r"a/\.gitignore is a named pipe"):
+        statcheck.refuse_special_files(repo, ["a/b/new.txt"])
+    statcheck.refuse_special_files(repo, ["c.txt", "d/e.txt"])  # neither is on the way
+    found = sorted(os.fsdecode(path) for path, _ in statcheck.special_files(repo))
+    assert found == ["a/.gitignore", "other/.gitattributes"]
+
+
 @pytest.mark.parametrize("put_back", ["remove_untracked", "checkout"])
 def test_putting_a_worktree_back_drops_a_fifo_git_would_wait_on(repo: Path, put_back: str) -> None:
     """Resume puts a killed run's worktree back to its checkpoint with `git reset` and
