@@ -105,8 +105,11 @@ def _hermetic(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("LANG", "C.UTF-8")
     for var in ("LINES", "LANGUAGE", "FORCE_COLOR", "CLICOLOR_FORCE"):
         monkeypatch.delenv(var, raising=False)
+    # No `git maintenance run --auto` after each of the suite's commits: a process each
+    # (about a thousand in all), for repositories that live a few seconds.
     (home / ".gitconfig").write_text(
         "[init]\n\tdefaultBranch = main\n[user]\n\tname = Test User\n\temail = test@example.com\n"
+        "[maintenance]\n\tauto = false\n"
     )
     return home
 
