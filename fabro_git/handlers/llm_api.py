@@ -122,6 +122,7 @@ def _mcp_specs(
                 argv = ["/bin/sh", "-c", line]
             else:
                 argv = [fill(part, "command") for part in server.command or []]
+                _notice_secrets_in_argv(req, where, server.command or [])
             startup, tool = mcp_timeouts(server)
             specs.append(
                 McpServerSpec(
@@ -447,6 +448,27 @@ async def _keep_reply(req: StageRequest, result: AgentResult) -> None:
         await trio.to_thread.run_sync(lambda: raw.unlink(missing_ok=True))
     if result.status in ("failed", "turn_limit"):  # no response.<node>: kept as it is
         req.files["response.md"] = result.text.encode("utf-8", "backslashreplace")
+
+
+def _notice_secrets_in_argv(req: StageRequest, where: str, command: list[str]) -> None:
+    """A `run.notice` when `command` puts a secret-named variable's value on the server's
+    command line, which every user of the machine can read (`/proc/<pid>/cmdline`)."""
+    from fabro_git.config.run_config import ENV_REFERENCE
+    from fabro_git.events.catalogue import RunNotice
+    from fabro_git.redact import is_secret_name
+
+    named = {m.group(1) for part in command for m in ENV_REFERENCE.finditer(part)}
+    secrets = sorted(name for name in named if is_secret_name(name))
+    if secrets:
+        req.emit(
+            RunNotice(
+                level="warn",
+                code="secret_on_command_line",
+                message=f"{where}.command puts {', '.join(secrets)} on the MCP server's "
+                "command line, where every user of this machine can read it; pass it in "
+                f"[{where}.env] instead",
+            )
+        )
 
 
 def _mcp_toolsets(

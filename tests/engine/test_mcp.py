@@ -225,6 +225,38 @@ def test_a_script_servers_env_references_reach_it_as_values_not_as_shell_text(
     assert not [p for w in worktrees for p in w.glob("pwned*")]
 
 
+def test_a_secret_put_on_a_servers_command_line_is_warned_of(
+    repo: Path, llm_server: LlmServer, notes_server: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A credential in `command` is in the server's argv, which every local user can
+    read: the stage says so, and where to put it instead; a plain value is no news."""
+    monkeypatch.setenv("NOTES_TOKEN", "tok-5a4b3c2d1e")
+    monkeypatch.setenv("NOTES_MODE", "plain")
+    write_workflow(repo, AGENT)
+    command = [
+        "env",
+        "X={{ env.NOTES_TOKEN }}",
+        "Y={{ env.NOTES_MODE }}",
+        sys.executable,
+        str(notes_server),
+    ]
+    _run_config(repo, f'[run.agent.mcps.notes]\ntype = "stdio"\ncommand = {json.dumps(command)}\n')
+    llm_server.script(Reply(text="Done."))
+    proc, result = run_json("run", "run.toml", "--goal", "notes", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    events = run_events(result["run_id"], repo)
+    assert events_named(events, "agent.mcp.ready")
+    [notice] = [
+        e["properties"]
+        for e in events_named(events, "run.notice")
+        if e["properties"]["code"] == "secret_on_command_line"
+    ]
+    assert notice["level"] == "warn"
+    assert "run.agent.mcps.notes.command puts NOTES_TOKEN on" in notice["message"]
+    assert "NOTES_MODE" not in notice["message"] and "tok-5a4b3c2d1e" not in notice["message"]
+    assert "[run.agent.mcps.notes.env]" in notice["message"]
+
+
 def test_a_server_that_fails_to_start_is_left_out(
     repo: Path, llm_server: LlmServer, notes_server: Path
 ) -> None:
