@@ -204,7 +204,10 @@ def test_an_ignored_new_file_is_left_to_git(repo: Path) -> None:
     grepo.close()
 
 
-def test_staging_leaves_no_lock_and_waits_its_turn_behind_git(repo: Path) -> None:
+def _a_change_staged(
+    repo: Path,
+) -> tuple[GitRepo, Stager, tuple[str, tuple[int, int] | PendingIndex | None]]:
+    """A file `a` git staged, then changed and staged again here."""
     (repo / "a").write_text("one\n")
     git(repo, "add", "-A")
     tree = git(repo, "write-tree").strip()
@@ -213,6 +216,11 @@ def test_staging_leaves_no_lock_and_waits_its_turn_behind_git(repo: Path) -> Non
     (repo / "a").write_text("two\n")
     staged = stager.stage(tree, statcheck.index_stamp(repo))
     assert staged is not None
+    return grepo, stager, staged
+
+
+def test_staging_leaves_no_lock_and_waits_its_turn_behind_git(repo: Path) -> None:
+    grepo, stager, staged = _a_change_staged(repo)
     # Nothing is left behind in the git dir that could block a later git command.
     assert sorted(p.name for p in (repo / ".git").glob("index*")) == ["index"]
     # While git holds the index lock, the index is git's to write.
@@ -226,18 +234,13 @@ def test_staging_leaves_no_lock_and_waits_its_turn_behind_git(repo: Path) -> Non
 def test_the_index_names_the_stages_objects_only_once_they_are_on_disk(repo: Path) -> None:
     """A staging's blob and trees wait in memory for the checkpoint's pack, written by
     another thread; the index that names them is written right after it."""
-    (repo / "a").write_text("one\n")
-    git(repo, "add", "-A")
-    tree = git(repo, "write-tree").strip()
     index = repo / ".git" / "index"
-    before = index.read_bytes()
-    grepo = GitRepo.discover(repo)
-    (repo / "a").write_text("two\n")
-    staged = Stager(grepo, repo).stage(tree, statcheck.index_stamp(repo))
-    assert staged is not None
+    grepo, _, staged = _a_change_staged(repo)
+    before = git(repo, "ls-files", "-s", "a")  # as git staged it
     new_tree, pending = staged
     assert isinstance(pending, PendingIndex) and not pending.done
-    assert index.read_bytes() == before  # nothing on disk names the new objects yet
+    # Nothing on disk names the new objects yet.
+    assert git(repo, "ls-files", "-s", "a") == before and index.exists()
     assert subprocess.run(["git", "cat-file", "-e", new_tree], cwd=repo).returncode != 0
     assert grepo.objects.held(new_tree) is not None  # read back from memory meanwhile
 
@@ -258,14 +261,7 @@ def test_the_index_names_the_stages_objects_only_once_they_are_on_disk(repo: Pat
 def test_an_index_git_rewrote_before_the_objects_were_written_is_left_as_git_wrote_it(
     repo: Path,
 ) -> None:
-    (repo / "a").write_text("one\n")
-    git(repo, "add", "-A")
-    tree = git(repo, "write-tree").strip()
-    grepo = GitRepo.discover(repo)
-    stager = Stager(grepo, repo)
-    (repo / "a").write_text("two\n")
-    staged = stager.stage(tree, statcheck.index_stamp(repo))
-    assert staged is not None
+    grepo, stager, staged = _a_change_staged(repo)
     (repo / "b").write_text("a hook's\n")
     git(repo, "add", "b")  # git rewrites the index meanwhile
     grepo.objects.flush()
