@@ -39,7 +39,7 @@ from dulwich.object_store import BaseObjectStore
 from dulwich.objects import ObjectID, ShaFile, object_class
 
 from fabro_git.errors import DiskFull, StoreError, disk_full_in
-from fabro_git.store import packwrite
+from fabro_git.store import packwrite, runpacks
 from fabro_git.store._gitcli import git_failure
 from fabro_git.store.durability import durability
 
@@ -157,15 +157,22 @@ class LooseObjects:
 
     def consolidate(self) -> None:
         """Merge the packs this process wrote into one (the run's end), after writing
-        the carried objects."""
+        the carried objects, and list it among the packs runs left, merged with them as
+        they pile up (`runpacks`): the run's objects are on disk either way, so a
+        failure there is left to the next run's end."""
         if self._carried:
             self._write_batch({})
         fsync = durability(self.root).loose_objects
         try:
             with self._ladder_lock:
-                self._ladder.merge_all(fsync=fsync)
+                left = self._ladder.merge_all(fsync=fsync)
         except OSError as err:
             self._raise(err, "merge the run's packs in")
+        if left:
+            with contextlib.suppress(OSError):
+                runpacks.register(
+                    self._packs_dir, self.objects_dir.parent / "fabro", left, fsync=fsync
+                )
 
     def _write_batch(self, objects: dict[str, tuple[bytes, bytes]]) -> None:
         """Write `objects` and the carried ones, then call what waited for those."""

@@ -180,7 +180,7 @@ class PackLadder:
     """The packs one process wrote, merged as they pile up: when `rung` packs of one
     size class are there, they become one of the next class. A run of n checkpoints so
     holds at most `rung - 1` packs per class (about log n classes), and each object is
-    copied once per class it climbs. `merge_all` leaves one."""
+    copied once per class it climbs. `merge_all` leaves one, and hands it over."""
 
     def __init__(self, pack_dir: str, *, rung: int = 8) -> None:
         self.pack_dir = pack_dir
@@ -202,13 +202,15 @@ class PackLadder:
             pack = self._merge(rung, fsync=fsync)
             level += 1
 
-    def merge_all(self, *, fsync: bool) -> None:
-        """Merge every pack left into one."""
+    def merge_all(self, *, fsync: bool) -> list[Written]:
+        """Merge every pack left into one, and hand it over: the ladder forgets it (it
+        is the run's, for `runpacks` to merge with other runs')."""
         packs = [p for rung in self._classes for p in rung]
+        self._classes = []
         if len(packs) < 2:
-            return
+            return packs
         merged = self._merge(packs, fsync=fsync)
-        self._classes = [[merged]] if merged is not None else []
+        return [merged] if merged is not None else []
 
     def find(self, sha: bytes) -> Written | None:
         """The pack of this ladder that holds `sha` (a raw id), if one does."""
