@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import re
 import struct
+import zlib
 from pathlib import Path
 
 from fabro_git.store import packwrite
@@ -90,7 +92,12 @@ def _merge(pack_dir: str, names: list[str], *, fsync: bool) -> str | None:
 
 
 def _whole(entries: list[packwrite.Entry]) -> bool:
-    return all(entry.data and (entry.data[0] >> 4) & 7 in _WHOLE for entry in entries)
+    """Whether every entry is a whole object, read where its index says it is (its
+    CRC-32 is the index's)."""
+    return all(
+        entry.data and (entry.data[0] >> 4) & 7 in _WHOLE and zlib.crc32(entry.data) == entry.crc
+        for entry in entries
+    )
 
 
 def load(base: str) -> packwrite.Written | None:
@@ -100,6 +107,8 @@ def load(base: str) -> packwrite.Written | None:
     with open(base + ".idx", "rb") as fh:
         index = fh.read()
     if len(index) < _IDX_HEADER + 40 or index[:8] != b"\377tOc\0\0\0\2":
+        return None
+    if hashlib.sha1(index[:-20]).digest() != index[-20:]:
         return None
     count = struct.unpack_from(">L", index, 8 + 255 * 4)[0]
     shas_at = _IDX_HEADER

@@ -109,3 +109,17 @@ def test_runs_of_the_real_command_leave_few_packs(repo: Path) -> None:
     ).stdout
     assert "packs: 2" in count
     assert_fsck_clean(repo)
+
+
+def test_a_pack_whose_index_does_not_check_out_is_never_merged(repo: Path, grepo: GitRepo) -> None:
+    """What the index says (where each object is, its CRC-32) is checked before a copy:
+    an index changed on disk leaves its class unmerged rather than a bad pack made."""
+    for i in range(7):
+        _a_run(grepo, str(i))
+    first = repo / ".git/objects/pack" / f"{_packs(repo)[0]}.idx"
+    data = bytearray(first.read_bytes())
+    data[8 + 256 * 4 + 20 * 1] ^= 0xFF  # an object id's first byte
+    first.chmod(0o644)
+    first.write_bytes(bytes(data))
+    _a_run(grepo, "7")
+    assert len(_packs(repo)) == 8
