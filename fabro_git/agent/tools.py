@@ -356,19 +356,25 @@ def _git_files(base: Path, workspace: Workspace) -> list[Path] | None:
     reads every `.gitignore` as it walks, and waits for ever on a FIFO by that name."""
     import subprocess
 
+    from fabro_git.errors import StoreError
+    from fabro_git.store._gitcli import SEES_FIFO_WAITS, communicate_watching
     from fabro_git.store.statcheck import special_files
 
-    if next(special_files(workspace.root), None) is not None:
+    if not SEES_FIFO_WAITS and next(special_files(workspace.root), None) is not None:
         return None
     try:
-        listing = subprocess.run(
+        process = subprocess.Popen(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
             cwd=base,
             env={k: v for k, v in os.environ.items() if k not in GIT_LOCATION_VARIABLES},
-            capture_output=True,
-            check=True,
-        ).stdout
-    except (OSError, subprocess.CalledProcessError):
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        listing, _ = communicate_watching(process, None, lambda: StoreError("a FIFO"))
+    except (OSError, StoreError):
+        return None
+    if process.returncode != 0:
         return None
     files: list[Path] = []
     for name in sorted(set(listing.decode("utf-8", errors="surrogateescape").split("\0"))):

@@ -52,6 +52,7 @@ def run_git(
     env: Mapping[str, str] | None = None,
     retry_transient: bool = False,
     clock: Clock | None = None,
+    on_fifo: Callable[[], FabroError] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run `git ARGS` in `cwd`, capturing output. StoreError (with git's stderr) on failure.
 
@@ -59,14 +60,19 @@ def run_git(
     directory removed by `git prune`) is retried with a bounded backoff first; use it
     only for commands that are safe to run twice. The backoff waits on `clock` (by
     default the real one).
+
+    With `on_fifo`, for a command that walks a worktree (git opens every `.gitignore`
+    and `.gitattributes` it meets, and a FIFO by that name has it wait for a writer for
+    ever): git found waiting to open a FIFO is killed, and the error `on_fifo` makes is
+    raised (`waiting_on_fifo`).
     """
     if not retry_transient:
-        proc = _run_once(args, cwd, input, env)
+        proc = _run_once(args, cwd, input, env, on_fifo)
     else:
         from fabro_git.store.backoff import SYSTEM_CLOCK, is_transient_git_failure, retrying
 
         def attempt() -> subprocess.CompletedProcess[bytes]:
-            proc = _run_once(args, cwd, input, env)
+            proc = _run_once(args, cwd, input, env, on_fifo)
             if proc.returncode != 0 and is_transient_git_failure(
                 proc.stderr.decode("utf-8", "replace")
             ):
@@ -124,20 +130,75 @@ class _TransientFailure(Exception):
 
 
 def _run_once(
-    args: Sequence[str], cwd: Path, input: bytes | None, env: Mapping[str, str] | None
+    args: Sequence[str],
+    cwd: Path,
+    input: bytes | None,
+    env: Mapping[str, str] | None,
+    on_fifo: Callable[[], FabroError] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     try:
-        proc = subprocess.run(
+        if on_fifo is None or not SEES_FIFO_WAITS:
+            return subprocess.run(
+                ["git", *args],
+                cwd=cwd,
+                input=input,
+                capture_output=True,
+                env=git_env(env),
+                check=False,
+            )
+        popen = subprocess.Popen(
             ["git", *args],
             cwd=cwd,
-            input=input,
-            capture_output=True,
+            stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=git_env(env),
-            check=False,
         )
     except FileNotFoundError as err:
         raise _not_started(cwd) from err
-    return proc
+    stdout, stderr = communicate_watching(popen, input, on_fifo)
+    return subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
+
+
+# Whether this system tells what a process sleeps in (Linux: a FIFO's open waits in
+# `wait_for_partner`); elsewhere `on_fifo` is not called, and a caller looks first.
+SEES_FIFO_WAITS = os.path.exists(f"/proc/{os.getpid()}/wchan")
+# How often a git that has not finished is looked at: most are done before the first.
+_FIFO_LOOK = 0.1
+
+
+def waiting_on_fifo(pid: int) -> bool:
+    """Whether a thread of process `pid` waits to open a FIFO until a writer comes
+    (Linux)."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/wchan", "rb") as fh:
+                if fh.read().strip() == b"wait_for_partner":
+                    return True
+        except OSError:
+            continue
+    return False
+
+
+def communicate_watching(
+    popen: subprocess.Popen[bytes], input: bytes | None, on_fifo: Callable[[], FabroError]
+) -> tuple[bytes, bytes]:
+    """`popen.communicate(input)`, looking every `_FIFO_LOOK` seconds whether the
+    process waits to open a FIFO: then it is killed, and `on_fifo()` raised."""
+    pending = input
+    while True:
+        try:
+            return popen.communicate(pending, timeout=_FIFO_LOOK)
+        except subprocess.TimeoutExpired:
+            pending = None  # what was sent stays sent
+            if waiting_on_fifo(popen.pid):
+                popen.kill()
+                popen.communicate()
+                raise on_fifo() from None
 
 
 def git_failure(

@@ -273,12 +273,13 @@ _READ_BY_GIT = (b".gitignore", b".gitattributes")
 
 def refuse_special_files(worktree: Path, paths: Collection[str] | None = None) -> None:
     """StoreError naming the first special file (a FIFO, socket or device) in `worktree`
-    by a name git reads as it walks the worktree (`_READ_BY_GIT`): asked before a git
-    command that walks it (`add -A`, `clean`), which would wait on a FIFO for ever. A
-    walk of names and types only (no file is opened, nothing is followed), `.git` left
-    out: about 30 ms for 50,000 files, where git's own walk takes several times that.
-    With `paths` (what an `add` is limited to), only the directories on the way to them
-    are looked at, as git only reads those."""
+    by a name git reads as it walks the worktree (`_READ_BY_GIT`), where a git command
+    that walks it (`add -A`, `clean`) would wait on a FIFO for ever: what such a git,
+    found waiting, is stopped with (`_gitcli.run_git`'s `on_fifo`), and, where that
+    cannot be seen, asked before it. A walk of names and types only (no file is
+    opened, nothing is followed), `.git` left out: about 30 ms for 50,000 files. With
+    `paths` (what an `add` is limited to), only the directories on the way to them are
+    looked at, as git only reads those."""
     if paths is None:
         found: Iterable[tuple[bytes, int]] = special_files(worktree)
     else:

@@ -25,13 +25,20 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from fabro_git.config.locations import make_private_dir, open_private
-from fabro_git.errors import RefRaceError, StoreError
+from fabro_git.errors import FabroError, RefRaceError, StoreError
 from fabro_git.store import statcheck
-from fabro_git.store._gitcli import git_env, git_failure, lines_of, out, run_git
+from fabro_git.store._gitcli import (
+    SEES_FIFO_WAITS,
+    git_env,
+    git_failure,
+    lines_of,
+    out,
+    run_git,
+)
 from fabro_git.store.backoff import Clock
 from fabro_git.store.repo import GitRepo
 
@@ -252,8 +259,6 @@ def snapshot_tree(
         if not changed_paths:
             staged = True
         else:
-            # git would wait on a FIFO for ever (`statcheck.refuse_special_files`)
-            statcheck.refuse_special_files(worktree, changed_paths)
             spec = "\0".join([*(f":(literal){p}" for p in changed_paths), *excludes]) + "\0"
             proc = run_git(
                 [*_SCAN_CONFIG, "add", "-A", "--pathspec-from-file=-", "--pathspec-file-nul"],
@@ -262,21 +267,47 @@ def snapshot_tree(
                 check=False,
                 retry_transient=True,
                 clock=clock,
+                on_fifo=_walking(worktree, changed_paths),
             )
             staged = proc.returncode == 0
     if not staged:
-        statcheck.refuse_special_files(worktree)
         run_git(
             [*_SCAN_CONFIG, "add", "-A", "--", ".", *excludes],
             cwd=worktree,
             retry_transient=True,
             clock=clock,
+            on_fifo=_walking(worktree),
         )
     return out(
         run_git(
             [*_NO_UNTRACKED_CACHE, "write-tree"], cwd=worktree, retry_transient=True, clock=clock
         )
     ).strip()
+
+
+def _walking(worktree: Path, paths: Sequence[str] | None = None) -> Callable[[], FabroError]:
+    """`run_git`'s `on_fifo` for a git that walks `worktree` (limited to `paths`): the
+    error naming the special file git waits on. Where a git waiting on a FIFO cannot be
+    seen, the worktree is looked at now instead (`statcheck.refuse_special_files`)."""
+    if not SEES_FIFO_WAITS:
+        statcheck.refuse_special_files(worktree, paths)
+
+    def error() -> FabroError:
+        # The git just killed held the index's lock: the next git there would wait on it.
+        index = statcheck.index_path(worktree)
+        if index is not None:
+            with contextlib.suppress(FileNotFoundError):
+                index.with_name("index.lock").unlink()
+        try:
+            statcheck.refuse_special_files(worktree, paths)
+        except StoreError as err:
+            return err
+        return StoreError(
+            f"git waited to open a named pipe (FIFO) as it read {worktree}, and was stopped",
+            hint="a stage left a FIFO where git reads a file: remove it, and what made it",
+        )
+
+    return error
 
 
 def head_branch(worktree: Path) -> str | None:
