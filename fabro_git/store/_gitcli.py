@@ -190,15 +190,19 @@ def communicate_watching(
     """`popen.communicate(input)`, looking every `_FIFO_LOOK` seconds whether the
     process waits to open a FIFO: then it is killed, and `on_fifo()` raised."""
     pending = input
-    while True:
-        try:
-            return popen.communicate(pending, timeout=_FIFO_LOOK)
-        except subprocess.TimeoutExpired:
-            pending = None  # what was sent stays sent
-            if waiting_on_fifo(popen.pid):
+    with popen:  # its pipes closed, and it waited for, however this ends
+        while True:
+            try:
+                return popen.communicate(pending, timeout=_FIFO_LOOK)
+            except subprocess.TimeoutExpired:
+                pending = None  # what was sent stays sent
+                if waiting_on_fifo(popen.pid):
+                    popen.kill()
+                    popen.communicate()
+                    raise on_fifo() from None
+            except BaseException:  # Ctrl-C, as `subprocess.run` does
                 popen.kill()
-                popen.communicate()
-                raise on_fifo() from None
+                raise
 
 
 def git_failure(
