@@ -4,23 +4,14 @@ objects git itself would write for the same bytes."""
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from helpers import git
 
 from fabro_git.store.repo import GitRepo
 from fabro_git.store.snapshot import MetaSnapshotter
 
 REF = "refs/fabro/meta/01BIG"
-
-
-@pytest.fixture
-def grepo(repo: Path) -> Iterator[GitRepo]:
-    r = GitRepo.discover(repo)
-    yield r
-    r.close()
 
 
 def _git_hash(repo: Path, data: bytes) -> str:

@@ -7,7 +7,6 @@ import itertools
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,13 +17,6 @@ from helpers import assert_fsck_clean, git
 
 from fabro_git.store import packwrite
 from fabro_git.store.repo import GitRepo
-
-
-@pytest.fixture
-def grepo(repo: Path) -> Iterator[GitRepo]:
-    r = GitRepo.discover(repo)
-    yield r
-    r.close()
 
 
 def _packs(repo: Path) -> list[str]:

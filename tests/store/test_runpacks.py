@@ -5,20 +5,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from helpers import assert_fsck_clean, git, run_fabro, write_workflow
 
 from fabro_git.store.repo import GitRepo
-
-
-@pytest.fixture
-def grepo(repo: Path) -> Iterator[GitRepo]:
-    r = GitRepo.discover(repo)
-    yield r
-    r.close()
 
 
 def _packs(repo: Path) -> list[str]:

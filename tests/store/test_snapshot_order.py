@@ -4,10 +4,8 @@ sorts as `name/`), through any sequence of writes and deletes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from dulwich.objects import Blob, Tree
 from helpers import git
 from hypothesis import HealthCheck, given, settings
@@ -20,13 +18,6 @@ from fabro_git.store.snapshot import MetaSnapshotter
 _NAMES = ["a", "a.b", "a-", "a0", "ab", "b"]
 _paths = st.lists(st.sampled_from(_NAMES), min_size=1, max_size=3).map("/".join)
 _step = st.dictionaries(_paths, st.one_of(st.none(), st.binary(max_size=3)), max_size=4)
-
-
-@pytest.fixture
-def grepo(repo: Path) -> Iterator[GitRepo]:
-    r = GitRepo.discover(repo)
-    yield r
-    r.close()
 
 
 def _tree_sha(files: dict[str, bytes]) -> str | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,13 +12,6 @@ from helpers import bare_remote, git
 from fabro_git.errors import RefRaceError, RepositoryError, StoreError
 from fabro_git.store.repo import GitRepo, parse_trailers
 from fabro_git.store.worktree import add_worktree
-
-
-@pytest.fixture
-def grepo(repo: Path) -> Iterator[GitRepo]:
-    r = GitRepo.discover(repo)
-    yield r
-    r.close()
 
 
 def head_sha(path: Path) -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,13 +16,6 @@ from fabro_git.store.repo import GitRepo
 from fabro_git.store.snapshot import MetaSnapshotter
 
 ULID_RE = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
-
-
-@pytest.fixture
-def grepo(repo: Path) -> Iterator[GitRepo]:
-    r = GitRepo.discover(repo)
-    yield r
-    r.close()
 
 
 def make_run(grepo: GitRepo, run_id: str, *, parallel: bool = False) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,13 +13,6 @@ from fabro_git.store.repo import GitRepo
 from fabro_git.store.snapshot import MetaSnapshotter
 
 REF = "refs/fabro/meta/01SNAP"
-
-
-@pytest.fixture
-def grepo(repo: Path) -> Iterator[GitRepo]:
-    r = GitRepo.discover(repo)
-    yield r
-    r.close()
 
 
 def ls_tree(repo: Path, rev: str) -> dict[str, str]:

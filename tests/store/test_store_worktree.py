@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,13 +24,6 @@ from fabro_git.store.worktree import (
 RUN = "01WORKTREE"
 BRANCH = f"fabro/run/{RUN}"
 REF = f"refs/heads/{BRANCH}"
-
-
-@pytest.fixture
-def grepo(repo: Path) -> Iterator[GitRepo]:
-    r = GitRepo.discover(repo)
-    yield r
-    r.close()
 
 
 @pytest.fixture
