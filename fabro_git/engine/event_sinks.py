@@ -161,6 +161,9 @@ class CommandSink(_Reporting):
             return False
         finally:
             os.close(errors)
+        from fabro_git.engine import process_groups
+
+        process_groups.own_child(self.process.pid)  # its own session: not an orphan
         assert self.process.stdin is not None
         self._writer = threading.Thread(
             target=self._feed, args=(self.process.stdin,), name="event-sink", daemon=True
@@ -192,6 +195,9 @@ class CommandSink(_Reporting):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+        from fabro_git.engine import process_groups
+
+        process_groups.child_ended(process.pid)
 
 
 # The sinks attached to each bus, so the run's end can close them before it kills

@@ -96,7 +96,26 @@ async def start(
         env=env,
         start_new_session=True,
     )
+    own_child(popen.pid)
     return _Child(popen, started=(earliest, reaper.boot_ticks()))
+
+
+# The children this process started in sessions of their own (stages, hooks, event
+# sinks' programs) and has not waited for yet. Such a child looks like an adopted
+# orphan (`reaper.adopted`), and between its fork and its exec it carries this
+# process's environment, without its mark: a sweep at that moment (the walk's end
+# while a last hook starts) would take it for something left behind.
+_own_children: set[int] = set()
+
+
+def own_child(pid: int) -> None:
+    """Count `pid`, a child this process just started, among its own until
+    `child_ended`: no sweep kills it as adopted."""
+    _own_children.add(pid)
+
+
+def child_ended(pid: int) -> None:
+    _own_children.discard(pid)
 
 
 class _Child:
@@ -121,6 +140,7 @@ class _Child:
         while self._popen.poll() is None:
             assert self._pidfd is not None
             await trio.lowlevel.wait_readable(self._pidfd)
+        child_ended(self._popen.pid)
         if self._pidfd is not None:
             trio.lowlevel.notify_closing(self._pidfd)
             self._finalizer()
@@ -341,7 +361,9 @@ def _become_subreaper() -> None:
 
 
 def _spared() -> set[int]:
-    return {w.process.pid for w in _watchers.values() if w is not None}
+    """What no sweep of adopted processes kills: the watchers, and this process's own
+    children (`own_child`)."""
+    return {w.process.pid for w in _watchers.values() if w is not None} | _own_children
 
 
 def _ours(value: str | None) -> bool:
