@@ -381,12 +381,32 @@ def sweep_stage(mark: str, *, since: set[int] | None) -> None:
     """At the end of the stage of `mark`: kill what carries its mark (`kill_marked`,
     among the processes started since the pids `since`), then what was re-parented to
     this process (`sweep_adopted`). One read of `/proc` serves both when the first
-    kills nothing: the table read for the second names the pids alive for the first."""
+    kills nothing: the table read for the second names the pids alive for the first.
+
+    When this process is the subreaper and has no child but its watchers, nothing the
+    stage started is left below it, and nothing was re-parented to it: the table (a
+    read of every process's `/proc` entry) is not needed. What carries the mark outside
+    this process's tree (a job handed to a daemon with the stage's environment) is
+    still looked for among the new pids."""
+    if _Subreaper.on and _no_child_but_watchers():
+        if kill_marked(mark, since=since):
+            sweep_adopted(mark)
+        return
     table = _table.read() if _Subreaper.on else None
     alive = None if table is None else {process.pid for process in table}
     killed = kill_marked(mark, since=since, alive=alive)
     # A kill re-parents what was under the killed process: the table is read again.
     sweep_adopted(mark, table=None if killed else table)
+
+
+def _no_child_but_watchers() -> bool:
+    """Whether this process's only children are its watchers (`reaper.children`):
+    nothing it started for a stage, a hook or an event sink still runs, nothing was
+    re-parented to it, and no child waits to be reaped."""
+    found = reaper.children()
+    if found is None:
+        return False
+    return found <= {w.process.pid for w in _watchers.values() if w is not None}
 
 
 def sweep_adopted(

@@ -242,6 +242,29 @@ def adopted(table: list[ProcessInfo] | None = None) -> list[ProcessInfo]:
     ]
 
 
+def children() -> set[int] | None:
+    """This process's children, living or not yet reaped: what each of its threads
+    started, and what was re-parented to it. None where the kernel does not list them
+    (`/proc/<pid>/task/<tid>/children`), or when a thread ended while they were read
+    (its children move to another thread, perhaps one read already).
+
+    The kernel reads a list a child at a time, and a child reaped between two steps can
+    make it skip the one after; so only a list holding no child but those the caller
+    knows stay alive (the watchers) tells that nothing else is there."""
+    found: set[int] = set()
+    tasks = _PROC / "self" / "task"
+    try:
+        threads = os.listdir(tasks)
+        for tid in threads:
+            with open(tasks / tid / "children", "rb") as fh:
+                found.update(int(pid) for pid in fh.read().split())
+        if sorted(os.listdir(tasks)) != sorted(threads):
+            return None
+    except (OSError, ValueError):
+        return None
+    return found
+
+
 def mark_of(pid: int) -> str | None:
     """The `MARK_VARIABLE` in process `pid`'s environment; None without one (or when
     it cannot be read)."""

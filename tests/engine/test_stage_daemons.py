@@ -8,6 +8,7 @@ only their ancestry ties to the stage.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -153,6 +154,44 @@ def test_what_an_agent_cli_leaves_running_is_gone_when_the_stage_ends(
     proc, result = run_json("run", "wf.fabro", "--goal", "g", cwd=repo)
     assert proc.returncode == 0, proc.stderr
     assert meta_file(repo, result["run_id"], "nodes/check/stdout.log") == "alive:\n"
+
+
+def test_a_process_outside_the_run_that_carries_the_stages_mark_is_gone_when_it_ends(
+    repo: Path, tmp_path: Path, pids: Path
+) -> None:
+    """A job handed to a daemon with the stage's environment (as `at` keeps it) runs
+    outside `git fabro`'s tree, where no ancestry leads to it: its mark does. Here the
+    test itself starts it, with the environment the stage wrote out, while the stage
+    waits; the stage then ends with `git fabro` having no child left."""
+    env_file, go = tmp_path / "stage.env", tmp_path / "go"
+    first = (
+        f'first [shape=parallelogram, script="env -0 > {env_file}.tmp && mv {env_file}.tmp '
+        f'{env_file}; until [ -e {go} ]; do sleep 0.01; done"]'
+    )
+    write_workflow(repo, _workflow(first, pids))
+    with (tmp_path / "run.out").open("wb") as out:
+        proc = start_fabro(
+            ["run", "wf.fabro", "--json"], cwd=repo, stdin=subprocess.DEVNULL, stdout=out
+        )
+    wait_until(env_file.exists, process=proc, what="the stage wrote its environment")
+    stage_env = dict(
+        entry.split("=", 1) for entry in env_file.read_text().split("\0") if "=" in entry
+    )
+    assert stage_env.get("FABRO_PROCESS_MARK")
+    outside = subprocess.Popen(
+        ["sleep", "600"], env=stage_env, start_new_session=True, stdin=subprocess.DEVNULL
+    )
+    try:
+        (pids / "outside").write_text(str(outside.pid))
+        go.touch()
+        assert proc.wait(timeout=120) == 0
+        # Killed by the stage's sweep (the test's child: it is reaped here).
+        assert outside.wait(timeout=10) == -signal.SIGKILL
+        run_id = json.loads((tmp_path / "run.out").read_text().splitlines()[-1])["run_id"]
+        assert meta_file(repo, run_id, "nodes/check/stdout.log") == "alive:\n"
+    finally:
+        outside.kill()
+        outside.wait()
 
 
 def _hanging(repo: Path, tmp_path: Path, pids: Path) -> subprocess.Popen[bytes]:
