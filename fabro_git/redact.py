@@ -185,9 +185,12 @@ class Redactor:
         self._values = _Pass(alternatives) if alternatives else None
         self._shapes = _Pass([_SHAPES])
         # Both at once: for `widen_cut` (spans only) and `clean_with_text`.
-        source = "|".join([*alternatives, _SHAPES])
-        self._text = re.compile(source, re.DOTALL)
+        self._source = "|".join([*alternatives, _SHAPES])
         self._quick = _quick_filter([*alternatives, _SHAPES])
+
+    @functools.cached_property
+    def _text(self) -> re.Pattern[str]:
+        return re.compile(self._source, re.DOTALL)
 
     def _replace_value_text(self, match: re.Match[str]) -> str:
         return self._literal[match.group()]
@@ -210,8 +213,8 @@ class Redactor:
 
     def mask_text(self, text: str) -> str:
         if self._values is not None:
-            text = self._values.text.sub(self._replace_value_text, text)
-        return self._shapes.text.sub(self._replace_shape_text, text)
+            text = self._values.as_text.sub(self._replace_value_text, text)
+        return self._shapes.as_text.sub(self._replace_shape_text, text)
 
     def widen_cut(self, text: str, start: int, end: int) -> tuple[int, int]:
         """The part of `text` to leave out instead of `text[start:end]`, so that no
@@ -236,10 +239,10 @@ class Redactor:
         if self._values is not None:
             longest = max(map(len, self._literal))
             values = StreamMasker(
-                self._values.text, self._replace_value_text, self._literal, longest, _TEXT, None
+                self._values.as_text, self._replace_value_text, self._literal, longest, _TEXT, None
             )
         return StreamMasker(
-            self._shapes.text, self._replace_shape_text, {}, 0, _TEXT, None, first=values
+            self._shapes.as_text, self._replace_shape_text, {}, 0, _TEXT, None, first=values
         )
 
     def stream_bytes(self) -> StreamMasker[bytes]:
@@ -248,7 +251,7 @@ class Redactor:
         if self._values is not None:
             literal = self._literal_bytes
             values = StreamMasker(
-                self._values.bytes,
+                self._values.as_bytes,
                 self._replace_value_bytes,
                 literal,
                 max(map(len, literal)),
@@ -256,7 +259,7 @@ class Redactor:
                 self._values.quick,
             )
         return StreamMasker(
-            self._shapes.bytes,
+            self._shapes.as_bytes,
             self._replace_shape_bytes,
             {},
             0,
@@ -269,9 +272,9 @@ class Redactor:
         if self._quick is not None and self._quick.search(data) is None:
             return data
         if self._values is not None and self._values.may_match(data):
-            data = self._values.bytes.sub(self._replace_value_bytes, data)
+            data = self._values.as_bytes.sub(self._replace_value_bytes, data)
         if self._shapes.may_match(data):
-            data = self._shapes.bytes.sub(self._replace_shape_bytes, data)
+            data = self._shapes.as_bytes.sub(self._replace_shape_bytes, data)
         return data
 
     def found_in(self, data: bytes) -> bool:
@@ -279,7 +282,7 @@ class Redactor:
         if self._quick is not None and self._quick.search(data) is None:
             return False
         passes = [self._shapes] if self._values is None else [self._values, self._shapes]
-        return any(p.bytes.search(data) is not None for p in passes)
+        return any(p.as_bytes.search(data) is not None for p in passes)
 
     def clean_with_text(self, encoded: bytes) -> bool:
         """Whether `encoded`, the JSON string form of a text (`msgspec.json.encode` of
@@ -305,13 +308,23 @@ class Redactor:
 
 
 class _Pass:
-    """One pass of the redactor: its pattern as text and as bytes, and its RE2 filter."""
+    """One pass of the redactor: its pattern as text and as bytes, and its RE2 filter.
+
+    Each of the two `re` patterns is compiled when first used (some milliseconds, at the
+    start of every command): the RE2 filter answers alone for text with nothing to mask,
+    which is most of it."""
 
     def __init__(self, alternatives: list[str]) -> None:
-        source = "|".join(alternatives)
-        self.text = re.compile(source, re.DOTALL)
-        self.bytes = re.compile(source.encode("utf-8", "surrogateescape"), re.DOTALL)
+        self._source = "|".join(alternatives)
         self.quick = _quick_filter(alternatives)
+
+    @functools.cached_property
+    def as_text(self) -> re.Pattern[str]:
+        return re.compile(self._source, re.DOTALL)
+
+    @functools.cached_property
+    def as_bytes(self) -> re.Pattern[bytes]:
+        return re.compile(self._source.encode("utf-8", "surrogateescape"), re.DOTALL)
 
     def may_match(self, data: bytes) -> bool:
         return self.quick is None or self.quick.search(data) is not None
