@@ -33,7 +33,6 @@ from fabro_git.agent.shell import run_shell
 from fabro_git.agent.skills import Skill, render
 from fabro_git.agent.workspace import ToolError, Workspace
 from fabro_git.config.protected import ConfigSnapshot, config_change_refused
-from fabro_git.engine.stage_env import GIT_LOCATION_VARIABLES
 from fabro_git.jsondata import JsonObject, JsonValue, section
 from fabro_git.llm.types import ToolSpec
 
@@ -356,23 +355,17 @@ def _git_files(base: Path, workspace: Workspace) -> list[Path] | None:
     reads every `.gitignore` as it walks, and waits for ever on a FIFO by that name."""
     import subprocess
 
-    from fabro_git.errors import StoreError
-    from fabro_git.store._gitcli import SEES_FIFO_WAITS, communicate_watching
+    from fabro_git.errors import FabroError, StoreError
+    from fabro_git.store._gitcli import SEES_FIFO_WAITS, communicate_watching, popen_git
     from fabro_git.store.statcheck import special_files
 
     if not SEES_FIFO_WAITS and next(special_files(workspace.root), None) is not None:
         return None
+    args = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."]
     try:
-        process = subprocess.Popen(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."],
-            cwd=base,
-            env={k: v for k, v in os.environ.items() if k not in GIT_LOCATION_VARIABLES},
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
+        process = popen_git(args, cwd=base, stderr=subprocess.DEVNULL)
         listing, _ = communicate_watching(process, None, lambda: StoreError("a FIFO"))
-    except (OSError, StoreError):
+    except (OSError, FabroError):
         return None
     if process.returncode != 0:
         return None

@@ -11,7 +11,6 @@ around; a DIR the user named is always kept.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -76,9 +75,10 @@ def _remove(target: Path) -> None:
 
 
 def _git(cwd: Path, *args: str, check: bool = True) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_DIR")}
+    from fabro_git.store._gitcli import git_env
+
     proc = subprocess.run(
-        ["git", *args], cwd=cwd, capture_output=True, text=True, env=env, check=False
+        ["git", *args], cwd=cwd, capture_output=True, text=True, env=git_env(), check=False
     )
     if check and proc.returncode != 0:
         raise ConfigError(f"git {args[0]} failed in {cwd}: {proc.stderr.strip()}")

@@ -32,9 +32,7 @@ from collections.abc import Iterable, Mapping
 from fabro_git.config.run_config import resolve_env_references
 from fabro_git.engine.reaper import MARK_VARIABLE
 from fabro_git.redact import is_secret_name
-
-# Variables that would point git at another repository than the worktree's own.
-GIT_LOCATION_VARIABLES = frozenset({"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"})
+from fabro_git.store._gitcli import GIT_LOCATION_VARIABLES
 
 NOTICE_CODE = "env_stripped"
 

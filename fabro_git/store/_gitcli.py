@@ -24,20 +24,25 @@ from fabro_git.errors import DiskFull, FabroError, StoreError, ToolMissing, disk
 if TYPE_CHECKING:
     from fabro_git.store.backoff import Clock
 
-_LOCATION_VARS = (
-    "GIT_DIR",
-    "GIT_WORK_TREE",
-    "GIT_INDEX_FILE",
-    "GIT_COMMON_DIR",
-    "GIT_OBJECT_DIRECTORY",
-    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
-    "GIT_PREFIX",
-    "GIT_NAMESPACE",
+# Variables that point git at another repository, other objects or another ref
+# namespace than those of the directory it runs in. Neither git fabro's own git nor a
+# stage's program gets them (`fabro_git.engine.stage_env`).
+GIT_LOCATION_VARIABLES = frozenset(
+    {
+        "GIT_DIR",
+        "GIT_WORK_TREE",
+        "GIT_INDEX_FILE",
+        "GIT_COMMON_DIR",
+        "GIT_OBJECT_DIRECTORY",
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+        "GIT_PREFIX",
+        "GIT_NAMESPACE",
+    }
 )
 
 
 def git_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _LOCATION_VARS}
+    env = {k: v for k, v in os.environ.items() if k not in GIT_LOCATION_VARIABLES}
     if extra:
         env.update(extra)
     return env
@@ -98,22 +103,36 @@ def start_git(
     """Start `git ARGS` in `cwd` now and return what waits for it (with `run_git`'s
     errors, `check=False`): for an answer needed only later, so that git works while
     this process does something else. The waiter must be called, once."""
-    try:
-        popen = subprocess.Popen(
-            ["git", *args],
-            cwd=cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=git_env(),
-        )
-    except FileNotFoundError as err:
-        raise _not_started(cwd) from err
+    popen = popen_git(args, cwd=cwd, stdin=None)
 
     def wait() -> subprocess.CompletedProcess[bytes]:
         stdout, stderr = popen.communicate()
         return subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
 
     return wait
+
+
+def popen_git(
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    stdin: int | None = subprocess.DEVNULL,
+    stderr: int = subprocess.PIPE,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """`git ARGS` started in `cwd` with its output piped (`git_env(env)`, as every git
+    here); a `FabroError` saying what is missing when it cannot start."""
+    try:
+        return subprocess.Popen(
+            ["git", *args],
+            cwd=cwd,
+            stdin=stdin,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=git_env(env),
+        )
+    except FileNotFoundError as err:
+        raise _not_started(cwd) from err
 
 
 def _not_started(cwd: Path) -> FabroError:
@@ -136,8 +155,8 @@ def _run_once(
     env: Mapping[str, str] | None,
     on_fifo: Callable[[], FabroError] | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
-    try:
-        if on_fifo is None or not SEES_FIFO_WAITS:
+    if on_fifo is None or not SEES_FIFO_WAITS:
+        try:
             return subprocess.run(
                 ["git", *args],
                 cwd=cwd,
@@ -146,16 +165,10 @@ def _run_once(
                 env=git_env(env),
                 check=False,
             )
-        popen = subprocess.Popen(
-            ["git", *args],
-            cwd=cwd,
-            stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=git_env(env),
-        )
-    except FileNotFoundError as err:
-        raise _not_started(cwd) from err
+        except FileNotFoundError as err:
+            raise _not_started(cwd) from err
+    stdin = subprocess.DEVNULL if input is None else subprocess.PIPE
+    popen = popen_git(args, cwd=cwd, stdin=stdin, env=env)
     stdout, stderr = communicate_watching(popen, input, on_fifo)
     return subprocess.CompletedProcess(popen.args, popen.returncode, stdout, stderr)
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import meta_file, run_events, run_fabro, run_json, write_workflow
+from helpers import git, meta_file, run_events, run_fabro, run_json, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
 SECRETS = {
@@ -66,6 +66,39 @@ def test_a_command_stage_gets_no_secret_named_variable(repo: Path, secrets: None
     assert "DB_PASSWORD, GITHUB_TOKEN, MY_API_KEY, SOME_SECRET" in notice
     assert "[run.sandbox.env]" in notice
     assert not any(value in notice for value in SECRETS.values())
+
+
+def test_a_command_stages_git_works_on_the_run_whatever_git_variables_the_host_has(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Run from a git hook or a shell that set them, variables that point git at other
+    objects, another common dir or a ref namespace would have the stage's own git
+    commit elsewhere: the stage gets none of them, as git fabro's own git gets none."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "objects").mkdir(parents=True)
+    host = {
+        "GIT_OBJECT_DIRECTORY": str(elsewhere / "objects"),
+        "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(elsewhere / "objects"),
+        "GIT_COMMON_DIR": str(elsewhere),
+        "GIT_NAMESPACE": "elsewhere",
+    }
+    shown = " ".join(f"${{{name}+{name}}}" for name in host)
+    write_workflow(
+        repo,
+        COMMAND.replace(
+            "echo set: %s", f"echo got: {shown}; git commit -q --allow-empty -m staged"
+        ),
+    )
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in host.items():
+            patch.setenv(name, value)
+        proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    run_id = result["run_id"]
+    assert meta_file(repo, run_id, "nodes/show/stdout.log") == "got:\n"
+    log = git(repo, "log", "--format=%s", f"fabro/run/{run_id}")
+    assert "staged" in log.splitlines()
+    assert not any((elsewhere / "objects").iterdir())
 
 
 def test_the_run_config_passes_a_variable_on(repo: Path, secrets: None) -> None:
