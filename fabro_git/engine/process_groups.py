@@ -96,8 +96,9 @@ async def start(
         env=env,
         start_new_session=True,
     )
-    own_child(popen.pid)
-    return _Child(popen, started=(earliest, reaper.boot_ticks()))
+    started = (earliest, reaper.boot_ticks())
+    own_child(popen.pid, started)
+    return _Child(popen, started=started)
 
 
 # The children this process started in sessions of their own (stages, hooks, event
@@ -105,17 +106,31 @@ async def start(
 # orphan (`reaper.adopted`), and between its fork and its exec it carries this
 # process's environment, without its mark: a sweep at that moment (the walk's end
 # while a last hook starts) would take it for something left behind.
-_own_children: set[int] = set()
+# Each by pid, with the ticks its start time lies between: should one never be waited
+# for, a later process given its pid is not spared for it.
+_own_children: dict[int, tuple[int, int] | None] = {}
 
 
-def own_child(pid: int) -> None:
+def own_child(pid: int, started: tuple[int, int] | None = None) -> None:
     """Count `pid`, a child this process just started, among its own until
-    `child_ended`: no sweep kills it as adopted."""
-    _own_children.add(pid)
+    `child_ended`: no sweep kills it as adopted. `started` brackets its start time
+    (`start`); else it is read now (a child not waited for keeps its pid)."""
+    if started is None:
+        process = read_stat(pid)
+        started = None if process is None else (process.start, process.start)
+    _own_children[pid] = started
 
 
 def child_ended(pid: int) -> None:
-    _own_children.discard(pid)
+    _own_children.pop(pid, None)
+
+
+def _own(process: reaper.ProcessInfo) -> bool:
+    """Whether `process` is one of this process's own children (`own_child`)."""
+    if process.pid not in _own_children:
+        return False
+    started = _own_children[process.pid]
+    return started is None or started[0] <= process.start <= started[1]
 
 
 class _Child:
@@ -360,10 +375,12 @@ def _become_subreaper() -> None:
         os.environ[MARK_VARIABLE] = _Subreaper.own_mark
 
 
-def _spared() -> set[int]:
-    """What no sweep of adopted processes kills: the watchers, and this process's own
-    children (`own_child`)."""
-    return {w.process.pid for w in _watchers.values() if w is not None} | _own_children
+def _spared(process: reaper.ProcessInfo) -> bool:
+    """Whether no sweep of adopted processes kills `process`: a watcher, or one of this
+    process's own children (`own_child`)."""
+    return _own(process) or any(
+        w is not None and w.process.pid == process.pid for w in _watchers.values()
+    )
 
 
 def _ours(value: str | None) -> bool:
@@ -425,11 +442,10 @@ def sweep_adopted(
     for _ in range(50):
         if table is None or killed:
             table = _table.read()
-        spared = _spared()
         targets = [
             process
             for process in reaper.adopted(table)
-            if process.pid not in spared
+            if not _spared(process)
             and _swept(reaper.mark_of(process.pid), mark, others=bool(others), hooks_too=hooks_too)
         ]
         if not targets:
@@ -467,9 +483,8 @@ def record_adopted(directory: Path) -> None:
     be killed (after which ancestry no longer leads to it)."""
     if not _Subreaper.on:
         return
-    spared = _spared()
     for process in reaper.adopted():
-        if process.pid in spared or process.pid in _adopted_records:
+        if _spared(process) or process.pid in _adopted_records:
             continue
         if reaper.mark_of(process.pid) == _Subreaper.own_mark:
             continue

@@ -65,3 +65,29 @@ def test_a_process_this_one_did_not_start_is_still_swept(
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_pid_counted_as_this_ones_spares_only_the_process_it_was(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A child never waited for stays counted as this process's own; a later process
+    given its pid (here: one whose start lies outside the counted child's) is swept all
+    the same, while the child it counted is spared."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the sweep reads /proc")
+    monkeypatch.setattr(process_groups._Subreaper, "on", True)
+    env = {k: v for k, v in os.environ.items() if k != "FABRO_PROCESS_MARK"}
+    counted = subprocess.Popen(["sleep", "30"], start_new_session=True, env=env)
+    reused = subprocess.Popen(["sleep", "30"], start_new_session=True, env=env)
+    try:
+        process_groups.own_child(counted.pid)  # its start read from /proc
+        # What an earlier child of the same pid would have left: a start long past.
+        process_groups.own_child(reused.pid, (0, 1))
+        killed = process_groups.sweep_adopted(None, hooks_too=False)
+        assert reused.pid in killed
+        assert counted.pid not in killed and counted.poll() is None
+    finally:
+        for child in (counted, reused):
+            process_groups.child_ended(child.pid)
+            child.kill()
+            child.wait()
