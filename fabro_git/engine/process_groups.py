@@ -400,12 +400,13 @@ def sweep_stage(mark: str, *, since: set[int] | None) -> None:
     this process (`sweep_adopted`). One read of `/proc` serves both when the first
     kills nothing: the table read for the second names the pids alive for the first.
 
-    When this process is the subreaper and has no child but its watchers, nothing the
-    stage started is left below it, and nothing was re-parented to it: the table (a
-    read of every process's `/proc` entry) is not needed. What carries the mark outside
-    this process's tree (a job handed to a daemon with the stage's environment) is
-    still looked for among the new pids."""
-    if _Subreaper.on and _no_child_but_watchers():
+    When this process is the subreaper and has no child but its watchers and what it
+    started itself (`_nothing_adopted`), nothing the stage left running was re-parented
+    to it: the table (a read of every process's `/proc` entry) is not needed. What
+    carries the stage's mark is still looked for among the new pids: below this
+    process's own children, and outside its tree (a job handed to a daemon with the
+    stage's environment)."""
+    if _Subreaper.on and _nothing_adopted():
         if kill_marked(mark, since=since):
             sweep_adopted(mark)
         return
@@ -416,14 +417,19 @@ def sweep_stage(mark: str, *, since: set[int] | None) -> None:
     sweep_adopted(mark, table=None if killed else table)
 
 
-def _no_child_but_watchers() -> bool:
-    """Whether this process's only children are its watchers (`reaper.children`):
-    nothing it started for a stage, a hook or an event sink still runs, nothing was
-    re-parented to it, and no child waits to be reaped."""
+def _nothing_adopted() -> bool:
+    """Whether every child of this process (`reaper.children`) is a watcher or one it
+    started itself (`own_child`: a hook, an event sink's program): nothing was
+    re-parented to it, so `sweep_adopted` would find nothing to kill."""
     found = reaper.children()
     if found is None:
         return False
-    return found <= {w.process.pid for w in _watchers.values() if w is not None}
+    found -= {w.process.pid for w in _watchers.values() if w is not None}
+    for pid in found:
+        process = read_stat(pid) if pid in _own_children else None
+        if process is None or not _own(process):
+            return False
+    return True
 
 
 def sweep_adopted(
