@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     from fabro_git.store.backoff import Clock
 
 # Variables that point git at another repository, other objects or another ref
-# namespace than those of the directory it runs in. Neither git fabro's own git nor a
-# stage's program gets them (`fabro_git.engine.stage_env`).
+# namespace than those of the directory it runs in, or hold it in a push's quarantine
+# (a `pre-receive` hook's, where git refuses every ref update). Neither git fabro's own
+# git nor a stage's program gets them (`fabro_git.engine.stage_env`).
 GIT_LOCATION_VARIABLES = frozenset(
     {
         "GIT_DIR",
@@ -37,6 +38,7 @@ GIT_LOCATION_VARIABLES = frozenset(
         "GIT_ALTERNATE_OBJECT_DIRECTORIES",
         "GIT_PREFIX",
         "GIT_NAMESPACE",
+        "GIT_QUARANTINE_PATH",
     }
 )
 

@@ -72,8 +72,9 @@ def test_a_command_stages_git_works_on_the_run_whatever_git_variables_the_host_h
     repo: Path, tmp_path: Path
 ) -> None:
     """Run from a git hook or a shell that set them, variables that point git at other
-    objects, another common dir or a ref namespace would have the stage's own git
-    commit elsewhere: the stage gets none of them, as git fabro's own git gets none."""
+    objects, another common dir or a ref namespace, or hold it in a push's quarantine,
+    would have the stage's own git commit elsewhere or not at all: the stage gets none
+    of them, as git fabro's own git gets none."""
     elsewhere = tmp_path / "elsewhere"
     (elsewhere / "objects").mkdir(parents=True)
     host = {
@@ -81,6 +82,7 @@ def test_a_command_stages_git_works_on_the_run_whatever_git_variables_the_host_h
         "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(elsewhere / "objects"),
         "GIT_COMMON_DIR": str(elsewhere),
         "GIT_NAMESPACE": "elsewhere",
+        "GIT_QUARANTINE_PATH": str(elsewhere / "objects"),
     }
     shown = " ".join(f"${{{name}+{name}}}" for name in host)
     write_workflow(
