@@ -281,3 +281,12 @@ def test_installed_as_the_readme_says_stages_run_the_users_python(repo: Path) ->
     for name in ("shell.txt", "py.txt"):
         prefix = git(repo, "show", f"fabro/run/{run_id}:{name}").strip()
         assert prefix and not os.path.samefile(prefix, sys.prefix), (name, prefix)
+
+
+def test_the_man_page_names_every_git_variable_a_stage_does_not_get() -> None:
+    from fabro_git.store._gitcli import GIT_LOCATION_VARIABLES
+
+    text = _man_plain(MAN.read_text())
+    paragraph = text[text.index("gets the environment without") :][:1200]
+    missing = sorted(name for name in GIT_LOCATION_VARIABLES if name not in paragraph)
+    assert not missing, f"man/git-fabro.1 does not say a stage goes without {missing}"
