@@ -193,19 +193,28 @@ def record(
     return _write_record(directory, str(pgid), entry)
 
 
-# Record files this process emptied when their group ended (`release`), by directory:
+# Record files this process released when their group ended (`release`), by directory:
 # the next record goes into one, so a command stage neither makes nor removes a file for
-# its group. Read, an empty file is no record; the run's end removes them.
+# its group. A released record starts with `RELEASED`, which no JSON does: read, it is
+# no record (as an empty file is). The run's end removes them.
 _free_records: dict[Path, list[Path]] = {}
+RELEASED = b"#"
 
 
 def release(path: Path | None) -> None:
-    """Drop the record at `path`, which this process wrote, once its group is gone: the
-    file is emptied and kept for the next record."""
+    """Drop the record at `path`, which this process wrote, once its group is gone: its
+    first byte becomes `RELEASED`, and the file is kept for the next record. One byte
+    written in place: emptying the file instead (a truncation, then a record written
+    into an empty file) costs the file system a block freed and one allocated again, at
+    every stage."""
     if path is None:
         return
     try:
-        os.truncate(path, 0)
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, RELEASED, 0)
+        finally:
+            os.close(fd)
     except OSError:
         forget(path)
         return
@@ -229,17 +238,19 @@ def _write_record(directory: Path, name: str, entry: ProcessRecord) -> Path:
     # replaced. Records are read only once their writer is gone (the watcher, a resume,
     # the run's own end), and one cut short by a kill reads as no record, as a record
     # not yet renamed into place would; a renamed temporary file would cost a stage one
-    # more file to make.
+    # more file to make. The file is not truncated: what is written covers what was
+    # there, padded with spaces (JSON's own whitespace) when shorter.
     data = json.dumps(entry).encode()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     except FileNotFoundError:  # the directory went away (a cleanup): make it again
         _made_dirs.discard(directory)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         _made_dirs.add(directory)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
-        written = os.write(fd, data)
+        data = data.ljust(os.fstat(fd).st_size, b" ")
+        written = os.pwrite(fd, data, 0)
         if written != len(data):
             raise OSError(f"short write of {path}")
     except BaseException:

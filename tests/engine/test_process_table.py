@@ -3,6 +3,7 @@ only what may have become the run's, and still sees every process of the run."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -97,7 +98,7 @@ def test_a_started_command_is_recorded_with_a_start_window_that_holds_its_start(
 
 
 def test_command_stages_record_their_groups_in_one_reused_file(repo: Path) -> None:
-    """A command stage's group record goes into the file the stage before emptied when
+    """A command stage's group record goes into the file the stage before released when
     its group ended: stages make no record file each, and the run's end leaves none."""
     from helpers import git, run_fabro, write_workflow
 
@@ -144,3 +145,36 @@ def test_the_runs_end_kills_its_groups_and_reaps_its_watcher(tmp_path: Path) -> 
         if leftover.poll() is None:
             os.killpg(leftover.pid, signal.SIGKILL)
             leftover.wait()
+
+
+def test_a_released_record_is_no_record_and_the_next_one_reads_whole(tmp_path: Path) -> None:
+    """`release` marks a record's first byte, and the next record is written over it in
+    place, padded where shorter: the released one is never taken for a group, the next
+    one is read whole and its group killed."""
+    from fabro_git.engine import process_groups, reaper
+
+    records = process_groups.records_dir(tmp_path)
+    ended = subprocess.Popen(["true"], start_new_session=True)
+    ended.wait()
+    # A bracketed start (`start_max` too): longer than the record written over it.
+    path = process_groups.record(records, ended.pid, started=(1, 2))
+    assert path is not None
+    longer = path.read_bytes()
+    process_groups.release(path)
+    assert path.read_bytes() == process_groups.RELEASED + longer[1:]
+    assert reaper.kill_recorded(records, owner=os.getpid()) == []
+    assert path.exists()  # kept for the next record
+
+    live = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        assert process_groups.record(records, live.pid) == path  # the same file
+        text = path.read_text()
+        assert len(text) == len(longer) and text.endswith(" ")
+        assert json.loads(text)["pgid"] == live.pid
+        assert reaper.kill_recorded(records, grace=1.0) == [live.pid]
+        assert live.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        if live.poll() is None:
+            os.killpg(live.pid, signal.SIGKILL)
+            live.wait()
+        process_groups.stop_watcher(records)
