@@ -310,8 +310,8 @@ class Redactor:
 class _Pass:
     """One pass of the redactor: its pattern as text and as bytes, and its RE2 filter.
 
-    Each of the two `re` patterns is compiled when first used (some milliseconds, at the
-    start of every command): the RE2 filter answers alone for text with nothing to mask,
+    Each of the two `re` patterns is compiled when first used (a millisecond or so, at
+    the start of every command): the RE2 filter answers alone for text with nothing to mask,
     which is most of it."""
 
     def __init__(self, alternatives: list[str]) -> None:

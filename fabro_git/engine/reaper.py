@@ -249,8 +249,9 @@ def children() -> set[int] | None:
     (its children move to another thread, perhaps one read already).
 
     The kernel reads a list a child at a time, and a child reaped between two steps can
-    make it skip the one after; so only a list holding no child but those the caller
-    knows stay alive (the watchers) tells that nothing else is there."""
+    make it skip the one after: a list that holds only children the caller knows (its
+    watchers, which live as long as the run, and children it started itself, reaped on
+    the thread that reads this) tells that nothing else is there."""
     found: set[int] = set()
     tasks = _PROC / "self" / "task"
     try:
