@@ -426,7 +426,7 @@ def refresh_cache(cache: Path, item: RemoteRow) -> None:
     """Bring the batch record (and so the base commit) and the row's run refs, where
     the remote has them, into the node's cache, as the remote has them now."""
     if not (cache / "HEAD").exists():
-        subprocess.run(["git", "init", "-q", "--bare", str(cache)], check=True, capture_output=True)
+        _git(["init", "-q", "--bare", str(cache)], cache.parent)
     record = runrefs.batch_ref(item.job.batch_id)
     patterns = [record, *_run_refs(item.job.row.run_id)]
     listed = _git(["ls-remote", "--refs", item.url, "--", *patterns], cache)
@@ -447,9 +447,7 @@ def row_repository(cache: Path, item: RemoteRow) -> Path:
     _sweep(rows)
     workdir = rows / f"{item.job.row.run_id}.{os.getpid()}"
     shutil.rmtree(workdir, ignore_errors=True)
-    subprocess.run(
-        ["git", "init", "-q", "-b", item.branch, str(workdir)], check=True, capture_output=True
-    )
+    _git(["init", "-q", "-b", item.branch, str(workdir)], rows)
     alternates = workdir / ".git" / "objects" / "info" / "alternates"
     alternates.write_text(str(cache / "objects") + "\n")
     run_id = item.job.row.run_id
