@@ -178,3 +178,39 @@ def test_a_released_record_is_no_record_and_the_next_one_reads_whole(tmp_path: P
             os.killpg(live.pid, signal.SIGKILL)
             live.wait()
         process_groups.stop_watcher(records)
+
+
+SWEEPS = """
+import os, subprocess, sys
+from fabro_git.engine import process_groups, reaper
+
+process_groups._Subreaper.on = True
+reads = []
+table_read = process_groups._table.read
+process_groups._table.read = lambda: reads.append(1) or table_read()
+process_groups.sweep_stage("nothing.stage.1", since=reaper.pids())
+print("no child:", len(reads))
+env = {k: v for k, v in os.environ.items() if k != "FABRO_PROCESS_MARK"}
+orphan = subprocess.Popen(["sleep", "30"], start_new_session=True, env=env)
+process_groups.sweep_stage("nothing.stage.2", since=reaper.pids())
+orphan.wait(timeout=10)  # killed, and reaped by the sweep itself
+print("unknown child:", len(reads), reaper.read_stat(orphan.pid))
+"""
+
+
+def test_a_stage_sweep_reads_the_table_only_when_something_was_adopted() -> None:
+    """The sweep after a stage reads every process's `/proc` entry only when this
+    process has a child that is neither a watcher nor one it started itself: with none,
+    nothing was re-parented to it. A child of another session it did not start (what a
+    stage's orphan is, once adopted) sends it to the table, which finds and kills it.
+    In a process of its own, whose only children are the test's."""
+    if not sys.platform.startswith("linux"):
+        pytest.skip("reads /proc")
+    proc = subprocess.run(
+        [sys.executable, "-c", SWEEPS], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    assert first == "no child: 0"
+    reads, left = second.removeprefix("unknown child: ").split()
+    assert int(reads) >= 1 and left == "None"  # read, and the orphan is gone
