@@ -181,7 +181,7 @@ def test_a_released_record_is_no_record_and_the_next_one_reads_whole(tmp_path: P
 
 
 SWEEPS = """
-import os, subprocess, sys
+import os, subprocess
 from fabro_git.engine import process_groups, reaper
 
 process_groups._Subreaper.on = True
