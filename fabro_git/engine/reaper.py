@@ -136,11 +136,33 @@ def alive(pgid: int) -> bool:
 MARK_VARIABLE = "FABRO_PROCESS_MARK"
 
 
+# What `pids` read last, and when (`time.monotonic`).
+_last_read: tuple[float, frozenset[int]] | None = None
+# How old a read `pids_lately` takes.
+RECENT = 0.25
+
+
 def pids() -> set[int]:
     """The pids of the processes now alive (or waiting to be reaped)."""
+    global _last_read
     with contextlib.suppress(OSError):
-        return {int(name) for name in os.listdir(_PROC) if name.isdigit()}
+        found = {int(name) for name in os.listdir(_PROC) if name.isdigit()}
+        _last_read = (time.monotonic(), frozenset(found))
+        return found
     return set()
+
+
+def pids_lately(max_age: float = RECENT) -> set[int]:
+    """Pids that were alive a moment ago: the last read of `pids` if it is at most
+    `max_age` seconds old, else a new one. What a stage is about to start is in neither,
+    so either serves as the pids it did not start (`kill_marked`'s `since`); a process
+    started in between is looked at too, which costs one read of its environment. In a
+    pipeline of short stages, each takes the read its predecessor's sweep made: one read
+    of `/proc` a stage rather than two."""
+    last = _last_read
+    if last is not None and time.monotonic() - last[0] <= max_age:
+        return set(last[1])
+    return pids()
 
 
 def marked(mark: str, among: set[int] | None = None) -> list[int]:

@@ -203,7 +203,7 @@ class StageRequest(msgspec.Struct):
         if self._mark is None:
             from fabro_git.engine import process_groups, reaper
 
-            self._pids_before = reaper.pids()
+            self._pids_before = reaper.pids_lately()
             self._mark = process_groups.process_mark(self.process_groups)
             process_groups.running_stages.add(self._mark)
         return self._mark

@@ -214,3 +214,30 @@ def test_a_stage_sweep_reads_the_table_only_when_something_was_adopted() -> None
     assert first == "no child: 0"
     reads, left = second.removeprefix("unknown child: ").split()
     assert int(reads) >= 1 and left == "None"  # read, and the orphan is gone
+
+
+def test_the_pids_before_a_stage_are_the_last_read_when_it_is_recent() -> None:
+    """A stage's "pids it did not start" may be the read of `/proc` its predecessor's
+    sweep made, when that is recent: a process started since is not in it, so a marked
+    one started then is still among those the sweep looks at, and is killed."""
+    seen = reaper.pids()
+    mark = f"test{os.getpid()}.stage.1"
+    env = dict(os.environ, **{reaper.MARK_VARIABLE: mark})
+    late = subprocess.Popen(["sleep", "30"], env=env)
+    try:
+        lately = reaper.pids_lately(max_age=60)
+        assert lately == seen  # the earlier read, not a new one
+        assert late.pid not in lately
+        assert set(reaper.kill_marked(mark, since=lately)) == {late.pid}
+        assert late.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        late.kill()
+        late.wait()
+    # An old read is not taken: a new one is.
+    assert late.pid not in reaper.pids_lately(max_age=0) or reaper.read_stat(late.pid) is None
+    fresh = subprocess.Popen(["sleep", "30"])
+    try:
+        assert fresh.pid in reaper.pids_lately(max_age=0)
+    finally:
+        fresh.kill()
+        fresh.wait()
