@@ -10,8 +10,10 @@ interleaved over several repetitions:
   git-only  N x (`git add -A`, `git commit ...`) with the stage's file written by this
             script rather than by a shell, so only git's recording is timed
 
-and prints the medians and the ratios (target: fabro at most 1.6x git), and the ratio
-of the fastest of each, which the machine's other load takes least from. Two workloads:
+and prints the medians and the ratios (target: fabro at most 1.6x git), the ratio of
+the fastest of each, which the machine's other load takes least from, and the ratios
+of the rounds' pairs (each fabro run against the git loop timed right after it), which
+a machine whose speed drifts from round to round moves least. Two workloads:
 every stage runs `true` (nothing to record but the commit), and every stage runs the
 pipeline of the speed target, `echo i > f_i.txt` (a new file a stage). Before each
 round the git copy is put back to its first commit, so both sides add the same files
@@ -25,7 +27,8 @@ the same load.
 that has seen many runs has loose refs: the repository guard looks at them twice a
 stage.
 
-    python benchmarks/pipeline.py [--stages 50] [--reps 5] [--refs 0] [--against OTHER/git-fabro]
+    python benchmarks/pipeline.py [--stages 50] [--reps 5] [--refs 0] [--workload both]
+                                  [--against OTHER/git-fabro]
 """
 
 from __future__ import annotations
@@ -179,6 +182,13 @@ def measure(
             f"{'':<28} best of {len(git_times)}: fabro {best_f:6.3f}s   git {best_g:6.3f}s"
             f"   ratio {best_f / best_g:5.2f}x"
         )
+        # Each round's fabro against the git loop timed right after it: a machine whose
+        # speed drifts between rounds moves both sides of a pair alike.
+        paired = sorted(f / g for f, g in zip(fabro_times[x], git_times, strict=True))
+        print(
+            f"{'':<28} paired by round: median {statistics.median(paired):5.2f}x"
+            f"   from {paired[0]:5.2f}x to {paired[-1]:5.2f}x"
+        )
     return statistics.median(fabro_times[exe]), g
 
 
@@ -190,21 +200,29 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--against", help="another git-fabro to time in the same rounds")
     parser.add_argument("--refs", type=int, default=0, help="loose refs in the repository")
+    parser.add_argument(
+        "--workload",
+        choices=["true", "file", "both"],
+        default="both",
+        help="stages that run `true`, stages that write a file (the target's), or both",
+    )
     args = parser.parse_args()
     refs = f", {args.refs} loose refs" if args.refs else ""
     print(
         f"{args.stages}-stage linear pipeline{refs}, median of {args.reps} "
         "(whole process vs git add+commit per stage)"
     )
-    measure(args.stages, args.reps, "true", "stages run `true`", args.against, args.refs)
-    measure(
-        args.stages,
-        args.reps,
-        "echo {i} > f_{i}.txt",
-        "each stage writes a file",
-        args.against,
-        args.refs,
-    )
+    if args.workload in ("true", "both"):
+        measure(args.stages, args.reps, "true", "stages run `true`", args.against, args.refs)
+    if args.workload in ("file", "both"):
+        measure(
+            args.stages,
+            args.reps,
+            "echo {i} > f_{i}.txt",
+            "each stage writes a file",
+            args.against,
+            args.refs,
+        )
 
 
 if __name__ == "__main__":
