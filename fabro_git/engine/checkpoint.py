@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import math
 import operator
 import time
 from collections.abc import Callable, Iterable
@@ -320,6 +321,8 @@ DELTA_MAPS = (
 )
 # A complete checkpoint at least this often, so a reader applies one delta to one base.
 FULL_EVERY = 50
+# And at most this often.
+FULL_EVERY_LEAST = 8
 
 
 class CheckpointDelta(Checkpoint, kw_only=True):
@@ -423,7 +426,7 @@ class DeltaWriter:
 
     def delta(self, cp: Checkpoint) -> CheckpointDelta | None:
         """`cp` as a delta on the last complete checkpoint; None when it is to be whole."""
-        if self._base_sha is None or self._since_base + 1 >= self.full_every:
+        if self._base_sha is None or self._since_base + 1 >= self._interval(cp):
             return None
         done = len(self._base_completed)
         if cp.completed_nodes[:done] != self._base_completed:
@@ -454,6 +457,18 @@ class DeltaWriter:
         fields = {name: getattr(cp, name) for name in Checkpoint.__struct_fields__}
         fields.update(changed, completed_nodes=cp.completed_nodes[done:])
         return CheckpointDelta(**fields, delta_of=self._base_sha, removed=removed)
+
+    def _interval(self, cp: Checkpoint) -> int:
+        """How many snapshots apart complete checkpoints are, at this point of the run.
+
+        A delta holds every stage's record since its base, so it grows by about one
+        record a stage, while a complete checkpoint holds the records of every stage so
+        far. Over an interval of k stages, at stage n, a stage writes about n / k + k / 2
+        records: least at k = sqrt(2n). A run of 50 stages then writes a complete one
+        every 8 to 10 stages rather than deltas that grow to the whole checkpoint; at
+        1,000 stages the interval is 44, about `full_every`, which bounds it."""
+        best = math.isqrt(2 * len(cp.completed_nodes))
+        return min(self.full_every, max(FULL_EVERY_LEAST, best))
 
     def _keys_to_compare(self, name: str, current: dict[str, object]) -> set[str] | None:
         """The keys of the map `name` that may differ from the base: those noted since it

@@ -4,6 +4,7 @@ checkpoint the engine meant (resume depends on it)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from fabro_git.engine.checkpoint import (
+    FULL_EVERY,
     Checkpoint,
     DeltaWriter,
     decode_checkpoint,
@@ -166,3 +168,45 @@ def test_a_stage_checkpoint_stays_the_same_size_as_the_run_grows(repo: Path) -> 
         stage = int(path.stem.split("-s", 1)[1].split("@")[0])
         assert "delta_of" not in checkpoint
         assert len(checkpoint["completed_nodes"]) == stage + 2
+
+
+class _FixedInterval(DeltaWriter):
+    """A complete checkpoint every `full_every` snapshots, however long the run."""
+
+    def _interval(self, cp: Checkpoint) -> int:
+        return self.full_every
+
+
+def _written_sizes(writer: DeltaWriter, stages: int) -> tuple[list[int], list[int]]:
+    """The size of each stage's `checkpoint.json` when every stage adds one record, and
+    the stages written complete."""
+    cp = Checkpoint(status="running")
+    sizes, whole = [], []
+    for number in range(stages):
+        node = f"stage{number}"
+        cp.completed_nodes.append(node)
+        cp.node_visits[node] = 1
+        cp.node_outcomes[node] = {"status": "succeeded", "notes": "x" * 300}
+        delta = writer.delta(cp) if number else None
+        sizes.append(len(encode(cp if delta is None else delta)))
+        if delta is None:
+            whole.append(number)
+        writer.written(cp, f"{number:040x}", whole=delta is None)
+    return sizes, whole
+
+
+def test_complete_checkpoints_come_as_often_as_keeps_a_stages_share_least() -> None:
+    # A run of 50 stages: a complete checkpoint every 8 to 10 stages, not deltas that
+    # grow to the whole checkpoint; what a stage writes, on average, is a third of it.
+    sizes, whole = _written_sizes(DeltaWriter(), 50)
+    fixed, _ = _written_sizes(_FixedInterval(), 50)
+    gaps = [b - a for a, b in itertools.pairwise(whole)]
+    assert gaps and all(8 <= gap <= 10 for gap in gaps), whole
+    assert sum(sizes) * 3 < sum(fixed), (sum(sizes), sum(fixed))
+    # A long run: the interval grows with it, up to FULL_EVERY.
+    writer = DeltaWriter()
+    intervals = [
+        writer._interval(Checkpoint(completed_nodes=[f"s{i}" for i in range(n)]))
+        for n in (50, 200, 800, 1250, 5000)
+    ]
+    assert intervals == [10, 20, 40, FULL_EVERY, FULL_EVERY]
