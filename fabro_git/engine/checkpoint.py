@@ -6,8 +6,9 @@ which grow with the run; writing them whole at every stage would make stage 1,00
 more than stage 10. So most stage checkpoints are written as a delta (`CheckpointDelta`):
 the scalar fields whole, and of the maps only the entries that changed since a complete
 checkpoint, which the delta names by its meta commit (an ancestor on the same ref). A
-complete one is written at least every `FULL_EVERY` stages, at the start of each process
-and for every snapshot other than a stage checkpoint (`init`, `finalize`), so a finished
+complete one is written at least every `FULL_EVERY` stages (more often early in a run:
+`DeltaWriter._interval`), at the start of each process and for every snapshot other than
+a stage checkpoint (`init`, `finalize`), so a finished
 run's `checkpoint.json` is always complete. `read_checkpoint` is the one reader: it puts
 a delta back together with its base.
 """
