@@ -8,9 +8,9 @@ the scalar fields whole, and of the maps only the entries that changed since a c
 checkpoint, which the delta names by its meta commit (an ancestor on the same ref). A
 complete one is written at least every `FULL_EVERY` stages (more often early in a run:
 `DeltaWriter._interval`), at the start of each process and for every snapshot other than
-a stage checkpoint (`init`, `finalize`), so a finished
-run's `checkpoint.json` is always complete. `read_checkpoint` is the one reader: it puts
-a delta back together with its base.
+a stage checkpoint (`init`, `finalize`), so a finished run's `checkpoint.json` is always
+complete. `read_checkpoint` is the one reader: it puts a delta back together with its
+base.
 """
 
 from __future__ import annotations
