@@ -10,7 +10,8 @@ redacted events the meta ref holds).
 Two things count as secret:
 
 - the value of an environment variable whose name looks secret (`*_KEY`, `*_TOKEN`,
-  `*_SECRET`, `*PASSWORD*`, `*_CREDENTIALS`, ..., in any case), when it is at least
+  `*_SECRET`, `*PASSWORD*`, `*_CREDENTIALS`, `*_PASS`, `*_AUTH`, ..., plural or numbered
+  too, `*_KEYS`, `*_TOKEN_2`, in any case), when it is at least
   `MIN_SECRET_LENGTH` characters long: a shorter value would redact ordinary words, and
   is no real secret anyway;
 - the value of an input (`-V NAME=VALUE`) whose name looks secret, by the same rule:
@@ -73,8 +74,11 @@ RUN_HEAD = 64
 PEM_HOLD = 8400
 
 # Matched against the variable's name, upper-cased.
+# A plural, or a number after it, is one more of the same (`OPENAI_API_KEYS`,
+# `GITHUB_TOKEN_2`); `PASS` and `AUTH` are short forms (`DB_PASS`, `PROXY_AUTH`).
 _SECRET_NAME = re.compile(
-    r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|CREDENTIALS?|PASSWORD|PASSWD|PASSPHRASE|PAT)$"
+    r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|CREDENTIAL|PASSWORD|PASSWD|PASSPHRASE|PASS|PAT|AUTH)"
+    r"S?(?:_?[0-9]+)?$"
     r"|PASSWORD|PASSWD|SECRET"
 )
 
@@ -565,6 +569,27 @@ def remember_values(values: list[str]) -> None:
     configuration hands to a server), when they are at least `MIN_SECRET_LENGTH` long."""
     _literal.update(v for v in values if len(v.strip()) >= MIN_SECRET_LENGTH)
     for_process.cache_clear()
+
+
+def masked(text: str) -> str:
+    """`text` with every secret this process knows of masked (`for_process`)."""
+    return for_process().mask_text(text)
+
+
+def clip(text: str, limit: int, *, end: bool = False) -> str:
+    """The first `limit` characters of `text` masked (its last, with `end`).
+
+    Every cut of run data goes through here or masks first: cut first, a secret across
+    the cut leaves a part of it, which no pattern recognises, so the masking that comes
+    when the text is written keeps it. The same holds for any rewrite of the text
+    (folding whitespace, lower-casing): mask, then rewrite.
+    """
+    text = masked(text)
+    if limit <= 0:
+        return ""
+    if len(text) <= limit:
+        return text
+    return text[-limit:] if end else text[:limit]
 
 
 @functools.cache

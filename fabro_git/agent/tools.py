@@ -28,6 +28,7 @@ from typing import Annotated, TypeVar
 import msgspec
 import trio
 
+from fabro_git import redact
 from fabro_git.agent import patch as v4a
 from fabro_git.agent.shell import run_shell
 from fabro_git.agent.skills import Skill, render
@@ -412,7 +413,7 @@ def grep(arguments: GrepArguments, context: ToolContext) -> str:
             continue
         for number, line in enumerate(data.decode("utf-8", errors="replace").split("\n"), 1):
             if regex.search(line):
-                matches.append(f"{relative}:{number}: {line[:GREP_LINE_CHARS]}")
+                matches.append(f"{relative}:{number}: {redact.clip(line, GREP_LINE_CHARS)}")
                 if len(matches) >= wanted:
                     matches.append(f"[stopped at {wanted} matches; narrow the search]")
                     return "\n".join(matches)

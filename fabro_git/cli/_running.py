@@ -9,7 +9,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -170,9 +170,60 @@ def model_use(tokens: TokenTotals, total_cost: float) -> str | None:
     return text + (f", about {format_cost(total_cost)}" if total_cost else "")
 
 
+# The variable that hands a detached child the goal and inputs its run holds only
+# masked. Its name looks secret, so no stage is given it and its value is masked too.
+CARRIED_SECRETS = "FABRO_DETACHED_SECRETS"
+
+
+def carried_secrets(goal: str, inputs: Mapping[str, str]) -> str | None:
+    """The goal and inputs, as JSON, that the stored run holds only masked (a goal with
+    a key in it, an input whose name looks secret); None when there are none. A
+    detached child reads the run from git: without them it would run on the masks."""
+    import json
+
+    from fabro_git import redact
+
+    kept = {name: value for name, value in inputs.items() if redact.masked(value) != value}
+    whole = goal if redact.masked(goal) != goal else None
+    if whole is None and not kept:
+        return None
+    return json.dumps({"goal": whole, "inputs": kept})
+
+
+def take_carried_secrets() -> tuple[str | None, dict[str, str]]:
+    """What the command that started this detached child carried (`carried_secrets`),
+    taken out of the environment so that nothing this process starts inherits it."""
+    import json
+
+    text = os.environ.pop(CARRIED_SECRETS, None)
+    if not text:
+        return None, {}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None, {}
+    goal = data.get("goal") if isinstance(data, dict) else None
+    inputs = data.get("inputs") if isinstance(data, dict) else None
+    return (
+        goal if isinstance(goal, str) else None,
+        {
+            str(name): value
+            for name, value in (inputs.items() if isinstance(inputs, dict) else ())
+            if isinstance(value, str)
+        },
+    )
+
+
 def spawn_detached(
-    repo: GitRepo, run_id: str, options: Options, fixes: Fixes | None = None
+    repo: GitRepo,
+    run_id: str,
+    options: Options,
+    fixes: Fixes | None = None,
+    *,
+    carried: str | None = None,
 ) -> None:
+    """Go on with the run in a child in the background (`resume --detached-child`).
+    `carried`: the goal and inputs its run holds only masked (`carried_secrets`)."""
     from fabro_git.config.locations import make_private_dir, open_private, run_scratch_dir
     from fabro_git.engine.lock import mark_starting
 
@@ -200,7 +251,7 @@ def spawn_detached(
             stdout=out,
             stderr=out,
             start_new_session=True,
-            env=dict(os.environ),
+            env=dict(os.environ, **({CARRIED_SECRETS: carried} if carried else {})),
         )
     mark_starting(Path(repo.git_dir), run_id, child.pid)
 

@@ -17,6 +17,7 @@ from fabro_git.cli._running import (
     report,
     spawn_detached,
     stdin_answers,
+    take_carried_secrets,
     use_run_author,
 )
 from fabro_git.cli.run import (
@@ -75,6 +76,11 @@ def resume(
         retro=retro,
         max_cost=max_cost,
     )
+    if detached_child:
+        from fabro_git import redact
+
+        options.carried_goal, options.carried_inputs = take_carried_secrets()
+        redact.remember(options.carried_inputs)
     _check_spending(full_id, cp.total_cost, options.max_cost)
     fixes = _fixes(repo, full_id, stored, rebase, workflow)
     if not detached_child:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from fabro_git.cli._collector import start_collecting
 from fabro_git.cli._running import (
+    carried_secrets,
     disk_full_names_the_run,
     progress_renderer,
     remember_config_secrets,
@@ -397,7 +398,7 @@ def _go_on_detached(repo: GitRepo, opened: OpenRun, options: Options, *, json_ou
     run_id, manifest = opened.run_id, opened.manifest
     opened.lock.release()
     opened.bus.close()
-    spawn_detached(repo, run_id, options)
+    spawn_detached(repo, run_id, options, carried=carried_secrets(manifest.goal, manifest.inputs))
     if json_output:
         from fabro_git.engine.session import RunResult
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from fabro_git import redact
 from fabro_git.config.protected import ConfigSnapshot, config_change_refused
 from fabro_git.engine.ledger import PendingFile
 from fabro_git.engine.outcome import CANCELED, DETERMINISTIC, TRANSIENT, Outcome
@@ -198,4 +199,6 @@ def event_response(result: Outcome) -> str | None:
     if len(response) <= OFFLOAD_THRESHOLD:
         return response
     left = len(response) - OFFLOAD_THRESHOLD
-    return f"{response[:OFFLOAD_THRESHOLD]}\n[... {left} more characters, in response.md]"
+    return (
+        f"{redact.clip(response, OFFLOAD_THRESHOLD)}\n[... {left} more characters, in response.md]"
+    )

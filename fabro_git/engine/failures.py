@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 
+from fabro_git import redact
 from fabro_git.engine.outcome import DETERMINISTIC, STRUCTURAL, TRANSIENT
 
 _HEX = re.compile(r"\b(?:0x)?[0-9a-f]{7,}\b")
@@ -19,7 +20,9 @@ TRACKED_CLASSES = (DETERMINISTIC, STRUCTURAL)
 
 
 def normalize_message(message: str) -> str:
-    text = message.strip().lower()
+    # Masked before it is folded: a secret lower-cased, or with its digits folded, is
+    # one no pattern recognises any more.
+    text = redact.masked(message).strip().lower()
     text = _HEX.sub("<hex>", text)
     text = _DIGITS.sub("<n>", text)
     text = _SPACE.sub(" ", text)

@@ -53,6 +53,7 @@ from typing import TYPE_CHECKING
 import msgspec
 import trio
 
+from fabro_git import redact
 from fabro_git.config.locations import make_private_dir, open_private
 from fabro_git.engine.emit import Emit
 from fabro_git.events.catalogue import NoticeLevel, RunNotice
@@ -424,10 +425,12 @@ class LifecycleHooks:
             chosen = said or PROCEED
             return HookDecision(chosen.action, chosen.reason, chosen.edge_to, hook.name)
         if code == BLOCK_EXIT:
-            reason = _read(err).strip()[-OUTPUT_EXCERPT:] or f"hook exited with code {code}"
+            reason = redact.clip(_read(err).strip(), OUTPUT_EXCERPT, end=True) or (
+                f"hook exited with code {code}"
+            )
             chosen = said or HookDecision("block", reason)
             return HookDecision(chosen.action, chosen.reason, chosen.edge_to, hook.name)
-        detail = _read(err).strip()[-OUTPUT_EXCERPT:]
+        detail = redact.clip(_read(err).strip(), OUTPUT_EXCERPT, end=True)
         message = f"{payload['event']} hook {hook.name} exited with code {code}"
         self._notice("hook_failed", message + (f": {detail}" if detail else ""), payload)
         if not hook.blocking:
@@ -528,7 +531,7 @@ class LifecycleHooks:
             return PROCEED
         said = _decision_in_reply(reply)
         if said is None:
-            excerpt = " ".join(reply.split())[:200] or "(an empty reply)"
+            excerpt = " ".join(redact.masked(reply).split())[:200] or "(an empty reply)"
             self._notice(
                 "hook_unreadable_reply",
                 f"{event} hook {hook.name}: the model's reply holds no decision "

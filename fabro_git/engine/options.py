@@ -27,3 +27,7 @@ class Options(msgspec.Struct):
     max_cost: float | None = None
     # Hears each line a command stage prints, as it prints it (`run -v`): (node id, line).
     on_output: Callable[[str, str], None] | None = None
+    # The goal and the inputs as given, where the stored run holds them masked: what a
+    # detached child was handed by the command that made the run (`carry_secrets`).
+    carried_goal: str | None = None
+    carried_inputs: dict[str, str] = msgspec.field(default_factory=dict)

@@ -26,17 +26,18 @@ KILL_GRACE = 2.0
 
 
 def excerpt(path: Path, limit: int) -> bytes:
-    """The whole file when small, else its head and tail around an omission marker.
+    """The whole file when small, else its head and tail around an omission marker;
+    masked either way, so that what a stage makes of a command's output (its context
+    values, its error, a later prompt) holds no secret to cut in two or send away.
 
     A large file is masked whole, as one stream (a chunk at a time, so memory stays
     bounded), before it is cut: a secret across a cut would leave a part of it that
-    no pattern recognises. A small one is masked where it is written, as any file.
-    The cuts fall on line ends when a line end is near.
+    no pattern recognises. The cuts fall on line ends when a line end is near.
     """
     size = path.stat().st_size
     with path.open("rb") as fh:
         if size <= limit:
-            return fh.read()
+            return redact.for_process().mask_bytes(fh.read())
         half = limit // 2
         masker = redact.for_process().stream_bytes()
         head = bytearray()

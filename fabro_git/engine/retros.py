@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from fabro_git import redact
 from fabro_git.engine.outcome import FAILED
 from fabro_git.errors import FabroError
 from fabro_git.events.catalogue import RunNotice
@@ -66,7 +67,7 @@ async def narrate(
     from fabro_git.llm.types import Message, Request
     from fabro_git.llm.usage import estimate_cost
 
-    facts = json.dumps(retro, indent=1, sort_keys=True)[:RETRO_CHARS]
+    facts = redact.clip(json.dumps(retro, indent=1, sort_keys=True), RETRO_CHARS)
     prompt = f"{INSTRUCTIONS}\nGoal: {retro.get('goal') or '(none given)'}\n\nRetro:\n{facts}\n"
     try:
         choice = ModelChoice(model=model, provider=provider) if (model or provider) else None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 
+from fabro_git import redact
 from fabro_git.engine.edges import Selection, select_edge
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.failures import is_tracked, may_cross_loop_restart
@@ -245,7 +246,7 @@ def _same_failure(qid: str, result: Outcome, count: int, limit: int) -> str:
     # The headline of the error: `command exited with status 1`, not the output after it.
     why = (result.error or "no reason given").strip().splitlines()[0].split(": ", 1)[0]
     if len(why) > 200:
-        why = why[:199] + "…"
+        why = redact.clip(why, 199) + "…"
     return (
         f"stage {qid} failed the same way {count} times ({why}); stopping, as another "
         f"try would fail again (the graph's loop_restart_signature_limit is {limit})"

@@ -121,6 +121,14 @@ def execute_run(
     if run is None:
         workflow = fixes.workflow.graph if fixes.workflow is not None else None
         run = open_run(repo, run_id, workflow=workflow)
+    if options.carried_goal is not None or options.carried_inputs:
+        # The goal and inputs as given, which the stored run holds masked: for this
+        # process's stages alone, never written back (the manifest it writes is masked).
+        run.manifest = msgspec.structs.replace(
+            run.manifest,
+            goal=options.carried_goal or run.manifest.goal,
+            inputs={**run.manifest.inputs, **options.carried_inputs},
+        )
     emit = run.emit
     for event in before:
         emit(event)

@@ -11,6 +11,7 @@ import os
 import time
 from pathlib import Path
 
+from fabro_git import redact
 from fabro_git.config.locations import make_private_dir
 from fabro_git.engine import process_groups
 from fabro_git.engine.checkpoint import Manifest
@@ -73,7 +74,7 @@ async def run_setup(runtime: Runtime, manifest: Manifest, worktree: Path) -> Non
         )
         exit_code = -1 if code is None else code
         if exit_code != 0:
-            stderr = err.read_bytes()[-4000:].decode("utf-8", "replace")
+            stderr = redact.clip(err.read_bytes().decode("utf-8", "replace"), 4000, end=True)
             emit(
                 catalogue.SetupFailed(
                     command=command, index=index, exit_code=exit_code, stderr=stderr

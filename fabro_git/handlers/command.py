@@ -20,6 +20,7 @@ from pathlib import Path
 
 import trio
 
+from fabro_git import redact
 from fabro_git.engine.outcome import DETERMINISTIC, TRANSIENT, Outcome
 from fabro_git.engine.process import (
     META_LIMIT,
@@ -46,6 +47,9 @@ class OutputFollower:
         self.line_out = line_out
         self._offsets = [0] * len(paths)
         self._partial = [b""] * len(paths)
+        # The terminal is no place for a secret either (a CI log keeps it): one masker
+        # per file, which holds back what may still become one.
+        self._maskers = [redact.for_process().stream_bytes() for _ in paths]
 
     async def follow(self) -> None:
         while True:
@@ -64,9 +68,11 @@ class OutputFollower:
                         if not chunk:
                             break
                         self._offsets[index] += len(chunk)
-                        self._lines(index, chunk)
+                        self._lines(index, self._maskers[index].feed(chunk))
             except FileNotFoundError:
                 continue
+            if final:
+                self._lines(index, self._maskers[index].flush())
             if final and self._partial[index]:
                 self.line_out(_text(self._partial[index]))
                 self._partial[index] = b""
@@ -192,7 +198,7 @@ async def execute(req: StageRequest) -> Outcome:
     if code == 0:
         return Outcome.success(context_updates=dict(updates), notes=notes)
     last = err.strip().splitlines()[-1:] or out.strip().splitlines()[-1:]
-    detail = f": {last[0][:200]}" if last else ""
+    detail = f": {redact.clip(last[0], 200)}" if last else ""
     full = out_of_space(req.worktree, req.stage_dir)
     if full is not None:
         # Not the command's fault, and not a result to route on: the run stops where a

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
+from fabro_git import redact
 from fabro_git.engine.outcome import BUDGET, DETERMINISTIC, TRANSIENT, Outcome, Usage
 from fabro_git.engine.stage import StageRequest
 from fabro_git.errors import ConfigError
@@ -255,7 +256,7 @@ def _without_tool_rounds(messages: list[llm.Message]) -> list[llm.Message]:
     for message in messages:
         if message.tool_calls:
             calls = "\n".join(
-                f"[called {call.name} {json.dumps(call.arguments)[:2000]}]"
+                f"[called {call.name} {redact.clip(json.dumps(call.arguments), 2000)}]"
                 for call in message.tool_calls
             )
             text = f"{message.text}\n\n{calls}" if message.text else calls

@@ -28,6 +28,7 @@ import os
 import uuid
 from pathlib import Path
 
+from fabro_git import redact
 from fabro_git.config.locations import open_private
 from fabro_git.engine.outcome import DETERMINISTIC, TRANSIENT, Outcome, Usage
 from fabro_git.engine.process import META_LIMIT, excerpt, run_script
@@ -236,7 +237,7 @@ def _failure(program: str, code: int | None, reply: cli.CliReply, stderr: str) -
         return stderr.strip() + (f"; {CLI_ALTERNATIVES}" if missing else "")
     if code != 0:
         last = stderr.strip().splitlines()[-1:] or [reply.error or ""]
-        detail = f": {last[0][:300]}" if last[0] else ""
+        detail = f": {redact.clip(last[0], 300)}" if last[0] else ""
         return f"agent CLI {program} exited with status {code}{detail}"
     if reply.error is not None:
         return reply.error

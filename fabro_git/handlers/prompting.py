@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+from fabro_git import redact
 from fabro_git.engine.context import HIDDEN_FROM_PROMPT
 from fabro_git.engine.outcome import Outcome, StageRecord, normalize_status
 from fabro_git.engine.stage import StageRequest
@@ -133,7 +134,7 @@ def stage_summary(graph: Graph, node_id: str, record: StageRecord) -> list[str]:
     lines = [f"- **{node_id}**: {record.get('status')}"]
     error = record.get("error")
     if record.get("status") == "failed" and isinstance(error, str) and error.strip():
-        lines.append(f"  - What failed: {' '.join(error.split())[:PREAMBLE_LINE_LIMIT]}")
+        lines.append(f"  - What failed: {_one_line(error, PREAMBLE_LINE_LIMIT)}")
     usage = record.get("usage")
     if isinstance(usage, Mapping) and usage.get("model"):
         lines.append(
@@ -183,7 +184,10 @@ def stage_findings(graph: Graph, node_id: str, record: StageRecord) -> list[str]
             lines.append(f"  - Reply: {_one_line(reply, 200)}")
         output = updates.get("command.output")
         if isinstance(output, str) and output.strip() and pointer_path(output) is None:
-            tail = [line[:PREAMBLE_LINE_LIMIT] for line in output.strip("\n").splitlines()[-5:]]
+            tail = [
+                line[:PREAMBLE_LINE_LIMIT]
+                for line in redact.masked(output).strip("\n").splitlines()[-5:]
+            ]
             lines.append("  - Output ends:")
             lines += ["    " + line for line in tail]
     return lines
@@ -215,7 +219,7 @@ def stage_report(graph: Graph, node_id: str, record: StageRecord) -> list[str]:
 
 
 def _one_line(value: object, limit: int) -> str:
-    text = " ".join(str(value).split())
+    text = " ".join(redact.masked(str(value)).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -225,7 +229,7 @@ def _tokens(count: object) -> str:
 
 
 def _head_and_tail(text: str) -> str:
-    lines = [line[:PREAMBLE_LINE_LIMIT] for line in text.strip("\n").splitlines()]
+    lines = [line[:PREAMBLE_LINE_LIMIT] for line in redact.masked(text).strip("\n").splitlines()]
     if len(lines) > PREAMBLE_HEAD_LINES + PREAMBLE_TAIL_LINES:
         omitted = len(lines) - PREAMBLE_HEAD_LINES - PREAMBLE_TAIL_LINES
         lines = [
@@ -305,7 +309,7 @@ def outcome_from_response(
     # value that is not JSON yet is why the updates are cast below.
     updates: dict[str, JsonValue | TextFile] = {
         "last_stage": node_id,
-        "last_response": response[:200],
+        "last_response": redact.clip(response, 200),
         f"response.{node_id}": response if value is None else value,
     }
     extra = directives.get("context_updates")

@@ -18,6 +18,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from fabro_git import redact
 from fabro_git.jsondata import JsonObject
 from fabro_git.llm.types import Usage
 
@@ -163,7 +164,9 @@ def parse_output(output: str, stdout: bytes) -> CliReply:
     objects = _json_objects(text)
     if not objects:
         tail = text.strip().splitlines()[-1:] or ["no output"]
-        return CliReply(text="", error=f"expected {output} output, got: {tail[0][:200]}")
+        return CliReply(
+            text="", error=f"expected {output} output, got: {redact.clip(tail[0], 200)}"
+        )
     if output == "claude-json":
         return _claude(objects)
     if output == "codex-jsonl":
@@ -239,7 +242,7 @@ def _claude(objects: list[JsonObject]) -> CliReply:
     error = None
     if result.get("is_error") or str(result.get("subtype", "success")) != "success":
         error = f"claude ended with {result.get('subtype') or 'an error'}" + (
-            f": {str(text)[:200]}" if text else ""
+            f": {redact.clip(str(text), 200)}" if text else ""
         )
     return CliReply(
         text=text if isinstance(text, str) else "",
@@ -274,7 +277,7 @@ def _codex(objects: list[JsonObject]) -> CliReply:
             output_tokens += _int(used.get("output_tokens"))
         elif kind in ("turn.failed", "error"):
             detail = _table(event, "error") or event
-            error = f"codex: {str(detail.get('message') or kind)[:300]}"
+            error = f"codex: {redact.clip(str(detail.get('message') or kind), 300)}"
     usage = Usage(input_tokens=input_tokens, output_tokens=output_tokens, cache_read_tokens=cached)
     return CliReply(
         text=texts[-1] if texts else "",
@@ -304,7 +307,7 @@ def _gemini(objects: list[JsonObject]) -> CliReply:
     error = None
     problem = _table(result, "error")
     if problem:
-        error = f"gemini: {str(problem.get('message') or problem)[:300]}"
+        error = f"gemini: {redact.clip(str(problem.get('message') or problem), 300)}"
     return CliReply(
         text=text if isinstance(text, str) else "",
         usage=Usage(

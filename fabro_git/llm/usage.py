@@ -7,6 +7,7 @@ published ones, applied to every provider, so the figure is an estimate.
 
 from __future__ import annotations
 
+from fabro_git import redact
 from fabro_git.events.catalogue import (
     EVENT_TEXT_LIMIT,
     AgentMessage,
@@ -65,7 +66,7 @@ def event_text(text: str, limit: int = EVENT_TEXT_LIMIT, *, length: int | None =
     length = len(text) if length is None else length
     if length <= limit:
         return text
-    return text[:limit] + (
+    return redact.clip(text, limit) + (
         f"\n[... {length - limit} more characters, in the stage's response.md"
         " or its offloaded value]"
     )

@@ -269,7 +269,9 @@ def test_the_secret_name_rule_is_the_redactors() -> None:
         "SSH_AUTH_SOCK": "/tmp/agent.sock",
         "PASSWORD_STORE_DIR": "/home/u/.pass",
         "AWS_SECRET_ACCESS_KEY": "x" * 20,
-        "NPM_CONFIG__AUTH": "kept: no secret name",
+        "NPM_CONFIG_CACHE": "kept: no secret name",
+        # npm's `_auth`, a user and password: `*_AUTH` is a secret name.
+        "NPM_CONFIG__AUTH": "dXNlcjpwYXNzd29yZA==",
         "GIT_DIR": "/elsewhere/.git",
         "SERVICE_CREDENTIAL": "c" * 10,
         "my_token": "lower-case",
@@ -279,11 +281,16 @@ def test_the_secret_name_rule_is_the_redactors() -> None:
         "PATH": "/bin",
         "SSH_AUTH_SOCK": "/tmp/agent.sock",
         "PASSWORD_STORE_DIR": "/home/u/.pass",
-        "NPM_CONFIG__AUTH": "kept: no secret name",
+        "NPM_CONFIG_CACHE": "kept: no secret name",
         "PASSED": "a-lower-case",
         "FABRO_PROCESS_MARK": "m.stage.1",
     }
-    assert stripped_names(host) == ["AWS_SECRET_ACCESS_KEY", "SERVICE_CREDENTIAL", "my_token"]
+    assert stripped_names(host) == [
+        "AWS_SECRET_ACCESS_KEY",
+        "NPM_CONFIG__AUTH",
+        "SERVICE_CREDENTIAL",
+        "my_token",
+    ]
     script = 'echo "$AWS_SECRET_ACCESS_KEY ${SERVICE_CREDENTIAL:-none} $PATH $UNSET_TOKEN"'
     assert mentioned_stripped(script, host) == ["AWS_SECRET_ACCESS_KEY", "SERVICE_CREDENTIAL"]
     assert mentioned_stripped(script, host, {"SERVICE_CREDENTIAL": "x"}) == [

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, TypeVar
 import msgspec
 import trio
 
+from fabro_git import redact
 from fabro_git.jsondata import JsonObject
 from fabro_git.llm import catalogue
 from fabro_git.llm.errors import (
@@ -303,7 +304,7 @@ def tool_call(call_id: str, name: str, raw: str, *, extra: JsonObject | None = N
         try:
             value = msgspec.json.decode(raw)
         except (msgspec.DecodeError, UnicodeError) as exc:
-            shown = _storable(raw if len(raw) <= 200 else raw[:200] + "...")
+            shown = _storable(raw if len(raw) <= 200 else redact.clip(raw, 200) + "...")
             unreadable = f"{_storable(str(exc))}; the arguments were: {shown}"
         else:
             arguments = value if isinstance(value, dict) else {"value": value}
