@@ -41,6 +41,7 @@ def run(run_arg: str, node: str | None, *, stat: bool) -> int:
             old, new = manifest.base_sha, tip
         else:
             old, new = reader.stage_commits(node, note=lambda text: print(text, file=sys.stderr))
-        args = ["git", "diff", *(["--stat"] if stat else []), old, new, "--"]
+        # The ids come from the run's records: never where git reads an option.
+        args = ["git", "diff", *(["--stat"] if stat else []), "--end-of-options", old, new, "--"]
         sys.stdout.flush()
         return subprocess.run(args, cwd=repo.root, env=git_env(), check=False).returncode

@@ -21,7 +21,7 @@ import math
 import operator
 import time
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, TypeVar, overload
+from typing import TYPE_CHECKING, Annotated, TypeVar, overload
 
 import msgspec
 
@@ -44,6 +44,11 @@ else:
 FORMAT_VERSION = 1
 
 
+# A git object id as a record holds it: a stored run is data from elsewhere (a fetched
+# ref), and an id is handed to git, where `--output=...` would be an option.
+ObjectId = Annotated[str, msgspec.Meta(pattern="^(?:[0-9a-f]{40}|[0-9a-f]{64})$")]
+
+
 def now_iso() -> str:
     """The time now as checkpoints and manifests write it (UTC, milliseconds)."""
     return format_ts(time.time_ns() // 1_000_000)
@@ -52,12 +57,12 @@ def now_iso() -> str:
 class PendingCommit(msgspec.Struct, kw_only=True):
     """A run-branch commit the cycle had decided on but may not have made before a crash."""
 
-    tree: str
-    parent: str
+    tree: ObjectId
+    parent: ObjectId
     node_id: str
     status: str
     completed: int
-    extra_parents: list[str] = msgspec.field(default_factory=list)
+    extra_parents: list[ObjectId] = msgspec.field(default_factory=list)
 
 
 class TokenTotals(msgspec.Struct, kw_only=True):
@@ -177,7 +182,7 @@ class Checkpoint(msgspec.Struct, kw_only=True):
     node_retries: dict[str, int] = msgspec.field(default_factory=TrackedMap)
     node_outcomes: StageRecords = msgspec.field(default_factory=TrackedMap)
     context_values: JsonObject = msgspec.field(default_factory=TrackedMap)
-    git_commit_sha: str | None = None
+    git_commit_sha: ObjectId | None = None
     pending_commit: PendingCommit | None = None
     loop_failure_signatures: dict[str, int] = msgspec.field(default_factory=TrackedMap)
     restart_failure_signatures: dict[str, int] = msgspec.field(default_factory=TrackedMap)
@@ -258,7 +263,7 @@ class Manifest(msgspec.Struct, kw_only=True, dict=True):
     goal: str
     inputs: dict[str, str]
     labels: dict[str, str]
-    base_sha: str
+    base_sha: ObjectId
     base_branch: str | None
     run_branch: str | None
     meta_ref: str

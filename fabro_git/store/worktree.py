@@ -361,7 +361,7 @@ def checkout(worktree: Path, commit: str) -> None:
         [
             *_NO_UNTRACKED_CACHE,
             *("-c", "core.sparseCheckout=false"),
-            *("reset", "--hard", "--quiet", commit, "--"),
+            *("reset", "--hard", "--quiet", "--end-of-options", commit, "--"),
         ],
         cwd=worktree,
         retry_transient=True,
@@ -416,7 +416,7 @@ def _drop_special_files(worktree: Path) -> None:
 def diff_text(worktree_or_repo: Path, old: str, new: str, *, max_bytes: int = 200_000) -> str:
     """Unified diff from `old` to `new`, cut at `max_bytes` with a marker saying so."""
     args = ["git", "-c", "core.quotepath=false", "diff", "--no-color", "--no-ext-diff"]
-    args += ["--no-textconv", old, new, "--"]
+    args += ["--no-textconv", "--end-of-options", old, new, "--"]
     try:
         proc = subprocess.Popen(
             args,
@@ -453,7 +453,8 @@ def diff_text(worktree_or_repo: Path, old: str, new: str, *, max_bytes: int = 20
 def files_changed(worktree_or_repo: Path, old: str, new: str) -> list[str]:
     """Paths that differ between the two commits (renames show as delete plus add)."""
     proc = run_git(
-        ["diff", "--name-only", "-z", "--no-renames", old, new, "--"], cwd=Path(worktree_or_repo)
+        ["diff", "--name-only", "-z", "--no-renames", "--end-of-options", old, new, "--"],
+        cwd=Path(worktree_or_repo),
     )
     return [p for p in out(proc).split("\0") if p]
 

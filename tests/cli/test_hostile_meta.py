@@ -226,3 +226,24 @@ def test_a_command_a_hint_suggests_keeps_a_fetched_value_one_quoted_word(
     sandbox.mkdir()
     assert pasted(hint, sandbox) == ["fabro", "resume", hostile]
     assert list(sandbox.iterdir()) == []
+
+
+def test_a_fetched_runs_base_commit_is_no_option_to_git_diff(repo: Path, tmp_path: Path) -> None:
+    """`git fabro diff` hands git the manifest's base commit: one made into
+    `--output=FILE` would have git write any file the user can. A record's object id
+    must be one; the run is refused with a message, and nothing is written."""
+    proc, result = run_json("run", "hello", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    run_id = result["run_id"]
+    meta = f"refs/fabro/meta/{run_id}"
+    canary = tmp_path / "canary"
+    manifest = json.loads(git(repo, "show", f"{meta}:manifest.json"))
+    manifest["base_sha"] = f"--output={canary}"
+    _add_entry(repo, meta, ["manifest.json"], json.dumps(manifest).encode())
+    clone, env = fresh_clone(repo, tmp_path)
+
+    shown = run_fabro("diff", run_id, cwd=clone, env=env)
+    assert shown.returncode == 1, shown.stderr
+    assert "Traceback" not in shown.stderr
+    assert run_id in shown.stderr and "base_sha" in shown.stderr, shown.stderr
+    assert not canary.exists()
