@@ -361,7 +361,7 @@ def checkout(worktree: Path, commit: str) -> None:
         [
             *_NO_UNTRACKED_CACHE,
             *("-c", "core.sparseCheckout=false"),
-            *("reset", "--hard", "--quiet", "--end-of-options", commit, "--"),
+            *("reset", "--hard", "--quiet", commit, "--"),
         ],
         cwd=worktree,
         retry_transient=True,
