@@ -469,13 +469,21 @@ def _hook_identity(hook: JsonValue) -> tuple[str, str] | None:
     return None
 
 
-def merge_tables(lower: JsonObject, higher: JsonObject) -> JsonObject:
-    """`higher` over `lower`: tables merge key by key, anything else replaces."""
+# The tables whose entries stand whole: a higher layer's MCP server replaces a lower
+# layer's of its name, never merges into it. Merged, a project's server named as the
+# user's would take the user's headers and environment (credentials) to its own url,
+# which the trust prompt, describing the project's keys, would not show.
+_WHOLE_ENTRIES = (("run", "agent", "mcps"),)
+
+
+def merge_tables(lower: JsonObject, higher: JsonObject, path: tuple[str, ...] = ()) -> JsonObject:
+    """`higher` over `lower`: tables merge key by key, anything else replaces (and the
+    entries of `_WHOLE_ENTRIES` replace whole)."""
     out = dict(lower)
     for key, value in higher.items():
         below = out.get(key)
-        if isinstance(value, dict) and isinstance(below, dict):
-            out[key] = merge_tables(below, value)
+        if isinstance(value, dict) and isinstance(below, dict) and path not in _WHOLE_ENTRIES:
+            out[key] = merge_tables(below, value, (*path, key))
         else:
             out[key] = value
     return out

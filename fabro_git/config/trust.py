@@ -252,9 +252,17 @@ def _hook_actions(key: str, hook: HookConfig) -> list[Action]:
 
 
 def describe(found: list[Action]) -> str:
-    """The actions as the lines a user reads."""
+    """The actions as the lines a user reads, each through the one sanitiser: keys and
+    names come from the file (a server's, a header's, a variable's), and an escape in
+    one could rewrite the lines above the question."""
+    from fabro_git.terminal import printable
+
     return "\n".join(
-        f"  - {action.words}  [{action.key}" + (f", line {action.line}]" if action.line else "]")
+        "  - "
+        + printable(
+            f"{action.words}  [{action.key}" + (f", line {action.line}]" if action.line else "]"),
+            one_line=True,
+        )
         for action in found
     )
 
@@ -523,22 +531,37 @@ class RunConfigActions(msgspec.Struct, frozen=True):
 
 
 def recorded_actions(settings: Mapping[str, object]) -> RunConfigActions:
-    """The acting keys of a run's manifest settings (`settings["config"]`), in words,
-    and the sha256 of their canonical JSON. A resume acts on what the manifest
+    """The acting keys of a run's manifest settings (`settings["config"]`, and the
+    setup commands it runs before the first stage, `settings["setup_commands"]`), in
+    words, and the sha256 of their canonical JSON. A resume acts on what the manifest
     records, not on today's project file: a fetched run's manifest is its author's."""
     raw = settings.get("config") or {}
     config = raw if isinstance(raw, dict) else {}
     # The digest is of the recorded values as they are, read or not.
-    acting = {key: config[key] for key in _ACTING_KEYS if config.get(key)}
+    acting: dict[str, object] = {key: config[key] for key in _ACTING_KEYS if config.get(key)}
+    # What setup runs is its own copy (the prepare steps and the graph's `setup`).
+    setup = settings.get("setup_commands") or []
+    if setup:
+        acting["setup_commands"] = setup
     digest = hashlib.sha256(msgspec.json.encode(acting, order="sorted")).hexdigest()
     recorded = read_recorded(config)
-    if recorded.unreadable:
+    commands = setup if isinstance(setup, list) else None
+    if recorded.unreadable or commands is None or not all(isinstance(c, str) for c in commands):
         # A manifest this version cannot read whole: say so rather than guess what it does.
         found = [
             Action("run", "acts in ways this version cannot read (an unreadable configuration)")
         ]
         return RunConfigActions(found if acting else [], digest)
-    return RunConfigActions(actions(recorded.run), digest)
+    found = actions(recorded.run)
+    prepared = (
+        {step.shell() for step in recorded.run.prepare.steps} if recorded.run.prepare else set()
+    )
+    found += [
+        Action(f"setup_commands[{i}]", f"runs {shown(command)} before the first stage")
+        for i, command in enumerate(commands)
+        if command not in prepared
+    ]
+    return RunConfigActions(found, digest)
 
 
 def record_run_config(repo_root: Path, run_id: str, settings: Mapping[str, object]) -> None:

@@ -247,3 +247,61 @@ def test_a_fetched_runs_base_commit_is_no_option_to_git_diff(repo: Path, tmp_pat
     assert "Traceback" not in shown.stderr
     assert run_id in shown.stderr and "base_sha" in shown.stderr, shown.stderr
     assert not canary.exists()
+
+
+def test_a_fetched_runs_setup_commands_wait_for_trust_on_resume(repo: Path, tmp_path: Path) -> None:
+    """The manifest keeps the commands setup runs apart from the recorded
+    configuration; a fetched run's are its author's, and act only once trusted."""
+    write_workflow(repo, FAILING)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = result["run_id"]
+    meta = f"refs/fabro/meta/{run_id}"
+    marker = tmp_path / "setup-ran"
+    manifest = json.loads(git(repo, "show", f"{meta}:manifest.json"))
+    manifest["settings"]["setup_commands"] = [f"touch {marker}"]
+    _add_entry(repo, meta, ["manifest.json"], json.dumps(manifest).encode())
+    clone, env = fresh_clone(repo, tmp_path)
+
+    refused = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert refused.returncode == 1, refused.stderr
+    assert f"run {run_id}'s recorded configuration is not trusted" in refused.stderr
+    assert f"runs `touch {marker}` before the first stage" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert not marker.exists()
+
+
+def test_a_fetched_run_recorded_before_graphs_reads_no_file_from_the_disk(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    """A run recorded before `graphs/` names its workflow's place in its manifest. A
+    fetched one can name any place: an `@file` prompt it did not record must not be read
+    from around it (and committed to the meta ref, which goes back to its author)."""
+    write_workflow(repo, FAILING)
+    proc, result = run_json("run", "wf.fabro", "--dry-run", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = result["run_id"]
+    meta = f"refs/fabro/meta/{run_id}"
+    private = tmp_path / "private"
+    private.mkdir()
+    (private / "secret.txt").write_text("the-private-words\n")
+    manifest = json.loads(git(repo, "show", f"{meta}:manifest.json"))
+    manifest["workflow_file"] = None
+    manifest["workflow_path"] = str(private / "x.fabro")
+    _add_entry(repo, meta, ["manifest.json"], json.dumps(manifest).encode())
+    graph = git(repo, "show", f"{meta}:graph.fabro")
+    forged = graph.replace(
+        'check [shape=parallelogram, script="test -f \\"$HOME/ok\\""]',
+        'check [prompt="@secret.txt"]',
+    )
+    assert forged != graph
+    _add_entry(repo, meta, ["graph.fabro"], forged.encode())
+    clone, env = fresh_clone(repo, tmp_path)
+
+    resumed = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert "Traceback" not in resumed.stderr
+    assert "the-private-words" not in resumed.stdout + resumed.stderr
+    objects = subprocess.run(
+        ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=clone, capture_output=True
+    ).stdout
+    assert b"the-private-words" not in objects
