@@ -10,6 +10,7 @@ so one rule holds everywhere:
   or `..` component, no NUL, no component too long for a file system, and no `.git`
   component however spelled (any case, trailing dots or spaces, the code points HFS+
   ignores, the NTFS short name `git~1`), so nothing lands in a repository's git dir;
+  and at most `MAX_PARTS` components, so no reader walks a tree deep without end;
 - under the destination, no existing component may be a symlink (whether it leads
   out or not) or a file where a directory is needed;
 - a write never follows a symlink: directories are walked and made with `O_NOFOLLOW`
@@ -102,6 +103,10 @@ def _reason(part: str) -> str | None:
     return None
 
 
+# The most components a path from run data may have: far more than any run writes.
+MAX_PARTS = 64
+
+
 def checked_parts(relpath: str) -> tuple[str, ...]:
     """The components of the relative path `relpath`, once it passes the name rules (see
     the module docstring); `UnsafeEntry` when it does not. The file system is not read."""
@@ -112,6 +117,10 @@ def checked_parts(relpath: str) -> tuple[str, ...]:
     if relpath.startswith("/"):
         raise UnsafeEntry(relpath, "it is an absolute path")
     parts = tuple(relpath.split("/"))
+    if len(parts) > MAX_PARTS:
+        # Read level by level, a deeper tree costs its reader the square of its depth
+        # (and a recursive walk of it, the stack).
+        raise UnsafeEntry(relpath[:200] + "…", f"it nests more than {MAX_PARTS} directories deep")
     for part in parts:
         reason = _reason(part)
         if reason is not None:

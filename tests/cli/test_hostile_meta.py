@@ -305,3 +305,23 @@ def test_a_fetched_run_recorded_before_graphs_reads_no_file_from_the_disk(
         ["git", "cat-file", "--batch-all-objects", "--batch"], cwd=clone, capture_output=True
     ).stdout
     assert b"the-private-words" not in objects
+
+
+def test_resume_refuses_an_artifact_tree_nested_without_end(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    """Hundreds of directories deep, read a level at a time, cost resume the square of
+    the depth and then the stack of a recursive walk: refused, with the run named."""
+    write_workflow(repo, FAILING)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = result["run_id"]
+    _add_entry(repo, f"refs/fabro/meta/{run_id}", ["artifacts", *["d"] * 200, "x.json"], b"1")
+    clone, env = fresh_clone(repo, tmp_path)
+    (hermetic_env / "ok").write_text("")
+
+    resumed = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert resumed.returncode == 1, resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    assert f"run {run_id}: refusing to write" in resumed.stderr, resumed.stderr
+    assert "more than 64 directories deep" in resumed.stderr
