@@ -469,16 +469,13 @@ def _hook_identity(hook: JsonValue) -> tuple[str, str] | None:
     return None
 
 
-# The tables whose entries stand whole: a higher layer's MCP server replaces a lower
-# layer's of its name, never merges into it. Merged, a project's server named as the
-# user's would take the user's headers and environment (credentials) to its own url,
-# which the trust prompt, describing the project's keys, would not show.
+# Tables whose entries stand whole: a project's MCP server named as the user's would
+# take the user's headers (credentials) to its url, which its trust prompt never shows.
 _WHOLE_ENTRIES = (("run", "agent", "mcps"),)
 
 
 def merge_tables(lower: JsonObject, higher: JsonObject, path: tuple[str, ...] = ()) -> JsonObject:
-    """`higher` over `lower`: tables merge key by key, anything else replaces (and the
-    entries of `_WHOLE_ENTRIES` replace whole)."""
+    """`higher` over `lower`: tables merge key by key (bar `_WHOLE_ENTRIES`), the rest replaces."""
     out = dict(lower)
     for key, value in higher.items():
         below = out.get(key)

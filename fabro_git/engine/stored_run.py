@@ -112,8 +112,8 @@ def load_graph(repo: GitRepo, run_id: str, manifest: Manifest, source: str, meta
         snapshot = read_run_dir(repo, meta, runrefs.GRAPHS_DIR, run_id=run_id)
         graph.origin = Origin(relpath=relpath, root=root, snapshot=snapshot)
     else:
-        # Recorded before `graphs/`: @file prompts were kept as prompts/<node>.md. Any
-        # other file it names is nowhere in the run: an empty snapshot, so that nothing
+        # Recorded before `graphs/`: @file prompts were kept as prompts/<node>.md; the
+        # other files it names are nowhere in the run: an empty snapshot, so that nothing
         # is read from the disk around the path its (fetched) manifest gives.
         graph.origin = Origin(
             relpath=path.name if path is not None else "graph.fabro", root=None, snapshot={}
