@@ -53,7 +53,7 @@ def run(
             batches.fetch_runs(repo, record.remote, record)  # where the cluster left them
         jobs, finished = _resume_jobs(repo, record)
         if not jobs:
-            print(f"batch {record.batch_id}: every run has finished", file=sys.stderr)
+            print(f"batch {_shown(record.batch_id)}: every run has finished", file=sys.stderr)
     else:
         record, jobs = _new_batch(
             repo, workflow, inputs, labels, remote, ray, max_parallel, vouched
@@ -67,7 +67,10 @@ def run(
     final = [by_row.get(row.row) or batches.summarize(repo, row) for row in record.rows]
     _show(record, final, json_output)
     if interrupted:
-        print(f"interrupted: git fabro batch --resume {record.batch_id} goes on", file=sys.stderr)
+        print(
+            f"interrupted: git fabro batch --resume {_shown(record.batch_id)} goes on",
+            file=sys.stderr,
+        )
         return 130
     return 0 if all(s.status in ("succeeded", "partially_succeeded") for s in final) else 1
 
@@ -286,6 +289,7 @@ def _progress(
     and left out of the time still to go."""
     from fabro_git.events.render import format_cost
 
+    batch_id = _shown(record.batch_id)
     total = len(record.rows)
     counts = {"running": 0, "succeeded": 0, "failed": 0, "interrupted": 0}
     cost = [0.0]
@@ -313,7 +317,7 @@ def _progress(
                 seconds = (time.monotonic() - began) / (ended - before) * (total - ended)
                 left = f", about {seconds:.0f}s left"
             line = (
-                f"batch {record.batch_id}: {queued} queued, {counts['running']} running, "
+                f"batch {batch_id}: {queued} queued, {counts['running']} running, "
                 f"{counts['succeeded']} succeeded, {counts['failed']} failed, "
                 + (f"{counts['interrupted']} interrupted, " if counts["interrupted"] else "")
                 + f"cost {format_cost(cost[0])}{left}"
@@ -340,18 +344,18 @@ def _show(record: BatchRecord, summaries: Iterable[RowSummary], json_output: boo
             sys.stdout.write(json.dumps({"batch_id": record.batch_id, **summary.to_json()}) + "\n")
         return
     from fabro_git.events.render import format_cost
-    from fabro_git.terminal import printable
 
     rows = [("ROW", "RUN", "STATUS", "STAGES", "COST", "FAILURE")]
     for s in summaries:
+        # The run ids are the record's and the statuses the runs' refs': fetched, maybe.
         rows.append(
             (
                 str(s.row),
-                s.run_id,
-                s.status,
+                _shown(s.run_id),
+                _shown(s.status),
                 str(s.stages),
                 format_cost(s.cost) if s.cost is not None else "-",
-                printable(s.failure, one_line=True)[:80],
+                _shown(s.failure)[:80],
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
@@ -370,7 +374,18 @@ def status(batch_id: str, *, json_output: bool) -> int:
         counts: dict[str, int] = {}
         for s in summaries:
             counts[s.status] = counts.get(s.status, 0) + 1
-        said = ", ".join(f"{n} {what}" for what, n in sorted(counts.items()))
-        print(f"batch {record.batch_id}: {len(summaries)} runs of {record.workflow}: {said}")
+        said = ", ".join(f"{n} {_shown(what)}" for what, n in sorted(counts.items()))
+        print(
+            f"batch {_shown(record.batch_id)}: {len(summaries)} runs of "
+            f"{_shown(record.workflow)}: {said}"
+        )
     _show(record, summaries, json_output)
     return 0
+
+
+def _shown(text: str) -> str:
+    """A batch record's field, or a run's, as a terminal may be sent it: the record
+    comes from `refs/fabro/batch/`, which `fetch` brings from any remote."""
+    from fabro_git.terminal import printable
+
+    return printable(text, one_line=True)

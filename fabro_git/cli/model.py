@@ -80,6 +80,8 @@ class _Outcome(msgspec.Struct):
 def run_test(*, provider: str | None, model: str | None) -> int:
     import trio
 
+    from fabro_git.terminal import printable
+
     env = dict(os.environ)
     targets, skipped = _targets(provider, model, env)
     for name, reason in skipped:
@@ -99,9 +101,9 @@ def run_test(*, provider: str | None, model: str | None) -> int:
     width = max(len(str(outcome.target)) for outcome in outcomes)
     for outcome in outcomes:
         status = "ok    " if outcome.ok else "FAILED"
-        print(
-            f"{str(outcome.target).ljust(width)}  {status}  {outcome.seconds:6.2f}s  {outcome.detail}"
-        )
+        # The detail quotes the provider: its error body, or why it stopped.
+        detail = printable(outcome.detail, one_line=True)
+        print(f"{str(outcome.target).ljust(width)}  {status}  {outcome.seconds:6.2f}s  {detail}")
     failed = [outcome for outcome in outcomes if not outcome.ok]
     if failed:
         names = ", ".join(outcome.target.provider for outcome in failed)

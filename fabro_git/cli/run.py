@@ -60,7 +60,10 @@ def resolve_workflow(arg: str) -> Path:
 
 
 def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
+    from fabro_git.terminal import printable
+
+    # A warning may quote what a sink's endpoint or command answered.
+    print(f"warning: {printable(message)}", file=sys.stderr)
 
 
 def _build_spec(

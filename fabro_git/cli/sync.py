@@ -51,35 +51,42 @@ def fetch(remote: str, run: str | None = None) -> int:
     after = _meta_tips(repo)
     new = sorted(set(after) - set(before))
     updated = sorted(rid for rid in before if rid in after and after[rid] != before[rid])
-    what = "runs" if run is None else f"run {run}"
+    remote_name = _shown(remote)
+    what = "runs" if run is None else f"run {_shown(run)}"
     print(
-        f"fetched {what} from {remote}: {_runs(len(new))} new, {_runs(len(updated))} updated, "
-        f"{len(after)} known here",
+        f"fetched {what} from {remote_name}: {_runs(len(new))} new, "
+        f"{_runs(len(updated))} updated, {len(after)} known here",
         file=sys.stderr,
     )
-    from fabro_git.terminal import printable
-
-    # Run ids here are the remote's ref names.
+    # Run ids and ref names here are the remote's.
     for rid in new:
-        print(f"  new      {printable(rid, one_line=True)}", file=sys.stderr)
+        print(f"  new      {_shown(rid)}", file=sys.stderr)
     for rid in updated:
-        print(f"  updated  {printable(rid, one_line=True)}", file=sys.stderr)
+        print(f"  updated  {_shown(rid)}", file=sys.stderr)
     for ref, path in held.items():
         print(
-            f"not fetched: {ref.removeprefix('refs/heads/')} is checked out in {path} "
-            "(switch away from it, or let its run end, and fetch again)",
+            f"not fetched: {_shown(ref.removeprefix('refs/heads/'))} is checked out in "
+            f"{_shown(str(path))} (switch away from it, or let its run end, and fetch again)",
             file=sys.stderr,
         )
     for ref, (ours, theirs) in report.kept.items():
-        run_id = runrefs.run_of_ref(ref)
+        run_id = _shown(runrefs.run_of_ref(ref))
         print(
-            f"kept local {ref.removeprefix('refs/heads/')} ({ours[:12]}) and the rest of run "
-            f"{run_id}: {remote}'s ({theirs[:12]}) is not a fast-forward of it (the two "
-            f"have diverged). To take {remote}'s, keep a copy of this one if you want it "
-            f"(git fabro fork {run_id}), then git fabro rm {run_id} and fetch again",
+            f"kept local {_shown(ref.removeprefix('refs/heads/'))} ({ours[:12]}) and the rest "
+            f"of run {run_id}: {remote_name}'s ({theirs[:12]}) is not a fast-forward of it (the "
+            f"two have diverged). To take {remote_name}'s, keep a copy of this one if you want "
+            f"it (git fabro fork {run_id}), then git fabro rm {run_id} and fetch again",
             file=sys.stderr,
         )
     return 1 if report.kept else 0
+
+
+def _shown(text: str) -> str:
+    """A ref name, run id or remote as a terminal may be sent it: git lets a ref name
+    hold a bidi override or a C1 control (UTF-8 encoded), and the remote chose them."""
+    from fabro_git.terminal import printable
+
+    return printable(text, one_line=True)
 
 
 def _meta_tips(repo: GitRepo) -> dict[str, str]:
@@ -119,8 +126,10 @@ def push(remote: str, run_ids: list[str]) -> int:
     report = remotes.push(repo, remote, refs)
     failed = [(ref, msg) for ref, ok, msg in report.refs if not ok]
     for ref, ok, msg in report.refs:
+        # A rejection's reason is the remote's own words (a hook's, say).
         print(
-            f"{'ok' if ok else 'rejected'}  {ref}" + (f"  ({msg})" if msg and not ok else ""),
+            f"{'ok' if ok else 'rejected'}  {_shown(ref)}"
+            + (f"  ({_shown(msg)})" if msg and not ok else ""),
             file=sys.stderr,
         )
     if failed:

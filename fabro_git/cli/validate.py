@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from fabro_git.errors import WorkflowError
+from fabro_git.terminal import printable
 from fabro_git.workflow import Diagnostic, Graph, has_errors, load, validate
 
 
@@ -27,19 +28,24 @@ def check_file(path: Path) -> tuple[Graph | None, list[Diagnostic]]:
 
 
 def format_diagnostic(path: Path, diagnostic: Diagnostic) -> str:
+    """The diagnostic's one line, as `validate` and `run` print it: the file name and the
+    names a message quotes (a subgraph's, a template's, a symlink's target) are the
+    workflow's, so their escapes are shown, never executed."""
     where = str(path)
     if diagnostic.line is not None:
         where += f":{diagnostic.line}"
         if diagnostic.column is not None:
             where += f":{diagnostic.column}"
-    return f"{where}: {diagnostic.severity}: [{diagnostic.rule}] {diagnostic.message}"
+    return printable(
+        f"{where}: {diagnostic.severity}: [{diagnostic.rule}] {diagnostic.message}", one_line=True
+    )
 
 
 def _summary(path: Path, graph: Graph | None, diagnostics: list[Diagnostic]) -> str:
     errors = sum(1 for d in diagnostics if d.severity == "error")
     warnings = sum(1 for d in diagnostics if d.severity == "warning")
     if graph is None:
-        return f"{path}: could not be parsed"
+        return printable(f"{path}: could not be parsed", one_line=True)
     counts = f"{len(graph.nodes)} nodes, {len(graph.edges)} edges"
     if errors:
         verdict = f"invalid ({_plural(errors, 'error')}, {_plural(warnings, 'warning')})"
@@ -47,7 +53,7 @@ def _summary(path: Path, graph: Graph | None, diagnostics: list[Diagnostic]) -> 
         verdict = f"valid with {_plural(warnings, 'warning')}"
     else:
         verdict = "valid"
-    return f"{path}: {verdict} - workflow {graph.name!r}, {counts}"
+    return printable(f"{path}: {verdict} - workflow {graph.name!r}, {counts}", one_line=True)
 
 
 def _plural(count: int, word: str) -> str:

@@ -7,7 +7,7 @@ import json
 import re
 
 from helpers import run_fabro
-from llm_server import LlmServer, Reply, provider_env, server_error, unauthorized
+from llm_server import Fault, LlmServer, Reply, provider_env, server_error, unauthorized
 
 
 def test_model_list_prints_the_catalogue() -> None:
@@ -143,6 +143,21 @@ def test_model_test_does_not_retry(llm_server: LlmServer) -> None:
     assert proc.returncode == 1
     assert "(HTTP 500): The server had an internal error" in proc.stdout
     assert len(llm_server.requests) == 1
+
+
+def test_model_test_shows_a_providers_error_body_escaped(llm_server: LlmServer) -> None:
+    """The error body is the endpoint's words (a proxy's, a hosted server's): its escapes
+    are shown, as `run` shows the same error, never sent to the terminal."""
+    hostile = "bad thing \x1b]52;c;TExN\x07\x1b[31mRED\x1b[0m\u202eRTL\x9b2J\x08\rOVER"
+    llm_server.script(Fault(400, "server", hostile))
+    proc = run_fabro("model", "test", "--provider", "openai", env=provider_env(llm_server))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    for char in ("\x1b", "\x07", "\u202e", "\x9b", "\x08"):
+        assert char not in proc.stdout + proc.stderr, repr(char)
+    failed = _report(proc.stdout)["openai/gpt-5.4"]
+    assert failed.startswith("FAILED"), failed
+    shown = "bad thing \\x1b]52;c;TExN\\x07\\x1b[31mRED\\x1b[0m\\u202eRTL\\x9b2J\\x08\\rOVER"
+    assert f"(HTTP 400): {shown}" in failed
 
 
 def test_model_test_with_nothing_configured() -> None:
