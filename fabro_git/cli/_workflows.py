@@ -10,8 +10,10 @@ users mean. A name no workflow has exactly may be the start of one (as a run id 
 be); when it starts several, nothing is guessed and the candidates are listed.
 
 A workflow found by name is repository-carried like any workflow file: running it by
-name is the user's explicit choice. Its run config is read as one named on the command
-line, and `.fabro/project.toml` keeps its own trust rules.
+name is the user's choice of its graph. Its run config is another matter: a project's
+`workflow.toml` (found by name, not typed as a path) comes with the repository, as
+`.fabro/project.toml` does, and its hooks, servers and pushes act only once trusted
+(`fabro_git.cli.run._carried_by_repository`).
 """
 
 from __future__ import annotations

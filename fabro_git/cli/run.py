@@ -59,6 +59,18 @@ def resolve_workflow(arg: str) -> Path:
     )
 
 
+def _carried_by_repository(arg: str, path: Path, repo_root: Path) -> bool:
+    """Whether `path`, what the workflow argument `arg` named, is a workflow the
+    repository carries that the user named by its name (a path typed is their choice,
+    and a shipped example or their own workflow is no repository's)."""
+    from fabro_git.cli._workflows import WORKFLOWS_DIR
+
+    typed = Path(arg).expanduser()
+    if "/" in arg or typed.exists():
+        return False
+    return path.resolve().is_relative_to((repo_root / WORKFLOWS_DIR).resolve())
+
+
 def _warn(message: str) -> None:
     from fabro_git.terminal import printable
 
@@ -86,6 +98,7 @@ def _build_spec(
     config, path = _configuration(
         path,
         repo_root,
+        carried=_carried_by_repository(workflow, path, repo_root),
         goal=goal,
         inputs=inputs,
         labels=labels,
@@ -150,6 +163,7 @@ def _configuration(
     path: Path,
     repo_root: Path,
     *,
+    carried: bool = False,
     goal: str | None,
     inputs: list[str],
     labels: list[str],
@@ -158,7 +172,9 @@ def _configuration(
 ) -> tuple[EffectiveConfig, Path]:
     """The run's configuration, its layers merged (the flags first, then a run config
     the workflow argument names, then the project's and the user's), and the workflow
-    file it runs: `[workflow] graph` of a run config, or `path` itself."""
+    file it runs: `[workflow] graph` of a run config, or `path` itself. A run config
+    the repository `carried` (found by a workflow's name, not a path the user typed)
+    acts only once trusted, as `.fabro/project.toml` does."""
     from fabro_git.config.run_config import effective_config, flag_layer, load_layer
     from fabro_git.config.trust import default_layers
 
@@ -174,9 +190,13 @@ def _configuration(
             permissions=check_permissions(permissions),
         )
     ]
-    if path.suffix == ".toml":
+    from fabro_git.config.trust import ask_on_terminal, trusted_project_layer
+
+    if path.suffix == ".toml" and carried:
+        ask = ask_on_terminal("Trust this file and run?")
+        layers.append(trusted_project_layer(repo_root, ask=ask, file=path))
+    elif path.suffix == ".toml":
         layers.append(load_layer(path, "run config", run_config=True))
-    from fabro_git.config.trust import ask_on_terminal
 
     layers += default_layers(repo_root, ask=ask_on_terminal("Trust this file and run?"))
     config = effective_config(layers)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shlex
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -42,6 +43,7 @@ from fabro_git.config.run_config import (
     HookConfig,
     Layer,
     McpServerConfig,
+    RunConfig,
     RunSection,
     load_layer,
     parse_layer,
@@ -294,12 +296,15 @@ class ProjectFile(msgspec.Struct, frozen=True):
     actions: list[Action]
 
 
-def read_project(repo_root: Path) -> ProjectFile:
+def read_project(repo_root: Path, file: Path | None = None) -> ProjectFile:
+    """The repository's `.fabro/project.toml`, or `file`, another of its configuration
+    files: a run config of a workflow it names (`.fabro/workflows/<name>/workflow.toml`)."""
     from fabro_git.files import UnreadableFile, read_input_file
 
     root = Path(repo_root).resolve()
-    path = root / PROJECT_CONFIG
-    name = "project config"
+    path = root / PROJECT_CONFIG if file is None else Path(file).absolute()
+    run_config = file is not None
+    name = "run config" if run_config else "project config"
     if not os.path.lexists(path):
         return ProjectFile(root, path, Layer(name, path, {}), None, [])
     # The repository's own file, as every path it names (`workflow.paths`): a link out
@@ -321,8 +326,12 @@ def read_project(repo_root: Path) -> ProjectFile:
         raise ConfigError(
             f"{name} {path}: is not valid UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         ) from None
-    layer = parse_layer(text, path, name, run_config=False)
-    run = msgspec.convert(layer.data, DefaultsConfig).run
+    layer = parse_layer(text, path, name, run_config=run_config)
+    run = (
+        msgspec.convert(layer.data, RunConfig).run
+        if run_config
+        else msgspec.convert(layer.data, DefaultsConfig).run
+    )
     found = [
         msgspec.structs.replace(action, line=find_line(text, _keys(action.key)))
         for action in actions(run)
@@ -471,7 +480,11 @@ def untrusted_words(project: ProjectFile, status: str) -> str:
 
 
 def trusted_project_layer(
-    repo_root: Path, *, ask: Callable[[str], bool] | None, store: TrustStore | None = None
+    repo_root: Path,
+    *,
+    ask: Callable[[str], bool] | None,
+    store: TrustStore | None = None,
+    file: Path | None = None,
 ) -> Layer:
     """The repository's project layer, once its acting keys are trusted.
 
@@ -480,7 +493,7 @@ def trusted_project_layer(
     the trust) or, with no `ask`, refused; a refusal raises `ConfigError` naming the
     keys and `git fabro trust`, before anything of a run exists.
     """
-    project = read_project(repo_root)
+    project = read_project(repo_root, file)
     if not project.actions:
         return project.layer
     if project.digest in os.environ.get(VOUCHED_VARIABLE, "").split(","):
@@ -493,6 +506,14 @@ def trusted_project_layer(
     if ask is not None and ask(summary):
         store.trust(project)
         return project.layer
+    if file is not None:
+        relpath = os.path.relpath(project.path)
+        raise ConfigError(
+            f"{summary}\nnothing was started: the repository's workflow of that name comes"
+            " with the repository, and its run config acts only as your own choice",
+            hint="read it, then run it by its path, which is that choice: "
+            f"`git fabro run {shlex.quote(relpath)}`",
+        )
     raise ConfigError(
         f"{summary}\nnothing was started: {', '.join(_owners(project.actions))}"
         f" in {project.path} act only once you trust the file",

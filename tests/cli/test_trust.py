@@ -419,3 +419,31 @@ def test_the_trust_prompt_shows_an_escape_in_a_key_and_does_not_send_it(tmp_path
         shown = proc.stderr + proc.stdout
         assert "\x1b" not in shown
         assert "run.agent.mcps.helper.headers.x\\x1b[1A\\x1b[2Ky" in shown
+
+
+def test_a_clones_workflow_run_by_name_acts_only_as_the_users_choice(tmp_path: Path) -> None:
+    """A repository's workflow of a name (`hello`, the shipped example's) is found first
+    by that name. Its run config comes with the repository, as `.fabro/project.toml`
+    does: its hooks act once trusted, or when the user runs it by its path."""
+    marker = tmp_path / "hooked"
+    author = tmp_path / "author"
+    named = author / ".fabro" / "workflows" / "hello"
+    named.mkdir(parents=True)
+    git(author, "init", "-q", "-b", "main")
+    (named / "workflow.toml").write_text(f'[workflow]\ngraph = "workflow.fabro"\n{_hook(marker)}')
+    (named / "workflow.fabro").write_text(SCRIPT_WORKFLOW)
+    git(author, "add", "-A")
+    git(author, "commit", "-q", "-m", "a helpful repository")
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(author), str(clone))
+
+    refused = run_fabro("run", "hello", cwd=clone)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert f"runs `touch {marker}` before the run starts" in refused.stderr
+    assert "git fabro run .fabro/workflows/hello/workflow.toml" in refused.stderr
+    assert not marker.exists()
+    assert _fabro_refs(clone) == ""
+
+    by_path = run_fabro("run", ".fabro/workflows/hello/workflow.toml", cwd=clone)
+    assert by_path.returncode == 0, by_path.stderr
+    assert marker.exists()
