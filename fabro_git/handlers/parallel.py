@@ -15,6 +15,7 @@ it jumps there, so that stage works on the merged result.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -32,9 +33,11 @@ from fabro_git.engine.outcome import (
     event_status,
 )
 from fabro_git.engine.stage import StageRequest
-from fabro_git.errors import WorkflowError
+from fabro_git.errors import FabroError, WorkflowError
 from fabro_git.events.catalogue import ParallelBranchResult, ParallelCompleted, ParallelStarted
 from fabro_git.jsondata import JsonObject, JsonValue, text
+
+OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 if TYPE_CHECKING:
     from fabro_git.workflow.model import Edge
@@ -147,6 +150,13 @@ async def _merge(req: StageRequest, records: Sequence[JsonValue]) -> JsonObject 
         return None
     best = min(candidates, key=_rank)
     head = text(best.get("head_sha"))
+    if head and not OBJECT_ID.fullmatch(head):
+        # The results are context, which a resumed run's checkpoint brings: a fetched one
+        # could name any revision, or an option, in place of the branch's commit.
+        raise FabroError(
+            f"fan-in {req.node.id!r}: branch {best.get('id')!r} records {head[:80]!r} as its"
+            " head, which is no commit id"
+        )
     if head:
         await req.adopt_branch(head)
     updates: JsonObject = {

@@ -14,4 +14,5 @@ from fabro_git.store._gitcli import run_git
 
 def adopt_tree(worktree: Path, commit: str) -> None:
     """Make the index and tracked files of `worktree` match `commit`; HEAD is untouched."""
-    run_git(["read-tree", "-u", "--reset", commit], cwd=Path(worktree))
+    # The id may come from a record (a resumed run's context): never an option to git.
+    run_git(["read-tree", "-u", "--reset", "--end-of-options", commit], cwd=Path(worktree))

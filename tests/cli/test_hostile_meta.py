@@ -325,3 +325,49 @@ def test_resume_refuses_an_artifact_tree_nested_without_end(
     assert "Traceback" not in resumed.stderr
     assert f"run {run_id}: refusing to write" in resumed.stderr, resumed.stderr
     assert "more than 64 directories deep" in resumed.stderr
+
+
+FANNED = """\
+digraph Fanned {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    fan   [shape=component]
+    b1    [shape=parallelogram, script="printf 'b1\\\\n' > b1.txt"]
+    b2    [shape=parallelogram, script="printf 'b2\\\\n' > b2.txt"]
+    join  [shape=tripleoctagon]
+    check [shape=parallelogram, script="test -f \\"$HOME/ok\\""]
+    start -> fan
+    fan -> b1
+    fan -> b2
+    b1 -> join
+    b2 -> join
+    join -> check -> exit
+}
+"""
+
+
+def test_a_fetched_runs_branch_head_is_no_option_to_git_on_resume(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    """The fan-in takes the best branch's files from the commit its record names; a
+    fetched checkpoint's record could name an option to git instead."""
+    write_workflow(repo, FANNED)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = result["run_id"]
+    meta = f"refs/fabro/meta/{run_id}"
+    canary = tmp_path / "canary-index"
+    checkpoint = json.loads(git(repo, "show", f"{meta}:checkpoint.json"))
+    assert "delta_of" not in checkpoint
+    checkpoint["next_node_id"] = "join"
+    for record in checkpoint["context_values"]["parallel.results"]:
+        record["head_sha"] = f"--index-output={canary}"
+    _add_entry(repo, meta, ["checkpoint.json"], json.dumps(checkpoint).encode())
+    clone, env = fresh_clone(repo, tmp_path)
+    (hermetic_env / "ok").write_text("")
+
+    resumed = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert resumed.returncode == 1, resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    assert "which is no commit id" in resumed.stderr, resumed.stderr
+    assert not canary.exists()
