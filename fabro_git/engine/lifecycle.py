@@ -768,9 +768,18 @@ def _post_blocking(
         if tls == "no_verify":
             context.check_hostname = False
             context.verify_mode = ssl.CERT_NONE
+
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        # A redirect is answered as the status it is: followed, the request's headers
+        # (their secrets too) would go to a host the trusted configuration never named,
+        # and from https down to plain http.
+        def redirect_request(self, *args: object, **kwargs: object) -> None:
+            return None
+
+    opener = urllib.request.build_opener(urllib.request.HTTPSHandler(context=context), NoRedirect)
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     try:
-        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+        with opener.open(request, timeout=timeout) as response:
             return response.status, response.read(64_000).decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return exc.code, ""

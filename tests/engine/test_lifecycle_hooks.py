@@ -1058,3 +1058,50 @@ def test_asking_again_while_the_run_finishes_cuts_its_blocking_hooks_short(
     resumed = run_fabro("resume", run_id, cwd=repo)
     assert resumed.returncode == 0, resumed.stderr
     assert branch_has(repo, run_id, "deployed.txt")
+
+
+def test_an_http_hook_follows_no_redirect_with_its_headers(
+    repo: Path, webhook: type[_Receiver], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A redirect is the answer, not a new address: followed, the hook's headers (the
+    token in them) would go where the trusted configuration never said."""
+    monkeypatch.setenv("HOOK_TOKEN", "tok-12345")
+    elsewhere: list[str] = []
+
+    class Redirecting(webhook):  # type: ignore[misc,valid-type]
+        def do_POST(self) -> None:
+            if self.path != "/hook":
+                elsewhere.append(self.headers.get("Authorization", ""))
+            self.send_response(302)
+            self.send_header("Location", f"http://localhost:{webhook.port}/elsewhere")  # type: ignore[attr-defined]
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        do_GET = do_POST
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    Redirecting.port = server.server_address[1]  # type: ignore[attr-defined]
+    webhook.port = Redirecting.port  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{Redirecting.port}/hook"  # type: ignore[attr-defined]
+        configure(
+            repo,
+            http_hook(
+                "stage_start",
+                url,
+                tls="off",
+                matcher="^build$",
+                allowed_env_vars=["HOOK_TOKEN"],
+                headers={"Authorization": "Bearer $HOOK_TOKEN"},
+            ),
+        )
+        proc, result = run_json("run", "run.toml", cwd=repo)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert proc.returncode == 0, proc.stderr
+    assert elsewhere == []
+    [notice] = notices(run_events(result["run_id"], repo), "hook_failed")
+    assert "answered 302" in notice["properties"]["message"]
