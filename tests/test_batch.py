@@ -245,3 +245,43 @@ def test_run_with_an_allocated_id_takes_it_once(repo: Path, hermetic_env: Path) 
     assert again.returncode != 0 and f"run {run_id} exists already" in again.stderr
     bad = run_fabro("run", "wf.fabro", "--run-id", "../x", cwd=repo)
     assert bad.returncode != 0 and "is not a run id" in bad.stderr
+
+
+def test_a_fetched_batch_resumes_only_once_its_choices_are_trusted(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A batch record comes with `git fabro fetch`; resumed, it chooses the workflow its
+    rows run and the remote they push to. Made here, it resumes without a question;
+    fetched, only once `git fabro trust --run BATCH` has approved those choices."""
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(repo, "remote", "add", "origin", str(origin))
+    write_workflow(repo, WORKFLOW)
+    git(repo, "push", "-q", "origin", "main")
+    rows = _rows(tmp_path / "rows.jsonl", [{"n": 1}])
+    made = run_fabro(
+        "batch", "wf.fabro", "--inputs", str(rows), "--remote", "origin", "--json", cwd=repo
+    )
+    assert made.returncode == 0, made.stderr
+    batch_id = _objects(made.stdout)[0]["batch_id"]
+    again = run_fabro("batch", "--resume", batch_id, cwd=repo)
+    assert again.returncode == 0, again.stderr
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    env = {
+        "FABRO_HOME": str(tmp_path / "machine-b"),
+        "XDG_CONFIG_HOME": str(tmp_path / "machine-b-config"),
+    }
+    assert run_fabro("fetch", "origin", cwd=clone, env=env).returncode == 0
+    refused = run_fabro("batch", "--resume", batch_id, cwd=clone, env=env)
+    assert refused.returncode == 1, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert f"batch {batch_id} was not made here" in refused.stderr
+    assert "runs the workflow `wf.fabro`" in refused.stderr
+    assert "pushes each run's branch and metadata to `origin`" in refused.stderr
+    assert f"git fabro trust --run {batch_id}" in refused.stderr
+    trusted = run_fabro("trust", "--run", batch_id, "--yes", cwd=clone, env=env)
+    assert trusted.returncode == 0, trusted.stderr
+    resumed = run_fabro("batch", "--resume", batch_id, cwd=clone, env=env)
+    assert resumed.returncode == 0, resumed.stderr

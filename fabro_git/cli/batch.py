@@ -47,6 +47,7 @@ def run(
         if workflow is not None or inputs is not None:
             raise ConfigError("--resume takes the batch's own workflow and rows; pass no others")
         record = batches.read_record(repo, resume)
+        _check_trusted(repo, record)
         if ray is not None:
             _connect(record.remote, ray)
             assert record.remote is not None
@@ -112,6 +113,14 @@ def _new_batch(
             _check_committed(repo, repo.root / PROJECT_CONFIG)
         _connect(remote, ray)
     record = _new_record(repo, workflow, rows, given, remote)
+    from fabro_git.config.trust import TrustStore, batch_actions
+
+    # Made here, on the user's own command line: its resumes ask nothing.
+    TrustStore().trust_config(
+        batch_actions(record.workflow, record.remote).digest,
+        repository=repo.root,
+        run_id=record.batch_id,
+    )
     jobs = [_job(repo, record, row) for row in record.rows]
     where = "on the Ray cluster" if ray is not None else f"up to {max_parallel} at a time"
     print(
@@ -119,6 +128,28 @@ def _new_batch(
         file=sys.stderr,
     )
     return record, jobs
+
+
+def _check_trusted(repo: GitRepo, record: BatchRecord) -> None:
+    """Refuse to resume a batch whose record this user did not make or approve: a
+    fetched one chooses the workflow its rows run and the remote they push to."""
+    from fabro_git.config.trust import TrustStore, ask_on_terminal, batch_actions, describe
+
+    recorded = batch_actions(record.workflow, record.remote)
+    store = TrustStore()
+    if store.trusts_config(recorded.digest):
+        return
+    summary = f"batch {_shown(record.batch_id)} was not made here; it would:\n"
+    summary += describe(recorded.actions)
+    ask = ask_on_terminal("Trust it and resume?")
+    if ask is not None and ask(summary):
+        store.trust_config(recorded.digest, repository=repo.root, run_id=record.batch_id)
+        return
+    raise ConfigError(
+        f"{summary}\nnothing was resumed",
+        hint=f"read it with `git fabro batch status {record.batch_id}`, then run "
+        f"`git fabro trust --run {record.batch_id}`",
+    )
 
 
 def _vouch(repo: GitRepo) -> str | None:

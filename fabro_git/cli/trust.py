@@ -77,8 +77,11 @@ def _trust_run(store: TrustStore, repo: GitRepo, run_id: str, *, yes: bool) -> i
     from fabro_git.cli._runs import resolve_run
     from fabro_git.config.trust import recorded_actions
     from fabro_git.engine.session import load_run
+    from fabro_git.store import runs as runrefs
     from fabro_git.terminal import printable
 
+    if repo.read_ref(runrefs.batch_ref(run_id)) is not None:
+        return _trust_batch(store, repo, run_id, yes=yes)
     full_id = resolve_run(repo, run_id)
     manifest = load_run(repo, full_id)[0]
     recorded = recorded_actions(manifest.settings)
@@ -96,6 +99,28 @@ def _trust_run(store: TrustStore, repo: GitRepo, run_id: str, *, yes: bool) -> i
     print(
         f"trusted run {printable(full_id, one_line=True)}'s configuration (sha256 {recorded.digest[:12]})"
     )
+    return 0
+
+
+def _trust_batch(store: TrustStore, repo: GitRepo, batch_id: str, *, yes: bool) -> int:
+    """Trust what a batch record chooses (its workflow, its remote), so that
+    `batch --resume` lets it act."""
+    from fabro_git.config.trust import batch_actions
+    from fabro_git.engine import batch as batches
+    from fabro_git.terminal import printable
+
+    record = batches.read_record(repo, batch_id)
+    recorded = batch_actions(record.workflow, record.remote)
+    shown_id = printable(batch_id, one_line=True)
+    if store.trusts_config(recorded.digest):
+        print(f"batch {shown_id} is already trusted")
+        return 0
+    print(f"batch {shown_id} would:\n{describe(recorded.actions)}")
+    hint = f"read it with `git fabro batch status {batch_id}`, then pass --yes to trust it"
+    if not yes and not _confirmed(hint):
+        return 1
+    store.trust_config(recorded.digest, repository=repo.root, run_id=batch_id)
+    print(f"trusted batch {shown_id} (sha256 {recorded.digest[:12]})")
     return 0
 
 

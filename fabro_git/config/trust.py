@@ -585,6 +585,18 @@ def recorded_actions(settings: Mapping[str, object]) -> RunConfigActions:
     return RunConfigActions(found, digest)
 
 
+def batch_actions(workflow: str, remote: str | None) -> RunConfigActions:
+    """What resuming a batch record does on its own say: the workflow each row runs and
+    the remote every run pushes to. A record comes with `git fabro fetch` as a run does,
+    so what it chooses acts, as a run's recorded configuration, once trusted."""
+    acting = {"workflow": workflow, "remote": remote}
+    digest = hashlib.sha256(msgspec.json.encode(acting, order="sorted")).hexdigest()
+    found = [Action("workflow", f"runs the workflow {shown(workflow)} for each row not finished")]
+    if remote:
+        found.append(Action("remote", f"pushes each run's branch and metadata to {shown(remote)}"))
+    return RunConfigActions(found, digest)
+
+
 def record_run_config(repo_root: Path, run_id: str, settings: Mapping[str, object]) -> None:
     """A run the user starts here acts with their consent (a trusted project file or
     their own config): remember its configuration, so its resumes do not ask again."""
