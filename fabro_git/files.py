@@ -17,6 +17,10 @@ from pathlib import Path
 
 from fabro_git.errors import SourceError
 
+# The graph file of a workflow kept by its name, in a directory of that name
+# (`.fabro/workflows/<name>/workflow.fabro`): the run takes the directory's name.
+NAMED_GRAPH_FILE = "workflow.fabro"
+
 MAX_INPUT_BYTES = 10 * 1024 * 1024
 
 _KINDS = (

@@ -104,11 +104,13 @@ def boundary(fn: Callable[[], int]) -> int:
 def write_crash_log(exc: BaseException) -> str:
     import os
     import platform
+    import tempfile
     import traceback
     from datetime import UTC, datetime
 
     from fabro_git import __version__, redact
     from fabro_git.config.locations import crash_log_dir, make_private_dir, open_private
+    from fabro_git.errors import FabroError
 
     lines = [
         "### version information",
@@ -127,13 +129,22 @@ def write_crash_log(exc: BaseException) -> str:
     lines += ["", "### traceback", "".join(traceback.format_exception(exc))]
     # A crash log is meant to be attached to a bug report: mask what looks secret.
     text = redact.for_process().mask_text("\n".join(lines))
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     try:
         directory = make_private_dir(crash_log_dir())
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         path = directory / f"crash-{stamp}.log"
         with open(open_private(path, os.O_WRONLY | os.O_TRUNC), "w") as out:
             out.write(text)
         return str(path)
+    except (OSError, FabroError):
+        pass
+    # FABRO_HOME is unusable (what may have caused the crash): the system's temporary
+    # directory holds the log instead (mkstemp makes it 0600).
+    try:
+        fd, name = tempfile.mkstemp(prefix=f"git-fabro-crash-{stamp}-", suffix=".log")
+        with open(fd, "w") as out:
+            out.write(text)
+        return name
     except OSError:
         sys.stderr.write(text)
         return "<stderr>"

@@ -104,7 +104,8 @@ def check(repo: GitRepo, removal: Removal) -> None:
     if is_live(Path(repo.git_dir), removal.run_id):
         raise RunLive(
             f"run {removal.run_id} is running; a live run cannot be removed",
-            hint=f"stop it first (Ctrl-C where it runs), or wait: git fabro logs -f {removal.run_id}",
+            hint=f"stop it first with `git fabro interrupt {removal.run_id}`, or wait for "
+            f"it to end: `git fabro logs -f {removal.run_id}`",
         )
     if removal.checked_out:
         where = ", ".join(str(p) for p in removal.checked_out)
@@ -125,7 +126,8 @@ def remove(repo: GitRepo, removal: Removal) -> None:
     except RunLocked as err:
         raise RunLive(
             f"run {removal.run_id} is running; a live run cannot be removed",
-            hint=f"stop it first, or wait: git fabro logs -f {removal.run_id}",
+            hint=f"stop it first with `git fabro interrupt {removal.run_id}`, or wait for "
+            f"it to end: `git fabro logs -f {removal.run_id}`",
         ) from err
     try:
         if removal.scratch is not None:

@@ -242,6 +242,9 @@ def spawn_detached(
         argv += ["--rebase", fixes.rebase.sha]
     if fixes is not None and fixes.workflow is not None:
         argv += ["--workflow", str(fixes.workflow.path.resolve())]
+    # Marked first with this process's pid (alive while it starts the child): a git dir
+    # that cannot take the mark refuses before any child starts.
+    mark_starting(Path(repo.git_dir), run_id, os.getpid())
     log = make_private_dir(run_scratch_dir(Path(repo.git_dir), run_id)) / "detached.log"
     with open(open_private(log, os.O_WRONLY | os.O_APPEND), "ab") as out:
         child = subprocess.Popen(

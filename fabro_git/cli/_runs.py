@@ -33,23 +33,23 @@ __all__ = [
     "read_row",
     "resolve_run",
     "tail_path",
+    "warn_skipped",
 ]
 
 
 def all_rows(repo: GitRepo, *, warn: bool = True, labels: bool = False) -> list[RunSummary]:
     """Every run of the repository, newest first (with its labels when `labels`). A meta ref that is not a snapshot is
     skipped, with a warning that says what to do, so it cannot hide the others."""
+    return list_runs(repo, labels=labels, on_skip=warn_skipped if warn else None)
 
-    def skipped(name: str, problem: FabroError) -> None:
-        from fabro_git.terminal import printable
 
-        # A fetched ref's name and its error are the remote's words.
-        print(
-            printable(f"warning: skipped {name}: {problem.message}\nhint: {problem.hint}"),
-            file=sys.stderr,
-        )
+def warn_skipped(name: str, problem: FabroError) -> None:
+    """Say on stderr that the run ref `name` is left out of a listing, and why."""
+    from fabro_git.terminal import printable
 
-    return list_runs(repo, labels=labels, on_skip=skipped if warn else None)
+    # A fetched ref's name and its error are the remote's words.
+    hint = f"\nhint: {problem.hint}" if problem.hint else ""
+    print(printable(f"warning: skipped {name}: {problem.message}{hint}"), file=sys.stderr)
 
 
 def resolve_run(repo: GitRepo, arg: str) -> str:

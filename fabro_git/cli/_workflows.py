@@ -24,11 +24,12 @@ from pathlib import Path
 from typing import Literal
 
 from fabro_git.errors import ConfigError
+from fabro_git.files import NAMED_GRAPH_FILE
 
 Origin = Literal["project", "personal", "example"]
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 WORKFLOWS_DIR = Path(".fabro") / "workflows"
-GRAPH_FILE = "workflow.fabro"
+GRAPH_FILE = NAMED_GRAPH_FILE
 RUN_CONFIG_FILE = "workflow.toml"
 
 

@@ -25,7 +25,12 @@ def run(directory: Path | None, *, keep: bool = False) -> int:
         target = Path(tempfile.mkdtemp(prefix="git-fabro-demo-"))
     else:
         target = directory.expanduser().resolve()
-        if target.exists() and (not target.is_dir() or any(target.iterdir())):
+        if target.exists() and not target.is_dir():
+            raise ConfigError(
+                f"{target} is a file, not a directory",
+                hint="name a new or empty directory, or leave it out",
+            )
+        if target.exists() and any(target.iterdir()):
             raise ConfigError(
                 f"{target} is not an empty directory", hint="name a new directory, or leave it out"
             )

@@ -13,8 +13,8 @@ import sys
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-from fabro_git.engine.reader import RunEvent
-from fabro_git.errors import ConfigError
+from fabro_git.engine.reader import EventCursor, RunEvent
+from fabro_git.errors import ConfigError, FabroError
 
 FILTER_KEYS = ("event", "node")
 
@@ -60,17 +60,65 @@ def run(runs: list[str], *, follow: bool, filters: list[str], since: str | None)
     whole_repository = not run_ids
     if whole_repository:
         run_ids = layout.list_run_ids(repo)
-    cursors = [EventCursor(repo, run_id) for run_id in run_ids]
-    backlog = [event for cursor in cursors for event in cursor.read()]
+    # A run named is read or refused; in the whole repository's events, a run that
+    # cannot be read is skipped with the warning `ps` gives, so it hides no other.
+    cursors, backlog = _backlogs(
+        [EventCursor(repo, run_id) for run_id in run_ids], skip=whole_repository
+    )
     if len(cursors) > 1:
         backlog.sort(key=lambda event: (event.ts, event.id))
     _print(backlog, keep)
     if not follow:
         return 0
-    new_runs = NewRuns(repo, known=run_ids) if whole_repository else None
+    new_runs = None
+    if whole_repository:
+        appearing = NewRuns(repo, known=run_ids)
+
+        def new_runs() -> list[EventCursor]:
+            return [cursor for cursor in appearing() if _readable(cursor)]
+
     for batch in follow_all(cursors, new_runs=new_runs):
         _print(batch, keep)
     return 0
+
+
+def _backlogs(
+    cursors: list[EventCursor], *, skip: bool
+) -> tuple[list[EventCursor], list[RunEvent]]:
+    """The cursors read, and the events their runs have recorded so far; with `skip`,
+    a run whose meta ref is not a snapshot is left out, with a warning."""
+    kept: list[EventCursor] = []
+    backlog: list[RunEvent] = []
+    for cursor in cursors:
+        try:
+            backlog += cursor.read()
+        except FabroError as problem:
+            if not skip:
+                raise
+            _skipped(cursor, problem)
+            continue
+        kept.append(cursor)
+    return kept, backlog
+
+
+def _readable(cursor: EventCursor) -> bool:
+    """Whether the events of a run that appeared while following can be read (the
+    cursor's own first read then gives them again, from the start)."""
+    from fabro_git.engine.reader import recorded_events
+
+    try:
+        recorded_events(cursor.repo, cursor.run_id)
+    except FabroError as problem:
+        _skipped(cursor, problem)
+        return False
+    return True
+
+
+def _skipped(cursor: EventCursor, problem: FabroError) -> None:
+    from fabro_git.cli._runs import warn_skipped
+    from fabro_git.store import runs as layout
+
+    warn_skipped(layout.meta_ref(cursor.run_id), problem)
 
 
 def _print(events: list[RunEvent], keep: EventFilter) -> None:

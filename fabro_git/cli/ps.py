@@ -33,8 +33,32 @@ def parse_filters(filters: list[str]) -> list[tuple[str, str]]:
             )
         if key == "label" and "=" not in value:
             raise ConfigError(f"--filter {text!r}: a label filter is label=NAME=VALUE")
+        if key == "status":
+            value = _statuses(text, value)
         parsed.append((key, value))
     return parsed
+
+
+def _statuses(text: str, value: str) -> str:
+    """The statuses `status=A,B` names, each checked: a typo would match no run, and
+    say nothing."""
+    from fabro_git.engine.reader import RUN_STATUSES
+    from fabro_git.errors import ConfigError
+    from fabro_git.suggest import close_names
+
+    hint = f"use one or more of {', '.join(RUN_STATUSES)}, separated by commas"
+    wanted = [part.strip() for part in value.split(",") if part.strip()]
+    if not wanted:
+        raise ConfigError(f"--filter {text!r}: no status given", hint=hint)
+    for status in wanted:
+        if status not in RUN_STATUSES:
+            close = close_names(status, RUN_STATUSES)
+            raise ConfigError(
+                f"--filter {text!r}: unknown status {status!r}"
+                + (f"; did you mean {close[0]!r}?" if close else ""),
+                hint=hint,
+            )
+    return ",".join(wanted)
 
 
 def matches(row: RunRow, filters: list[tuple[str, str]], labels: dict[str, str]) -> bool:

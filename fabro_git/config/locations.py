@@ -13,17 +13,28 @@ Scratch holds command output, which may hold secrets the redactor does not know 
 it is private whatever the umask: directories we create are 0700 and files 0600. The
 worktrees inside it are the user's checkouts and follow the user's umask, as any
 checkout does.
+
+A directory or file of ours that cannot be made (a read-only `.git`, a `FABRO_HOME` that
+is a file or is not writable) is a user error naming the path and the reason, and
+`FABRO_HOME` when the path lies under it: never a traceback. A full disk stays an
+`OSError`, which the CLI reports as such.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
 
+from fabro_git.errors import DISK_FULL_ERRNOS, ConfigError, FabroError
+
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
+
+# What refuses to create a file: the place is not the user's to write, for good.
+_REFUSED = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR})
 
 
 def fabro_home() -> Path:
@@ -68,8 +79,14 @@ def make_private_dir(path: Path) -> Path:
         missing.append(probe)
         probe = probe.parent
     for directory in reversed(missing):
-        with contextlib.suppress(FileExistsError):
+        try:
             os.mkdir(directory, PRIVATE_DIR)
+        except FileExistsError:
+            pass
+        except OSError as err:
+            if err.errno in DISK_FULL_ERRNOS:
+                raise
+            raise unwritable(directory, err) from err
     with contextlib.suppress(OSError):
         info = path.stat()
         if stat.S_IMODE(info.st_mode) != PRIVATE_DIR and info.st_uid == os.getuid():
@@ -79,9 +96,32 @@ def make_private_dir(path: Path) -> Path:
 
 def open_private(path: Path, flags: int) -> int:
     """`os.open` that creates the file 0600 (and narrows an existing one of ours)."""
-    fd = os.open(path, flags | os.O_CREAT, PRIVATE_FILE)
+    try:
+        fd = os.open(path, flags | os.O_CREAT, PRIVATE_FILE)
+    except OSError as err:
+        if err.errno not in _REFUSED:
+            raise
+        raise unwritable(Path(path), err) from err
     with contextlib.suppress(OSError):
         info = os.fstat(fd)
         if stat.S_IMODE(info.st_mode) != PRIVATE_FILE and info.st_uid == os.getuid():
             os.fchmod(fd, PRIVATE_FILE)
     return fd
+
+
+def unwritable(path: Path, err: OSError) -> FabroError:
+    """The user error for `path`, ours to write, that `err` refused: it names the path
+    and the reason, and `FABRO_HOME` when the path is under it."""
+    reason = err.strerror or str(err)
+    home = fabro_home()
+    if path.is_relative_to(home):
+        return ConfigError(
+            f"FABRO_HOME ({home}) is not usable: cannot write {path}: {reason}",
+            hint="set FABRO_HOME to a directory you can write to (git-fabro keeps the "
+            "scratch dirs of runs and its logs there)",
+        )
+    return FabroError(
+        f"cannot write {path}: {reason}",
+        hint=f"make {path.parent} writable (git-fabro keeps its locks and run records "
+        "under the repository's git dir), or work in a clone you can write to",
+    )

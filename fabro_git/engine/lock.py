@@ -35,9 +35,10 @@ def mark_starting(git_dir: Path, run_id: str, pid: int) -> None:
     """Record that `pid` will execute the run, so the run counts as live until it has
     taken the lock: `logs -f` and `ps` right after `run -d` must not see it as dead."""
     path = starting_path(git_dir, run_id)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_private_dir(path.parent)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(f"pid {pid}\n")
+    with open(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "w") as out:
+        out.write(f"pid {pid}\n")
     os.replace(tmp, path)
 
 

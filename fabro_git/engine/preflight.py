@@ -1,6 +1,7 @@
 """What a run or a resume refuses before it touches the run: LLM stages that cannot
-run here (an unknown model, a missing key, an agent CLI not installed) and an in-place
-run resumed outside the checkout it ran in."""
+run here (an unknown model, a missing key, an agent CLI not installed), an in-place
+run resumed outside the checkout it ran in, and a stored workflow whose typed values
+no longer parse."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from fabro_git.engine.checkpoint import Manifest
 from fabro_git.engine.runner import Options
 from fabro_git.engine.stored_run import StoredRun, load_graph
-from fabro_git.errors import FabroError
+from fabro_git.errors import FabroError, WorkflowError
 from fabro_git.store.repo import GitRepo
 from fabro_git.workflow import Graph
 
@@ -37,17 +38,40 @@ def check_resumable(
     """Refuse, before a resume touches the run, what `check_options` refuses before a
     run: a key unset since the run started, an agent CLI uninstalled since. `graph`
     is the workflow it goes on with, when not the one it ran."""
+    manifest, _cp, meta, source = stored
+    graph = graph or load_graph(repo, run_id, manifest, source, meta)
+    check_attribute_values(graph, run_id)
     if options.dry_run:
         return
-    manifest, _cp, meta, source = stored
     check_in_place_home(repo, run_id, manifest)
     recorded = manifest.run_config
     check_options(
         options,
-        graph or load_graph(repo, run_id, manifest, source, meta),
+        graph,
         recorded.model_fallbacks,
         cli_command=recorded.agent.cli_command if recorded.agent is not None else None,
     )
+
+
+def check_attribute_values(graph: Graph, run_id: str) -> None:
+    """Refuse a workflow (or a child of it) with a typed value the engine could not
+    read: a run started by an earlier version took a value validation refuses now
+    (`timeout="-5s"`), and its stage would fail to start on every resume."""
+    from fabro_git.workflow.lint_attributes import attribute_value
+    from fabro_git.workflow.lint_check import ERROR, Check
+    from fabro_git.workflow.paths import descendants
+
+    for workflow in [graph, *descendants(graph)]:
+        bad = [d for d in attribute_value(Check(workflow, None)) if d.severity == ERROR]
+        if bad:
+            raise WorkflowError(
+                bad[0].message,
+                path=workflow.path,
+                line=bad[0].line,
+                column=bad[0].column,
+                hint="correct it in the workflow file, then go on with "
+                f"`git fabro resume {run_id} --workflow FILE`",
+            )
 
 
 def check_options(

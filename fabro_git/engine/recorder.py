@@ -110,6 +110,8 @@ class Recorder:
         self.meta_tip = meta_tip
         self.run_tip = run_tip
         self.degraded = False
+        # Why the last snapshot git refused was refused (reported as an event too).
+        self.last_error: FabroError | None = None
         self.redactor = redact.for_process()
         # The tree git last wrote from the worktree, and the index file's stamp then.
         self._last_scan: tuple[str, Stamp | PendingIndex | None] | None = None
@@ -292,6 +294,7 @@ class Recorder:
         self, phase: SnapshotPhase, started: float, err: FabroError, stamp: _Stamp
     ) -> None:
         self.degraded = True
+        self.last_error = err
         self.emit(
             MetadataSnapshotFailed(
                 phase=phase,

@@ -21,11 +21,19 @@ from fabro_git.store.repo import GitRepo
 
 
 def ensure_worktree(
-    repo: GitRepo, run_id: str, scratch: Path, run_tip: str, emit: Emit, *, new: bool = False
+    repo: GitRepo,
+    run_id: str,
+    scratch: Path,
+    run_tip: str,
+    emit: Emit,
+    *,
+    new: bool = False,
+    base_branch: str | None = None,
 ) -> tuple[Path, bool]:
     """The run's worktree at the run branch's tip: reuse, reset or rebuild it. A `new`
     run made its branch and scratch dir just now: nothing of git's can hold either, so
-    git's list of worktrees is not consulted."""
+    git's list of worktrees is not consulted. `base_branch` (the branch the run started
+    from) is what a checkout holding the run branch is told to switch back to."""
     path = scratch / "worktree"
     branch = runrefs.run_branch_name(run_id)
     if new:
@@ -48,12 +56,25 @@ def ensure_worktree(
             raise StoreError(
                 f"run {run_id}: its branch {branch} is checked out at {other}, and a branch "
                 "can be checked out in one worktree only",
-                hint=f"switch that worktree away ({shlex.join(['git', '-C', str(other), 'switch', '--detach'])}) "
-                f"or remove it ({shlex.join(['git', 'worktree', 'remove', str(other)])}), then run the "
-                "command again",
+                hint=_switch_away_hint(repo, other, base_branch),
             )
     git_worktree.add_worktree(repo, path, branch=branch, commit=run_tip)
     return path, True
+
+
+def _switch_away_hint(repo: GitRepo, other: Path, base_branch: str | None) -> str:
+    """How to free the run branch from the checkout `other`: the main worktree (the
+    user's own checkout, which git never removes) goes back to the run's base branch;
+    a linked one can be switched away or removed."""
+    if other.resolve() == git_worktree.main_worktree(repo).resolve():
+        switch = ["git", "-C", str(other), "switch", base_branch or "-"]
+        return f"switch that checkout to another branch ({shlex.join(switch)}), then run the command again"
+    detach = ["git", "-C", str(other), "switch", "--detach"]
+    remove = ["git", "worktree", "remove", str(other)]
+    return (
+        f"switch that worktree away ({shlex.join(detach)}) or remove it "
+        f"({shlex.join(remove)}), then run the command again"
+    )
 
 
 def _drop_stale_checkouts(repo: GitRepo, checkouts: list[Path], path: Path) -> list[Path]:

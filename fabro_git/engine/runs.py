@@ -20,6 +20,7 @@ import json
 import os
 import re
 import shlex
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol, Unpack
@@ -42,6 +43,7 @@ from fabro_git.errors import ConfigError, FabroError, StoreError
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.catalogue import MetadataSnapshotFailed, RunCreated, RunNotice
 from fabro_git.events.envelope import Actor, EventProps
+from fabro_git.files import NAMED_GRAPH_FILE
 from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as runrefs
 from fabro_git.store.durability import prefetch as prefetch_durability
@@ -123,6 +125,8 @@ def graph_record(graph: Graph) -> JsonObject:
 
 def graph_slug(graph: Graph, path: Path | None) -> str:
     base = path.stem if path is not None else graph.name
+    if path is not None and path.name == NAMED_GRAPH_FILE and path.parent.name:
+        base = path.parent.name
     return re.sub(r"[^a-z0-9]+", "-", base.lower()).strip("-") or "workflow"
 
 
@@ -459,12 +463,24 @@ def fork_run(repo: GitRepo, source_id: str, point: ForkPoint) -> str:
     finally:
         bus.close()
     if meta_sha is None:
-        raise FabroError(
-            f"could not write the first snapshot of run {new_id} (see the error above)"
-        )
+        # No ref names the new run: its scratch dir (the tail) is nobody's.
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise _fork_refused(recorder.last_error, new_id, source_id)
     _create_fork_branch(repo, source_id, new_id, start, meta_sha, point.label)
     _copy_parallel_refs(repo, source_id, new_id, checkpoint.node_visits)
     return new_id
+
+
+def _fork_refused(refused: FabroError | None, new_id: str, source_id: str) -> FabroError:
+    """Why a fork's first snapshot was not written: a fork shows no run's progress, so
+    git's reason goes in the message itself."""
+    return FabroError(
+        f"could not write the first snapshot of run {new_id}: "
+        + (refused.message if refused is not None else "git refused it"),
+        hint=refused.hint
+        if refused is not None and refused.hint
+        else f"run {source_id} is unchanged: fix what stopped the write, then fork again",
+    )
 
 
 def _forked_created_event(

@@ -303,6 +303,7 @@ async def _checkout(run: OpenRun, *, new: bool, started: float) -> tuple[Path, b
                 recorder.run_tip,
                 run.emit,
                 new=new,
+                base_branch=run.manifest.base_branch,
             )
         )
     except FabroError as exc:

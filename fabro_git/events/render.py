@@ -67,6 +67,10 @@ class _Line(msgspec.Struct):
     text: str
     style: str = ""
     mark: str = ""
+    # A line of a command's output, cut to the terminal's width on a live display.
+    # Every other line is shown whole, wrapped by the terminal: a run id or a command
+    # to copy (`git fabro resume ID`) must never lose its end.
+    output: bool = False
 
 
 class ProgressRenderer:
@@ -121,7 +125,7 @@ class ProgressRenderer:
             return
         self._streamed.add(node_id)
         who = f"{node_id} " if len(self._running) > 1 else ""
-        self._print(_Line(f"    {who}│ {line.rstrip()}", "dim"))
+        self._print(_Line(f"    {who}│ {line.rstrip()}", "dim", output=True))
         if self._display is not None:
             self._display.refresh()
 
@@ -195,7 +199,8 @@ class ProgressRenderer:
             text += f" ({attempt_text(p)})"
         if p.get("error"):
             text += f": {shorten(p['error'], 200)}"
-            self._errors_shown.add(str(p["error"]))
+            if len(str(p["error"])) <= 200:  # else the run's failure says it whole
+                self._errors_shown.add(str(p["error"]))
         if self.output == "all" and key in self._streamed:
             self._streamed.discard(key)
             return [_Line(text, style, mark)]  # its output is on screen already
@@ -244,6 +249,8 @@ class ProgressRenderer:
         level = str(p.get("level", "info"))
         word = {"warn": "warning", "error": "error"}.get(level, "note")
         style = {"warn": "yellow", "error": "red"}.get(level, "dim")
+        if level == "error":  # said whole: the run's failure need not say it again
+            self._errors_shown.add(str(p.get("message", "")))
         return [_Line(f"{word}: {p.get('message', '')} [{p.get('code', '')}]", style)]
 
     def _on_run_completed(
@@ -266,11 +273,11 @@ class ProgressRenderer:
     ) -> list[_Line]:
         text = f"Run failed after {format_duration(p.get('duration_ms'))}"
         error = str(p.get("error") or "")
-        for shown in self._errors_shown:  # said on the stage's own line already
+        for shown in self._errors_shown:  # said whole already, on a line of its own
             error = error.replace(shown, "").strip().rstrip(":").strip()
             error = error.replace(" ()", "")  # where it was quoted in brackets
         if error:
-            text += f": {shorten(error, 200)}"
+            text += f": {error}"  # whole: it may end with the command that goes on
         return [_Line(text, "bold red", "✗")]
 
     def _on_run_interrupt(
@@ -453,7 +460,7 @@ class ProgressRenderer:
             # each to the terminal's width).
             lines = [line for line in source.split("\n") if line.strip()][-keep:]
             lines = [line[:TAIL_LINE_LIMIT] for line in lines]
-        return [_Line(f"    │ {line.rstrip()}", "dim") for line in lines]
+        return [_Line(f"    │ {line.rstrip()}", "dim", output=True) for line in lines]
 
     def _set_doing(self, key: str, doing: str) -> None:
         if key in self._running:
@@ -469,7 +476,7 @@ class ProgressRenderer:
         ]
 
     def _print(self, line: _Line) -> None:
-        line = _Line(printable(line.text), line.style, line.mark)
+        line = _Line(printable(line.text), line.style, line.mark, line.output)
         if self._display is not None:
             self._display.print(line)
             return
@@ -573,10 +580,16 @@ class _LiveDisplay:
         if line.mark:
             text.append(line.mark + " ", style=line.style)
         text.append(line.text, style=line.style if line.mark == "" else "")
-        # One screen line each: a long line wrapped over many would push the run's
-        # history off the screen (and a wrapped spinner row leaves stale copies).
-        text.truncate(self.console.width, overflow="ellipsis")
-        self.console.print(text, no_wrap=True, overflow="ellipsis")
+        if line.output:
+            # A command's output, one screen line a line: a long line wrapped over
+            # many would push the run's history off the screen.
+            text.truncate(self.console.width, overflow="ellipsis")
+            self.console.print(text, no_wrap=True, overflow="ellipsis")
+            return
+        # Whole, with no newline of ours in it: the terminal wraps it, and a command in
+        # it copies as one line. (Only the spinner rows below are cut to the width: a
+        # wrapped one would leave stale copies.)
+        self.console.print(text, soft_wrap=True)
 
     def refresh(self) -> None:
         self._live.refresh()

@@ -465,6 +465,11 @@ def checkouts_of(repo: GitRepo, branch: str) -> list[Path]:
     return [Path(w["worktree"]) for w in _worktrees(repo) if w.get("branch") == ref]
 
 
+def main_worktree(repo: GitRepo) -> Path:
+    """The repository's main worktree (git lists it first), which git never removes."""
+    return Path(_worktrees(repo)[0]["worktree"])
+
+
 def all_worktrees(repo: GitRepo) -> list[dict[str, str]]:
     """Every worktree of `repo` as git lists it (`worktree`, `HEAD`, `branch`, `prunable`...)."""
     return _worktrees(repo)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import PurePosixPath
 
+from fabro_git.durations import DURATION_EXPECTED
 from fabro_git.suggest import close_names
 from fabro_git.workflow.attributes import (
     EDGE_ATTRIBUTES,
@@ -301,7 +302,7 @@ def _unparsable(value: str, kind: str) -> bool:
 _EXPECTED = {
     "int": "an integer",
     "bool": "true or false",
-    "duration": "a duration such as 250ms, 30s, 15m, 2h or 1d",
+    "duration": DURATION_EXPECTED,
 }
 
 

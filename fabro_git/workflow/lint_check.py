@@ -77,7 +77,7 @@ NODE_BOOLS: tuple[str, ...] = (
 )
 
 
-NODE_DURATIONS: tuple[str, ...] = ("timeout", "duration", "manager.poll_interval")
+NODE_DURATIONS: tuple[str, ...] = ("timeout", "duration", "human.timeout", "manager.poll_interval")
 
 
 EDGE_INTS: tuple[str, ...] = ("weight",)

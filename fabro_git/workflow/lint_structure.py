@@ -1,5 +1,6 @@
-"""Lint rules on the graph's shape: a start and an exit, reachable stages, no dead
-ends, nodes only an edge names, joins, ids, and the files nodes point at."""
+"""Lint rules on the graph's shape: a start and an exit, reachable stages, a way out
+of each loop, no dead ends, nodes only an edge names, joins, ids, and the files
+nodes point at."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from fabro_git.workflow.lint_check import (
 from fabro_git.workflow.model import (
     EXIT,
     START,
+    Graph,
     Node,
     node_id_problem,
 )
@@ -126,6 +128,62 @@ def reachability(check: Check) -> Iterator[Diagnostic]:
                 node,
                 check.node_pos(node),
             )
+
+
+def endless_loop(check: Check) -> Iterator[Diagnostic]:
+    """Reachable stages from which no path leads to the exit, nor to a stage with no
+    way out (`dead_end`): a run that gets to them goes round them for ever, as no visit
+    limit holds a run by default. One error for each group of such stages that lead
+    to each other, at the first of them in the file."""
+    graph = check.graph
+    exits = graph.exit_nodes()
+    if not exits or graph.start_node() is None:
+        return  # start_node and terminal_node refuse the graph already
+    # Walked backwards from every place a run ends: what can get there.
+    ending = {node.id for node in graph.nodes.values() if not graph.outgoing(node.id)}
+    ending.update(node.id for node in exits)
+    frontier = list(ending)
+    while frontier:
+        for edge in graph.incoming(frontier.pop()):
+            if edge.source not in ending:
+                ending.add(edge.source)
+                frontier.append(edge.source)
+    reachable = check.reachable()
+    trapped = {node_id for node_id in reachable if node_id not in ending}
+    if not trapped:
+        return
+    order = {node_id: index for index, node_id in enumerate(graph.nodes)}
+    seen: set[str] = set()
+    for node in graph.nodes.values():  # file order
+        if node.id not in trapped or node.id in seen:
+            continue
+        group = _loop_group(graph, node.id, trapped)
+        seen.update(group)
+        members = [graph.nodes[node_id] for node_id in sorted(group, key=order.__getitem__)]
+        what = "node" if len(members) == 1 else "nodes"
+        yield check.on_node(
+            "endless_loop",
+            ERROR,
+            f"no path from {what} {_some_names(members)} reaches the exit or ends anywhere, "
+            "so a run that gets there goes round a loop for ever; add a way out, e.g. "
+            f"{members[-1].id} -> {exits[0].id}",
+            node,
+            check.node_pos(node),
+        )
+
+
+def _loop_group(graph: Graph, first: str, trapped: set[str]) -> set[str]:
+    """The trapped nodes joined to `first` by edges between trapped nodes, either way."""
+    group = {first}
+    frontier = [first]
+    while frontier:
+        current = frontier.pop()
+        for edge in graph.outgoing(current) + graph.incoming(current):
+            for other in (edge.source, edge.target):
+                if other in trapped and other not in group:
+                    group.add(other)
+                    frontier.append(other)
+    return group
 
 
 def implicit_node(check: Check) -> Iterator[Diagnostic]:

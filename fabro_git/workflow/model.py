@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 
+from fabro_git.durations import DURATION_EXPECTED
 from fabro_git.durations import parse_duration as parse_duration
 from fabro_git.errors import WorkflowError
 
@@ -180,7 +181,7 @@ class _Attributed:
             return default
         result = parse_duration(value)
         if result is None:
-            raise self._bad_value(key, value, "a duration such as 250ms, 30s, 15m, 2h or 1d")
+            raise self._bad_value(key, value, DURATION_EXPECTED)
         return result
 
 

@@ -21,9 +21,13 @@ Choices worth knowing:
   skip warnings: whether the values it names cover every outcome the node can report
   is `all_conditional_edges`' question, which it answers exactly (an error when not). `prompt_on_llm_nodes` accepts a label (it becomes the instruction), and
   `stylesheet_model_known` knows catalogue ids and aliases, nothing else.
+- `endless_loop`, beyond the usual set, is an error for reachable stages from which no
+  path reaches the exit or ends anywhere (nothing bounds a run by default, so one that
+  gets there would go round for ever); a walk may end at a stage with no edge out, so an
+  exit no path reaches is `reachability`'s warning, as any node is.
 - A few rules beyond the usual set: `attribute_value` (a typed attribute that does not
-  parse, which would otherwise fail mid-run), `command_requires_script`,
-  `script_template` (a template in a python script, where no substitution is safe, or
+  parse, a negative duration included, which would otherwise fail mid-run),
+  `command_requires_script`, `script_template` (a template in a python script, where no substitution is safe, or
   in a here-document that expands nothing), `selection_valid` and `permissions_valid`.
 - Warnings for typos, each with a "did you mean" from `fabro_git.suggest`:
   `implicit_node` (a node only an edge names, `test -> exti`), `unknown_attribute`
@@ -83,6 +87,7 @@ from fabro_git.workflow.lint_routing import (
 from fabro_git.workflow.lint_structure import (
     dead_end,
     edge_target_exists,
+    endless_loop,
     exit_no_outgoing,
     implicit_node,
     node_id_valid,
@@ -181,6 +186,7 @@ RULES: tuple[Rule, ...] = (
     exit_no_outgoing,
     edge_target_exists,
     reachability,
+    endless_loop,
     implicit_node,
     dead_end,
     parallel_join,

@@ -213,6 +213,18 @@ def test_demo_makes_a_repository_and_runs_hello(tmp_path: Path) -> None:
     assert again.returncode == 1 and "not an empty directory" in again.stderr
 
 
+def test_demo_refuses_a_file_as_a_file(tmp_path: Path) -> None:
+    from helpers import run_fabro
+
+    afile = tmp_path / "notes.txt"
+    afile.write_text("mine\n")
+    proc = run_fabro("demo", str(afile), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert f"error: {afile} is a file, not a directory" in proc.stderr, proc.stderr
+    assert "not an empty directory" not in proc.stderr and "Traceback" not in proc.stderr
+    assert afile.read_text() == "mine\n"
+
+
 def test_demo_in_a_temporary_directory_leaves_nothing_behind_unless_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -157,3 +157,65 @@ def test_following_every_run_picks_up_a_run_started_meanwhile(
         follower.communicate()
     runs = [json.loads(line)["run_id"] for line in seen.decode().splitlines()]
     assert runs == [*earlier, later]
+
+
+BAD_REF = "refs/fabro/meta/01BLOB00000000000000000000"
+
+
+def _add_bad_meta_ref(repo: Path) -> str:
+    """A meta ref that points at a blob: no run's snapshot. The warning `ps` gives for it."""
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"],
+        cwd=repo,
+        input="junk\n",
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
+    subprocess.run(["git", "update-ref", BAD_REF, blob], cwd=repo, check=True)
+    ps = run_fabro("ps", cwd=repo)
+    assert ps.returncode == 0, ps.stderr
+    (warning,) = [line for line in ps.stderr.splitlines() if line.startswith("warning:")]
+    assert warning.startswith(f"warning: skipped {BAD_REF}: ")
+    return warning
+
+
+def test_a_meta_ref_that_is_no_snapshot_is_skipped_as_ps_skips_it(
+    finished: tuple[Path, tuple[str, str]],
+) -> None:
+    repo, (first, second) = finished
+    warning = _add_bad_meta_ref(repo)
+    logs = _lines("logs", first, cwd=repo) + _lines("logs", second, cwd=repo)
+    merged = sorted(logs, key=lambda line: (json.loads(line)["ts"], json.loads(line)["id"]))
+    proc = run_fabro("events", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == merged
+    assert warning in proc.stderr.splitlines(), proc.stderr
+    assert "hint: look at it with `git show " in proc.stderr
+
+
+def test_following_every_run_skips_a_meta_ref_that_appears_and_is_no_snapshot(
+    finished: tuple[Path, tuple[str, str]],
+) -> None:
+    repo, earlier = finished
+    follower = start_fabro(
+        ["events", "--follow", "--filter", "event=run.completed"],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        assert follower.stdout is not None
+        fd = follower.stdout.fileno()
+        seen = read_until(fd, b'"event":"run.completed"', count=2)
+        warning = _add_bad_meta_ref(repo)
+        later = _run_hello(repo)  # found after the bad ref, or with it
+        seen = read_until(fd, b'"event":"run.completed"', seen, count=3)
+        assert follower.poll() is None
+    finally:
+        follower.kill()
+        _, stderr = follower.communicate()
+    runs = [json.loads(line)["run_id"] for line in seen.decode().splitlines()]
+    assert runs == [*earlier, later]
+    assert warning in stderr.decode().splitlines(), stderr

@@ -57,3 +57,25 @@ def test_ps_filters_and_labels(repo: Path) -> None:
     for bad in ("colour=red", "status", "label=team"):
         proc = run_fabro("ps", "--filter", bad, cwd=repo)
         assert proc.returncode == 1 and "--filter" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_an_unknown_status_is_refused_with_the_statuses_there_are(repo: Path) -> None:
+    """A typo (`fialed`) would match no run and say nothing: refused, as `prune
+    --status` refuses it."""
+    succeeded = _start(repo, "hello")
+    for bad, said in (
+        ("status=fialed", "unknown status 'fialed'; did you mean 'failed'?"),
+        ("status=succeeded,runing", "unknown status 'runing'; did you mean 'running'?"),
+        ("status=,", "no status given"),
+    ):
+        proc = run_fabro("ps", "--filter", bad, cwd=repo)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert proc.stdout == ""
+        assert f"error: --filter '{bad}': {said}" in proc.stderr, proc.stderr
+        assert (
+            "hint: use one or more of running, succeeded, partially_succeeded, failed, "
+            "interrupted, superseded, separated by commas" in proc.stderr
+        )
+        assert "Traceback" not in proc.stderr
+    spaced = run_fabro("ps", "--json", "--filter", "status=failed, succeeded", cwd=repo)
+    assert _ids(spaced) == [succeeded]

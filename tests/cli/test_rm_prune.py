@@ -502,3 +502,25 @@ def test_rm_and_prune_work_in_a_clone_that_fetched_the_runs(
     assert hello not in " ".join(_refs(clone))
     assert _worktrees(clone) == [str(clone)]
     assert_fsck_clean(clone)
+
+
+def test_removing_a_live_run_says_how_to_stop_it(repo: Path) -> None:
+    proc, run_id = _held_run(repo)
+    try:
+        refused = run_fabro("rm", "--yes", run_id, cwd=repo)
+        assert refused.returncode == 1, refused.stderr
+        assert f"run {run_id} is running" in refused.stderr
+        suggested = f"`git fabro interrupt {run_id}`"
+        assert f"hint: stop it first with {suggested}" in refused.stderr, refused.stderr
+        assert "Ctrl-C" not in refused.stderr
+        # What the hint says does stop it.
+        stopped = run_fabro(*suggested.strip("`").split()[2:], cwd=repo)
+        assert stopped.returncode == 0, stopped.stderr
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    removed = run_fabro("rm", "-y", run_id, cwd=repo)
+    assert removed.returncode == 0, removed.stderr
+    assert _run_refs(repo, run_id) == []

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers import run_fabro
+from helpers import git, run_fabro, write_workflow
 
 import fabro_git
 
@@ -188,3 +188,54 @@ def test_every_shipped_example_validates_cleanly(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.count(": valid - workflow") == len(paths)
     assert "warning" not in proc.stdout
+
+
+# The exit out of reach, and no stage to end at: `a` and `b` hand the run to each other
+# for ever.
+NO_WAY_OUT = """digraph Cycle {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    a     [shape=parallelogram, script="true"]
+    b     [shape=parallelogram, script="true"]
+    start -> a -> b -> a
+}
+"""
+
+# The exit is reachable, but a failed check goes round `fix` and `again` for ever.
+TRAP = """digraph Trap {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    check [shape=parallelogram, script="true"]
+    fix   [shape=parallelogram, script="true"]
+    again [shape=parallelogram, script="true"]
+    start -> check
+    check -> exit [condition="outcome=succeeded"]
+    check -> fix  [condition="outcome!=succeeded"]
+    fix -> again -> fix
+}
+"""
+
+
+def test_a_workflow_that_cannot_finish_is_refused_before_it_runs(repo: Path) -> None:
+    write_workflow(repo, NO_WAY_OUT, "cycle.fabro")
+    write_workflow(repo, TRAP, "trap.fabro")
+    proc = run_fabro("validate", "cycle.fabro", "trap.fabro", cwd=repo)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert (
+        "cycle.fabro:2:5: error: [endless_loop] no path from nodes 'start', 'a', 'b' reaches the "
+        "exit or ends anywhere" in proc.stdout
+    ), proc.stdout
+    assert "add a way out, e.g. b -> exit" in proc.stdout
+    assert (
+        "trap.fabro:5:5: error: [endless_loop] no path from nodes 'fix', 'again' reaches the "
+        "exit or ends anywhere, so a run that gets there goes round a loop for ever; add a "
+        "way out, e.g. again -> exit" in proc.stdout
+    ), proc.stdout
+    for name in ("cycle.fabro", "trap.fabro"):
+        run = run_fabro("run", name, cwd=repo, timeout=60)
+        assert run.returncode == 1, run.stderr
+        assert "cannot run" in run.stderr and "Traceback" not in run.stderr
+    assert git(repo, "for-each-ref", "refs/fabro/") == ""
+    # With a way out, the same loop is fine.
+    write_workflow(repo, TRAP.replace("fix -> again -> fix", "fix -> again -> check"), "ok.fabro")
+    assert run_fabro("validate", "ok.fabro", cwd=repo).returncode == 0

@@ -41,6 +41,9 @@ def test_init_then_run_hello_runs_the_projects_own_hello(repo: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     greeting = git(repo, "show", f"fabro/run/{result['run_id']}:hello.txt")
     assert greeting == "Hello from the hello workflow of this project.\n"
+    # The run takes the workflow's name, not its file's (`workflow.fabro`).
+    listed = run_fabro("ps", "--filter", "workflow=hello", "--json", cwd=repo)
+    assert result["run_id"] in listed.stdout, listed.stderr
 
     # A second init overwrites nothing.
     hello.write_text(hello.read_text() + "// mine now\n")

@@ -304,3 +304,218 @@ def test_git_running_out_of_space_in_the_store_is_disk_full(tmp_path: Path) -> N
     assert "No space left on device" in proc.stderr
     assert "Nothing recorded is lost" in proc.stderr and "git fabro resume" in proc.stderr
     assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr
+
+
+# -- negative durations --------------------------------------------------------------------
+
+NEGATIVE_DURATIONS = """\
+digraph Neg {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    a     [shape=parallelogram, script="true", timeout="-5s"]
+    w     [shape=insulator, duration="-1m"]
+    h     [shape=hexagon, human.timeout="-3s"]
+    start -> a -> w -> h -> exit
+}
+"""
+
+
+def test_a_negative_duration_is_refused_before_a_run_exists(repo: Path) -> None:
+    write_workflow(repo, NEGATIVE_DURATIONS)
+    expected = [
+        "wf.fabro:4:56: error: [attribute_value] node 'a': timeout='-5s' is not a duration "
+        "of zero or more",
+        "wf.fabro:5:38: error: [attribute_value] node 'w': duration='-1m' is not a duration",
+        "wf.fabro:6:41: error: [attribute_value] node 'h': human.timeout='-3s' is not a duration",
+    ]
+    proc = run_fabro("validate", "wf.fabro", cwd=repo)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    for line in expected:
+        assert line in proc.stdout, proc.stdout
+    run = run_fabro("run", "wf.fabro", cwd=repo)
+    assert run.returncode == 1, run.stderr
+    for line in expected:
+        assert line in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and "unexpected error" not in run.stderr
+    assert git(repo, "for-each-ref", "refs/fabro/") == ""
+
+
+def test_a_negative_duration_in_a_run_config_names_its_line(repo: Path) -> None:
+    write_workflow(repo, OK_WORKFLOW)
+    config = repo / "run.toml"
+    config.write_text(
+        f'_version = 1\n[workflow]\ngraph = "{repo / "wf.fabro"}"\n'
+        '[run.agent]\nrequest_retry_delay = "-2s"\n'
+    )
+    proc = run_fabro("run", "run.toml", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "run.toml:5: run.agent.request_retry_delay: expected a duration" in proc.stderr
+    assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr
+    assert git(repo, "for-each-ref", "refs/fabro/") == ""
+
+
+def test_a_run_recorded_with_a_negative_timeout_is_refused_on_resume(repo: Path) -> None:
+    """A run an earlier version started with `timeout="-5s"` (it crashed in that stage):
+    resume says what is wrong and how to go on, on every try, instead of crashing."""
+    write_workflow(
+        repo,
+        "digraph Neg {\n    start [shape=Mdiamond]\n    exit  [shape=Msquare]\n"
+        '    a     [shape=parallelogram, script="exit 1", timeout="5s"]\n'
+        "    start -> a -> exit\n}\n",
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = str(result["run_id"])
+    ref = f"refs/fabro/meta/{run_id}"
+    recorded = git(repo, "show", f"{ref}:graph.fabro")
+    assert 'timeout="5s"' in recorded
+    blob = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"],
+        cwd=repo,
+        input=recorded.replace('timeout="5s"', 'timeout="-5s"'),
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
+    listing = [
+        f"100644 blob {blob}\tgraph.fabro" if line.endswith("\tgraph.fabro") else line
+        for line in git(repo, "ls-tree", ref).splitlines()
+    ]
+    tree = subprocess.run(
+        ["git", "mktree"], cwd=repo, input="\n".join(listing) + "\n", text=True,
+        capture_output=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    tip = git(repo, "rev-parse", ref).strip()
+    commit = subprocess.run(
+        ["git", "commit-tree", tree, "-p", tip, "-F", "-"],
+        cwd=repo,
+        input=git(repo, "log", "-1", "--format=%B", tip),
+        text=True,
+        capture_output=True,
+        check=True,
+    ).stdout.strip()
+    git(repo, "update-ref", ref, commit, tip)
+
+    for _ in range(2):
+        resumed = run_fabro("resume", run_id, cwd=repo)
+        assert resumed.returncode == 1, resumed.stderr
+        assert (
+            f"error: {repo / 'wf.fabro'}:4:58: node 'a': timeout='-5s' is not a duration"
+            in resumed.stderr
+        ), resumed.stderr
+        assert f"`git fabro resume {run_id} --workflow FILE`" in resumed.stderr
+        assert "Traceback" not in resumed.stderr and "unexpected error" not in resumed.stderr
+
+
+# -- a git dir or a FABRO_HOME that cannot be written -----------------------------------------
+
+ECHO_WORKFLOW = """\
+digraph Echo {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    say   [shape=parallelogram, script="echo hi > said.txt"]
+    start -> say -> exit
+}
+"""
+
+
+def _with_git_dir_read_only(repo: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`git fabro ARGS` in `repo` with its `.git` mounted read-only, for this command
+    alone (a read-only mount refuses root too)."""
+    prefix = _private_mount_namespace()
+    script = 'mount --bind .git .git && mount -o remount,ro,bind .git && exec git fabro "$@"'
+    return subprocess.run(
+        [*prefix, "sh", "-c", script, "sh", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def _no_crash(proc: subprocess.CompletedProcess[str]) -> None:
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr and "unexpected error" not in proc.stderr
+    assert "This is a bug" not in proc.stderr
+
+
+def test_a_read_only_git_dir_is_named_by_run_and_rm(repo: Path) -> None:
+    write_workflow(repo, ECHO_WORKFLOW)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    run_id = str(result["run_id"])
+    (repo / "fails.fabro").write_text(ECHO_WORKFLOW.replace("echo hi > said.txt", "exit 1"))
+    proc, failed = run_json("run", str(repo / "fails.fabro"), cwd=repo)
+    assert failed["status"] == "failed", proc.stderr
+    locks = repo / ".git" / "fabro" / "locks"
+    for args in (["run", "wf.fabro"], ["rm", "-y", run_id], ["resume", "-d", failed["run_id"]]):
+        refused = _with_git_dir_read_only(repo, *args)
+        _no_crash(refused)
+        assert f"error: cannot write {locks}/" in refused.stderr, refused.stderr
+        assert ": Read-only file system" in refused.stderr
+        assert f"hint: make {locks} writable" in refused.stderr
+    # Nothing was lost: the runs are there as they were.
+    metas = git(repo, "for-each-ref", "--format=%(refname)", "refs/fabro/meta/").split()
+    assert sorted(metas) == sorted(f"refs/fabro/meta/{r}" for r in (run_id, failed["run_id"]))
+    assert run_fabro("rm", "-y", run_id, cwd=repo).returncode == 0
+
+
+def test_a_fork_git_refuses_says_why(repo: Path) -> None:
+    write_workflow(repo, ECHO_WORKFLOW)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    run_id = str(result["run_id"])
+    refused = _with_git_dir_read_only(repo, "fork", run_id)
+    _no_crash(refused)
+    assert "could not write the first snapshot of run " in refused.stderr
+    # git's reason, not a pointer to an error nobody printed.
+    assert f"{repo}/.git/objects" in refused.stderr and "Read-only file system" in refused.stderr
+    assert "see the error above" not in refused.stderr
+    assert f"run {run_id} is unchanged" in refused.stderr
+    assert len(git(repo, "for-each-ref", "refs/fabro/meta/").splitlines()) == 1
+
+
+def test_a_fabro_home_that_is_no_directory_is_named(repo: Path, tmp_path: Path) -> None:
+    write_workflow(repo, ECHO_WORKFLOW)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    run_id = str(result["run_id"])
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    home = afile / "fabro"
+    proc = run_fabro("run", "wf.fabro", cwd=repo, env={"FABRO_HOME": str(home)})
+    _no_crash(proc)
+    assert f"error: FABRO_HOME ({home}) is not usable: cannot write {home}: Not a directory" in (
+        proc.stderr
+    ), proc.stderr
+    assert "hint: set FABRO_HOME to a directory you can write to" in proc.stderr
+    assert len(git(repo, "for-each-ref", "refs/fabro/meta/").splitlines()) == 1
+    # What git holds reads as ever: there is no live tail there, that is all.
+    for args in (["logs", run_id], ["events"]):
+        read = run_fabro(*args, cwd=repo, env={"FABRO_HOME": str(home)})
+        assert read.returncode == 0, read.stderr
+        assert '"event":"run.completed"' in read.stdout
+
+
+def test_a_read_only_fabro_home_is_named(repo: Path, tmp_path: Path) -> None:
+    prefix = _private_mount_namespace()
+    write_workflow(repo, ECHO_WORKFLOW)
+    home = tmp_path / "home"
+    home.mkdir()
+    script = 'mount -t tmpfs -o size=64k,ro tmpfs "$FABRO_HOME" && exec git fabro run wf.fabro'
+    proc = subprocess.run(
+        [*prefix, "sh", "-c", script],
+        cwd=repo,
+        env={**os.environ, "FABRO_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    _no_crash(proc)
+    assert (
+        f"error: FABRO_HOME ({home}) is not usable: cannot write {home}/runs: "
+        "Read-only file system" in proc.stderr
+    ), proc.stderr
+    assert "hint: set FABRO_HOME to a directory you can write to" in proc.stderr

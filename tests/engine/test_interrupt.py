@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 from helpers import (
+    TERMINAL_ESCAPES,
+    Terminal,
     fabro_exe,
     git,
     pids_with_env,
@@ -258,3 +260,35 @@ def test_a_killed_run_shows_how_long_it_ran(repo: Path, tmp_path: Path) -> None:
     assert row["duration_ms"] >= counted + 500, (row, counted)
     table = run_fabro("ps", cwd=repo).stdout.splitlines()
     assert f"{row['duration_ms'] / 1000:.1f}s" in table[1], table
+
+
+def test_after_ctrl_c_a_narrow_terminal_shows_the_resume_command_whole(
+    repo: Path, tmp_path: Path
+) -> None:
+    """Lines a person copies (the run id, `git fabro resume ID`) are never cut to the
+    terminal's width: the terminal wraps them, with no newline of ours inside."""
+    workflow = tmp_path / "nap.fabro"
+    workflow.write_text(WORKFLOW)
+    with Terminal(["run", str(workflow)], repo, env={"COLUMNS": "50"}, stdin=False) as terminal:
+
+        def at_nap() -> str | None:
+            terminal.received_within(0.05)  # the spinner draws meanwhile: read it
+            ids = git(
+                repo, "for-each-ref", "--format=%(refname:lstrip=3)", "refs/fabro/meta"
+            ).split()
+            if not ids or not tail_has(ids[0], "stage.started", "nap"):
+                return None
+            return (
+                ids[0]
+                if len(pids_with_env(FABRO_RUN_ID=ids[0], FABRO_NODE_ID="nap")) >= 2
+                else None
+            )
+
+        run_id = wait_until(at_nap, process=terminal.proc, limit=30, what="the run reaching nap")
+        os.kill(terminal.proc.pid, signal.SIGINT)
+        code = terminal.close(timeout=30)
+    text = TERMINAL_ESCAPES.sub(b"", terminal.seen).decode(errors="replace")
+    assert code == 130, text
+    assert f"(run {run_id})" in text, text
+    assert f"continue it with `git fabro resume {run_id}` [interrupted]" in text, text
+    assert "Traceback" not in text

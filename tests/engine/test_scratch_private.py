@@ -123,3 +123,27 @@ def test_crash_log_is_private_and_masked(tmp_path: Path) -> None:
     text = log.read_text()
     assert "RuntimeError: boom" in text
     assert key not in text and "***QQQQ" in text
+
+
+def test_crash_log_goes_to_the_temp_dir_when_fabro_home_is_unusable(tmp_path: Path) -> None:
+    """The crash reporter must not fall over (nor dump the log on the terminal) when
+    its own directory, under FABRO_HOME, cannot be made: a FABRO_HOME below a file."""
+    afile = tmp_path / "a-file"
+    afile.write_text("")
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    code = (
+        "from fabro_git.cli import write_crash_log\nprint(write_crash_log(RuntimeError('boom')))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "FABRO_HOME": str(afile / "fabro"), "TMPDIR": str(temp)},
+    )
+    assert proc.stderr == ""
+    log = Path(proc.stdout.strip())
+    assert log.parent == temp and log.name.startswith("git-fabro-crash-"), log
+    assert _mode(log) == 0o600
+    assert "RuntimeError: boom" in log.read_text()

@@ -96,6 +96,14 @@ def test_resume_while_the_user_has_the_run_branch_checked_out_says_so(repo: Path
     assert "Traceback" not in resumed.stderr
     assert f"fabro/run/{run_id}" in resumed.stderr and str(repo) in resumed.stderr
     assert git(repo, "symbolic-ref", "--short", "HEAD").strip() == f"fabro/run/{run_id}"
+    # The user's own checkout goes back to the branch the run started from; git never
+    # removes a main worktree, so that is not suggested.
+    suggested = f"git -C {repo} switch main"
+    assert f"hint: switch that checkout to another branch ({suggested})" in resumed.stderr
+    assert "worktree remove" not in resumed.stderr
+    subprocess.run(suggested.split(), check=True, capture_output=True)
+    again = run_fabro("resume", run_id, cwd=repo)  # `check` fails again: no $HOME/ok
+    assert "is checked out at" not in again.stderr and "check" in again.stderr, again.stderr
 
 
 def _wait_for_stage(repo: Path, proc: subprocess.Popen[bytes], node: str) -> str:

@@ -36,6 +36,7 @@ from fabro_git.engine.reader.events import (
 )
 from fabro_git.engine.reader.run import RunReader, open_run
 from fabro_git.engine.reader.runs import (
+    RUN_STATUSES,
     RunSummary,
     effective_status,
     is_live,
@@ -67,6 +68,7 @@ from fabro_git.engine.reader.timeline import (
 )
 
 __all__ = [
+    "RUN_STATUSES",
     "STAGE_FILES",
     "Artifact",
     "CheckpointEntry",

@@ -127,7 +127,7 @@ def recorded_since(repo: GitRepo, run_id: str, meta: str | None) -> tuple[bytes,
     live_tail = tail_path(repo, run_id)
     try:
         data = live_tail.read_bytes()
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # no tail here
         return durable, b"", 0
     return durable, tail_after(data, last_event_id(durable)), len(data)
 
@@ -176,7 +176,7 @@ class EventCursor:
                 with self.tail.open("rb") as fh:
                     fh.seek(self._offset)
                     chunk = fh.read()
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # no tail here
                 return []
             if not chunk:
                 return []
@@ -191,7 +191,7 @@ class EventCursor:
             self._started = True
             try:
                 self._offset = self.tail.stat().st_size
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):  # no tail here
                 self._offset = 0
 
     def is_live(self) -> bool:

@@ -57,6 +57,17 @@ class RunSummary(msgspec.Struct):
         }
 
 
+# Every status a run shows as (`effective_status`), in the order of its life.
+RUN_STATUSES = (
+    "running",
+    "succeeded",
+    "partially_succeeded",
+    "failed",
+    "interrupted",
+    "superseded",
+)
+
+
 def effective_status(recorded: str, live: bool, *, superseded: bool = False) -> str:
     """A run whose snapshot says running but whose lock nobody holds was cut short; one
     that `git fabro rewind` replaced is superseded, whatever it recorded."""
