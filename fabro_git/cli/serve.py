@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import secrets
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -74,19 +76,42 @@ def run(*, host: str, port: int, open_browser: bool) -> int:
         )
     print(f"git fabro serve: {url}", flush=True)
     print("(Ctrl-C stops the server; runs go on)", file=sys.stderr, flush=True)
+    opener = None
     if open_browser:
         import threading
         import webbrowser
 
-        threading.Thread(target=webbrowser.open, args=(url,), daemon=True).start()
+        # The browser's command line is every local user's to read (`ps`): it gets a
+        # private file that sends it on to the address, not the address and its token.
+        opener = _opening_page(url)
+        threading.Thread(target=webbrowser.open, args=(opener.as_uri(),), daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
         # Hypercorn takes the socket over by its descriptor, and closes it.
-        trio.run(_serve, runs, sock.detach(), token, bound, is_loopback(host))
+        trio.run(_serve, runs, sock.detach(), token, bound, host)
+    if opener is not None:
+        shutil.rmtree(opener.parent, ignore_errors=True)
     print("git fabro serve: stopped", file=sys.stderr)
     return 0
 
 
-async def _serve(runs: RepositoryRuns, fd: int, token: str, port: int, loopback: bool) -> None:
+def _opening_page(url: str) -> Path:
+    """A page, readable by this user alone, that sends a browser on to `url`."""
+    import html
+    import tempfile
+
+    directory = Path(tempfile.mkdtemp(prefix="git-fabro-serve-"))  # 0700
+    page = directory / "open.html"
+    shown = html.escape(url, quote=True)
+    fd = os.open(page, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with open(fd, "w", encoding="utf-8") as out:
+        out.write(
+            f'<!doctype html><meta charset="utf-8"><meta http-equiv="refresh" content="0;url={shown}">'
+            f'<title>git fabro serve</title><a href="{shown}">git fabro serve</a>\n'
+        )
+    return page
+
+
+async def _serve(runs: RepositoryRuns, fd: int, token: str, port: int, host: str) -> None:
     import signal
 
     import trio
@@ -102,7 +127,7 @@ async def _serve(runs: RepositoryRuns, fd: int, token: str, port: int, loopback:
     config.loglevel = "WARNING"
     config.graceful_timeout = 1.0
     config.keep_alive_timeout = 30
-    app, start = build(runs, token, port, loopback=loopback)
+    app, start = build(runs, token, port, loopback=is_loopback(host), host=host)
 
     async def stopped() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

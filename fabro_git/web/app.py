@@ -72,13 +72,17 @@ class Guard:
     """Lets a request through only with the token, and a state-changing one only from
     this server's own pages; puts the security headers on every answer."""
 
-    def __init__(self, app: ASGIApp, token: str, port: int, *, loopback: bool = True) -> None:
+    def __init__(
+        self, app: ASGIApp, token: str, port: int, *, loopback: bool = True, host: str = ""
+    ) -> None:
         self.app = app
         self.token = token
         self.cookie = cookie_name(port)
         # On loopback only a loopback name is this server: another name is a page whose
         # DNS was pointed here (rebinding), turned away before the token is even looked at.
+        # The address it was told to listen on is one (`--host 127.0.0.2`).
         self.loopback = loopback
+        self.names = {"127.0.0.1", "localhost", "[::1]", _bracketed(host.lower())} - {""}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "websocket":
@@ -101,9 +105,9 @@ class Guard:
 
         request = Request(scope)
         host = request.headers.get("host")  # a browser always sends one
-        if self.loopback and host is not None and not _loopback_name(host):
+        if self.loopback and host is not None and _host_name(host) not in self.names:
             await PlainTextResponse(
-                "misdirected: this server answers to 127.0.0.1 or localhost only\n",
+                "misdirected: this server answers to its own loopback address or localhost only\n",
                 status_code=421,
             )(scope, receive, send_secured)
             return
@@ -150,10 +154,14 @@ class Guard:
         return request.headers.get("content-type", "").split(";")[0].strip() == "application/json"
 
 
-def _loopback_name(host: str) -> bool:
-    """Whether a Host header names this machine's loopback (any port: a tunnel's too)."""
-    name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    return name.lower() in {"127.0.0.1", "localhost", "[::1]"}
+def _host_name(host: str) -> str:
+    """A Host header's name, without its port (any port: a tunnel's too)."""
+    return (host.rsplit(":", 1)[0] if not host.endswith("]") else host).lower()
+
+
+def _bracketed(address: str) -> str:
+    """An address as a Host header writes it: an IPv6 one in brackets."""
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
 
 
 class SseResponse(Response):
@@ -208,7 +216,7 @@ def _package_file(name: str) -> bytes:
 
 
 def build(
-    source: RepositoryRuns, token: str, port: int, *, loopback: bool = True
+    source: RepositoryRuns, token: str, port: int, *, loopback: bool = True, host: str = ""
 ) -> tuple[ASGIApp, Callable[[trio.Nursery], None]]:
     """The guarded app, and the call that gives it the nursery its run feeds live in
     (made when the server starts)."""
@@ -220,7 +228,7 @@ def build(
         return JSONResponse({"error": exc.message, "hint": exc.hint}, status_code=500)
 
     app = Starlette(routes=site.routes(), exception_handlers={FabroError: refused})
-    return Guard(app, token, port, loopback=loopback), site.start
+    return Guard(app, token, port, loopback=loopback, host=host), site.start
 
 
 RunEndpoint = Callable[[Request, str], Awaitable[Response]]

@@ -16,7 +16,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-from helpers import git, run_events, run_fabro, write_workflow
+from helpers import git, run_events, run_fabro, wait_until, write_workflow
 
 from web.serving import (
     Server,
@@ -382,3 +382,43 @@ def test_without_graphviz_the_drawing_is_an_error_that_says_what_to_do(
         assert get_json(running, f"/api/runs/{row['run_id']}")["status"] == "succeeded"
     finally:
         running.stop()
+
+
+def test_a_server_on_another_loopback_address_answers_to_it(repo: Path) -> None:
+    """`--host 127.0.0.2` prints that address; a Host header naming it is this server,
+    while another name is still turned away."""
+    started = start_server(repo, "--host", "127.0.0.2")
+    try:
+        assert started.base.startswith("http://127.0.0.2:")
+        for host, status in ((f"127.0.0.2:{started.port}", 200), ("127.0.0.3", 421)):
+            with socket.create_connection(("127.0.0.2", started.port), timeout=60) as sock:
+                sock.sendall(
+                    f"GET /api/runs HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+                    f"Authorization: Bearer {started.token}\r\n\r\n".encode()
+                )
+                answer = b""
+                while chunk := sock.recv(65536):
+                    answer += chunk
+            assert answer.split(b" ", 2)[1] == str(status).encode(), (host, answer[:200])
+    finally:
+        started.stop()
+
+
+def test_open_hands_the_browser_a_private_page_not_the_token(repo: Path, tmp_path: Path) -> None:
+    """A browser's command line is every local user's to read: `--open` gives it a file
+    only this user can read, which sends it on to the address with the token."""
+    seen = tmp_path / "browser-argv"
+    browser = tmp_path / "browser"
+    browser.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}.tmp && mv {seen}.tmp {seen}\n')
+    browser.chmod(0o755)
+    started = start_server(repo, "--open", env={"BROWSER": str(browser)})
+    try:
+        argv = wait_until(lambda: seen.exists() and seen.read_text(), what="the browser's start")
+        assert started.token not in argv
+        page = Path(argv.strip().removeprefix("file://"))
+        assert page.stat().st_mode & 0o077 == 0
+        assert started.url in page.read_text().replace("&amp;", "&")
+        assert request(started, "/api/runs").status == 200  # serving: it stops cleanly
+    finally:
+        started.stop()
+    assert not page.exists()
