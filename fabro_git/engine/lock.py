@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
 import os
 import time
 from collections.abc import Sequence
@@ -42,12 +43,41 @@ def mark_starting(git_dir: Path, run_id: str, pid: int) -> None:
     os.replace(tmp, path)
 
 
+def checkout_lock_path(git_dir: Path, checkout: Path) -> Path:
+    """The lock of the in-place runs of `checkout` (one checkout of the repository)."""
+    key = hashlib.sha1(os.fsencode(Path(checkout).resolve())).hexdigest()[:16]
+    return git_dir / "fabro" / "locks" / f"in-place-{key}.lock"
+
+
 class RunLock:
     def __init__(self, repo: GitRepo, run_id: str) -> None:
         self.run_id = run_id
         self.git_dir = Path(repo.git_dir)
+        self.root = Path(repo.root)
         self.path = lock_path(self.git_dir, run_id)
         self._fd: int | None = None
+        self._checkout_fd: int | None = None
+
+    def hold_checkout(self) -> None:
+        """One in-place run at a time in a checkout: two would work in the same files,
+        each recording the other's writes as its own. Held with the run's lock, and
+        dropped with it (by the kernel too, when the process dies)."""
+        path = checkout_lock_path(self.git_dir, self.root)
+        fd = open_private(path, os.O_RDWR)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 80, 0).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise RunLocked(
+                f"another run works in place in {self.root} ({holder})",
+                hint="wait for it to end, or run this one without --in-place (in a worktree "
+                "of its own)",
+            ) from None
+        record = f"run {self.run_id}, pid {os.getpid()}".ljust(60).encode() + b"\n"
+        os.pwrite(fd, record, 0)
+        os.ftruncate(fd, len(record))
+        self._checkout_fd = fd
 
     def acquire(self) -> None:
         make_private_dir(self.path.parent)
@@ -96,6 +126,11 @@ class RunLock:
         return removed
 
     def release(self) -> None:
+        if self._checkout_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._checkout_fd, fcntl.LOCK_UN)
+                os.close(self._checkout_fd)
+            self._checkout_fd = None
         if self._fd is not None:
             with contextlib.suppress(OSError):
                 fcntl.flock(self._fd, fcntl.LOCK_UN)

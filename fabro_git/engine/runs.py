@@ -39,7 +39,7 @@ from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, now_iso
 from fabro_git.engine.stored_run import load_graph, load_run, load_run_at, read_run_dir
-from fabro_git.errors import ConfigError, FabroError, StoreError
+from fabro_git.errors import ConfigError, FabroError, RunLocked, StoreError
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.catalogue import MetadataSnapshotFailed, RunCreated, RunNotice
 from fabro_git.events.envelope import Actor, EventProps
@@ -147,6 +147,13 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
     scratch = make_private_dir(run_scratch_dir(repo.git_dir, run_id))
     lock = RunLock(repo, run_id)
     lock.acquire()
+    if spec.options.in_place:
+        try:
+            lock.hold_checkout()
+        except RunLocked:
+            lock.release()
+            shutil.rmtree(scratch, ignore_errors=True)  # made just now, for this run alone
+            raise
     # Two git processes asked at once and answered below: they run side by side, and
     # while this process works. The configuration answers both the origin's URL and
     # what to flush (`fabro_git.store.durability`).
@@ -304,6 +311,8 @@ def open_run(repo: GitRepo, run_id: str, *, workflow: Graph | None = None) -> Op
             [f"{runrefs.PARALLEL_PREFIX}{run_id}"],
         )
         manifest, checkpoint, meta, source = load_run(repo, run_id)
+        if manifest.in_place:
+            lock.hold_checkout()
         scratch = make_private_dir(run_scratch_dir(repo.git_dir, run_id))
         bus = EventBus(run_id)
         tail = scratch / "events.jsonl"

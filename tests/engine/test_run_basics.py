@@ -18,6 +18,8 @@ from helpers import (
     run_events,
     run_fabro,
     run_json,
+    start_fabro,
+    wait_until,
     write_workflow,
 )
 
@@ -357,3 +359,39 @@ def test_an_in_place_run_resumes_only_in_the_checkout_it_ran_in(repo: Path, tmp_
     assert f"run {run_id} ran in place in '{repo}'" in resumed.stderr
     assert f"git fabro fork {run_id}" in resumed.stderr
     assert not (repo / "placed.txt").exists() and not (clone / "placed.txt").exists()
+
+
+HOLDING_IN_PLACE = """\
+digraph Hold {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    hold  [shape=parallelogram, script="echo one >> log.txt; touch \\"$HOME/started\\"; while [ ! -f \\"$HOME/go\\" ]; do sleep 0.05; done"]
+    start -> hold -> exit
+}
+"""
+
+
+def test_a_second_in_place_run_in_one_checkout_is_refused(repo: Path, hermetic_env: Path) -> None:
+    """Two in-place runs would work in the same files, each recording the other's
+    writes as its own: the second is refused while the first holds the checkout."""
+    write_workflow(repo, HOLDING_IN_PLACE)
+    first = start_fabro(
+        ["run", "wf.fabro", "--in-place"],
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        wait_until(lambda: (hermetic_env / "started").exists(), process=first, what="the hold")
+        second = run_fabro("run", "wf.fabro", "--in-place", cwd=repo)
+        assert second.returncode == 1, second.stderr
+        assert f"another run works in place in {repo}" in second.stderr, second.stderr
+        assert "Traceback" not in second.stderr
+        assert len(git(repo, "for-each-ref", "refs/fabro/meta").splitlines()) == 1
+    finally:
+        (hermetic_env / "go").write_text("")
+        first.communicate(timeout=120)
+    assert first.returncode == 0
+    assert (repo / "log.txt").read_text() == "one\n"
+    # The checkout is free again.
+    assert run_fabro("run", "wf.fabro", "--in-place", cwd=repo).returncode == 0
