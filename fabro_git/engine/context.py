@@ -24,6 +24,26 @@ from fabro_git.jsondata import JsonObject, JsonValue
 ENGINE_KEYS = ("internal.", "current_node", "failure_")
 # Set on every stage: never part of what a branch or child "produced".
 _BOOKKEEPING = (*ENGINE_KEYS, "outcome", "preferred_label")
+# Not a stage's own to set by what it says (a model's reply, a `status.json`): the
+# engine's records of the walk (`current_node` is where a resume starts), its
+# bookkeeping, the graph's attributes, the branch results a fan-in takes its files
+# from, and the replies of stages.
+NOT_SAID_BY_A_STAGE = (
+    *_BOOKKEEPING,
+    "graph.",
+    "parallel.",
+    "response.",
+    "last_stage",
+    "last_response",
+)
+
+
+def said_by_a_stage(updates: Mapping[str, JsonValue]) -> tuple[JsonObject, list[str]]:
+    """The `context_updates` a stage's words may set, and the keys left out."""
+    kept = {k: v for k, v in updates.items() if not k.startswith(NOT_SAID_BY_A_STAGE)}
+    return kept, sorted(k for k in updates if k not in kept)
+
+
 # Left out of a model's preamble: the engine's records, the graph's attributes, and
 # stage outputs the preamble gives in words under each stage.
 HIDDEN_FROM_PROMPT = (*ENGINE_KEYS, "graph.", "response.", "command.", "human.gate")

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from fabro_git import redact
-from fabro_git.engine.context import HIDDEN_FROM_PROMPT
+from fabro_git.engine.context import HIDDEN_FROM_PROMPT, said_by_a_stage
 from fabro_git.engine.outcome import Outcome, StageRecord, normalize_status
 from fabro_git.engine.stage import StageRequest
 from fabro_git.jsondata import JsonObject, JsonValue
@@ -313,8 +313,10 @@ def outcome_from_response(
         f"response.{node_id}": response if value is None else value,
     }
     extra = directives.get("context_updates")
+    refused: list[str] = []
     if isinstance(extra, dict):
-        updates.update(extra)
+        kept, refused = said_by_a_stage(extra)
+        updates.update(kept)
     suggested = directives.get("suggested_next_ids")
     label = directives.get("preferred_next_label")
     return Outcome(
@@ -327,4 +329,7 @@ def outcome_from_response(
         context_updates=cast(JsonObject, updates),
         response=response,
         directive_given=bool(directives),
+        notes=f"context_updates left out (keys the engine keeps): {', '.join(refused)}"
+        if refused
+        else None,
     )
