@@ -362,9 +362,16 @@ def _git_files(base: Path, workspace: Workspace) -> list[Path] | None:
 
     if not SEES_FIFO_WAITS and next(special_files(workspace.root), None) is not None:
         return None
-    args = ["ls-files", "-z", "--cached", "--others", "--exclude-standard", "--", "."]
+    # git is asked from the worktree's root, never from the directory the model named:
+    # there, a directory shaped as a git dir (committed, or written by the agent) would be
+    # the repository git reads, config and all, and `core.fsmonitor` in it a program git
+    # runs. No fsmonitor at all, whatever config git reads.
+    root = workspace.root
+    inside = os.path.relpath(base, root)
+    args = ["-c", "core.fsmonitor=false", "ls-files", "-z", "--cached", "--others"]
+    args += ["--exclude-standard", "--full-name", "--", inside]
     try:
-        process = popen_git(args, cwd=base, stderr=subprocess.DEVNULL)
+        process = popen_git(args, cwd=root, stderr=subprocess.DEVNULL)
         listing, _ = communicate_watching(process, None, lambda: StoreError("a FIFO"))
     except (OSError, FabroError):
         return None
@@ -372,7 +379,9 @@ def _git_files(base: Path, workspace: Workspace) -> list[Path] | None:
         return None
     files: list[Path] = []
     for name in sorted(set(listing.decode("utf-8", errors="surrogateescape").split("\0"))):
-        path = base / name
+        if name.endswith("/"):
+            return None  # a repository of its own inside: walked as plain files instead
+        path = root / name
         if name and not workspace.is_hidden(path) and path.is_file():
             files.append(path)
     return files

@@ -249,3 +249,24 @@ def test_a_tools_arguments_are_checked_as_the_schema_the_model_is_shown_says(nam
     with pytest.raises(ToolError) as refused:
         check_arguments(tool, whole | {"colour": "red"})
     assert str(refused.value) == f"{name}: unknown argument 'colour'; it takes {it_takes}"
+
+
+def test_grep_in_a_directory_shaped_as_a_git_dir_runs_nothing_it_names(
+    worktree: Path, context: ToolContext
+) -> None:
+    """A directory holding HEAD, objects/, refs/ and a config is a repository to a git
+    started in it, and its `core.fsmonitor` a program that git runs: the listing is
+    asked of the worktree's own repository instead."""
+    marker = worktree.parent / "fsmonitor-ran"
+    trap = worktree / "trap"
+    (trap / "objects").mkdir(parents=True)
+    (trap / "refs").mkdir()
+    (trap / "HEAD").write_text("ref: refs/heads/main\n")
+    (trap / "config").write_text(
+        "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n"
+        f"\tfsmonitor = touch {marker}\n"
+    )
+    (trap / "notes.txt").write_text("beta in the trap\n")
+    found = call(context, "grep", pattern="beta", path="trap")
+    assert found.output == "trap/notes.txt:1: beta in the trap"
+    assert not marker.exists()
