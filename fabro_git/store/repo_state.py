@@ -63,7 +63,7 @@ class StateReader:
     def __init__(self, git_dir: Path) -> None:
         self.git_dir = Path(git_dir)
         self._top = os.fspath(git_dir)
-        self._cache: dict[str, tuple[tuple[int, int, int, int], bytes]] = {}
+        self._cache: dict[str, tuple[tuple[int, int, int, int, int], bytes]] = {}
         self._watch = DirWatch.open()
         self._last: RepoState | None = None
         # The refs as `packed-refs` and the loose ref files have them, by full name.
@@ -174,7 +174,9 @@ class StateReader:
             st = st or os.stat(path)
         except (FileNotFoundError, NotADirectoryError):
             return None
-        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
+        # The change time too: a stage can put the modification time back after writing
+        # the same number of bytes in place (`touch -r`), never the change time.
+        stamp = (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode)
         cached = self._cache.get(path)
         if cached is not None and cached[0] == stamp:
             return cached[1]

@@ -168,3 +168,30 @@ def test_resume_finds_a_run_whose_meta_ref_is_gone_from_its_scratch(
     assert json.loads(resumed.stdout.splitlines()[-1])["status"] == "succeeded"
     log = git(repo, "log", "--format=%H", f"refs/fabro/meta/{run_id}").split()
     assert meta in log
+
+
+# Rewrites the repository's config in place, as many bytes as before, and puts its
+# modification time back: only the change time tells.
+SAME_SIZE_EDIT = """\
+import os, subprocess
+path = os.path.join(subprocess.check_output(
+    ["git", "rev-parse", "--path-format=absolute", "--git-common-dir"], text=True).strip(), "config")
+st = os.stat(path)
+with open(path, "r+b") as out:
+    data = out.read()
+    out.seek(0)
+    out.write(data.replace(b"value-one", b"value-two"))
+os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+"""
+
+
+def test_a_config_rewritten_to_its_size_and_time_is_seen_and_put_back(repo: Path) -> None:
+    git(repo, "config", "fabro.probe", "value-one")
+    (repo / "edit.py").write_text(SAME_SIZE_EDIT)
+    git(repo, "add", "edit.py")
+    git(repo, "commit", "-q", "-m", "edit")
+    proc, result = _run(repo, "python3 edit.py")
+    assert result["status"] == "failed", proc.stderr
+    error = _stage_error(repo, result["run_id"])
+    assert "fabro.probe" in error and "put back" in error, error
+    assert git(repo, "config", "--get", "fabro.probe").strip() == "value-one"
