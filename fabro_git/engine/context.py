@@ -38,10 +38,37 @@ NOT_SAID_BY_A_STAGE = (
 )
 
 
+# How long a key and how deep a value a stage's words may give: a key names a file when
+# its value is offloaded, and the context is copied and walked recursively.
+SAID_KEY_LIMIT = 200
+SAID_DEPTH_LIMIT = 64
+
+
 def said_by_a_stage(updates: Mapping[str, JsonValue]) -> tuple[JsonObject, list[str]]:
-    """The `context_updates` a stage's words may set, and the keys left out."""
-    kept = {k: v for k, v in updates.items() if not k.startswith(NOT_SAID_BY_A_STAGE)}
-    return kept, sorted(k for k in updates if k not in kept)
+    """The `context_updates` a stage's words may set, and the keys left out (shown cut
+    to their first 80 characters)."""
+    kept = {
+        k: v
+        for k, v in updates.items()
+        if not k.startswith(NOT_SAID_BY_A_STAGE)
+        and len(k) <= SAID_KEY_LIMIT
+        and _depth_within(v, SAID_DEPTH_LIMIT)
+    }
+    return kept, sorted(k[:80] for k in updates if k not in kept)
+
+
+def _depth_within(value: JsonValue, limit: int) -> bool:
+    """Whether `value` nests at most `limit` lists and objects deep (walked without
+    recursion: the point is a value too deep for it)."""
+    pending: list[tuple[JsonValue, int]] = [(value, 0)]
+    while pending:
+        item, depth = pending.pop()
+        if isinstance(item, (list, dict)):
+            if depth >= limit:
+                return False
+            children = item.values() if isinstance(item, dict) else item
+            pending.extend((child, depth + 1) for child in children)
+    return True
 
 
 # Left out of a model's preamble: the engine's records, the graph's attributes, and

@@ -181,12 +181,15 @@ async def _answer(conn: trio.socket.SocketType, handle: Handle) -> None:
                     break
                 data += chunk
         line = data.split(b"\n", 1)[0]
+        reply: Reply | Stream
         try:
-            reply = await handle(_request_decoder.decode(line))
+            request = _request_decoder.decode(line)
         except msgspec.ValidationError:
             reply = Reply(ok=False, error=f"unknown request {_op_of(line)!r}")
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):  # nested past any request's depth
             reply = Reply(ok=False, error="not a control request")
+        else:
+            reply = await handle(request)
         if isinstance(reply, Stream):
             await _stream(conn, reply)
             return
@@ -198,7 +201,7 @@ def _op_of(line: bytes) -> object:
     """The `op` of a request that is no `Request`, for the error."""
     try:
         value = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None
     return value.get("op") if isinstance(value, dict) else None
 

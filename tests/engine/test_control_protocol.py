@@ -68,6 +68,10 @@ def test_the_server_answers_typed_requests_and_refuses_others(tmp_path: Path) ->
                 b'{"op": "steer"}',
                 b'{"op": "nope"}',
                 b"not json",
+                # Nested past any request (and past the decoders' stack): a refusal, and
+                # the server, which is the run's, goes on answering.
+                b'{"op": "nope", "a": ' + b"[" * 30000 + b"]" * 30000 + b"}",
+                b'{"a": ' + b"[" * 30000 + b"]" * 30000 + b', "op": "steer", "text": "x"}',
             ):
                 replies.append(await trio.to_thread.run_sync(_raw_request, path, line))
             typed.append(
@@ -82,6 +86,8 @@ def test_the_server_answers_typed_requests_and_refuses_others(tmp_path: Path) ->
         {"ok": True, "delivered": True},
         {"ok": False, "error": "unknown request 'steer'"},
         {"ok": False, "error": "unknown request 'nope'"},
+        {"ok": False, "error": "not a control request"},
+        {"ok": False, "error": "unknown request None"},
         {"ok": False, "error": "not a control request"},
     ]
     assert typed == [control.Reply(ok=True)]

@@ -164,3 +164,20 @@ def test_a_reply_cannot_set_where_a_resume_starts(repo: Path) -> None:
     started = [e["node_id"] for e in run_events(run_id, repo) if e["event"] == "stage.started"]
     assert "deploy" not in started, started
     assert git(repo, "ls-tree", "--name-only", f"fabro/run/{run_id}").count("deployed.txt") == 0
+
+
+def test_a_reply_too_deep_or_with_too_long_a_key_is_left_out_not_a_crash(repo: Path) -> None:
+    """A value nested past any a workflow needs, copied and walked recursively, and a key
+    too long to name its offloaded file: left out of the context, the run goes on."""
+    deep = "[" * 200 + "]" * 200
+    q = '\\"'  # a quote inside the DOT attribute
+    updates = f"{{{q}deep{q}: {deep}, {q}{'k' * 300}{q}: 1, {q}fine{q}: 2}}"
+    reply = f"Done. {{{q}context_updates{q}: {updates}}}"
+    write_workflow(repo, ROUTED % {"prep": "true", "reply": reply})
+    proc, result = run_json("run", "wf.fabro", "--dry-run", cwd=repo)
+    assert result["status"] == "succeeded", proc.stderr
+    assert "Traceback" not in proc.stderr
+    status = json.loads(meta_file(repo, result["run_id"], "nodes/judge/status.json"))
+    assert status["context_updates"]["fine"] == 2
+    assert "deep" not in status["context_updates"]
+    assert not any(key.startswith("kkk") for key in status["context_updates"])
