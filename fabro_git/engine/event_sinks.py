@@ -146,6 +146,9 @@ class CommandSink(_Reporting):
         except OSError as exc:
             self.fail(f"cannot open {self._stderr}: {exc.strerror}")
             return False
+        except FabroError as exc:  # a place refused for good (`open_private`)
+            self.fail(exc.message)
+            return False
         try:
             self.process = subprocess.Popen(
                 self.argv,
