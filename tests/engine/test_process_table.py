@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import wait_until
 
 from fabro_git.engine import reaper
 
@@ -228,7 +229,10 @@ def test_the_pids_before_a_stage_are_the_last_read_when_it_is_recent() -> None:
         lately = reaper.pids_lately(max_age=60)
         assert lately == seen  # the earlier read, not a new one
         assert late.pid not in lately
-        assert set(reaper.kill_marked(mark, since=lately)) == {late.pid}
+        # Marked as /proc shows it before the sweep looks (and said, should it fail).
+        wait_until(lambda: late.pid in reaper.marked(mark), what="the marked process")
+        killed = set(reaper.kill_marked(mark, since=lately))
+        assert killed == {late.pid}, (late.poll(), reaper.read_stat(late.pid))
         assert late.wait(timeout=10) == -signal.SIGKILL
     finally:
         late.kill()
