@@ -256,9 +256,15 @@ class RepoGuard:
             problems.append(
                 "the repository's git config: " + ", ".join(config_changes) + " — put back"
             )
-        for area, name in (("hooks", "hooks"), ("info", "info/ files")):
+        for area, name in (
+            ("hooks", "hooks"),
+            ("info", "info/ files"),
+            ("modules", "submodules' config and hooks"),
+        ):
             before_tree: dict[str, repo_state.Entry] = getattr(baseline, area)
             after_tree: dict[str, repo_state.Entry] = getattr(after, area)
+            if area == "modules":
+                after_tree = repo_state.of_known_modules(before_tree, after_tree)
             changes = repo_state.tree_changes(before_tree, after_tree)
             if changes:
                 repo_state.put_back_tree(self.git_dir / area, before_tree, after_tree)

@@ -49,6 +49,9 @@ class RepoState(msgspec.Struct, frozen=True):
     hooks: dict[str, Entry]
     info: dict[str, Entry]
     refs: dict[str, str]  # full name -> sha, or "ref: <target>" for a symbolic ref
+    # The submodules' git dirs (`modules/<name>/`, nested too): their config files and
+    # hooks, which the user's `git status` reads and runs as it recurses into them.
+    modules: dict[str, Entry] = msgspec.field(default_factory=dict)
 
 
 class StateReader:
@@ -98,6 +101,7 @@ class StateReader:
             hooks=self._tree(os.path.join(top, "hooks")),
             info=self._tree(os.path.join(top, "info"), skip=_DERIVED_INFO.match),
             refs=self._refs(),
+            modules=self._modules(),
         )
         self._last = state
         return state
@@ -128,6 +132,7 @@ class StateReader:
             if "info" in areas
             else last.info,
             refs=refs,
+            modules=self._modules() if "modules" in areas else last.modules,
         )
         self._last = state
         return state
@@ -144,11 +149,13 @@ class StateReader:
                     areas.add(os.path.join(top, name))
                 elif name == "packed-refs":
                     areas.add(name)
-                elif name in ("", "hooks", "info", "refs"):
+                elif name in ("", "hooks", "info", "refs", "modules"):
                     areas.add("everything")  # a whole area came or went
                 # Else a file of the git dir no state holds (the index, HEAD, ...).
             elif _under(directory, os.path.join(top, "hooks")):
                 areas.add("hooks")
+            elif _under(directory, os.path.join(top, "modules")):
+                areas.add("modules")
             elif _under(directory, os.path.join(top, "info")):
                 areas.add("info")
             elif _under(directory, self._refs_top):
@@ -225,6 +232,43 @@ class StateReader:
                     data = self._read(entry.path, st)
                     if data is not None:
                         found[name] = ("file", st.st_mode & 0o777, data)
+        return found
+
+    def _modules(self) -> dict[str, Entry]:
+        """The config files and hooks of every submodule git dir under `modules/` (a
+        directory holding HEAD; one without it is a level of a name with slashes), by
+        their path below `modules/`."""
+        top = os.path.join(self._top, "modules")
+        cut = len(top) + 1
+        found: dict[str, Entry] = {}
+        pending = [top]
+        while pending and len(found) < _MAX_FILES:
+            directory = pending.pop()
+            self._watch_dir(directory)
+            try:
+                entries = list(os.scandir(directory))
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                continue
+            for entry in entries:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                if not os.path.exists(os.path.join(entry.path, "HEAD")):
+                    pending.append(entry.path)
+                    continue
+                name = entry.path[cut:]
+                self._watch_dir(entry.path)
+                for config in ("config", "config.worktree"):
+                    path = os.path.join(entry.path, config)
+                    try:
+                        st = os.stat(path)
+                    except OSError:
+                        continue
+                    data = self._read(path, st)
+                    if data is not None:
+                        found[f"{name}/{config}"] = ("file", st.st_mode & 0o777, data)
+                for hook, value in self._tree(os.path.join(entry.path, "hooks")).items():
+                    found[f"{name}/hooks/{hook}"] = value
+                pending.append(os.path.join(entry.path, "modules"))
         return found
 
     def _refs(self) -> dict[str, str]:
@@ -350,6 +394,20 @@ def tree_changes(before: dict[str, Entry], after: dict[str, Entry]) -> list[str]
         what = "added" if old is None else "removed" if new is None else "changed"
         changes.append(f"{name.rstrip('/')} {what}")
     return changes
+
+
+def of_known_modules(before: dict[str, Entry], after: dict[str, Entry]) -> dict[str, Entry]:
+    """`after`'s entries of the submodules `before` had: one set up since (a stage
+    that inits submodules in place) is new, not a change to what the user had."""
+    known = {_module_of(name) for name in before}
+    return {name: entry for name, entry in after.items() if _module_of(name) in known}
+
+
+def _module_of(name: str) -> str:
+    """The submodule an entry of `RepoState.modules` belongs to: `lib` of `lib/config`
+    and of `lib/hooks/pre-commit`."""
+    head, hooks, _rest = name.partition("/hooks/")
+    return head if hooks else name.rsplit("/", 1)[0]
 
 
 # -- putting back -----------------------------------------------------------------------

@@ -195,3 +195,29 @@ def test_a_config_rewritten_to_its_size_and_time_is_seen_and_put_back(repo: Path
     error = _stage_error(repo, result["run_id"])
     assert "fabro.probe" in error and "put back" in error, error
     assert git(repo, "config", "--get", "fabro.probe").strip() == "value-one"
+
+
+def test_a_submodules_config_a_stage_changes_is_put_back(repo: Path, tmp_path: Path) -> None:
+    """A submodule's git dir (`.git/modules/<name>`) holds a config and hooks that the
+    user's `git status` reads and runs as it recurses: guarded as the repository's own."""
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    git(lib, "init", "-q", "-b", "main")
+    (lib / "lib.txt").write_text("lib\n")
+    git(lib, "add", "lib.txt")
+    git(lib, "commit", "-q", "-m", "lib")
+    git(repo, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib), "lib")
+    git(repo, "commit", "-q", "-m", "a submodule")
+    config = repo / ".git" / "modules" / "lib" / "config"
+    before = config.read_bytes()
+    marker = tmp_path / "fsmonitor-ran"
+    script = (
+        'git config --file "$(git rev-parse --path-format=absolute --git-common-dir)'
+        f'/modules/lib/config" core.fsmonitor "touch {marker}"'
+    )
+    proc, result = _run(repo, script)
+    assert result["status"] == "failed", proc.stderr
+    error = _stage_error(repo, result["run_id"])
+    assert "submodules' config and hooks: lib/config changed" in error, error
+    assert "put back" in error
+    assert config.read_bytes() == before
