@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from fabro_git.config.trust import TrustStore, describe, read_project, shown
+from fabro_git.config.trust import RunConfigActions, TrustStore, describe, read_project, shown
 from fabro_git.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -88,18 +88,16 @@ def _trust_run(store: TrustStore, repo: GitRepo, run_id: str, *, yes: bool) -> i
     if not recorded.actions:
         print(f"run {full_id}'s configuration does nothing that needs trust")
         return 0
-    if store.trusts_config(recorded.digest):
-        print(f"run {full_id}'s configuration is already trusted")
-        return 0
-    print(f"run {full_id}'s recorded configuration would:\n{describe(recorded.actions)}")
-    hint = f"read it with `git fabro inspect {full_id}`, then pass --yes to trust it"
-    if not yes and not _confirmed(hint):
-        return 1
-    store.trust_config(recorded.digest, repository=repo.root, run_id=full_id)
-    print(
-        f"trusted run {printable(full_id, one_line=True)}'s configuration (sha256 {recorded.digest[:12]})"
+    shown_id = printable(full_id, one_line=True)
+    return _approve(
+        store,
+        repo,
+        recorded,
+        full_id,
+        what=f"run {shown_id}'s recorded configuration",
+        read=f"git fabro inspect {full_id}",
+        yes=yes,
     )
-    return 0
 
 
 def _trust_batch(store: TrustStore, repo: GitRepo, batch_id: str, *, yes: bool) -> int:
@@ -111,16 +109,37 @@ def _trust_batch(store: TrustStore, repo: GitRepo, batch_id: str, *, yes: bool) 
 
     record = batches.read_record(repo, batch_id)
     recorded = batch_actions(record.workflow, record.remote)
-    shown_id = printable(batch_id, one_line=True)
+    return _approve(
+        store,
+        repo,
+        recorded,
+        batch_id,
+        what=f"batch {printable(batch_id, one_line=True)}",
+        read=f"git fabro batch status {batch_id}",
+        yes=yes,
+    )
+
+
+def _approve(
+    store: TrustStore,
+    repo: GitRepo,
+    recorded: RunConfigActions,
+    source_id: str,
+    *,
+    what: str,
+    read: str,
+    yes: bool,
+) -> int:
+    """Show what `what` (a run's recorded configuration, a batch record) would do and
+    record the user's consent to its digest: on a terminal asked, else by `--yes`."""
     if store.trusts_config(recorded.digest):
-        print(f"batch {shown_id} is already trusted")
+        print(f"{what} is already trusted")
         return 0
-    print(f"batch {shown_id} would:\n{describe(recorded.actions)}")
-    hint = f"read it with `git fabro batch status {batch_id}`, then pass --yes to trust it"
-    if not yes and not _confirmed(hint):
+    print(f"{what} would:\n{describe(recorded.actions)}")
+    if not yes and not _confirmed(f"read it with `{read}`, then pass --yes to trust it"):
         return 1
-    store.trust_config(recorded.digest, repository=repo.root, run_id=batch_id)
-    print(f"trusted batch {shown_id} (sha256 {recorded.digest[:12]})")
+    store.trust_config(recorded.digest, repository=repo.root, run_id=source_id)
+    print(f"trusted {what} (sha256 {recorded.digest[:12]})")
     return 0
 
 
