@@ -61,7 +61,7 @@ def resume(
 
     outlive_readers()
     repo = GitRepo.discover(Path.cwd())
-    found = _run_to_resume(repo, run_id, detached_child=detached_child)
+    found = _run_to_resume(repo, run_id, detached_child=detached_child, own_workflow=workflow)
     if found is None:
         return 0
     full_id, stored, fetched = found
@@ -103,16 +103,21 @@ def resume(
         renderer.stages_before = cp.stage_index  # the end line counts the whole run
     if renderer is not None and (output == "all" or renderer.live):
         options.on_output = renderer.command_line
-    result = _execute(repo, full_id, options, renderer, before=fetched, fixes=fixes)
+    try:
+        result = _execute(repo, full_id, options, renderer, before=fetched, fixes=fixes)
+    finally:
+        if fixes.workflow is not None:
+            _trust_own_workflow(repo, full_id, fixes.workflow.source)
     return report(result, json_output, repo, manifest.base_sha, shown=not detached_child)
 
 
 def _run_to_resume(
-    repo: GitRepo, run_id: str, *, detached_child: bool
+    repo: GitRepo, run_id: str, *, detached_child: bool, own_workflow: str | None
 ) -> tuple[str, StoredRun, list[EventProps]] | None:
     """The run `run_id` names, as stored, with the event of its fetch when it came from
     origin just now; None when it finished already (said on stderr). A rewound run is
-    refused, and so is a configuration the user does not trust."""
+    refused, and so is a configuration or workflow the user does not trust (the run's
+    own workflow, unless `own_workflow` names the user's file to go on with)."""
     from fabro_git.cli._runs import resolve_run
     from fabro_git.engine.session import load_run
     from fabro_git.events.catalogue import GitFetch
@@ -139,16 +144,33 @@ def _run_to_resume(
         print(f"run {full_id} already finished ({status}); nothing to resume", file=sys.stderr)
         return None
     if not detached_child:
-        from fabro_git.config.trust import ask_on_terminal, check_run_config
+        from fabro_git.config.trust import ask_on_terminal, check_run_config, recorded_actions
+        from fabro_git.engine.stored_run import run_trust
 
         check_run_config(
             full_id,
-            manifest.settings,
+            run_trust(repo, stored)
+            if own_workflow is None
+            else recorded_actions(manifest.settings),
             ask=ask_on_terminal("Trust it and resume?"),
             repo_root=repo.root,
         )
     remember_config_secrets(manifest.run_config)
     return full_id, stored, fetched
+
+
+def _trust_own_workflow(repo: GitRepo, run_id: str, source: str) -> None:
+    """After `--workflow`, the run's graph is the user's file: its next resume does not
+    ask about it. Only once the run's meta ref holds it (the fix's snapshot landed);
+    until then it holds the graph that was not asked about."""
+    from fabro_git import redact
+    from fabro_git.config.trust import record_run_config
+    from fabro_git.engine.session import load_run
+    from fabro_git.engine.stored_run import run_trust
+
+    stored = load_run(repo, run_id)
+    if stored.source == redact.for_process().mask_text(source):
+        record_run_config(repo.root, run_id, run_trust(repo, stored))
 
 
 def _options(

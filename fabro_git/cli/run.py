@@ -405,8 +405,9 @@ def run(
 
 def _create(repo: GitRepo, spec: RunSpec, options: Options, *, detach: bool) -> OpenRun:
     """The new run, recorded and locked, once its answers and secrets are checked."""
-    from fabro_git.config.trust import record_run_config
+    from fabro_git.config.trust import record_run_config, recorded_actions
     from fabro_git.engine.session import create_run
+    from fabro_git.engine.stored_run import recorded_workflow, workflow_actions
 
     use_run_author(repo, spec.config.run)
     check_answers(spec.graph, options.answers)
@@ -417,7 +418,13 @@ def _create(repo: GitRepo, spec: RunSpec, options: Options, *, detach: bool) -> 
     redact.remember(spec.inputs)
     remember_config_secrets(spec.config.run)
     opened = create_run(repo, spec, warn=_warn)
-    record_run_config(repo.root, opened.run_id, opened.manifest.settings)
+    meta = opened.recorder.meta_tip
+    assert meta is not None  # the first snapshot is written, or create_run raised
+    stages = workflow_actions(spec.graph)
+    workflow = recorded_workflow(repo, meta, opened.manifest, stages)
+    record_run_config(
+        repo.root, opened.run_id, recorded_actions(opened.manifest.settings, workflow)
+    )
     return opened
 
 

@@ -75,18 +75,17 @@ def _trust_run(store: TrustStore, repo: GitRepo, run_id: str, *, yes: bool) -> i
     """Trust the configuration a run recorded (a fetched run's hooks, servers, pushes),
     so `resume` lets it act."""
     from fabro_git.cli._runs import resolve_run
-    from fabro_git.config.trust import recorded_actions
     from fabro_git.engine.session import load_run
+    from fabro_git.engine.stored_run import run_trust
     from fabro_git.store import runs as runrefs
     from fabro_git.terminal import printable
 
     if repo.read_ref(runrefs.batch_ref(run_id)) is not None:
         return _trust_batch(store, repo, run_id, yes=yes)
     full_id = resolve_run(repo, run_id)
-    manifest = load_run(repo, full_id)[0]
-    recorded = recorded_actions(manifest.settings)
+    recorded = run_trust(repo, load_run(repo, full_id))
     if not recorded.actions:
-        print(f"run {full_id}'s configuration does nothing that needs trust")
+        print(f"run {full_id}'s configuration and workflow do nothing that needs trust")
         return 0
     shown_id = printable(full_id, one_line=True)
     return _approve(

@@ -551,11 +551,23 @@ class RunConfigActions(msgspec.Struct, frozen=True):
     digest: str
 
 
-def recorded_actions(settings: Mapping[str, object]) -> RunConfigActions:
+class RecordedWorkflow(msgspec.Struct, frozen=True):
+    """The workflow a run recorded, as a resume walks it: the digest of what makes it
+    (its source and the files it names, as the run's meta ref stores them, its goal and
+    inputs) and what its stages would do, in words (`fabro_git.engine.stored_run`)."""
+
+    digest: str
+    actions: list[Action]
+
+
+def recorded_actions(
+    settings: Mapping[str, object], workflow: RecordedWorkflow | None = None
+) -> RunConfigActions:
     """The acting keys of a run's manifest settings (`settings["config"]`, and the
-    setup commands it runs before the first stage, `settings["setup_commands"]`), in
-    words, and the sha256 of their canonical JSON. A resume acts on what the manifest
-    records, not on today's project file: a fetched run's manifest is its author's."""
+    setup commands it runs before the first stage, `settings["setup_commands"]`), and
+    the stages of its recorded `workflow` that act, in words, and the sha256 of their
+    canonical JSON. A resume acts on what the run records, not on today's project file
+    or workflow: a fetched run's manifest and graph are its author's."""
     raw = settings.get("config") or {}
     config = raw if isinstance(raw, dict) else {}
     # The digest is of the recorded values as they are, read or not.
@@ -564,6 +576,9 @@ def recorded_actions(settings: Mapping[str, object]) -> RunConfigActions:
     setup = settings.get("setup_commands") or []
     if setup:
         acting["setup_commands"] = setup
+    staged = workflow.actions if workflow is not None else []
+    if workflow is not None and staged:
+        acting["workflow"] = workflow.digest
     digest = hashlib.sha256(msgspec.json.encode(acting, order="sorted")).hexdigest()
     recorded = read_recorded(config)
     commands = setup if isinstance(setup, list) else None
@@ -572,7 +587,7 @@ def recorded_actions(settings: Mapping[str, object]) -> RunConfigActions:
         found = [
             Action("run", "acts in ways this version cannot read (an unreadable configuration)")
         ]
-        return RunConfigActions(found if acting else [], digest)
+        return RunConfigActions(found + staged if acting else [], digest)
     found = actions(recorded.run)
     prepared = (
         {step.shell() for step in recorded.run.prepare.steps} if recorded.run.prepare else set()
@@ -582,7 +597,7 @@ def recorded_actions(settings: Mapping[str, object]) -> RunConfigActions:
         for i, command in enumerate(commands)
         if command not in prepared
     ]
-    return RunConfigActions(found, digest)
+    return RunConfigActions(found + staged, digest)
 
 
 def batch_actions(workflow: str, remote: str | None) -> RunConfigActions:
@@ -597,26 +612,26 @@ def batch_actions(workflow: str, remote: str | None) -> RunConfigActions:
     return RunConfigActions(found, digest)
 
 
-def record_run_config(repo_root: Path, run_id: str, settings: Mapping[str, object]) -> None:
+def record_run_config(repo_root: Path, run_id: str, recorded: RunConfigActions) -> None:
     """A run the user starts here acts with their consent (a trusted project file or
-    their own config): remember its configuration, so its resumes do not ask again."""
-    recorded = recorded_actions(settings)
+    their own config, their own workflow): remember what it recorded (`recorded`), so
+    its resumes do not ask again."""
     if recorded.actions:
         TrustStore().trust_config(recorded.digest, repository=repo_root, run_id=run_id)
 
 
 def check_run_config(
     run_id: str,
-    settings: Mapping[str, object],
+    recorded: RunConfigActions,
     *,
     ask: Callable[[str], bool] | None,
     repo_root: Path,
     store: TrustStore | None = None,
 ) -> None:
-    """Refuse to resume a run whose recorded configuration would act (hooks, servers,
-    pushes) unless the user approved that exact configuration: by starting the run
-    here, by `git fabro trust --run`, or now, at `ask`."""
-    recorded = recorded_actions(settings)
+    """Refuse to resume a run whose recorded configuration or workflow would act
+    (`recorded`: hooks, servers, pushes, the commands and agents of its stages) unless
+    the user approved exactly that: by starting the run here, by `git fabro trust
+    --run`, or now, at `ask`."""
     if not recorded.actions:
         return
     if recorded.digest in os.environ.get(VOUCHED_CONFIG_VARIABLE, "").split(","):

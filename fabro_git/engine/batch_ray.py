@@ -526,19 +526,18 @@ def _vouch_recorded_config(
     """Once the row's run has recorded its configuration (its first commit), tell the
     coordinator its digest: the run started with the driver's trusted project file, and
     a resume on another node may trust exactly that configuration."""
-    from fabro_git.config.trust import recorded_actions
+    from fabro_git.engine.stored_run import load_run_at, run_trust
     from fabro_git.store.repo import GitRepo
 
     while not ended.wait(STOP_POLL_SECONDS):
         try:
             with GitRepo.discover(workdir) as repo:
                 sha = repo.read_ref(runrefs.meta_ref(run_id))
-                data = repo.read_file(sha, runrefs.MANIFEST) if sha is not None else None
+                stored = None if sha is None else load_run_at(repo, run_id, sha, what=sha)
+                digest = None if stored is None else run_trust(repo, stored).digest
         except (FabroError, OSError):
             return  # the row's repository is gone: its run ended
-        if data is not None:
-            settings = msgspec.json.decode(data).get("settings") or {}
-            digest = recorded_actions(settings).digest
+        if digest is not None:
             coordinator.vouch_config.remote(row, digest).future().result()
             return
 

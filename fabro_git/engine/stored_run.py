@@ -8,9 +8,10 @@ worded here once. What a run stores under a directory of its meta ref is read wi
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import msgspec
 
@@ -20,6 +21,9 @@ from fabro_git.errors import FabroError, MissingObject, StoreError
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
 from fabro_git.workflow import Graph
+
+if TYPE_CHECKING:
+    from fabro_git.config.trust import Action, RecordedWorkflow, RunConfigActions
 
 
 class StoredRun(NamedTuple):
@@ -59,6 +63,69 @@ def load_run_at(repo: GitRepo, run_id: str, meta: str, *, what: str) -> StoredRu
     except msgspec.DecodeError as exc:
         raise FabroError(f"run {run_id}: cannot read its metadata ({exc})") from exc
     return StoredRun(manifest, checkpoint, meta, source.decode("utf-8"))
+
+
+# The stage lines a trust question lists before it counts the rest.
+_STAGES_SHOWN = 20
+
+
+def run_trust(repo: GitRepo, stored: StoredRun) -> RunConfigActions:
+    """What resuming the stored run would do on its own say (its recorded configuration
+    and its workflow's stages) and the digest the user's trust is kept under."""
+    from fabro_git.config.trust import Action, recorded_actions
+    from fabro_git.errors import WorkflowError
+    from fabro_git.workflow import parse
+
+    try:
+        actions = workflow_actions(parse(stored.source))
+    except WorkflowError:
+        actions = [Action("workflow", "runs a workflow this version cannot read")]
+    workflow = recorded_workflow(repo, stored.meta_sha, stored.manifest, actions)
+    return recorded_actions(stored.manifest.settings, workflow)
+
+
+def recorded_workflow(
+    repo: GitRepo, meta: str, manifest: Manifest, actions: list[Action]
+) -> RecordedWorkflow:
+    """The workflow the meta commit `meta` records, for the trust a resume needs: its
+    digest is of the stored objects (the graph's source, the files it names, the old
+    layout's prompts), as the run reads them, and of the goal and inputs the templates
+    fill in."""
+    from fabro_git.config.trust import RecordedWorkflow
+
+    entries = repo.dir_entries(meta, "") or {}
+    names = (runrefs.GRAPH, runrefs.GRAPHS_DIR, runrefs.LEGACY_PROMPTS_DIR)
+    made_of = {
+        "objects": {name: entries[name][1] for name in names if name in entries},
+        "goal": manifest.goal,
+        "inputs": manifest.inputs,
+    }
+    digest = hashlib.sha256(msgspec.json.encode(made_of, order="sorted")).hexdigest()
+    return RecordedWorkflow(digest, actions)
+
+
+def workflow_actions(graph: Graph) -> list[Action]:
+    """What the stages of `graph` would do that needs the user's consent, in words:
+    the programs its commands run, its agents and model calls, its child workflows."""
+    from fabro_git.config.trust import Action, shown
+    from fabro_git.workflow import model
+
+    found = []
+    for node in graph.nodes.values():
+        kind = node.handler_type
+        if kind == model.COMMAND:
+            script = node.get("script") or node.get("tool_command") or ""
+            found.append(Action(f"stage {node.id}", f"runs {shown(script)}"))
+        elif kind == model.AGENT:
+            found.append(Action(f"stage {node.id}", "runs an agent on its recorded prompt"))
+        elif kind == model.PROMPT:
+            found.append(Action(f"stage {node.id}", "sends its recorded prompt to a model"))
+        elif kind == model.MANAGER_LOOP:
+            found.append(Action(f"stage {node.id}", "runs a child workflow the run recorded"))
+    if len(found) > _STAGES_SHOWN:
+        rest = len(found) - _STAGES_SHOWN
+        found = [*found[:_STAGES_SHOWN], Action("stages", f"and {rest} more stages that act")]
+    return found
 
 
 def unreadable_meta(run_id: str, meta: str, exc: StoreError) -> FabroError:

@@ -371,3 +371,65 @@ def test_a_fetched_runs_branch_head_is_no_option_to_git_on_resume(
     assert "Traceback" not in resumed.stderr
     assert "which is no commit id" in resumed.stderr, resumed.stderr
     assert not canary.exists()
+
+
+def _forge_check(repo: Path, run_id: str, script: str) -> None:
+    """The run's recorded graph, its `check` stage made to run `script` instead."""
+    meta = f"refs/fabro/meta/{run_id}"
+    graph = git(repo, "show", f"{meta}:graph.fabro")
+    forged = graph.replace('script="test -f \\"$HOME/ok\\""', f'script="{script}"')
+    assert forged != graph
+    _add_entry(repo, meta, ["graph.fabro"], forged.encode())
+
+
+def test_a_fetched_runs_commands_wait_for_trust_on_resume(repo: Path, tmp_path: Path) -> None:
+    """A resume walks the graph the run recorded. One that came from elsewhere (here:
+    rewritten after this machine ran it) runs its commands only once the user trusted
+    that exact graph; the question names what it would run."""
+    write_workflow(repo, FAILING)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = result["run_id"]
+    marker = tmp_path / "forged-ran"
+    _forge_check(repo, run_id, f"touch {marker}")
+    clone, env = fresh_clone(repo, tmp_path)
+
+    refused = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert refused.returncode == 1, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert f"run {run_id}'s recorded configuration is not trusted" in refused.stderr
+    assert f"runs `touch {marker}`  [stage check]" in refused.stderr, refused.stderr
+    assert f"git fabro trust --run {run_id}" in refused.stderr
+    assert not marker.exists()
+
+    trusted = run_fabro("trust", "--run", run_id, "--yes", cwd=clone, env=env)
+    assert trusted.returncode == 0, trusted.stderr
+    resumed = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert marker.exists()
+
+
+def test_resume_with_the_users_own_workflow_asks_nothing_of_the_recorded_one(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    """`resume --workflow FILE` goes on with the user's file, not the graph the run
+    recorded: that graph needs no trust, and the user's file, recorded in its place,
+    needs none on the next resume."""
+    write_workflow(repo, FAILING)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = result["run_id"]
+    marker = tmp_path / "forged-ran"
+    _forge_check(repo, run_id, f"touch {marker}")
+    # Not the graph the run first recorded either, which its start trusted.
+    workflow = write_workflow(repo, "// the user's own\n" + FAILING, name="own.fabro")
+
+    refused = run_fabro("resume", run_id, cwd=repo)
+    assert refused.returncode == 1 and "is not trusted" in refused.stderr, refused.stderr
+    own = run_fabro("resume", run_id, "--workflow", str(workflow), cwd=repo)
+    assert own.returncode == 1 and "not trusted" not in own.stderr, own.stderr
+    assert "failed" in own.stderr
+    (hermetic_env / "ok").write_text("")
+    again = run_fabro("resume", run_id, cwd=repo)
+    assert again.returncode == 0, again.stderr
+    assert not marker.exists()
