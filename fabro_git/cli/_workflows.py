@@ -116,8 +116,15 @@ def find_named(arg: str, repo_root: Path | None) -> NamedWorkflow | None:
 
 def workflow_path(arg: str | Path, repo_root: Path | None = None) -> Path:
     """`arg` itself when it is a path that exists (or plainly a path), else the file of
-    the workflow it names; `arg` as a path when no workflow has that name."""
+    the workflow it names; `arg` as a path when no workflow has that name. An empty
+    `arg` is refused: as a path it would be the current directory, which no one means."""
     text = str(arg)
+    if not text.strip():
+        raise ConfigError(
+            "no workflow given: the WORKFLOW argument is empty",
+            hint="pass a path to a .fabro or run.toml file, or a workflow's name (see "
+            "`git fabro workflow list`)",
+        )
     path = Path(text).expanduser()
     if path.exists() or "/" in text:
         return path

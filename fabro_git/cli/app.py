@@ -60,7 +60,7 @@ def _root(
 @command()
 def validate(
     files: Annotated[
-        list[Path],
+        list[str],
         typer.Argument(help="Workflow files to check.", show_default=False, metavar="FILE..."),
     ],
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -77,7 +77,7 @@ def validate(
 @command()
 def graph(
     file: Annotated[
-        Path, typer.Argument(help="Workflow file to render.", show_default=False, metavar="FILE")
+        str, typer.Argument(help="Workflow file to render.", show_default=False, metavar="FILE")
     ],
     fmt: Annotated[str, typer.Option("--format", help="svg, png or dot.")] = "svg",
     output: Annotated[

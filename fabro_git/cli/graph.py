@@ -18,7 +18,7 @@ FORMATS = ("svg", "png", "dot")
 DIRECTIONS = {"lr": "LR", "tb": "TB"}
 
 
-def run(file: Path, *, fmt: str, output: Path | None, direction: str | None) -> int:
+def run(file: str, *, fmt: str, output: Path | None, direction: str | None) -> int:
     fmt = fmt.lower()
     if fmt not in FORMATS:
         raise ConfigError(f"unknown format {fmt!r}: choose one of {', '.join(FORMATS)}")

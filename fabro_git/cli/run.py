@@ -48,13 +48,6 @@ def resolve_workflow(arg: str) -> Path:
     workflow's name (`fabro_git.cli._workflows`)."""
     from fabro_git.cli._workflows import named_workflows, repository_root, workflow_path
 
-    if not arg.strip():
-        # An empty path would be the current directory: no one means that.
-        raise ConfigError(
-            "no workflow given: the WORKFLOW argument is empty",
-            hint="pass a path to a .fabro or run.toml file, or a workflow's name (see "
-            "`git fabro workflow list`)",
-        )
     path = workflow_path(arg)
     if path.exists():
         return path

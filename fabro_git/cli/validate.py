@@ -82,7 +82,7 @@ def _as_json(path: Path, graph: Graph | None, diagnostics: list[Diagnostic]) -> 
     }
 
 
-def run(files: list[Path], *, json_output: bool, strict: bool = False) -> int:
+def run(files: list[str], *, json_output: bool, strict: bool = False) -> int:
     failed = False
     documents: list[dict[str, object]] = []
     from fabro_git.cli._workflows import workflow_path

@@ -138,11 +138,12 @@ def test_workflow_path_that_is_a_directory(repo: Path, tmp_path: Path) -> None:
     _fails(run_fabro("run", str(directory), cwd=repo), str(directory), "directory")
 
 
+@pytest.mark.parametrize("command", ["run", "validate", "graph"])
 @pytest.mark.parametrize("workflow", ["", "  "])
-def test_an_empty_workflow_argument_is_no_workflow(repo: Path, workflow: str) -> None:
+def test_an_empty_workflow_argument_is_no_workflow(repo: Path, command: str, workflow: str) -> None:
     """An empty WORKFLOW is no path to the current directory: the user typed nothing."""
     err = _fails(
-        run_fabro("run", workflow, cwd=repo),
+        run_fabro(command, workflow, cwd=repo),
         "error: no workflow given: the WORKFLOW argument is empty",
     )
     assert "is a directory" not in err and "hint: pass a path to a .fabro" in err
