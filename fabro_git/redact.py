@@ -24,7 +24,8 @@ Values are masked in a pass of their own, before key shapes: a shape that starts
 a word (`risk-...` holds `sk-...`) is no key and is left alone, and in one pass its
 match would hide a value further on in that word.
 An environment value is also matched in its JSON-escaped form (a password with a quote in
-it), because events, context and the checkpoint are JSON.
+it), because events, context and the checkpoint are JSON, and in its hex and base64 forms
+(`encoded_forms`), which a command's output holds when it dumps its environment encoded.
 
 Text that arrives in pieces (a model's streamed reply and reasoning, a tool's output, a
 command's output read into git a chunk at a time) is masked by one `StreamMasker` per
@@ -160,6 +161,29 @@ def mask(secret: str) -> str:
     return MASK + secret[-KEEP:]
 
 
+def encoded_forms(value: str) -> list[str]:
+    """`value` as it reads hex-encoded (either case) and base64-encoded (standard and
+    URL-safe alphabets), wherever it starts in the encoded data: `env | base64` or a
+    hex dump must not carry a secret out either. In base64 the characters at a value's
+    two ends also hold bits of what comes before and after it; the forms are the
+    characters between, which the value alone decides, one for each of the three
+    places it can start in a group of three bytes."""
+    import base64
+
+    data = value.encode("utf-8", "surrogateescape")
+    forms = [data.hex(), data.hex().upper()]
+    for offset in range(3):
+        encoded = base64.b64encode(bytes(offset) + data).decode("ascii")
+        # Character i holds bits [6i, 6i + 6): from the first wholly past the `offset`
+        # bytes before the value to the last wholly inside it.
+        inner = encoded[-(-8 * offset // 6) : 8 * (offset + len(data)) // 6]
+        forms += [inner, inner.translate(_URL_SAFE)]
+    return [form for form in dict.fromkeys(forms) if len(form) >= MIN_SECRET_LENGTH]
+
+
+_URL_SAFE = str.maketrans("+/", "-_")
+
+
 class Redactor:
     """Replaces secrets in text, bytes and JSON-like values; see the module docstring."""
 
@@ -175,6 +199,8 @@ class Redactor:
             if escaped != value:
                 literal[escaped] = json.dumps(mask(value), ensure_ascii=False)[1:-1]
                 self._plain = False
+            for form in encoded_forms(value):
+                literal.setdefault(form, mask(form))
         self._literal = literal
         self._literal_bytes = {
             form.encode("utf-8", "surrogateescape"): masked.encode("utf-8", "surrogateescape")

@@ -169,3 +169,53 @@ def test_a_detached_run_gives_its_stages_the_secret_input_it_stores_masked(repo:
     manifest = meta_file(repo, run_id, "manifest.json")
     assert "***tQXZ" in manifest
     assert SECRET not in _all_objects(repo)
+
+
+def _encoded(secret: str) -> list[str]:
+    """The secret base64-encoded after 0, 1 and 2 other bytes (the part of each that is
+    the secret's alone), and hex-encoded in either case."""
+    import base64
+
+    data = secret.encode()
+    forms = [data.hex(), data.hex().upper()]
+    for offset, (start, end) in enumerate([(0, -1), (2, -1), (3, -1)]):
+        forms.append(base64.b64encode(b"ab"[:offset] + data + b"\n").decode()[start:end][:-3])
+    return forms
+
+
+def test_a_secret_encoded_in_base64_or_hex_is_masked_too(repo: Path) -> None:
+    """`env | base64` or a hex dump in a command's output carries the secret as surely
+    as the secret itself: those forms are masked wherever the secret starts in the
+    encoded bytes."""
+    run_config = repo.parent / "pass.toml"
+    run_config.write_text(
+        f'[workflow]\ngraph = "{repo / "wf.fabro"}"\n'
+        '[run.sandbox.env]\nMY_SERVICE_PASSWORD = "{{ env.MY_SERVICE_PASSWORD }}"\n'
+    )
+    dumps = "; ".join(
+        f"printf '{prefix}%s\\\\n' \\\"$MY_SERVICE_PASSWORD\\\" | base64 -w0; echo"
+        for prefix in ("", "a", "ab")
+    )
+    hexed = "printf %s \\\"$MY_SERVICE_PASSWORD\\\" | od -An -tx1 | tr -d ' \\\\n'; echo"
+    write_workflow(
+        repo,
+        f"""
+        digraph Encoded {{
+            start [shape=Mdiamond]
+            exit  [shape=Msquare]
+            say   [shape=parallelogram, script="{dumps}; {hexed}; {hexed} | tr a-f A-F"]
+            start -> say -> exit
+        }}
+        """,
+    )
+    proc = run_fabro("run", str(run_config), "-v", cwd=repo, env=ENV)
+    assert proc.returncode == 0, proc.stderr
+    shown = proc.stderr + proc.stdout
+    everything = _all_objects(repo) + shown
+    assert shown.count("***") >= 5, shown
+    for form in _encoded(SECRET):
+        assert len(form) > 40
+        leaked = {form[i : i + 12] for i in range(len(form) - 11)} & set(
+            everything[j : j + 12] for j in range(len(everything) - 11)
+        )
+        assert not leaked, (form, sorted(leaked)[:3])
