@@ -398,9 +398,9 @@ def run(
 
 def _create(repo: GitRepo, spec: RunSpec, options: Options, *, detach: bool) -> OpenRun:
     """The new run, recorded and locked, once its answers and secrets are checked."""
-    from fabro_git.config.trust import record_run_config, recorded_actions
+    from fabro_git.config.trust import record_run_config
     from fabro_git.engine.session import create_run
-    from fabro_git.engine.stored_run import recorded_workflow, workflow_actions
+    from fabro_git.engine.stored_run import load_run_at, run_trust
 
     use_run_author(repo, spec.config.run)
     check_answers(spec.graph, options.answers)
@@ -413,11 +413,9 @@ def _create(repo: GitRepo, spec: RunSpec, options: Options, *, detach: bool) -> 
     opened = create_run(repo, spec, warn=_warn)
     meta = opened.recorder.meta_tip
     assert meta is not None  # the first snapshot is written, or create_run raised
-    stages = workflow_actions(spec.graph)
-    workflow = recorded_workflow(repo, meta, opened.manifest, stages)
-    record_run_config(
-        repo.root, opened.run_id, recorded_actions(opened.manifest.settings, workflow)
-    )
+    # As a resume will read it: masked.
+    stored = load_run_at(repo, opened.run_id, meta, what=f"the first snapshot {meta[:12]}")
+    record_run_config(repo.root, opened.run_id, run_trust(repo, stored, spec.graph))
     return opened
 
 

@@ -69,15 +69,17 @@ def load_run_at(repo: GitRepo, run_id: str, meta: str, *, what: str) -> StoredRu
 _STAGES_SHOWN = 20
 
 
-def run_trust(repo: GitRepo, stored: StoredRun) -> RunConfigActions:
+def run_trust(repo: GitRepo, stored: StoredRun, graph: Graph | None = None) -> RunConfigActions:
     """What resuming the stored run would do on its own say (its recorded configuration
-    and its workflow's stages) and the digest the user's trust is kept under."""
+    and its workflow's stages) and the digest the user's trust is kept under: of what
+    the meta ref holds (masked), never of what the run was given. `graph` is the run's
+    graph when its caller has it parsed already."""
     from fabro_git.config.trust import Action, recorded_actions
     from fabro_git.errors import WorkflowError
     from fabro_git.workflow import parse
 
     try:
-        actions = workflow_actions(parse(stored.source))
+        actions = workflow_actions(graph if graph is not None else parse(stored.source))
     except WorkflowError:
         actions = [Action("workflow", "runs a workflow this version cannot read")]
     workflow = recorded_workflow(repo, stored.meta_sha, stored.manifest, actions)
