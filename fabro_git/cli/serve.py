@@ -66,7 +66,7 @@ def run(*, host: str, port: int, open_browser: bool) -> int:
     bound = sock.getsockname()[1]
     token = secrets.token_urlsafe(24)
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{bound}/?token={token}"
+    url = f"http://{shown}:{bound}/#token={token}"
     if not is_loopback(host):
         print(
             f"warning: listening on {host}, not loopback: anyone who can reach this address"
@@ -87,7 +87,7 @@ def run(*, host: str, port: int, open_browser: bool) -> int:
         threading.Thread(target=webbrowser.open, args=(opener.as_uri(),), daemon=True).start()
     with contextlib.suppress(KeyboardInterrupt):
         # Hypercorn takes the socket over by its descriptor, and closes it.
-        trio.run(_serve, runs, sock.detach(), token, bound, host)
+        trio.run(_serve, runs, sock.detach(), token, host)
     if opener is not None:
         shutil.rmtree(opener.parent, ignore_errors=True)
     print("git fabro serve: stopped", file=sys.stderr)
@@ -111,7 +111,7 @@ def _opening_page(url: str) -> Path:
     return page
 
 
-async def _serve(runs: RepositoryRuns, fd: int, token: str, port: int, host: str) -> None:
+async def _serve(runs: RepositoryRuns, fd: int, token: str, host: str) -> None:
     import signal
 
     import trio
@@ -127,7 +127,7 @@ async def _serve(runs: RepositoryRuns, fd: int, token: str, port: int, host: str
     config.loglevel = "WARNING"
     config.graceful_timeout = 1.0
     config.keep_alive_timeout = 30
-    app, start = build(runs, token, port, loopback=is_loopback(host), host=host)
+    app, start = build(runs, token, loopback=is_loopback(host), host=host)
 
     async def stopped() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

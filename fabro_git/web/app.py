@@ -2,10 +2,14 @@
 
 Pages are static files of this package, picked from a fixed list (no URL path reaches
 the file system); they fetch JSON and events and put run data into the page as text.
-Every request needs the server's token: the URL printed at start holds it once, the
-answer sets it as an HttpOnly, SameSite=Strict cookie and sends the browser on to the
-same page without it. A request that changes something also needs its Origin to be
-this server, and JSON.
+The pages and their scripts hold no run data and are served to anyone who may reach the
+server; every other request needs the server's token as an `Authorization: Bearer`
+header. The token is never a cookie: a cookie is the host's, whatever its port, so a
+browser would hand it to any other server on 127.0.0.1. The page takes it from the
+address's fragment, which no request carries (an address with it in the query is sent
+on to one with it in the fragment), keeps it in the tab's sessionStorage (which is the
+origin's, port included) and takes it out of the address bar. A request that changes
+something also needs its Origin to be this server, and JSON.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ import contextlib
 import getpass
 import hmac
 import json
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar, TypeVarTuple, cast
@@ -25,7 +29,7 @@ import trio
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from fabro_git.engine import control
 from fabro_git.errors import FabroError
@@ -63,21 +67,23 @@ SAFE_METHODS = {"GET", "HEAD"}
 MAX_BODY = 64 * 1024
 
 
-def cookie_name(port: int) -> str:
-    # Cookies ignore ports: two servers on one host would share one cookie otherwise.
-    return f"fabro_token_{port}"
-
-
 class Guard:
-    """Lets a request through only with the token, and a state-changing one only from
+    """Lets a request through only with the token (but for a look at the `shell`: the
+    pages and their files, which hold no run data), and a state-changing one only from
     this server's own pages; puts the security headers on every answer."""
 
     def __init__(
-        self, app: ASGIApp, token: str, port: int, *, loopback: bool = True, host: str = ""
+        self,
+        app: ASGIApp,
+        token: str,
+        *,
+        shell: Sequence[Route] = (),
+        loopback: bool = True,
+        host: str = "",
     ) -> None:
         self.app = app
         self.token = token
-        self.cookie = cookie_name(port)
+        self.shell = shell
         # On loopback only a loopback name is this server: another name is a page whose
         # DNS was pointed here (rebinding), turned away before the token is even looked at.
         # The address it was told to listen on is one (`--host 127.0.0.2`).
@@ -114,19 +120,19 @@ class Guard:
         query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
         offered = query.get("token")
         if offered is not None and self._matches(offered) and request.method in SAFE_METHODS:
-            # The printed URL: keep the token as a cookie and drop it from the address bar
-            # (and from the browser's history).
+            # An address printed with the token in its query (as it once was): the same
+            # page with the token in the fragment, which the page's script takes up. The
+            # query's token leaves the address bar and the browser's history.
             rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
             # One leading slash: `//host/...` would send the browser to another site.
             # Percent-encoded again: the decoded path may hold any letter, or CR LF, and
             # a header value is Latin-1 text of one line.
             path = "/" + quote((scope.get("root_path", "") + scope["path"]).lstrip("/"))
-            location = path + (f"?{rest}" if rest else "")
-            response: Response = Response(status_code=303, headers={"location": location})
-            response.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
-            await response(scope, receive, send_secured)
+            location = path + (f"?{rest}" if rest else "") + "#token=" + quote(offered, safe="")
+            headers = {"location": location, "cache-control": "no-store"}
+            await Response(status_code=303, headers=headers)(scope, receive, send_secured)
             return
-        if not self._matches(request.cookies.get(self.cookie, "")) and not self._bearer(request):
+        if not self._bearer(request) and not self._in_shell(request, scope):
             await PlainTextResponse(
                 "forbidden: open the address `git fabro serve` printed (it holds the token)\n",
                 status_code=403,
@@ -138,6 +144,13 @@ class Guard:
             )(scope, receive, send_secured)
             return
         await self.app(scope, receive, send_secured)
+
+    def _in_shell(self, request: Request, scope: Scope) -> bool:
+        """A look at a page or a file it is made of: no token is needed (nor could a
+        browser's navigation to the page send one)."""
+        if request.method not in SAFE_METHODS:
+            return False
+        return any(route.matches(scope)[0] is Match.FULL for route in self.shell)
 
     def _matches(self, offered: str) -> bool:
         return hmac.compare_digest(offered.encode(), self.token.encode())
@@ -216,7 +229,7 @@ def _package_file(name: str) -> bytes:
 
 
 def build(
-    source: RepositoryRuns, token: str, port: int, *, loopback: bool = True, host: str = ""
+    source: RepositoryRuns, token: str, *, loopback: bool = True, host: str = ""
 ) -> tuple[ASGIApp, Callable[[trio.Nursery], None]]:
     """The guarded app, and the call that gives it the nursery its run feeds live in
     (made when the server starts)."""
@@ -227,8 +240,8 @@ def build(
         assert isinstance(exc, FabroError)
         return JSONResponse({"error": exc.message, "hint": exc.hint}, status_code=500)
 
-    app = Starlette(routes=site.routes(), exception_handlers={FabroError: refused})
-    return Guard(app, token, port, loopback=loopback, host=host), site.start
+    app = Starlette(routes=SHELL + site.routes(), exception_handlers={FabroError: refused})
+    return Guard(app, token, shell=SHELL, loopback=loopback, host=host), site.start
 
 
 RunEndpoint = Callable[[Request, str], Awaitable[Response]]
@@ -258,6 +271,15 @@ async def _static(request: Request) -> Response:
     return Response(data, media_type=STATIC[name], headers={"cache-control": "no-cache"})
 
 
+# The pages and the files they are made of: the same for every run, and for anyone.
+SHELL = [
+    Route("/", _page("runs")),
+    Route("/runs/{run_id}", _page("run")),
+    Route("/static/{name}", _static),
+    Route("/favicon.ico", lambda request: Response(status_code=204)),
+]
+
+
 def _no_run() -> Response:
     return JSONResponse({"error": "no such run in this repository"}, status_code=404)
 
@@ -274,12 +296,10 @@ class _Site:
         self.feeds = Feeds(self.source, nursery)
 
     def routes(self) -> list[Route]:
+        """What the pages read and do: runs' data, streams and buttons (the guard asks
+        for the token on each)."""
         of_run = self._of_known_run
         return [
-            Route("/", _page("runs")),
-            Route("/runs/{run_id}", _page("run")),
-            Route("/static/{name}", _static),
-            Route("/favicon.ico", lambda request: Response(status_code=204)),
             Route("/api/runs", self.runs),
             Route("/api/events", self.every_event),
             Route("/api/runs/{run_id}", of_run(self.run)),

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from helpers import start_fabro, write_workflow
 
@@ -86,7 +86,8 @@ def start_server(repo: Path, *extra: str, env: dict[str, str] | None = None) -> 
         raise AssertionError(f"serve did not start: {line!r}\n{err.decode(errors='replace')}")
     url = line.split(": ", 1)[1].strip()
     parts = urlsplit(url)
-    token = parts.query.removeprefix("token=")
+    # In the fragment (`#token=`), or in the query as it was once printed.
+    token = dict(parse_qsl(parts.fragment or parts.query))["token"]
     return Server(proc, url, f"{parts.scheme}://{parts.netloc}", token, parts.port or 80)
 
 

@@ -1,6 +1,8 @@
 """`git fabro serve` in a real headless Chromium (Debian's `chromium`, driven by
 Playwright): the run list, a node going from running to succeeded as the run goes on,
-a gate answered by a click, hostile run output shown as text, and 403 without the token.
+a gate answered by a click, hostile run output shown as text, nothing without the token,
+and the token kept in the tab (no cookie, out of the address bar, never sent to another
+server on 127.0.0.1).
 
 Few tests, each through the real command: a browser is slow to start. Without Chromium
 they skip and say why; `.ci/run` installs it, so there they run. With
@@ -10,20 +12,23 @@ docs/serve.png is made so).
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import shutil
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import run_events, run_fabro, write_workflow
+from helpers import run_events, run_fabro, wait_until, write_workflow
 from llm_server import LlmServer, Reply, ToolUse
 
 from web.serving import (
     WAITING_WORKFLOW,
     Server,
+    request,
     start_server,
     start_waiting_run,
     without_graphviz,
@@ -63,18 +68,23 @@ def browser() -> Iterator[Any]:
 
 
 class Page:
-    """A browser tab on the server, signed in through the printed address; it records
-    the page's console errors (a CSP violation is one) and failed scripts."""
+    """A browser tab on the server, signed in through the printed address (or `address`);
+    it records the page's console errors (a CSP violation is one) and failed scripts,
+    and every request it makes and answer it gets."""
 
-    def __init__(self, browser: Any, server: Server) -> None:
+    def __init__(self, browser: Any, server: Server, address: str | None = None) -> None:
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
         self.context.set_default_timeout(TIMEOUT_MS)
         self.page = self.context.new_page()
         self.errors: list[str] = []
+        self.requests: list[Any] = []
+        self.responses: list[Any] = []
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
+        self.page.on("request", lambda request: self.requests.append(request))
+        self.page.on("response", lambda response: self.responses.append(response))
         self.server = server
-        self.page.goto(server.url)
+        self.page.goto(address or server.url)
 
     def open_run(self, run_id: str) -> Any:
         self.page.goto(f"{self.server.base}/runs/{run_id}")
@@ -108,10 +118,17 @@ def test_the_run_list_loads_and_no_token_is_forbidden(
 ) -> None:
     done = run_fabro("run", "human-gate", "--answer", "A", "--label", "team=docs", cwd=repo)
     assert done.returncode == 0, done.stderr
+    # A tab without the token gets the page, which holds no run, and no run from it.
     stranger = browser.new_context()
     try:
-        response = stranger.new_page().goto(server.base + "/")
-        assert response.status == 403
+        page = stranger.new_page()
+        refused = []
+        page.on("response", lambda r: "/api/" in r.url and refused.append(r.status))
+        assert page.goto(server.base + "/").status == 200
+        said = page.locator("#problem")
+        said.wait_for()
+        assert "this tab holds no token: open the address" in said.inner_text()
+        assert page.locator("#runs tbody tr").count() == 0 and refused and set(refused) == {403}
     finally:
         stranger.close()
 
@@ -316,3 +333,169 @@ def test_without_graphviz_the_run_page_says_what_to_do(
         tab.close()
     finally:
         running.stop()
+
+
+class OtherServer:
+    """Another server on 127.0.0.1, on a port of its own (another user's, say): it
+    answers every request and keeps the headers it was sent."""
+
+    def __init__(self) -> None:
+        heard = self.heard = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                heard.append(str(self.headers))
+                body = b"<!doctype html><title>another server</title>\n"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join()
+
+
+def _assert_no_token_in_history(page: Any, address: str) -> None:
+    """The tab shows `address`, and its history holds it and the blank tab it came from:
+    no address with the token in it."""
+    assert page.url == address
+    assert page.evaluate("history.length") == 2
+    page.go_back()
+    assert page.url == "about:blank"
+    page.go_forward()
+    assert page.url == address
+
+
+def test_the_token_stays_in_the_tab_not_a_cookie(repo: Path, browser: Any, server: Server) -> None:
+    """Opening the printed address signs the tab in and leaves no cookie: a cookie is the
+    host's, whatever its port, so the browser would give it to any server on 127.0.0.1.
+    The run's page follows its events live through the token's header, and when its
+    stream breaks it asks again from after the last event it had (Last-Event-ID)."""
+    run_id, release = start_waiting_run(repo)
+    # The run's first events, while it holds: the page's first stream is cut after them.
+    stream = request(server, f"/api/runs/{run_id}/events", stream=True)
+    first = [stream.next_message() for _ in range(3)]
+    stream.close()
+    other = OtherServer()
+    tab = Page(browser, server)
+    try:
+        page = tab.page
+        page.locator(f'#runs tbody tr[data-run="{run_id}"]').wait_for()  # signed in
+        # Another server on this host, opened in the same browser, is told nothing.
+        elsewhere = tab.context.new_page()
+        elsewhere.goto(other.url)
+        elsewhere.close()
+        assert other.heard and not any(server.token in said for said in other.heard)
+        assert page.evaluate("document.cookie") == "" and tab.context.cookies() == []
+        assert [r.url for r in tab.responses if r.header_value("set-cookie")] == []
+        _assert_no_token_in_history(page, server.base + "/")
+        assert page.evaluate("sessionStorage.getItem('fabro-token')") == server.token
+        cut = []
+
+        def cut_first(route: Any) -> None:
+            if cut:
+                route.continue_()
+                return
+            cut.append(route.request.url)
+            body = "retry: 50\n\n" + "".join(f"id: {m['id']}\ndata: {m['data']}\n\n" for m in first)
+            route.fulfill(status=200, content_type="text/event-stream", body=body)
+
+        page.route(f"**/api/runs/{run_id}/events", cut_first)
+        streams = []
+
+        def second_stream(request: Any) -> bool:
+            if request.url.endswith(f"/api/runs/{run_id}/events"):
+                streams.append(request)
+            return len(streams) == 2
+
+        with page.expect_request(second_stream) as again:
+            page.locator(f'#runs tbody tr[data-run="{run_id}"] a').click()
+        assert cut and again.value.header_value("last-event-id") == first[-1]["id"]
+        page.wait_for_selector('#timeline li[data-stage="hold@1"][data-status="running"]')
+        release.touch()
+        page.wait_for_selector('#events tbody tr[data-event="run.completed"]')
+        assert run_fabro("wait", run_id, cwd=repo).returncode == 0
+        printed = run_fabro("logs", run_id, cwd=repo).stdout.splitlines()
+        shown = (
+            "n => Number(document.getElementById('event-count').textContent.split(' of ')[1]) >= n"
+        )
+        page.wait_for_function(shown, arg=len(printed))
+        total = page.locator("#event-count").inner_text().split(" of ")[1]
+        assert int(total) == len(printed)  # every event once: none lost, none twice
+
+        # Every request for the run's data carried the token as a header, none a cookie,
+        # and no answer set one.
+        assert page.evaluate("document.cookie") == "" and tab.context.cookies() == []
+        assert [r.url for r in tab.responses if r.header_value("set-cookie")] == []
+        assert all(r.header_value("cookie") is None for r in tab.requests)
+        data = [r for r in tab.requests if "/api/" in r.url]
+        assert data and all(
+            r.header_value("authorization") == f"Bearer {server.token}" for r in data
+        )
+        tab.close()
+    finally:
+        other.close()
+
+    # The address with the token in its fragment, which no request carries: in a new
+    # tab, straight to a run's page.
+    fresh = Page(browser, server, f"{server.base}/runs/{run_id}#token={server.token}")
+    fresh.page.wait_for_selector("#run-status .status-succeeded")
+    _assert_no_token_in_history(fresh.page, f"{server.base}/runs/{run_id}")
+    assert fresh.context.cookies() == []
+    fresh.close()
+
+
+def test_an_artifact_is_downloaded_with_the_token(repo: Path, server: Server, tab: Page) -> None:
+    write_workflow(
+        repo,
+        "digraph Big {\n  start [shape=Mdiamond]\n  exit [shape=Msquare]\n"
+        '  first [shape=parallelogram, script="seq 1 30000"]\n'
+        "  start -> first -> exit\n}\n",
+    )
+    done = run_fabro("run", "wf.fabro", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    run_id = json.loads(run_fabro("ps", "--json", cwd=repo).stdout.splitlines()[0])["run_id"]
+    page = tab.open_run(run_id)
+    page.locator('#timeline li[data-stage="first@1"] button').click()
+    button = page.locator('#stage button[data-artifact="first/values/command.output.json"]')
+    with page.expect_download() as started:
+        button.click()
+    saved = started.value
+    assert saved.suggested_filename == "command.output.json"
+    assert json.loads(Path(saved.path()).read_text()) == "".join(f"{n}\n" for n in range(1, 30_001))
+    assert tab.context.cookies() == []  # the token went as a header
+
+
+def test_open_signs_the_browser_in_without_a_cookie(
+    repo: Path, browser: Any, tmp_path: Path
+) -> None:
+    """`--open` hands the browser a private page that sends it on to the address: the
+    tab lands on the run list, signed in, with the token neither in a cookie nor in the
+    address bar."""
+    seen = tmp_path / "browser-argv"
+    fake = tmp_path / "browser"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {seen}.tmp && mv {seen}.tmp {seen}\n')
+    fake.chmod(0o755)
+    started = start_server(repo, "--open", env={"BROWSER": str(fake)})
+    try:
+        argv = wait_until(lambda: seen.exists() and seen.read_text(), what="the browser's start")
+        tab = Page(browser, started, argv.strip())
+        tab.page.wait_for_url(started.base + "/")
+        tab.page.wait_for_function("() => document.getElementById('run-count').textContent !== ''")
+        assert tab.page.locator("#run-count").inner_text() == "0 of 0 runs"  # signed in
+        assert tab.context.cookies() == []
+        assert [r.url for r in tab.responses if r.header_value("set-cookie")] == []
+        tab.close()
+    finally:
+        started.stop()

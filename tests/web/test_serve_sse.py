@@ -3,8 +3,8 @@
 Each SSE message carries one envelope: `data:` exactly the line `git fabro logs` prints
 and `id:` its id; a finished run replays and ends, a live one replays then follows to
 its end; `Last-Event-ID` resumes after that event; a client that hangs up mid-stream
-costs the others nothing. Without the token everything is 403; a change needs this
-server's Origin.
+costs the others nothing. Without the token (a header: a cookie is none) everything but
+the pages, which hold no run data, is 403; a change needs this server's Origin.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def test_every_runs_stream_from_now_takes_up_a_run_that_is_resumed(
 
 
 def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Server) -> None:
-    for path in ("/", "/api/runs", "/api/events", "/static/run.js", "/api/runs/x/events"):
+    for path in ("/api/runs", "/api/events", "/api/runs/x", "/api/runs/x/events", "/nope"):
         response = request(server, path, token=False)
         assert response.status == 403, path
         assert b"token" in response.body()
@@ -199,17 +199,10 @@ def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Ser
     # or not; loopback names are this server, on any port (a tunnel's).
     for host, status in (("evil.example:80", 421), ("localhost:9000", 200), ("[::1]", 200)):
         assert request(server, "/api/runs", headers={"Host": host}).status == status, host
-    wrong = request(server, "/", token=False, headers={"Cookie": f"fabro_token_{server.port}=nope"})
-    assert wrong.status == 403
+    assert request(server, "/", token=False, headers={"Host": "evil.example"}).status == 421
 
-    # The printed address: a cookie for this server, and the token leaves the URL.
-    entry = request(server, "/?" + server.url.split("?", 1)[1], token=False)
-    assert entry.status == 303 and entry.headers["location"] == "/"
-    cookie = entry.headers["set-cookie"]
-    assert cookie.startswith(f"fabro_token_{server.port}={server.token};")
-    assert "HttpOnly" in cookie and "SameSite=strict" in cookie
     # The address it sends the browser on to stays on this server, whatever the path.
-    query = server.url.split("?", 1)[1]
+    query = f"token={server.token}"
     # Percent-encoded as it came: a decoded letter of another script made the header
     # fail, and a decoded CR LF would have ended it.
     for path, kept in (
@@ -220,9 +213,10 @@ def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Ser
         ("/a%0D%0ASet-Cookie:%20x=1", "/a%0D%0ASet-Cookie%3A%20x%3D1"),
     ):
         entry = request(server, f"{path}?{query}", token=False)
-        assert entry.status == 303 and entry.headers["location"] == kept, path
-        assert "x=1" not in entry.headers.get("set-cookie", ""), path
-    page = request(server, "/", token=False, headers={"Cookie": cookie.split(";")[0]})
+        assert entry.status == 303, path
+        assert entry.headers["location"] == f"{kept}#token={server.token}", path
+        assert "set-cookie" not in entry.headers, path
+    page = request(server, "/", token=False)  # the page holds nothing of a run
     assert page.status == 200
     csp = page.headers["content-security-policy"]
     assert "script-src 'self'" in csp and "unsafe-inline" not in csp
@@ -255,6 +249,39 @@ def test_no_token_no_answer_and_changes_need_this_origin(repo: Path, server: Ser
     # No URL path reaches the file system: a name outside the page's files is unknown.
     for path in ("/static/..%2Fapp.py", "/static/../__init__.py", "/static/index.html"):
         assert request(server, path).status == 404, path
+
+
+def test_the_token_is_never_a_cookie(repo: Path, server: Server) -> None:
+    """A cookie is the host's, whatever its port: a browser hands it to every server on
+    127.0.0.1, and any of them could replay it here. The token is taken as a header only;
+    the pages, which need none, are the same for every run and hold none of its data."""
+    done = run_fabro("run", "human-gate", "--answer", "A", cwd=repo)
+    assert done.returncode == 0, done.stderr
+    (row,) = get_json(server, "/api/runs")
+    run_id = row["run_id"]
+    cookie = {"Cookie": f"fabro_token_{server.port}={server.token}"}
+    for path in ("/api/runs", f"/api/runs/{run_id}", f"/api/runs/{run_id}/events"):
+        assert request(server, path, token=False, headers=cookie).status == 403, path
+    change = {**cookie, "Content-Type": "application/json", "Origin": server.base}
+    steer = f"/api/runs/{run_id}/steer"
+    assert request(server, steer, method="POST", token=False, headers=change).status == 403
+
+    # The address as it was once printed, the token in its query: the same page with the
+    # token in its fragment, and no cookie.
+    entry = request(server, f"/runs/{run_id}?token={server.token}", token=False)
+    assert entry.status == 303 and "set-cookie" not in entry.headers
+    assert entry.headers["location"] == f"/runs/{run_id}#token={server.token}"
+    assert entry.headers["cache-control"] == "no-store"
+    shell = request(server, f"/runs/{run_id}", token=False)
+    assert shell.status == 200 and "set-cookie" not in shell.headers
+    assert run_id.encode() not in shell.buffer and b"human-gate" not in shell.buffer
+    other = request(server, "/runs/01M8T2GVS8K98Q03J92RPJR39A", token=False)
+    assert other.status == 200 and other.buffer == shell.buffer
+    for path in ("/", "/static/common.js", "/static/run.js", "/favicon.ico"):
+        assert request(server, path, token=False).status in (200, 204), path
+    # A page's address is there to be looked at: a change to it still needs the token.
+    json_change = {"Content-Type": "application/json", "Origin": server.base}
+    assert request(server, "/", method="POST", token=False, headers=json_change).status == 403
 
 
 def test_a_host_other_than_loopback_is_said_out_loud(repo: Path) -> None:

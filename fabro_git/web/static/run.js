@@ -1,6 +1,6 @@
 // A run's page: its graph coloured by each node's status, its stages, a stage's details,
-// its events as they come (SSE), and, while it runs, its open gates and the steer and
-// interrupt buttons. Run data is put into the page only as text.
+// its events as they come (SSE, read by `followStream`), and, while it runs, its open
+// gates and the steer and interrupt buttons. Run data is put into the page only as text.
 "use strict";
 
 const runId = decodeURIComponent(location.pathname.split("/").pop());
@@ -82,7 +82,7 @@ function renderTimeline() {
 async function loadGraph() {
   const holder = document.getElementById("graph");
   try {
-    const response = await fetch(api + "/graph.svg", { credentials: "same-origin" });
+    const response = await fetch(api + "/graph.svg", authorized());
     if (!response.ok) {
       // The server's JSON error: what is wrong, and what to do about it.
       const text = await response.text();
@@ -190,13 +190,19 @@ function transcriptBlock(entries) {
   return el("div", { class: "block" }, el("h3", {}, "Transcript"), list);
 }
 
+// Each artifact is a button that downloads it: a link could not send the token.
 function artifactsBlock(items) {
   if (!items || !items.length) return null;
   return el("div", { class: "block" }, el("h3", {}, "Artifacts"),
-    el("ul", {}, ...items.map((item) => el("li", {},
-      el("a", { href: api + "/artifacts/" + item.path.split("/").map(encodeURIComponent).join("/"),
-        class: "mono" }, item.path),
-      " ", el("span", { class: "muted" }, item.kind + ", " + item.bytes + " bytes")))));
+    el("ul", {}, ...items.map((item) => {
+      const url = api + "/artifacts/" + item.path.split("/").map(encodeURIComponent).join("/");
+      const button = el("button", { class: "link mono", "data-artifact": item.path }, item.path);
+      const said = el("span", { class: "muted" }, item.kind + ", " + item.bytes + " bytes");
+      button.addEventListener("click", () => download(url).catch((error) => {
+        said.textContent = "not saved: " + error.message;
+      }));
+      return el("li", {}, button, " ", said);
+    })));
 }
 
 let stageAsks = 0;
@@ -281,28 +287,29 @@ function renderEvents() {
 const renderEventsSoon = debounce(renderEvents, 200);
 
 function followEvents() {
-  const stream = new EventSource(api + "/events");
-  stream.onmessage = (message) => {
-    let event;
-    try { event = JSON.parse(message.data); } catch (_) { return; }
-    events.push(event);
-    noteNode(event);
-    renderEventsSoon();
-    const name = String(event.event || "");
-    if (/^(stage|run|interview|checkpoint|agent\.message)/.test(name)) refreshSoon();
-  };
-  stream.onerror = async () => {
-    // A finished run's stream ends; the browser would ask again and again.
-    try {
-      const now = await fetchJson(api);
-      if (!now.live) {
+  const stream = followStream(api + "/events", {
+    message: (message) => {
+      let event;
+      try { event = JSON.parse(message.data); } catch (_) { return; }
+      events.push(event);
+      noteNode(event);
+      renderEventsSoon();
+      const name = String(event.event || "");
+      if (/^(stage|run|interview|checkpoint|agent\.message)/.test(name)) refreshSoon();
+    },
+    ended: async () => {
+      // A finished run's stream ends; it would be asked for again and again.
+      try {
+        const now = await fetchJson(api);
+        if (!now.live) {
+          stream.close();
+          refreshSoon();
+        }
+      } catch (_) {
         stream.close();
-        refreshSoon();
       }
-    } catch (_) {
-      stream.close();
-    }
-  };
+    },
+  });
 }
 
 for (const id of ["filter-event", "filter-node", "filter-bookkeeping"]) {
@@ -312,22 +319,23 @@ for (const id of ["filter-event", "filter-node", "filter-bookkeeping"]) {
 // Gates, steering, interrupting -------------------------------------------------------------
 
 function followGates() {
-  gateStream = new EventSource(api + "/gates");
-  gateStream.onmessage = (message) => {
-    let data;
-    try { data = JSON.parse(message.data); } catch (_) { return; }
-    if (data.question && typeof data.id === "number") openGates.set(data.id, data.question);
-    else if (typeof data.closed === "number") openGates.delete(data.closed);
-    showGate();
-  };
-  gateStream.onerror = async () => {
-    const now = await fetchJson(api).catch(() => null);
-    if (!now || !now.live) {
-      gateStream.close();
-      openGates = new Map();
+  gateStream = followStream(api + "/gates", {
+    message: (message) => {
+      let data;
+      try { data = JSON.parse(message.data); } catch (_) { return; }
+      if (data.question && typeof data.id === "number") openGates.set(data.id, data.question);
+      else if (typeof data.closed === "number") openGates.delete(data.closed);
       showGate();
-    }
-  };
+    },
+    ended: async () => {
+      const now = await fetchJson(api).catch(() => null);
+      if (!now || !now.live) {
+        gateStream.close();
+        openGates = new Map();
+        showGate();
+      }
+    },
+  });
 }
 
 function showGate() {

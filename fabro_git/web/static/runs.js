@@ -93,13 +93,20 @@ function rowSoon(runId) {
 // Every run's events from now on: each says which run moved. The list is read whole
 // when the stream opens (again after a reconnect), so nothing falls in between.
 function follow() {
-  const stream = new EventSource("/api/events?from=now");
-  stream.onopen = refresh;
-  stream.onmessage = (message) => {
-    let event;
-    try { event = JSON.parse(message.data); } catch (_) { return; }
-    if (typeof event.run_id === "string") rowSoon(event.run_id);
-  };
+  followStream("/api/events?from=now", {
+    opened: refresh,
+    message: (message) => {
+      let event;
+      try { event = JSON.parse(message.data); } catch (_) { return; }
+      if (typeof event.run_id === "string") rowSoon(event.run_id);
+    },
+    ended: (problem) => {
+      if (!problem) return;
+      const said = document.getElementById("problem");
+      said.textContent = "cannot follow the runs: " + problem.message;
+      said.hidden = false;
+    },
+  });
 }
 
 for (const id of ["filter-status", "filter-workflow", "filter-label"]) {
