@@ -35,7 +35,8 @@ would give it back. The masker (one per pass, the values' feeding the shapes') h
 secret, so what it releases, joined, is exactly what masking the whole text gives. It
 holds at most:
 
-- the longest secret value (in any of its literal forms) less one character;
+- the tail that may still become a secret value (one that begins one of its literal
+  forms): the longest form less one character at most;
 - the trailing run of key-shaped characters (`[A-Za-z0-9_-]`, after `ya29.` too), up to
   `RUN_HOLD` characters (or the longest value, if longer). A longer run that begins a
   key shape is held as its first `RUN_HEAD` characters and its last few only: the key
@@ -438,6 +439,8 @@ class StreamMasker(Generic[Chunk]):
         self._replace: Callable[[re.Match[Chunk]], Chunk] = replace
         self._literal: Mapping[Chunk, Chunk] = literal
         self._literal_hold = max(longest - 1, 0)
+        # The first character of each literal form: where a tail to hold may begin.
+        self._firsts: list[Chunk] = list(dict.fromkeys(form[:1] for form in literal if form))
         self._run_hold = max(RUN_HOLD, longest)
         self._run_head = max(RUN_HEAD, longest)
         self._alphabet: _Alphabet[Chunk] = alphabet
@@ -523,7 +526,7 @@ class StreamMasker(Generic[Chunk]):
         to hold in short."""
         alphabet = self._alphabet
         end = len(text)
-        literal_from = end - self._literal_hold
+        literal_from = self._literal_from(text, start)
         run_from = max(start, len(text.rstrip(alphabet.word)))
         oauth = len(alphabet.oauth)
         if run_from >= oauth and text[run_from - oauth : run_from] == alphabet.oauth:
@@ -545,6 +548,23 @@ class StreamMasker(Generic[Chunk]):
                     return first, True
             cut = min(literal_from, pem_from)
         return max(cut, start), False
+
+    def _literal_from(self, text: Chunk, start: int) -> int:
+        """Where the earliest tail of `text` that is the start of a secret value (in one
+        of its literal forms) begins: the end of `text` when none is. Only such a tail
+        may become a value with the next piece; the rest goes on at once."""
+        end = len(text)
+        low = max(start, end - self._literal_hold)
+        found = end
+        for first in self._firsts:
+            at = text.find(first, low, found)
+            while at >= 0:
+                tail = text[at:]
+                if any(form.startswith(tail) for form in self._literal):
+                    found = at
+                    break
+                at = text.find(first, at + 1, found)
+        return found
 
     def _pem_from(self, text: Chunk, start: int) -> int:
         """Where an unfinished private-key block begins (the end of `text`: none)."""

@@ -41,11 +41,25 @@ SECRETS = [
     "xoxb-" + "1234567890-abc",
     "sk-" + "long" * 400,  # longer than the masker holds: held as head and tail
     "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\nIBAAK\n-----END RSA PRIVATE KEY-----",
+    *redact.encoded_forms(VALUE),  # hex and base64, as an encoded dump holds it
 ]
 # Filler: words, separators, JSON escapes, quotes; and things that look like the start
 # of a key without being one.
-FILLER = st.text(alphabet='ab xy-_.\n"\\:k', max_size=30) | st.sampled_from(
-    ["risk-assessment-of-it", "sk-short", "ghp_", "-----BEGIN", "AKIA12", "\\n", "x" * 1500]
+FILLER = (
+    st.text(alphabet='ab xy-_.\n"\\:k', max_size=30)
+    | st.sampled_from(
+        [
+            "risk-assessment-of-it",
+            "sk-short",
+            "ghp_",
+            "-----BEGIN",
+            "AKIA12",
+            "\\n",
+            "x" * 1500,
+            'pa"ss',  # the start of a value, and no more
+            VALUE.encode().hex()[:20],
+        ]
+    )
 )
 SEPARATOR = st.sampled_from([" ", "\n", ": ", '"', "\\n", "(", ""])
 
@@ -168,3 +182,14 @@ def test_a_value_inside_a_word_a_key_shape_starts_in_is_masked() -> None:
         masker = REDACTOR.stream()
         out = [masker.feed(text[i : i + size]) for i in range(0, len(text), size)]
         assert "".join([*out, masker.flush()]) == expected
+
+
+def test_a_stream_holds_back_only_what_may_begin_a_secret() -> None:
+    """Text that can begin no secret goes on at once: a reply streamed word by word is
+    shown as it comes, not a secret's length behind. What may still become one waits."""
+    masker = REDACTOR.stream()
+    assert masker.feed("All done here, the greeting is ") == "All done here, the greeting is "
+    assert masker.feed('written: pa"s') == "written: "
+    assert masker.holding == len('pa"s')
+    assert masker.feed("s\\word-12345 and more ") == "***2345 and more "
+    assert masker.flush() == ""
