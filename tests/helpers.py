@@ -541,8 +541,16 @@ def copy_repo(source: Path, dest: Path, source_home: Path) -> Path:
     """A copy of `source` and of its runs' scratch dirs, made under `source_home` (the
     HOME of `module_env`), now under the current FABRO_HOME as the copy's: the runs a
     module's fixture made once, for a test that changes them (rm, prune, fork, rewind)
-    to have as if it had made them itself, for the cost of a copy."""
+    to have as if it had made them itself, for the cost of a copy. The user's trust in
+    them (what they recorded as they started) comes along too."""
     from fabro_git.config.locations import repo_key, runs_dir
+    from fabro_git.config.trust import store_path
+
+    trusted = store_path()
+    made_by = source_home / ".config" / trusted.relative_to(trusted.parents[1])
+    if made_by.exists() and not trusted.exists():
+        trusted.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(made_by, trusted)
 
     shutil.copytree(source, dest, symlinks=True)
     # The copies have new inodes and ctimes: the index learns them now.
