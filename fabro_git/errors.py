@@ -151,6 +151,51 @@ class MissingObject(StoreError):
     run was writing can remove objects no ref pointed at yet)."""
 
 
+class BlobTooLarge(StoreError):
+    """A file of git's that a reader would take whole into memory is bigger than it may
+    be (`store.blobs`): refused from the object's header, before a byte of it is
+    inflated. git fabro records no file that big, so a run that holds one was made some
+    other way, and a run fetched from a remote is someone else's input."""
+
+    def __init__(
+        self,
+        path: str,
+        sha: str,
+        size: int,
+        limit: int,
+        *,
+        inflated: int | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        self.path = path
+        self.sha = sha
+        self.size = size
+        self.limit = limit
+        self.inflated = inflated  # set when its chain of deltas is what is too big
+        self.run_id = run_id
+        who = f"run {run_id}: its " if run_id else ""
+        chain = f", kept as deltas that inflate {inflated:,} bytes to read" if inflated else ""
+        look = f"see how it starts with `git cat-file blob {sha} | head -c 2000`"
+        super().__init__(
+            f"{who}{path} (blob {sha[:12]}) is {size:,} bytes{chain}: more than git fabro "
+            f"reads of one file ({limit >> 20} MiB); nothing of it was read",
+            hint=(
+                f"git fabro records no file this big: if the run came from a remote, "
+                f"remove it here with `git fabro rm {run_id}`; {look}"
+                if run_id
+                else look
+            ),
+        )
+
+    def for_run(self, run_id: str) -> BlobTooLarge:
+        """The same refusal, naming the run the file belongs to."""
+        if self.run_id == run_id:
+            return self
+        return BlobTooLarge(
+            self.path, self.sha, self.size, self.limit, inflated=self.inflated, run_id=run_id
+        )
+
+
 class ToolMissing(FabroError):
     """An external program the command needs is not installed."""
 

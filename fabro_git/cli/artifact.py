@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
 from fabro_git.engine.reader import Artifact, RunReader
 from fabro_git.errors import ConfigError
@@ -103,20 +105,22 @@ def _write_confined(reader: RunReader, dest: Path, targets: dict[str, Item]) -> 
     from anywhere, and `dest` may be a checkout whose symlinks lead out of it."""
     from fabro_git.confine import UnsafeEntry, checked_parts, write_confined
 
-    written = total = 0
+    sizes: list[int] = []
     try:
         for target in targets:
             checked_parts(target)
         for target, item in targets.items():
-            data = reader.read_artifact(item)
-            if data is None:
-                continue
-            write_confined(dest, target, data)
-            written += 1
-            total += len(data)
+            # Read as it is written, a big one streamed: never all of them in memory.
+            write_confined(dest, target, partial(_copy, reader, item, sizes))
     except UnsafeEntry as err:
         raise err.for_run(reader.run_id) from None
-    return written, total
+    return len(sizes), sum(sizes)
+
+
+def _copy(reader: RunReader, item: Item, sizes: list[int], out: BinaryIO) -> None:
+    """Write `item` to `out`, and its size to `sizes`."""
+    if reader.copy_artifact(item, out):
+        sizes.append(out.tell())
 
 
 def run_cp(source: str, dest: Path, node: str | None, retry: int | None, tree: bool) -> int:
@@ -146,7 +150,7 @@ def run_cp(source: str, dest: Path, node: str | None, retry: int | None, tree: b
         for slug, attempt in sorted({(i.slug, i.retry) for i in items if i.retry is not None}):
             manifest = f"{slug}/retry_{attempt}/manifest.json"
             meta_path = f"assets/{manifest}"
-            if reader.read_file(meta_path) is not None:
+            if reader.repo.file_size(reader.meta_sha, meta_path) is not None:
                 targets[manifest] = Item("asset", "", "", slug, attempt, "", meta_path, 0)
     written, total = _write_confined(reader, dest, targets)
     sys.stdout.write(

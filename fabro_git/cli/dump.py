@@ -17,19 +17,28 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, BinaryIO
 
-STREAM_AT = 1_000_000
+if TYPE_CHECKING:
+    from fabro_git.engine.reader import CheckpointEntry
+    from fabro_git.store.repo import GitRepo
+
+# A file of the dump: its bytes, or what writes them to the open file (read from git
+# only then, so the dump holds one file in memory at a time).
+Content = bytes | Callable[[BinaryIO], object]
 
 
 def run(run_arg: str, output: Path) -> int:
     from fabro_git.cli._runs import objects_of, resolve_run
     from fabro_git.confine import UnsafeEntry, checked_parts, write_confined
-    from fabro_git.engine.checkpoint import encode, read_checkpoint
+    from fabro_git.engine.checkpoint import encode
     from fabro_git.engine.reader import open_run
     from fabro_git.errors import ConfigError
     from fabro_git.store import runs as runrefs
+    from fabro_git.store.blobs import STREAM_AT
     from fabro_git.store.repo import GitRepo
 
     target = output.expanduser()
@@ -43,19 +52,16 @@ def run(run_arg: str, output: Path) -> int:
     with objects_of(run_id):
         reader = open_run(repo, run_id)
         manifest, cp, meta = reader.manifest, reader.checkpoint, reader.meta_sha
-        files: dict[str, bytes] = {}
-        # Files over STREAM_AT (a command's whole output) are copied from git to the dump
-        # as a stream, never held in memory.
-        streamed: list[str] = []
+        files: dict[str, Content] = {}
         for relpath, size in repo.list_files(meta, ""):
             if relpath.startswith(f"{runrefs.EVENTS_DIR}/") or relpath == runrefs.MANIFEST:
                 continue
             if relpath == runrefs.CHECKPOINT:
                 files[relpath] = encode(cp)  # complete, even when git holds a delta
-            elif size > STREAM_AT:
-                streamed.append(relpath)
+            elif size > STREAM_AT:  # a command's whole output: streamed by git
+                files[relpath] = partial(repo.copy_file, meta, relpath)
             else:
-                files[relpath] = repo.read_file(meta, relpath) or b""
+                files[relpath] = partial(_copy_small, repo, meta, relpath)
         import msgspec
 
         from fabro_git.jsondata import JsonObject
@@ -64,31 +70,56 @@ def run(run_arg: str, output: Path) -> int:
         doc["status"] = reader.status
         doc["meta_sha"] = meta
         files["run.json"] = (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
-        # As `logs` shows them: the live tail's events that no snapshot holds yet come last.
-        files["events.jsonl"] = reader.recorded_events()
+        # As `logs` shows them: the live tail's events that no snapshot holds yet come
+        # last. Every segment is checked now, and read while the file is written.
+        files["events.jsonl"] = partial(_write_blocks, reader.recorded_blocks())
         entries = reader.timeline()
         width = max(3, len(str(len(entries))))
         for entry in entries:
             # Complete, as resume reads it (git holds most stage checkpoints as deltas).
-            recorded = read_checkpoint(repo.read_file, entry.meta_sha)
-            if recorded is not None:
+            if repo.file_size(entry.meta_sha, runrefs.CHECKPOINT) is not None:
                 name = f"checkpoints/{entry.ordinal:0{width}d}-{entry.label}.json"
-                files[name] = encode(recorded)
+                files[name] = partial(_write_checkpoint, repo, run_id, entry)
         # Every path is checked before anything is written (`fabro_git.confine`): the run's
         # metadata names them, and it may come from anywhere.
         try:
-            for relpath in [*files, *streamed]:
+            for relpath in files:
                 checked_parts(relpath)
             target.mkdir(parents=True, exist_ok=True)
-            for relpath, data in sorted(files.items()):
-                write_confined(target, relpath, data)
-            for relpath in streamed:
-                write_confined(target, relpath, partial(repo.copy_file, meta, relpath))
+            for relpath, content in sorted(files.items()):
+                write_confined(target, relpath, content)
         except UnsafeEntry as err:
             raise err.for_run(run_id) from None
         print(
-            f"dumped run {run_id} to {target} ({len(files) + len(streamed)} files, "
-            f"{len(entries)} checkpoints)",
+            f"dumped run {run_id} to {target} ({len(files)} files, {len(entries)} checkpoints)",
             file=sys.stderr,
         )
         return 0
+
+
+def _copy_small(repo: GitRepo, meta: str, relpath: str, out: BinaryIO) -> None:
+    """A file of at most STREAM_AT bytes, read whole and written."""
+    out.write(repo.read_file(meta, relpath) or b"")
+
+
+def _write_blocks(blocks: Iterator[bytes], out: BinaryIO) -> None:
+    for block in blocks:
+        out.write(block)
+
+
+def _write_checkpoint(repo: GitRepo, run_id: str, entry: CheckpointEntry, out: BinaryIO) -> None:
+    """The checkpoint as the stage `entry` left it, complete (a delta put together)."""
+    import msgspec
+
+    from fabro_git.engine.checkpoint import encode, read_checkpoint
+    from fabro_git.errors import FabroError
+
+    try:
+        recorded = read_checkpoint(repo.read_file, entry.meta_sha)
+    except msgspec.DecodeError as exc:
+        raise FabroError(
+            f"run {run_id}: the checkpoint of {entry.label} ({entry.meta_sha[:12]}) cannot "
+            f"be read ({exc}); the dump is incomplete"
+        ) from exc
+    if recorded is not None:
+        out.write(encode(recorded))

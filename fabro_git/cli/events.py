@@ -9,7 +9,9 @@ following the repository, runs started meanwhile included, until interrupted.
 
 from __future__ import annotations
 
+import heapq
 import sys
+from collections.abc import Iterable, Iterator
 from fnmatch import fnmatchcase
 from pathlib import Path
 
@@ -62,12 +64,11 @@ def run(runs: list[str], *, follow: bool, filters: list[str], since: str | None)
         run_ids = layout.list_run_ids(repo)
     # A run named is read or refused; in the whole repository's events, a run that
     # cannot be read is skipped with the warning `ps` gives, so it hides no other.
-    cursors, backlog = _backlogs(
+    cursors, backlogs = _backlogs(
         [EventCursor(repo, run_id) for run_id in run_ids], skip=whole_repository
     )
-    if len(cursors) > 1:
-        backlog.sort(key=lambda event: (event.ts, event.id))
-    _print(backlog, keep)
+    # Each run's backlog is read a segment at a time, the runs' merged as they come.
+    _print(heapq.merge(*backlogs, key=lambda event: (event.ts, event.id)), keep)
     if not follow:
         return 0
     new_runs = None
@@ -84,30 +85,32 @@ def run(runs: list[str], *, follow: bool, filters: list[str], since: str | None)
 
 def _backlogs(
     cursors: list[EventCursor], *, skip: bool
-) -> tuple[list[EventCursor], list[RunEvent]]:
-    """The cursors read, and the events their runs have recorded so far; with `skip`,
-    a run whose meta ref is not a snapshot is left out, with a warning."""
+) -> tuple[list[EventCursor], list[Iterator[RunEvent]]]:
+    """The cursors read, and the events their runs have recorded so far, each run's as
+    a stream (`EventCursor.backlog`); with `skip`, a run whose events cannot be read is
+    left out, with a warning, before any event of any run is printed."""
     kept: list[EventCursor] = []
-    backlog: list[RunEvent] = []
+    backlogs: list[Iterator[RunEvent]] = []
     for cursor in cursors:
         try:
-            backlog += cursor.read()
+            backlogs.append(cursor.backlog())
         except FabroError as problem:
             if not skip:
                 raise
             _skipped(cursor, problem)
             continue
         kept.append(cursor)
-    return kept, backlog
+    return kept, backlogs
 
 
 def _readable(cursor: EventCursor) -> bool:
     """Whether the events of a run that appeared while following can be read (the
-    cursor's own first read then gives them again, from the start)."""
-    from fabro_git.engine.reader import recorded_events
+    cursor's own first read then gives them, from the start): its segments are
+    checked, not read."""
+    from fabro_git.engine.reader import recorded_stream
 
     try:
-        recorded_events(cursor.repo, cursor.run_id)
+        recorded_stream(cursor.repo, cursor.run_id)
     except FabroError as problem:
         _skipped(cursor, problem)
         return False
@@ -121,7 +124,7 @@ def _skipped(cursor: EventCursor, problem: FabroError) -> None:
     warn_skipped(layout.meta_ref(cursor.run_id), problem)
 
 
-def _print(events: list[RunEvent], keep: EventFilter) -> None:
+def _print(events: Iterable[RunEvent], keep: EventFilter) -> None:
     out = sys.stdout
     for event in events:
         if keep.keep(event):

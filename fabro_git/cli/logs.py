@@ -8,8 +8,9 @@ printed and how: the JSON lines as recorded, or `--pretty`'s one line per event.
 
 from __future__ import annotations
 
+import collections
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from fabro_git.engine.reader import RunEvent
@@ -41,9 +42,9 @@ class Filter:
         return self.since_ts is None or str(event.get("ts", "")) >= self.since_ts
 
 
-def _select(events: Sequence[RunEvent], keep: Filter) -> list[tuple[str, JsonObject]]:
-    """The events to print, each with its line as printed and its envelope."""
-    return [(event.json_text, event.envelope) for event in events if keep.keep(event.envelope)]
+def _select(events: Iterable[RunEvent], keep: Filter) -> Iterator[tuple[str, JsonObject]]:
+    """The events to print, each with its line as printed and its envelope, as they come."""
+    return ((event.json_text, event.envelope) for event in events if keep.keep(event.envelope))
 
 
 # Streamed fragments of one reply, one reasoning or one tool's output: `--pretty` folds
@@ -90,7 +91,8 @@ class DeltaFold:
         return out
 
 
-def _emit(selected: list[tuple[str, JsonObject]], keep: Filter, *, final: bool = True) -> None:
+def _emit(selected: Iterable[tuple[str, JsonObject]], keep: Filter, *, final: bool = True) -> None:
+    """Print `selected` as it comes: a run's backlog is never all in memory at once."""
     from fabro_git.cli import _colour as colour
     from fabro_git.events.render import format_pretty
 
@@ -98,10 +100,7 @@ def _emit(selected: list[tuple[str, JsonObject]], keep: Filter, *, final: bool =
     pretty = keep.pretty
     on = pretty and colour.wanted(out)
     if pretty and not keep.verbose:
-        events = [e for _line, event in selected for e in keep.fold.feed(event)]
-        if final:
-            events += keep.fold.flush()
-        selected = [("", event) for event in events]
+        selected = _folded(selected, keep, final=final)
     for line, event in selected:
         if pretty:
             text = format_pretty(event, keep.sessions.of(event))
@@ -113,6 +112,17 @@ def _emit(selected: list[tuple[str, JsonObject]], keep: Filter, *, final: bool =
         else:
             out.write(line + "\n")
     out.flush()
+
+
+def _folded(
+    selected: Iterable[tuple[str, JsonObject]], keep: Filter, *, final: bool
+) -> Iterator[tuple[str, JsonObject]]:
+    """`--pretty`'s events with each stretch of deltas folded into one (`DeltaFold`);
+    with `final`, the stretches still open at the end too."""
+    for _line, event in selected:
+        yield from (("", folded) for folded in keep.fold.feed(event))
+    if final:
+        yield from (("", folded) for folded in keep.fold.flush())
 
 
 def since_timestamp(value: str | None) -> str | None:
@@ -148,8 +158,12 @@ def run(
     repo = GitRepo.discover(Path.cwd())
     full_id = resolve_run(repo, run_id)
     cursor = EventCursor(repo, full_id)
-    selected = _select(cursor.read(), keep)
-    _emit(selected[-tail:] if tail else [] if tail == 0 else selected, keep)
+    selected = _select(cursor.backlog(), keep)
+    if tail is not None:
+        # Every event is still read and filtered (the filter learns the sessions), and
+        # only the last `tail` are held.
+        selected = iter(collections.deque(selected, maxlen=tail))
+    _emit(selected, keep)
     if not follow:
         return 0
     for batch in cursor.follow():

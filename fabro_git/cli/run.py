@@ -348,8 +348,12 @@ def run(
     run_id: str | None = None,
 ) -> int:
     """`run_id` is an id allocated beforehand (`git fabro batch`); a new one otherwise."""
+    from fabro_git.store.asked_early import EarlyAnswers
+
+    # Before the engine and dulwich load: git answers on another core meanwhile.
+    early = EarlyAnswers.ask(Path.cwd())
     from fabro_git.cli._streams import outlive_readers
-    from fabro_git.engine.runner import Options
+    from fabro_git.engine.options import Options
     from fabro_git.store.repo import GitRepo
 
     outlive_readers()
@@ -366,7 +370,7 @@ def run(
         retro_narrative=retro_narrative,
         max_cost=check_max_cost(max_cost),
     )
-    repo = GitRepo.discover(Path.cwd())
+    repo = GitRepo.discover(Path.cwd(), early=early)
     repo.require_base()
     spec = _build_spec(
         workflow,

@@ -79,6 +79,8 @@ def _one_stage(
     from fabro_git.terminal import printable
 
     record = stage.record
+    # Read first: a run whose events cannot be read is refused before anything is printed.
+    transcript = _transcript(reader.transcript(stage), raw=raw)
     out = sys.stdout
     out.write(f"stage     {line(stage.label)}\n")
     out.write(f"status    {line(record.get('status', '?'))}")
@@ -90,7 +92,6 @@ def _one_stage(
     if record.get("notes"):
         out.write(f"notes     {text(str(record['notes']))}\n")
     _artifacts(reader, stage, line)
-    transcript = _transcript(reader.transcript(stage), raw=raw)
     for file_name, title in SECTIONS:
         if file_name == "response.md" and transcript:
             out.write(transcript)

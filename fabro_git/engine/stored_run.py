@@ -17,7 +17,7 @@ import msgspec
 
 from fabro_git.confine import UnsafeEntry
 from fabro_git.engine.checkpoint import Checkpoint, Manifest, decode_manifest, read_checkpoint
-from fabro_git.errors import FabroError, MissingObject, StoreError
+from fabro_git.errors import BlobTooLarge, FabroError, MissingObject, StoreError
 from fabro_git.store import runs as runrefs
 from fabro_git.store.repo import GitRepo
 from fabro_git.workflow import Graph
@@ -131,6 +131,8 @@ def workflow_actions(graph: Graph) -> list[Action]:
 
 
 def unreadable_meta(run_id: str, meta: str, exc: StoreError) -> FabroError:
+    if isinstance(exc, BlobTooLarge):
+        return exc.for_run(run_id)
     ref = runrefs.meta_ref(run_id)
     if isinstance(exc, MissingObject):
         return missing_object_error(run_id, ref, meta, exc)

@@ -28,7 +28,7 @@ nothing already snapshotted is written twice.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
@@ -242,14 +242,26 @@ def tail_after(data: bytes, last_event_id: str | None) -> bytes:
     snapshot has any, so everything counts). If that id is not in the tail (the scratch
     dir was recreated), lines whose UUID v7 id sorts after it are taken instead.
     """
-    events = [(line, i) for line in iter_complete_lines(data) if (i := _id_of(line))]
-    if last_event_id is not None:
-        ids = [i for _, i in events]
-        if last_event_id in ids:
-            events = events[ids.index(last_event_id) + 1 :]
-        else:
-            events = [(line, i) for line, i in events if i > last_event_id]
-    return b"".join(line + b"\n" for line, _ in events)
+    lines = lines_after(lambda: iter_complete_lines(data), last_event_id)
+    return b"".join(line + b"\n" for line in lines)
+
+
+def lines_after(lines: Callable[[], Iterable[bytes]], last_event_id: str | None) -> Iterator[bytes]:
+    """`tail_after` for lines read afresh each time `lines()` is called (a tail file's, a
+    block at a time): the event lines after `last_event_id`, without their newlines.
+    With an id, the lines are read twice: once to find it, once for what follows."""
+
+    def events() -> Iterator[tuple[bytes, str]]:
+        return ((line, found) for line in lines() if (found := _id_of(line)))
+
+    if last_event_id is not None and not any(found == last_event_id for _, found in events()):
+        yield from (line for line, found in events() if found > last_event_id)
+        return
+    seen = last_event_id is None
+    for line, found in events():
+        if seen:
+            yield line
+        seen = seen or found == last_event_id
 
 
 class _IdOnly(msgspec.Struct):
@@ -260,11 +272,15 @@ _id_decoder = msgspec.json.Decoder(_IdOnly)
 
 
 def last_event_id(data: bytes) -> str | None:
-    """The id of the last complete event line in `data` (a segment or a tail)."""
-    for line in reversed(data.splitlines()):
-        found = _id_of(line)
+    """The id of the last complete event line in `data` (a segment or a tail), looked
+    for from its end a line at a time, with no copy of the rest."""
+    end = len(data)
+    while end >= 0:
+        start = data.rfind(b"\n", 0, end) + 1
+        found = _id_of(data[start:end])
         if found:
             return found
+        end = start - 1
     return None
 
 

@@ -6,6 +6,7 @@ parallel branches (`refs/fabro/parallel/<id>/…`). The rest of the tool speaks 
 snapshots and worktrees; dulwich and the git CLI stay behind these modules:
 
 - `repo`: discovery, HEAD, compare-and-swap ref moves, reading and writing objects
+- `blobs`: a blob's size from its header, and how much of a run's file is read whole
 - `snapshot`: metadata snapshots that rebuild only the trees that changed
 - `worktree`: run worktrees and turning them into tree objects
 - `runs`: run ids (ULIDs), ref names, listing and prefix resolution

@@ -33,16 +33,20 @@ from dulwich.refs import DiskRefsContainer, Ref, check_ref_format
 from dulwich.repo import Repo, UnsupportedExtension, UnsupportedVersion, parse_shared_repository
 
 from fabro_git.errors import MissingObject, RefRaceError, RepositoryError, StoreError, disk_full_in
+from fabro_git.store import blobs
 from fabro_git.store._gitcli import config_entries, git_failure, lines_of, out, run_git, start_git
+from fabro_git.store.asked_early import DISCOVER_ARGS, SETTINGS_ARGS, STATUS_ARGS, EarlyAnswers
 from fabro_git.store.backoff import DEADLINE_SECONDS, SYSTEM_CLOCK, Clock, retrying
 from fabro_git.store.commit_count import commits_between
 from fabro_git.store.durability import durability
 from fabro_git.store.identity import Identities, Identity
-from fabro_git.store.loose import FILE_CHUNK, LooseObjects
+from fabro_git.store.loose import LooseObjects
 from fabro_git.store.refwrite import swap_ref
 from fabro_git.store.tree_diff import TreeDiffs
 
 if TYPE_CHECKING:
+    from dulwich.pack import Pack
+
     from fabro_git.redact import StreamMasker
 
 # The run branches' ref prefix, named with the rest of the layout by `store/runs.py`,
@@ -93,6 +97,8 @@ class GitRepo:
                 "git fabro supports sha1 repositories only"
             )
         self.objects = LooseObjects(root, git_dir / "objects", self._repo.object_store)
+        # git's answers asked before this object was made (`discover`).
+        self._early: EarlyAnswers | None = None
         # Refs whose directories (and their reflogs') `update_ref` has made or found.
         self._ref_dirs_made: set[str] = set()
         # The packs dulwich opened are closed with this object, if `close` was not called
@@ -123,23 +129,23 @@ class GitRepo:
     # -- opening ---------------------------------------------------------------------
 
     @classmethod
-    def discover(cls, path: Path | None = None, *, clock: Clock = SYSTEM_CLOCK) -> GitRepo:
+    def discover(
+        cls,
+        path: Path | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        early: EarlyAnswers | None = None,
+    ) -> GitRepo:
+        """The repository `path` (the current directory) is in. `early` holds git's
+        answers asked as the command started (`fabro_git.store.asked_early`), taken
+        when they are of `path`."""
         start = Path(path) if path is not None else Path.cwd()
         if not start.is_dir():
             raise RepositoryError(f"{start} is not a directory")
-        proc = run_git(
-            [
-                "rev-parse",
-                "--path-format=absolute",
-                "--git-dir",
-                "--git-common-dir",
-                "--is-bare-repository",
-                "--is-inside-work-tree",
-                "--show-toplevel",
-            ],
-            cwd=start,
-            check=False,
-        )
+        if early is not None and early.cwd != start:
+            early = None
+        waiting = early.take("discovery") if early is not None else None
+        proc = waiting() if waiting is not None else run_git(DISCOVER_ARGS, cwd=start, check=False)
         lines = lines_of(out(proc))
         if len(lines) < 4:
             detail = proc.stderr.decode("utf-8", "replace").strip()
@@ -165,7 +171,9 @@ class GitRepo:
             main = _main_worktree(common_dir)
             if main is not None:
                 return cls(main, common_dir, common_dir, clock=clock)
-        return cls(toplevel, common_dir, git_dir, clock=clock)
+        repo = cls(toplevel, common_dir, git_dir, clock=clock)
+        repo._early = early  # of this very repository
+        return repo
 
     def close(self) -> None:
         self._closing()
@@ -203,9 +211,11 @@ class GitRepo:
         return self.uncommitted_changes_later()()
 
     def uncommitted_changes_later(self) -> Callable[[], list[str]]:
-        """`uncommitted_changes`, asked of git now and answered when called (once)."""
-        args = ["--no-optional-locks", "status", "--porcelain", "--untracked-files=normal"]
-        wait = start_git(args, cwd=self.root)
+        """`uncommitted_changes`, asked of git now (or as the command started) and
+        answered when called (once)."""
+        args = list(STATUS_ARGS)
+        wait = self._early.take("status") if self._early is not None else None
+        wait = wait or start_git(args, cwd=self.root)
 
         def answer() -> list[str]:
             proc = wait()
@@ -226,8 +236,10 @@ class GitRepo:
     def settings_later(self) -> Callable[[], dict[str, str]]:
         """The repository's whole configuration (`git config --list`, as
         `_gitcli.config_entries` gives it), asked of git now and answered when called
-        (as often as wanted): one git process for several questions."""
-        wait = start_git(["config", "--null", "--list"], cwd=self.root)
+        (as often as wanted): one git process for several questions, asked now (or as
+        the command started)."""
+        early = self._early.take("settings") if self._early is not None else None
+        wait = early or start_git(SETTINGS_ARGS, cwd=self.root)
         return functools.cache(lambda: config_entries(wait()))
 
     @staticmethod
@@ -395,82 +407,67 @@ class GitRepo:
             commit_time=commit.commit_time,
         )
 
-    def read_file(self, commit: str, path: str) -> bytes | None:
-        entry = self._lookup(commit, path)
-        if entry is None:
+    def read_file(
+        self, commit: str, path: str, *, limit: int = blobs.FILE_MAX_BYTES
+    ) -> bytes | None:
+        """The bytes of the file at `path` in `commit` (None when it is not a file there);
+        one bigger than `limit` is refused unread (`check_blob`)."""
+        sha = self._file_entry(commit, path)
+        if sha is None:
             return None
-        mode, sha = entry
-        if mode & 0o170000 == 0o040000 or mode == 0o160000:
-            return None
-        blob = self._object(sha.decode(), "blob")
+        self.check_blob(sha, path=path, limit=limit, missing_ok=True)
+        blob = self._object(sha, "blob")
         return blob.as_raw_string() if isinstance(blob, Blob) else None
 
     def file_size(self, commit: str, path: str) -> int | None:
         """The size of the file at `path` in `commit`, without reading it; None when it
         is not a file there."""
-        entry = self._lookup(commit, path)
-        if entry is None or entry[0] & 0o170000 == 0o040000 or entry[0] == 0o160000:
+        sha = self._file_entry(commit, path)
+        if sha is None:
             return None
-        proc = run_git(["cat-file", "-s", entry[1].decode()], cwd=self.root, check=False)
-        if proc.returncode != 0 or not proc.stdout.strip().isdigit():
-            raise MissingObject(f"blob {entry[1].decode()} ({path}) is missing from {self.git_dir}")
-        return int(proc.stdout)
+        held = self.objects.held(sha)
+        if held is not None:
+            return len(held[1])
+        found = blobs.blob_size(sha, self.objects.objects_dir, self._packs, self.root)
+        if found is None:
+            raise MissingObject(f"blob {sha} ({path}) is missing from {self.git_dir}")
+        return found.size
 
     def copy_file(self, commit: str, path: str, out: BinaryIO) -> bool:
         """Write the file at `path` in `commit` to the open file `out`, streamed from git
         in bounded memory (a command's whole output can be hundreds of megabytes); False
         when it is not a file there."""
-        import subprocess
-
-        entry = self._lookup(commit, path)
-        if entry is None or entry[0] & 0o170000 == 0o040000 or entry[0] == 0o160000:
-            return False
-        from fabro_git.store._gitcli import git_env
-
-        out.flush()
-        proc = subprocess.run(
-            ["git", "cat-file", "blob", entry[1].decode()],
-            cwd=self.root,
-            stdout=out,
-            stderr=subprocess.PIPE,
-            env=git_env(),
-            check=False,
-        )
-        if proc.returncode != 0:
-            raise StoreError(
-                f"git cat-file failed for {path} of {commit[:12]}: "
-                + proc.stderr.decode("utf-8", "replace").strip()
-            )
-        return True
+        sha = self._file_entry(commit, path)
+        if sha is not None:
+            blobs.copy_blob(self.root, sha, out, f"{path} of {commit[:12]}")
+        return sha is not None
 
     def read_file_ends(self, commit: str, path: str, keep: int) -> tuple[bytes, bytes] | None:
         """The first and last `keep` bytes of a file too large to read whole (a command's
         500 MB output), streamed from git in bounded memory; None when it is no file."""
-        import collections
-        import subprocess
+        sha = self._file_entry(commit, path)
+        return None if sha is None else blobs.blob_ends(self.root, sha, keep)
 
+    def _file_entry(self, commit: str, path: str) -> str | None:
+        """The blob id of the file at `path` in `commit`; None when it is no file there."""
         entry = self._lookup(commit, path)
         if entry is None or entry[0] & 0o170000 == 0o040000 or entry[0] == 0o160000:
             return None
-        from fabro_git.store._gitcli import git_env
+        return entry[1].decode()
 
-        with subprocess.Popen(
-            ["git", "cat-file", "blob", entry[1].decode()],
-            cwd=self.root,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env=git_env(),
-        ) as proc:
-            assert proc.stdout is not None
-            head = proc.stdout.read(keep)
-            tail: collections.deque[bytes] = collections.deque()
-            held = 0
-            while block := proc.stdout.read(FILE_CHUNK):
-                tail.append(block)
-                held += len(block)
-                while held - len(tail[0]) >= keep:
-                    held -= len(tail.popleft())
-        return head, b"".join(tail)[-keep:] if tail else b""
+    def _packs(self) -> list[Pack]:
+        return self._repo.object_store.packs
+
+    def check_blob(self, sha: str, *, path: str, limit: int, missing_ok: bool = False) -> None:
+        """Refuse blob `sha` unread (`BlobTooLarge`, naming it by `path`) when its header
+        says it is bigger than `limit`; MissingObject when git does not have it, unless
+        `missing_ok`. An object this process holds is its own, and in memory already."""
+        if not valid_hexsha(sha) or self.objects.held(sha) is not None:
+            return
+        found = blobs.blob_size(sha, self.objects.objects_dir, self._packs, self.root)
+        if found is None and not missing_ok:
+            raise MissingObject(f"blob {sha} ({path}) is missing from {self.git_dir}")
+        blobs.check_size(sha, path, found, limit)
 
     def list_dir(self, commit: str, path: str) -> list[str] | None:
         entries = self.dir_entries(commit, path)
@@ -489,8 +486,12 @@ class GitRepo:
             for e in tree.iteritems()
         }
 
-    def read_blob(self, sha: str) -> bytes:
-        """The bytes of blob `sha` (MissingObject when git does not have it)."""
+    def read_blob(
+        self, sha: str, *, limit: int = blobs.FILE_MAX_BYTES, path: str | None = None
+    ) -> bytes:
+        """The bytes of blob `sha` (MissingObject when git does not have it); one bigger
+        than `limit` is refused unread (`check_blob`, naming it by `path`)."""
+        self.check_blob(sha, path=path or f"blob {sha}", limit=limit, missing_ok=True)
         blob = self._object(sha, "blob")
         if not isinstance(blob, Blob):
             raise StoreError(f"{sha} is a {blob.type_name.decode()}, not a blob")

@@ -14,16 +14,18 @@ Writers and readers both go through the names here, so the two cannot drift.
 from __future__ import annotations
 
 import hashlib
+import heapq
 import os
 import re
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
 
 import msgspec
 
 from fabro_git.errors import AmbiguousRunId, RunNotFound, StoreError
 from fabro_git.store import remote as _remote
+from fabro_git.store.blobs import SEGMENT_MAX_BYTES
 from fabro_git.store.repo import RUN_BRANCH_PREFIX, GitRepo, ref_conflict_error
 from fabro_git.store.run_names import BATCH_PREFIX as BATCH_PREFIX
 from fabro_git.store.run_names import META_PREFIX as META_PREFIX
@@ -161,21 +163,30 @@ def list_segments(repo: GitRepo, meta_sha: str) -> list[str]:
     return [path for path, _ in _segments(repo, meta_sha)]
 
 
-def _segments(repo: GitRepo, meta_sha: str) -> list[tuple[str, str]]:
+def _segments(repo: GitRepo, meta_sha: str) -> Iterator[tuple[str, str]]:
     """Every event segment of `meta_sha` (see `list_segments`) in order: its path and
-    blob id."""
-    found: list[tuple[int, str, str]] = []
+    blob id. The shards are listed one at a time, each when its turn comes: shard NNN
+    holds segments NNN000..NNN999, so the flat ones are merged in by number."""
+    flat: list[tuple[int, str, str]] = []
+    shards: list[tuple[int, str]] = []
     for name, (mode, sha) in (repo.dir_entries(meta_sha, EVENTS_DIR) or {}).items():
         number = segment_number(name)
         if number is not None and _is_file(mode):
-            found.append((number, f"{EVENTS_DIR}/{name}", sha))
+            flat.append((number, f"{EVENTS_DIR}/{name}", sha))
         elif _SHARD_RE.match(name):
-            shard = f"{EVENTS_DIR}/{name}"
-            for inner, (inner_mode, inner_sha) in (repo.dir_entries(meta_sha, shard) or {}).items():
+            shards.append((int(name), f"{EVENTS_DIR}/{name}"))
+
+    def sharded() -> Iterator[tuple[int, str, str]]:
+        for _, shard in sorted(shards):
+            found = []
+            for inner, (mode, sha) in (repo.dir_entries(meta_sha, shard) or {}).items():
                 number = segment_number(inner)
-                if number is not None and _is_file(inner_mode):
-                    found.append((number, f"{shard}/{inner}", inner_sha))
-    return [(path, sha) for _, path, sha in sorted(found)]
+                if number is not None and _is_file(mode):
+                    found.append((number, f"{shard}/{inner}", sha))
+            yield from sorted(found)
+
+    for _, path, sha in heapq.merge(sharded(), sorted(flat), key=lambda found: found[0]):
+        yield path, sha
 
 
 def _is_file(mode: int) -> bool:
@@ -185,21 +196,35 @@ def _is_file(mode: int) -> bool:
 
 def read_segment(repo: GitRepo, meta_sha: str, number: int) -> bytes | None:
     """The `number`th event segment of `meta_sha`, in either layout; None if absent."""
-    data = repo.read_file(meta_sha, segment_path(number))
+    data = repo.read_file(meta_sha, segment_path(number), limit=SEGMENT_MAX_BYTES)
     if data is None:
-        data = repo.read_file(meta_sha, flat_segment_path(number))
+        data = repo.read_file(meta_sha, flat_segment_path(number), limit=SEGMENT_MAX_BYTES)
     return data
 
 
-def read_events(repo: GitRepo, meta_sha: str) -> bytes:
-    """Every durable event line of the snapshot `meta_sha`, in order, newline-terminated.
-    The segments are read by id: the trees on the way are read once, not once a segment."""
-    parts = []
-    for _path, sha in _segments(repo, meta_sha):
-        data = repo.read_blob(sha)
+def check_segments(repo: GitRepo, meta_sha: str) -> None:
+    """Refuse the event log of the snapshot `meta_sha` before a segment of it is read:
+    `BlobTooLarge` when one is bigger than a segment may be (`SEGMENT_MAX_BYTES`),
+    `MissingObject` when git does not have one. Each is judged by its header."""
+    for path, sha in _segments(repo, meta_sha):
+        repo.check_blob(sha, path=path, limit=SEGMENT_MAX_BYTES)
+
+
+def iter_segments(repo: GitRepo, meta_sha: str) -> Iterator[bytes]:
+    """Every event segment of the snapshot `meta_sha`, in order, each newline-terminated
+    and the only one in memory: what reads them costs the largest segment, not the run.
+    The segments are read by id: the trees on the way are read once, not once a
+    segment."""
+    for path, sha in _segments(repo, meta_sha):
+        data = repo.read_blob(sha, limit=SEGMENT_MAX_BYTES, path=path)
         if data:
-            parts.append(data if data.endswith(b"\n") else data + b"\n")
-    return b"".join(parts)
+            yield data if data.endswith(b"\n") else data + b"\n"
+
+
+def read_events(repo: GitRepo, meta_sha: str) -> bytes:
+    """Every durable event line of the snapshot `meta_sha`, in order, newline-terminated,
+    as one buffer (`iter_segments` gives them a segment at a time)."""
+    return b"".join(iter_segments(repo, meta_sha))
 
 
 # -- commit messages -------------------------------------------------------------------

@@ -11,7 +11,8 @@ running here did since its last snapshot.
     run = open_run(repo, run_id)     one run at one snapshot (RunReader)
     run.manifest, run.checkpoint, run.status, run.stages(), run.stage("plan@2"),
     run.stage_file(stage, "prompt.md"), run.transcript(stage), run.stage_diff(stage),
-    run.artifacts(), run.timeline(), run.events(after=ID)
+    run.artifacts(), run.timeline(), run.events(after=ID), run.iter_events(after=ID)
+    iter_events(repo, run_id)        a run's events, a segment in memory at a time
     EventCursor(repo, run_id, after=ID).follow()   (or .follow_async() from trio)
     follow_all([...]) / follow_all_async([...])    several runs at once
     follow_all([], new_runs=NewRuns(repo))         every run, new ones too
@@ -30,8 +31,10 @@ from fabro_git.engine.reader.events import (
     events_after,
     follow_all,
     follow_all_async,
+    iter_events,
     read_events,
     recorded_events,
+    recorded_stream,
     tail_path,
 )
 from fabro_git.engine.reader.run import RunReader, open_run
@@ -86,6 +89,7 @@ __all__ = [
     "follow_all",
     "follow_all_async",
     "is_live",
+    "iter_events",
     "list_artifacts",
     "list_runs",
     "list_stages",
@@ -95,6 +99,7 @@ __all__ = [
     "read_events",
     "read_stage_file",
     "recorded_events",
+    "recorded_stream",
     "resolve_run",
     "run_commits_by_checkpoint",
     "run_labels",

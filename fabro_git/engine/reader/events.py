@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from fabro_git.config.locations import run_scratch_dir
-from fabro_git.errors import StoreError
-from fabro_git.events.bus import last_event_id, tail_after
+from fabro_git.errors import BlobTooLarge, FabroError, StoreError
+from fabro_git.events.bus import last_event_id, lines_after
 from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as layout
 from fabro_git.store.repo import GitRepo
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 # is gone it makes before stopping, so the run's last lines land first.
 FOLLOW_INTERVAL = 0.2
 SETTLE_CHECKS = 3
+# How much of a live tail is read at a time.
+_TAIL_BLOCK = 1 << 20
 
 
 class RunEvent(msgspec.Struct, frozen=True):
@@ -84,8 +86,17 @@ class RunEvent(msgspec.Struct, frozen=True):
 def decode_lines(run_id: str, data: bytes) -> list[RunEvent]:
     """The events of JSONL `data`; a line that is not a JSON object (a fragment a crash
     left) is skipped."""
-    out = []
-    for line in data.splitlines():
+    return list(_decoded(run_id, data))
+
+
+def _decoded(run_id: str, data: bytes) -> Iterator[RunEvent]:
+    """`decode_lines`, a line at a time: what is decoded is one event, not a segment."""
+    start = 0
+    while start < len(data):
+        end = data.find(b"\n", start)
+        end = len(data) if end < 0 else end
+        line = data[start:end].rstrip(b"\r")
+        start = end + 1
         if not line.strip():
             continue
         try:
@@ -93,8 +104,7 @@ def decode_lines(run_id: str, data: bytes) -> list[RunEvent]:
         except msgspec.DecodeError:
             continue
         if isinstance(envelope, dict):
-            out.append(RunEvent(run_id, line, envelope))
-    return out
+            yield RunEvent(run_id, line, envelope)
 
 
 def tail_path(repo: GitRepo, run_id: str) -> Path:
@@ -107,53 +117,145 @@ def durable_events(repo: GitRepo, meta_sha: str) -> bytes:
     return layout.read_events(repo, meta_sha)
 
 
+def recorded_stream(repo: GitRepo, run_id: str) -> tuple[Iterator[bytes], int]:
+    """Everything the run has recorded so far, each event once, as blocks of JSON lines:
+    the meta ref's segments, one in memory at a time, then the live tail's lines after
+    them, read a block at a time; and the length of the tail they go up to.
+
+    What git holds is checked before this returns, each segment by its header: a meta
+    ref git cannot read (a segment missing, or too big to be one) is an error here that
+    names the run and says what to do, before any event is given."""
+    return recorded_stream_since(repo, run_id, repo.read_ref(layout.meta_ref(run_id)))
+
+
+def recorded_stream_since(
+    repo: GitRepo, run_id: str, meta: str | None
+) -> tuple[Iterator[bytes], int]:
+    """`recorded_stream` as of the snapshot `meta` (None: none yet)."""
+    try:
+        if meta:
+            layout.check_segments(repo, meta)
+    except StoreError as exc:
+        raise _unreadable(run_id, meta or "", exc) from exc
+    tail = tail_path(repo, run_id)
+    length = _size(tail)
+    return _recorded_blocks(repo, run_id, meta, tail, length), length
+
+
+def _recorded_blocks(
+    repo: GitRepo, run_id: str, meta: str | None, tail: Path, length: int
+) -> Iterator[bytes]:
+    last = None
+    try:
+        for data in layout.iter_segments(repo, meta) if meta else ():
+            last = last_event_id(data) or last
+            yield data
+    except StoreError as exc:  # gone since it was checked
+        raise _unreadable(run_id, meta or "", exc) from exc
+    for line in lines_after(lambda: _tail_lines(tail, length), last):
+        yield line + b"\n"
+
+
 def recorded_events(repo: GitRepo, run_id: str) -> tuple[bytes, bytes, int]:
     """(the meta ref's events, the live tail's events after them, the tail's length):
-    everything the run has recorded so far, each event once. A meta ref git cannot read
-    is an error that names the run and says what to do."""
+    everything the run has recorded so far, each event once, whole in memory
+    (`recorded_stream` reads it a segment at a time). A meta ref git cannot read is an
+    error that names the run and says what to do."""
     meta = repo.read_ref(layout.meta_ref(run_id))
     try:
         return recorded_since(repo, run_id, meta)
     except StoreError as exc:
-        from fabro_git.engine.session import unreadable_meta
-
-        raise unreadable_meta(run_id, meta or "", exc) from exc
+        raise _unreadable(run_id, meta or "", exc) from exc
 
 
 def recorded_since(repo: GitRepo, run_id: str, meta: str | None) -> tuple[bytes, bytes, int]:
     """`recorded_events` as of the snapshot `meta` (None: none yet); git's errors are
     left to the caller."""
     durable = durable_events(repo, meta) if meta else b""
-    live_tail = tail_path(repo, run_id)
+    tail = tail_path(repo, run_id)
+    length = _size(tail)
+    after = lines_after(lambda: _tail_lines(tail, length), last_event_id(durable))
+    return durable, b"".join(line + b"\n" for line in after), length
+
+
+def _unreadable(run_id: str, meta: str, exc: StoreError) -> FabroError:
+    """The error for a run whose meta ref git cannot read (`exc`), naming the run."""
+    if isinstance(exc, BlobTooLarge):
+        return exc.for_run(run_id)
+    from fabro_git.engine.session import unreadable_meta
+
+    return unreadable_meta(run_id, meta, exc)
+
+
+def _size(path: Path) -> int:
     try:
-        data = live_tail.read_bytes()
+        return path.stat().st_size
     except (FileNotFoundError, NotADirectoryError):  # no tail here
-        return durable, b"", 0
-    return durable, tail_after(data, last_event_id(durable)), len(data)
+        return 0
+
+
+def _tail_lines(tail: Path, length: int) -> Iterator[bytes]:
+    """The complete, non-blank lines of the first `length` bytes of a live tail, without
+    their newlines, read a block at a time (none when there is no tail). A line a crash
+    cut short has no newline, and is left out."""
+    try:
+        fh = tail.open("rb")
+    except (FileNotFoundError, NotADirectoryError):
+        return
+    with fh:
+        left, pending = length, b""
+        while left > 0 and (block := fh.read(min(left, _TAIL_BLOCK))):
+            left -= len(block)
+            *lines, pending = (pending + block).split(b"\n")
+            yield from (line for line in lines if line.strip())
+
+
+def iter_events(repo: GitRepo, run_id: str, *, after: str | None = None) -> Iterator[RunEvent]:
+    """`read_events`, a segment in memory at a time (`recorded_stream`): the run is
+    checked before this returns, and a run that cannot be read refused."""
+    blocks, _ = recorded_stream(repo, run_id)
+    return _after(_events_of(run_id, blocks), after)
 
 
 def read_events(repo: GitRepo, run_id: str, *, after: str | None = None) -> list[RunEvent]:
     """Every event the run has recorded so far, oldest first; with `after`, only those
     after the event of that id (a client resuming, as SSE's `Last-Event-ID`)."""
-    durable, extra, _ = recorded_events(repo, run_id)
-    return events_after(decode_lines(run_id, durable + extra), after)
+    return list(iter_events(repo, run_id, after=after))
+
+
+def _events_of(run_id: str, blocks: Iterable[bytes]) -> Iterator[RunEvent]:
+    for data in blocks:
+        yield from _decoded(run_id, data)
 
 
 def events_after(events: Sequence[RunEvent], after: str | None) -> list[RunEvent]:
     """The events after the one whose id is `after`; if no event has that id, those
     whose id (a UUID v7, so in time order) sorts after it. All of them when None."""
+    return list(_after(events, after))
+
+
+def _after(events: Iterable[RunEvent], after: str | None) -> Iterator[RunEvent]:
+    """`events_after` as the events come: until the event `after` is met, only those
+    that sort after it are held, in case it never is."""
     if after is None:
-        return list(events)
-    for index, event in enumerate(events):
+        yield from events
+        return
+    held = []
+    rest = iter(events)
+    for event in rest:
         if event.id == after:
-            return list(events[index + 1 :])
-    return [event for event in events if event.id > after]
+            yield from rest
+            return
+        if event.id > after:
+            held.append(event)
+    yield from held
 
 
 class EventCursor:
     """Where one reader is in a run's events. The first `read` gives the backlog (git's
-    events, then the tail's beyond them); each later one the tail's complete lines that
-    arrived since. `read` never waits; `follow` and `follow_async` wait for more."""
+    events, then the tail's beyond them; `backlog` streams it); each later one the
+    tail's complete lines that arrived since. `read` never waits; `follow` and
+    `follow_async` wait for more."""
 
     def __init__(self, repo: GitRepo, run_id: str, *, after: str | None = None) -> None:
         self.repo = repo
@@ -166,12 +268,24 @@ class EventCursor:
         # `attach` reads from the trio thread while its follower reads on a worker.
         self._lock = threading.Lock()
 
+    def backlog(self) -> Iterator[RunEvent]:
+        """The first read, a segment in memory at a time (`recorded_stream`): a run
+        whose events cannot be read is refused here, before any event is given. Later
+        reads give what the tail gets beyond it. Once the cursor has read, `read`."""
+        with self._lock:
+            if not self._started:
+                return self._backlog()
+        return iter(self.read())
+
+    def _backlog(self) -> Iterator[RunEvent]:
+        self._started = True
+        blocks, self._offset = recorded_stream(self.repo, self.run_id)
+        return _after(_events_of(self.run_id, blocks), self.after)
+
     def read(self) -> list[RunEvent]:
         with self._lock:
             if not self._started:
-                self._started = True
-                durable, extra, self._offset = recorded_events(self.repo, self.run_id)
-                return events_after(decode_lines(self.run_id, durable + extra), self.after)
+                return list(self._backlog())
             try:
                 with self.tail.open("rb") as fh:
                     fh.seek(self._offset)

@@ -8,8 +8,9 @@ here blocks on git: a trio task calls it through `trio.to_thread.run_sync`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cached_property
+from typing import BinaryIO
 
 from fabro_git.engine.checkpoint import Checkpoint, Manifest
 from fabro_git.engine.reader import events as _events
@@ -18,6 +19,7 @@ from fabro_git.engine.reader import timeline as _timeline
 from fabro_git.engine.reader.runs import RunSummary, effective_status, is_live, run_summary
 from fabro_git.errors import FabroError
 from fabro_git.store import runs as layout
+from fabro_git.store.blobs import STREAM_AT
 from fabro_git.store.repo import GitRepo
 
 # How much of one stage's diff is read for a page.
@@ -94,7 +96,7 @@ class RunReader:
 
     def transcript(self, stage: _stages.Stage) -> list[_stages.TranscriptEntry]:
         """What the stage's agent did: replies, tool calls with arguments and results."""
-        return _stages.transcript(self.events(), stage)
+        return _stages.transcript(self.iter_events(), stage)
 
     def stage_commits(
         self, target: str, *, note: Callable[[str], object] | None = None
@@ -137,7 +139,18 @@ class RunReader:
         return _stages.list_artifacts(self.repo, self.meta_sha, self._stage_list)
 
     def read_artifact(self, item: _stages.Artifact) -> bytes | None:
+        """An artifact's bytes, whole (`copy_artifact` streams one of any size)."""
         return self.repo.read_file(self.meta_sha, item.meta_path)
+
+    def copy_artifact(self, item: _stages.Artifact, out: BinaryIO) -> bool:
+        """Write an artifact's bytes to the open file `out`: a big one streamed from git,
+        however big it is; False when the run has no such file."""
+        if item.size > STREAM_AT:
+            return self.repo.copy_file(self.meta_sha, item.meta_path, out)
+        data = self.read_artifact(item)
+        if data is not None:
+            out.write(data)
+        return data is not None
 
     def timeline(self) -> list[_timeline.CheckpointEntry]:
         """The run's checkpoints, oldest first."""
@@ -148,11 +161,21 @@ class RunReader:
         event `after`. Read afresh: a live run's events go beyond its snapshot."""
         return _events.read_events(self.repo, self.run_id, after=after)
 
+    def iter_events(self, *, after: str | None = None) -> Iterator[_events.RunEvent]:
+        """`events`, a segment in memory at a time; a run whose events cannot be read
+        is refused before this returns."""
+        return _events.iter_events(self.repo, self.run_id, after=after)
+
     def recorded_events(self) -> bytes:
         """The run's event log as bytes, as `logs` reads it: git's segments as of this
-        snapshot, then the live tail's lines beyond them."""
-        durable, extra, _ = _events.recorded_since(self.repo, self.run_id, self.meta_sha)
-        return durable + extra
+        snapshot, then the live tail's lines beyond them (`recorded_blocks` streams it)."""
+        return b"".join(self.recorded_blocks())
+
+    def recorded_blocks(self) -> Iterator[bytes]:
+        """`recorded_events`, a segment in memory at a time; a run whose segments cannot
+        be read is refused before this returns."""
+        blocks, _ = _events.recorded_stream_since(self.repo, self.run_id, self.meta_sha)
+        return blocks
 
     def event_cursor(self, *, after: str | None = None) -> _events.EventCursor:
         """A cursor to follow the run's events (`follow`, or `follow_async` from trio)."""

@@ -15,7 +15,7 @@ from pathlib import Path
 import msgspec
 
 from fabro_git.engine.reader.events import tail_path
-from fabro_git.errors import FabroError, MissingObject, RunNotFound, StoreError
+from fabro_git.errors import BlobTooLarge, FabroError, MissingObject, RunNotFound, StoreError
 from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as layout
 from fabro_git.store.repo import GitRepo
@@ -190,12 +190,15 @@ def resolve_run(repo: GitRepo, arg: str, *, note: Callable[[str], object] | None
 
 @contextlib.contextmanager
 def objects_of(run_id: str) -> Iterator[None]:
-    """Reading run `run_id`: an object of it that git no longer has is an error that
-    names the run and the object and says the ways back, never a crash."""
+    """Reading run `run_id`: an object of it that git no longer has, or a file too big to
+    read (`BlobTooLarge`), is an error that names the run and the object and says the
+    ways back, never a crash."""
     try:
         yield
     except MissingObject as exc:
         raise missing_in_run(run_id, exc.message) from exc
+    except BlobTooLarge as exc:
+        raise exc.for_run(run_id) from None
 
 
 def missing_in_run(run_id: str, detail: str) -> FabroError:
