@@ -23,7 +23,7 @@ import io
 import os
 import re
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import msgspec
@@ -211,13 +211,7 @@ class StateReader:
         found: dict[str, Entry] = {}
         pending = [top]
         cut = len(top) + 1
-        while pending and len(found) < _MAX_FILES:
-            directory = pending.pop()
-            self._watch_dir(directory)
-            try:
-                entries = list(os.scandir(directory))
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
-                continue
+        for entries in self._listings(pending, lambda: len(found) < _MAX_FILES):
             for entry in entries:
                 name = entry.path[cut:]
                 if skip(name):
@@ -234,6 +228,21 @@ class StateReader:
                         found[name] = ("file", st.st_mode & 0o777, data)
         return found
 
+    def _listings(
+        self, pending: list[str], more: Callable[[], bool] = lambda: True
+    ) -> Iterator[list[os.DirEntry[str]]]:
+        """The entries of each directory taken from `pending`, which is watched; the
+        caller puts on `pending` the directories to go on into. Until `pending` is empty
+        or `more()` is false; a directory that cannot be listed is passed over."""
+        while pending and more():
+            directory = pending.pop()
+            self._watch_dir(directory)
+            try:
+                entries = list(os.scandir(directory))
+            except (FileNotFoundError, NotADirectoryError, PermissionError):
+                continue
+            yield entries
+
     def _modules(self) -> dict[str, Entry]:
         """The config files and hooks of every submodule git dir under `modules/` (a
         directory holding HEAD; one without it is a level of a name with slashes), by
@@ -242,13 +251,7 @@ class StateReader:
         cut = len(top) + 1
         found: dict[str, Entry] = {}
         pending = [top]
-        while pending and len(found) < _MAX_FILES:
-            directory = pending.pop()
-            self._watch_dir(directory)
-            try:
-                entries = list(os.scandir(directory))
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
-                continue
+        for entries in self._listings(pending, lambda: len(found) < _MAX_FILES):
             for entry in entries:
                 if not entry.is_dir(follow_symlinks=False):
                     continue
@@ -277,13 +280,7 @@ class StateReader:
         self._linked = {path for path in self._linked if not _under(path, self._refs_top)}
         pending = [self._refs_top]
         cut = len(self._top) + 1
-        while pending:
-            directory = pending.pop()
-            self._watch_dir(directory)
-            try:
-                entries = list(os.scandir(directory))
-            except (FileNotFoundError, NotADirectoryError, PermissionError):
-                continue
+        for entries in self._listings(pending):
             for entry in entries:
                 if entry.is_dir(follow_symlinks=False):
                     pending.append(entry.path)
