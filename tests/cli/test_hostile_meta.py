@@ -373,25 +373,27 @@ def test_a_fetched_runs_branch_head_is_no_option_to_git_on_resume(
     assert not canary.exists()
 
 
-def _forge_check(repo: Path, run_id: str, script: str) -> None:
-    """The run's recorded graph, its `check` stage made to run `script` instead."""
+def _forged_failed_run(repo: Path, marker: Path) -> str:
+    """A failed run of FAILING, its recorded graph then rewritten (as a remote could
+    have it) so that its `check` stage touches `marker`: the run's id."""
+    write_workflow(repo, FAILING)
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
+    assert result["status"] == "failed", proc.stderr
+    run_id = str(result["run_id"])
     meta = f"refs/fabro/meta/{run_id}"
     graph = git(repo, "show", f"{meta}:graph.fabro")
-    forged = graph.replace('script="test -f \\"$HOME/ok\\""', f'script="{script}"')
+    forged = graph.replace('script="test -f \\"$HOME/ok\\""', f'script="touch {marker}"')
     assert forged != graph
     _add_entry(repo, meta, ["graph.fabro"], forged.encode())
+    return run_id
 
 
 def test_a_fetched_runs_commands_wait_for_trust_on_resume(repo: Path, tmp_path: Path) -> None:
     """A resume walks the graph the run recorded. One that came from elsewhere (here:
     rewritten after this machine ran it) runs its commands only once the user trusted
     that exact graph; the question names what it would run."""
-    write_workflow(repo, FAILING)
-    proc, result = run_json("run", "wf.fabro", cwd=repo)
-    assert result["status"] == "failed", proc.stderr
-    run_id = result["run_id"]
     marker = tmp_path / "forged-ran"
-    _forge_check(repo, run_id, f"touch {marker}")
+    run_id = _forged_failed_run(repo, marker)
     clone, env = fresh_clone(repo, tmp_path)
 
     refused = run_fabro("resume", run_id, cwd=clone, env=env)
@@ -415,12 +417,8 @@ def test_resume_with_the_users_own_workflow_asks_nothing_of_the_recorded_one(
     """`resume --workflow FILE` goes on with the user's file, not the graph the run
     recorded: that graph needs no trust, and the user's file, recorded in its place,
     needs none on the next resume."""
-    write_workflow(repo, FAILING)
-    proc, result = run_json("run", "wf.fabro", cwd=repo)
-    assert result["status"] == "failed", proc.stderr
-    run_id = result["run_id"]
     marker = tmp_path / "forged-ran"
-    _forge_check(repo, run_id, f"touch {marker}")
+    run_id = _forged_failed_run(repo, marker)
     # Not the graph the run first recorded either, which its start trusted.
     workflow = write_workflow(repo, "// the user's own\n" + FAILING, name="own.fabro")
 
