@@ -285,3 +285,75 @@ def test_a_fetched_batch_resumes_only_once_its_choices_are_trusted(
     assert trusted.returncode == 0, trusted.stderr
     resumed = run_fabro("batch", "--resume", batch_id, cwd=clone, env=env)
     assert resumed.returncode == 0, resumed.stderr
+
+
+def test_a_fetched_batch_asks_for_the_runs_it_would_resume_too(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    """Resumed on another machine, a batch goes on with the runs its rows began there:
+    each runs what it recorded, which trusting the record alone does not approve. One
+    question names both, and `git fabro trust --run BATCH` approves both."""
+    origin = tmp_path / "origin.git"
+    git(tmp_path, "init", "-q", "--bare", str(origin))
+    git(repo, "remote", "add", "origin", str(origin))
+    write_workflow(repo, HOLDING)
+    git(repo, "push", "-q", "origin", "main")
+    rows = _rows(tmp_path / "rows.jsonl", [{"n": n} for n in range(1, 4)])
+    home = Path(os.environ["HOME"])
+    proc = start_fabro(
+        [
+            "batch",
+            "wf.fabro",
+            "--inputs",
+            str(rows),
+            "--max-parallel",
+            "2",
+            "--remote",
+            "origin",
+            "--json",
+        ],
+        cwd=repo,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 60
+    while len(list(home.glob("started-*"))) < 2:
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the rows never started"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    cut = _objects(out)
+    batch_id = cut[0]["batch_id"]
+    begun = sorted(o["run_id"] for o in cut if o["status"] == "interrupted")
+    assert len(begun) == 2, cut
+    pushed = run_fabro("push", "origin", cwd=repo)
+    assert pushed.returncode == 0, pushed.stderr
+
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    env = {
+        "FABRO_HOME": str(tmp_path / "machine-b"),
+        "XDG_CONFIG_HOME": str(tmp_path / "machine-b-config"),
+    }
+    assert run_fabro("fetch", "origin", cwd=clone, env=env).returncode == 0
+    (home / "go").touch()
+    refused = run_fabro("batch", "--resume", batch_id, cwd=clone, env=env)
+    assert refused.returncode == 1, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert f"batch {batch_id} was not made here" in refused.stderr
+    assert f"resume its runs {', '.join(begun)}, which would:" in refused.stderr, refused.stderr
+    assert "[stage hold]" in refused.stderr
+    assert f"git fabro trust --run {batch_id}" in refused.stderr
+
+    trusted = run_fabro("trust", "--run", batch_id, "--yes", cwd=clone, env=env)
+    assert trusted.returncode == 0, trusted.stderr
+    assert "[stage hold]" in trusted.stdout
+    resumed = run_fabro("batch", "--resume", batch_id, "--json", cwd=clone, env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    done = _objects(resumed.stdout)
+    assert sorted(o["status"] for o in done) == ["succeeded"] * 3, done

@@ -22,6 +22,7 @@ from fabro_git.engine.batch import BatchRecord, BatchRow, RowJob, RowSummary
 from fabro_git.errors import ConfigError
 
 if TYPE_CHECKING:
+    from fabro_git.config.trust import RunConfigActions
     from fabro_git.store.repo import GitRepo
 
 
@@ -131,25 +132,67 @@ def _new_batch(
 
 
 def _check_trusted(repo: GitRepo, record: BatchRecord) -> None:
-    """Refuse to resume a batch whose record this user did not make or approve: a
-    fetched one chooses the workflow its rows run and the remote they push to."""
-    from fabro_git.config.trust import TrustStore, ask_on_terminal, batch_actions, describe
+    """Refuse to resume a batch whose record, or a run it would resume, this user did
+    not make or approve: a fetched record chooses the workflow its rows run and the
+    remote they push to, and a run made elsewhere runs what it recorded."""
+    from fabro_git.config.trust import TrustStore, ask_on_terminal
 
-    recorded = batch_actions(record.workflow, record.remote)
     store = TrustStore()
-    if store.trusts_config(recorded.digest):
+    untrusted = [
+        (who, recorded)
+        for who, recorded in batch_trust(repo, record)
+        if recorded.actions and not store.trusts_config(recorded.digest)
+    ]
+    if not untrusted:
         return
-    summary = f"batch {_shown(record.batch_id)} was not made here; it would:\n"
-    summary += describe(recorded.actions)
+    summary = describe_batch(record, untrusted)
     ask = ask_on_terminal("Trust it and resume?")
     if ask is not None and ask(summary):
-        store.trust_config(recorded.digest, repository=repo.root, run_id=record.batch_id)
+        for who, recorded in untrusted:
+            store.trust_config(recorded.digest, repository=repo.root, run_id=who)
         return
     raise ConfigError(
         f"{summary}\nnothing was resumed",
         hint=f"read it with `git fabro batch status {record.batch_id}`, then run "
         f"`git fabro trust --run {record.batch_id}`",
     )
+
+
+def batch_trust(repo: GitRepo, record: BatchRecord) -> list[tuple[str, RunConfigActions]]:
+    """What resuming `record` does on the say of whoever made it, each part with the id
+    its trust is kept for: the record's own choices, and the recorded configuration and
+    workflow of each run it would resume (a row's run cut short)."""
+    from fabro_git.config.trust import batch_actions
+    from fabro_git.engine.stored_run import load_run, run_trust
+    from fabro_git.store import runs as runrefs
+
+    found = [(record.batch_id, batch_actions(record.workflow, record.remote))]
+    for row in record.rows:
+        if repo.read_ref(runrefs.meta_ref(row.run_id)) is None:
+            continue  # never started: it runs the record's workflow
+        if batches.summarize(repo, row).status not in batches.FINISHED:
+            found.append((row.run_id, run_trust(repo, load_run(repo, row.run_id))))
+    return found
+
+
+def describe_batch(record: BatchRecord, parts: list[tuple[str, RunConfigActions]]) -> str:
+    """`parts` of `batch_trust` in words: the record's, then the runs', those that
+    would do the same thing said together."""
+    from fabro_git.config.trust import describe
+
+    lines = [f"batch {_shown(record.batch_id)} was not made here; resuming it would:"]
+    runs: dict[str, list[str]] = {}
+    for who, recorded in parts:
+        if who == record.batch_id:
+            lines.append(describe(recorded.actions))
+        else:
+            runs.setdefault(describe(recorded.actions), []).append(who)
+    for words, ids in runs.items():
+        named = ", ".join(_shown(run_id) for run_id in ids[:5])
+        more = f" and {len(ids) - 5} more" if len(ids) > 5 else ""
+        lines.append(f"resume its run{'s' if len(ids) > 1 else ''} {named}{more}, which would:")
+        lines.append(words)
+    return "\n".join(lines)
 
 
 def _vouch(repo: GitRepo) -> str | None:

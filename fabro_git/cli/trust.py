@@ -100,23 +100,30 @@ def _trust_run(store: TrustStore, repo: GitRepo, run_id: str, *, yes: bool) -> i
 
 
 def _trust_batch(store: TrustStore, repo: GitRepo, batch_id: str, *, yes: bool) -> int:
-    """Trust what a batch record chooses (its workflow, its remote), so that
-    `batch --resume` lets it act."""
-    from fabro_git.config.trust import batch_actions
+    """Trust what a batch record chooses (its workflow, its remote) and what the runs it
+    would resume recorded, so that `batch --resume` lets them act."""
+    from fabro_git.cli.batch import batch_trust, describe_batch
     from fabro_git.engine import batch as batches
     from fabro_git.terminal import printable
 
     record = batches.read_record(repo, batch_id)
-    recorded = batch_actions(record.workflow, record.remote)
-    return _approve(
-        store,
-        repo,
-        recorded,
-        batch_id,
-        what=f"batch {printable(batch_id, one_line=True)}",
-        read=f"git fabro batch status {batch_id}",
-        yes=yes,
-    )
+    shown_id = printable(batch_id, one_line=True)
+    untrusted = [
+        (who, recorded)
+        for who, recorded in batch_trust(repo, record)
+        if recorded.actions and not store.trusts_config(recorded.digest)
+    ]
+    if not untrusted:
+        print(f"batch {shown_id} is already trusted")
+        return 0
+    print(describe_batch(record, untrusted))
+    read = f"git fabro batch status {batch_id}"
+    if not yes and not _confirmed(f"read it with `{read}`, then pass --yes to trust it"):
+        return 1
+    for who, recorded in untrusted:
+        store.trust_config(recorded.digest, repository=repo.root, run_id=who)
+    print(f"trusted batch {shown_id} and the {len(untrusted)} part(s) of it asked about")
+    return 0
 
 
 def _approve(
