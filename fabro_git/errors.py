@@ -151,6 +151,19 @@ class MissingObject(StoreError):
     run was writing can remove objects no ref pointed at yet)."""
 
 
+class DamagedObject(StoreError):
+    """An object git has cannot be read as git wrote it: its header does not say what it
+    holds, or its delta cannot be applied (`store.blobs`). git never writes one, and
+    `git fetch` refuses one, so it was written into `.git` some other way."""
+
+    def __init__(self, sha: str, where: Path, problem: str) -> None:
+        self.path = where
+        super().__init__(
+            f"object {sha} in {where} is damaged: {problem}; nothing of it was read",
+            hint="`git fsck` lists what is damaged; a run that leads to it cannot be read",
+        )
+
+
 class BlobTooLarge(StoreError):
     """A file of git's that a reader would take whole into memory is bigger than it may
     be (`store.blobs`): refused from the object's header, before a byte of it is

@@ -45,8 +45,6 @@ from fabro_git.store.refwrite import swap_ref
 from fabro_git.store.tree_diff import TreeDiffs
 
 if TYPE_CHECKING:
-    from dulwich.pack import Pack
-
     from fabro_git.redact import StreamMasker
 
 # The run branches' ref prefix, named with the rest of the layout by `store/runs.py`,
@@ -428,7 +426,7 @@ class GitRepo:
         held = self.objects.held(sha)
         if held is not None:
             return len(held[1])
-        found = blobs.blob_size(sha, self.objects.objects_dir, self._packs, self.root)
+        found = blobs.blob_size(sha, self._repo.object_store, self.root)
         if found is None:
             raise MissingObject(f"blob {sha} ({path}) is missing from {self.git_dir}")
         return found.size
@@ -455,16 +453,14 @@ class GitRepo:
             return None
         return entry[1].decode()
 
-    def _packs(self) -> list[Pack]:
-        return self._repo.object_store.packs
-
     def check_blob(self, sha: str, *, path: str, limit: int, missing_ok: bool = False) -> None:
         """Refuse blob `sha` unread (`BlobTooLarge`, naming it by `path`) when its header
-        says it is bigger than `limit`; MissingObject when git does not have it, unless
-        `missing_ok`. An object this process holds is its own, and in memory already."""
+        says it is bigger than `limit` (a loose file, that it is the size it says);
+        MissingObject when git does not have it, unless `missing_ok`. An object this
+        process holds is its own, and in memory already."""
         if not valid_hexsha(sha) or self.objects.held(sha) is not None:
             return
-        found = blobs.blob_size(sha, self.objects.objects_dir, self._packs, self.root)
+        found = blobs.blob_size(sha, self._repo.object_store, self.root, whole=limit)
         if found is None and not missing_ok:
             raise MissingObject(f"blob {sha} ({path}) is missing from {self.git_dir}")
         blobs.check_size(sha, path, found, limit)
@@ -626,7 +622,10 @@ class GitRepo:
         # Looked for twice: a `git repack` may move it from a loose file into a pack
         # between the places dulwich looks.
         for _ in range(2):
-            with contextlib.suppress(KeyError, ValueError):
+            with (
+                contextlib.suppress(KeyError, ValueError),
+                blobs.damaged_as_error(sha, self.git_dir),
+            ):
                 return store[ObjectID(sha.encode())]
         raise MissingObject(f"{kind} {sha} is missing from {self.git_dir}")
 

@@ -208,3 +208,26 @@ def test_a_run_of_many_big_segments_is_read_a_segment_at_a_time(
     for command in (["events", run_id], ["events", run_id, "--follow"]):
         proc = _measured(*command, "--filter", "event=run.*", cwd=repo, env=elsewhere)
         assert proc.returncode == 0 and proc.stdout == "", proc.stderr
+
+
+def test_a_checkpoint_bigger_than_its_header_says_is_refused_unread(
+    repo: Path, hello_run: str
+) -> None:
+    """A loose file whose header says 5 bytes and which inflates to HUGE (named by its
+    true content, so nothing else gives it away): dulwich takes a loose file whole,
+    whatever its header says, so it is held to its header before it is read."""
+    run_id = hello_run
+    sha = _zeros(HUGE)[0]
+    compressor = zlib.compressobj(1)
+    parts = [compressor.compress(b"blob 5\0")]
+    parts += [compressor.compress(bytes(1 << 20)) for _ in range(HUGE >> 20)]
+    parts.append(compressor.flush())
+    path = repo / ".git" / "objects" / sha[:2] / sha[2:]
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(b"".join(parts))
+    _with_files(repo, f"refs/fabro/meta/{run_id}", {"checkpoint.json": sha})
+    proc = _measured("show", run_id, cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert f"object {sha} in " in proc.stderr and "is damaged" in proc.stderr, proc.stderr
+    assert proc.stdout == ""

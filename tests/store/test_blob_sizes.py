@@ -4,13 +4,17 @@ by its id. A blob read whole is refused by it, before a byte is inflated."""
 
 from __future__ import annotations
 
+import hashlib
+import struct
 import subprocess
+import zlib
 from pathlib import Path
 
 import pytest
+from dulwich.pack import write_pack_index_v2
 from helpers import git, loosen_packs
 
-from fabro_git.errors import BlobTooLarge
+from fabro_git.errors import BlobTooLarge, DamagedObject
 from fabro_git.store import blobs
 from fabro_git.store.repo import GitRepo
 
@@ -63,7 +67,7 @@ def test_sizes_from_headers_are_the_sizes_git_gives(repo: Path, kept: str) -> No
     with GitRepo.discover(repo) as grepo:
         store = grepo._repo.object_store
         for name, kind, size, _ in objects:
-            found = blobs.object_size(grepo.objects.objects_dir, lambda: store.packs, name)
+            found = blobs.object_size(store, name)
             assert found is not None and found.size == int(size), (name, kind, found)
             # A delta's chain counts its base and every delta on the way.
             assert (found.inflated > found.size) == (name in chained)
@@ -78,3 +82,163 @@ def test_sizes_from_headers_are_the_sizes_git_gives(repo: Path, kept: str) -> No
                     with pytest.raises(BlobTooLarge, match="kept as deltas that inflate"):
                         grepo.read_blob(name, limit=int(size))
     assert (kept_as_deltas > 0) == (kept != "loose")
+
+
+# -- forged objects: written into .git directly, as `git fetch` would not -------------
+
+BODY = bytes(2 << 20)  # what the forged loose blobs hold: more than the limits below
+LIMIT = 1 << 20
+
+
+def _loose(objects: Path, header: bytes, body: bytes, *, named_by: bytes | None = None) -> str:
+    """A loose object file of `header` and `body`, named by the id git would give
+    `named_by` (the header git would write for `body`, by default), so that its name
+    is no lie, whatever its header is."""
+    sha = hashlib.sha1((named_by or b"blob %d\0" % len(body)) + body).hexdigest()
+    path = objects / sha[:2] / sha[2:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(zlib.compress(header + body, 1))
+    return sha
+
+
+def _varint(number: int) -> bytes:
+    out = []
+    while number > 0x7F:
+        out.append(0x80 | number & 0x7F)
+        number >>= 7
+    return bytes([*out, number])
+
+
+def _entry(kind: int, size: int, data: bytes, base: bytes = b"") -> bytes:
+    """A pack entry: its type and size, its base (a delta's), its data deflated."""
+    head = [kind << 4 | size & 15]
+    size >>= 4
+    while size:
+        head[-1] |= 0x80
+        head.append(size & 0x7F)
+        size >>= 7
+    return bytes(head) + base + zlib.compress(data)
+
+
+def _delta(source: int, target: int, ops: bytes) -> bytes:
+    return _varint(source) + _varint(target) + ops
+
+
+def _copy(size: int) -> bytes:
+    """A delta's instruction to copy the `size` (up to 16 MiB) bytes at its base's start."""
+    return bytes([0x80 | 0x70]) + size.to_bytes(3, "little")
+
+
+def _pack(objects: Path, entries: list[tuple[str, bytes]]) -> None:
+    """A pack of `entries` (an id, the entry naming it) and the index dulwich writes
+    for it: git's `index-pack` would refuse it."""
+    data = b"PACK" + struct.pack(">II", 2, len(entries))
+    index = []
+    for sha, entry in entries:
+        index.append((bytes.fromhex(sha), len(data), zlib.crc32(entry)))
+        data += entry
+    checksum = hashlib.sha1(data).digest()
+    pack = objects / "pack" / f"pack-{checksum.hex()}"
+    pack.with_suffix(".pack").write_bytes(data + checksum)
+    with pack.with_suffix(".idx").open("wb") as fh:
+        write_pack_index_v2(fh, sorted(index), checksum)
+
+
+@pytest.mark.parametrize("where", ["here", "alternate"])
+def test_a_loose_blob_bigger_than_its_header_says_is_refused(repo: Path, where: str) -> None:
+    """dulwich takes a loose file whole, whatever its header says: it is held to it."""
+    objects = repo / ".git" / "objects"
+    if where == "alternate":
+        objects = repo.parent / "shared-objects"
+        (repo / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+    sha = _loose(objects, b"blob 5\0", BODY)
+    with (
+        GitRepo.discover(repo) as grepo,
+        pytest.raises(DamagedObject, match="not the size its header says"),
+    ):
+        grepo.read_blob(sha, limit=LIMIT)
+
+
+def test_a_loose_blob_whose_header_git_cannot_read_is_refused(repo: Path) -> None:
+    """git reads no header longer than 32 bytes (so `git cat-file -s` cannot say the
+    size), dulwich does: such an object is damaged, not missing, and not read whole."""
+    sha = _loose(repo / ".git" / "objects", b"blob %s5\0" % (b"0" * 80), BODY)
+    with (
+        GitRepo.discover(repo) as grepo,
+        pytest.raises(DamagedObject, match="no object header in its first 64 KiB"),
+    ):
+        grepo.read_blob(sha, limit=LIMIT)
+
+
+FIVE = hashlib.sha1(b"blob 5\0hello").hexdigest()
+BASE = hashlib.sha1(b"blob 1024\0" + bytes(1024)).hexdigest()
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        "inflates past its size",
+        "of no type",
+        "delta on itself",
+        "delta copies past its size",
+        "delta on a loose base bigger than its header says",
+    ],
+)
+def test_a_damaged_pack_entry_is_an_error_not_a_bug(repo: Path, forged: str) -> None:
+    """What dulwich raises for an entry it cannot put back together is no traceback."""
+    objects = repo / ".git" / "objects"
+    hello = _delta(5, 5, b"\x05hello")
+    twice = _delta(1024, 5, _copy(1024) * 2)  # makes 2 KiB, says 5 bytes
+    entries = {
+        "inflates past its size": [(FIVE, _entry(3, 5, BODY))],
+        "of no type": [(FIVE, _entry(5, 5, b"hello"))],
+        "delta on itself": [(FIVE, _entry(6, len(hello), hello, b"\0"))],
+        "delta copies past its size": [
+            (BASE, base := _entry(3, 1024, bytes(1024))),
+            (FIVE, _entry(6, len(twice), twice, bytes([len(base)]))),
+        ],
+        "delta on a loose base bigger than its header says": [
+            (FIVE, _entry(7, len(hello), hello, bytes.fromhex(_loose(objects, b"blob 5\0", BODY))))
+        ],
+    }[forged]
+    _pack(objects, entries)
+    with GitRepo.discover(repo) as grepo, pytest.raises(DamagedObject):
+        grepo.read_blob(FIVE, limit=LIMIT)
+
+
+def test_a_delta_chain_counts_the_biggest_object_made_on_its_way(repo: Path) -> None:
+    """A 5-byte blob kept as a delta on a delta that makes 1 MiB of 1 KiB: a pack git's
+    `index-pack` takes (as `git fetch` would), which reading would put together whole."""
+    made = hashlib.sha1(b"blob %d\0" % (1024 * 1024) + bytes(1024 * 1024)).hexdigest()
+    grows = _delta(1024, 1024 * 1024, _copy(1024) * 1024)
+    shrinks = _delta(1024 * 1024, 5, b"\x05hello")
+    stream = [
+        _entry(3, 1024, bytes(1024)),
+        _entry(7, len(grows), grows, bytes.fromhex(BASE)),
+        _entry(7, len(shrinks), shrinks, bytes.fromhex(made)),
+    ]
+    data = b"PACK" + struct.pack(">II", 2, 3) + b"".join(stream)
+    data += hashlib.sha1(data).digest()
+    subprocess.run(["git", "index-pack", "--stdin"], cwd=repo, input=data, check=True)
+    with GitRepo.discover(repo) as grepo:
+        assert grepo.read_blob(FIVE) == b"hello"
+        with pytest.raises(BlobTooLarge, match="kept as deltas that inflate 1,05"):
+            grepo.read_blob(FIVE, limit=300_000)
+
+
+def test_a_damaged_loose_file_is_passed_over_for_a_pack_only_when_small(repo: Path) -> None:
+    """The loose file is tried first, inflated whole: one that inflates past the limit
+    is refused, though a pack holds the object, rather than inflated to be passed over."""
+    (repo / "a.txt").write_text("alpha\n")
+    git(repo, "add", "a.txt")
+    git(repo, "commit", "-q", "-m", "a")
+    git(repo, "repack", "-a", "-q")  # packed, and still loose
+    blob = git(repo, "rev-parse", "HEAD:a.txt").strip()
+    path = repo / ".git" / "objects" / blob[:2] / blob[2:]
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(zlib.compress(b"blob 6\0alpha\n" + bytes(1024), 1))
+    with GitRepo.discover(repo) as grepo:
+        assert grepo.read_blob(blob, limit=LIMIT) == b"alpha\n"  # as git does
+        path.write_bytes(zlib.compress(b"blob 6\0alpha\n" + BODY, 1))
+        with pytest.raises(DamagedObject, match="not the size its header says"):
+            grepo.read_blob(blob, limit=LIMIT)
