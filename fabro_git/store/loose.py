@@ -38,9 +38,10 @@ from typing import TYPE_CHECKING, BinaryIO
 from dulwich.object_store import BaseObjectStore
 from dulwich.objects import ObjectID, ShaFile, object_class
 
-from fabro_git.errors import DiskFull, StoreError, disk_full_in
+from fabro_git.errors import BlobTooLarge, DiskFull, StoreError, disk_full_in
 from fabro_git.store import packwrite, runpacks
 from fabro_git.store._gitcli import git_failure
+from fabro_git.store.blobs import FILE_MAX_BYTES
 from fabro_git.store.durability import durability
 
 if TYPE_CHECKING:
@@ -289,15 +290,34 @@ class LooseObjects:
         hex digits (a ref's content is not vouched for) names no file here."""
         if not _HEX_ID.fullmatch(sha):
             return None
+        path = self._loose_path(sha)
         try:
-            with open(self._loose_path(sha), "rb") as file:
-                data = zlib.decompress(file.read())
-        except (OSError, zlib.error):
+            with open(path, "rb") as file:
+                compressed = file.read()
+        except OSError:
             return None
-        end = data.find(b"\0", 0, 64)
-        type_name, _, size = data[:end].partition(b" ")
-        body = data[end + 1 :]
-        if end < 0 or not size.isdigit() or int(size) != len(body):
+        # Inflated no further than its header says: a file written into `.git` by hand
+        # (or an alternate's) can lie, and one of 1 MB can inflate to gigabytes. One
+        # that says more than a reader takes is refused; a damaged one (bad zlib, more
+        # or less than its header says) is left to the packs, as git leaves it.
+        inflate = zlib.decompressobj()
+        try:
+            head = inflate.decompress(compressed, 64)
+            end = head.find(b"\0")
+            type_name, _, size = head[: max(end, 0)].partition(b" ")
+            if end < 0 or not size.isdigit():
+                return None
+            if int(size) > FILE_MAX_BYTES:
+                kind = type_name.decode("ascii", "replace")
+                raise BlobTooLarge(f"{kind} {sha}", sha, int(size), FILE_MAX_BYTES)
+            body = head[end + 1 :]
+            if len(body) > int(size):
+                return None
+            # At least 1: a max_length of 0 is no limit at all.
+            body += inflate.decompress(inflate.unconsumed_tail, int(size) - len(body) + 1)
+        except zlib.error:
+            return None
+        if len(body) != int(size) or not inflate.eof:
             return None
         return type_name, body
 

@@ -242,3 +242,36 @@ def test_a_damaged_loose_file_is_passed_over_for_a_pack_only_when_small(repo: Pa
         path.write_bytes(zlib.compress(b"blob 6\0alpha\n" + BODY, 1))
         with pytest.raises(DamagedObject, match="not the size its header says"):
             grepo.read_blob(blob, limit=LIMIT)
+
+
+def test_a_loose_tree_or_commit_is_inflated_no_further_than_its_header_says(
+    repo: Path,
+) -> None:
+    """Trees and commits are read whole with no size asked first: a loose one that
+    says more than a reader takes is refused, and one that holds more than it says is
+    inflated only that far and left to the packs, never read to its end."""
+    import tracemalloc
+
+    def planted(header: bytes, body_size: int) -> str:
+        sha = hashlib.sha1(header + b"x").hexdigest()  # any name: the file lies anyway
+        path = repo / ".git" / "objects" / sha[:2] / sha[2:]
+        path.parent.mkdir(exist_ok=True)
+        squeeze = zlib.compressobj(1)
+        chunk = bytes(1 << 20)
+        parts = [squeeze.compress(header)]
+        parts += [squeeze.compress(chunk) for _ in range(body_size >> 20)]
+        path.write_bytes(b"".join([*parts, squeeze.flush()]))
+        return sha
+
+    with GitRepo.discover(repo) as grepo:
+        lying = planted(b"tree 10\0", 100 << 20)
+        tracemalloc.start()
+        try:
+            assert grepo.objects.read_loose(lying) is None
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < 8 << 20, peak
+        huge = planted(b"commit %d\0" % (200 << 20), 1 << 20)
+        with pytest.raises(BlobTooLarge, match=huge[:12]):
+            grepo.objects.read_loose(huge)
