@@ -22,7 +22,7 @@ from fabro_git.engine.batch import BatchRecord, BatchRow, RowJob, RowSummary
 from fabro_git.errors import ConfigError
 
 if TYPE_CHECKING:
-    from fabro_git.config.trust import RunConfigActions
+    from fabro_git.config.trust import RunConfigActions, TrustStore
     from fabro_git.store.repo import GitRepo
 
 
@@ -138,11 +138,7 @@ def _check_trusted(repo: GitRepo, record: BatchRecord) -> None:
     from fabro_git.config.trust import TrustStore, ask_on_terminal
 
     store = TrustStore()
-    untrusted = [
-        (who, recorded)
-        for who, recorded in batch_trust(repo, record)
-        if recorded.actions and not store.trusts_config(recorded.digest)
-    ]
+    untrusted = batch_trust(repo, record, store)
     if not untrusted:
         return
     summary = describe_batch(record, untrusted)
@@ -158,20 +154,29 @@ def _check_trusted(repo: GitRepo, record: BatchRecord) -> None:
     )
 
 
-def batch_trust(repo: GitRepo, record: BatchRecord) -> list[tuple[str, RunConfigActions]]:
-    """What resuming `record` does on the say of whoever made it, each part with the id
-    its trust is kept for: the record's own choices, and the recorded configuration and
-    workflow of each run it would resume (a row's run cut short)."""
+def batch_trust(
+    repo: GitRepo, record: BatchRecord, store: TrustStore
+) -> list[tuple[str, RunConfigActions]]:
+    """What resuming `record` does on the say of whoever made it, where `store` does not
+    trust it yet, each part with the id its trust is kept for: the record's own choices
+    and, with them, the recorded configuration and workflow of each run it would resume
+    (a row's run cut short). A record this user made or approved asks nothing: its runs
+    are theirs, and each resume still checks its own."""
     from fabro_git.config.trust import batch_actions
     from fabro_git.engine.stored_run import load_run, run_trust
     from fabro_git.store import runs as runrefs
 
-    found = [(record.batch_id, batch_actions(record.workflow, record.remote))]
+    choices = batch_actions(record.workflow, record.remote)
+    if store.trusts_config(choices.digest):
+        return []
+    found = [(record.batch_id, choices)]
     for row in record.rows:
         if repo.read_ref(runrefs.meta_ref(row.run_id)) is None:
             continue  # never started: it runs the record's workflow
         if batches.summarize(repo, row).status not in batches.FINISHED:
-            found.append((row.run_id, run_trust(repo, load_run(repo, row.run_id))))
+            recorded = run_trust(repo, load_run(repo, row.run_id))
+            if recorded.actions and not store.trusts_config(recorded.digest):
+                found.append((row.run_id, recorded))
     return found
 
 

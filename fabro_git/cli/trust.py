@@ -108,11 +108,7 @@ def _trust_batch(store: TrustStore, repo: GitRepo, batch_id: str, *, yes: bool) 
 
     record = batches.read_record(repo, batch_id)
     shown_id = printable(batch_id, one_line=True)
-    untrusted = [
-        (who, recorded)
-        for who, recorded in batch_trust(repo, record)
-        if recorded.actions and not store.trusts_config(recorded.digest)
-    ]
+    untrusted = batch_trust(repo, record, store)
     if not untrusted:
         print(f"batch {shown_id} is already trusted")
         return 0
