@@ -24,6 +24,8 @@ from fabro_git.cli._running import (
 from fabro_git.errors import ConfigError, FabroError, WorkflowError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from fabro_git.config.run_config import EffectiveConfig, ModelConfig, RunSection
     from fabro_git.engine.finish import RunResult
     from fabro_git.engine.options import Options
@@ -404,7 +406,7 @@ def _create(repo: GitRepo, spec: RunSpec, options: Options, *, detach: bool) -> 
     """The new run, recorded and locked, once its answers and secrets are checked."""
     from fabro_git.config.trust import record_run_config
     from fabro_git.engine.session import create_run
-    from fabro_git.engine.stored_run import load_run_at, run_trust
+    from fabro_git.engine.stored_run import new_run_trust
 
     use_run_author(repo, spec.config.run)
     check_answers(spec.graph, options.answers)
@@ -414,13 +416,12 @@ def _create(repo: GitRepo, spec: RunSpec, options: Options, *, detach: bool) -> 
 
     redact.remember(spec.inputs)
     remember_config_secrets(spec.config.run)
-    opened = create_run(repo, spec, warn=_warn)
-    meta = opened.recorder.meta_tip
-    assert meta is not None  # the first snapshot is written, or create_run raised
-    # As a resume will read it: masked.
-    stored = load_run_at(repo, opened.run_id, meta, what=f"the first snapshot {meta[:12]}")
-    record_run_config(repo.root, opened.run_id, run_trust(repo, stored, spec.graph))
-    return opened
+
+    def trusted(run_id: str, files: Mapping[str, bytes]) -> None:
+        # Before the run exists: a run cut off as it starts is as trusted as it was.
+        record_run_config(repo.root, run_id, new_run_trust(files, spec.graph))
+
+    return create_run(repo, spec, warn=_warn, before_recorded=trusted)
 
 
 def _go_on_detached(repo: GitRepo, opened: OpenRun, options: Options, *, json_output: bool) -> int:

@@ -21,7 +21,7 @@ import os
 import re
 import shlex
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Protocol, Unpack
 
@@ -137,7 +137,16 @@ def _login() -> str:
 # -- creating a run -------------------------------------------------------------------------
 
 
-def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -> OpenRun:
+def create_run(
+    repo: GitRepo,
+    spec: RunSpec,
+    *,
+    warn: Callable[[str], object],
+    before_recorded: Callable[[str, Mapping[str, bytes]], object] | None = None,
+) -> OpenRun:
+    """The new run, recorded. `before_recorded` is given the run's id and its first
+    snapshot's files as git will hold them (masked), before the snapshot makes the run
+    exist: what must be known of a run before anyone can find it (the user's trust)."""
     base = repo.require_base()
     assert base.sha is not None
     run_id = spec.run_id or runrefs.new_ulid()
@@ -196,6 +205,9 @@ def create_run(repo: GitRepo, spec: RunSpec, *, warn: Callable[[str], object]) -
         runrefs.GRAPH: spec.source.encode(),
     }
     files.update(_workflow_files(spec.graph))
+    if before_recorded is not None:
+        mask = recorder.redactor.mask_bytes
+        before_recorded(run_id, {path: mask(data) for path, data in files.items()})
     sha = recorder.snapshot("init", "init", checkpoint, files)
     if sha is None:
         raise StoreError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import shlex
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -82,26 +83,61 @@ def run_trust(repo: GitRepo, stored: StoredRun, graph: Graph | None = None) -> R
         actions = workflow_actions(graph if graph is not None else parse(stored.source))
     except WorkflowError:
         actions = [Action("workflow", "runs a workflow this version cannot read")]
-    workflow = recorded_workflow(repo, stored.meta_sha, stored.manifest, actions)
+    objects = _workflow_objects_at(repo, stored.meta_sha)
+    workflow = recorded_workflow(objects, stored.manifest, actions)
     return recorded_actions(stored.manifest.settings, workflow)
 
 
+def new_run_trust(files: Mapping[str, bytes], graph: Graph) -> RunConfigActions:
+    """`run_trust` of a run about to be recorded, from its first snapshot's `files` as
+    git will hold them (masked): the same digest, known before the run exists."""
+    from fabro_git.config.trust import recorded_actions
+
+    manifest = decode_manifest(files[runrefs.MANIFEST])
+    objects = {
+        path: _blob_id(data)
+        for path, data in files.items()
+        if path == runrefs.GRAPH or path.startswith(_WORKFLOW_DIRS)
+    }
+    workflow = recorded_workflow(objects, manifest, workflow_actions(graph))
+    return recorded_actions(manifest.settings, workflow)
+
+
+# Where a run keeps the files its workflow names (and, before `graphs/`, its prompts).
+_WORKFLOW_DIRS = (f"{runrefs.GRAPHS_DIR}/", f"{runrefs.LEGACY_PROMPTS_DIR}/")
+
+
+def _blob_id(data: bytes) -> str:
+    """The id git gives a blob of `data`."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
+
+
+def _workflow_objects_at(repo: GitRepo, meta: str) -> dict[str, str]:
+    """The blob id of each file of the meta commit `meta` that makes the run's
+    workflow: `graph.fabro` and every file under `graphs/` (or the old `prompts/`)."""
+    entries = repo.dir_entries(meta, "") or {}
+    found = {runrefs.GRAPH: entries[runrefs.GRAPH][1]} if runrefs.GRAPH in entries else {}
+    pending = [directory.rstrip("/") for directory in _WORKFLOW_DIRS]
+    while pending:
+        directory = pending.pop()
+        for name, (mode, sha) in (repo.dir_entries(meta, directory) or {}).items():
+            if mode & 0o170000 == 0o040000:
+                pending.append(f"{directory}/{name}")
+            else:
+                found[f"{directory}/{name}"] = sha
+    return found
+
+
 def recorded_workflow(
-    repo: GitRepo, meta: str, manifest: Manifest, actions: list[Action]
+    objects: Mapping[str, str], manifest: Manifest, actions: list[Action]
 ) -> RecordedWorkflow:
-    """The workflow the meta commit `meta` records, for the trust a resume needs: its
-    digest is of the stored objects (the graph's source, the files it names, the old
+    """The workflow a run records, for the trust a resume needs: its digest is of the
+    blob ids of its files (`objects`: the graph's source, the files it names, the old
     layout's prompts), as the run reads them, and of the goal and inputs the templates
     fill in."""
     from fabro_git.config.trust import RecordedWorkflow
 
-    entries = repo.dir_entries(meta, "") or {}
-    names = (runrefs.GRAPH, runrefs.GRAPHS_DIR, runrefs.LEGACY_PROMPTS_DIR)
-    made_of = {
-        "objects": {name: entries[name][1] for name in names if name in entries},
-        "goal": manifest.goal,
-        "inputs": manifest.inputs,
-    }
+    made_of = {"objects": dict(objects), "goal": manifest.goal, "inputs": manifest.inputs}
     digest = hashlib.sha256(msgspec.json.encode(made_of, order="sorted")).hexdigest()
     return RecordedWorkflow(digest, actions)
 

@@ -89,6 +89,9 @@ class KillPoint:
 POINTS = [
     # Before the run exists in git (run.created precedes the run branch and `init`).
     KillPoint("run.created", 1),
+    # The run just made to exist (`init`): what its resume needs (the user's trust in
+    # it) was written before.
+    KillPoint("metadata.snapshot.completed", 1),
     # The worktree being created by `git worktree add`.
     KillPoint("sandbox.initializing", 1, group=True),
     KillPoint("sandbox.initializing", 1, 0.03),
