@@ -18,10 +18,11 @@ import contextlib
 import getpass
 import hmac
 import json
+import tempfile
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar, TypeVarTuple, cast
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeVar, TypeVarTuple, cast
 from urllib.parse import parse_qsl, quote, urlencode
 
 import msgspec
@@ -34,7 +35,7 @@ from starlette.routing import Match, Route
 from fabro_git.engine import control
 from fabro_git.errors import FabroError
 from fabro_git.jsondata import JsonObject
-from fabro_git.web.feeds import Feeds, all_runs_stream, new_events_stream, run_stream
+from fabro_git.web.feeds import Feeds, Produce, all_runs_stream, new_events_stream, run_stream
 from fabro_git.web.source import RepositoryRuns
 
 if TYPE_CHECKING:
@@ -65,6 +66,9 @@ STATIC = {
 PAGES = {"runs": "index.html", "run": "run.html"}
 SAFE_METHODS = {"GET", "HEAD"}
 MAX_BODY = 64 * 1024
+# An artifact is sent from a copy, held in memory up to this size and on disk past it,
+# and read back this much at a time.
+SPOOL_BYTES = 1 << 20
 
 
 class Guard:
@@ -177,20 +181,17 @@ def _bracketed(address: str) -> str:
     return f"[{address}]" if ":" in address and not address.startswith("[") else address
 
 
-class SseResponse(Response):
-    """A `text/event-stream` answer written by `produce(send)`; it stops when the client
-    hangs up (the producer is cancelled) or when the producer returns."""
+class StreamedResponse(Response):
+    """An answer whose body `produce(send)` writes as it goes; it stops when the client
+    hangs up (the producer is cancelled) or when the producer returns. Starlette's
+    `StreamingResponse` is no substitute: it ends the body inside a task group, where
+    Hypercorn's closing of the connection is cancelled (see the end of `__call__`)."""
 
-    media_type = "text/event-stream"
-
-    def __init__(self, produce: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]]):
-        # No Content-Length: the body goes on until the producer is done.
+    def __init__(self, produce: Produce, headers: dict[str, str]) -> None:
         self.status_code = 200
         self.background = None
         self.raw_headers = [
-            (b"content-type", b"text/event-stream; charset=utf-8"),
-            (b"cache-control", b"no-store"),
-            (b"x-accel-buffering", b"no"),
+            (name.encode(), value.encode("latin-1")) for name, value in headers.items()
         ]
         self.produce = produce
 
@@ -222,6 +223,21 @@ class SseResponse(Response):
             # the connection, the only end an HTTP/1.0 client has) from inside.
             with contextlib.suppress(OSError):
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class SseResponse(StreamedResponse):
+    """A `text/event-stream` answer written by `produce(send)`."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, produce: Produce) -> None:
+        # No Content-Length: the body goes on until the producer is done.
+        headers = {
+            "content-type": "text/event-stream; charset=utf-8",
+            "cache-control": "no-store",
+            "x-accel-buffering": "no",
+        }
+        super().__init__(produce, headers)
 
 
 def _package_file(name: str) -> bytes:
@@ -356,13 +372,13 @@ class _Site:
         found = await _blocking(_artifact, self.source, run_id, str(request.path_params["path"]))
         if found is None:
             return JSONResponse({"error": "no such artifact in this run"}, status_code=404)
-        name, data = found
         # Never shown inline: a captured asset may be HTML or SVG written by anyone.
-        return Response(
-            data,
-            media_type="application/octet-stream",
-            headers={"content-disposition": f'attachment; filename="{name}"'},
-        )
+        headers = {
+            "content-type": "application/octet-stream",
+            "content-disposition": f'attachment; filename="{found.name}"',
+            "content-length": str(found.size),
+        }
+        return StreamedResponse(lambda send: _send_file(found.body, send), headers)
 
     async def graph(self, request: Request, run_id: str) -> Response:
         svg = await _blocking(_graph_svg, self.source, run_id)
@@ -372,7 +388,8 @@ class _Site:
         last_id = request.headers.get("last-event-id") or request.query_params.get("after")
         feeds = self.feeds
         assert feeds is not None, "the server answers only once started"
-        return SseResponse(lambda send: run_stream(feeds, run_id, last_id, send))
+        # Opened before the answer starts: a run that cannot be read is refused in JSON.
+        return SseResponse(await run_stream(feeds, run_id, last_id))
 
     async def every_event(self, request: Request) -> Response:
         if request.query_params.get("from") == "now":
@@ -529,12 +546,8 @@ def _run_view(source: RepositoryRuns, run_id: str) -> dict[str, object]:
     from fabro_git.web import stages as stage_view
 
     run = source.open(run_id)
-    envelopes = [event.envelope for event in run.events()]
-    return {
-        **source.summary(run),
-        "stages": stage_view.stage_rows(envelopes),
-        "nodes": stage_view.node_states(envelopes),
-    }
+    stages = stage_view.run_stages(event.envelope for event in run.iter_events())
+    return {**source.summary(run), "stages": stages.rows, "nodes": stages.nodes}
 
 
 def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> JsonObject | None:
@@ -545,8 +558,7 @@ def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> JsonObjec
     from fabro_git.web import stages as stage_view
 
     run = source.open(run_id)
-    events = run.events()
-    found = stage_view.stage_details([event.envelope for event in events], stage_id)
+    found = stage_view.stage_details((event.envelope for event in run.iter_events()), stage_id)
     if found is None:
         return None
     try:
@@ -564,7 +576,7 @@ def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> JsonObjec
             "arguments": entry.arguments,
             "is_error": entry.is_error,
         }
-        for entry in reader.transcript(events, recorded or in_flight)
+        for entry in reader.transcript(run.iter_events(), recorded or in_flight)
     ]
     found["artifacts"] = []
     if recorded is None:
@@ -589,18 +601,40 @@ def _stage_view(source: RepositoryRuns, run_id: str, stage_id: str) -> JsonObjec
     return found
 
 
-def _artifact(source: RepositoryRuns, run_id: str, path: str) -> tuple[str, bytes] | None:
-    """An artifact the run reader lists, by its path in the run's artifact tree."""
+class _Download(NamedTuple):
+    """An artifact as it is sent: the name a client saves it under, and a copy of it."""
+
+    name: str
+    body: BinaryIO  # at its start
+    size: int
+
+
+def _artifact(source: RepositoryRuns, run_id: str, path: str) -> _Download | None:
+    """An artifact the run reader lists, by its path in the run's artifact tree, copied
+    to a temporary file: a big one streamed from git, however big it is."""
     run = source.open(run_id)
     for item in run.artifacts():
         if item.tree_path == path:
-            data = run.read_artifact(item)
-            if data is None:
-                return None
+            with contextlib.ExitStack() as unsent:
+                spool = unsent.enter_context(tempfile.SpooledTemporaryFile(SPOOL_BYTES))
+                body = cast("BinaryIO", spool)  # as it is: typeshed says only IO[bytes]
+                if not run.copy_artifact(item, body):
+                    return None
+                size = body.tell()
+                body.seek(0)
+                unsent.pop_all()
             # A header value is Latin-1 (any other letter failed the response): ASCII
             # letters and digits only, which every client saves under the same name.
             shown = "".join(
                 ch if ch.isascii() and (ch.isalnum() or ch in "._-") else "_" for ch in item.name
             )
-            return shown[-100:], data
+            return _Download(shown[-100:], body, size)
     return None
+
+
+async def _send_file(body: BinaryIO, send: Callable[[bytes], Awaitable[None]]) -> None:
+    """Send an open file's bytes, a block at a time, each read on a worker thread (a copy
+    past SPOOL_BYTES is on disk); closed once sent, or once the client has gone."""
+    with body:
+        while block := await _blocking(body.read, SPOOL_BYTES):
+            await send(block)

@@ -6,13 +6,14 @@ client that reconnects with `Last-Event-ID` resumes after that event.
 
 A live run is followed once, however many pages watch it: a `Feed` polls the tail and
 keeps the run's events in order, and each stream is an index into them that waits for
-the feed to grow. A finished run is read once per request and needs no feed.
+the feed to grow. A finished run is read once per request, a segment at a time, and
+needs no feed.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from typing import cast
 
 import trio
@@ -27,6 +28,10 @@ POLL_SECONDS = 0.03
 ALL_RUNS_POLL_SECONDS = 0.1
 # A comment line sent on a quiet stream, so a client that went away is noticed.
 KEEPALIVE_SECONDS = 15.0
+# A finished run's events are sent this many at a time (a message each), or fewer when
+# their lines come to REPLAY_BYTES: a line may be as big as a segment.
+REPLAY_BATCH = 200
+REPLAY_BYTES = 1 << 20
 
 
 def message(event: RunEvent) -> bytes:
@@ -112,16 +117,38 @@ class Feeds:
 
 
 Send = Callable[[bytes], Awaitable[None]]
+Produce = Callable[[Send], Awaitable[None]]
 
 
-async def run_stream(feeds: Feeds, run_id: str, last_id: str | None, send: Send) -> None:
-    """Send one run's events after `last_id`, following while it lives."""
+async def run_stream(feeds: Feeds, run_id: str, last_id: str | None) -> Produce:
+    """What sends one run's events after `last_id`, following while it lives. A finished
+    run's events are opened here, before the answer starts: a run that cannot be read is
+    refused (a FabroError) as the other endpoints refuse it, not cut off mid-stream."""
     source = feeds.source
-    if not await trio.to_thread.run_sync(source.live, run_id):
-        events = await trio.to_thread.run_sync(source.events, run_id, last_id)
-        for start in range(0, len(events), 200):
-            await send(b"".join(message(event) for event in events[start : start + 200]))
-        return
+    if await trio.to_thread.run_sync(source.live, run_id):
+        return lambda send: _follow_live(feeds, run_id, last_id, send)
+    stream = await trio.to_thread.run_sync(source.iter_events, run_id, last_id)
+    return lambda send: _replay(stream, send)
+
+
+async def _replay(stream: Iterator[RunEvent], send: Send) -> None:
+    """Send a finished run's events: a batch and the segment it came from in memory."""
+    while batch := await trio.to_thread.run_sync(_next_batch, stream):
+        await send(b"".join(message(event) for event in batch))
+
+
+def _next_batch(stream: Iterator[RunEvent]) -> list[RunEvent]:
+    batch: list[RunEvent] = []
+    size = 0
+    for event in stream:
+        batch.append(event)
+        size += len(event.line)
+        if len(batch) == REPLAY_BATCH or size >= REPLAY_BYTES:
+            break
+    return batch
+
+
+async def _follow_live(feeds: Feeds, run_id: str, last_id: str | None, send: Send) -> None:
     feed = feeds.watch(run_id)
     try:
         await feed.loaded.wait()

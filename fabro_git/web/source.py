@@ -9,6 +9,7 @@ afresh, so threads share no git object.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from fabro_git.engine import reader
@@ -56,8 +57,11 @@ class RepositoryRuns:
             "error": run.checkpoint.error,
         }
 
-    def events(self, run_id: str, after: str | None = None) -> list[reader.RunEvent]:
-        return reader.read_events(self.repo(), run_id, after=after)
+    def iter_events(self, run_id: str, after: str | None = None) -> Iterator[reader.RunEvent]:
+        """The run's events after `after` (all without), a segment in memory at a time,
+        read on worker threads one at a time. A run whose events cannot be read is
+        refused (a FabroError) before this returns."""
+        return reader.iter_events(self.repo(), run_id, after=after)
 
     def cursor(self, run_id: str, after: str | None = None) -> reader.EventCursor:
         return reader.EventCursor(self.repo(), run_id, after=after)

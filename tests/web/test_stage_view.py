@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fabro_git.web.stages import node_states, stage_details, stage_rows
+from fabro_git.web.stages import run_stages, stage_details
 
 
 def _event(name: str, node: str | None = None, stage: str | None = None, **props: Any) -> dict:
@@ -39,7 +39,7 @@ EVENTS = [
 
 
 def test_stages_as_the_events_tell_them() -> None:
-    rows = stage_rows(EVENTS)
+    rows, nodes = run_stages(iter(EVENTS))  # one pass: the events as they are read
     assert [(r["stage_id"], r["status"]) for r in rows] == [
         ("fix@1", "failed"),
         ("fix@2", "succeeded"),
@@ -47,14 +47,14 @@ def test_stages_as_the_events_tell_them() -> None:
     ]
     assert rows[0]["files_touched"] == ["a.py"]
     assert rows[0]["usage"] == {"input_tokens": 10, "output_tokens": 5}
-    assert node_states(EVENTS) == {
+    assert nodes == {
         "fix": {"status": "succeeded", "visits": 2},
         "test": {"status": "running", "visits": 1},
     }
 
 
 def test_a_stage_has_its_prompt_reply_and_its_own_checkpoints_diff() -> None:
-    first = stage_details(EVENTS, "fix@1")
+    first = stage_details(iter(EVENTS), "fix@1")
     assert first is not None
     assert (first["prompt"], first["reply"], first["diff"], first["commit"]) == (
         "Fix the bug",
@@ -66,4 +66,4 @@ def test_a_stage_has_its_prompt_reply_and_its_own_checkpoints_diff() -> None:
     assert second is not None and second["diff"] == "+y\n"
     assert stage_details(EVENTS, "nope@1") is None
     # Events of a stage whose start was never seen are not a stage.
-    assert stage_rows([_event("stage.completed", "x", "x@1", status="succeeded")]) == []
+    assert run_stages([_event("stage.completed", "x", "x@1", status="succeeded")]).rows == []
