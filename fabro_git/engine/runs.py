@@ -200,10 +200,7 @@ def create_run(
         run_tip=None if in_place else base.sha,
         requeue=bus.restore_pending,
     )
-    files = {
-        runrefs.MANIFEST: encode(manifest),
-        runrefs.GRAPH: spec.source.encode(),
-    }
+    files = {runrefs.MANIFEST: encode(manifest), runrefs.GRAPH: spec.source.encode()}
     files.update(_workflow_files(spec.graph))
     if before_recorded is not None:
         mask = recorder.redactor.mask_bytes
