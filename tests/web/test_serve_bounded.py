@@ -211,3 +211,26 @@ def test_an_artifact_bigger_than_a_file_read_whole_is_downloaded_whole(
             break
     assert size == len(data)
     assert digest.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_every_runs_events_pass_over_a_run_that_cannot_be_read(repo: Path, hello_run: str) -> None:
+    """The stream of every run's events (`/api/events`) goes on past a run refused for an
+    over-size segment, as `git fabro events` does, rather than ending in a traceback:
+    the runs before it, and a run that starts later, still come. (A server with the
+    runs' live tails: one that has only git's events sees a run that starts later only
+    as far as its first snapshot.)"""
+    forged = run_json("run", "hello", cwd=repo)[1]["run_id"]
+    _with_files(repo, forged, {"events/000/000002.jsonl": _zeros(repo, OVER_CAP)})
+    server = start_server(repo)
+    stream = request(server, "/api/events", stream=True)
+    try:
+        assert stream.status == 200
+        while f'"run_id":"{hello_run}","event":"run.completed"'.encode() not in stream.buffer:
+            assert stream.read_more(), stream.buffer[-300:]
+        later = run_json("run", "hello", cwd=repo)[1]["run_id"]
+        while f'"run_id":"{later}","event":"run.completed"'.encode() not in stream.buffer:
+            assert stream.read_more(), stream.buffer[-300:]
+        assert f'"run_id":"{forged}"'.encode() not in stream.buffer
+    finally:
+        stream.close()
+        server.stop()  # and finds no traceback on the server's stderr

@@ -350,6 +350,7 @@ def _follow_steps(
     SETTLE_CHECKS times; with it, it looks for new runs each round and never ends."""
     following = list(cursors)
     idle = [0] * len(following)
+    given = len(following)  # the runs asked for: one that cannot be read is an error
     while new_runs is not None or any(count < SETTLE_CHECKS for count in idle):
         if new_runs is not None:
             fresh = new_runs()
@@ -359,7 +360,15 @@ def _follow_steps(
         for index, cursor in enumerate(following):
             if idle[index] >= SETTLE_CHECKS:
                 continue  # ended: its last lines are read
-            batch = cursor.read()
+            try:
+                batch = cursor.read()
+            except FabroError:
+                if index < given:
+                    raise
+                # A run found along the way (every run's events) that cannot be read
+                # (a forged one's refused segment) is passed over, as `events` does.
+                idle[index] = SETTLE_CHECKS
+                continue
             if batch:
                 idle[index] = 0
                 got = True
