@@ -573,3 +573,58 @@ def pasted(command: str, cwd: Path) -> list[str]:
         check=True,
     )
     return proc.stdout.splitlines()
+
+
+@functools.cache
+def _deflated_zeros(size: int, said: int) -> tuple[str, bytes]:
+    """The id and the loose file of a blob of `size` zero bytes whose header says `said`."""
+    import hashlib
+    import zlib
+
+    digest = hashlib.sha1(b"blob %d\0" % size)
+    squeeze = zlib.compressobj(1)
+    parts = [squeeze.compress(b"blob %d\0" % said)]
+    chunk = bytes(1 << 20)
+    for _ in range(size >> 20):
+        digest.update(chunk)
+        parts.append(squeeze.compress(chunk))
+    parts.append(squeeze.flush())
+    return digest.hexdigest(), b"".join(parts)
+
+
+def loose_zeros(repo: Path, size: int, *, said: int | None = None) -> str:
+    """A loose blob of `size` (a whole number of MiB) zero bytes written into `repo`
+    as git writes one, without making the bytes: about 1 MB a GB. With `said`, its
+    header says that size instead (a lying object, named by its true content)."""
+    sha, data = _deflated_zeros(size, size if said is None else said)
+    path = repo / ".git" / "objects" / sha[:2] / sha[2:]
+    path.parent.mkdir(exist_ok=True)
+    path.write_bytes(data)
+    return sha
+
+
+def forge_meta_files(
+    repo: Path, ref: str, files: dict[str, str], *, drop: str | None = None
+) -> None:
+    """A new commit on `ref`, with its tip's message (trailers and all), whose tree has
+    each path of `files` set to that blob, after `drop` (a directory) is taken out: a
+    run's meta ref as a remote could forge it."""
+    env = {**os.environ, "GIT_INDEX_FILE": str(repo / ".git" / "forged-index")}
+
+    def plumbing(*args: str, data: str | None = None) -> str:
+        proc = subprocess.run(
+            ["git", *args], cwd=repo, env=env, input=data, capture_output=True, text=True
+        )
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.strip()
+
+    tip = plumbing("rev-parse", ref)
+    plumbing("read-tree", tip)
+    if drop:
+        plumbing("rm", "-r", "-q", "--cached", drop)
+    entries = "".join(f"100644 {sha}\t{path}\n" for path, sha in files.items())
+    plumbing("update-index", "--index-info", data=entries)
+    message = plumbing("log", "-1", "--format=%B", tip)
+    commit = plumbing("commit-tree", plumbing("write-tree"), "-p", tip, data=message)
+    plumbing("update-ref", ref, commit, tip)
+    (repo / ".git" / "forged-index").unlink()

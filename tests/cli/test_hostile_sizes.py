@@ -10,79 +10,19 @@ a process of its own, allowed far less memory than reading such a file takes.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import json
 import os
 import resource
 import subprocess
-import zlib
 from pathlib import Path
 
 import pytest
-from helpers import git, run_json
+from helpers import forge_meta_files, git, loose_zeros, run_json
 
 # What the forged files inflate to: three times a file's cap (`store.blobs`).
 HUGE = 200 << 20
 # Far under what reading HUGE bytes takes, far over what the commands take (about 40 MB).
 MEMORY_MB = 150
-
-
-@functools.cache
-def _zeros(size: int) -> tuple[str, bytes]:
-    """A loose blob of `size` zero bytes: its id, and its file's bytes."""
-    header = b"blob %d\0" % size
-    digest = hashlib.sha1(header)
-    compressor = zlib.compressobj(1)
-    parts = [compressor.compress(header)]
-    chunk = bytes(1 << 20)
-    for _ in range(size // len(chunk)):
-        digest.update(chunk)
-        parts.append(compressor.compress(chunk))
-    parts.append(compressor.flush())
-    return digest.hexdigest(), b"".join(parts)
-
-
-def _write_zeros(repo: Path, size: int) -> str:
-    sha, data = _zeros(size)
-    path = repo / ".git" / "objects" / sha[:2] / sha[2:]
-    path.parent.mkdir(exist_ok=True)
-    path.write_bytes(data)
-    return sha
-
-
-def _with_files(repo: Path, ref: str, files: dict[str, str], *, drop: str | None = None) -> None:
-    """A new commit on `ref`, with its tip's message (trailers and all), whose tree has
-    each path of `files` set to that blob, after `drop` (a directory) is taken out."""
-    index = repo / ".git" / "forged-index"
-    env = {**os.environ, "GIT_INDEX_FILE": str(index)}
-
-    def plumbing(*args: str, data: str | None = None) -> str:
-        proc = subprocess.run(
-            ["git", *args],
-            cwd=repo,
-            env=env,
-            input=data,
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        return proc.stdout.strip()
-
-    tip = plumbing("rev-parse", ref)
-    plumbing("read-tree", tip)
-    if drop:
-        plumbing("rm", "-r", "-q", "--cached", drop)
-    plumbing(
-        "update-index",
-        "--index-info",
-        data="".join(f"100644 {sha}\t{path}\n" for path, sha in files.items()),
-    )
-    tree = plumbing("write-tree")
-    message = plumbing("log", "-1", "--format=%B", tip)
-    commit = plumbing("commit-tree", tree, "-p", tip, data=message)
-    plumbing("update-ref", ref, commit, tip)
-    index.unlink()
 
 
 def _measured(
@@ -133,10 +73,10 @@ def test_an_event_segment_that_inflates_past_the_cap_is_refused_unread(
 ) -> None:
     run_id = hello_run
     segment = "events/000/000002.jsonl"
-    _with_files(repo, f"refs/fabro/meta/{run_id}", {segment: _write_zeros(repo, HUGE)})
+    sha = loose_zeros(repo, HUGE)
+    forge_meta_files(repo, f"refs/fabro/meta/{run_id}", {segment: sha})
     if packed:  # judged by the pack entry's header, as a fetched run's would be
         git(repo, "repack", "-a", "-d", "-q")
-        sha = _zeros(HUGE)[0]
         assert not (repo / ".git" / "objects" / sha[:2] / sha[2:]).exists()
     for command in (
         ["logs", run_id],
@@ -157,7 +97,9 @@ def test_a_checkpoint_that_inflates_past_the_cap_is_refused_unread(
     repo: Path, hello_run: str, tmp_path: Path
 ) -> None:
     run_id = hello_run
-    _with_files(repo, f"refs/fabro/meta/{run_id}", {"checkpoint.json": _write_zeros(repo, HUGE)})
+    forge_meta_files(
+        repo, f"refs/fabro/meta/{run_id}", {"checkpoint.json": loose_zeros(repo, HUGE)}
+    )
     for command in (
         ["show", run_id],
         ["inspect", run_id],
@@ -200,7 +142,7 @@ def test_a_run_of_many_big_segments_is_read_a_segment_at_a_time(
         .strip()
     )
     segments = {f"events/000/{number:06d}.jsonl": blob for number in range(1, 121)}
-    _with_files(repo, f"refs/fabro/meta/{run_id}", segments, drop="events")
+    forge_meta_files(repo, f"refs/fabro/meta/{run_id}", segments, drop="events")
     elsewhere = {"FABRO_HOME": str(tmp_path / "machine-b")}  # no live tail: as in a clone
     proc = _measured("logs", run_id, "-n", "1", cwd=repo, env=elsewhere)
     assert proc.returncode == 0, proc.stderr
@@ -217,15 +159,8 @@ def test_a_checkpoint_bigger_than_its_header_says_is_refused_unread(
     true content, so nothing else gives it away): dulwich takes a loose file whole,
     whatever its header says, so it is held to its header before it is read."""
     run_id = hello_run
-    sha = _zeros(HUGE)[0]
-    compressor = zlib.compressobj(1)
-    parts = [compressor.compress(b"blob 5\0")]
-    parts += [compressor.compress(bytes(1 << 20)) for _ in range(HUGE >> 20)]
-    parts.append(compressor.flush())
-    path = repo / ".git" / "objects" / sha[:2] / sha[2:]
-    path.parent.mkdir(exist_ok=True)
-    path.write_bytes(b"".join(parts))
-    _with_files(repo, f"refs/fabro/meta/{run_id}", {"checkpoint.json": sha})
+    sha = loose_zeros(repo, HUGE, said=5)
+    forge_meta_files(repo, f"refs/fabro/meta/{run_id}", {"checkpoint.json": sha})
     proc = _measured("show", run_id, cwd=repo)
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr

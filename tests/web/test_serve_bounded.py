@@ -13,12 +13,11 @@ import hashlib
 import json
 import os
 import subprocess
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import run_fabro, run_json
+from helpers import forge_meta_files, loose_zeros, run_fabro, run_json
 
 from web.serving import Response, Server, request, start_server
 
@@ -59,46 +58,6 @@ def _blob(repo: Path, data: bytes) -> str:
     return proc.stdout.decode().strip()
 
 
-def _zeros(repo: Path, size: int) -> str:
-    """A loose blob of `size` zeros, written as git writes one (without git's time)."""
-    header = b"blob %d\0" % size
-    digest = hashlib.sha1(header)
-    compressor = zlib.compressobj(1)
-    parts = [compressor.compress(header)]
-    chunk = bytes(1 << 20)
-    for _ in range(size >> 20):
-        digest.update(chunk)
-        parts.append(compressor.compress(chunk))
-    parts.append(compressor.flush())
-    sha = digest.hexdigest()
-    path = repo / ".git" / "objects" / sha[:2] / sha[2:]
-    path.parent.mkdir(exist_ok=True)
-    path.write_bytes(b"".join(parts))
-    return sha
-
-
-def _with_files(repo: Path, run_id: str, files: dict[str, str]) -> None:
-    """A new snapshot on the run's meta ref, its tip's message and all, whose tree has
-    each path of `files` set to that blob."""
-    ref = f"refs/fabro/meta/{run_id}"
-    env = {**os.environ, "GIT_INDEX_FILE": str(repo / ".git" / "forged-index")}
-
-    def plumbing(*args: str, data: str | None = None) -> str:
-        proc = subprocess.run(
-            ["git", *args], cwd=repo, env=env, input=data, capture_output=True, text=True
-        )
-        assert proc.returncode == 0, proc.stderr
-        return proc.stdout.strip()
-
-    tip = plumbing("rev-parse", ref)
-    plumbing("read-tree", tip)
-    entries = "".join(f"100644 {sha}\t{path}\n" for path, sha in files.items())
-    plumbing("update-index", "--index-info", data=entries)
-    message = plumbing("log", "-1", "--format=%B", tip)
-    commit = plumbing("commit-tree", plumbing("write-tree"), "-p", tip, data=message)
-    plumbing("update-ref", ref, commit, tip)
-
-
 def _status_kb(pid: int, field: str) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(f"{field}:"):
@@ -137,7 +96,7 @@ def test_a_run_of_many_big_segments_is_served_in_bounded_memory(
     blob = _blob(repo, (line + "\n").encode() * LINES_PER_SEGMENT)
     # After the run's own segments: its stages read as before, then 120 MB of deltas.
     forged = {f"events/000/{number:06d}.jsonl": blob for number in range(100, 100 + SEGMENTS)}
-    _with_files(repo, run_id, forged)
+    forge_meta_files(repo, f"refs/fabro/meta/{run_id}", forged)
 
     pid = elsewhere.proc.pid
     assert request(elsewhere, "/api/runs").status == 200
@@ -168,7 +127,7 @@ def test_a_run_with_an_over_size_segment_is_refused_before_its_stream_starts(
 ) -> None:
     run_id = hello_run
     segment = "events/000/000002.jsonl"
-    _with_files(repo, run_id, {segment: _zeros(repo, OVER_CAP)})
+    forge_meta_files(repo, f"refs/fabro/meta/{run_id}", {segment: loose_zeros(repo, OVER_CAP)})
     for path in (
         f"/api/runs/{run_id}/events",
         f"/api/runs/{run_id}",
@@ -191,7 +150,9 @@ def test_an_artifact_bigger_than_a_file_read_whole_is_downloaded_whole(
     run_id = hello_run
     # Each MiB numbered: a piece sent twice, or out of order, changes the digest.
     data = b"".join(number.to_bytes(8, "big") * (1 << 17) for number in range(OVER_CAP >> 20))
-    _with_files(repo, run_id, {"assets/greet/retry_1/big.bin": _blob(repo, data)})
+    forge_meta_files(
+        repo, f"refs/fabro/meta/{run_id}", {"assets/greet/retry_1/big.bin": _blob(repo, data)}
+    )
 
     response = request(
         elsewhere, f"/api/runs/{run_id}/artifacts/greet/retry_1/big.bin", stream=True
@@ -220,7 +181,9 @@ def test_every_runs_events_pass_over_a_run_that_cannot_be_read(repo: Path, hello
     runs' live tails: one that has only git's events sees a run that starts later only
     as far as its first snapshot.)"""
     forged = run_json("run", "hello", cwd=repo)[1]["run_id"]
-    _with_files(repo, forged, {"events/000/000002.jsonl": _zeros(repo, OVER_CAP)})
+    forge_meta_files(
+        repo, f"refs/fabro/meta/{forged}", {"events/000/000002.jsonl": loose_zeros(repo, OVER_CAP)}
+    )
     server = start_server(repo)
     stream = request(server, "/api/events", stream=True)
     try:
