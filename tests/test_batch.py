@@ -177,14 +177,15 @@ def test_inputs_rows_give_a_goal_and_string_inputs(tmp_path: Path) -> None:
     assert read_inputs(csv) == [("a, b", {"n": "1"}), ("c", {"n": "2"})]
 
 
-def test_ctrl_c_interrupts_every_run_and_resume_finishes_the_batch(
-    repo: Path, tmp_path: Path, hermetic_env: Path
-) -> None:
-    write_workflow(repo, HOLDING)
+def _cut_short(repo: Path, tmp_path: Path, *extra: str) -> tuple[list[dict], str]:
+    """A batch of HOLDING over three rows, two at a time, Ctrl-C'd once two rows hold:
+    its `--json` rows and its stderr (the workflow written here unless it is already)."""
+    if not (repo / "wf.fabro").exists():
+        write_workflow(repo, HOLDING)
     rows = _rows(tmp_path / "rows.jsonl", [{"n": n} for n in range(1, 4)])
     home = Path(os.environ["HOME"])
     proc = start_fabro(
-        ["batch", "wf.fabro", "--inputs", str(rows), "--max-parallel", "2", "--json"],
+        ["batch", "wf.fabro", "--inputs", str(rows), "--max-parallel", "2", "--json", *extra],
         cwd=repo,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
@@ -200,7 +201,14 @@ def test_ctrl_c_interrupts_every_run_and_resume_finishes_the_batch(
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    cut = _objects(out)
+    return _objects(out), err
+
+
+def test_ctrl_c_interrupts_every_run_and_resume_finishes_the_batch(
+    repo: Path, tmp_path: Path, hermetic_env: Path
+) -> None:
+    cut, err = _cut_short(repo, tmp_path)
+    home = Path(os.environ["HOME"])
     assert sorted(o["status"] for o in cut) == ["interrupted", "interrupted", "queued"], cut
     batch_id = cut[0]["batch_id"]
     assert f"git fabro batch --resume {batch_id}" in err
@@ -298,36 +306,8 @@ def test_a_fetched_batch_asks_for_the_runs_it_would_resume_too(
     git(repo, "remote", "add", "origin", str(origin))
     write_workflow(repo, HOLDING)
     git(repo, "push", "-q", "origin", "main")
-    rows = _rows(tmp_path / "rows.jsonl", [{"n": n} for n in range(1, 4)])
+    cut, _err = _cut_short(repo, tmp_path, "--remote", "origin")
     home = Path(os.environ["HOME"])
-    proc = start_fabro(
-        [
-            "batch",
-            "wf.fabro",
-            "--inputs",
-            str(rows),
-            "--max-parallel",
-            "2",
-            "--remote",
-            "origin",
-            "--json",
-        ],
-        cwd=repo,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 60
-    while len(list(home.glob("started-*"))) < 2:
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "the rows never started"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err
-    cut = _objects(out)
     batch_id = cut[0]["batch_id"]
     begun = sorted(o["run_id"] for o in cut if o["status"] == "interrupted")
     assert len(begun) == 2, cut
