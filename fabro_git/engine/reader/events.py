@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from fabro_git.config.locations import run_scratch_dir
-from fabro_git.errors import BlobTooLarge, FabroError, StoreError
+from fabro_git.errors import FabroError, StoreError
 from fabro_git.events.bus import last_event_id, lines_after
 from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as layout
@@ -112,11 +112,6 @@ def tail_path(repo: GitRepo, run_id: str) -> Path:
     return run_scratch_dir(Path(repo.git_dir), run_id) / "events.jsonl"
 
 
-def durable_events(repo: GitRepo, meta_sha: str) -> bytes:
-    """Every event the snapshot `meta_sha` holds, in order (sharded and flat layouts)."""
-    return layout.read_events(repo, meta_sha)
-
-
 def recorded_stream(repo: GitRepo, run_id: str) -> tuple[Iterator[bytes], int]:
     """Everything the run has recorded so far, each event once, as blocks of JSON lines:
     the meta ref's segments, one in memory at a time, then the live tail's lines after
@@ -156,33 +151,9 @@ def _recorded_blocks(
         yield line + b"\n"
 
 
-def recorded_events(repo: GitRepo, run_id: str) -> tuple[bytes, bytes, int]:
-    """(the meta ref's events, the live tail's events after them, the tail's length):
-    everything the run has recorded so far, each event once, whole in memory
-    (`recorded_stream` reads it a segment at a time). A meta ref git cannot read is an
-    error that names the run and says what to do."""
-    meta = repo.read_ref(layout.meta_ref(run_id))
-    try:
-        return recorded_since(repo, run_id, meta)
-    except StoreError as exc:
-        raise _unreadable(run_id, meta or "", exc) from exc
-
-
-def recorded_since(repo: GitRepo, run_id: str, meta: str | None) -> tuple[bytes, bytes, int]:
-    """`recorded_events` as of the snapshot `meta` (None: none yet); git's errors are
-    left to the caller."""
-    durable = durable_events(repo, meta) if meta else b""
-    tail = tail_path(repo, run_id)
-    length = _size(tail)
-    after = lines_after(lambda: _tail_lines(tail, length), last_event_id(durable))
-    return durable, b"".join(line + b"\n" for line in after), length
-
-
 def _unreadable(run_id: str, meta: str, exc: StoreError) -> FabroError:
     """The error for a run whose meta ref git cannot read (`exc`), naming the run."""
-    if isinstance(exc, BlobTooLarge):
-        return exc.for_run(run_id)
-    from fabro_git.engine.session import unreadable_meta
+    from fabro_git.engine.stored_run import unreadable_meta
 
     return unreadable_meta(run_id, meta, exc)
 

@@ -166,14 +166,10 @@ class RunReader:
         is refused before this returns."""
         return _events.iter_events(self.repo, self.run_id, after=after)
 
-    def recorded_events(self) -> bytes:
-        """The run's event log as bytes, as `logs` reads it: git's segments as of this
-        snapshot, then the live tail's lines beyond them (`recorded_blocks` streams it)."""
-        return b"".join(self.recorded_blocks())
-
     def recorded_blocks(self) -> Iterator[bytes]:
-        """`recorded_events`, a segment in memory at a time; a run whose segments cannot
-        be read is refused before this returns."""
+        """The run's event log as `logs` reads it (git's segments as of this snapshot,
+        then the live tail's lines beyond them), a segment in memory at a time; a run
+        whose segments cannot be read is refused before this returns."""
         blocks, _ = _events.recorded_stream_since(self.repo, self.run_id, self.meta_sha)
         return blocks
 
