@@ -174,7 +174,7 @@ def batch_trust(
         if repo.read_ref(runrefs.meta_ref(row.run_id)) is None:
             continue  # never started: it runs the record's workflow
         if batches.summarize(repo, row).status not in batches.FINISHED:
-            recorded = run_trust(repo, load_run(repo, row.run_id))
+            recorded = run_trust(repo, row.run_id, load_run(repo, row.run_id))
             if recorded.actions and not store.trusts_config(recorded.digest):
                 found.append((row.run_id, recorded))
     return found

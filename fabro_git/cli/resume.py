@@ -149,7 +149,7 @@ def _run_to_resume(
 
         check_run_config(
             full_id,
-            run_trust(repo, stored)
+            run_trust(repo, full_id, stored)
             if own_workflow is None
             else recorded_actions(manifest.settings),
             ask=ask_on_terminal("Trust it and resume?"),
@@ -170,7 +170,7 @@ def _trust_own_workflow(repo: GitRepo, run_id: str, source: str) -> None:
 
     stored = load_run(repo, run_id)
     if stored.source == redact.for_process().mask_text(source):
-        record_run_config(repo.root, run_id, run_trust(repo, stored))
+        record_run_config(repo.root, run_id, run_trust(repo, run_id, stored))
 
 
 def _options(

@@ -83,7 +83,7 @@ def _trust_run(store: TrustStore, repo: GitRepo, run_id: str, *, yes: bool) -> i
     if repo.read_ref(runrefs.batch_ref(run_id)) is not None:
         return _trust_batch(store, repo, run_id, yes=yes)
     full_id = resolve_run(repo, run_id)
-    recorded = run_trust(repo, load_run(repo, full_id))
+    recorded = run_trust(repo, full_id, load_run(repo, full_id))
     if not recorded.actions:
         print(f"run {full_id}'s configuration and workflow do nothing that needs trust")
         return 0

@@ -534,7 +534,7 @@ def _vouch_recorded_config(
             with GitRepo.discover(workdir) as repo:
                 sha = repo.read_ref(runrefs.meta_ref(run_id))
                 stored = None if sha is None else load_run_at(repo, run_id, sha, what=sha)
-                digest = None if stored is None else run_trust(repo, stored).digest
+                digest = None if stored is None else run_trust(repo, run_id, stored).digest
         except (FabroError, OSError):
             return  # the row's repository is gone: its run ended
         if digest is not None:

@@ -70,20 +70,19 @@ def load_run_at(repo: GitRepo, run_id: str, meta: str, *, what: str) -> StoredRu
 _STAGES_SHOWN = 20
 
 
-def run_trust(repo: GitRepo, stored: StoredRun, graph: Graph | None = None) -> RunConfigActions:
-    """What resuming the stored run would do on its own say (its recorded configuration
-    and its workflow's stages) and the digest the user's trust is kept under: of what
-    the meta ref holds (masked), never of what the run was given. `graph` is the run's
-    graph when its caller has it parsed already."""
+def run_trust(repo: GitRepo, run_id: str, stored: StoredRun) -> RunConfigActions:
+    """What resuming the stored run `run_id` would do on its own say (its recorded
+    configuration and its workflow's stages) and the digest the user's trust is kept
+    under: of what the meta ref holds (masked), never of what the run was given."""
     from fabro_git.config.trust import Action, recorded_actions
     from fabro_git.errors import WorkflowError
     from fabro_git.workflow import parse
 
     try:
-        actions = workflow_actions(graph if graph is not None else parse(stored.source))
+        actions = workflow_actions(parse(stored.source))
     except WorkflowError:
         actions = [Action("workflow", "runs a workflow this version cannot read")]
-    objects = _workflow_objects_at(repo, stored.meta_sha)
+    objects = _workflow_objects_at(repo, stored.meta_sha, run_id)
     workflow = recorded_workflow(objects, stored.manifest, actions)
     return recorded_actions(stored.manifest.settings, workflow)
 
@@ -112,19 +111,14 @@ def _blob_id(data: bytes) -> str:
     return hashlib.sha1(b"blob %d\0" % len(data) + data, usedforsecurity=False).hexdigest()
 
 
-def _workflow_objects_at(repo: GitRepo, meta: str) -> dict[str, str]:
+def _workflow_objects_at(repo: GitRepo, meta: str, run_id: str) -> dict[str, str]:
     """The blob id of each file of the meta commit `meta` that makes the run's
     workflow: `graph.fabro` and every file under `graphs/` (or the old `prompts/`)."""
     entries = repo.dir_entries(meta, "") or {}
     found = {runrefs.GRAPH: entries[runrefs.GRAPH][1]} if runrefs.GRAPH in entries else {}
-    pending = [directory.rstrip("/") for directory in _WORKFLOW_DIRS]
-    while pending:
-        directory = pending.pop()
-        for name, (mode, sha) in (repo.dir_entries(meta, directory) or {}).items():
-            if mode & 0o170000 == 0o040000:
-                pending.append(f"{directory}/{name}")
-            else:
-                found[f"{directory}/{name}"] = sha
+    for directory in (runrefs.GRAPHS_DIR, runrefs.LEGACY_PROMPTS_DIR):
+        for relpath, sha in blob_ids_under(repo, meta, directory, run_id=run_id).items():
+            found[f"{directory}/{relpath}"] = sha
     return found
 
 
@@ -260,23 +254,34 @@ def restore_artifacts(
 
 def read_run_dir(repo: GitRepo, commit: str, directory: str, *, run_id: str) -> dict[str, bytes]:
     """Every file under `directory` of `commit`, by its path inside it. The run's
-    (`run_id`) entry names are checked as paths (`fabro_git.confine`): whoever reads
-    them may write them to disk, or into another run."""
+    (`run_id`) entry names are checked as paths (`blob_ids_under`): whoever reads them
+    may write them to disk, or into another run."""
+    return {
+        relpath: repo.read_blob(sha, path=f"{directory}/{relpath}")
+        for relpath, sha in blob_ids_under(repo, commit, directory, run_id=run_id).items()
+    }
+
+
+def blob_ids_under(repo: GitRepo, commit: str, directory: str, *, run_id: str) -> dict[str, str]:
+    """The blob id of every file under `directory` of `commit` (a submodule's entry is
+    none), by its path inside it. Each entry's path is checked (`fabro_git.confine`) as
+    it is met, so a tree nested without end is refused, not walked."""
     from fabro_git.confine import checked_parts
 
-    out: dict[str, bytes] = {}
+    found: dict[str, str] = {}
     pending = [""]
     while pending:
         sub = pending.pop()
-        for name in repo.list_dir(commit, f"{directory}/{sub}".rstrip("/")) or []:
+        for name, (mode, sha) in (
+            repo.dir_entries(commit, f"{directory}/{sub}".rstrip("/")) or {}
+        ).items():
             relpath = f"{sub}/{name}" if sub else name
             try:
                 checked_parts(relpath)
             except UnsafeEntry as err:
                 raise UnsafeEntry(f"{directory}/{relpath}", err.reason, run_id=run_id) from None
-            data = repo.read_file(commit, f"{directory}/{relpath}")
-            if data is None:
+            if mode & 0o170000 == 0o040000:
                 pending.append(relpath)
-            else:
-                out[relpath] = data
-    return out
+            elif mode != 0o160000:
+                found[relpath] = sha
+    return found
