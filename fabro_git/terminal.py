@@ -7,7 +7,8 @@ link behind innocent text, and CR, backspace or a bidi override make a line read
 something it is not. Every command passes such text through `printable` before it
 reaches a terminal (or a pipe, which often ends in one); the colour our own renderers add
 is applied afterwards, so it stays. JSON output needs nothing: JSON encoding escapes
-control characters already. `show --raw` is the one way to get a run's bytes unchanged.
+control characters already. `show --raw` and `diff --raw` are the ways to get a run's
+bytes unchanged.
 
 The escapes are shown the way Python's `repr` writes them: `\\x1b`, `\\r`, `\\x08`,
 `\\x9b`, `\\u202e`; a newline and a tab stay as they are in multi-line text (a reply, an

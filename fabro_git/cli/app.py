@@ -515,11 +515,19 @@ def diff(
     stat: Annotated[
         bool, typer.Option("--stat", help="Show a diffstat instead of the patch.")
     ] = False,
+    raw: Annotated[
+        bool,
+        typer.Option(
+            "--raw",
+            help="git's bytes unchanged, control characters in the run's files included"
+            " (for `git apply`).",
+        ),
+    ] = False,
 ) -> None:
     """Show what a run, or one of its stages, changed."""
     from fabro_git.cli import diff as impl
 
-    raise typer.Exit(impl.run(run_id, node, stat=stat))
+    raise typer.Exit(impl.run(run_id, node, stat=stat, raw=raw))
 
 
 @command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

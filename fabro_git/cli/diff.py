@@ -4,6 +4,14 @@ git runs with this process's terminal, so the user's pager, colours, diff driver
 `diff.*` settings apply as they do to any `git diff`. A stage's change is measured from
 the previous checkpoint commit, not from its commit's parent: an agent that commits by
 itself leaves its own commits under the checkpoint commit, and they are part of its stage.
+
+The files are an agent's work, though, and git shows them raw: a file holding
+`ESC [8m` hides the lines after it from the review, `ESC ]52;` writes the clipboard, a
+bidi override makes code read as something it is not. So git runs twice when it must:
+once without colour, read here, and only when nothing in that output is a control
+character does git show the diff itself, coloured and paged. Otherwise the uncoloured
+output is shown through the sanitiser and the pager git would start (`_paged`), and a
+line on standard error says why. `--raw` gives git's bytes unchanged, for `git apply`.
 """
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ import sys
 from pathlib import Path
 
 
-def run(run_arg: str, node: str | None, *, stat: bool) -> int:
+def run(run_arg: str, node: str | None, *, stat: bool, raw: bool = False) -> int:
     from fabro_git.cli._runs import objects_of, resolve_run
     from fabro_git.engine.reader import open_run
     from fabro_git.errors import FabroError
@@ -44,4 +52,40 @@ def run(run_arg: str, node: str | None, *, stat: bool) -> int:
         # The ids come from the run's records: never where git reads an option.
         args = ["git", "diff", *(["--stat"] if stat else []), "--end-of-options", old, new, "--"]
         sys.stdout.flush()
-        return subprocess.run(args, cwd=repo.root, env=git_env(), check=False).returncode
+        if raw or _shown_as_is(args, repo.root):
+            return subprocess.run(args, cwd=repo.root, env=git_env(), check=False).returncode
+        return _shown_escaped(args, repo.root)
+
+
+def _shown_as_is(args: list[str], cwd: Path) -> bool:
+    """Whether git's uncoloured diff holds nothing a terminal acts on (read up to the
+    first line that does)."""
+    from fabro_git.cli._paged import shown_as_is
+    from fabro_git.store._gitcli import git_env
+
+    plain = [*args[:2], "--color=never", *args[2:]]
+    with subprocess.Popen(
+        plain, cwd=cwd, env=git_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    ) as git:
+        assert git.stdout is not None
+        clean = all(shown_as_is(line) for line in git.stdout)
+        if not clean:
+            git.kill()
+    return clean
+
+
+def _shown_escaped(args: list[str], cwd: Path) -> int:
+    from fabro_git.cli._paged import exit_status, git_pager, show_output
+    from fabro_git.store._gitcli import git_env
+
+    print(
+        "the run's changes hold control characters: shown escaped (\\x1b) and without"
+        " colour; `--raw` gives git's bytes unchanged",
+        file=sys.stderr,
+    )
+    pager = git_pager(cwd, "diff")
+    plain = [*args[:2], "--color=never", *args[2:]]
+    with subprocess.Popen(plain, cwd=cwd, env=git_env(), stdout=subprocess.PIPE) as git:
+        assert git.stdout is not None
+        show_output(git.stdout, pager, cwd)
+    return exit_status(git.returncode)

@@ -214,3 +214,48 @@ def test_json_output_writes_what_a_terminal_could_act_on_as_escapes(repo: Path) 
     events = [json.loads(line) for line in logs.stdout.splitlines()]
     assert goal in [e["properties"].get("goal") for e in events]
     assert "\\u009b2J" in logs.stdout
+
+
+# An agent's work that hides a line from the review: `ESC [8m` conceals what follows,
+# a bidi override reverses it; beside it a file with Windows line endings, whose CR LF
+# moves nothing.
+HIDING = r"""
+digraph Hiding {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    edit  [shape=parallelogram, script="printf 'ok = 1\\n\\033[8mrun(evil)\\033[0m\\nx = \\342\\200\\256cba\\n' > app.py; printf 'one\\r\\ntwo\\r\\n' > win.txt"]
+    start -> edit -> exit
+}
+"""
+
+
+def test_diff_shows_escapes_in_a_runs_files_visible_and_raw_on_request(repo: Path) -> None:
+    write_workflow(repo, HIDING)
+    run_id = _run(repo)
+    code, seen = on_a_terminal(["diff", run_id], repo, env={"GIT_PAGER": "cat"})
+    assert code == 0, seen
+    assert b"\x1b[8m" not in seen and "\u202e".encode() not in seen
+    text = seen.decode()
+    assert "+\\x1b[8mrun(evil)\\x1b[0m" in text and "+x = \\u202ecba" in text
+    # CR LF is left as it is (the terminal makes the LF a CR LF of its own).
+    assert "+one\r\r\n+two\r\r\n" in text
+    assert "shown escaped" in text
+
+    piped = run_fabro("diff", run_id, cwd=repo)
+    assert piped.returncode == 0 and "+\\x1b[8mrun(evil)" in piped.stdout
+    assert "`--raw`" in piped.stderr
+    raw = subprocess.run(
+        ["git", "fabro", "diff", "--raw", run_id], cwd=repo, capture_output=True, check=True
+    )
+    assert b"+\x1b[8mrun(evil)\x1b[0m\n" in raw.stdout and raw.stderr == b""
+
+
+def test_diff_with_escapes_goes_through_the_users_pager_escaped(repo: Path) -> None:
+    from helpers import git
+
+    write_workflow(repo, HIDING)
+    run_id = _run(repo)
+    git(repo, "config", "pager.diff", "sed s/^/PAGED:/")
+    seen = _on_a_pty(repo, "diff", run_id)
+    assert b"\x1b[8m" not in seen
+    assert "PAGED:+\\x1b[8mrun(evil)\\x1b[0m" in seen.decode()
