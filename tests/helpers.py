@@ -544,13 +544,15 @@ def copy_repo(source: Path, dest: Path, source_home: Path) -> Path:
     to have as if it had made them itself, for the cost of a copy. The user's trust in
     them (what they recorded as they started) comes along too."""
     from fabro_git.config.locations import repo_key, runs_dir
-    from fabro_git.config.trust import store_path
+    from fabro_git.config.trust import TrustStore
 
-    trusted = store_path()
-    made_by = source_home / ".config" / trusted.relative_to(trusted.parents[1])
-    if made_by.exists() and not trusted.exists():
-        trusted.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(made_by, trusted)
+    mine = TrustStore()
+    made_by = TrustStore(source_home / ".config" / mine.path.relative_to(mine.path.parents[1]))
+    if made_by.path.exists() and not mine.path.exists():
+        mine.path.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(made_by.path, mine.path)
+    if made_by.runs_dir.exists():
+        shutil.copytree(made_by.runs_dir, mine.runs_dir, dirs_exist_ok=True)
 
     shutil.copytree(source, dest, symlinks=True)
     # The copies have new inodes and ctimes: the index learns them now.

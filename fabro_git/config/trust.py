@@ -361,7 +361,13 @@ class TrustedConfig(msgspec.Struct, frozen=True):
 class _StoreFile(msgspec.Struct):
     version: int = msgspec.field(default=STORE_VERSION, name="_version")
     files: list[TrustedFile] = msgspec.field(default_factory=list)
+    # Run configurations trusted before each had a file of its own under
+    # `trusted-runs/`: still honoured, never added to.
     configs: list[TrustedConfig] = msgspec.field(default_factory=list)
+
+
+def _is_digest(name: str) -> bool:
+    return len(name) == 64 and all(c in "0123456789abcdef" for c in name)
 
 
 def store_path() -> Path:
@@ -370,11 +376,15 @@ def store_path() -> Path:
 
 
 class TrustStore:
-    """The user's trusted files, one entry a path (trusting new content replaces it).
-    Writes hold a lock and replace the file atomically."""
+    """The user's trusted files, one entry a path (trusting new content replaces it),
+    in `trusted.json`; and the run configurations they let act, one small file each
+    under `trusted-runs/`, named by its digest: a batch of a thousand rows trusts a
+    thousand runs, and each run's check is one `stat`, its approval one new file, however
+    many came before. Writes hold a lock or are atomic renames."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path if path is not None else store_path()
+        self.runs_dir = self.path.parent / "trusted-runs"
 
     def entries(self) -> list[TrustedFile]:
         return list(self._read().files)
@@ -396,22 +406,29 @@ class TrustStore:
             store.files = [f for f in store.files if f.path != entry.path] + [entry]
 
     def configs(self) -> list[TrustedConfig]:
-        return list(self._read().configs)
+        """Every run configuration trusted, oldest first."""
+        found = [*self._read().configs]
+        with contextlib.suppress(FileNotFoundError):
+            for child in self.runs_dir.iterdir():
+                if _is_digest(child.name) and (config := self._config_file(child)) is not None:
+                    found.append(config)
+        return sorted(found, key=lambda c: c.trusted_at)
 
     def trusts_config(self, digest: str) -> bool:
+        if _is_digest(digest) and (self.runs_dir / digest).exists():
+            return True
         return any(c.sha256 == digest for c in self._read().configs)
 
     def trust_config(self, digest: str, *, repository: Path, run_id: str) -> None:
         """Record a run configuration's acting keys as the user's choice (once)."""
         import datetime
 
+        if not _is_digest(digest):
+            raise ValueError(f"not a sha256 digest: {digest!r}")
         if self.trusts_config(digest):
             return
         now = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
-        entry = TrustedConfig(digest, str(Path(repository).resolve()), run_id, now)
-        with self._locked() as store:
-            if not any(c.sha256 == digest for c in store.configs):
-                store.configs.append(entry)
+        self._write_config(TrustedConfig(digest, str(Path(repository).resolve()), run_id, now))
 
     def revoke(self, path: Path, repository: Path) -> bool:
         """Forget the file at `path` and the run configurations approved in
@@ -421,7 +438,37 @@ class TrustStore:
             configs = [c for c in store.configs if c.repository != str(repository)]
             removed = (len(files), len(configs)) != (len(store.files), len(store.configs))
             store.files, store.configs = files, configs
+        for config in self.configs():
+            if config.repository == str(repository):
+                with contextlib.suppress(FileNotFoundError):
+                    (self.runs_dir / config.sha256).unlink()
+                    removed = True
         return removed
+
+    def _write_config(self, config: TrustedConfig) -> None:
+        """`config` as its own file, whole or not at all (written aside, flushed, then
+        renamed into place)."""
+        import tempfile
+
+        self.runs_dir.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=self.runs_dir, prefix=".new-")
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(msgspec.json.encode(config) + b"\n")
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temp, self.runs_dir / config.sha256)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
+            raise
+
+    def _config_file(self, path: Path) -> TrustedConfig | None:
+        try:
+            config = msgspec.json.decode(path.read_bytes(), type=TrustedConfig)
+        except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        return config if config.sha256 == path.name else None
 
     @staticmethod
     def _entry(store: _StoreFile, path: Path) -> TrustedFile | None:

@@ -447,3 +447,58 @@ def test_a_clones_workflow_run_by_name_acts_only_as_the_users_choice(tmp_path: P
     by_path = run_fabro("run", ".fabro/workflows/hello/workflow.toml", cwd=clone)
     assert by_path.returncode == 0, by_path.stderr
     assert marker.exists()
+
+
+def test_trusted_runs_take_a_file_each_and_old_entries_still_count(tmp_path: Path) -> None:
+    """A batch trusts a run a row: the file every check reads does not grow with them,
+    and the run configurations `trusted.json` held before are still trusted."""
+    import hashlib
+
+    import msgspec
+
+    from fabro_git.config.trust import TrustedConfig
+
+    def digest(n: int) -> str:
+        return hashlib.sha256(str(n).encode()).hexdigest()
+
+    store = TrustStore(tmp_path / "config" / "trusted.json")
+    old = TrustedConfig(digest(-1), str(tmp_path / "r"), "R0", "2026-01-01T00:00:00+00:00")
+    store.path.parent.mkdir(parents=True)
+    store.path.write_bytes(msgspec.json.encode({"_version": 1, "files": [], "configs": [old]}))
+    before = store.path.read_bytes()
+
+    for n in range(300):
+        store.trust_config(digest(n), repository=tmp_path / "r", run_id=f"R{n}")
+    store.trust_config(digest(7), repository=tmp_path / "elsewhere", run_id="again")
+    assert store.path.read_bytes() == before
+    assert all(store.trusts_config(digest(n)) for n in range(-1, 300))
+    assert not store.trusts_config(digest(300))
+    listed = store.configs()
+    assert len(listed) == 301 and listed[0] == old
+    assert {c.run_id for c in listed if c.sha256 == digest(7)} == {"R7"}  # the first approval
+
+    (store.runs_dir / digest(5)).write_text("not json")  # damaged: skipped in the list
+    assert len(store.configs()) == 300
+    assert store.revoke(tmp_path / "r" / ".fabro" / "project.toml", tmp_path / "r")
+    assert store.configs() == [] and not store.trusts_config(digest(8))
+    assert store.trusts_config(digest(5))  # the damaged file is not one of this repository's
+
+
+def test_a_run_started_here_is_trusted_without_rewriting_the_store(
+    repo: Path, hermetic_env: Path
+) -> None:
+    from helpers import write_workflow
+
+    write_workflow(
+        repo,
+        "digraph W { start [shape=Mdiamond]; exit [shape=Msquare];\n"
+        ' a [shape=parallelogram, script="true"]; start -> a -> exit }\n',
+    )
+    store = TrustStore()
+    for goal in ("one", "two"):
+        proc = run_fabro("run", "wf.fabro", "--goal", goal, cwd=repo)
+        assert proc.returncode == 0, proc.stderr
+    assert not store.path.exists() or b'"configs":[]' in store.path.read_bytes().replace(b" ", b"")
+    assert len(list(store.runs_dir.iterdir())) == 2
+    run_ids = {c.run_id for c in store.configs()}
+    assert len(run_ids) == 2
