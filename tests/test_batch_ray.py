@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -428,6 +429,10 @@ def test_ctrl_c_on_the_driver_interrupts_the_runs_on_the_nodes_and_resume_finish
     batch_id = cut[0]["batch_id"]
     assert f"git fabro batch --resume {batch_id}" in err
 
+    # The resumes land on a node that never saw these runs begin: each node forgets the
+    # runs it trusted as they started, and only the driver's user vouches for them now.
+    for environ in two_nodes.environ.values():
+        shutil.rmtree(Path(environ["XDG_CONFIG_HOME"]) / "git-fabro" / "trusted-runs", True)
     (where / "go").touch()
     resumed = run_fabro(
         "batch", "--resume", batch_id, "--ray", two_nodes.address, "--json", cwd=repo, timeout=300

@@ -271,6 +271,7 @@ def _run_on_ray(
     progress: Callable[[str, RowSummary | None], None],
     vouched: str | None,
 ) -> tuple[list[RowSummary], bool]:
+    from fabro_git.config.trust import TrustStore
     from fabro_git.engine import batch_ray
 
     assert record.remote is not None
@@ -281,10 +282,34 @@ def _run_on_ray(
             hint=f"git fabro batch --resume {record.batch_id} (without --ray) goes on here",
         )
     url = _remote_url(repo, record.remote)
-    rows = [batch_ray.RemoteRow(job, url, record.base, record.branch, vouched) for job in jobs]
-    summaries, interrupted = batch_ray.run_on_ray(rows, max_parallel, progress)
+    store = TrustStore()
+    rows = [
+        batch_ray.RemoteRow(
+            job, url, record.base, record.branch, vouched, _trusted_run(repo, job, store)
+        )
+        for job in jobs
+    ]
+    run_of = {job.row.row: job.row.run_id for job in jobs}
+
+    def started(digests: dict[int, str]) -> None:
+        """The runs began on the nodes at this user's command: theirs to resume anywhere."""
+        for row, digest in digests.items():
+            store.trust_config(digest, repository=repo.root, run_id=run_of.get(row, "?"))
+
+    summaries, interrupted = batch_ray.run_on_ray(rows, max_parallel, progress, started)
     batches.fetch_runs(repo, record.remote, record)
     return summaries, interrupted
+
+
+def _trusted_run(repo: GitRepo, job: RowJob, store: TrustStore) -> str | None:
+    """For a resumed row, the digest of what its run recorded, as fetched here, if this
+    user trusts it: the node that resumes it checks its own copy against it."""
+    from fabro_git.engine.stored_run import load_run, run_trust
+
+    if not job.resume:
+        return None
+    recorded = run_trust(repo, job.row.run_id, load_run(repo, job.row.run_id))
+    return recorded.digest if store.trusts_config(recorded.digest) else None
 
 
 def _new_record(

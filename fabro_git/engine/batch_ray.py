@@ -69,6 +69,9 @@ class RemoteRow(msgspec.Struct):
     base: str  # the commit every run of the batch starts from
     branch: str  # the base branch, as the driver has it checked out
     vouched: str | None = None  # the project file's digest, trusted by the driver's user
+    # A resumed row: its run's recorded configuration and workflow, as the driver read
+    # them from the remote, whose digest the driver's user trusts.
+    trusted_run: str | None = None
 
 
 # -- the driver's side -------------------------------------------------------------------
@@ -118,11 +121,16 @@ def connect(address: str) -> None:
 
 
 def run_on_ray(
-    rows: list[RemoteRow], max_parallel: int, progress: Callable[[str, RowSummary | None], None]
+    rows: list[RemoteRow],
+    max_parallel: int,
+    progress: Callable[[str, RowSummary | None], None],
+    started: Callable[[dict[int, str]], None] = lambda digests: None,
 ) -> tuple[list[RowSummary], bool]:
     """Run every row as a Ray task, in the shape of `batches.run_local`: (the rows'
     summaries, whether Ctrl-C or SIGTERM cut it). The driver must have joined the
-    cluster (`connect`)."""
+    cluster (`connect`). `started` is told, at the end, the digest of what each run
+    that began on a node recorded (row: digest): runs of the user's own batch, which a
+    later resume on any node may trust."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -156,6 +164,8 @@ def run_on_ray(
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            with contextlib.suppress(ray.exceptions.RayError):
+                started(ray.get(coordinator.started_configs.remote()))
             ray.kill(coordinator)
             ray.shutdown()
     return sorted(watch.summaries.values(), key=lambda s: s.row), stopping.is_set()
@@ -279,6 +289,9 @@ class Coordinator:
     async def config_of(self, row: int) -> str | None:
         return self.configs.get(row)
 
+    async def started_configs(self) -> dict[int, str]:
+        return dict(self.configs)
+
     async def take_news(self) -> list[tuple[str, bytes | None]]:
         news, self.news = self.news, []
         return news
@@ -372,9 +385,10 @@ def run_task(encoded: bytes, coordinator: RayObject) -> bytes:
             env = slots.env()
             if item.vouched is not None:
                 env[VOUCHED_VARIABLE] = item.vouched
-                known = coordinator.config_of.remote(row.row).future().result()
-                if known is not None:
-                    env[VOUCHED_CONFIG_VARIABLE] = known
+            known = coordinator.config_of.remote(row.row).future().result()
+            trusted = [digest for digest in (known, item.trusted_run) if digest is not None]
+            if trusted:
+                env[VOUCHED_CONFIG_VARIABLE] = ",".join(trusted)
             summary = run_in(workdir, item, env, coordinator)
     finally:
         signal.signal(signal.SIGINT, before)
@@ -500,7 +514,7 @@ def run_in(
 
     def started(proc: subprocess.Popen[bytes]) -> None:
         procs.append(proc)
-        if item.vouched is not None and coordinator is not None and not resume:
+        if coordinator is not None and not resume:
             threading.Thread(
                 target=_vouch_recorded_config,
                 args=(workdir, row.row, row.run_id, coordinator, ended),
@@ -524,8 +538,9 @@ def _vouch_recorded_config(
     workdir: Path, row: int, run_id: str, coordinator: RayObject, ended: threading.Event
 ) -> None:
     """Once the row's run has recorded its configuration (its first commit), tell the
-    coordinator its digest: the run started with the driver's trusted project file, and
-    a resume on another node may trust exactly that configuration."""
+    coordinator its digest: the run started on the driver's command (with its trusted
+    project file, if any), and a resume on another node may trust exactly what it
+    recorded."""
     from fabro_git.engine.stored_run import load_run_at, run_trust
     from fabro_git.store.repo import GitRepo
 
