@@ -47,7 +47,9 @@ class Feed:
     def __init__(self, source: RepositoryRuns, run_id: str) -> None:
         self.source = source
         self.run_id = run_id
-        self.events: list[RunEvent] = []
+        # Each event's id and its SSE message, in order: the decoded events are not
+        # kept, and the messages are what every watching page is sent.
+        self.ids: list[str] = []
         self.messages: list[bytes] = []
         self.ended = False
         self.watchers = 0
@@ -75,7 +77,7 @@ class Feed:
 
     def _add(self, events: list[RunEvent]) -> None:
         if events:
-            self.events.extend(events)
+            self.ids.extend(event.id for event in events)
             self.messages.extend(message(event) for event in events)
             self._wake()
 
@@ -85,6 +87,16 @@ class Feed:
 
     async def wait_grown(self) -> None:
         await self._grown.wait()
+
+    def start_after(self, last_id: str | None) -> int:
+        """Where a page that saw `last_id` goes on: after that event, or, when it is not
+        one of the run's, at the first event whose id (a UUID v7, in time order) sorts
+        after it."""
+        if last_id is None:
+            return 0
+        with contextlib.suppress(ValueError):
+            return self.ids.index(last_id) + 1
+        return next((i for i, id_ in enumerate(self.ids) if id_ > last_id), len(self.ids))
 
 
 class Feeds:
@@ -152,8 +164,7 @@ async def _follow_live(feeds: Feeds, run_id: str, last_id: str | None, send: Sen
     feed = feeds.watch(run_id)
     try:
         await feed.loaded.wait()
-        start = len(feed.events) - len(events_after(feed.events, last_id))
-        await _follow(feed, start, send)
+        await _follow(feed, feed.start_after(last_id), send)
     finally:
         feeds.unwatch(feed)
 

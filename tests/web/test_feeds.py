@@ -27,7 +27,14 @@ def test_a_live_runs_feed_ends_when_its_last_watcher_leaves(repo: Path) -> None:
                 first, second = feeds.watch(run_id), feeds.watch(run_id)
                 assert first is second
                 await first.loaded.wait()
-                assert any(event.name == "run.created" for event in first.events)
+                assert any(b'"event":"run.created"' in m for m in first.messages)
+                # A page that reconnects goes on after the last event it saw; an id
+                # that is none of the run's places it by time.
+                ids = first.ids
+                assert len(ids) == len(first.messages) >= 2
+                assert (first.start_after(None), first.start_after(ids[0])) == (0, 1)
+                assert first.start_after("0" * 36) == 0
+                assert first.start_after("f" * 36) == len(ids)
                 feeds.unwatch(first)
                 assert feeds.followed() == [run_id]
                 feeds.unwatch(second)
