@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import cast
 
-from dulwich.object_store import BaseObjectStore
 from dulwich.objects import ObjectID, ShaFile, parse_tree
 
 from fabro_git.errors import MissingObject
@@ -68,8 +67,6 @@ class TreeDiffs:
     def _small_diff(self, old_tree: str, new_tree: str, *, max_bytes: int) -> str | None:
         import io
 
-        from dulwich.patch import write_object_diff
-
         store = self._objects
         changes = self._changes(old_tree, new_tree, _SMALL_DIFF_FILES)
         if len(changes) > _SMALL_DIFF_FILES:
@@ -86,7 +83,7 @@ class TreeDiffs:
                     return None
         out = io.BytesIO()
         for old_side, new_side in changes:
-            write_object_diff(out, cast(BaseObjectStore, store), old_side, new_side)
+            out.writelines(file_diff(old_side, new_side, lambda sha: store[sha].as_raw_string()))
         data = out.getvalue()
         if len(data) > max_bytes:
             cut = data.rfind(b"\n", 0, max_bytes) + 1 or max_bytes
@@ -182,3 +179,95 @@ class TreeDiffs:
                 del cache[next(iter(cache))]
         cache[sha] = entries
         return entries
+
+
+# -- one file's diff, in the form `git diff` gives it -----------------------------------------
+
+
+def file_diff(old: _Side, new: _Side, content: Callable[[bytes], bytes]) -> Iterator[bytes]:
+    """The lines of one file's diff between two sides (`content` gives a blob's bytes by
+    its hex id): git's header, then "Binary files ... differ" or the unified hunks with
+    three lines of context and git's "\\ No newline at end of file"."""
+    old_path, old_mode, old_id = old
+    new_path, new_mode, new_id = new
+    yield from _diff_header(old, new)
+    before, after = (
+        _side_content(old_mode, old_id, content),
+        _side_content(new_mode, new_id, content),
+    )
+    from_name, to_name = _patch_name(old_path, b"a"), _patch_name(new_path, b"b")
+    if b"\0" in before[:8000] or b"\0" in after[:8000]:
+        yield b"Binary files " + from_name + b" and " + to_name + b" differ\n"
+        return
+    yield from _hunks(_lines(before), _lines(after), from_name, to_name)
+
+
+def _lines(data: bytes) -> list[bytes]:
+    """A file's lines, each with its newline, as git splits them: at LF only (a CR is
+    part of its line)."""
+    lines = [line + b"\n" for line in data.split(b"\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines if lines[-1] else lines[:-1]
+
+
+def _side_content(mode: int | None, sha: bytes | None, content: Callable[[bytes], bytes]) -> bytes:
+    if sha is None:
+        return b""
+    if mode is not None and mode & 0o170000 == 0o160000:  # a submodule: its commit
+        return b"Subproject commit " + sha + b"\n"
+    return content(sha)
+
+
+def _patch_name(path: bytes | None, root: bytes) -> bytes:
+    return b"/dev/null" if path is None else root + b"/" + path
+
+
+def _diff_header(old: _Side, new: _Side) -> Iterator[bytes]:
+    (old_path, old_mode, old_id), (new_path, new_mode, new_id) = old, new
+    old_path = old_path if old_path is not None else new_path
+    new_path = new_path if new_path is not None else old_path
+    yield b"diff --git " + _patch_name(old_path, b"a") + b" " + _patch_name(new_path, b"b") + b"\n"
+    if old_mode != new_mode:
+        if new_mode is None:
+            yield f"deleted file mode {old_mode:o}\n".encode()
+        else:
+            if old_mode is not None:
+                yield f"old file mode {old_mode:o}\n".encode()
+            yield f"new file mode {new_mode:o}\n".encode()
+    both = f" {new_mode:o}" if new_mode is not None and old_mode is not None else ""
+    short = [b"0" * 7 if sha is None else sha[:7] for sha in (old_id, new_id)]
+    yield b"index " + short[0] + b".." + short[1] + both.encode() + b"\n"
+
+
+_NO_NEWLINE = b"\n\\ No newline at end of file\n"
+
+
+def _hunks(a: list[bytes], b: list[bytes], from_name: bytes, to_name: bytes) -> Iterator[bytes]:
+    from difflib import SequenceMatcher
+
+    def last_line(line: bytes) -> bytes:
+        return line if line.endswith(b"\n") else line + _NO_NEWLINE
+
+    for number, group in enumerate(SequenceMatcher(a=a, b=b).get_grouped_opcodes(3)):
+        if number == 0:
+            yield b"--- " + from_name + b"\n"
+            yield b"+++ " + to_name + b"\n"
+        first, last = group[0], group[-1]
+        ranges = _range(first[1], last[2]), _range(first[3], last[4])
+        yield f"@@ -{ranges[0]} +{ranges[1]} @@\n".encode()
+        for tag, i1, i2, j1, j2 in group:
+            if tag == "equal":
+                yield from (b" " + last_line(line) for line in a[i1:i2])
+                continue
+            if tag in ("replace", "delete"):
+                yield from (b"-" + last_line(line) for line in a[i1:i2])
+            if tag in ("replace", "insert"):
+                yield from (b"+" + last_line(line) for line in b[j1:j2])
+
+
+def _range(start: int, stop: int) -> str:
+    """A hunk's range of lines as a unified diff writes it (`3`, `3,4`, `2,0`)."""
+    length = stop - start
+    if length == 1:
+        return f"{start + 1}"
+    return f"{start + 1 if length else start},{length}"
