@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import trio
 from helpers import run_fabro
 
@@ -106,3 +107,36 @@ def test_a_follower_holding_a_lock_keeps_it_from_each_read_until_the_batch_is_ha
     events = reader.read_events(git, run_id)
     # The run has ended, so the follower then only waits: the lock is free meanwhile.
     assert trio.run(follow) == [f"drawn {len(events)}", "caught up"]
+
+
+def test_a_runs_backlog_is_followed_a_batch_at_a_time(
+    repo: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Following every run takes each run's history a batch at a time, in order, never
+    whole: a fetched run may have millions of events. A follower that shares its cursor
+    (one holding a lock) still takes the backlog at once."""
+    from fabro_git.engine.reader import events as events_module
+
+    first, second = _hello(repo), _hello(repo)
+    git = GitRepo.discover(repo)
+    expected = {run_id: reader.read_events(git, run_id) for run_id in (first, second)}
+    monkeypatch.setattr(events_module, "BACKLOG_BATCH", 7)
+    got: dict[str, list[reader.RunEvent]] = {first: [], second: []}
+    sizes = []
+    for batch in reader.follow_all([], new_runs=reader.NewRuns(git), interval=0.01):
+        sizes.append(len(batch))
+        got[batch[0].run_id] += batch
+        if got == expected:
+            break
+    assert max(sizes) == 7 and len(sizes) >= 2 * (len(expected[first]) // 7)
+
+    # From trio too, with `after` placed in the third batch.
+    async def follow(holding: trio.Lock | None) -> list[list[reader.RunEvent]]:
+        cursor = reader.EventCursor(git, first, after=expected[first][17].id)
+        return [batch async for batch in cursor.follow_async(interval=0.01, holding=holding)]
+
+    batches = trio.run(follow, None)
+    assert [e for batch in batches for e in batch] == expected[first][18:]
+    assert max(len(batch) for batch in batches) <= 7
+    [whole] = trio.run(follow, trio.Lock())
+    assert whole == expected[first][18:]

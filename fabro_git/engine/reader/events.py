@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 # is gone it makes before stopping, so the run's last lines land first.
 FOLLOW_INTERVAL = 0.2
 SETTLE_CHECKS = 3
+# A follower that has the cursors to itself takes a run's backlog this many events at a
+# time, a segment in memory at most, not the whole history at once (a fetched run may
+# have millions of events).
+BACKLOG_BATCH = 1000
 # How much of a live tail is read at a time.
 _TAIL_BLOCK = 1 << 20
 
@@ -248,6 +252,11 @@ class EventCursor:
                 return self._backlog()
         return iter(self.read())
 
+    @property
+    def started(self) -> bool:
+        """Whether the backlog has been taken (`read`, `backlog` or `skip_backlog`)."""
+        return self._started
+
     def _backlog(self) -> Iterator[RunEvent]:
         self._started = True
         blocks, self._offset = recorded_stream(self.repo, self.run_id)
@@ -314,14 +323,19 @@ class NewRuns:
 
 
 def _follow_steps(
-    cursors: Sequence[EventCursor], new_runs: Callable[[], list[EventCursor]] | None
+    cursors: Sequence[EventCursor],
+    new_runs: Callable[[], list[EventCursor]] | None,
+    backlog_batch: int | None,
 ) -> Iterator[list[RunEvent] | None]:
     """The one follow loop: a batch of new events from some run, or None for "wait a
     moment". Without `new_runs` it ends once every run has ended and stayed quiet
-    SETTLE_CHECKS times; with it, it looks for new runs each round and never ends."""
+    SETTLE_CHECKS times; with it, it looks for new runs each round and never ends. A
+    run's backlog comes `backlog_batch` events at a time (None: whole, for cursors that
+    another reader reads too)."""
     following = list(cursors)
     idle = [0] * len(following)
     given = len(following)  # the runs asked for: one that cannot be read is an error
+    backlogs: dict[int, Iterator[RunEvent]] = {}  # the backlogs being given
     while new_runs is not None or any(count < SETTLE_CHECKS for count in idle):
         if new_runs is not None:
             fresh = new_runs()
@@ -332,8 +346,9 @@ def _follow_steps(
             if idle[index] >= SETTLE_CHECKS:
                 continue  # ended: its last lines are read
             try:
-                batch = cursor.read()
+                batch = _next_batch(cursor, backlogs, index, backlog_batch)
             except FabroError:
+                backlogs.pop(index, None)
                 if index < given:
                     raise
                 # A run found along the way (every run's events) that cannot be read
@@ -350,6 +365,25 @@ def _follow_steps(
             yield None
 
 
+def _next_batch(
+    cursor: EventCursor, backlogs: dict[int, Iterator[RunEvent]], index: int, size: int | None
+) -> list[RunEvent]:
+    """What `cursor` gives next: the next `size` events of its backlog while it lasts,
+    then what its tail got."""
+    import itertools
+
+    rest = backlogs.get(index)
+    if rest is None:
+        if size is None or cursor.started:
+            return cursor.read()
+        rest = backlogs[index] = cursor.backlog()
+    assert size is not None
+    batch = list(itertools.islice(rest, size))
+    if len(batch) < size:
+        del backlogs[index]
+    return batch
+
+
 def follow_all(
     cursors: Sequence[EventCursor],
     *,
@@ -358,7 +392,7 @@ def follow_all(
 ) -> Iterator[list[RunEvent]]:
     """Follow several runs at once (and those `new_runs` finds, e.g. `NewRuns(repo)`),
     blocking between reads; ends when all have ended, or never with `new_runs`."""
-    for batch in _follow_steps(cursors, new_runs):
+    for batch in _follow_steps(cursors, new_runs, BACKLOG_BATCH):
         if batch is None:
             time.sleep(interval)
         else:
@@ -381,7 +415,7 @@ async def follow_all_async(
 
     import trio
 
-    steps = _follow_steps(cursors, new_runs)
+    steps = _follow_steps(cursors, new_runs, None if holding is not None else BACKLOG_BATCH)
     done = object()
     guard: contextlib.AbstractAsyncContextManager[object] = (
         holding if holding is not None else contextlib.nullcontext()
