@@ -57,6 +57,10 @@ RayObject = Any
 MAX_RETRIES = 3
 # How often the driver looks at the cluster for rows that ended and a Ctrl-C.
 STOP_POLL_SECONDS = 0.5
+# How often a task looks for its run's first commit, to vouch for what it recorded: soon
+# after, since a resume elsewhere (its node lost a moment later) trusts only what was
+# vouched for, and the run's first stage is well under way by the next look.
+VOUCH_POLL_SECONDS = 0.02
 # How long the driver waits, after Ctrl-C, for the running rows to stop at a checkpoint.
 INTERRUPT_SECONDS = 120.0
 
@@ -544,7 +548,7 @@ def _vouch_recorded_config(
     from fabro_git.engine.stored_run import load_run_at, run_trust
     from fabro_git.store.repo import GitRepo
 
-    while not ended.wait(STOP_POLL_SECONDS):
+    while not ended.wait(VOUCH_POLL_SECONDS):
         try:
             with GitRepo.discover(workdir) as repo:
                 sha = repo.read_ref(runrefs.meta_ref(run_id))
