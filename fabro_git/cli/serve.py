@@ -8,11 +8,11 @@ was started in (`web.source`, over the run reader), and nothing else.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import os
 import secrets
 import shutil
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -55,41 +55,63 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 def run(*, host: str, port: int, open_browser: bool) -> int:
-    import trio
-
     if not 0 <= port <= 65535:
         raise ConfigError(f"--port {port}: a port is a number from 0 to 65535")
     from fabro_git.web.source import RepositoryRuns
 
     runs = RepositoryRuns(Path.cwd())
     sock = listen(host, port)
+    # From the moment it can be reached, Ctrl-C and SIGTERM ask it to stop, and it
+    # stops the same way whenever they come: in the middle of its start too, before the
+    # server's own receiver is in place, and with the page `--open` writes removed.
+    stopping: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        stopping.append(signum)
+
+    previous = {sig: signal.signal(sig, note) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        return _serve_on(sock, runs, host, open_browser, stopping)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _serve_on(
+    sock: socket.socket, runs: RepositoryRuns, host: str, open_browser: bool, stopping: list[int]
+) -> int:
+    import trio
+
     bound = sock.getsockname()[1]
     token = secrets.token_urlsafe(24)
     shown = f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{bound}/#token={token}"
-    if not is_loopback(host):
-        print(
-            f"warning: listening on {host}, not loopback: anyone who can reach this address"
-            " and has the token can read every run here and answer, steer or interrupt"
-            " live ones",
-            file=sys.stderr,
-        )
-    print(f"git fabro serve: {url}", flush=True)
-    print("(Ctrl-C stops the server; runs go on)", file=sys.stderr, flush=True)
     opener = None
-    if open_browser:
-        import threading
-        import webbrowser
+    try:
+        if not is_loopback(host):
+            print(
+                f"warning: listening on {host}, not loopback: anyone who can reach this"
+                " address and has the token can read every run here and answer, steer or"
+                " interrupt live ones",
+                file=sys.stderr,
+            )
+        print(f"git fabro serve: {url}", flush=True)
+        print("(Ctrl-C stops the server; runs go on)", file=sys.stderr, flush=True)
+        if open_browser:
+            import threading
+            import webbrowser
 
-        # The browser's command line is every local user's to read (`ps`): it gets a
-        # private file that sends it on to the address, not the address and its token.
-        opener = _opening_page(url)
-        threading.Thread(target=webbrowser.open, args=(opener.as_uri(),), daemon=True).start()
-    with contextlib.suppress(KeyboardInterrupt):
-        # Hypercorn takes the socket over by its descriptor, and closes it.
-        trio.run(_serve, runs, sock.detach(), token, host)
-    if opener is not None:
-        shutil.rmtree(opener.parent, ignore_errors=True)
+            # The browser's command line is every local user's to read (`ps`): it gets a
+            # private file that sends it on to the address, not the address and its token.
+            opener = _opening_page(url)
+            threading.Thread(target=webbrowser.open, args=(opener.as_uri(),), daemon=True).start()
+        if not stopping:
+            # Hypercorn takes the socket over by its descriptor, and closes it.
+            trio.run(_serve, runs, sock.detach(), token, host, stopping)
+    finally:
+        sock.close()
+        if opener is not None:
+            shutil.rmtree(opener.parent, ignore_errors=True)
     print("git fabro serve: stopped", file=sys.stderr)
     return 0
 
@@ -111,9 +133,7 @@ def _opening_page(url: str) -> Path:
     return page
 
 
-async def _serve(runs: RepositoryRuns, fd: int, token: str, host: str) -> None:
-    import signal
-
+async def _serve(runs: RepositoryRuns, fd: int, token: str, host: str, stopping: list[int]) -> None:
     import trio
     from hypercorn.config import Config
     from hypercorn.trio import serve
@@ -131,6 +151,8 @@ async def _serve(runs: RepositoryRuns, fd: int, token: str, host: str) -> None:
 
     async def stopped() -> None:
         with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            if stopping:  # asked before the receiver was in place
+                return
             async for _signal in signals:
                 return
 

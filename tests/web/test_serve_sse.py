@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import socket
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -449,3 +450,19 @@ def test_open_hands_the_browser_a_private_page_not_the_token(repo: Path, tmp_pat
     finally:
         started.stop()
     assert not page.exists()
+
+
+def test_sigterm_as_soon_as_the_address_is_printed_stops_it_cleanly(
+    repo: Path, tmp_path: Path
+) -> None:
+    """A service manager may stop the server the moment it has started: SIGTERM right
+    after the address is printed, before the server has all its parts, ends it as a
+    later one does, saying so, with the page `--open` wrote removed."""
+    browser = tmp_path / "browser"
+    browser.write_text("#!/bin/sh\nexit 0\n")
+    browser.chmod(0o755)
+    made_before = set(Path(tempfile.gettempdir()).glob("git-fabro-serve-*"))
+    started = start_server(repo, "--open", env={"BROWSER": str(browser)})
+    started.stop()  # at once: SIGTERM, then exit status 0 and no traceback
+    assert b"git fabro serve: stopped" in started.stderr
+    assert set(Path(tempfile.gettempdir()).glob("git-fabro-serve-*")) == made_before
