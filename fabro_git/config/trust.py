@@ -408,10 +408,15 @@ class TrustStore:
     def configs(self) -> list[TrustedConfig]:
         """Every run configuration trusted, oldest first."""
         found = [*self._read().configs]
-        with contextlib.suppress(FileNotFoundError):
-            for child in self.runs_dir.iterdir():
-                if _is_digest(child.name) and (config := self._config_file(child)) is not None:
-                    found.append(config)
+        try:
+            children = list(self.runs_dir.iterdir())
+        except FileNotFoundError:
+            children = []
+        except OSError as exc:
+            raise self._unusable(exc) from None
+        for child in children:
+            if _is_digest(child.name) and (config := self._config_file(child)) is not None:
+                found.append(config)
         return sorted(found, key=lambda c: c.trusted_at)
 
     def trusts_config(self, digest: str) -> bool:
@@ -450,18 +455,29 @@ class TrustStore:
         renamed into place)."""
         import tempfile
 
-        self.runs_dir.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=self.runs_dir, prefix=".new-")
+        try:
+            self.runs_dir.mkdir(parents=True, exist_ok=True)
+            fd, temp = tempfile.mkstemp(dir=self.runs_dir, prefix=".new-")
+        except OSError as exc:
+            raise self._unusable(exc) from None
         try:
             with os.fdopen(fd, "wb") as out:
                 out.write(msgspec.json.encode(config) + b"\n")
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(temp, self.runs_dir / config.sha256)
-        except BaseException:
+        except BaseException as exc:
             with contextlib.suppress(OSError):
                 os.unlink(temp)
+            if isinstance(exc, OSError):
+                raise self._unusable(exc) from None
             raise
+
+    def _unusable(self, exc: OSError) -> ConfigError:
+        return ConfigError(
+            f"{self.runs_dir}: cannot keep the trusted runs there ({exc.strerror})",
+            hint="it must be a directory you can write; move aside what is in its place",
+        )
 
     def _config_file(self, path: Path) -> TrustedConfig | None:
         try:

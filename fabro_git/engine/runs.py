@@ -39,7 +39,7 @@ from fabro_git.engine.lock import RunLock
 from fabro_git.engine.recorder import Recorder
 from fabro_git.engine.runner import Options, now_iso
 from fabro_git.engine.stored_run import load_graph, load_run, load_run_at, read_run_dir
-from fabro_git.errors import ConfigError, FabroError, RunLocked, StoreError
+from fabro_git.errors import ConfigError, FabroError, StoreError
 from fabro_git.events.bus import EventBus, TailFileSink, tail_after
 from fabro_git.events.catalogue import MetadataSnapshotFailed, RunCreated, RunNotice
 from fabro_git.events.envelope import Actor, EventProps
@@ -47,7 +47,7 @@ from fabro_git.files import NAMED_GRAPH_FILE
 from fabro_git.jsondata import JsonObject
 from fabro_git.store import runs as runrefs
 from fabro_git.store.durability import prefetch as prefetch_durability
-from fabro_git.store.repo import GitRepo
+from fabro_git.store.repo import GitRepo, HeadInfo
 from fabro_git.workflow import Graph
 
 
@@ -156,13 +156,38 @@ def create_run(
     scratch = make_private_dir(run_scratch_dir(repo.git_dir, run_id))
     lock = RunLock(repo, run_id)
     lock.acquire()
-    if spec.options.in_place:
-        try:
+    try:
+        if spec.options.in_place:
             lock.hold_checkout()
-        except RunLocked:
+        return _record_new_run(repo, spec, base, run_id, scratch, lock, warn, before_recorded)
+    except BaseException:
+        if _never_made(repo, run_id):  # nothing names it: what was made for it goes
             lock.release()
-            shutil.rmtree(scratch, ignore_errors=True)  # made just now, for this run alone
-            raise
+            shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def _never_made(repo: GitRepo, run_id: str) -> bool:
+    """Whether run `run_id` has no meta ref (as far as can be told)."""
+    try:
+        return repo.read_ref(runrefs.meta_ref(run_id)) is None
+    except (FabroError, OSError):
+        return False
+
+
+def _record_new_run(
+    repo: GitRepo,
+    spec: RunSpec,
+    base: HeadInfo,
+    run_id: str,
+    scratch: Path,
+    lock: RunLock,
+    warn: Callable[[str], object],
+    before_recorded: Callable[[str, Mapping[str, bytes]], object] | None,
+) -> OpenRun:
+    """The run's manifest, first checkpoint, bus and recorder, its creation announced and
+    its first snapshot written: from then on it exists."""
+    assert base.sha is not None
     # Two git processes asked at once and answered below: they run side by side, and
     # while this process works. The configuration answers both the origin's URL and
     # what to flush (`fabro_git.store.durability`).

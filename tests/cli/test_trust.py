@@ -502,3 +502,29 @@ def test_a_run_started_here_is_trusted_without_rewriting_the_store(
     assert len(list(store.runs_dir.iterdir())) == 2
     run_ids = {c.run_id for c in store.configs()}
     assert len(run_ids) == 2
+
+
+def test_a_trust_store_that_cannot_be_written_stops_a_run_before_it_exists(
+    repo: Path, hermetic_env: Path
+) -> None:
+    """Trust is recorded before a run's first snapshot: when it cannot be, the run is
+    refused with the place named, and nothing of it is left (no ref, no scratch)."""
+    from helpers import git, write_workflow
+
+    write_workflow(
+        repo,
+        "digraph W { start [shape=Mdiamond]; exit [shape=Msquare];\n"
+        ' a [shape=parallelogram, script="true"]; start -> a -> exit }\n',
+    )
+    in_the_way = TrustStore().runs_dir
+    in_the_way.parent.mkdir(parents=True, exist_ok=True)
+    in_the_way.write_text("not a directory\n")
+    proc = run_fabro("run", "wf.fabro", cwd=repo)
+    assert proc.returncode == 1, proc.stderr
+    assert f"{in_the_way}: cannot keep the trusted runs there" in proc.stderr
+    assert "Traceback" not in proc.stderr and "bug" not in proc.stderr
+    assert git(repo, "for-each-ref", "refs/fabro", "refs/heads/fabro") == ""
+    runs = hermetic_env / "fabro" / "runs"
+    assert not runs.exists() or list(runs.iterdir()) == []
+    listed = run_fabro("trust", "--list", cwd=repo)
+    assert listed.returncode == 1 and "cannot keep the trusted runs" in listed.stderr
