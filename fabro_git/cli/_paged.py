@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -31,9 +32,60 @@ def printable_line(line: bytes) -> str:
     return printable(text)
 
 
-def shown_as_is(line: bytes) -> bool:
-    """Whether `printable_line` leaves `line` as it is: nothing in it a terminal acts on."""
-    return printable_line(line) == line.decode("utf-8", "surrogateescape")
+# What `printable_line` would escape, as UTF-8 bytes: C0 controls but tab and LF, a CR
+# that does not end its line, DEL, C1 controls, the bidi controls. (Bytes that are not
+# UTF-8 are found by decoding.)
+_ESCAPED = re.compile(
+    rb"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]|\r(?!\n)|\xc2[\x80-\x9f]|\xd8\x9c"
+    rb"|\xe2\x80[\x8e\x8f\xaa-\xae]|\xe2\x81[\xa6-\xa9]"
+)
+
+
+def _line_blocks(stream: IO[bytes], block: int = 1 << 20) -> Iterator[bytes]:
+    """What `stream` gives, a block of whole lines at a time (the last may lack its
+    newline). None of the characters `_ESCAPED` finds spans a line."""
+    rest = b""
+    while data := stream.read(block):
+        cut = data.rfind(b"\n") + 1
+        if cut:
+            yield rest + data[:cut]
+            rest = data[cut:]
+        else:
+            rest += data
+    if rest:
+        yield rest
+
+
+def shown_as_is(stream: IO[bytes], block: int = 1 << 20) -> bool:
+    """Whether `printable_line` would leave every line `stream` gives as it is: nothing
+    in it a terminal acts on (read up to the first block that holds something)."""
+    return all(_plain(lines) for lines in _line_blocks(stream, block))
+
+
+def copy_shown(stream: IO[bytes], out: IO[bytes], block: int = 1 << 20) -> bool:
+    """Copy `stream` to `out`, each line as `printable_line` gives it (a block of lines
+    that needs nothing escaped, nearly all of them, is copied as it is): whether
+    anything was escaped."""
+    import io
+
+    escaped = False
+    for lines in _line_blocks(stream, block):
+        if _plain(lines):
+            out.write(lines)
+            continue
+        escaped = True
+        for line in io.BytesIO(lines):
+            out.write(printable_line(line).encode())
+    out.flush()
+    return escaped
+
+
+def _plain(lines: bytes) -> bool:
+    try:
+        lines.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return _ESCAPED.search(lines) is None
 
 
 def copy_printable(lines: Iterable[bytes], out: IO[str]) -> None:

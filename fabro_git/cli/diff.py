@@ -52,9 +52,36 @@ def run(run_arg: str, node: str | None, *, stat: bool, raw: bool = False) -> int
         # The ids come from the run's records: never where git reads an option.
         args = ["git", "diff", *(["--stat"] if stat else []), "--end-of-options", old, new, "--"]
         sys.stdout.flush()
+        if not raw and not sys.stdout.isatty():
+            return _piped(args, repo.root)
         if raw or _shown_as_is(args, repo.root):
             return subprocess.run(args, cwd=repo.root, env=git_env(), check=False).returncode
         return _shown_escaped(args, repo.root)
+
+
+_ESCAPED_NOTE = (
+    "the run's changes hold control characters: shown escaped (\\x1b) and without colour;"
+    " `--raw` gives git's bytes unchanged"
+)
+
+
+def _piped(args: list[str], cwd: Path) -> int:
+    """Into a pipe or a file: git's uncoloured diff in one pass, each line that holds a
+    control character escaped (git paints nothing and pages nothing there either)."""
+    from fabro_git.cli._paged import copy_shown, exit_status
+    from fabro_git.store._gitcli import git_env
+
+    plain = [*args[:2], "--color=never", *args[2:]]
+    with subprocess.Popen(plain, cwd=cwd, env=git_env(), stdout=subprocess.PIPE) as git:
+        assert git.stdout is not None
+        try:
+            escaped = copy_shown(git.stdout, sys.stdout.buffer)
+        except BrokenPipeError:  # the reader went away (`| head`): no failure
+            git.kill()
+            return 0
+    if escaped:
+        print(_ESCAPED_NOTE, file=sys.stderr)
+    return exit_status(git.returncode)
 
 
 def _shown_as_is(args: list[str], cwd: Path) -> bool:
@@ -68,7 +95,7 @@ def _shown_as_is(args: list[str], cwd: Path) -> bool:
         plain, cwd=cwd, env=git_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     ) as git:
         assert git.stdout is not None
-        clean = all(shown_as_is(line) for line in git.stdout)
+        clean = shown_as_is(git.stdout)
         if not clean:
             git.kill()
     return clean
@@ -78,11 +105,7 @@ def _shown_escaped(args: list[str], cwd: Path) -> int:
     from fabro_git.cli._paged import exit_status, git_pager, show_output
     from fabro_git.store._gitcli import git_env
 
-    print(
-        "the run's changes hold control characters: shown escaped (\\x1b) and without"
-        " colour; `--raw` gives git's bytes unchanged",
-        file=sys.stderr,
-    )
+    print(_ESCAPED_NOTE, file=sys.stderr)
     pager = git_pager(cwd, "diff")
     plain = [*args[:2], "--color=never", *args[2:]]
     with subprocess.Popen(plain, cwd=cwd, env=git_env(), stdout=subprocess.PIPE) as git:

@@ -259,3 +259,31 @@ def test_diff_with_escapes_goes_through_the_users_pager_escaped(repo: Path) -> N
     seen = _on_a_pty(repo, "diff", run_id)
     assert b"\x1b[8m" not in seen
     assert "PAGED:+\\x1b[8mrun(evil)\\x1b[0m" in seen.decode()
+
+
+LINE_PARTS = st.sampled_from(
+    [b"a", b"\t", b"\x1b[8m", b"\r", b"\r\n", b"\n", "é".encode(), "\u202e".encode(),
+     "\x9b".encode(), b"\xff", b"\x7f", "日".encode()]
+)  # fmt: skip
+
+
+@given(parts=st.lists(LINE_PARTS, max_size=30), block=st.integers(1, 9))
+def test_git_output_is_copied_block_by_block_as_line_by_line(
+    parts: list[bytes], block: int
+) -> None:
+    """`diff` reads git's output in blocks of whole lines, copying a block that needs
+    nothing escaped as it is: the same bytes as escaping each line, however the blocks
+    fall (a CR LF, a character of several bytes, across a block's edge)."""
+    import io
+
+    from fabro_git.cli._paged import copy_shown, printable_line, shown_as_is
+
+    data = b"".join(parts)
+    lines = list(io.BytesIO(data))
+    expected = "".join(printable_line(line) for line in lines).encode()
+    out = io.BytesIO()
+    escaped = copy_shown(io.BytesIO(data), out, block)
+    assert out.getvalue() == expected
+    changed = expected != data
+    assert escaped == changed
+    assert shown_as_is(io.BytesIO(data), block) == (not changed)
