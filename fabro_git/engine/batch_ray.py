@@ -169,7 +169,7 @@ def run_on_ray(
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             with contextlib.suppress(ray.exceptions.RayError):
-                started(ray.get(coordinator.started_configs.remote()))
+                started(ray.get(coordinator.started_configs.remote(), timeout=30))
             ray.kill(coordinator)
             ray.shutdown()
     return sorted(watch.summaries.values(), key=lambda s: s.row), stopping.is_set()
