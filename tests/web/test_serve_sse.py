@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import socket
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -461,8 +460,9 @@ def test_sigterm_as_soon_as_the_address_is_printed_stops_it_cleanly(
     browser = tmp_path / "browser"
     browser.write_text("#!/bin/sh\nexit 0\n")
     browser.chmod(0o755)
-    made_before = set(Path(tempfile.gettempdir()).glob("git-fabro-serve-*"))
-    started = start_server(repo, "--open", env={"BROWSER": str(browser)})
+    private = tmp_path / "tmp"  # where its page goes, this test's alone
+    private.mkdir()
+    started = start_server(repo, "--open", env={"BROWSER": str(browser), "TMPDIR": str(private)})
     started.stop()  # at once: SIGTERM, then exit status 0 and no traceback
     assert b"git fabro serve: stopped" in started.stderr
-    assert set(Path(tempfile.gettempdir()).glob("git-fabro-serve-*")) == made_before
+    assert list(private.iterdir()) == []
