@@ -15,7 +15,7 @@ import re
 import signal
 import subprocess
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
@@ -88,21 +88,16 @@ def _plain(lines: bytes) -> bool:
     return _ESCAPED.search(lines) is None
 
 
-def copy_printable(lines: Iterable[bytes], out: IO[str]) -> None:
-    for line in lines:
-        out.write(printable_line(line))
-    out.flush()
-
-
-def show_output(lines: Iterable[bytes], pager: str | None, cwd: Path) -> None:
-    """Every line, made printable, on standard output or in `pager`."""
+def show_output(stream: IO[bytes], pager: str | None, cwd: Path) -> bool:
+    """Every line of `stream`, made printable, on standard output or in `pager`:
+    whether anything was escaped."""
     if pager is None:
-        copy_printable(lines, sys.stdout)
-    else:
-        _page(lines, pager, cwd)
+        sys.stdout.flush()
+        return copy_shown(stream, sys.stdout.buffer)
+    return _page(stream, pager, cwd)
 
 
-def _page(lines: Iterable[bytes], pager: str, cwd: Path) -> None:
+def _page(stream: IO[bytes], pager: str, cwd: Path) -> bool:
     """Show the lines in `pager`, started as git starts it (through the shell, with
     `LESS=FRX` and `LV=-c` unless they are set), and wait for it to end. Ctrl-C stops
     git, not this wait, as in git; quitting the pager early is no failure."""
@@ -113,21 +108,20 @@ def _page(lines: Iterable[bytes], pager: str, cwd: Path) -> None:
         cwd=cwd,
         env=env,
         stdin=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-        errors="surrogateescape",
     )
     assert shown.stdin is not None
+    escaped = False
     # Only once the pager and git have started, so that each takes Ctrl-C its own way.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         with contextlib.suppress(BrokenPipeError):
-            copy_printable(lines, shown.stdin)
+            escaped = copy_shown(stream, shown.stdin)
         with contextlib.suppress(BrokenPipeError):
             shown.stdin.close()
         shown.wait()
     finally:
         signal.signal(signal.SIGINT, previous)
+    return escaped
 
 
 def git_pager(cwd: Path, command: str) -> str | None:

@@ -52,45 +52,22 @@ def run(run_arg: str, node: str | None, *, stat: bool, raw: bool = False) -> int
         # The ids come from the run's records: never where git reads an option.
         args = ["git", "diff", *(["--stat"] if stat else []), "--end-of-options", old, new, "--"]
         sys.stdout.flush()
-        if not raw and not sys.stdout.isatty():
-            return _piped(args, repo.root)
-        if raw or _shown_as_is(args, repo.root):
+        if raw:
             return subprocess.run(args, cwd=repo.root, env=git_env(), check=False).returncode
-        return _shown_escaped(args, repo.root)
+        plain = [*args[:2], "--color=never", *args[2:]]
+        if sys.stdout.isatty() and _shown_as_is(plain, repo.root):
+            return subprocess.run(args, cwd=repo.root, env=git_env(), check=False).returncode
+        # Escaped where it must be: on a terminal, in the pager git would start; into a
+        # pipe or a file (where git paints and pages nothing), in one pass of git.
+        return _shown_escaped(plain, repo.root)
 
 
-_ESCAPED_NOTE = (
-    "the run's changes hold control characters: shown escaped (\\x1b) and without colour;"
-    " `--raw` gives git's bytes unchanged"
-)
-
-
-def _piped(args: list[str], cwd: Path) -> int:
-    """Into a pipe or a file: git's uncoloured diff in one pass, each line that holds a
-    control character escaped (git paints nothing and pages nothing there either)."""
-    from fabro_git.cli._paged import copy_shown, exit_status
-    from fabro_git.store._gitcli import git_env
-
-    plain = [*args[:2], "--color=never", *args[2:]]
-    with subprocess.Popen(plain, cwd=cwd, env=git_env(), stdout=subprocess.PIPE) as git:
-        assert git.stdout is not None
-        try:
-            escaped = copy_shown(git.stdout, sys.stdout.buffer)
-        except BrokenPipeError:  # the reader went away (`| head`): no failure
-            git.kill()
-            return 0
-    if escaped:
-        print(_ESCAPED_NOTE, file=sys.stderr)
-    return exit_status(git.returncode)
-
-
-def _shown_as_is(args: list[str], cwd: Path) -> bool:
-    """Whether git's uncoloured diff holds nothing a terminal acts on (read up to the
-    first line that does)."""
+def _shown_as_is(plain: list[str], cwd: Path) -> bool:
+    """Whether git's uncoloured diff (`plain`) holds nothing a terminal acts on (read
+    up to the first block of lines that does)."""
     from fabro_git.cli._paged import shown_as_is
     from fabro_git.store._gitcli import git_env
 
-    plain = [*args[:2], "--color=never", *args[2:]]
     with subprocess.Popen(
         plain, cwd=cwd, env=git_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
     ) as git:
@@ -101,14 +78,22 @@ def _shown_as_is(args: list[str], cwd: Path) -> bool:
     return clean
 
 
-def _shown_escaped(args: list[str], cwd: Path) -> int:
+def _shown_escaped(plain: list[str], cwd: Path) -> int:
     from fabro_git.cli._paged import exit_status, git_pager, show_output
     from fabro_git.store._gitcli import git_env
 
-    print(_ESCAPED_NOTE, file=sys.stderr)
     pager = git_pager(cwd, "diff")
-    plain = [*args[:2], "--color=never", *args[2:]]
     with subprocess.Popen(plain, cwd=cwd, env=git_env(), stdout=subprocess.PIPE) as git:
         assert git.stdout is not None
-        show_output(git.stdout, pager, cwd)
+        try:
+            escaped = show_output(git.stdout, pager, cwd)
+        except BrokenPipeError:  # the reader went away (`| head`): no failure
+            git.kill()
+            return 0
+    if escaped:
+        print(
+            "the run's changes hold control characters: shown escaped (\\x1b) and without"
+            " colour; `--raw` gives git's bytes unchanged",
+            file=sys.stderr,
+        )
     return exit_status(git.returncode)
