@@ -605,6 +605,28 @@ def loose_zeros(repo: Path, size: int, *, said: int | None = None) -> str:
     return sha
 
 
+def big_delta_segment(repo: Path, run_id: str, lines: int) -> tuple[str, str]:
+    """An events segment of `lines` copies of one 100 kB `agent.text.delta` event, as a
+    blob in `repo`: the event's line (no newline) and the blob's id, for a forged run
+    whose history is big (`forge_meta_files`)."""
+    event = {
+        "id": "01900000-0000-7000-8000-000000000000",
+        "ts": "2026-01-01T00:00:00.000Z",
+        "run_id": run_id,
+        "event": "agent.text.delta",
+        "properties": {"delta": "x" * 100_000},
+    }
+    line = json.dumps(event, separators=(",", ":"))
+    proc = subprocess.run(
+        ["git", "hash-object", "-w", "--stdin"],
+        cwd=repo,
+        input=((line + "\n") * lines).encode(),
+        capture_output=True,
+        check=True,
+    )
+    return line, proc.stdout.decode().strip()
+
+
 def forge_meta_files(
     repo: Path, ref: str, files: dict[str, str], *, drop: str | None = None
 ) -> None:

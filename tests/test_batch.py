@@ -255,6 +255,19 @@ def test_run_with_an_allocated_id_takes_it_once(repo: Path, hermetic_env: Path) 
     assert bad.returncode != 0 and "is not a run id" in bad.stderr
 
 
+def _another_users_clone(origin: Path, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A clone of `origin` that has fetched its runs, and the environment of another
+    user on another machine: their own FABRO_HOME and trust store."""
+    clone = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(origin), str(clone))
+    env = {
+        "FABRO_HOME": str(tmp_path / "machine-b"),
+        "XDG_CONFIG_HOME": str(tmp_path / "machine-b-config"),
+    }
+    assert run_fabro("fetch", "origin", cwd=clone, env=env).returncode == 0
+    return clone, env
+
+
 def test_a_fetched_batch_resumes_only_once_its_choices_are_trusted(
     repo: Path, tmp_path: Path
 ) -> None:
@@ -275,13 +288,7 @@ def test_a_fetched_batch_resumes_only_once_its_choices_are_trusted(
     again = run_fabro("batch", "--resume", batch_id, cwd=repo)
     assert again.returncode == 0, again.stderr
 
-    clone = tmp_path / "clone"
-    git(tmp_path, "clone", "-q", str(origin), str(clone))
-    env = {
-        "FABRO_HOME": str(tmp_path / "machine-b"),
-        "XDG_CONFIG_HOME": str(tmp_path / "machine-b-config"),
-    }
-    assert run_fabro("fetch", "origin", cwd=clone, env=env).returncode == 0
+    clone, env = _another_users_clone(origin, tmp_path)
     refused = run_fabro("batch", "--resume", batch_id, cwd=clone, env=env)
     assert refused.returncode == 1, refused.stderr
     assert "Traceback" not in refused.stderr
@@ -314,13 +321,7 @@ def test_a_fetched_batch_asks_for_the_runs_it_would_resume_too(
     pushed = run_fabro("push", "origin", cwd=repo)
     assert pushed.returncode == 0, pushed.stderr
 
-    clone = tmp_path / "clone"
-    git(tmp_path, "clone", "-q", str(origin), str(clone))
-    env = {
-        "FABRO_HOME": str(tmp_path / "machine-b"),
-        "XDG_CONFIG_HOME": str(tmp_path / "machine-b-config"),
-    }
-    assert run_fabro("fetch", "origin", cwd=clone, env=env).returncode == 0
+    clone, env = _another_users_clone(origin, tmp_path)
     (home / "go").touch()
     refused = run_fabro("batch", "--resume", batch_id, cwd=clone, env=env)
     assert refused.returncode == 1, refused.stderr

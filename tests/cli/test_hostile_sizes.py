@@ -10,14 +10,13 @@ a process of its own, allowed far less memory than reading such a file takes.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import forge_meta_files, git, loose_zeros, run_json
+from helpers import big_delta_segment, forge_meta_files, git, loose_zeros, run_json
 
 # What the forged files inflate to: three times a file's cap (`store.blobs`).
 HUGE = 200 << 20
@@ -122,25 +121,8 @@ def test_a_run_of_many_big_segments_is_read_a_segment_at_a_time(
     """120 segments of 1 MB: 120 MB of events, which the reader once held twice over
     (joined, then decoded); read a segment at a time, the commands hold one."""
     run_id = hello_run
-    event = {
-        "id": "01900000-0000-7000-8000-000000000000",
-        "ts": "2026-01-01T00:00:00.000Z",
-        "run_id": run_id,
-        "event": "agent.text.delta",
-        "properties": {"delta": "x" * 100_000},
-    }
-    line = json.dumps(event, separators=(",", ":")) + "\n"
-    blob = (
-        subprocess.run(
-            ["git", "hash-object", "-w", "--stdin"],
-            cwd=repo,
-            input=(line * 10).encode(),
-            capture_output=True,
-            check=True,
-        )
-        .stdout.decode()
-        .strip()
-    )
+    line, blob = big_delta_segment(repo, run_id, 10)
+    line += "\n"
     segments = {f"events/000/{number:06d}.jsonl": blob for number in range(1, 121)}
     forge_meta_files(repo, f"refs/fabro/meta/{run_id}", segments, drop="events")
     elsewhere = {"FABRO_HOME": str(tmp_path / "machine-b")}  # no live tail: as in a clone

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import forge_meta_files, loose_zeros, run_fabro, run_json
+from helpers import big_delta_segment, forge_meta_files, loose_zeros, run_fabro, run_json
 
 from web.serving import Response, Server, request, start_server
 
@@ -85,15 +85,7 @@ def test_a_run_of_many_big_segments_is_served_in_bounded_memory(
     run_id = hello_run
     recorded = run_fabro("logs", run_id, cwd=repo, env={"FABRO_HOME": str(tmp_path / "machine-b")})
     assert recorded.returncode == 0, recorded.stderr
-    event = {
-        "id": "01900000-0000-7000-8000-000000000000",
-        "ts": "2026-01-01T00:00:00.000Z",
-        "run_id": run_id,
-        "event": "agent.text.delta",
-        "properties": {"delta": "x" * 100_000},
-    }
-    line = json.dumps(event, separators=(",", ":"))
-    blob = _blob(repo, (line + "\n").encode() * LINES_PER_SEGMENT)
+    line, blob = big_delta_segment(repo, run_id, LINES_PER_SEGMENT)
     # After the run's own segments: its stages read as before, then 120 MB of deltas.
     forged = {f"events/000/{number:06d}.jsonl": blob for number in range(100, 100 + SEGMENTS)}
     forge_meta_files(repo, f"refs/fabro/meta/{run_id}", forged)
@@ -107,7 +99,7 @@ def test_a_run_of_many_big_segments_is_served_in_bounded_memory(
     assert stream.status == 200
     count, last = _drained(stream)
     assert count == len(recorded.stdout.splitlines()) + SEGMENTS * LINES_PER_SEGMENT
-    assert last == f"id: {event['id']}\ndata: {line}".encode()
+    assert last == f"id: {json.loads(line)['id']}\ndata: {line}".encode()
     for path in (f"/api/runs/{run_id}", f"/api/runs/{run_id}/stages"):
         response = request(elsewhere, path)
         assert response.status == 200, response.buffer
