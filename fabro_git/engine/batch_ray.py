@@ -548,17 +548,22 @@ def _vouch_recorded_config(
     from fabro_git.engine.stored_run import load_run_at, run_trust
     from fabro_git.store.repo import GitRepo
 
-    while not ended.wait(VOUCH_POLL_SECONDS):
-        try:
-            with GitRepo.discover(workdir) as repo:
-                sha = repo.read_ref(runrefs.meta_ref(run_id))
-                stored = None if sha is None else load_run_at(repo, run_id, sha, what=sha)
-                digest = None if stored is None else run_trust(repo, run_id, stored).digest
-        except (FabroError, OSError):
-            return  # the row's repository is gone: its run ended
-        if digest is not None:
-            coordinator.vouch_config.remote(row, digest).future().result()
-            return
+    try:
+        # Opened once (discovery is a git process): the ref is read from disk each look.
+        with GitRepo.discover(workdir) as watched:
+            while not ended.wait(VOUCH_POLL_SECONDS):
+                sha = watched.read_ref(runrefs.meta_ref(run_id))
+                if sha is None:
+                    continue
+                # Opened anew: the objects the run wrote since the first opening.
+                with GitRepo.discover(workdir) as repo:
+                    stored = load_run_at(repo, run_id, sha, what=sha)
+                    digest = None if stored is None else run_trust(repo, run_id, stored).digest
+                if digest is not None:
+                    coordinator.vouch_config.remote(row, digest).future().result()
+                    return
+    except (FabroError, OSError):
+        return  # the row's repository is gone: its run ended
 
 
 def _as_from_a_shell() -> None:
