@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import trio
 
+from fabro_git.config.locations import make_private_dir
 from fabro_git.engine.checkpoint import Checkpoint
 from fabro_git.engine.context import CheckpointCopy
 from fabro_git.engine.emit import Emit
@@ -35,6 +36,10 @@ T = TypeVar("T")
 # A file of the next meta snapshot: its bytes, the path of a file in scratch that the
 # snapshot streams into git, or None to delete it there.
 PendingFile = bytes | Path | None
+
+# The scratch directory where the run's own walk streams its command stages' output;
+# `<it>/<n>/` for each other walk that runs one (a parallel branch, a child workflow).
+OUTPUT_DIR = "output"
 
 
 class Ledger:
@@ -79,6 +84,9 @@ class Ledger:
         self.calls_done = 0
         self.calls_busy = 0
         self._lock = trio.Lock()
+        # The output directories made so far (`output_dir`), and how many were numbered.
+        self._output_dirs: set[Path] = set()
+        self._numbered = 0
 
     async def call(self, fn: Callable[..., T], *args: object) -> T:
         """Run a blocking git call on a worker thread, one at a time: the trio loop (other
@@ -90,6 +98,21 @@ class Ledger:
             finally:
                 self.calls_busy -= 1
                 self.calls_done += 1
+
+    def output_dir(self, wanted: Path | None) -> Path:
+        """A walk's directory for its command stages' output, made on first use: `wanted`
+        (the run's own walk: `output/`), else a new `output/<n>/`. A walk runs one stage
+        at a time, so its command stages take turns with the same two files, and only
+        the first makes them. A file made costs the file system an inode, which a busy
+        disk takes a few tenths of a millisecond to hand out: a directory and two files
+        a stage were about a tenth of what a short command stage cost."""
+        if wanted is None:
+            self._numbered += 1
+            wanted = self.scratch / OUTPUT_DIR / str(self._numbered)
+        if wanted not in self._output_dirs:
+            make_private_dir(wanted)
+            self._output_dirs.add(wanted)
+        return wanted
 
     def active_ms(self) -> int:
         return self.active_base_ms + int((time.monotonic() - self.run_started) * 1000)

@@ -25,13 +25,12 @@ from typing import TYPE_CHECKING, TypeVar
 import msgspec
 import trio
 
-from fabro_git.config.locations import make_private_dir
 from fabro_git.engine import attempt, walk_hooks
 from fabro_git.engine.checkpoint import Checkpoint, Manifest, now_iso
 from fabro_git.engine.context import Context, plain_object
 from fabro_git.engine.emit import Emit
 from fabro_git.engine.failures import failure_signature, is_tracked
-from fabro_git.engine.ledger import Ledger, PendingFile, both
+from fabro_git.engine.ledger import OUTPUT_DIR, Ledger, PendingFile, both
 from fabro_git.engine.lifecycle import LifecycleHooks
 from fabro_git.engine.options import Options
 from fabro_git.engine.outcome import (
@@ -278,6 +277,7 @@ class Runtime:
             restart_signatures=cp.restart_failure_signatures,
             ref=self.recorder.run_ref,
             tip=self.recorder.run_tip,
+            output_dir=self.scratch / OUTPUT_DIR,
         )
 
     async def run_main(self, scope: Scope) -> str:
@@ -420,8 +420,7 @@ class Runtime:
         self.cp.stage_index += 1
         node_dir = qid.replace("/", f"/{runrefs.NODES_DIR}/") if scope.prefix else node.id
         node_dir = runrefs.node_dir_name(node_dir, visit)
-        stage_dir = self.scratch / "nodes" / node_dir
-        make_private_dir(stage_dir)
+        stage_dir = self.scratch / "nodes" / node_dir  # made if the handler asks for it
         scope.context.set("current_node", node.id)
         scope.context.set("internal.node_visit_count", visit)
         return StageRun(
@@ -471,8 +470,8 @@ class Runtime:
                 attempt=number,
                 stage_id=run.stage_id,
                 worktree=scope.worktree,
-                stage_dir=run.stage_dir,
                 node_dir=run.node_dir,
+                _stage_dir=run.stage_dir,
             )
             result = await self._attempt(scope, run, request)
             retryable = result.status == RETRY or (

@@ -169,6 +169,9 @@ class Scope(msgspec.Struct):
     # off through `halt_scope` and the walk goes no further.
     halted: str | None = None
     halt_scope: trio.CancelScope | None = None
+    # Where the walk's command stages stream their output (`Ledger.output_dir`); None
+    # until one runs, unless set (the run's own walk: `output/`).
+    output_dir: Path | None = None
 
     def halt(self, reason: str) -> None:
         self.halted = reason

@@ -95,10 +95,11 @@ class StageRequest(msgspec.Struct):
     attempt: int
     stage_id: str
     worktree: Path
-    stage_dir: Path
     node_dir: str
     _services: StageServices
     _scope: Scope
+    # The stage's own scratch directory (`nodes/<dir>/`): see `stage_dir`.
+    _stage_dir: Path
     # Files for the stage's `nodes/<dir>/` entry on the meta ref, beyond status.json: their
     # bytes, or the path of a file in scratch that the checkpoint streams into git.
     files: dict[str, bytes | Path] = msgspec.field(default_factory=dict)
@@ -112,6 +113,32 @@ class StageRequest(msgspec.Struct):
     _pids_before: set[int] | None = None
     # The cancel scope of the stage's `timeout`, while the handler runs under it.
     _timeout_scope: trio.CancelScope | None = None
+    _stage_dir_made: bool = False
+
+    # -- where the stage writes in scratch -----------------------------------------------
+
+    @property
+    def stage_dir(self) -> Path:
+        """The stage's own scratch directory (`nodes/<dir>/`), for the files a handler
+        writes as it runs (a reply, an agent CLI's output, an MCP server's log). Made
+        the first time it is asked for: most stages write none, and a directory made
+        at every stage costs the file system an inode each."""
+        if not self._stage_dir_made:
+            from fabro_git.config.locations import make_private_dir
+
+            make_private_dir(self._stage_dir)
+            self._stage_dir_made = True
+        return self._stage_dir
+
+    @property
+    def output_dir(self) -> Path:
+        """Where a command stage streams its output (`stdout.log`, `stderr.log`): one
+        directory per walk (`Ledger.output_dir`), which each command stage of the walk
+        writes over. A stage keeps what it needs of its output before it ends
+        (`handlers.command`), so the next one may."""
+        scope = self._scope
+        scope.output_dir = self._services.ledger.output_dir(scope.output_dir)
+        return scope.output_dir
 
     # -- facts about the run -------------------------------------------------------------
 

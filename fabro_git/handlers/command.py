@@ -21,6 +21,7 @@ from pathlib import Path
 import trio
 
 from fabro_git import redact
+from fabro_git.config.locations import open_private
 from fabro_git.engine.outcome import DETERMINISTIC, TRANSIENT, Outcome
 from fabro_git.engine.process import (
     META_LIMIT,
@@ -143,15 +144,19 @@ def _script(req: StageRequest) -> tuple[str, str]:
 
 async def execute(req: StageRequest) -> Outcome:
     script, language = _script(req)
-    stdout_path = req.stage_dir / "stdout.log"
-    stderr_path = req.stage_dir / "stderr.log"
+    output = req.output_dir
+    stdout_path = output / "stdout.log"
+    stderr_path = output / "stderr.log"
     env = stage_environment(req)
     notice_stripped(req, script, f"the script of {req.node_id}")
     script_name = "script.sh" if language == "shell" else "script.py"
 
+    kept_updates: dict[str, str] = {}
+
     def keep_output() -> dict[str, str]:
+        if kept_updates:  # once an attempt: a large log has left the output dir
+            return kept_updates
         req.files[script_name] = script.encode()
-        updates = {}
         for name, path, key in (
             ("stdout.log", stdout_path, "command.output"),
             ("stderr.log", stderr_path, "command.stderr"),
@@ -159,9 +164,10 @@ async def execute(req: StageRequest) -> Outcome:
             kept = excerpt(path, META_LIMIT)
             # The meta ref keeps the whole output, byte for byte; a large one is streamed
             # into git from its file at the checkpoint, never held in memory.
-            req.files[name] = path if path.stat().st_size > META_LIMIT else kept
-            updates[key] = _text(kept)
-        return updates
+            large = path.stat().st_size > META_LIMIT
+            req.files[name] = _moved_out(path, req.stage_dir) if large else kept
+            kept_updates[key] = _text(kept)
+        return kept_updates
 
     async def timed_out(seconds: float) -> Outcome:
         return Outcome.failure(
@@ -175,6 +181,10 @@ async def execute(req: StageRequest) -> Outcome:
     async with trio.open_nursery() as nursery:
         if listener is not None:
             node_id = req.node_id
+            for path in (stdout_path, stderr_path):
+                # Emptied before the follower's first look: they hold the walk's last
+                # command's output until `run_script` opens them.
+                os.close(open_private(path, os.O_WRONLY | os.O_TRUNC))
             follower = OutputFollower(
                 [stdout_path, stderr_path], lambda line: listener(node_id, line)
             )
@@ -199,7 +209,7 @@ async def execute(req: StageRequest) -> Outcome:
         return Outcome.success(context_updates=dict(updates), notes=notes)
     last = err.strip().splitlines()[-1:] or out.strip().splitlines()[-1:]
     detail = f": {redact.clip(last[0], 200)}" if last else ""
-    full = out_of_space(req.worktree, req.stage_dir)
+    full = out_of_space(req.worktree, output)
     if full is not None:
         # Not the command's fault, and not a result to route on: the run stops where a
         # full disk stops every other write, resumable once there is room again.
@@ -212,3 +222,13 @@ async def execute(req: StageRequest) -> Outcome:
         context_updates=dict(updates),
         notes=notes,
     )
+
+
+def _moved_out(path: Path, stage_dir: Path) -> Path:
+    """A log too large to keep in memory, moved from the walk's output dir to the
+    stage's own, where the checkpoint streams it into git from: the walk's next
+    command stage writes over the output dir's, perhaps before that checkpoint (a
+    branch's or a child workflow's stages are recorded with their parent's)."""
+    moved = stage_dir / path.name
+    os.replace(path, moved)
+    return moved

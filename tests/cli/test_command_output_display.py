@@ -72,6 +72,31 @@ def test_without_verbose_the_output_comes_at_the_stages_end(repo: Path) -> None:
     assert [line.strip() for line in lines[done + 1 : done + 3]] == ["│ READY-LINE", "│ AFTER-LINE"]
 
 
+def test_verbose_shows_each_command_its_own_lines(repo: Path) -> None:
+    """The walk's command stages write one pair of files in turn: the second stage's
+    lines are its own, not the first's again."""
+    write_workflow(
+        repo,
+        """\
+digraph T {
+    start [shape=Mdiamond]
+    exit  [shape=Msquare]
+    a     [shape=parallelogram, script="echo FIRST-LINE; echo first-err >&2"]
+    b     [shape=parallelogram, script="echo SECOND-LINE"]
+    start -> a -> b -> exit
+}
+""",
+    )
+    proc = run_fabro("run", "wf.fabro", "-v", cwd=repo)
+    assert proc.returncode == 0, proc.stderr
+    shown = [line.strip() for line in proc.stderr.splitlines() if "│" in line]
+    assert sorted(shown) == ["│ FIRST-LINE", "│ SECOND-LINE", "│ first-err"]
+    lines = proc.stderr.splitlines()
+    b_at = next(i for i, line in enumerate(lines) if line.startswith("b: started"))
+    assert lines[b_at + 1].strip() == "│ SECOND-LINE"
+    assert lines[b_at + 2].startswith("b: succeeded")
+
+
 # 3,000 numbered lines of 60 bytes (about 180 KB, over the 100 KB offload threshold),
 # then a gate that asks about them.
 BIG_THEN_GATE = """\

@@ -77,11 +77,14 @@ def test_scratch_dirs_and_files_are_private_under_umask_000(repo: Path, tmp_path
 
     dirs, files = _walk_ours(home, checkouts)
     names = {p.relative_to(scratch).as_posix() for p in files if scratch in p.parents}
-    # What the run left: the tail, each stage's output, the setup command's logs.
+    # What the run left: the tail, the output of its last command and of each branch's,
+    # the setup command's logs.
     assert {
         "events.jsonl",
-        "nodes/gate/stdout.log",
-        "nodes/gate/stderr.log",
+        "output/stdout.log",
+        "output/stderr.log",
+        "output/1/stdout.log",
+        "output/2/stderr.log",
         "setup/0.stdout",
     } <= names
     assert {p: oct(_mode(p)) for p in dirs if _mode(p) != 0o700} == {}

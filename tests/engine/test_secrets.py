@@ -120,7 +120,7 @@ def test_keys_a_run_sees_are_in_no_git_object(repo: Path, tmp_path: Path) -> Non
 
     # The command did see and print every key (so the masking below is not vacuous).
     scratch = next((Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*"))
-    printed = (scratch / "nodes" / "show" / "stdout.log").read_bytes()
+    printed = (scratch / "output" / "stdout.log").read_bytes()
     assert _leaks(printed, {k: keys[k] for k in ("anthropic", "service", "github", "aws")}) == [
         "anthropic",
         "service",

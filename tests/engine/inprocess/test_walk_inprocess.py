@@ -379,4 +379,5 @@ def test_a_command_cut_off_by_its_timeout_keeps_its_output(tmp_path: Path) -> No
     (done,) = [e.properties for e in walked.named("stage.completed") if e.node_id == "cmd"]
     assert done.failure_class == "transient_infra"
     assert set(done.context_updates) == {"command.output", "command.stderr"}
-    assert (tmp_path / "scratch" / "nodes" / "cmd" / "stdout.log").exists()
+    assert done.context_updates["command.output"] == "begun\n"
+    assert (tmp_path / "scratch" / "output" / "stdout.log").read_text() == "begun\n"
