@@ -458,8 +458,11 @@ class LooseObjects:
             return sha
         # One zlib call for the whole object: dulwich compresses chunk by chunk, which
         # for a tree is once per entry.
-        packer = packwrite.compressor(len(header) + len(data), _LOOSE_COMPRESSION)
-        data = packer.compress(header) + packer.compress(data) + packer.flush()
+        if header:
+            compressor = zlib.compressobj(_LOOSE_COMPRESSION)
+            data = compressor.compress(header) + compressor.compress(data) + compressor.flush()
+        else:
+            data = zlib.compress(data, _LOOSE_COMPRESSION)
         try:
             fd, tmp = self._open_temp(fanout)
             try:
@@ -501,7 +504,7 @@ class LooseObjects:
             source = _masked(path, masker, masked_copy)
             size = source.stat().st_size
             digest = hashlib.sha1(b"blob %d\0" % size)
-            compressor = packwrite.compressor(size, _LOOSE_COMPRESSION)
+            compressor = zlib.compressobj(_LOOSE_COMPRESSION)
             fd, tmp = self._open_temp(self._objects_path)
             try:
                 with os.fdopen(fd, "wb") as out, source.open("rb") as fh:

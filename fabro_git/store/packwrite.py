@@ -52,24 +52,6 @@ class Written(NamedTuple):
     objects: dict[bytes, tuple[int, int, int]]
 
 
-def compressor(size: int, level: int) -> zlib._Compress:
-    """A zlib compressor for `size` bytes, its window and hash table no larger than the
-    input needs. zlib's defaults (a 32 KiB window, as many hash slots) cost more to set
-    up than a small object takes to compress: a checkpoint's objects (a few hundred
-    bytes each) compress three times faster, to within 0.1% of the same size. A
-    window that spans the whole input (less deflate's 262-byte lookahead) reaches
-    every earlier byte the default one would; every inflater reads the stream, git's
-    too, since its header names its window."""
-    bits = max(9, min(15, (size + 262).bit_length()))
-    return zlib.compressobj(level, zlib.DEFLATED, bits, bits - 7)
-
-
-def deflate(data: bytes, level: int) -> bytes:
-    """`data` as one zlib stream (see `compressor`)."""
-    packer = compressor(len(data), level)
-    return packer.compress(data) + packer.flush()
-
-
 def entry(sha: bytes, type_name: bytes, body: bytes) -> Entry:
     """The pack entry of an object: its size in a variable-length header after the type
     (4 bits in the first byte, 7 in each next), then the zlib-compressed body."""
@@ -82,7 +64,7 @@ def entry(sha: bytes, type_name: bytes, body: bytes) -> Entry:
         byte = size & 0x7F
         size >>= 7
     header.append(byte)
-    data = bytes(header) + deflate(body, _COMPRESSION)
+    data = bytes(header) + zlib.compress(body, _COMPRESSION)
     return Entry(sha, zlib.crc32(data), data)
 
 

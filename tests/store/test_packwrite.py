@@ -62,45 +62,6 @@ def test_a_batch_is_one_pack_git_reads_whole(repo: Path, grepo: GitRepo) -> None
     assert grepo.commit_info(commit).tree == tree
 
 
-# Around the sizes where the compressor's window grows a step (a window spans the
-# input plus deflate's 262-byte lookahead), and past zlib's largest window.
-WINDOW_EDGES = [0, 1, 249, 250, 251, 761, 762, 32_505, 32_506, 32_507, 70_000]
-
-
-def _blob_of(size: int) -> bytes:
-    """`size` bytes that repeat every 300, so that the streams refer back."""
-    seed = os.urandom(min(size, 300))
-    return (seed * (size // 300 + 1))[:size]
-
-
-def test_objects_are_compressed_in_windows_of_their_own_size_and_read_back_whole(
-    repo: Path, grepo: GitRepo
-) -> None:
-    blobs = [_blob_of(size) for size in WINDOW_EDGES]
-    with grepo.objects.batch():
-        packed = [grepo.store_blob(blob) for blob in blobs]
-    marked = [blob + b"!" for blob in blobs]
-    loose = [grepo.store_blob(blob) for blob in marked]
-    for sha, data in zip([*packed, *loose], [*blobs, *marked], strict=True):
-        shown = subprocess.run(["git", "cat-file", "blob", sha], cwd=repo, capture_output=True)
-        assert shown.stdout == data, len(data)
-    assert_fsck_clean(repo)
-    # A stream's first byte names its window: 2 ** (8 + its high four bits).
-    assert [packwrite.deflate(blob, 1)[0] >> 4 for blob in blobs] == [
-        1,
-        1,
-        1,
-        2,
-        2,
-        2,
-        3,
-        7,
-        7,
-        7,
-        7,
-    ]
-
-
 def test_a_batch_of_fewer_than_three_objects_is_written_loose(repo: Path, grepo: GitRepo) -> None:
     loose = _loose(repo)
     with grepo.objects.batch():
