@@ -163,7 +163,10 @@ def test_a_stage_checkpoint_stays_the_same_size_as_the_run_grows(repo: Path) -> 
     out = repo.parent / "dump"
     dumped = run_fabro("dump", run_id, "-o", str(out), cwd=repo)
     assert dumped.returncode == 0, dumped.stderr
-    for path in (out / "checkpoints").glob("*-s1*@1.json"):
+    # s1, s10-s19 and s100-s119 (of 120 stages).
+    paths = sorted((out / "checkpoints").glob("*-s1*@1.json"))
+    assert len(paths) == 1 + 10 + 20, [p.name for p in paths]
+    for path in paths:
         checkpoint = json.loads(path.read_text())
         stage = int(path.stem.split("-s", 1)[1].split("@")[0])
         assert "delta_of" not in checkpoint

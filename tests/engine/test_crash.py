@@ -480,9 +480,11 @@ def test_kill_9_inside_parallel_branches_then_resume(
     assert info["checkpoint"]["next_node_id"] in ("fan", "join"), info["checkpoint"]
     before_events = {e["id"] for e in run_events(run_id, repo)}
     if plant_lock:
-        for ref in git(
+        refs = git(
             repo, "for-each-ref", "--format=%(refname)", f"refs/fabro/parallel/{run_id}"
-        ).split():
+        ).split()
+        assert refs, "no branch ref to leave a stale lock beside"
+        for ref in refs:
             (repo / ".git" / f"{ref}.lock").write_text("")
 
     proc = run_fabro("resume", run_id, cwd=repo, timeout=90)

@@ -94,8 +94,10 @@ def test_detach_warns_about_gates_it_cannot_ask(repo: Path) -> None:
     attached = run_fabro("attach", proc.stdout.strip(), cwd=repo, input="A\n", timeout=120)
     assert attached.returncode == 0, attached.stderr
     quiet = run_fabro("run", "human-gate", "-d", "--auto-approve", cwd=repo)
+    assert quiet.returncode == 0, quiet.stderr
     assert "human gates" not in quiet.stderr
-    run_fabro("logs", quiet.stdout.strip(), "-f", cwd=repo, timeout=120)
+    followed = run_fabro("logs", quiet.stdout.strip(), "-f", cwd=repo, timeout=120)
+    assert '"event":"run.completed"' in followed.stdout.replace(" ", ""), followed.stdout[-500:]
 
 
 def test_a_detached_run_is_not_called_resumed(repo: Path, tmp_path: Path) -> None:

@@ -207,6 +207,7 @@ def test_backend_cli_without_its_cli_is_refused_before_the_run(
     assert "'work'" in proc.stderr and "backend=cli" in proc.stderr
     assert "'claude'" in proc.stderr and "not installed" in proc.stderr
     assert llm_server.requests == []
+    assert git(repo, "for-each-ref", "refs/fabro") == ""  # refused before the run existed
 
 
 def test_a_timeout_cancels_the_model_call(repo: Path, llm_server: LlmServer) -> None:

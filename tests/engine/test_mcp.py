@@ -223,6 +223,9 @@ def test_a_script_servers_env_references_reach_it_as_values_not_as_shell_text(
     assert "tok-9f8e7d6c" not in results["t2"]
     worktrees = [repo, *Path(os.environ["FABRO_HOME"]).rglob("worktree")]
     assert not [p for w in worktrees for p in w.glob("pwned*")]
+    # The stage's worktree is gone after the run; what was made in it is on its branch.
+    branch = git(repo, "ls-tree", "-r", "--name-only", f"fabro/run/{result['run_id']}")
+    assert branch.split() and not [p for p in branch.split() if "pwned" in p]
 
 
 def test_a_secret_put_on_a_servers_command_line_is_warned_of(

@@ -283,7 +283,8 @@ def _resumed_cleanly(repo: Path) -> None:
     branch = f"refs/heads/fabro/run/{run_id}"
     files = set(git(repo, "ls-tree", "-r", "--name-only", branch).split())
     assert files == {"README.md", "done.txt"}, files
-    scratch = Path(os.environ["FABRO_HOME"]) / "runs" / run_id
+    (scratch,) = (Path(os.environ["FABRO_HOME"]) / "runs").glob(f"{run_id}-*")
+    assert (scratch / "events.jsonl").is_file()  # the run's own scratch dir, not a guess
     assert not list((scratch / "process-groups").glob("*")), "records outlived their groups"
 
 

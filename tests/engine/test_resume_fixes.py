@@ -74,7 +74,7 @@ def test_resume_rebase_brings_a_fix_committed_on_main_into_the_run(
     assert git(repo, "show", f"{branch}:fixed.txt") == "fixed\n"
     assert git(repo, "show", f"{branch}:made.txt") == "made\n"
     # The stage commits stay: the fix is merged on top of them, in one commit.
-    assert git(repo, "merge-base", "--is-ancestor", made_at, branch, check=False) == ""
+    git(repo, "merge-base", "--is-ancestor", made_at, branch)  # fails unless an ancestor
     merges = git(repo, "log", "--format=%H %P%n%B%x00", "--merges", branch).split("\0")
     [merge] = [m for m in merges if "Fabro-Rebased-Onto:" in m]
     assert f"Fabro-Rebased-Onto: {fix}" in merge
@@ -162,9 +162,11 @@ def test_resume_workflow_with_errors_is_refused(repo: Path, tmp_path: Path) -> N
     _path, run_id, _ = _failed_run(repo, tmp_path, WRONG_SCRIPT)
     broken = tmp_path / "broken.fabro"
     broken.write_text(FIXED_SCRIPT.replace("check -> exit", "check -> nowhere"))
+    meta_before = _ref(repo, f"refs/fabro/meta/{run_id}")
     proc = run_fabro("resume", run_id, "--workflow", str(broken), cwd=repo)
-    assert proc.returncode != 0
-    assert "error" in proc.stderr and "Traceback" not in proc.stderr
+    assert proc.returncode == 1, proc.stderr
+    assert "nowhere" in proc.stderr and "Traceback" not in proc.stderr
+    assert _ref(repo, f"refs/fabro/meta/{run_id}") == meta_before  # the run is as it was
 
 
 # Three LLM stages on Sonnet ($3 in / $15 out per million tokens): 1000 tokens in and

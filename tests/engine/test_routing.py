@@ -89,6 +89,8 @@ def test_human_gate_reads_piped_stdin(repo: Path) -> None:
     proc, result = run_json("run", "wf.fabro", cwd=repo, input="A\n")
     assert proc.returncode == 0, proc.stderr
     assert result["status"] == "succeeded"
+    # "A" took the Approve edge: the `yes` stage ran, not `no`.
+    assert git(repo, "show", f"fabro/run/{result['run_id']}:result") == "shipped\n"
 
 
 def test_transient_failures_are_retried_then_allow_partial(repo: Path) -> None:
