@@ -198,7 +198,9 @@ def test_render_dot_types_conditions_clusters_and_models() -> None:
 
 @needs_dot
 def test_every_example_renders_through_graphviz() -> None:
-    for path in sorted(EXAMPLES.glob("*.fabro")):
+    examples = sorted(EXAMPLES.glob("*.fabro"))
+    assert examples, f"no examples in {EXAMPLES}"
+    for path in examples:
         dot_source = render_dot(parse(path.read_text(), path))
         proc = subprocess.run(
             ["dot", "-Tsvg"], input=dot_source.encode(), capture_output=True, check=False

@@ -155,13 +155,29 @@ def test_dump_refuses_an_entry_outside_the_dump(
 def test_dump_and_artifact_cp_of_an_honest_run_still_write_everything(
     repo: Path, tmp_path: Path
 ) -> None:
-    proc, result = run_json("run", "hello", cwd=repo)
+    # Its output (about 190 KB) is offloaded: an artifact to copy.
+    write_workflow(
+        repo,
+        "digraph W { start [shape=Mdiamond]; exit [shape=Msquare]; "
+        'big [shape=parallelogram, script="seq 1 30000"]; start -> big -> exit }',
+    )
+    proc, result = run_json("run", "wf.fabro", cwd=repo)
     assert result["status"] == "succeeded", proc.stderr
     run_id = result["run_id"]
     clone, env = fresh_clone(repo, tmp_path)
-    dumped = run_fabro("dump", run_id, "-o", str(tmp_path / "dump"), cwd=clone, env=env)
+    dump = tmp_path / "dump"
+    dumped = run_fabro("dump", run_id, "-o", str(dump), cwd=clone, env=env)
     assert dumped.returncode == 0, dumped.stderr
-    assert json.loads((tmp_path / "dump" / "run.json").read_text())["run_id"] == run_id
+    assert json.loads((dump / "run.json").read_text())["run_id"] == run_id
+    written = {p.relative_to(dump).as_posix() for p in dump.rglob("*") if p.is_file()}
+    assert {"nodes/big/stdout.log", "nodes/big/status.json"} <= written, sorted(written)
+    assert any(name.startswith("checkpoints/") for name in written), sorted(written)
+    copied_to = tmp_path / "copied"
+    copied = run_fabro("artifact", "cp", run_id, str(copied_to), cwd=clone, env=env)
+    assert copied.returncode == 0, copied.stderr
+    files = [p for p in copied_to.rglob("*") if p.is_file()]
+    assert [p.name for p in files] == ["command.output.json"], files
+    assert json.loads(files[0].read_text()).splitlines() == [str(n) for n in range(1, 30001)]
 
 
 def test_fork_refuses_to_copy_an_entry_that_climbs_out(repo: Path) -> None:
@@ -199,6 +215,7 @@ def test_a_meta_ref_whose_name_is_no_run_id_is_no_run(repo: Path, name: str) -> 
     assert [json.loads(line)["run_id"] for line in listed.stdout.splitlines()] == [run_id]
     resumed = run_fabro("resume", name, cwd=repo)
     assert resumed.returncode == 1 and "Traceback" not in resumed.stderr
+    assert f"no run matches '{name}' here" in resumed.stderr
     assert not list((Path(os.environ["FABRO_HOME"]) / "runs").glob(name.split("/")[0] + "*"))
     assert not list(repo.rglob("pwned*"))
 
@@ -298,7 +315,12 @@ def test_a_fetched_run_recorded_before_graphs_reads_no_file_from_the_disk(
     _add_entry(repo, meta, ["graph.fabro"], forged.encode())
     clone, env = fresh_clone(repo, tmp_path)
 
+    # Trusted, so the resume gets as far as the prompt (else it stops at trust).
+    trusted = run_fabro("trust", "--run", run_id, "--yes", cwd=clone, env=env)
+    assert trusted.returncode == 0, trusted.stderr
     resumed = run_fabro("resume", run_id, cwd=clone, env=env)
+    assert resumed.returncode == 1, resumed.stderr
+    assert "prompt file '@secret.txt' is not among the files this run recorded" in (resumed.stderr)
     assert "Traceback" not in resumed.stderr
     assert "the-private-words" not in resumed.stdout + resumed.stderr
     objects = subprocess.run(

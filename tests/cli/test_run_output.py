@@ -3,6 +3,7 @@ the end where the result is."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from helpers import git, run_fabro, write_workflow
@@ -37,6 +38,8 @@ def test_quiet_hides_output_and_json_skips_the_summary(repo: Path) -> None:
     quiet = run_fabro("run", "hello", "--quiet", cwd=repo)
     assert quiet.returncode == 0 and "│" not in quiet.stderr
     as_json = run_fabro("run", "hello", "--json", cwd=repo)
+    assert as_json.returncode == 0, as_json.stderr
+    assert json.loads(as_json.stdout.splitlines()[-1])["status"] == "succeeded"
     assert "Result: branch" not in as_json.stderr
     both = run_fabro("run", "hello", "-q", "-v", cwd=repo)
     assert both.returncode == 1 and "contradict" in both.stderr

@@ -185,18 +185,20 @@ def test_a_failed_stages_error_is_shown_escaped_by_every_command(repo: Path) -> 
     assert failed.returncode == 1, failed.stderr
     run_id = json.loads(failed.stdout.strip().splitlines()[-1])["run_id"]
     shown = "oops \\x1b]52;c;aGk=\\x07 \\x1b[2J"
-    for args in (
-        ("show", run_id, "bad"),
-        ("inspect", run_id),
-        ("attach", run_id),
-        ("wait", run_id),
-        ("logs", "--pretty", run_id),
-        ("fork", run_id, "--list"),
+    # Each command, what it exits with, and what it prints of the failure: the error
+    # itself, or (wait, fork) only that the stage or run failed.
+    for args, code, printed in (
+        (("show", run_id, "bad"), 0, shown),
+        (("inspect", run_id), 0, shown),
+        (("attach", run_id), 1, shown),
+        (("wait", run_id), 1, f"run {run_id} failed"),
+        (("logs", "--pretty", run_id), 0, shown),
+        (("fork", run_id, "--list"), 0, "bad@1"),
     ):
         proc = run_fabro(*args, cwd=repo)
+        assert proc.returncode == code, (args, proc.stderr)
+        assert printed in proc.stdout + proc.stderr, args
         assert "\x1b" not in proc.stdout + proc.stderr, args
-        if args[0] in ("show", "inspect", "attach", "logs"):
-            assert shown in proc.stdout + proc.stderr, args
     assert "\x1b" not in failed.stderr and shown in failed.stderr
 
 

@@ -375,4 +375,11 @@ def test_escape_sequences_never_reach_the_terminal() -> None:
     pretty = format_pretty(_env("run.notice", {"level": "warn", "code": "c", "message": hostile}))
     for text in (out.getvalue(), pretty):
         assert "\x1b" not in text and "\x07" not in text and "\x9b" not in text
-    assert "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m" in pretty
+    escaped = "\\x1b]0;owned\\x07\\x1b[2J\\x9b31m"
+    assert escaped in pretty
+    # Shown escaped, not dropped: the goal, the node id, the error and the stderr.
+    assert out.getvalue().splitlines() == [
+        f"Running demo (run 01JQXYZ) - {escaped}",
+        f"x{escaped}: failed in ?: {escaped}",
+        f"    │ {escaped}",
+    ]

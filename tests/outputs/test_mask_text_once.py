@@ -62,6 +62,11 @@ def test_a_clean_json_form_means_a_clean_text(text: str) -> None:
         assert redactor.mask_bytes(raw) == raw
 
 
+def test_an_ordinary_text_is_clean_by_its_json_form() -> None:
+    """So the property above is not vacuous: its branch is taken for ordinary text."""
+    assert Redactor([PLAIN]).clean_with_text(msgspec.json.encode('plain "words", é\n'))
+
+
 @settings(max_examples=100, deadline=None)
 @given(texts)
 def test_a_secret_json_escapes_means_each_file_is_scanned(text: str) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dulwich.objects import Blob, Tree
-from helpers import git
+from helpers import assert_fsck_clean
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -83,8 +83,7 @@ def test_snapshot_trees_are_the_trees_git_would_build(
         tip = snap.write(step, "step", expected_tip=tip).commit_sha
         assert grepo.commit_info(tip).tree == (_tree_sha(files) or _EMPTY_TREE)
     # And git finds every tree well-formed (in its order, no duplicates).
-    proc = git(repo, "fsck", "--strict", "--no-dangling", "--no-progress")
-    assert "error" not in proc.lower()
+    assert_fsck_clean(repo)
 
 
 _EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"

@@ -220,7 +220,7 @@ def test_list_refs_includes_packed(grepo: GitRepo, repo: Path) -> None:
 
 def test_bad_ref_names_are_refused(grepo: GitRepo, repo: Path) -> None:
     for name in ("HEAD", "fabro/meta/x", "refs/fabro/meta/a..b", "refs/fabro/meta/x.lock"):
-        with pytest.raises(StoreError):
+        with pytest.raises(StoreError, match="is not a valid full ref name"):
             grepo.update_ref(name, head_sha(repo), old=None, message="x")
 
 
