@@ -4,6 +4,7 @@ it steps aside wherever it could differ."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -140,8 +141,10 @@ def test_a_command_past_its_timeout_is_killed(repo: Path, tmp_path: Path) -> Non
     with pytest.raises(subprocess.TimeoutExpired):
         forked_cli.run(["run", "wf.fabro"], repo, dict(os.environ), None, 1)
     # The command was killed, as `subprocess.run` kills one: its run is left interrupted.
-    listed = run_fabro("ps", cwd=repo)
-    assert listed.returncode == 0 and "running" not in listed.stdout, listed.stdout
+    listed = run_fabro("ps", "--json", cwd=repo)
+    assert listed.returncode == 0, listed.stderr
+    statuses = [json.loads(line)["status"] for line in listed.stdout.splitlines()]
+    assert statuses == ["interrupted"], listed.stdout
 
 
 def test_the_server_forks_from_one_thread() -> None:

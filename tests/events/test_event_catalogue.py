@@ -100,6 +100,14 @@ def _struct_problems(
     return _field_problems(info.fields, specs, {}, path)
 
 
+def test_the_unscoped_events_are_the_two_the_seed_names() -> None:
+    """The contract checker keeps its own copy (the seed's words); the product's may not
+    drift from it, since events it calls unscoped go out without node_id."""
+    from event_contract.check import UNSCOPED_EVENTS as named_by_the_seed
+
+    assert named_by_the_seed == catalogue_module.UNSCOPED_EVENTS
+
+
 def test_catalogue_keys_match_names() -> None:
     for name, cls in CATALOGUE.items():
         assert name == cls.NAME

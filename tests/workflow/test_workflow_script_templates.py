@@ -105,7 +105,12 @@ def test_hostile_value_runs_nothing(tmp_path: Path) -> None:
     value = f"$(touch {marker}) `touch {marker}` '; touch {marker}; ' \"; touch {marker}; \""
     script = "\n".join(rs(shape) for shape in [*SHAPES, "echo {{ goal }}"])
     env = script_environment(os.environ, goal=value, inputs={}, run_id="r")
-    subprocess.run(["bash", "-c", script], env=env, capture_output=True, check=False)
+    proc = subprocess.run(
+        ["bash", "-c", script], env=env, capture_output=True, text=True, check=False
+    )
+    # It ran to the end, printing the value as text in every quoting.
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith((value + "\n") * len(SHAPES)), proc.stdout
     assert not marker.exists()
 
 

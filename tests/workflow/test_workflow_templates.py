@@ -111,8 +111,14 @@ def test_file_refs_outside_the_root_are_refused(tmp_path: Path, hermetic_env: Pa
     workflow_dir = tmp_path / "flows"
     workflow_dir.mkdir()
     origin = disk_origin(workflow_dir / "flow.fabro")
-    for ref in ("~/shared.md", "/etc/passwd", "../up.md", "a/../../up.md", ".git/config"):
-        with pytest.raises(PathRefused):
+    for ref, reason in (
+        ("~/shared.md", "names a home directory"),
+        ("/etc/passwd", "is an absolute path"),
+        ("../up.md", "leads outside"),
+        ("a/../../up.md", "leads outside"),
+        (".git/config", "is inside .git"),
+    ):
+        with pytest.raises(PathRefused, match=reason):
             origin.resolve(ref)
     assert origin.resolve("prompts/review.md") == "prompts/review.md"
     with pytest.raises(PathRefused, match="not found"):
