@@ -151,12 +151,9 @@ async def execute(req: StageRequest) -> Outcome:
     notice_stripped(req, script, f"the script of {req.node_id}")
     script_name = "script.sh" if language == "shell" else "script.py"
 
-    kept_updates: dict[str, str] = {}
-
     def keep_output() -> dict[str, str]:
-        if kept_updates:  # once an attempt: a large log has left the output dir
-            return kept_updates
         req.files[script_name] = script.encode()
+        updates = {}
         for name, path, key in (
             ("stdout.log", stdout_path, "command.output"),
             ("stderr.log", stderr_path, "command.stderr"),
@@ -166,8 +163,8 @@ async def execute(req: StageRequest) -> Outcome:
             # into git from its file at the checkpoint, never held in memory.
             large = path.stat().st_size > META_LIMIT
             req.files[name] = _moved_out(path, req.stage_dir) if large else kept
-            kept_updates[key] = _text(kept)
-        return kept_updates
+            updates[key] = _text(kept)
+        return updates
 
     async def timed_out(seconds: float) -> Outcome:
         return Outcome.failure(

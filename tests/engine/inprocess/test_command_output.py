@@ -4,21 +4,17 @@ log too large to keep in memory until the checkpoint streams it into git."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
+
+from helpers import meta_bytes
 
 from engine.inprocess.harness import walk
 
 BIG = 1_100_000  # over the 1 MB of a stream the stage keeps in memory
 
 
-def _meta(walked_worktree: Path, path: str) -> bytes:
-    return subprocess.run(
-        ["git", "show", f"refs/fabro/meta/RUN:{path}"],
-        cwd=walked_worktree,
-        check=True,
-        capture_output=True,
-    ).stdout
+def _meta(worktree: Path, path: str) -> bytes:
+    return meta_bytes(worktree, "RUN", path)  # the harness's run
 
 
 def test_a_walks_command_stages_take_turns_with_one_pair_of_files(tmp_path: Path) -> None:
